@@ -1,0 +1,49 @@
+"""TensorFlow: seeded and made deterministic only when the user imported it already.
+
+Importing TensorFlow on the user's behalf would reserve nearly all GPU memory.
+"""
+
+from __future__ import annotations
+
+from types import ModuleType
+from typing import Optional
+
+from . import is_installed, loaded_module, module_version
+
+NAME = "TensorFlow"
+MODULE = "tensorflow"
+
+
+def loaded() -> Optional[ModuleType]:
+    return loaded_module(MODULE)
+
+
+def installed() -> bool:
+    return is_installed(MODULE)
+
+
+def version() -> str:
+    return module_version(loaded(), "tensorflow")
+
+
+def seed(value: int) -> str:
+    tf = loaded()
+    assert tf is not None, "seed TensorFlow only once the user imported it"
+    keras_utils = getattr(getattr(tf, "keras", None), "utils", None)
+    set_random_seed = getattr(keras_utils, "set_random_seed", None)
+    if set_random_seed is not None:
+        set_random_seed(value)
+        return "tf.keras.utils.set_random_seed"
+    tf.random.set_seed(value)
+    return "tf.random.set_seed"
+
+
+def enable_op_determinism() -> bool:
+    """Switch on TF's deterministic ops; False where this TF has no such switch."""
+    tf = loaded()
+    experimental = getattr(getattr(tf, "config", None), "experimental", None)
+    enable = getattr(experimental, "enable_op_determinism", None)
+    if enable is None:
+        return False
+    enable()
+    return True
