@@ -1,0 +1,54 @@
+"""Shared fixtures: a real IPython shell with the extension loaded, and the gpu marker."""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+import sys
+
+import pytest
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+if ROOT not in sys.path:
+    sys.path.insert(0, ROOT)
+
+
+def _cuda_available() -> bool:
+    if importlib.util.find_spec("torch") is None:
+        return False
+    import torch
+
+    return bool(torch.cuda.is_available())
+
+
+def pytest_collection_modifyitems(config, items):
+    if _cuda_available():
+        return
+    skip = pytest.mark.skip(reason="needs a CUDA device (none here)")
+    for item in items:
+        if "gpu" in item.keywords:
+            item.add_marker(skip)
+
+
+@pytest.fixture
+def ip():
+    """The real global IPython test shell with colab_gpu_guard loaded; unloaded after."""
+    from IPython.testing.globalipapp import get_ipython
+
+    shell = get_ipython()
+    shell.run_line_magic("load_ext", "colab_gpu_guard")
+    yield shell
+    shell.run_line_magic("unload_ext", "colab_gpu_guard")
+    from colab_gpu_guard import seeding
+
+    seeding.seed_all(0)  # leave deterministic mode off for the next test
+
+
+@pytest.fixture
+def run_cell(ip):
+    """Run a cell like a notebook would (store_history=True), returning its result."""
+
+    def run(source: str):
+        return ip.run_cell(source, store_history=True)
+
+    return run
