@@ -7,16 +7,8 @@ only when the extension is loaded.
 
 from __future__ import annotations
 
+import importlib
 from typing import Any
-
-from .seeding import (
-    SeedReport,
-    current_rank,
-    dataloader_generator,
-    jax_key,
-    seed_all,
-    seed_worker,
-)
 
 __version__ = "0.1.0"
 
@@ -30,6 +22,30 @@ __all__ = [
     "seed_worker",
     "unload_ipython_extension",
 ]
+
+
+# Public name -> module holding it. Imported on first use so that `%load_ext` stays cheap.
+_EXPORTS = {
+    "SeedReport": "seeding",
+    "current_rank": "seeding",
+    "dataloader_generator": "seeding",
+    "jax_key": "seeding",
+    "seed_all": "seeding",
+    "seed_worker": "seeding",
+}
+
+
+def __getattr__(name: str) -> Any:
+    module = _EXPORTS.get(name)
+    if module is None:
+        raise AttributeError(f"module 'colab_gpu_guard' has no attribute {name!r}")
+    value = getattr(importlib.import_module(f"{__name__}.{module}"), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(_EXPORTS))
 
 
 def load_ipython_extension(ipython: Any) -> None:

@@ -4,13 +4,12 @@ extension adds to a shell so that `%unload_ext` removes exactly that.
 
 from __future__ import annotations
 
+import contextlib
 from typing import Any, Callable, Optional
 
 from IPython.core.error import UsageError
 from IPython.core.magic import Magics, line_magic, magics_class
 from IPython.core.magic_arguments import argument, magic_arguments, parse_argstring
-
-from . import seeding
 
 # ---------------------------------------------------------------- registration bookkeeping
 
@@ -34,10 +33,8 @@ class Registration:
         if (event, callback) not in self.events:
             return
         self.events.remove((event, callback))
-        try:
+        with contextlib.suppress(ValueError):  # already removed by someone else
             self.shell.events.unregister(event, callback)
-        except ValueError:
-            pass  # already removed by someone else
 
     def add_cleanup(self, cleanup: Callable[[], None]) -> None:
         self.cleanups.append(cleanup)
@@ -112,7 +109,7 @@ SEED_ALL_USAGE = "%seed_all [SEED] [--deterministic] [--warn-only] [--every-cell
 class SeedMagics(GuardMagics):
     def __init__(self, shell: Any, registration: Registration) -> None:
         super().__init__(shell, registration)
-        self.reseeder: Optional[seeding.CellReseeder] = None
+        self.reseeder: Optional[Callable] = None
 
     def _stop_every_cell(self) -> None:
         if self.reseeder is not None:
@@ -173,6 +170,8 @@ class SeedMagics(GuardMagics):
         starts both work. For DataLoader workers use `colab_gpu_guard.seed_worker` and
         `colab_gpu_guard.dataloader_generator()`.
         """
+        from . import seeding
+
         args = self._parse(line)
         if args.seed is None and args.every_cell is False and not args.deterministic:
             self._stop_every_cell()
@@ -192,6 +191,8 @@ class SeedMagics(GuardMagics):
         print(report)
 
     def _parse(self, line: str):
+        from . import seeding
+
         args = parse_argstring(self.seed_all, line)
         if args.seed is not None:
             try:

@@ -30,12 +30,18 @@ def pytest_collection_modifyitems(config, items):
             item.add_marker(skip)
 
 
+def global_shell():
+    """IPython's real global test shell (an InteractiveShell), started once per process."""
+    import IPython
+    from IPython.testing.globalipapp import start_ipython
+
+    return start_ipython() or IPython.get_ipython()
+
+
 @pytest.fixture
 def ip():
     """The real global IPython test shell with colab_gpu_guard loaded; unloaded after."""
-    from IPython.testing.globalipapp import get_ipython
-
-    shell = get_ipython()
+    shell = global_shell()
     shell.run_line_magic("load_ext", "colab_gpu_guard")
     yield shell
     shell.run_line_magic("unload_ext", "colab_gpu_guard")

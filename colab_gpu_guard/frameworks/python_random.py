@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-import platform
 import random
+import sys
 from types import ModuleType
 
 NAME = "Python random"
@@ -19,7 +19,7 @@ def installed() -> bool:
 
 
 def version() -> str:
-    return platform.python_version()
+    return "{}.{}.{}".format(*sys.version_info[:3])
 
 
 def seed(value: int) -> str:

@@ -178,7 +178,7 @@ def cublas_requirement_from_libraries(libraries: Iterable[Path]) -> CublasRequir
     return CublasRequirement(None, "torch's ATen library was not found")
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def _cublas_requirement_cached(torch_file: str) -> CublasRequirement:
     torch = loaded()
     assert torch is not None

@@ -1,0 +1,147 @@
+"""Cost of `%load_ext colab_gpu_guard` and of per-cell reseeding (`--every-cell`).
+
+Run: python bench/bench_seeding.py [--quick]
+Prints medians and ratios against baselines measured in this same run.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import io
+import json
+import statistics
+import subprocess
+import sys
+import textwrap
+import time
+
+LOAD_SCRIPT = textwrap.dedent(
+    """
+    import sys, time
+    t0 = time.perf_counter()
+    from IPython.core.interactiveshell import InteractiveShell
+    shell = InteractiveShell.instance()
+    t1 = time.perf_counter()
+    before = set(sys.modules)
+    if {load}:
+        shell.run_line_magic("load_ext", "colab_gpu_guard")
+    t2 = time.perf_counter()
+    heavy = sorted({{"torch", "numpy", "ipywidgets", "tensorflow", "jax", "cupy"}}
+                   & (set(sys.modules) - before))
+    print(t1 - t0, t2 - t1, ",".join(heavy))
+    """
+)
+
+
+def load_ext_cost(runs: int) -> dict:
+    bare, loaded, heavy = [], [], set()
+    for _ in range(runs):
+        for load, sink in ((False, bare), (True, loaded)):
+            out = subprocess.run(
+                [sys.executable, "-c", LOAD_SCRIPT.format(load=load)],
+                capture_output=True,
+                text=True,
+                check=True,
+            ).stdout.split()
+            sink.append(float(out[0]) + float(out[1]))
+            if load and len(out) > 2:
+                heavy.update(out[2].split(","))
+    added = statistics.median(loaded) - statistics.median(bare)
+    return {
+        "bare_shell_start_ms": statistics.median(bare) * 1e3,
+        "with_load_ext_ms": statistics.median(loaded) * 1e3,
+        "added_ms": added * 1e3,
+        "ratio": statistics.median(loaded) / statistics.median(bare),
+        "heavy_modules_imported": sorted(heavy),
+        "target": "<= 30 ms added, no heavy module",
+        "pass": added <= 0.030 and not heavy,
+    }
+
+
+def per_cell_cost(cells: int, repeats: int) -> dict:
+    import numpy  # noqa: F401  (the user's notebook has them imported)
+    import torch  # noqa: F401
+    from IPython.core.interactiveshell import InteractiveShell
+
+    shell = InteractiveShell.instance()
+
+    def time_cells() -> float:
+        start = time.perf_counter()
+        for _ in range(cells):
+            shell.run_cell("pass", store_history=False)
+        return (time.perf_counter() - start) / cells
+
+    shell.run_line_magic("load_ext", "colab_gpu_guard")  # warm every code path once
+    with contextlib.redirect_stdout(io.StringIO()):
+        shell.run_line_magic("seed_all", "42 --every-cell")
+    shell.run_line_magic("unload_ext", "colab_gpu_guard")
+    samples: dict[str, list[float]] = {"bare": [], "loaded": [], "every": []}
+    quiet = contextlib.redirect_stdout(io.StringIO())
+    for _ in range(repeats):  # interleaved rounds, so drift hits all three alike
+        samples["bare"].append(time_cells())
+        shell.run_line_magic("load_ext", "colab_gpu_guard")
+        samples["loaded"].append(time_cells())
+        with quiet:
+            shell.run_line_magic("seed_all", "42 --every-cell")
+        samples["every"].append(time_cells())
+        shell.run_line_magic("unload_ext", "colab_gpu_guard")
+    bare, loaded, every_cell = (statistics.median(samples[k]) for k in ("bare", "loaded", "every"))
+
+    from colab_gpu_guard.seeding import CellReseeder
+
+    reseeder = CellReseeder(42)
+
+    class Info:
+        raw_cell = "x = torch.rand(3)\n" * 5
+
+    start = time.perf_counter()
+    for _ in range(cells):
+        reseeder(Info)
+    hook_only = (time.perf_counter() - start) / cells
+    return {
+        "bare_run_cell_us": bare * 1e6,
+        "loaded_run_cell_us": loaded * 1e6,
+        "every_cell_run_cell_us": every_cell * 1e6,
+        "every_cell_added_us": (every_cell - bare) * 1e6,
+        "reseed_hook_alone_us": hook_only * 1e6,
+        "ratio_every_cell_vs_bare": every_cell / bare,
+        "target": "reseed hook <= 20 us per cell (random + NumPy + torch imported)",
+        "pass": hook_only <= 20e-6,
+    }
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--quick", action="store_true", help="few repeats (smoke test)")
+    parser.add_argument("--json", metavar="PATH", help="also write the results as JSON")
+    args = parser.parse_args(argv)
+    runs, cells, repeats = (2, 200, 3) if args.quick else (7, 2000, 5)
+    results = {"load_ext": load_ext_cost(runs), "per_cell": per_cell_cost(cells, repeats)}
+    load, cell = results["load_ext"], results["per_cell"]
+    print(f"{'benchmark':<34}{'ours':>12}{'baseline':>12}{'ratio':>8}  target / result")
+    print(
+        f"{'%load_ext (shell start + load)':<34}{load['with_load_ext_ms']:>10.1f}ms"
+        f"{load['bare_shell_start_ms']:>10.1f}ms{load['ratio']:>8.2f}  "
+        f"+{load['added_ms']:.1f} ms, heavy={load['heavy_modules_imported'] or 'none'}: "
+        f"{'PASS' if load['pass'] else 'FAIL'} ({load['target']})"
+    )
+    print(
+        f"{'run_cell with --every-cell':<34}{cell['every_cell_run_cell_us']:>10.1f}us"
+        f"{cell['bare_run_cell_us']:>10.1f}us{cell['ratio_every_cell_vs_bare']:>8.2f}  "
+        f"hook alone {cell['reseed_hook_alone_us']:.1f} us: "
+        f"{'PASS' if cell['pass'] else 'FAIL'} ({cell['target']})"
+    )
+    print(
+        f"{'run_cell, extension loaded':<34}{cell['loaded_run_cell_us']:>10.1f}us"
+        f"{cell['bare_run_cell_us']:>10.1f}us"
+        f"{cell['loaded_run_cell_us'] / cell['bare_run_cell_us']:>8.2f}"
+    )
+    if args.json:
+        with open(args.json, "w") as handle:
+            json.dump(results, handle, indent=2)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

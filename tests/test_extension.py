@@ -1,0 +1,90 @@
+"""%load_ext / %reload_ext / %unload_ext leave exactly what they should."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import textwrap
+
+import pytest
+
+from colab_gpu_guard import magics
+from tests.conftest import global_shell
+
+EVENTS = ("pre_execute", "pre_run_cell", "post_execute", "post_run_cell", "shell_initialized")
+
+
+def our_magics(shell) -> dict[str, list[str]]:
+    found: dict[str, list[str]] = {}
+    for kind, table in shell.magics_manager.magics.items():
+        for name, func in table.items():
+            owner = getattr(func, "__self__", None)
+            if isinstance(owner, magics.GuardMagics):
+                found.setdefault(kind, []).append(name)
+    return found
+
+
+def callbacks(shell) -> dict[str, list]:
+    return {event: list(shell.events.callbacks.get(event, [])) for event in EVENTS}
+
+
+def custom_exc(shell):
+    return shell.custom_exceptions, shell.CustomTB
+
+
+@pytest.fixture
+def shell():
+    shell = global_shell()
+    shell.run_line_magic("unload_ext", "colab_gpu_guard")
+    return shell
+
+
+def test_unload_removes_everything_load_added(shell):
+    events_before = callbacks(shell)
+    exc_before = custom_exc(shell)
+    shell.run_line_magic("load_ext", "colab_gpu_guard")
+    assert "seed_all" in our_magics(shell)["line"]
+    shell.run_line_magic("seed_all", "1 --every-cell")  # adds a pre_run_cell callback
+    shell.run_line_magic("unload_ext", "colab_gpu_guard")
+    assert our_magics(shell) == {}
+    assert callbacks(shell) == events_before
+    assert custom_exc(shell) == exc_before
+    ours = {cls.__name__ for cls in magics.MAGIC_CLASSES}
+    assert not ours & set(shell.magics_manager.registry)
+
+
+def test_reload_ten_times_leaves_one_of_each(shell):
+    shell.run_line_magic("load_ext", "colab_gpu_guard")
+    shell.run_line_magic("seed_all", "1 --every-cell")
+    once_magics = our_magics(shell)
+    once_events = {e: len(c) for e, c in callbacks(shell).items()}
+    for _ in range(10):
+        shell.run_line_magic("reload_ext", "colab_gpu_guard")
+    assert our_magics(shell) == once_magics
+    for names in our_magics(shell).values():
+        assert len(names) == len(set(names))
+    after = {e: len(c) for e, c in callbacks(shell).items()}
+    # every-cell reseeding is switched off by the reload (it was the old load's state)
+    assert after["pre_run_cell"] <= once_events["pre_run_cell"]
+    shell.run_line_magic("seed_all", "1 --every-cell")
+    again = {e: len(c) for e, c in callbacks(shell).items()}
+    assert again == once_events
+    shell.run_line_magic("unload_ext", "colab_gpu_guard")
+
+
+def test_load_ext_imports_no_heavy_module():
+    script = textwrap.dedent(
+        """
+        import sys
+        from IPython.testing.globalipapp import start_ipython
+        ip = start_ipython()
+        before = set(sys.modules)
+        ip.run_line_magic("load_ext", "colab_gpu_guard")
+        heavy = {"torch", "numpy", "ipywidgets", "tensorflow", "jax", "cupy"}
+        print(sorted(heavy & (set(sys.modules) - before)))
+        """
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", script], capture_output=True, text=True, check=True
+    ).stdout
+    assert out.strip().splitlines()[-1] == "[]"

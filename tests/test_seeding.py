@@ -1,0 +1,464 @@
+"""seed_all and %seed_all with real random, NumPy and torch (CPU build here)."""
+
+from __future__ import annotations
+
+import os
+import random
+import subprocess
+import sys
+import textwrap
+
+import numpy as np
+import pytest
+import torch
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+from IPython.core.error import UsageError
+
+from colab_gpu_guard import seed_all, seeding
+from colab_gpu_guard.frameworks import torch_support
+
+
+def draws() -> tuple:
+    return (
+        random.random(),
+        float(np.random.rand()),
+        torch.rand(3).tolist(),
+        torch.randint(0, 1000, (4,)).tolist(),
+    )
+
+
+def hand_seeded_draws(seed: int) -> tuple:
+    random.seed(seed)
+    np.random.seed(seed)
+    torch.manual_seed(seed)
+    return draws()
+
+
+def state_snapshot() -> tuple:
+    """Everything seed_all may touch, to prove a rejected call changed nothing."""
+    flags = torch_support.read_flags(torch)
+    return (
+        random.getstate(),
+        repr(np.random.get_state()),
+        torch.get_rng_state().tolist(),
+        dict(os.environ),
+        flags,
+    )
+
+
+# ---------------------------------------------------------------- the magic
+
+
+def test_magic_seeds_like_seeding_by_hand(ip, capsys):
+    expected = hand_seeded_draws(42)
+    random.random()  # move every stream away from the seeded state
+    ip.run_line_magic("seed_all", "42")
+    assert draws() == expected
+    out = capsys.readouterr().out
+    assert "seed 42 (given)" in out
+    assert "Python random" in out and "NumPy" in out and "PyTorch CPU" in out
+
+
+def test_magic_help_is_the_docstring(ip):
+    info = ip.object_inspect("%seed_all")
+    assert info["found"]
+    assert "torch.manual_seed` already seeds every CUDA device" in info["docstring"]
+    assert "--deterministic" in info["docstring"]
+
+
+def test_bare_magic_draws_and_prints_a_reproducible_seed(ip, capsys):
+    ip.run_line_magic("seed_all", "")
+    out = capsys.readouterr().out
+    assert "drawn from the OS" in out
+    seed = int(out.split("seed ", 1)[1].split()[0])
+    after_drawn = draws()
+    ip.run_line_magic("seed_all", str(seed))
+    assert draws() == after_drawn
+
+
+def test_report_is_truthful_about_torch_cuda():
+    report = seed_all(1)
+    text = str(report)
+    names = {rng.name: rng for rng in report.seeded}
+    assert "PyTorch CPU" in names
+    if torch.version.cuda is None:
+        assert any(s.name == "PyTorch CUDA" for s in report.skipped)
+        assert "no CUDA" in text
+    assert "PYTHONHASHSEED" in text
+    assert "fixed at start" in text
+
+
+def test_report_html_escapes_names():
+    report = seed_all(3)
+    report.warnings.append("<script>alert(1)</script>")
+    report.skipped.append(seeding.SkippedRng("<b>x</b>", "<i>why</i>"))
+    html = report._repr_html_()
+    assert "<script>" not in html and "&lt;script&gt;" in html
+    assert "<b>x</b>" not in html and "<i>why</i>" not in html
+
+
+def test_pythonhashseed_is_set_for_children():
+    seed_all(1234)
+    assert os.environ["PYTHONHASHSEED"] == "1234"
+    out = subprocess.run(
+        [sys.executable, "-c", "print(hash('colab'))"], capture_output=True, text=True
+    ).stdout
+    again = subprocess.run(
+        [sys.executable, "-c", "print(hash('colab'))"], capture_output=True, text=True
+    ).stdout
+    assert out == again
+
+
+def test_two_processes_with_the_same_seed_draw_the_same():
+    script = textwrap.dedent(
+        """
+        import random, numpy, torch
+        from colab_gpu_guard import seed_all
+        seed_all(2024)
+        print(random.random(), numpy.random.rand(), torch.rand(2).tolist())
+        """
+    )
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONHASHSEED"}
+    runs = [
+        subprocess.run(
+            [sys.executable, "-c", script], capture_output=True, text=True, env=env, check=True
+        ).stdout
+        for _ in range(2)
+    ]
+    assert runs[0] == runs[1] and runs[0].strip()
+
+
+def test_api_seed_forms():
+    assert seed_all("7").seed == 7
+    assert seed_all(7.0).seed == 7
+    assert seed_all(np.int64(7)).seed == 7
+    assert seed_all(2**32 - 1).seed == 2**32 - 1
+    assert seed_all(0).seed == 0
+
+
+# ---------------------------------------------------------------- bad input changes nothing
+
+BAD_API_SEEDS = [
+    (-1, ValueError),
+    (2**32, ValueError),
+    (1.5, ValueError),
+    (True, TypeError),
+    (False, TypeError),
+    ("abc", ValueError),
+    ("-3", ValueError),
+    ("1e3", ValueError),
+    ("", ValueError),
+    ([1], TypeError),
+    (object(), TypeError),
+]
+
+
+@pytest.mark.parametrize(("seed", "error"), BAD_API_SEEDS)
+def test_api_rejects_bad_seed_and_changes_nothing(seed, error):
+    seed_all(5, deterministic=False)
+    before = state_snapshot()
+    with pytest.raises(error, match="0 to 4294967295"):
+        seed_all(seed, deterministic=True)
+    assert state_snapshot() == before
+
+
+def test_api_rejects_non_bool_flags_and_changes_nothing():
+    before = state_snapshot()
+    with pytest.raises(TypeError, match="True or False"):
+        seed_all(1, deterministic="yes")
+    assert state_snapshot() == before
+
+
+BAD_MAGIC_LINES = [
+    "-1",
+    "4294967296",
+    "1.5",
+    "abc",
+    "42 43",
+    "42 --deterministik",
+    "--every-cell --no-every-cell 3 4",
+    "42 --every-cell=yes",
+    "0x10",
+]
+
+
+@pytest.mark.parametrize("line", BAD_MAGIC_LINES)
+def test_magic_rejects_bad_input_and_changes_nothing(ip, line):
+    before = state_snapshot()
+    with pytest.raises(UsageError):
+        ip.run_line_magic("seed_all", line)
+    assert state_snapshot() == before
+
+
+def test_magic_error_names_the_valid_form(ip):
+    with pytest.raises(UsageError, match=r"0 to 4294967295[\s\S]*Usage: %seed_all \[SEED\]"):
+        ip.run_line_magic("seed_all", "-7")
+
+
+_tokens = st.sampled_from(
+    [
+        "42",
+        "0",
+        "-1",
+        "4294967295",
+        "4294967296",
+        "1.5",
+        "x",
+        "--deterministic",
+        "--warn-only",
+        "--every-cell",
+        "--no-every-cell",
+        "--junk",
+        "'7'",
+        "+3",
+        " ",
+    ]
+)
+
+
+@settings(
+    max_examples=60,
+    deadline=None,
+    suppress_health_check=[HealthCheck.function_scoped_fixture],
+)
+@given(st.lists(_tokens, max_size=4))
+def test_property_magic_either_seeds_or_changes_nothing(ip, tokens):
+    line = " ".join(tokens)
+    seed_all(9)  # deterministic mode off, a known state
+    before = state_snapshot()
+    try:
+        ip.run_line_magic("seed_all", line)
+    except UsageError:
+        assert state_snapshot() == before
+        return
+    finally:
+        ip.run_line_magic("seed_all", "--no-every-cell")
+    seeded_with = seeding.last_seed()
+    if seeded_with is not None and any(t.strip().isdigit() for t in tokens):
+        expected = hand_seeded_draws(seeded_with)
+        ip.run_line_magic("seed_all", str(seeded_with))
+        assert draws() == expected
+
+
+# ---------------------------------------------------------------- every cell
+
+
+def test_every_cell_makes_a_cell_draw_the_same_whatever_ran_before(ip, run_cell):
+    cell_a = "a_draw = (random.random(), float(numpy.random.rand()), torch.rand(2).tolist())"
+    cell_b = "b_draw = [random.random() for _ in range(5)]; torch.rand(7)"
+    run_cell("import random, numpy, torch")
+    run_cell("%seed_all 42 --every-cell")
+    run_cell(cell_a)
+    first = ip.user_ns["a_draw"]
+    run_cell(cell_b)
+    run_cell(cell_a)
+    assert ip.user_ns["a_draw"] == first
+    run_cell(cell_b)
+    run_cell(cell_b)
+    run_cell(cell_a)
+    assert ip.user_ns["a_draw"] == first
+
+    run_cell("%seed_all --no-every-cell")
+    run_cell(cell_a)
+    assert ip.user_ns["a_draw"] != first
+
+
+def test_every_cell_differs_per_cell_and_base_seed():
+    reseeder = seeding.CellReseeder(42)
+    assert reseeder.seed_for("x = 1") != reseeder.seed_for("x = 2")
+    assert reseeder.seed_for("x = 1") != seeding.CellReseeder(43).seed_for("x = 1")
+    assert reseeder.seed_for("x = 1") == seeding.CellReseeder(42).seed_for("x = 1")
+
+
+def test_no_every_cell_alone_does_not_reseed(ip, capsys):
+    random.seed(5)
+    expected = random.random()
+    random.seed(5)
+    ip.run_line_magic("seed_all", "--no-every-cell")
+    assert random.random() == expected
+    assert "per-cell reseeding off" in capsys.readouterr().out
+
+
+# ---------------------------------------------------------------- deterministic mode
+
+
+def test_deterministic_mode_sets_and_restores_flags(monkeypatch):
+    seed_all(1)
+    torch.backends.cudnn.benchmark = True
+    monkeypatch.delenv("FLASH_ATTENTION_DETERMINISTIC", raising=False)
+    original = torch_support.read_flags(torch)
+
+    report = seed_all(1, deterministic=True)
+    assert torch.are_deterministic_algorithms_enabled()
+    assert not torch.is_deterministic_algorithms_warn_only_enabled()
+    assert torch.backends.cudnn.deterministic is True
+    assert torch.backends.cudnn.benchmark is False
+    assert os.environ["FLASH_ATTENTION_DETERMINISTIC"] == "1"
+    assert any("benchmark was True" in w for w in report.warnings)
+    assert report.deterministic
+
+    seed_all(2, warn_only=True)  # implies deterministic, warn-only
+    assert torch.is_deterministic_algorithms_warn_only_enabled()
+
+    report = seed_all(3, deterministic=False)
+    assert torch_support.read_flags(torch) == original
+    assert "FLASH_ATTENTION_DETERMINISTIC" not in os.environ
+    assert any("restored" in note for note in report.notes)
+    torch.backends.cudnn.benchmark = False
+
+
+def test_deterministic_off_without_on_leaves_user_flags_alone():
+    seed_all(1)
+    torch.backends.cudnn.benchmark = True
+    try:
+        seed_all(2, deterministic=False)
+        assert torch.backends.cudnn.benchmark is True
+    finally:
+        torch.backends.cudnn.benchmark = False
+
+
+def test_deterministic_mode_is_really_on_in_torch():
+    # Under deterministic algorithms torch fills uninitialised memory (torch.empty) with NaN,
+    # a CPU-visible effect of the global switch.
+    seed_all(1, deterministic=True)
+    try:
+        assert torch.isnan(torch.empty(64)).all()
+    finally:
+        seed_all(1)
+    assert not torch.are_deterministic_algorithms_enabled()
+
+
+# ---------------------------------------------------------------- cuBLAS workspace detection
+
+
+def _fake_library(tmp_path, name: str, with_check: bool):
+    path = tmp_path / name
+    filler = b"\0ELF" + os.urandom(4096)
+    marker = torch_support.CUBLAS_CHECK_MARKER if with_check else b"nothing to see"
+    path.write_bytes(filler + marker + filler)
+    return path
+
+
+def test_cublas_detection_old_torch_needs_workspace(tmp_path):
+    library = _fake_library(tmp_path, "libtorch_cpu.so", with_check=True)
+    requirement = torch_support.cublas_requirement_from_libraries([library])
+    assert requirement.needed is True
+
+
+def test_cublas_detection_new_torch_does_not(tmp_path):
+    library = _fake_library(tmp_path, "libtorch_cpu.so", with_check=False)
+    requirement = torch_support.cublas_requirement_from_libraries([library])
+    assert requirement.needed is False
+    assert "161749" in requirement.evidence
+
+
+def test_cublas_detection_unknown_without_library():
+    assert torch_support.cublas_requirement_from_libraries([]).needed is None
+
+
+def test_installed_torch_library_is_scanned_for_real():
+    libraries = torch_support._torch_libraries(torch)
+    assert libraries, "the installed torch should ship libtorch_cpu"
+    requirement = torch_support.cublas_requirement_from_libraries(libraries)
+    # torch 2.13 is after pytorch/pytorch#161749: the check is gone from ATen.
+    assert requirement.needed is (torch.__version__ < "2.10")
+
+
+@pytest.mark.parametrize("needed", [True, False])
+def test_cublas_env_var_follows_detection(monkeypatch, needed):
+    requirement = torch_support.CublasRequirement(needed, "test")
+    monkeypatch.setattr(torch_support, "cublas_requirement", lambda _torch: requirement)
+    monkeypatch.delenv("CUBLAS_WORKSPACE_CONFIG", raising=False)
+    seed_all(1)
+    report = seed_all(1, deterministic=True)
+    try:
+        if needed:
+            assert os.environ["CUBLAS_WORKSPACE_CONFIG"] == ":4096:8"
+            assert any(c.name.startswith("CUBLAS_WORKSPACE_CONFIG") for c in report.changes)
+        else:
+            assert "CUBLAS_WORKSPACE_CONFIG" not in os.environ
+            assert any("CUBLAS_WORKSPACE_CONFIG not needed" in n for n in report.notes)
+    finally:
+        seed_all(1)
+    assert "CUBLAS_WORKSPACE_CONFIG" not in os.environ
+
+
+def test_cublas_user_value_is_kept_and_warned_about(monkeypatch):
+    requirement = torch_support.CublasRequirement(True, "test")
+    monkeypatch.setattr(torch_support, "cublas_requirement", lambda _torch: requirement)
+    monkeypatch.setenv("CUBLAS_WORKSPACE_CONFIG", ":0:0")
+    report = seed_all(1, deterministic=True)
+    seed_all(1)
+    assert os.environ["CUBLAS_WORKSPACE_CONFIG"] == ":0:0"
+    assert any("not one cuBLAS accepts" in w for w in report.warnings)
+
+
+def test_cublas_late_warning_when_cuda_already_initialised(monkeypatch):
+    requirement = torch_support.CublasRequirement(True, "test")
+    monkeypatch.setattr(torch_support, "cublas_requirement", lambda _torch: requirement)
+    monkeypatch.setattr(torch_support, "cuda_initialized", lambda _torch=None: True)
+    monkeypatch.delenv("CUBLAS_WORKSPACE_CONFIG", raising=False)
+    report = seed_all(1, deterministic=True)
+    seed_all(1)
+    assert any("restart the runtime" in w for w in report.warnings)
+
+
+# ---------------------------------------------------------------- frameworks not imported
+
+
+def test_frameworks_installed_but_not_imported_are_reported(monkeypatch):
+    from colab_gpu_guard.frameworks import cupy_support, tensorflow_support
+
+    monkeypatch.setattr(tensorflow_support, "installed", lambda: True)
+    monkeypatch.setattr(cupy_support, "installed", lambda: True)
+    monkeypatch.delitem(sys.modules, "tensorflow", raising=False)
+    report = seed_all(1)
+    skipped = {s.name: s.reason for s in report.skipped}
+    assert "run %seed_all again after importing it" in skipped["TensorFlow"]
+    assert "run %seed_all again after importing it" in skipped["CuPy"]
+    assert "tensorflow" not in sys.modules
+
+
+def test_jax_is_reported_as_keyless_when_installed(monkeypatch):
+    from colab_gpu_guard.frameworks import jax_support
+
+    monkeypatch.setattr(jax_support, "installed", lambda: True)
+    report = seed_all(1)
+    assert any(s.name == "JAX" and "no global RNG" in s.reason for s in report.skipped)
+
+
+# ---------------------------------------------------------------- GPU truth
+
+
+@pytest.mark.gpu
+def test_gpu_seeded_cuda_draws_repeat():
+    seed_all(42)
+    first = torch.randn(1000, device="cuda").cpu()
+    seed_all(42)
+    second = torch.randn(1000, device="cuda").cpu()
+    assert torch.equal(first, second)
+
+
+@pytest.mark.gpu
+def test_gpu_deterministic_cublas_matmul_runs_in_a_fresh_process():
+    script = textwrap.dedent(
+        """
+        import torch
+        from colab_gpu_guard import seed_all
+        seed_all(0, deterministic=True)   # first thing, before CUDA starts
+        a = torch.randn(256, 256, device="cuda", requires_grad=True)
+        b = torch.randn(256, 256, device="cuda")
+        out = (a @ b).sum()
+        out.backward()
+        torch.cuda.synchronize()
+        print("ok")
+        """
+    )
+    env = {k: v for k, v in os.environ.items() if k != "CUBLAS_WORKSPACE_CONFIG"}
+    result = subprocess.run(
+        [sys.executable, "-c", script], capture_output=True, text=True, env=env, timeout=300
+    )
+    assert result.returncode == 0, result.stderr
+    assert "ok" in result.stdout
+    assert "CuBLAS" not in result.stderr
