@@ -1,0 +1,35 @@
+"""Every notebook in notebooks/ runs top to bottom in a real kernel (nbclient)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from colab_gpu_guard.demo import REPO_NOTEBOOKS, run_demo
+
+NOTEBOOKS = sorted(REPO_NOTEBOOKS.glob("*.ipynb"))
+
+
+def test_there_are_notebooks():
+    assert {p.name for p in NOTEBOOKS} >= {"quickstart.ipynb", "reproducibility.ipynb"}
+
+
+@pytest.mark.parametrize("notebook", NOTEBOOKS, ids=[p.stem for p in NOTEBOOKS])
+def test_notebook_is_committed_without_outputs(notebook: Path):
+    cells = json.loads(notebook.read_text())["cells"]
+    for cell in cells:
+        if cell["cell_type"] == "code":
+            assert not cell.get("outputs") and not cell.get("execution_count"), notebook
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("notebook", NOTEBOOKS, ids=[p.stem for p in NOTEBOOKS])
+def test_notebook_runs_in_a_real_kernel(notebook: Path, tmp_path):
+    result = run_demo(notebook, html_path=tmp_path / f"{notebook.stem}.html", timeout=300)
+    assert result.ok, str(result)
+    code_cells = [c for c in json.loads(notebook.read_text())["cells"] if c["cell_type"] == "code"]
+    assert result.cells_run == len(code_cells)
+    page = result.html_path.read_text()
+    assert "Traceback" not in page
