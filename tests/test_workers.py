@@ -4,9 +4,11 @@ from __future__ import annotations
 
 import random
 
-import numpy as np
 import pytest
-import torch
+
+np = pytest.importorskip("numpy")
+torch = pytest.importorskip("torch")
+
 from torch.utils.data import DataLoader, Dataset
 
 from colab_gpu_guard import current_rank, dataloader_generator, seed_all, seed_worker

@@ -1,0 +1,67 @@
+"""No torch, no NumPy: every magic still gives clear messages, never a traceback.
+
+Runs in a subprocess where torch and NumPy look uninstalled (tests/blocker.py); the
+"minimal" CI environment runs the same checks with them really absent.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import textwrap
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+PRELUDE = textwrap.dedent(
+    """
+    import sys
+    sys.path.insert(0, {root!r})
+    from tests.blocker import block
+    block("torch", "numpy", "tensorflow", "jax", "cupy")
+    from IPython.testing.globalipapp import start_ipython
+    ip = start_ipython()
+    ip.run_line_magic("load_ext", "colab_gpu_guard")
+    """
+)
+
+
+def run_in_blocked_shell(body: str) -> subprocess.CompletedProcess:
+    script = PRELUDE.format(root=ROOT) + textwrap.dedent(body)
+    return subprocess.run(
+        [sys.executable, "-c", script], capture_output=True, text=True, timeout=120
+    )
+
+
+def test_seed_all_without_torch_or_numpy_reports_them_as_missing():
+    result = run_in_blocked_shell(
+        """
+        import random
+        ip.run_line_magic("seed_all", "42")
+        first = random.random()
+        ip.run_line_magic("seed_all", "42 --deterministic")
+        assert random.random() == first
+        print("DONE", "torch" in sys.modules, "numpy" in sys.modules)
+        """
+    )
+    assert result.returncode == 0, result.stderr
+    out = result.stdout
+    assert "skipped  PyTorch: not installed" in out
+    assert "skipped  NumPy: not installed" in out
+    assert "no torch, so no torch flags were set" in out
+    assert "DONE False False" in out
+    assert "Traceback" not in out + result.stderr
+
+
+def test_worker_helpers_without_torch_say_what_is_missing():
+    result = run_in_blocked_shell(
+        """
+        from colab_gpu_guard import dataloader_generator
+        try:
+            dataloader_generator(1)
+        except ModuleNotFoundError as error:
+            print("ERR", error)
+        """
+    )
+    assert result.returncode == 0, result.stderr
+    assert "ERR PyTorch is not installed: pip install torch" in result.stdout
