@@ -13,7 +13,9 @@ from typing import Any
 __version__ = "0.1.0"
 
 __all__ = [
+    "GpuStatus",
     "SeedReport",
+    "gpu_status",
     "current_rank",
     "dataloader_generator",
     "jax_key",
@@ -32,6 +34,8 @@ _EXPORTS = {
     "jax_key": "seeding",
     "seed_all": "seeding",
     "seed_worker": "seeding",
+    "GpuStatus": "status",
+    "gpu_status": "status",
 }
 
 

@@ -34,3 +34,21 @@ def test_notebook_runs_in_a_real_kernel(notebook: Path, tmp_path):
     assert result.cells_run == len(code_cells)
     page = result.html_path.read_text()
     assert "Traceback" not in page
+
+
+def test_demo_command_reports_a_missing_notebook(capsys):
+    from colab_gpu_guard.__main__ import main
+
+    assert main(["demo", "--notebook", "/no/such.ipynb"]) == 1
+    assert "no notebook at /no/such.ipynb" in capsys.readouterr().err
+
+
+@pytest.mark.slow
+def test_demo_command_runs_the_quickstart(tmp_path, capsys):
+    pytest.importorskip("torch", reason="the quickstart uses torch")
+    from colab_gpu_guard.__main__ import main
+
+    html = tmp_path / "quickstart.html"
+    assert main(["demo", "--output", str(html)]) == 0
+    assert "demo ok" in capsys.readouterr().out
+    assert html.is_file() and "seed_all" in html.read_text()

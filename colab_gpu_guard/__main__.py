@@ -1,0 +1,187 @@
+"""``python -m colab_gpu_guard COMMAND``: the package's terminal commands.
+
+  status [--json] [--processes] [--watch SECONDS]
+      One GPU status snapshot (NVML beside this process's view) as text or JSON; with
+      --watch, redrawn every SECONDS until Ctrl-C.
+  demo [--notebook PATH] [--output HTML]
+      Run the quickstart notebook headless in a real kernel on whatever hardware is
+      here and write an HTML copy of it (the README's main job).
+
+Exit codes: 0 when the command could report (a machine without a GPU is a report too),
+1 when it failed, 2 on bad arguments. Add a command with a function that takes the
+subparsers object (see `add_status_command`) and list it in `COMMANDS`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+import os
+import sys
+import time
+from typing import Callable, Optional, Sequence, TextIO
+
+PROG = "python -m colab_gpu_guard"
+
+# ANSI: cursor to the top-left, clear the screen.
+CLEAR_SCREEN = "\x1b[H\x1b[2J"
+
+
+def positive_seconds(text: str) -> float:
+    """argparse type for --watch: a finite number of seconds above zero."""
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(
+            f"expected a number of seconds above 0, got {text!r}"
+        ) from None
+    if not math.isfinite(value) or value <= 0:
+        raise argparse.ArgumentTypeError(f"expected a number of seconds above 0, got {text!r}")
+    return value
+
+
+# ---------------------------------------------------------------- status
+
+
+def add_status_command(subparsers: argparse._SubParsersAction) -> None:
+    parser = subparsers.add_parser(
+        "status",
+        help="show GPU status: NVML's view and this process's",
+        description="Show driver and CUDA versions, every GPU's memory, load, modes and "
+        "processes, and host RAM. Works without a GPU (it says so).",
+    )
+    parser.add_argument("--json", action="store_true", help="print JSON (one line per refresh)")
+    parser.add_argument("--processes", action="store_true", help="list every process on each GPU")
+    parser.add_argument(
+        "--watch",
+        metavar="SECONDS",
+        type=positive_seconds,
+        default=None,
+        help="refresh every SECONDS until Ctrl-C",
+    )
+    parser.set_defaults(handler=run_status)
+
+
+def run_status(args: argparse.Namespace, out: Optional[TextIO] = None) -> int:
+    from . import status
+
+    out = out or sys.stdout
+    limit = None if args.processes else status.DEFAULT_PROCESS_LIMIT
+
+    def render() -> str:
+        snapshot = status.gpu_status(leftovers=False, process_limit=limit)
+        if args.json:
+            return snapshot.to_json(indent=None if args.watch else 2)
+        return snapshot.to_text()
+
+    if args.watch is None:
+        out.write(render() + "\n")
+        out.flush()
+        return 0
+    redraw = _isatty(out) and not args.json and os.environ.get("TERM") != "dumb"
+    try:
+        while True:
+            text = render()
+            if redraw:
+                footer = f"\n(refreshing every {args.watch:g} s; Ctrl-C to stop)"
+                out.write(CLEAR_SCREEN + text + footer + "\n")
+            elif args.json:
+                out.write(text + "\n")
+            else:
+                out.write(text + "\n\n")
+            out.flush()
+            time.sleep(args.watch)
+    except KeyboardInterrupt:
+        if redraw:
+            out.write("\n")
+            out.flush()
+        return 0
+
+
+def _isatty(stream: TextIO) -> bool:
+    try:
+        return stream.isatty()
+    except (AttributeError, ValueError):
+        return False
+
+
+# ---------------------------------------------------------------- demo
+
+
+def add_demo_command(subparsers: argparse._SubParsersAction) -> None:
+    parser = subparsers.add_parser(
+        "demo",
+        help="run the quickstart notebook headless and write an HTML copy",
+        description="Execute notebooks/quickstart.ipynb top to bottom in a fresh kernel "
+        "(every magic, on whatever hardware is here) and save the outputs as HTML.",
+    )
+    parser.add_argument("--notebook", metavar="PATH", help="another notebook to run")
+    parser.add_argument(
+        "--output", metavar="HTML", help="where to write the HTML (default: beside the notebook)"
+    )
+    parser.add_argument("--timeout", type=positive_seconds, default=600, help="per cell")
+    parser.set_defaults(handler=run_demo_command)
+
+
+def run_demo_command(args: argparse.Namespace) -> int:
+    from .demo import run_demo
+
+    try:
+        result = run_demo(args.notebook, args.output, timeout=int(args.timeout))
+    except (FileNotFoundError, ModuleNotFoundError) as error:
+        sys.stderr.write(f"{PROG} demo: {error}\n")
+        return 1
+    print(result)
+    return 0 if result.ok else 1
+
+
+# ---------------------------------------------------------------- the program
+
+COMMANDS: list[Callable[[argparse._SubParsersAction], None]] = [
+    add_status_command,
+    add_demo_command,
+]
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog=PROG,
+        description="colab_gpu_guard from a terminal.",
+    )
+    subparsers = parser.add_subparsers(dest="command", metavar="COMMAND")
+    for add_command in COMMANDS:
+        add_command(subparsers)
+    return parser
+
+
+def main(argv: Optional[Sequence[str]] = None) -> int:
+    """Run one command; returns the exit code (2 for bad arguments)."""
+    parser = build_parser()
+    try:
+        args = parser.parse_args(argv)
+    except SystemExit as exit_:  # --help (0) or a usage error (2)
+        return exit_.code if isinstance(exit_.code, int) else 2
+    handler = getattr(args, "handler", None)
+    if handler is None:
+        parser.print_usage(sys.stderr)
+        sys.stderr.write(f"{PROG}: error: choose a command (e.g. status); see --help\n")
+        return 2
+    try:
+        return int(handler(args))
+    except KeyboardInterrupt:
+        return 130
+    except BrokenPipeError:
+        # The reader went away (`... | head`): stop quietly, without a traceback at exit.
+        try:
+            devnull = os.open(os.devnull, os.O_WRONLY)
+            os.dup2(devnull, sys.stdout.fileno())
+        except (OSError, ValueError):
+            pass
+        return 0
+    except Exception as error:  # could not report: say why in one line
+        sys.stderr.write(f"{PROG} {args.command}: error: {type(error).__name__}: {error}\n")
+        return 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
