@@ -13,6 +13,7 @@ from typing import Any
 __version__ = "0.1.0"
 
 __all__ = [
+    "Diagnosis",
     "GpuStatus",
     "SeedReport",
     "gpu_status",
@@ -34,6 +35,9 @@ _EXPORTS = {
     "jax_key": "seeding",
     "seed_all": "seeding",
     "seed_worker": "seeding",
+    "Diagnosis": "advisor",
+    "advise": "advisor",
+    "classify": "advisor",
     "GpuStatus": "status",
     "gpu_status": "status",
 }

@@ -1,0 +1,756 @@
+"""colab_gpu_guard.advisor without a shell: classification of real CUDA error messages,
+parsing, frame release, the facts gathered from NVML/torch/leftovers, and robustness."""
+
+from __future__ import annotations
+
+import gc
+import importlib.util
+import json
+import os
+import re
+import sys
+import traceback
+import types
+import weakref
+from pathlib import Path
+
+import pytest
+
+import colab_gpu_guard
+from colab_gpu_guard import advisor, cuda_health
+from tests import fake_pynvml
+
+FIXTURE = Path(__file__).parent / "fixtures" / "cuda_error_messages.json"
+MESSAGES = json.loads(FIXTURE.read_text())["messages"]
+
+# Base classes of the real exception types, for types whose framework is not installed here.
+BASES = {
+    "cupy.cuda.memory.OutOfMemoryError": MemoryError,
+    "cupy_backends.cuda.api.runtime.CUDARuntimeError": RuntimeError,
+    "cupy_backends.cuda.api.driver.CUDADriverError": RuntimeError,
+    "jaxlib.xla_extension.XlaRuntimeError": RuntimeError,
+    "tensorflow.python.framework.errors_impl.ResourceExhaustedError": Exception,
+    "numpy.core._exceptions._ArrayMemoryError": MemoryError,
+    "torch.OutOfMemoryError": RuntimeError,
+    "torch.cuda.OutOfMemoryError": RuntimeError,
+    "torch.AcceleratorError": RuntimeError,
+}
+HAVE_TORCH = importlib.util.find_spec("torch") is not None
+
+
+def exception_type(path: str) -> type:
+    """The real class where it can be imported (builtins, torch), else one with the same
+    module, name and base class."""
+    if "." not in path:
+        return getattr(__import__("builtins"), path)
+    module, _, name = path.rpartition(".")
+    if module.split(".")[0] == "torch" and HAVE_TORCH:
+        import torch
+
+        found = torch
+        for part in path.split(".")[1:]:
+            found = getattr(found, part)
+        return found
+    return type(name, (BASES[path],), {"__module__": module})
+
+
+def make(item: dict) -> BaseException:
+    return exception_type(item["type"])(item["message"])
+
+
+def entry(kind: str, index: int = 0) -> dict:
+    """The index-th fixture message of a kind."""
+    return [item for item in MESSAGES if item["kind"] == kind][index]
+
+
+@pytest.fixture(autouse=True)
+def healthy_context():
+    cuda_health.clear()
+    yield
+    cuda_health.clear()
+
+
+@pytest.fixture
+def no_nvml(monkeypatch):
+    """NVML as on this machine or any GPU-less one: not available."""
+    monkeypatch.setattr(advisor, "_guard_nvml_snapshot", lambda: None)
+
+
+# ---------------------------------------------------------------- the fixture itself
+
+
+def test_fixture_has_a_source_for_every_message_and_covers_every_kind():
+    assert len(MESSAGES) >= 30
+    for entry in MESSAGES:
+        source = entry["source"]
+        # an issue/PR URL, or the repository and path of the source that raises it
+        assert re.search(
+            r"https://github\.com/[\w.-]+/[\w.-]+/(issues|pull)/\d+"
+            r"|\b[\w-]+/[\w-]+ [\w/.-]+\.(py|cpp|cu)\b",
+            source,
+        ), source
+        assert entry["kind"] in advisor.KINDS or entry["kind"] is None
+    kinds = {entry["kind"] for entry in MESSAGES}
+    assert set(advisor.KINDS) <= kinds
+    assert None in kinds  # negatives too
+
+
+# ---------------------------------------------------------------- classification
+
+
+@pytest.mark.parametrize(
+    "entry",
+    MESSAGES,
+    ids=[f"{i}-{e['kind']}-{e['type'].rsplit('.', 1)[-1]}" for i, e in enumerate(MESSAGES)],
+)
+def test_real_message_is_classified(entry):
+    diagnosis = advisor.classify(make(entry))
+    if entry["kind"] is None:
+        assert diagnosis is None
+        return
+    assert diagnosis is not None
+    assert diagnosis.kind == entry["kind"]
+    assert diagnosis.summary and diagnosis.fixes
+    for key, expected in entry["expect"].items():
+        if key == "other_process_pids":
+            got = [pid for pid, _ in diagnosis.details["other_processes"]]
+            assert got == expected
+        elif isinstance(expected, int) and key.endswith("bytes"):
+            # the message rounds to 2 decimals of its unit
+            assert diagnosis.details[key] == pytest.approx(expected, rel=5e-3), key
+        else:
+            assert diagnosis.details[key] == expected, key
+
+
+@pytest.mark.parametrize(
+    "entry", [entry("out_of_memory"), entry("sticky_error"), entry("forked_cuda")]
+)
+def test_cause_and_context_chains_are_walked(entry):
+    inner = make(entry)
+    try:
+        try:
+            raise inner
+        except Exception as error:
+            raise ValueError("loading the batch failed") from error
+    except ValueError as outer:
+        caused = outer
+    assert advisor.classify(caused).kind == entry["kind"]
+    try:
+        try:
+            raise inner
+        except Exception:
+            raise KeyError("while handling it") from None
+    except KeyError as outer:
+        suppressed = outer
+    # `from None` keeps __context__ but hides it; a CUDA error in it is still the cause
+    assert suppressed.__context__ is inner
+    assert advisor.classify(suppressed).kind == entry["kind"]
+
+
+def test_cycles_in_the_chain_end():
+    first, second = ValueError("a"), ValueError("b")
+    first.__context__, second.__context__ = second, first
+    assert advisor.classify(first) is None
+
+
+def test_torch_oom_type_without_message_is_still_oom():
+    oom = exception_type("torch.OutOfMemoryError")
+    assert advisor.classify(oom()).kind == advisor.OUT_OF_MEMORY
+
+
+def test_host_memory_errors_are_not_cuda_errors():
+    assert advisor.classify(MemoryError()) is None
+    assert advisor.classify(MemoryError("out of memory")) is None
+    fake_numpy = type("_ArrayMemoryError", (MemoryError,), {"__module__": "numpy.core._exc"})
+    assert advisor.classify(fake_numpy("Unable to allocate 8.00 GiB for an array")) is None
+
+
+def test_resource_exhausted_without_memory_is_not_oom():
+    xla = type("XlaRuntimeError", (RuntimeError,), {"__module__": "jaxlib.xla_extension"})
+    assert advisor.classify(xla("RESOURCE_EXHAUSTED: too many open handles")) is None
+
+
+def test_broken_str_does_not_break_classification():
+    class Nasty(RuntimeError):
+        def __str__(self):
+            raise RuntimeError("no str for you")
+
+    assert advisor.classify(Nasty("CUDA error: out of memory")).kind == advisor.CUDA_DRIVER_OOM
+    assert advisor.classify(Nasty()) is None
+    assert advisor.advise(Nasty()) is None
+
+
+# ---------------------------------------------------------------- parsing
+
+
+@pytest.mark.parametrize(
+    "text, size",
+    [
+        ("20.00 MiB", 20 * 2**20),
+        ("0 bytes", 0),
+        ("1024.00 KiB", 2**20),
+        ("2.99GiB", round(2.99 * 2**30)),
+        ("3206250496B", 3206250496),
+        ("25,600,000 bytes", 25_600_000),
+        ("1.5 TiB", round(1.5 * 2**40)),
+        ("nothing here", None),
+    ],
+)
+def test_parse_size(text, size):
+    assert advisor.parse_size(text) == size
+
+
+def test_format_bytes():
+    assert advisor.format_bytes(None) == "unknown"
+    assert advisor.format_bytes(512) == "512 bytes"
+    assert advisor.format_bytes(3 * 2**30) == "3.00 GiB"
+    assert advisor.format_bytes(1.5 * 2**20) == "1.50 MiB"
+
+
+def test_oom_summary_states_requested_and_free():
+    diagnosis = advisor.classify(make(entry("out_of_memory")))
+    assert "22.00 MiB" in diagnosis.summary and "11.06 MiB" in diagnosis.summary
+    assert diagnosis.facts["requested"] == "22.00 MiB"
+    assert diagnosis.facts["free on GPU 0"] == "11.06 MiB of 23.65 GiB"
+    assert any("%gpu_reset" in fix for fix in diagnosis.fixes)
+    assert any("batch" in fix for fix in diagnosis.fixes)
+
+
+def test_oom_with_other_processes_says_so():
+    diagnosis = advisor.classify(make(entry("out_of_memory", 1)))
+    assert diagnosis.facts["other processes"] == "pid 20398 (14.52 GiB)"
+    assert any("Other processes" in fix for fix in diagnosis.fixes)
+
+
+def test_fragmentation_fix_only_when_cache_is_large():
+    message = (
+        "CUDA out of memory. Tried to allocate 2.00 GiB. GPU 0 has a total capacity of 15.00 "
+        "GiB of which 1.00 GiB is free. Of the allocated memory 8.00 GiB is allocated by "
+        "PyTorch, and 5.00 GiB is reserved by PyTorch but unallocated."
+    )
+    fragmented = advisor.classify(RuntimeError(message))
+    assert any("expandable_segments" in fix for fix in fragmented.fixes)
+    tidy = advisor.classify(make(entry("out_of_memory")))
+    assert not any("expandable_segments" in fix for fix in tidy.fixes)
+
+
+def test_sticky_error_requires_restart_and_names_the_culprits():
+    diagnosis = advisor.classify(make(entry("sticky_error")))
+    assert diagnosis.restart_required
+    assert "restart" in str(diagnosis).lower()
+    text = " ".join(diagnosis.fixes)
+    assert "CUDA_LAUNCH_BLOCKING=1" in text and "CrossEntropyLoss" in text
+    assert "Embedding" in text
+    illegal = advisor.classify(make(entry("sticky_error", 2)))
+    assert illegal.restart_required and "CrossEntropyLoss" not in " ".join(illegal.fixes)
+
+
+def test_forked_fixes_name_spawn_and_num_workers():
+    text = " ".join(advisor.classify(make(entry("forked_cuda"))).fixes)
+    assert "spawn" in text and "num_workers=0" in text
+
+
+def test_cublas_fix_is_seed_all_deterministic_in_first_cell():
+    text = " ".join(advisor.classify(make(entry("cublas_determinism"))).fixes)
+    assert "%seed_all SEED --deterministic" in text and "--warn-only" in text
+    assert "161749" in text
+
+
+@pytest.mark.parametrize(
+    "op, expected",
+    [
+        ("index_add_cuda_", "index_put_"),
+        ("scatter_add_cuda_kernel", "index_put_"),
+        ("adaptive_avg_pool2d_backward_out_cuda", "x.mean(dim=(-2, -1), keepdim=True)"),
+        ("upsample_bilinear2d_backward_out_cuda", "mode='nearest'"),
+        ("nll_loss2d_forward_out_cuda_template", "reduction='none'"),
+        ("cumsum_cuda_kernel", "x.cpu().cumsum"),
+    ],
+)
+def test_nondeterministic_op_alternatives(op, expected):
+    message = (
+        f"{op} does not have a deterministic implementation, but you set "
+        "'torch.use_deterministic_algorithms(True)'. You can turn off determinism just for "
+        "this operation, or you can use the 'warn_only=True' option, if that's acceptable "
+        "for your application."
+    )
+    diagnosis = advisor.classify(RuntimeError(message))
+    assert diagnosis.facts["operation"] == op
+    assert "--warn-only" in diagnosis.fixes[0]
+    assert any(expected in fix for fix in diagnosis.fixes)
+
+
+def test_unknown_nondeterministic_op_gets_no_invented_alternative():
+    message = (
+        "grid_sampler_2d_backward_cuda does not have a deterministic implementation, but you "
+        "set 'torch.use_deterministic_algorithms(True)'."
+    )
+    diagnosis = advisor.classify(RuntimeError(message))
+    assert not any(fix.startswith("Deterministic alternative") for fix in diagnosis.fixes)
+
+
+# ---------------------------------------------------------------- rendering
+
+
+def test_text_and_html_views():
+    diagnosis = advisor.classify(make(entry("out_of_memory")))
+    diagnosis.facts["holder"] = "<script>alert('x')</script> & co"
+    text = str(diagnosis)
+    assert text.startswith("CUDA advisor: GPU out of memory")
+    assert "What to do:" in text and "1. " in text
+    page = diagnosis._repr_html_()
+    assert "<script>" not in page
+    assert "&lt;script&gt;alert(&#x27;x&#x27;)&lt;/script&gt; &amp; co" in page
+    assert "<code>%gpu_reset</code>" in page
+    data = diagnosis.to_dict()
+    assert data["kind"] == advisor.OUT_OF_MEMORY and data["title"] == "GPU out of memory"
+    json.dumps(data)
+
+
+# ---------------------------------------------------------------- releasing frames
+
+
+def _raise_holding(obj_factory, peek_locals: bool):
+    def failing():
+        held = obj_factory()  # noqa: F841 - kept alive only by this frame
+        raise RuntimeError("CUDA out of memory. Tried to allocate 2.00 GiB")
+
+    try:
+        failing()
+    except RuntimeError as error:
+        caught = error
+    if peek_locals:  # what IPython's traceback formatting and debuggers do
+        tb = caught.__traceback__
+        while tb is not None:
+            tb.tb_frame.f_locals  # noqa: B018
+            tb = tb.tb_next
+    return caught
+
+
+class Big:
+    pass
+
+
+@pytest.mark.parametrize("peek_locals", [False, True])
+def test_release_frees_locals_even_after_f_locals_was_read(peek_locals):
+    refs = []
+
+    def factory():
+        obj = Big()
+        refs.append(weakref.ref(obj))
+        return obj
+
+    error = _raise_holding(factory, peek_locals)
+    gc.collect()
+    assert refs[0]() is not None  # the traceback keeps it alive
+    released = advisor.release_traceback_frames(error)
+    gc.collect()
+    assert released >= 1
+    assert refs[0]() is None
+
+
+@pytest.mark.skipif(sys.version_info >= (3, 13), reason="CPython 113939 is fixed in 3.13")
+def test_plain_clear_frames_is_not_enough_here_cpython_113939():
+    """The control: on this Python the stdlib call leaves the object alive."""
+    refs = []
+
+    def factory():
+        obj = Big()
+        refs.append(weakref.ref(obj))
+        return obj
+
+    error = _raise_holding(factory, peek_locals=True)
+    traceback.clear_frames(error.__traceback__)
+    gc.collect()
+    assert refs[0]() is not None
+    advisor.release_traceback_frames(error)
+    gc.collect()
+    assert refs[0]() is None
+
+
+def test_release_skips_running_frames_and_keeps_module_namespaces():
+    namespace: dict = {}
+    code = compile(
+        "keep = [1, 2, 3]\ndef f():\n    local = Big()\n    raise ValueError()\nf()",
+        "<cell>",
+        "exec",
+    )
+    namespace["Big"] = Big
+    marker = object()
+    try:
+        exec(code, namespace)
+    except ValueError as error:
+        caught = error
+    # the first frame of this traceback is this test function, still running
+    assert caught.__traceback__.tb_frame is sys._getframe()
+    count = advisor.release_traceback_frames(caught)
+    assert count == 2  # <cell> module frame and f; not this test's frame
+    assert namespace["keep"] == [1, 2, 3] and callable(namespace["f"])
+    assert marker is not None  # this frame's locals are untouched
+
+
+def test_release_does_not_finalise_a_suspended_generator():
+    events = []
+    saved = []
+
+    def worker():
+        try:
+            try:
+                buffer = Big()  # noqa: F841
+                raise RuntimeError("CUDA out of memory. Tried to allocate 1.00 GiB")
+            except RuntimeError as error:
+                saved.append(error)  # caught here: this frame is in its traceback
+            yield "suspended"
+            yield "resumed"
+        finally:
+            events.append("finalised")
+
+    running = worker()
+    assert next(running) == "suspended"
+    advisor.release_traceback_frames(saved[0])
+    assert events == []  # clearing its frame would have run the finally block
+    assert next(running) == "resumed"
+
+
+def test_oom_only_in_the_implicit_context_keeps_the_frames(no_nvml):
+    refs = []
+
+    def retry_smaller():
+        try:
+            raise RuntimeError("CUDA out of memory. Tried to allocate 4.00 GiB")
+        except RuntimeError:
+            settings = Big()
+            refs.append(weakref.ref(settings))
+            raise KeyError("batch_size")  # noqa: B904 - a new bug while handling the OOM
+
+    try:
+        retry_smaller()
+    except KeyError as error:
+        caught = error
+    diagnosis = advisor.advise(caught, release_frames=True)
+    assert diagnosis.kind == advisor.OUT_OF_MEMORY
+    assert diagnosis.details["found_in"] == "context"
+    assert diagnosis.frames_released == 0
+    gc.collect()
+    assert refs[0]() is not None  # the KeyError keeps its frames for %debug
+
+    def wrapped():
+        try:
+            raise RuntimeError("CUDA out of memory. Tried to allocate 4.00 GiB")
+        except RuntimeError as error:
+            payload = Big()
+            refs.append(weakref.ref(payload))
+            raise ValueError("step failed") from error
+
+    try:
+        wrapped()
+    except ValueError as error:
+        caught = error
+    diagnosis = advisor.advise(caught, release_frames=True)
+    assert diagnosis.details["found_in"] == "cause" and diagnosis.frames_released >= 1
+    gc.collect()
+    assert refs[1]() is None
+
+
+def test_release_covers_chained_exceptions():
+    refs = []
+
+    def inner():
+        obj = Big()
+        refs.append(weakref.ref(obj))
+        raise RuntimeError("CUDA out of memory.")
+
+    def outer():
+        try:
+            inner()
+        except RuntimeError as error:
+            raise ValueError("wrapped") from error
+
+    try:
+        outer()
+    except ValueError as error:
+        caught = error
+    advisor.release_traceback_frames(caught)
+    gc.collect()
+    assert refs[0]() is None
+
+
+def test_advise_releases_only_when_asked_and_only_for_memory_errors(no_nvml):
+    refs = []
+
+    def factory():
+        obj = Big()
+        refs.append(weakref.ref(obj))
+        return obj
+
+    error = _raise_holding(factory, peek_locals=True)
+    diagnosis = advisor.advise(error)
+    gc.collect()
+    assert diagnosis.frames_released == 0 and refs[0]() is not None
+    diagnosis = advisor.advise(error, release_frames=True)
+    gc.collect()
+    assert diagnosis.frames_released >= 1 and refs[0]() is None
+    assert any("%debug" in note for note in diagnosis.notes)
+
+    def failing():
+        kept = Big()
+        refs.append(weakref.ref(kept))
+        raise RuntimeError("Cannot re-initialize CUDA in forked subprocess.")
+
+    try:
+        failing()
+    except RuntimeError as forked:
+        caught = forked
+    assert advisor.advise(caught, release_frames=True).frames_released == 0
+    gc.collect()
+    assert refs[1]() is not None  # non-memory errors keep their frames (for %debug)
+
+
+# ---------------------------------------------------------------- facts from this process
+
+
+def test_sticky_error_marks_context_broken_without_calling_cuda(monkeypatch, no_nvml):
+    torch = pytest.importorskip("torch")
+
+    def forbidden(*args, **kwargs):
+        raise AssertionError("CUDA must not be called after a sticky error")
+
+    for name in (
+        "synchronize",
+        "get_device_capability",
+        "memory_stats",
+        "is_available",
+        "device_count",
+        "current_device",
+        "mem_get_info",
+        "get_arch_list",
+    ):
+        monkeypatch.setattr(torch.cuda, name, forbidden)
+    monkeypatch.setenv("CUDA_LAUNCH_BLOCKING", "1")
+    diagnosis = advisor.advise(make(entry("sticky_error")))
+    assert diagnosis.kind == advisor.STICKY_ERROR
+    health = cuda_health.health()
+    assert health.broken and "device-side assert triggered" in health.detail
+    assert diagnosis.facts["CUDA_LAUNCH_BLOCKING"] == "'1'"
+    assert any("marked broken" in note for note in diagnosis.notes)
+    # a driver mismatch after that asks NVML, never CUDA
+    assert advisor.advise(make(entry("driver_mismatch", 2))).kind == advisor.DRIVER_MISMATCH
+
+
+def test_forked_facts(no_nvml):
+    import multiprocessing
+
+    pytest.importorskip("torch")  # the advisor reports on torch only when it is imported
+
+    diagnosis = advisor.advise(make(entry("forked_cuda")))
+    method = multiprocessing.get_start_method(allow_none=True)
+    assert diagnosis.facts["start method"].startswith(method or "not chosen")
+    assert diagnosis.facts["CUDA initialised here"] == "no"
+
+
+def test_cublas_facts_come_from_this_torch(monkeypatch, no_nvml):
+    torch = pytest.importorskip("torch")  # the advisor reports on torch once imported
+    monkeypatch.delenv("CUBLAS_WORKSPACE_CONFIG", raising=False)
+    diagnosis = advisor.advise(make(entry("cublas_determinism")))
+    assert diagnosis.facts["torch"] == torch.__version__
+    assert diagnosis.facts["CUBLAS_WORKSPACE_CONFIG"] == "unset"
+    assert diagnosis.facts["this torch"].startswith("does not need it")  # CPU build
+
+
+def test_cublas_names_a_wrong_workspace_value(monkeypatch, no_nvml):
+    monkeypatch.setenv("CUBLAS_WORKSPACE_CONFIG", ":0:0")
+    diagnosis = advisor.advise(make(entry("cublas_determinism")))
+    assert diagnosis.facts["CUBLAS_WORKSPACE_CONFIG"] == "':0:0'"
+    assert diagnosis.fixes[0].startswith("CUBLAS_WORKSPACE_CONFIG is ':0:0'")
+    assert ":4096:8 or :16:8" in diagnosis.fixes[0]
+
+
+def test_nondeterministic_facts_read_the_flags(no_nvml):
+    torch = pytest.importorskip("torch")
+
+    torch.use_deterministic_algorithms(True)
+    try:
+        diagnosis = advisor.advise(make(entry("nondeterministic_op")))
+    finally:
+        torch.use_deterministic_algorithms(False)
+    assert diagnosis.facts["deterministic mode"] == "True (warn_only=False)"
+
+
+@pytest.fixture
+def fake_nvml(monkeypatch):
+    """colab_gpu_guard.nvml reading tests/fake_pynvml.py (checked against nvidia-ml-py)."""
+    from colab_gpu_guard import nvml
+
+    def use(world):
+        nvml.set_pynvml(fake_pynvml.install(world))
+        nvml.reset()
+        return world
+
+    yield use
+    nvml.set_pynvml(None)
+    nvml.reset()
+
+
+def test_driver_oom_lists_other_processes_from_nvml(fake_nvml):
+    world = fake_nvml(
+        fake_pynvml.FakeWorld(
+            gpus=[
+                fake_pynvml.FakeGpu(
+                    processes=[
+                        fake_pynvml.FakeProcess(4242, 3 * fake_pynvml.GiB, "python3"),
+                        fake_pynvml.FakeProcess(os.getpid(), 300 * fake_pynvml.MiB, "me"),
+                    ]
+                )
+            ]
+        )
+    )
+    diagnosis = advisor.advise(make(entry("cuda_driver_oom")))
+    assert diagnosis.kind == advisor.CUDA_DRIVER_OOM
+    others = diagnosis.facts["other GPU processes"]
+    assert "pid 4242 python3 on GPU 0 (3.00 GiB)" in others
+    assert str(os.getpid()) not in others
+    assert diagnosis.facts["this process"] == "GPU 0: 300.00 MiB"
+    assert world.calls  # NVML was really asked
+    assert "kill PID" in " ".join(diagnosis.fixes)
+
+
+def test_driver_oom_without_nvml_says_so(fake_nvml):
+    fake_nvml(fake_pynvml.FakeWorld(init_error=fake_pynvml.NVML_ERROR_LIBRARY_NOT_FOUND))
+    diagnosis = advisor.advise(make(entry("cuda_driver_oom")))
+    assert "NVML not available" in diagnosis.facts["GPU processes"]
+
+
+def test_driver_facts_fall_back_to_pynvml_when_the_nvml_module_is_missing(monkeypatch):
+    world = fake_pynvml.FakeWorld(
+        gpus=[
+            fake_pynvml.FakeGpu(
+                name="NVIDIA A100",
+                capability=(8, 0),
+                processes=[fake_pynvml.FakeProcess(77, None, "trainer")],
+            )
+        ],
+        cuda_driver_version=11040,
+    )
+    monkeypatch.setitem(sys.modules, "pynvml", fake_pynvml.install(world))
+    monkeypatch.setattr(advisor, "_guard_nvml_snapshot", lambda: advisor._NO_SNAPSHOT)
+    facts = advisor.driver_facts()
+    assert facts["driver_cuda"] == "11.4" and facts["driver_version"] == "550.54.15"
+    assert facts["devices"] == [{"index": 0, "name": "NVIDIA A100", "capability": (8, 0)}]
+    assert advisor.gpu_processes() == [advisor.GpuProcess(77, "trainer", None, 0)]
+    assert world.init_count == world.shutdown_count  # balanced init/shutdown
+
+
+def test_driver_mismatch_compares_versions_and_architectures(monkeypatch, fake_nvml):
+    torch = pytest.importorskip("torch")
+
+    fake_nvml(
+        fake_pynvml.FakeWorld(
+            gpus=[fake_pynvml.FakeGpu(name="NVIDIA RTX PRO 6000", capability=(12, 0))],
+            cuda_driver_version=12020,
+        )
+    )
+    monkeypatch.setattr(torch.version, "cuda", "12.4")
+    monkeypatch.setattr(
+        torch._C,
+        "_cuda_getArchFlags",
+        lambda: "sm_50 sm_60 sm_70 sm_75 sm_80 sm_86 sm_90",
+        raising=False,
+    )
+    insufficient = advisor.advise(make(entry("driver_mismatch", 1)))
+    facts = insufficient.facts
+    assert facts["torch built for CUDA"] == "12.4"
+    assert facts["driver supports CUDA"] == "12.2"
+    assert facts["torch arch list"] == "sm_50 sm_60 sm_70 sm_75 sm_80 sm_86 sm_90"
+    assert facts["GPU 0 capability"] == "sm_120, NVIDIA RTX PRO 6000 - NO kernels in this torch"
+    assert any("older than the CUDA 12.4" in note for note in insufficient.notes)
+    no_kernel = advisor.advise(make(entry("driver_mismatch", 3)))
+    assert "architecture" in no_kernel.summary
+    assert no_kernel.facts["GPU 0 capability"].endswith("NO kernels in this torch")
+
+
+@pytest.mark.parametrize(
+    "arch_list, capability, expected",
+    [
+        (["sm_80", "sm_86", "sm_90"], (8, 6), True),
+        (["sm_80"], (8, 9), True),  # binary compatible within a major version
+        (["sm_37", "sm_50", "sm_60", "sm_70", "sm_75"], (8, 6), False),
+        (["sm_70", "compute_70"], (8, 6), True),  # PTX JIT
+        (["sm_90a"], (9, 0), False),  # arch-specific cubins only
+        (["sm_100", "sm_120"], (12, 0), True),
+        (["sm_86"], (8, 0), False),
+        ([], (8, 0), None),
+    ],
+)
+def test_arch_supports(arch_list, capability, expected):
+    assert advisor.arch_supports(arch_list, capability) is expected
+
+
+def test_no_gpu_facts(monkeypatch, no_nvml):
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "7")
+    diagnosis = advisor.advise(make(entry("no_gpu")))
+    assert diagnosis.kind == advisor.NO_GPU
+    assert diagnosis.facts["CUDA_VISIBLE_DEVICES"] == "'7'"
+    if HAVE_TORCH:
+        import torch  # noqa: F401 - reported on only once imported
+
+        diagnosis = advisor.advise(make(entry("no_gpu")))
+        assert diagnosis.facts["torch built for CUDA"] == "none (CPU build)"
+    else:
+        assert "torch built for CUDA" not in diagnosis.facts
+    assert "Change runtime type" in " ".join(diagnosis.fixes)
+
+
+def test_oom_lists_leftover_holders_by_name(monkeypatch, no_nvml):
+    calls = []
+
+    def find_leftovers(device=None, namespace=None, deep=False):
+        calls.append((device, namespace))
+        item = types.SimpleNamespace(
+            name="<b>model</b>.weight",
+            shape=(1024, 1024),
+            dtype="torch.float32",
+            device="cuda:0",
+            nbytes=4 * 2**20,
+            holder="user variable",
+        )
+        return [item] * 7
+
+    fake = types.ModuleType("colab_gpu_guard.leftovers")
+    fake.find_leftovers = find_leftovers
+    monkeypatch.setitem(sys.modules, "colab_gpu_guard.leftovers", fake)
+    monkeypatch.setattr(colab_gpu_guard, "leftovers", fake, raising=False)
+    namespace = {"x": 1}
+    diagnosis = advisor.advise(make(entry("out_of_memory")), namespace=namespace)
+    assert calls == [("cuda", namespace)]
+    holders = diagnosis.facts["biggest leftovers"]
+    assert holders.count("<b>model</b>.weight 4.00 MiB (1024x1024, torch.float32)") == 5
+    page = diagnosis._repr_html_()
+    assert "&lt;b&gt;model&lt;/b&gt;.weight" in page and "<b>model</b>" not in page
+
+
+def test_advise_survives_failing_fact_sources(monkeypatch):
+    def explode(*args, **kwargs):
+        raise RuntimeError("boom")
+
+    monkeypatch.setattr(advisor, "driver_facts", explode)
+    monkeypatch.setattr(advisor, "gpu_processes", explode)
+    monkeypatch.setattr(advisor, "_leftover_holders", explode)
+    monkeypatch.setattr(advisor, "release_traceback_frames", explode)
+    for entry in MESSAGES:
+        diagnosis = advisor.advise(make(entry), release_frames=True)
+        assert (diagnosis is None) == (entry["kind"] is None)
+
+
+def test_module_imports_no_frameworks_or_ipython():
+    import subprocess
+
+    code = (
+        "import sys, colab_gpu_guard.advisor as a; "
+        "bad = [m for m in ('torch', 'numpy', 'IPython', 'ipywidgets', 'jax', 'tensorflow') "
+        "if m in sys.modules]; print(bad)"
+    )
+    root = Path(__file__).parent.parent
+    out = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, cwd=root, check=True
+    )
+    assert out.stdout.strip() == "[]"

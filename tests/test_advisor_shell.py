@@ -1,0 +1,351 @@
+"""The CUDA error advisor in a real IPython shell: the traceback stays, the diagnosis follows,
+OOM frames are released, every other error is untouched, and unload restores the handler."""
+
+from __future__ import annotations
+
+import gc
+import re
+import sys
+
+import pytest
+from IPython.core.error import UsageError
+from IPython.utils.capture import capture_output
+
+from colab_gpu_guard import advisor, cuda_health, magics
+from tests.conftest import global_shell
+
+OOM_MESSAGE = (
+    "CUDA out of memory. Tried to allocate 2.00 GiB. GPU 0 has a total capacity of 14.75 GiB "
+    "of which 1.06 GiB is free. Including non-PyTorch memory, this process has 13.68 GiB "
+    "memory in use. Of the allocated memory 13.50 GiB is allocated by PyTorch, and 50.00 MiB "
+    "is reserved by PyTorch but unallocated."
+)
+
+# A cell whose function frame alone holds a CPU tensor when the OOM is raised.
+OOM_CELL = f"""
+import torch, weakref
+def training_step():
+    activations = torch.ones(512, 512)
+    globals()["frame_tensor"] = weakref.ref(activations)
+    raise torch.OutOfMemoryError({OOM_MESSAGE!r})
+training_step()
+"""
+
+VALUE_ERROR_CELL = """
+def parse(text):
+    local_value = 41
+    raise ValueError("not a number: " + text)
+parse("x")
+"""
+
+STICKY_CELL = """
+def forward():
+    logits = [1, 2]
+    raise RuntimeError("CUDA error: device-side assert triggered\\nCUDA kernel errors might be "
+                       "asynchronously reported at some other API call.")
+forward()
+"""
+
+
+def normalise(text: str) -> str:
+    """Output of a cell minus what differs between two runs of it (cell numbers, colours)."""
+    text = re.sub(r"\x1b\[[0-9;]*m", "", text)
+    text = re.sub(r"ipython-input-\d+-", "ipython-input-N-", text)  # IPython 7
+    return re.sub(r"(In|Cell In|Input In)\s*\[\d+\]", r"\1[N]", text)
+
+
+@pytest.fixture(autouse=True)
+def clean_state():
+    cuda_health.clear()
+    yield
+    cuda_health.clear()
+
+
+@pytest.fixture
+def run(ip, capsys):
+    def run_cell(source: str):
+        capsys.readouterr()
+        result = ip.run_cell(source, store_history=True)
+        return result, capsys.readouterr().out
+
+    return run_cell
+
+
+@pytest.fixture(params=["Context", "Verbose"])
+def xmode(request, ip):
+    ip.run_line_magic("xmode", request.param)
+    yield request.param
+    ip.run_line_magic("xmode", "Context")
+
+
+def shell_advisor(shell) -> advisor.ShellAdvisor:
+    registration = magics.registration_for(shell)
+    for instance in registration.magics:
+        if isinstance(instance, magics.AdvisorMagics):
+            return instance.advisor
+    raise AssertionError("AdvisorMagics not loaded")
+
+
+# ---------------------------------------------------------------- out of memory
+
+
+def test_oom_cell_gets_traceback_diagnosis_and_its_frames_released(ip, run, xmode):
+    pytest.importorskip("torch")
+    result, out = run(OOM_CELL)
+    assert isinstance(result.error_in_exec, Exception)
+    assert type(result.error_in_exec).__name__ == "OutOfMemoryError"
+    # the normal traceback first ...
+    assert "OutOfMemoryError" in out and "training_step" in out
+    assert out.index("training_step()") < out.index("CUDA advisor: GPU out of memory")
+    # ... then the diagnosis
+    assert "requested             2.00 GiB" in out
+    assert "free on GPU 0         1.06 GiB of 14.75 GiB" in out
+    assert "%gpu_reset" in out
+    assert "Released the failed cell's traceback frames" in out
+    gc.collect()
+    assert ip.user_ns["frame_tensor"]() is None  # the failed frame's tensor is gone
+    assert callable(ip.user_ns["training_step"])  # the notebook's own names are not
+    assert sys.last_value is result.error_in_exec
+    assert shell_advisor(ip).last.kind == advisor.OUT_OF_MEMORY
+
+
+def test_without_the_advisor_the_frame_keeps_the_tensor(ip, run, xmode):
+    """The control for the test above: IPython alone keeps the failed frame's tensor."""
+    pytest.importorskip("torch")
+    ip.run_line_magic("gpu_advice", "off")
+    result, out = run(OOM_CELL)
+    gc.collect()
+    assert ip.user_ns["frame_tensor"]() is not None
+    assert "CUDA advisor" not in out and "OutOfMemoryError" in out
+
+
+# ---------------------------------------------------------------- other errors stay as they were
+
+
+def test_value_error_keeps_its_traceback_for_debug_and_gets_no_diagnosis(ip, run):
+    result, out = run(VALUE_ERROR_CELL)
+    assert "ValueError: not a number: x" in out
+    assert "CUDA advisor" not in out
+    # what %debug reads: sys.last_* point at this error and its frames still have locals
+    assert sys.last_value is result.error_in_exec
+    assert sys.last_type is ValueError
+    tb = sys.last_traceback
+    frames = []
+    while tb is not None:
+        frames.append(tb.tb_frame)
+        tb = tb.tb_next
+    assert frames[-1].f_code.co_name == "parse"
+    assert frames[-1].f_locals["local_value"] == 41
+    assert frames[-1].f_locals["text"] == "x"
+
+
+@pytest.mark.filterwarnings("ignore:To exit")
+@pytest.mark.parametrize(
+    "cell",
+    [
+        VALUE_ERROR_CELL,
+        "1/0",
+        "raise KeyError('cuda')",
+        "x = (1,\n",  # incomplete input
+        "1 +* 2",  # SyntaxError while compiling
+        "def f():\nreturn 1",  # IndentationError
+        "import nonexistent_module_xyz",
+        "raise SystemExit(3)",
+    ],
+)
+def test_other_errors_look_exactly_as_without_the_extension(ip, capsys, cell):
+    ip.run_line_magic("gpu_advice", "off")
+    capsys.readouterr()
+    plain = ip.run_cell(cell, store_history=True)
+    plain_out = capsys.readouterr()
+    ip.run_line_magic("gpu_advice", "on")
+    capsys.readouterr()
+    advised = ip.run_cell(cell, store_history=True)
+    advised_out = capsys.readouterr()
+    assert normalise(advised_out.out) == normalise(plain_out.out)
+    assert normalise(advised_out.err) == normalise(plain_out.err)
+    assert type(advised.error_in_exec) is type(plain.error_in_exec)
+    assert type(advised.error_before_exec) is type(plain.error_before_exec)
+
+
+# ---------------------------------------------------------------- sticky errors
+
+
+def test_sticky_error_says_restart_and_marks_the_context_broken(ip, run):
+    result, out = run(STICKY_CELL)
+    assert "RuntimeError: CUDA error: device-side assert triggered" in out
+    assert "CUDA advisor: the CUDA context is broken - restart required" in out
+    assert "Restart session" in out and "CUDA_LAUNCH_BLOCKING=1" in out
+    assert "CrossEntropyLoss" in out
+    health = cuda_health.health()
+    assert health.broken and "device-side assert triggered" in health.detail
+    # not an OOM: the frames stay for %debug
+    tb = sys.last_traceback
+    while tb.tb_next is not None:
+        tb = tb.tb_next
+    assert tb.tb_frame.f_locals["logits"] == [1, 2]
+
+
+# ---------------------------------------------------------------- notebook display
+
+
+def test_notebook_gets_an_html_box_with_escaped_names(ip, monkeypatch):
+    monkeypatch.setattr(advisor, "is_notebook_shell", lambda shell: True)
+    # an operation name from the message is shown in the box: it must arrive escaped
+    cell = (
+        'raise RuntimeError("index_add_cuda_<script> does not have a deterministic '
+        "implementation, but you set 'torch.use_deterministic_algorithms(True)'.\")"
+    )
+    with capture_output() as captured:
+        ip.run_cell(cell, store_history=True)
+    assert "RuntimeError" in captured.stdout  # the traceback, as usual
+    boxes = [o.data for o in captured.outputs if "text/html" in o.data]
+    assert len(boxes) == 1
+    page, plain = boxes[0]["text/html"], boxes[0]["text/plain"]
+    assert "colab-gpu-guard-advice" in page and "deterministic" in page
+    assert "<script>" not in page and "index_add_cuda_&lt;script&gt;" in page
+    assert "<code>%seed_all SEED --warn-only</code>" in page
+    assert "index_add_cuda_<script>" in plain
+    assert plain.startswith("CUDA advisor:")
+
+
+def test_terminal_shell_is_not_a_notebook(ip):
+    assert not advisor.is_notebook_shell(ip)
+
+    class ZMQInteractiveShell:  # the name ipykernel's (and Colab's base) shell class has
+        pass
+
+    class ColabShell(ZMQInteractiveShell):
+        pass
+
+    assert advisor.is_notebook_shell(ColabShell())
+
+
+# ---------------------------------------------------------------- the handler never hides errors
+
+
+def test_an_advisor_crash_still_shows_the_traceback(ip, run, monkeypatch):
+    def explode(*args, **kwargs):
+        raise RuntimeError("advisor bug")
+
+    monkeypatch.setattr(advisor, "advise", explode)
+    result, out = run(STICKY_CELL)
+    assert "device-side assert triggered" in out and "forward()" in out
+    assert "advisor bug" not in out
+    assert shell_advisor(ip).enabled  # IPython did not unregister the handler
+
+
+def test_a_display_crash_still_shows_the_traceback(ip, run, monkeypatch):
+    def explode(self):
+        raise RuntimeError("render bug")
+
+    monkeypatch.setattr(advisor.Diagnosis, "__str__", explode)
+    result, out = run(STICKY_CELL)
+    assert "device-side assert triggered" in out and "render bug" not in out
+    assert shell_advisor(ip).enabled
+
+
+# ---------------------------------------------------------------- install, chain, restore
+
+
+@pytest.fixture
+def bare_shell():
+    shell = global_shell()
+    shell.run_line_magic("unload_ext", "colab_gpu_guard")
+    saved = shell.custom_exceptions, shell.CustomTB
+    yield shell
+    shell.run_line_magic("unload_ext", "colab_gpu_guard")
+    shell.custom_exceptions, shell.CustomTB = saved
+
+
+def test_unload_restores_the_default_handler_exactly(bare_shell):
+    before = bare_shell.custom_exceptions, bare_shell.CustomTB
+    bare_shell.run_line_magic("load_ext", "colab_gpu_guard")
+    assert Exception in bare_shell.custom_exceptions
+    assert bare_shell.CustomTB is not before[1]
+    bare_shell.run_line_magic("unload_ext", "colab_gpu_guard")
+    assert bare_shell.custom_exceptions is before[0]
+    assert bare_shell.CustomTB is before[1]
+
+
+def test_a_previous_custom_handler_is_chained_and_restored_exactly(bare_shell, capsys):
+    seen = []
+
+    def previous(shell, etype, value, tb, tb_offset=None):
+        seen.append(value)
+        print("previous handler ran")
+        return None
+
+    bare_shell.set_custom_exc((KeyError, RuntimeError), previous)
+    before = bare_shell.custom_exceptions, bare_shell.CustomTB
+    bare_shell.run_line_magic("load_ext", "colab_gpu_guard")
+    assert set(bare_shell.custom_exceptions) == {KeyError, RuntimeError, Exception}
+
+    capsys.readouterr()
+    bare_shell.run_cell("raise KeyError('k')", store_history=True)
+    out = capsys.readouterr().out
+    assert "previous handler ran" in out and "CUDA advisor" not in out
+    bare_shell.run_cell("raise RuntimeError('CUDA error: out of memory')", store_history=True)
+    out = capsys.readouterr().out
+    assert out.index("previous handler ran") < out.index("CUDA advisor:")
+    assert [type(v) for v in seen] == [KeyError, RuntimeError]
+    bare_shell.run_cell("raise ValueError('v')", store_history=True)
+    out = capsys.readouterr().out
+    assert "ValueError: v" in out and "previous handler ran" not in out
+
+    bare_shell.run_line_magic("unload_ext", "colab_gpu_guard")
+    assert bare_shell.custom_exceptions is before[0]
+    assert bare_shell.CustomTB is before[1]
+
+
+def test_reload_does_not_stack_handlers(bare_shell):
+    before = bare_shell.custom_exceptions, bare_shell.CustomTB
+    for _ in range(5):
+        bare_shell.run_line_magic("reload_ext", "colab_gpu_guard")
+    assert bare_shell.custom_exceptions == (Exception,)
+    bare_shell.run_line_magic("unload_ext", "colab_gpu_guard")
+    assert (bare_shell.custom_exceptions, bare_shell.CustomTB) == before
+    assert bare_shell.CustomTB is before[1]
+
+
+def test_a_handler_installed_over_ours_is_left_alone_on_unload(bare_shell, capsys):
+    bare_shell.run_line_magic("load_ext", "colab_gpu_guard")
+
+    def later(shell, etype, value, tb, tb_offset=None):
+        print("later handler ran")
+
+    bare_shell.set_custom_exc((ZeroDivisionError,), later)
+    theirs = bare_shell.CustomTB
+    bare_shell.run_line_magic("unload_ext", "colab_gpu_guard")
+    assert bare_shell.CustomTB is theirs
+
+
+# ---------------------------------------------------------------- %gpu_advice
+
+
+def test_gpu_advice_toggles(ip, capsys):
+    default = ip.custom_exceptions
+    ip.run_line_magic("gpu_advice", "")
+    assert "gpu_advice: on" in capsys.readouterr().out
+    ip.run_line_magic("gpu_advice", "off")
+    assert "gpu_advice: off" in capsys.readouterr().out
+    assert Exception not in ip.custom_exceptions
+    ip.run_line_magic("gpu_advice", "OFF")  # twice is fine
+    ip.run_line_magic("gpu_advice", "on")
+    assert "gpu_advice: on" in capsys.readouterr().out.splitlines()[-1]
+    assert ip.custom_exceptions == default
+    ip.run_line_magic("gpu_advice", "on")
+    assert ip.custom_exceptions == default
+
+
+@pytest.mark.parametrize("line", ["maybe", "on off", "--on", "1"])
+def test_gpu_advice_bad_arguments(ip, line):
+    with pytest.raises(UsageError, match=r"Usage: %gpu_advice \[on\|off\]"):
+        ip.run_line_magic("gpu_advice", line)
+
+
+def test_gpu_advice_help_is_useful(ip):
+    doc = ip.find_line_magic("gpu_advice").__doc__
+    assert "%gpu_advice off" in doc and "%gpu_advice on" in doc
+    assert "device-side assert" in doc and "%debug" in doc
+    assert "advise(exc)" in doc
