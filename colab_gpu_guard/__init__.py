@@ -13,14 +13,21 @@ from typing import Any
 __version__ = "0.1.0"
 
 __all__ = [
+    "CellMemory",
     "Diagnosis",
     "GpuStatus",
+    "Leftover",
+    "ReleaseReport",
     "SeedReport",
     "gpu_status",
     "current_rank",
     "dataloader_generator",
+    "find_leftovers",
+    "format_history",
+    "gpu_reset",
     "jax_key",
     "load_ipython_extension",
+    "memory_history",
     "seed_all",
     "seed_worker",
     "unload_ipython_extension",
@@ -40,6 +47,13 @@ _EXPORTS = {
     "classify": "advisor",
     "GpuStatus": "status",
     "gpu_status": "status",
+    "ReleaseReport": "memory",
+    "gpu_reset": "memory",
+    "Leftover": "leftovers",
+    "find_leftovers": "leftovers",
+    "CellMemory": "tracker",
+    "format_history": "tracker",
+    "memory_history": "tracker",
 }
 
 

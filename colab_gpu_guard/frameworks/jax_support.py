@@ -29,3 +29,76 @@ def key(value: int):
 
     make_key = getattr(jax.random, "key", None) or jax.random.PRNGKey
     return make_key(value)
+
+
+def array_type() -> Optional[type]:
+    jax = loaded()
+    return getattr(jax, "Array", None) if jax is not None else None
+
+
+def is_array(obj: object) -> bool:
+    kind = array_type()
+    return kind is not None and isinstance(obj, kind)
+
+
+def _device_name(device) -> str:
+    platform = str(getattr(device, "platform", "unknown"))
+    if platform == "gpu":
+        platform = "cuda"
+    return f"{platform}:{getattr(device, 'id', 0)}"
+
+
+def array_info(array) -> tuple:
+    """(shape, dtype, device, nbytes, storage_key, storage_nbytes, storage_id) of a jax.Array.
+
+    A sharded array names its devices joined by '+'; its bytes are the global size.
+    """
+    try:
+        devices = sorted(array.devices(), key=lambda d: getattr(d, "id", 0))
+    except Exception:
+        devices = []
+    device = "+".join(_device_name(d) for d in devices) or "unknown"
+    nbytes = int(array.nbytes)
+    try:
+        pointer = int(array.unsafe_buffer_pointer()) if len(devices) == 1 else 0
+    except Exception:  # sharded or deleted arrays
+        pointer = 0
+    if pointer:
+        return (
+            tuple(array.shape),
+            str(array.dtype),
+            device,
+            nbytes,
+            (device, pointer),
+            nbytes,
+            pointer,
+        )
+    return (
+        tuple(array.shape),
+        str(array.dtype),
+        device,
+        nbytes,
+        ("jax", id(array)),
+        nbytes,
+        id(array),
+    )
+
+
+def live_arrays() -> list:
+    """Every live jax.Array (JAX's own list), or [] when JAX is not imported."""
+    jax = loaded()
+    if jax is None or not hasattr(jax, "live_arrays"):
+        return []
+    try:
+        return [a for a in jax.live_arrays() if not a.is_deleted()]
+    except Exception:
+        return []
+
+
+def release_caches() -> list[str]:
+    """``jax.clear_caches()``: drop JAX's compilation and tracing caches."""
+    jax = loaded()
+    if jax is None or not hasattr(jax, "clear_caches"):
+        return []
+    jax.clear_caches()
+    return ["jax.clear_caches()"]

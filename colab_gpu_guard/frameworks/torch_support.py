@@ -38,8 +38,15 @@ def version() -> str:
 
 
 def import_torch() -> ModuleType:
-    import torch
-
+    try:
+        import torch
+    except ModuleNotFoundError as error:
+        if error.name != "torch":
+            raise
+        raise ModuleNotFoundError(
+            "PyTorch is not installed: pip install torch (see the README for CUDA builds)",
+            name="torch",
+        ) from None
     return torch
 
 
@@ -223,3 +230,175 @@ def allocator_stats(torch: Optional[ModuleType] = None) -> list[AllocatorStats]:
             )
         )
     return stats
+
+
+# ---------------------------------------------------------------- arrays (leftovers, reset)
+#
+# ``array_info`` returns a plain tuple shared by every framework module:
+# (shape, dtype, device, nbytes, storage_key, storage_nbytes, storage_id).
+# ``nbytes`` is what this array spans; ``storage_key`` identifies the memory it lives in, so
+# views of one storage are counted once; ``storage_nbytes`` is that memory's size.
+
+
+def tensor_type(torch: Optional[ModuleType] = None) -> Optional[type]:
+    """``torch.Tensor`` if torch is imported, else None (never imports torch)."""
+    torch = torch or loaded()
+    return getattr(torch, "Tensor", None) if torch is not None else None
+
+
+def module_type(torch: Optional[ModuleType] = None) -> Optional[type]:
+    """``torch.nn.Module`` if torch is imported, else None."""
+    torch = torch or loaded()
+    nn = getattr(torch, "nn", None) if torch is not None else None
+    return getattr(nn, "Module", None)
+
+
+def is_array(obj: object) -> bool:
+    tensor = tensor_type()
+    return tensor is not None and isinstance(obj, tensor)
+
+
+def _dense_nbytes(tensor) -> int:
+    try:
+        return tensor.numel() * tensor.element_size()
+    except Exception:
+        return 0
+
+
+_DTYPE_NAMES: dict = {}
+_CUDA_NAMES: dict = {}
+
+
+def _device_name(tensor) -> str:
+    index = tensor.get_device()  # -1 on CPU; no torch.device object is built
+    if index >= 0 and tensor.is_cuda:
+        name = _CUDA_NAMES.get(index)
+        if name is None:
+            name = _CUDA_NAMES[index] = f"cuda:{index}"
+        return name
+    if index < 0 and tensor.is_cpu:
+        return "cpu"
+    return str(tensor.device)
+
+
+def array_info(tensor) -> tuple:
+    """(shape, dtype, device, nbytes, storage_key, storage_nbytes, storage_id) of a tensor.
+
+    Views share their base's untyped storage, so they share its key. Tensors without a
+    storage (sparse, nested) count their own bytes under a key of their own; meta tensors
+    hold no memory and count 0 bytes.
+    """
+    shape = tuple(tensor.shape)
+    dtype = _DTYPE_NAMES.get(tensor.dtype)
+    if dtype is None:
+        dtype = _DTYPE_NAMES[tensor.dtype] = str(tensor.dtype).replace("torch.", "")
+    device = _device_name(tensor)
+    if device == "meta":
+        return shape, dtype, device, 0, ("meta", id(tensor)), 0, id(tensor)
+    nbytes = _dense_nbytes(tensor)
+    try:
+        storage = tensor.untyped_storage()
+        storage_nbytes = storage.nbytes()
+        pointer = storage.data_ptr()
+    except Exception:  # sparse / nested / functional tensors have no plain storage
+        layout_bytes = _sparse_nbytes(tensor)
+        nbytes = layout_bytes if layout_bytes is not None else nbytes
+        return shape, dtype, device, nbytes, ("tensor", id(tensor)), nbytes, id(tensor)
+    if storage_nbytes == 0 or pointer == 0:
+        return shape, dtype, device, nbytes, ("tensor", id(tensor)), storage_nbytes, id(tensor)
+    return shape, dtype, device, nbytes, (device, pointer), storage_nbytes, pointer
+
+
+def _sparse_nbytes(tensor) -> Optional[int]:
+    try:
+        if tensor.is_sparse:
+            return _dense_nbytes(tensor._values()) + _dense_nbytes(tensor._indices())
+    except Exception:
+        return None
+    return None
+
+
+def holds_grad(tensor) -> bool:
+    """Whether ``tensor.grad`` may be read without a warning (leaf tensors only)."""
+    try:
+        return bool(tensor.requires_grad and tensor.is_leaf)
+    except Exception:
+        return False
+
+
+def has_accelerator(torch: Optional[ModuleType] = None) -> bool:
+    """A CUDA or MPS device is visible to torch (does not create a CUDA context)."""
+    torch = torch or loaded()
+    if torch is None:
+        return False
+    return cuda_device_count(torch) > 0 or mps_available(torch)
+
+
+def fast_allocator_totals(torch: ModuleType, count: int) -> list[tuple[int, int, int, int]]:
+    """(allocated, reserved, peak allocated, num_ooms) per device, for the per-cell hooks.
+
+    Reads ``torch._C._cuda_memoryStats`` (the nested dict behind ``memory_stats``) instead
+    of ``torch.cuda.memory_allocated`` & co., which each flatten and sort the whole dict.
+    Host-side allocator bookkeeping only: no CUDA call, no synchronisation. The caller
+    checks that CUDA is initialised.
+    """
+    raw_stats = getattr(torch._C, "_cuda_memoryStats", None)
+    totals = []
+    for index in range(count):
+        if raw_stats is not None:
+            raw = raw_stats(index)
+            allocated = raw["allocated_bytes"]["all"]
+            reserved = raw["reserved_bytes"]["all"]
+            totals.append(
+                (
+                    int(allocated["current"]),
+                    int(reserved["current"]),
+                    int(allocated["peak"]),
+                    int(raw.get("num_ooms", 0)),
+                )
+            )
+        else:
+            flat = torch.cuda.memory_stats(index)
+            totals.append(
+                (
+                    int(flat.get("allocated_bytes.all.current", 0)),
+                    int(flat.get("reserved_bytes.all.current", 0)),
+                    int(flat.get("allocated_bytes.all.peak", 0)),
+                    int(flat.get("num_ooms", 0)),
+                )
+            )
+    return totals
+
+
+def reset_peaks(torch: ModuleType, count: int) -> None:
+    """Reset the allocator's peak statistics on every device (host-side, no sync)."""
+    reset = getattr(torch._C, "_cuda_resetPeakMemoryStats", None)
+    for index in range(count):
+        if reset is not None:
+            reset(index)
+        else:
+            torch.cuda.reset_peak_memory_stats(index)
+
+
+def release_cuda_caches(torch: ModuleType) -> list[str]:
+    """Return cached allocator blocks to the driver; call only on a healthy context, after
+    synchronising. ``empty_cache`` empties every device's cache in one call (the caching
+    allocator loops over its per-device allocators), so it is called once.
+    """
+    done = []
+    count = cuda_device_count(torch)
+    torch.cuda.empty_cache()
+    done.append(f"torch.cuda.empty_cache() (every device, {count} visible)")
+    torch.cuda.ipc_collect()
+    done.append("torch.cuda.ipc_collect()")
+    return done
+
+
+def release_other_caches(torch: ModuleType) -> list[str]:
+    """Empty torch caches that need no CUDA context (MPS)."""
+    done = []
+    mps = getattr(torch, "mps", None)
+    if mps_available(torch) and hasattr(mps, "empty_cache"):
+        mps.empty_cache()
+        done.append("torch.mps.empty_cache()")
+    return done

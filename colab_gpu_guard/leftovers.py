@@ -1,0 +1,1118 @@
+"""Who holds which array, by the name a user would type to reach it.
+
+``find_leftovers()`` walks what a notebook keeps alive: the user namespace, IPython's output
+history (``Out``, ``_``, ``__``, ``___``, ``_N``, the last cell's result), the last
+exception (its ``args``, its traceback frames' locals, exceptions chained to it) and the
+post-mortem debugger's frames. It walks into lists, tuples, dicts, sets, ``nn.Module``
+parameters/buffers/submodules (named like ``named_parameters()``), optimizer state (keyed
+by the parameter's name), dataclasses and plain objects' ``__dict__``, with a depth limit
+and cycle detection. Arrays are deduplicated by the memory they live in (torch: untyped
+storage; NumPy: the array owning the data; CuPy: the ``Memory`` allocation; JAX: the
+device buffer), so a view and its base count once; the other names reaching the same
+memory are listed in ``shared_with``.
+
+``deep=True`` also looks for torch/CuPy arrays alive anywhere (``gc.get_objects()``) and
+JAX arrays (``jax.live_arrays()``) that no name reaches, and compares the total with torch's
+``memory_allocated`` per CUDA device.
+
+No framework is imported here: torch, NumPy, CuPy and JAX are looked up in ``sys.modules``.
+"""
+
+from __future__ import annotations
+
+import collections
+import gc
+import html
+import sys
+import types
+import weakref
+from dataclasses import asdict, dataclass, fields
+from operator import attrgetter
+from typing import Any, Callable, Optional
+
+from .frameworks import cupy_support, jax_support, numpy_support, torch_support
+
+USER_VARIABLE = "user variable"
+OUTPUT_HISTORY = "output history"
+TRACEBACK_FRAME = "traceback frame"
+OTHER = "other"
+HOLDERS = (USER_VARIABLE, OUTPUT_HISTORY, TRACEBACK_FRAME, OTHER)
+_RANK = {holder: rank for rank, holder in enumerate(HOLDERS)}
+
+DEFAULT_MAX_DEPTH = 10
+MAX_SHARED_NAMES = 16
+_UNNAMED_DESCRIBED = 20  # unnamed storages whose referrers are looked up (deep scan)
+_CO_OPTIMIZED = 0x0001  # inspect.CO_OPTIMIZED: a function frame with fast locals
+
+_ATOMIC = frozenset(
+    {
+        int,
+        float,
+        complex,
+        bool,
+        str,
+        bytes,
+        bytearray,
+        type(None),
+        range,
+        slice,
+        type(Ellipsis),
+        type(NotImplemented),
+    }
+)
+_NOT_WALKED = (
+    type,
+    types.ModuleType,
+    types.FunctionType,
+    types.BuiltinFunctionType,
+    types.MethodType,
+    types.CodeType,
+    types.FrameType,
+    types.TracebackType,
+    types.GeneratorType,
+    types.CoroutineType,
+    types.AsyncGeneratorType,
+    types.MappingProxyType,
+    weakref.ref,
+    property,
+    staticmethod,
+    classmethod,
+)
+# Objects from these packages are machinery, not data: walking them would walk the shell.
+_OPAQUE_PACKAGES = frozenset(
+    {
+        "IPython",
+        "ipykernel",
+        "ipywidgets",
+        "traitlets",
+        "jupyter_client",
+        "jupyter_core",
+        "comm",
+        "zmq",
+        "tornado",
+        "asyncio",
+        "concurrent",
+        "threading",
+        "multiprocessing",
+        "logging",
+        "socket",
+        "ssl",
+        "subprocess",
+        "selectors",
+        "_io",
+        "io",
+        "functools",
+        "typing",
+        "abc",
+        "inspect",
+        "colab_gpu_guard",
+        "google",
+        "debugpy",
+        "pydevd",
+        "_pydevd_bundle",
+    }
+)
+
+# path node kinds; a path is a linked tuple (parent, kind, key)
+_ROOT, _ATTR, _DOT, _ITEM, _KEY, _KEY_TEXT, _ARRAY_KEY, _OBJECT_KEY, _SET_ITEM = range(9)
+
+# type classification for the walker
+_SKIP, _ARRAY, _SEQUENCE, _NAMEDTUPLE, _MAPPING, _SET, _NN_MODULE, _OBJECT = range(8)
+
+
+def format_bytes(count: Optional[float]) -> str:
+    """1536 -> '1.5 KiB'; None -> 'n/a'."""
+    if count is None:
+        return "n/a"
+    value = float(count)
+    sign = "-" if value < 0 else ""
+    value = abs(value)
+    for unit in ("B", "KiB", "MiB", "GiB", "TiB"):
+        if value < 1024 or unit == "TiB":
+            if unit == "B":
+                return f"{sign}{int(value)} B"
+            return f"{sign}{value:.1f} {unit}"
+        value /= 1024
+    return f"{sign}{value:.1f} TiB"  # pragma: no cover
+
+
+# ---------------------------------------------------------------- results
+
+
+@dataclass(frozen=True)
+class Leftover:
+    """One block of array memory still alive, and who holds it.
+
+    ``nbytes`` is the size of the memory (storage) the array lives in, counted once however
+    many views and names reach it; ``array_nbytes`` is what the named array itself spans.
+    ``shared_with`` lists the other names reaching the same memory (views, aliases, the
+    optimizer's reference to a parameter), at most 16 and then a '(+N more)' entry.
+    """
+
+    name: str
+    holder: str
+    shape: tuple
+    dtype: str
+    device: str
+    nbytes: int
+    storage_id: int
+    shared_with: tuple[str, ...] = ()
+    framework: str = ""
+    array_nbytes: int = 0
+    holders: tuple[str, ...] = ()
+
+    def __str__(self) -> str:
+        shape = "x".join(str(size) for size in self.shape) or "scalar"
+        text = (
+            f"{format_bytes(self.nbytes):>10}  {self.name}  {self.dtype} [{shape}] "
+            f"{self.device}  ({self.holder})"
+        )
+        if self.shared_with:
+            text += f"  also: {', '.join(self.shared_with)}"
+        return text
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+_LEFTOVER_FIELDS = tuple(spec.name for spec in fields(Leftover))
+
+
+def _new_leftover(*values) -> Leftover:
+    """Leftover(*values) without the frozen dataclass's per-field ``object.__setattr__``
+    (a scan builds one per storage: 10^5 of them must stay cheap)."""
+    item = object.__new__(Leftover)
+    item.__dict__.update(zip(_LEFTOVER_FIELDS, values))
+    return item
+
+
+@dataclass(frozen=True)
+class DeviceGap:
+    """Array bytes found on a CUDA device vs what torch's allocator says is allocated."""
+
+    device: str
+    found: int
+    allocated: int
+
+    @property
+    def gap(self) -> int:
+        return self.allocated - self.found
+
+    def __str__(self) -> str:
+        return (
+            f"{self.device}: {format_bytes(self.found)} found, torch allocated "
+            f"{format_bytes(self.allocated)}, gap {format_bytes(self.gap)} "
+            "(held by nothing found here: autograd graphs, C++ references, allocator rounding)"
+        )
+
+
+class LeftoverList(list):
+    """A ``list[Leftover]`` (biggest first) that also prints as a table.
+
+    ``gaps`` (deep scans): per CUDA device, found bytes vs ``torch.cuda.memory_allocated``.
+    ``notes``: what the scan could not see.
+    """
+
+    def __init__(self, items=(), gaps=(), notes=(), deep: bool = False) -> None:
+        super().__init__(items)
+        self.gaps: tuple[DeviceGap, ...] = tuple(gaps)
+        self.notes: tuple[str, ...] = tuple(notes)
+        self.deep = deep
+
+    @property
+    def total_bytes(self) -> int:
+        return sum(item.nbytes for item in self)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "leftovers": [item.to_dict() for item in self],
+            "total_bytes": self.total_bytes,
+            "gaps": [{**asdict(gap), "gap": gap.gap} for gap in self.gaps],
+            "notes": list(self.notes),
+            "deep": self.deep,
+        }
+
+    def __str__(self) -> str:
+        if not self:
+            lines = ["leftovers: no arrays held"]
+        else:
+            lines = [f"leftovers: {len(self)} block(s), {format_bytes(self.total_bytes)}"]
+            lines += [f"  {item}" for item in self]
+        lines += [f"  {gap}" for gap in self.gaps]
+        lines += [f"  note: {note}" for note in self.notes]
+        return "\n".join(lines)
+
+    def __repr__(self) -> str:
+        return f"LeftoverList({list.__repr__(self)})"
+
+    def _repr_pretty_(self, printer, cycle) -> None:
+        printer.text(str(self) if not cycle else "LeftoverList(...)")
+
+    def _repr_html_(self) -> str:
+        return leftovers_html(self, self.gaps, self.notes)
+
+
+def leftovers_html(items, gaps=(), notes=()) -> str:
+    """An HTML table of leftovers; every name is escaped."""
+    esc = html.escape
+    rows = []
+    for item in items:
+        shape = esc("x".join(str(size) for size in item.shape) or "scalar")
+        rows.append(
+            f"<tr><td>{esc(format_bytes(item.nbytes))}</td><td><code>{esc(item.name)}</code>"
+            f"</td><td>{esc(item.holder)}</td><td>{esc(item.dtype)} [{shape}]</td>"
+            f"<td>{esc(item.device)}</td><td>{esc(', '.join(item.shared_with))}</td></tr>"
+        )
+    if not rows:
+        rows.append("<tr><td colspan=6>no arrays held</td></tr>")
+    extra = "".join(f"<li>{esc(str(gap))}</li>" for gap in gaps)
+    extra += "".join(f"<li>{esc(note)}</li>" for note in notes)
+    return (
+        "<table><tr><th>bytes</th><th>name</th><th>holder</th><th>array</th>"
+        f"<th>device</th><th>shared with</th></tr>{''.join(rows)}</table>"
+        + (f"<ul>{extra}</ul>" if extra else "")
+    )
+
+
+# ---------------------------------------------------------------- the walker
+
+
+class _Ref:
+    """One path from a root to an array."""
+
+    __slots__ = ("path", "holder", "root", "depth", "order", "framework", "info", "weak", "ident")
+
+    def __init__(self, path, holder, root, depth, order, framework, info, weak, ident) -> None:
+        self.ident = ident  # id() of the array (valid while the scan runs)
+        self.path = path
+        self.holder = holder
+        self.root = root
+        self.depth = depth
+        self.order = order
+        self.framework = framework
+        self.info = info
+        self.weak = weak
+
+    @property
+    def key(self):
+        return self.info[4]
+
+    @property
+    def device(self) -> str:
+        return self.info[2]
+
+    @property
+    def storage_nbytes(self) -> int:
+        return self.info[5]
+
+
+def _key_text(key: object) -> str:
+    if type(key) in (str, int, float, bool, bytes, type(None)) or (
+        type(key) is tuple and all(type(k) in (str, int, float, bool) for k in key)
+    ):
+        text = repr(key)
+        return text if len(text) <= 80 else text[:77] + "..."
+    return f"<{type(key).__name__}>"
+
+
+class _Scanner:
+    def __init__(self, max_depth: int = DEFAULT_MAX_DEPTH, keep_refs: bool = False) -> None:
+        self.max_depth = max_depth
+        self.keep_refs = keep_refs
+        self.refs: list[_Ref] = []
+        # id(container) -> (root, path) of its first visit; a later visit from another root
+        # is an alias: that root reaches what lies under the container too.
+        self.first_visit: dict[int, tuple] = {}
+        self.aliases: list[tuple] = []
+        self._best_path: Optional[dict[int, tuple]] = None  # id(array) -> best path
+        self._names: dict[int, str] = {}  # id(path node) -> its text (nodes live as long)
+        self.kinds: dict[type, tuple] = {}
+        torch = torch_support.loaded()
+        self.tensor_type = torch_support.tensor_type(torch)
+        self.nn_module = torch_support.module_type(torch)
+        self.array_types: list[tuple[type, str, Callable]] = []
+        if self.tensor_type is not None:
+            self.array_types.append((self.tensor_type, "torch", torch_support.array_info))
+        for support, name in (
+            (numpy_support, "numpy"),
+            (cupy_support, "cupy"),
+            (jax_support, "jax"),
+        ):
+            kind = support.array_type()
+            if isinstance(kind, type):
+                self.array_types.append((kind, name, support.array_info))
+
+    # -- classification, cached per type
+    def classify(self, kind: type) -> tuple:
+        cached = self.kinds.get(kind)
+        if cached is not None:
+            return cached
+        result: tuple = (_SKIP,)
+        try:
+            result = self._classify(kind)
+        except Exception:
+            result = (_SKIP,)
+        self.kinds[kind] = result
+        return result
+
+    def _classify(self, kind: type) -> tuple:
+        if kind in _ATOMIC:
+            return (_SKIP,)
+        for array_type, framework, info in self.array_types:
+            if issubclass(kind, array_type):
+                return (_ARRAY, framework, info)
+        if issubclass(kind, tuple) and hasattr(kind, "_fields"):
+            return (_NAMEDTUPLE,)
+        if issubclass(kind, (list, tuple, collections.deque)):
+            return (_SEQUENCE,)
+        if issubclass(kind, dict):
+            return (_MAPPING,)
+        if issubclass(kind, (set, frozenset)):
+            return (_SET,)
+        if issubclass(kind, _NOT_WALKED):
+            return (_SKIP,)
+        if self.nn_module is not None and issubclass(kind, self.nn_module):
+            return (_NN_MODULE,)
+        package = (getattr(kind, "__module__", None) or "").partition(".")[0]
+        if package in _OPAQUE_PACKAGES:
+            return (_SKIP,)
+        if getattr(kind, "__dictoffset__", 0):
+            return (_OBJECT,)
+        return (_SKIP,)
+
+    # -- visiting
+    def visit(self, obj, path, depth: int, holder: str, root) -> None:
+        kind = type(obj)
+        if kind in _ATOMIC:
+            return
+        what = self.kinds.get(kind) or self.classify(kind)
+        tag = what[0]
+        if tag == _SKIP:
+            return
+        if tag == _ARRAY:
+            self.record(obj, what, path, depth, holder, root)
+            return
+        if depth >= self.max_depth:
+            return
+        ident = id(obj)
+        first = self.first_visit.get(ident)
+        if first is not None:
+            if first[0] != root:
+                self.aliases.append((root, first[1]))
+            return
+        self.first_visit[ident] = (root, path)
+        try:
+            if tag == _SEQUENCE:
+                self._walk_sequence(obj, path, depth + 1, holder, root)
+            elif tag == _MAPPING:
+                self._walk_mapping(obj, path, depth + 1, holder, root)
+            elif tag == _NN_MODULE:
+                self._walk_module(obj, path, depth, holder, root)
+            elif tag == _NAMEDTUPLE:
+                for field, item in zip(type(obj)._fields, obj):
+                    self.visit(item, (path, _ATTR, field), depth + 1, holder, root)
+            elif tag == _SET:
+                for item in list(obj):
+                    self.visit(item, (path, _SET_ITEM, None), depth + 1, holder, root)
+            elif tag == _OBJECT:
+                attributes = getattr(obj, "__dict__", None)
+                if type(attributes) is dict:
+                    self._walk_attributes(attributes, path, depth + 1, holder, root)
+        except (RuntimeError, ReferenceError):  # changed size during iteration; dead proxy
+            pass
+
+    def _walk_sequence(self, obj, path, depth, holder, root) -> None:
+        atomic = _ATOMIC
+        kinds = self.kinds
+        visit = self.visit
+        record = self.record
+        for index, item in enumerate(obj):
+            kind = type(item)
+            if kind in atomic:
+                continue
+            if kind is list or kind is tuple:
+                # rows of plain values (the common case by far): nothing to find, nothing
+                # to register for cycle detection
+                for inner in item:
+                    if type(inner) not in atomic:
+                        break
+                else:
+                    continue
+            elif kind is dict:
+                for inner in item.values():
+                    if type(inner) not in atomic:
+                        break
+                else:
+                    continue
+            what = kinds.get(kind) or self.classify(kind)
+            tag = what[0]
+            if tag == _ARRAY:
+                record(item, what, (path, _ITEM, index), depth, holder, root)
+            elif tag != _SKIP:
+                visit(item, (path, _ITEM, index), depth, holder, root)
+
+    def _walk_mapping(self, obj, path, depth, holder, root) -> None:
+        atomic = _ATOMIC
+        visit = self.visit
+        for key, value in list(obj.items()):
+            if type(value) in atomic:
+                continue
+            key_kind = type(key)
+            if key_kind in atomic:
+                child = (path, _KEY, key)
+            elif key_kind is tuple:
+                child = (path, _KEY_TEXT, _key_text(key))  # never keep a key alive
+            elif self.classify(key_kind)[0] == _ARRAY:
+                child = (path, _ARRAY_KEY, id(key))
+            else:
+                child = (path, _OBJECT_KEY, key_kind.__name__)
+            visit(value, child, depth, holder, root)
+
+    def _walk_attributes(self, attributes: dict, path, depth, holder, root) -> None:
+        atomic = _ATOMIC
+        for name, value in list(attributes.items()):
+            if type(value) in atomic or type(name) is not str:
+                continue
+            self.visit(value, (path, _ATTR, name), depth, holder, root)
+
+    def _walk_module(self, module, path, depth, holder, root) -> None:
+        """Parameters, buffers and submodules named as ``named_parameters()`` names them
+        (module nesting does not count against the depth limit)."""
+        attributes = getattr(module, "__dict__", {})
+        for slot in ("_parameters", "_buffers"):
+            for name, tensor in list((attributes.get(slot) or {}).items()):
+                if tensor is not None:
+                    self.visit(tensor, (path, _DOT, name), depth, holder, root)
+        for name, child in list((attributes.get("_modules") or {}).items()):
+            if child is not None:
+                self.visit(child, (path, _DOT, name), depth, holder, root)
+        rest = {
+            name: value
+            for name, value in attributes.items()
+            if name not in ("_parameters", "_buffers", "_modules")
+            and not (name.startswith("_") and name.endswith("hooks"))
+        }
+        self._walk_attributes(rest, path, depth + 1, holder, root)
+
+    def record(self, array, what, path, depth, holder, root) -> None:
+        _, framework, info_of = what
+        try:
+            info = info_of(array)
+        except Exception:
+            return
+        order = len(self.refs)
+        weak = None
+        if self.keep_refs:
+            try:
+                weak = weakref.ref(array)
+            except TypeError:
+                weak = None
+        self.refs.append(_Ref(path, holder, root, depth, order, framework, info, weak, id(array)))
+        if framework == "torch" and array.requires_grad and array.is_leaf:
+            grad = array.grad
+            if grad is not None and depth < self.max_depth:
+                self.visit(grad, (path, _ATTR, "grad"), depth + 1, holder, root)
+
+    # -- roots
+    def visit_root(self, name: str, value, holder: str, root) -> None:
+        self.visit(value, (None, _ROOT, name), 0, holder, root)
+
+    def best_paths(self) -> dict[int, tuple]:
+        """id(array) -> the path a user would type first (for arrays used as dict keys)."""
+        if self._best_path is None:
+            best: dict[int, tuple] = {}
+            for ref in self.refs:
+                rank = (_RANK[ref.holder], ref.depth, ref.order)
+                current = best.get(ref.ident)
+                if current is None or rank < current[0]:
+                    best[ref.ident] = (rank, ref.path)
+            self._best_path = {ident: entry[1] for ident, entry in best.items()}
+        return self._best_path
+
+    def reach_by_root(self) -> dict:
+        """root -> storage keys it reaches, counting containers first reached elsewhere."""
+        reach: dict = {}
+        for ref in self.refs:
+            reach.setdefault(ref.root, set()).add(ref.key)
+        if self.aliases:
+            node_roots: dict[int, list] = {}
+            for root, node in self.aliases:
+                node_roots.setdefault(id(node), []).append(root)
+            for ref in self.refs:
+                path = ref.path
+                while path is not None:
+                    roots = node_roots.get(id(path))
+                    if roots:
+                        for root in roots:
+                            reach.setdefault(root, set()).add(ref.key)
+                    path = path[0]
+        return reach
+
+    # -- naming
+    def name_of(self, path, guard: int = 0) -> str:
+        """The text of a path; names of shared prefixes are memoised for this scan."""
+        cache = self._names
+        pending = []
+        node = path
+        while node is not None:
+            known = cache.get(id(node))
+            if known is not None:
+                text = known
+                break
+            pending.append(node)
+            node = node[0]
+        else:
+            text = ""
+        for node in reversed(pending):
+            _parent, kind, key = node
+            if kind == _ROOT:
+                text = key
+            elif kind == _ITEM:
+                text = f"{text}[{key}]"
+            elif kind in (_ATTR, _DOT):
+                text = f"{text}.{key}"
+            elif kind == _KEY:
+                text = f"{text}[{_key_text(key)}]"
+            elif kind == _KEY_TEXT:
+                text = f"{text}[{key}]"
+            elif kind == _ARRAY_KEY:
+                best = self.best_paths().get(key)
+                key_name = self.name_of(best, guard + 1) if best and guard < 4 else "<array>"
+                text = f"{text}[{key_name}]"
+            elif kind == _OBJECT_KEY:
+                text = f"{text}[<{key}>]"
+            elif kind == _SET_ITEM:
+                text = f"{text}{{item}}"
+            cache[id(node)] = text
+        return text
+
+
+# ---------------------------------------------------------------- roots a notebook holds
+
+
+def running_shell() -> Any:
+    """The running IPython shell, or None; never imports IPython."""
+    if "IPython" not in sys.modules:
+        return None
+    try:
+        from IPython import get_ipython
+    except Exception:
+        return None
+    try:
+        return get_ipython()
+    except Exception:
+        return None
+
+
+def resolve_namespace(shell, namespace: Optional[dict]) -> tuple[Any, dict]:
+    """(shell, user namespace): by default the running shell's; a namespace that *is* the
+    running shell's ``user_ns`` brings its shell along (so ``Out``, ``_`` and IPython's own
+    names are not taken for user variables); outside IPython, ``__main__``'s globals."""
+    if shell is None:
+        running = running_shell()
+        if namespace is None or getattr(running, "user_ns", None) is namespace:
+            shell = running
+    if namespace is None:
+        if shell is not None:
+            namespace = shell.user_ns
+        else:
+            main = sys.modules.get("__main__")
+            namespace = getattr(main, "__dict__", {}) if main is not None else {}
+    return shell, namespace
+
+
+def managed_underscores(shell) -> dict[str, Any]:
+    """``_``, ``__``, ``___`` as IPython set them (not when the user assigned them)."""
+    found: dict[str, Any] = {}
+    if shell is None:
+        return found
+    user_ns = getattr(shell, "user_ns", {})
+    hidden = getattr(shell, "user_ns_hidden", {})
+    hook = getattr(shell, "displayhook", None)
+    for name in ("_", "__", "___"):
+        if name not in user_ns:
+            continue
+        value = user_ns[name]
+        if (name in hidden and hidden[name] is value) or (
+            hook is not None and getattr(hook, name, None) is value
+        ):
+            found[name] = value
+    return found
+
+
+def is_output_name(name: str) -> bool:
+    """``_12``-style names IPython creates for output history."""
+    return len(name) > 1 and name[0] == "_" and name[1:].isdigit()
+
+
+def output_history(shell) -> dict:
+    """IPython's ``Out`` / ``_oh`` dict (one object), or {}."""
+    if shell is None:
+        return {}
+    user_ns = getattr(shell, "user_ns", {})
+    out = user_ns.get("_oh")
+    if not isinstance(out, dict):
+        history = getattr(shell, "history_manager", None)
+        out = getattr(history, "output_hist", None)
+    return out if isinstance(out, dict) else {}
+
+
+def held_exceptions(shell) -> tuple[list[BaseException], list[types.TracebackType], list[str]]:
+    """Exceptions and tracebacks the process keeps after a failed cell, with the exceptions
+    chained to them (``__context__``, ``__cause__``, exception groups).
+
+    Sources: ``sys.last_value`` / ``sys.last_exc`` (3.12+) / ``sys.last_traceback``, the
+    shell's ``last_execution_result.error_in_exec`` / ``error_before_exec``, and
+    ``shell.InteractiveTB.tb``. Returns (exceptions, tracebacks, where each was found).
+    """
+    roots: list[tuple[object, str]] = []
+    for attribute in ("last_value", "last_exc"):
+        value = getattr(sys, attribute, None)
+        if isinstance(value, BaseException):
+            roots.append((value, f"sys.{attribute}"))
+    last_tb = getattr(sys, "last_traceback", None)
+    if isinstance(last_tb, types.TracebackType):
+        roots.append((last_tb, "sys.last_traceback"))
+    if shell is not None:
+        result = getattr(shell, "last_execution_result", None)
+        for attribute in ("error_in_exec", "error_before_exec"):
+            value = getattr(result, attribute, None)
+            if isinstance(value, BaseException):
+                roots.append((value, f"last_execution_result.{attribute}"))
+        interactive_tb = getattr(shell, "InteractiveTB", None)
+        tb = getattr(interactive_tb, "tb", None)
+        if isinstance(tb, types.TracebackType):
+            roots.append((tb, "InteractiveTB.tb"))
+    exceptions: list[BaseException] = []
+    tracebacks: list[types.TracebackType] = []
+    sources: list[str] = []
+    seen: set[int] = set()
+    queue = collections.deque(roots)  # breadth first: the direct holders name each one
+    while queue:
+        item, source = queue.popleft()
+        if item is None or id(item) in seen:
+            continue
+        seen.add(id(item))
+        if isinstance(item, types.TracebackType):
+            tracebacks.append(item)
+            continue
+        exceptions.append(item)
+        sources.append(source)
+        if item.__traceback__ is not None:
+            queue.append((item.__traceback__, source))
+        for link in ("__cause__", "__context__"):
+            chained = getattr(item, link, None)
+            if isinstance(chained, BaseException):
+                queue.append((chained, f"{source}.{link}"))
+        for index, inner in enumerate(getattr(item, "exceptions", None) or ()):
+            if isinstance(inner, BaseException):
+                queue.append((inner, f"{source}.exceptions[{index}]"))
+    return exceptions, tracebacks, sources
+
+
+def traceback_frames(tracebacks) -> list[types.FrameType]:
+    """Every frame on the given traceback chains, once each."""
+    return [frame for frame, _exited in traceback_frames_exited(tracebacks)]
+
+
+def traceback_frames_exited(tracebacks) -> list[tuple[types.FrameType, bool]]:
+    """(frame, exited) for every frame on the chains, once each. ``exited``: the exception
+    unwound out of the frame (any entry after a chain's first, which is the frame that
+    caught it), so the frame has finished - for a generator, the generator is done."""
+    found: dict[int, list] = {}
+    for tb in tracebacks:
+        position = 0
+        while tb is not None:
+            frame = tb.tb_frame
+            entry = found.get(id(frame))
+            if entry is None:
+                found[id(frame)] = [frame, position > 0]
+            elif position > 0:
+                entry[1] = True
+            tb = tb.tb_next
+            position += 1
+    return [(frame, exited) for frame, exited in found.values()]
+
+
+def debugger_of(shell) -> Any:
+    """The post-mortem debugger instance IPython keeps for ``%debug`` / ``%pdb``."""
+    interactive_tb = getattr(shell, "InteractiveTB", None) if shell is not None else None
+    return getattr(interactive_tb, "pdb", None)
+
+
+def _function_name(frame) -> str:
+    code = frame.f_code
+    return getattr(code, "co_qualname", None) or code.co_name
+
+
+def is_function_frame(frame) -> bool:
+    """A function frame (fast locals); module and class frames' locals are namespaces."""
+    return bool(frame.f_code.co_flags & _CO_OPTIMIZED)
+
+
+def _scan_frame_locals(scanner: _Scanner, frame, label: str, root) -> None:
+    if not is_function_frame(frame):
+        return
+    try:
+        local_vars = dict(frame.f_locals)
+    except Exception:
+        return
+    function = _function_name(frame)
+    for var, value in local_vars.items():
+        if type(value) in _ATOMIC:
+            continue
+        scanner.visit_root(f"<{label}: {function}() local {var!r}>", value, TRACEBACK_FRAME, root)
+
+
+def _scan_roots(scanner: _Scanner, shell, namespace: Optional[dict]) -> None:
+    user_ns = namespace if namespace is not None else {}
+    hidden = getattr(shell, "user_ns_hidden", {}) if shell is not None else {}
+    # 1. user variables: not dunders, not what IPython put there itself
+    for name, value in list(user_ns.items()):
+        if type(value) in _ATOMIC or not isinstance(name, str):
+            continue
+        if name.startswith("__") and name.endswith("__"):
+            continue
+        if shell is not None and name in hidden and hidden[name] is value:
+            continue
+        if shell is not None and name in ("_", "__", "___") and name in managed_underscores(shell):
+            continue
+        scanner.visit_root(name, value, USER_VARIABLE, ("var", name))
+    if shell is not None:
+        _scan_output_history(scanner, shell, user_ns, hidden)
+    _scan_exceptions(scanner, shell)
+
+
+def _scan_output_history(scanner: _Scanner, shell, user_ns: dict, hidden: dict) -> None:
+    out = output_history(shell)
+    for number, value in list(out.items()):
+        scanner.visit_root(f"Out[{number}]", value, OUTPUT_HISTORY, ("out", number))
+    for name, value in managed_underscores(shell).items():
+        scanner.visit_root(name, value, OUTPUT_HISTORY, ("under", name))
+    hook = getattr(shell, "displayhook", None)
+    for name in ("_", "__", "___"):
+        value = getattr(hook, name, None)
+        if value is not None and user_ns.get(name) is not value:
+            scanner.visit_root(f"<displayhook.{name}>", value, OUTPUT_HISTORY, ("hook", name))
+    # _N: IPython pushes them into user_ns and user_ns_hidden alike; one the user
+    # reassigned in user_ns is scanned as a user variable instead.
+    for name, value in list(hidden.items()):
+        if isinstance(name, str) and is_output_name(name):
+            scanner.visit_root(name, value, OUTPUT_HISTORY, ("_N", name))
+    result = getattr(shell, "last_execution_result", None)
+    value = getattr(result, "result", None)
+    if value is not None:
+        scanner.visit_root("<last cell result>", value, OUTPUT_HISTORY, ("lastresult",))
+
+
+def _scan_exceptions(scanner: _Scanner, shell) -> None:
+    exceptions, tracebacks, _ = held_exceptions(shell)
+    for exception in exceptions:
+        label = f"<exception {type(exception).__name__}>"
+        scanner.visit(exception.args, ((None, _ROOT, label), _ATTR, "args"), 1, OTHER, ("exc",))
+        attributes = getattr(exception, "__dict__", None)
+        if isinstance(attributes, dict):
+            scanner._walk_attributes(attributes, (None, _ROOT, label), 1, OTHER, ("exc",))
+    for frame in traceback_frames(tracebacks):
+        _scan_frame_locals(scanner, frame, "traceback", ("exc",))
+    debugger = debugger_of(shell)
+    if debugger is not None:
+        frames = [getattr(debugger, "curframe", None), getattr(debugger, "botframe", None)]
+        frames += [entry[0] for entry in getattr(debugger, "stack", None) or ()]
+        seen: set[int] = set()
+        for frame in frames:
+            if isinstance(frame, types.FrameType) and id(frame) not in seen:
+                seen.add(id(frame))
+                _scan_frame_locals(scanner, frame, "debugger", ("debugger",))
+        saved = getattr(debugger, "curframe_locals", None)
+        if isinstance(saved, dict) and saved is not getattr(shell, "user_ns", None):
+            for var, value in list(saved.items()):
+                scanner.visit_root(
+                    f"<debugger: local {var!r}>", value, TRACEBACK_FRAME, ("debugger",)
+                )
+
+
+# ---------------------------------------------------------------- results assembly
+
+
+class _Scan:
+    """The raw result: references grouped by storage, plus the public list."""
+
+    def __init__(self, scanner: _Scanner, groups: dict, leftovers: LeftoverList) -> None:
+        self.scanner = scanner
+        self.groups = groups  # storage key -> list[_Ref]
+        self.leftovers = leftovers
+
+
+def _device_matches(device: str, wanted) -> bool:
+    if wanted is None:
+        return True
+    if isinstance(wanted, int) and not isinstance(wanted, bool):
+        wanted = f"cuda:{wanted}"
+    wanted = str(wanted)
+    if ":" in wanted:
+        return device == wanted or wanted in device.split("+")
+    return any(part.split(":")[0] == wanted for part in device.split("+"))
+
+
+def _leftover_for(scanner: _Scanner, refs: list[_Ref]) -> Leftover:
+    if len(refs) == 1:
+        ref = refs[0]
+        shape, dtype, device, nbytes, _key, storage_nbytes, storage_id = ref.info
+        return _new_leftover(
+            scanner.name_of(ref.path),
+            ref.holder,
+            shape,
+            dtype,
+            device,
+            storage_nbytes,
+            storage_id,
+            (),
+            ref.framework,
+            nbytes,
+            (ref.holder,),
+        )
+    refs = sorted(refs, key=lambda ref: (_RANK[ref.holder], ref.depth, ref.order))
+    primary = refs[0]
+    shape, dtype, device, nbytes, _key, storage_nbytes, storage_id = primary.info
+    name = scanner.name_of(primary.path)
+    others: list[str] = []
+    seen = {name}
+    extra = 0
+    for ref in refs[1:]:
+        if len(others) >= MAX_SHARED_NAMES:
+            extra += 1
+            continue
+        other = scanner.name_of(ref.path)
+        if other not in seen:
+            seen.add(other)
+            others.append(other)
+    if extra:
+        others.append(f"(+{extra} more)")
+    holders = tuple(h for h in HOLDERS if any(ref.holder == h for ref in refs))
+    return Leftover(
+        name=name,
+        holder=primary.holder,
+        shape=shape,
+        dtype=dtype,
+        device=device,
+        nbytes=storage_nbytes,
+        storage_id=storage_id,
+        shared_with=tuple(others),
+        framework=primary.framework,
+        array_nbytes=nbytes,
+        holders=holders,
+    )
+
+
+def group_refs(refs: list[_Ref]) -> dict:
+    groups: dict = {}
+    for ref in refs:
+        key = ref.info[4]
+        group = groups.get(key)
+        if group is None:
+            groups[key] = [ref]
+        else:
+            group.append(ref)
+    return groups
+
+
+def scan(
+    *,
+    device=None,
+    namespace: Optional[dict] = None,
+    deep: bool = False,
+    shell: Any = None,
+    max_depth: int = DEFAULT_MAX_DEPTH,
+    keep_refs: bool = False,
+) -> _Scan:
+    """The scan behind ``find_leftovers``; ``keep_refs`` keeps a weakref per reference."""
+    shell, namespace = resolve_namespace(shell, namespace)
+    scanner = _Scanner(max_depth=max_depth, keep_refs=keep_refs)
+    notes: list[str] = []
+    gaps: list[DeviceGap] = []
+    # The walk builds many small tuples and no cycles: keep the cyclic collector from
+    # running over every live object again and again meanwhile.
+    collecting = gc.isenabled()
+    gc.disable()
+    try:
+        _scan_roots(scanner, shell, namespace)
+        if deep:
+            _scan_unnamed(scanner, notes)
+        groups = group_refs(scanner.refs)
+        items = [_leftover_for(scanner, refs) for refs in groups.values()]
+    finally:
+        if collecting:
+            gc.enable()
+    if deep:
+        gaps = _allocator_gaps(items)
+    if device is not None:
+        items = [item for item in items if _device_matches(item.device, device)]
+        gaps = [gap for gap in gaps if _device_matches(gap.device, device)]
+    items.sort(key=attrgetter("name"))
+    items.sort(key=attrgetter("nbytes"), reverse=True)  # stable: equal sizes stay by name
+    if not scanner.array_types:
+        notes.append("no array framework (torch, NumPy, CuPy, JAX) is imported")
+    if any(kind[0] == _ARRAY and kind[1] == "numpy" for kind in scanner.kinds.values()) and deep:
+        notes.append(
+            "NumPy arrays are found by name only (the garbage collector does not track them)"
+        )
+    return _Scan(scanner, groups, LeftoverList(items, gaps, notes, deep))
+
+
+def find_leftovers(
+    device=None,
+    namespace: Optional[dict] = None,
+    deep: bool = False,
+    *,
+    shell: Any = None,
+    max_depth: int = DEFAULT_MAX_DEPTH,
+) -> LeftoverList:
+    """Arrays still alive, by the name a user would type to reach them; biggest first.
+
+    device: None (all), ``"cuda"``, ``"cuda:0"``, ``0`` (cuda:0) or ``"cpu"``.
+    namespace: the dict to scan as user variables; by default the running IPython shell's
+        ``user_ns`` (then its output history and post-mortem debugger are scanned too, and
+        IPython's own names are not taken for user variables; passing that same dict does
+        the same), or ``__main__``'s globals outside IPython. The last exception
+        (``sys.last_value`` & co.) is always scanned.
+    deep: also report arrays alive that no name reaches (torch and CuPy via
+        ``gc.get_objects()``, JAX via ``jax.live_arrays()``) as ``<unnamed ...>`` entries,
+        and the gap between what was found and ``torch.cuda.memory_allocated`` per device.
+    max_depth: how many containers/attributes deep to walk from each root (module nesting
+        is free).
+
+    Each entry is one block of memory (views and aliases deduplicated; the other names in
+    ``shared_with``). Nothing is imported, changed or kept alive.
+    """
+    if not isinstance(deep, bool):
+        raise TypeError("deep must be True or False")
+    if namespace is not None and not isinstance(namespace, dict):
+        raise TypeError(f"namespace must be a dict, not {type(namespace).__name__}")
+    return scan(
+        device=device, namespace=namespace, deep=deep, shell=shell, max_depth=max_depth
+    ).leftovers
+
+
+# ---------------------------------------------------------------- deep scan
+
+
+def _describe_referrer(referrer) -> str:
+    if isinstance(referrer, types.FrameType):
+        return f"frame of {_function_name(referrer)}()"
+    if isinstance(referrer, dict):
+        return f"a dict of {len(referrer)} entries"
+    if isinstance(referrer, (list, tuple, set)):
+        return f"a {type(referrer).__name__} of {len(referrer)} items"
+    return f"a {type(referrer).__module__}.{type(referrer).__qualname__}"
+
+
+def _scan_unnamed(scanner: _Scanner, notes: list[str]) -> None:
+    """Arrays alive that no name reached: recorded with holder 'other'."""
+    named = {ref.key for ref in scanner.refs}
+    found: dict = {}  # storage key -> (what, [arrays])
+    if scanner.tensor_type is not None or cupy_support.array_type() is not None:
+        kinds = scanner.kinds
+        classify = scanner.classify
+        objects = gc.get_objects()
+        try:
+            for obj in objects:
+                kind = type(obj)
+                if kind in _ATOMIC:
+                    continue
+                what = kinds.get(kind) or classify(kind)
+                if what[0] != _ARRAY or what[1] == "numpy":
+                    continue
+                try:
+                    key = what[2](obj)[4]
+                except Exception:
+                    continue
+                if key not in named:
+                    found.setdefault(key, (what, []))[1].append(obj)
+        finally:
+            del objects
+            obj = None
+    if jax_support.loaded() is not None:
+        jax_what = scanner.classify(jax_support.array_type() or type(None))
+        for array in jax_support.live_arrays():
+            if jax_what[0] != _ARRAY:
+                break
+            try:
+                key = jax_support.array_info(array)[4]
+            except Exception:
+                continue
+            if key not in named:
+                found.setdefault(key, (jax_what, []))[1].append(array)
+        array = None
+    if not found:
+        return
+    by_size = sorted(found.items(), key=lambda item: -_safe_info(item[1])[5])
+    described = _referrer_descriptions(
+        [arrays for _key, (_what, arrays) in by_size[:_UNNAMED_DESCRIBED]], found
+    )
+    for index, (_key, (what, arrays)) in enumerate(by_size):
+        held_by = described.get(index)
+        if held_by is None:
+            label = f"<unnamed #{index + 1}>"
+        elif held_by:
+            label = f"<unnamed #{index + 1}: referenced by {', '.join(held_by)}>"
+        else:
+            label = f"<unnamed #{index + 1}: no Python referrer (held from C++, e.g. autograd)>"
+        scanner.record(arrays[0], what, (None, _ROOT, label), 0, OTHER, ("unnamed",))
+    notes.append(f"{len(found)} block(s) are alive but reached by no name in the notebook")
+
+
+def _safe_info(entry) -> tuple:
+    what, arrays = entry
+    try:
+        return what[2](arrays[0])
+    except Exception:
+        return ((), "", "", 0, None, 0, 0)
+
+
+def _referrer_descriptions(array_lists: list[list], found: dict) -> dict[int, list[str]]:
+    """For the biggest unnamed blocks: what kind of object refers to them (one gc pass)."""
+    targets: dict[int, int] = {}
+    for index, arrays in enumerate(array_lists):
+        for array in arrays:
+            targets[id(array)] = index
+    own = {id(found), id(targets), id(array_lists), id(sys._getframe())}
+    own.update(id(arrays) for arrays in array_lists)
+    own.update(id(entry) for entry in found.values())
+    all_arrays = [array for arrays in array_lists for array in arrays]
+    own.add(id(all_arrays))
+    descriptions: dict[int, list[str]] = {index: [] for index in range(len(array_lists))}
+    try:
+        referrers = gc.get_referrers(*all_arrays)
+    except Exception:
+        return {}
+    for referrer in referrers:
+        if id(referrer) in own:
+            continue
+        try:
+            referents = gc.get_referents(referrer)
+        except Exception:
+            continue
+        hit = {targets[id(obj)] for obj in referents if id(obj) in targets}
+        for index in hit:
+            text = _describe_referrer(referrer)
+            if text not in descriptions[index] and len(descriptions[index]) < 3:
+                descriptions[index].append(text)
+    return descriptions
+
+
+def _allocator_gaps(items: list[Leftover]) -> list[DeviceGap]:
+    torch = torch_support.loaded()
+    if torch is None or not torch_support.cuda_initialized(torch):
+        return []
+    try:
+        count = torch_support.cuda_device_count(torch)
+        totals = torch_support.fast_allocator_totals(torch, count)
+    except Exception:
+        return []
+    gaps = []
+    for index, (allocated, _reserved, _peak, _ooms) in enumerate(totals):
+        device = f"cuda:{index}"
+        found = sum(item.nbytes for item in items if item.device == device)
+        gaps.append(DeviceGap(device, found, allocated))
+    return gaps

@@ -1,0 +1,687 @@
+"""``gpu_reset``: release what a notebook keeps alive behind the user's back, then report
+what was freed and what is still held, by name.
+
+In order:
+
+1. Drop the references IPython and Python keep without the user's knowledge:
+   - output history entries that hold arrays (or containers of them): ``Out``/``_oh`` (one
+     dict), the ``_N`` names in ``user_ns`` *and* ``user_ns_hidden`` (IPython pushes them
+     into both), ``_``/``__``/``___`` in ``user_ns``, in ``user_ns_hidden`` and on the
+     displayhook. ``displayhook.flush()`` is not used: it drops every entry (plain outputs
+     too), and it blanks ``_``/``__``/``___`` in ``user_ns`` and on the displayhook but
+     leaves them in ``user_ns_hidden``, which still keeps the objects alive.
+   - ``shell.last_execution_result.result`` (when it holds arrays), ``.error_in_exec`` and
+     ``.error_before_exec``;
+   - ``sys.last_type``, ``sys.last_value``, ``sys.last_traceback``, ``sys.last_exc`` (3.12+);
+   - ``shell.InteractiveTB.tb`` and the post-mortem debugger's frames (``%debug``/``%pdb``);
+   - the frames on those exceptions' tracebacks, and on every exception chained to them via
+     ``__context__``/``__cause__``: each frame is cleared (``frame.clear()``), and on Python
+     < 3.13 its ``f_locals`` snapshot is emptied too, because ``frame.clear()`` leaves that
+     dict (created by any earlier ``f_locals`` access, e.g. by a verbose traceback) holding
+     the locals (CPython gh-113939, fixed in 3.13); then each traceback is cut
+     (``tb_next = None``) and the exceptions' ``__traceback__``/``__context__``/
+     ``__cause__`` links are dropped. Frames still executing are left alone.
+2. Named user variables: only those named, or with ``all_vars`` every user variable that
+   holds accelerator memory (torch/CuPy/JAX arrays on a GPU; CPU torch/JAX tensors when no
+   accelerator is visible). NumPy arrays never count as accelerator memory.
+3. ``gc.collect()``, then for each framework imported: torch: synchronise every device
+   (bounded, in a helper thread), ``cuda.empty_cache()``, ``cuda.ipc_collect()``; MPS
+   ``empty_cache``; CuPy's default pools ``free_all_blocks()``; ``jax.clear_caches()``.
+   A broken CUDA context (sticky error) is detected by the synchronise; the CUDA steps are
+   then skipped and the report says the runtime must be restarted.
+4. The report: per device allocated/reserved before and after (torch), NVML used before and
+   after, bytes freed, what was dropped by kind, and the leftovers still alive.
+
+Everything is validated before anything changes: an unknown name, or names together with
+``all_vars``, raises ValueError and nothing is touched.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import gc
+import html
+import sys
+import types
+from dataclasses import asdict, dataclass, field
+from typing import Any, Optional
+
+from . import cuda_health
+from . import leftovers as _leftovers
+from . import tracker as _tracker
+from .frameworks import cupy_support, jax_support, torch_support
+from .leftovers import Leftover, format_bytes
+
+SYNC_TIMEOUT_S = 5.0
+DROP_KINDS = (
+    "output history",
+    "output names",
+    "last cell result",
+    "exceptions",
+    "traceback frames",
+    "debugger",
+    "user variables",
+)
+_GENERATOR_FLAGS = (
+    0x20 | 0x80 | 0x100 | 0x200
+)  # CO_GENERATOR/COROUTINE/ITERABLE_COROUTINE/ASYNC_GEN
+
+
+@dataclass
+class DeviceMemory:
+    """torch's caching allocator on one device, before and after (bytes)."""
+
+    device: str
+    allocated_before: int
+    reserved_before: int
+    allocated_after: Optional[int] = None
+    reserved_after: Optional[int] = None
+
+    @property
+    def freed(self) -> Optional[int]:
+        if self.allocated_after is None:
+            return None
+        return self.allocated_before - self.allocated_after
+
+    @property
+    def released(self) -> Optional[int]:
+        if self.reserved_after is None:
+            return None
+        return self.reserved_before - self.reserved_after
+
+
+@dataclass
+class ReleaseReport:
+    """What ``gpu_reset`` dropped, freed, and found still held.
+
+    dropped: counts by kind (output history entries, output names, last cell result,
+        exceptions, traceback frames cleared, debugger, user variables).
+    dropped_names: the names dropped (``Out[3]``, ``_``, ``model``, ``<exception ...>``).
+    estimated_bytes: memory held only through what is (or would be) dropped, per the scan
+        before; blocks also held from elsewhere are not counted.
+    released_bytes: memory of the blocks seen before that are gone now (proven by weakrefs;
+        0 for a dry run).
+    devices: torch CUDA allocator figures per device; nvml_used_*: NVML used per GPU.
+    leftovers: what is still held afterwards (for a dry run: what would still be held).
+    """
+
+    dry_run: bool = False
+    names: list[str] = field(default_factory=list)
+    all_vars: bool = False
+    dropped: dict[str, int] = field(default_factory=dict)
+    dropped_names: list[str] = field(default_factory=list)
+    estimated_bytes: int = 0
+    released_bytes: int = 0
+    devices: list[DeviceMemory] = field(default_factory=list)
+    nvml_used_before: Optional[list[int]] = None
+    nvml_used_after: Optional[list[int]] = None
+    gc_collected: Optional[int] = None
+    steps: list[str] = field(default_factory=list)
+    cuda_state: str = "no torch"
+    restart_required: bool = False
+    leftovers: list[Leftover] = field(default_factory=list)
+    warnings: list[str] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)
+
+    @property
+    def freed_bytes(self) -> int:
+        """Bytes torch's allocator no longer has allocated, else the released blocks."""
+        freed = [device.freed for device in self.devices if device.freed is not None]
+        return sum(freed) if freed else self.released_bytes
+
+    @property
+    def dropped_total(self) -> int:
+        return sum(self.dropped.values())
+
+    def to_dict(self) -> dict[str, Any]:
+        data = asdict(self)
+        data["freed_bytes"] = self.freed_bytes
+        return data
+
+    def __str__(self) -> str:
+        verb = "would drop" if self.dry_run else "dropped"
+        title = "gpu_reset --dry-run (nothing changed)" if self.dry_run else "gpu_reset"
+        lines = [title]
+        counts = [f"{count} {kind}" for kind, count in self.dropped.items() if count]
+        lines.append(f"  {verb}: {', '.join(counts) if counts else 'nothing'}")
+        if self.dropped_names:
+            shown = self.dropped_names[:20]
+            more = len(self.dropped_names) - len(shown)
+            lines.append(f"  names: {', '.join(shown)}" + (f" (+{more} more)" if more > 0 else ""))
+        if self.dry_run:
+            lines.append(f"  would free about {format_bytes(self.estimated_bytes)}")
+        else:
+            lines.append(
+                f"  freed: {format_bytes(self.freed_bytes)} "
+                f"(arrays released: {format_bytes(self.released_bytes)}, "
+                f"expected {format_bytes(self.estimated_bytes)})"
+            )
+        for device in self.devices:
+            if device.allocated_after is None:
+                lines.append(
+                    f"  {device.device}: allocated {format_bytes(device.allocated_before)}, "
+                    f"reserved {format_bytes(device.reserved_before)}"
+                )
+            else:
+                lines.append(
+                    f"  {device.device}: allocated {format_bytes(device.allocated_before)} -> "
+                    f"{format_bytes(device.allocated_after)}, reserved "
+                    f"{format_bytes(device.reserved_before)} -> "
+                    f"{format_bytes(device.reserved_after)}"
+                )
+        if self.nvml_used_before is not None:
+            after = self.nvml_used_after or [None] * len(self.nvml_used_before)
+            for index, (before, now) in enumerate(zip(self.nvml_used_before, after)):
+                text = f"  GPU {index} (NVML, all processes): used {format_bytes(before)}"
+                if now is not None:
+                    text += f" -> {format_bytes(now)}"
+                lines.append(text)
+        if self.gc_collected is not None:
+            lines.append(f"  gc.collect(): {self.gc_collected} objects")
+        lines += [f"  done: {step}" for step in self.steps]
+        for warning in self.warnings:
+            lines.append(f"  WARNING: {warning}")
+        for note in self.notes:
+            lines.append(f"  note: {note}")
+        held = sum(item.nbytes for item in self.leftovers)
+        if self.leftovers:
+            lines.append(
+                f"  {'would still be' if self.dry_run else 'still'} held: "
+                f"{len(self.leftovers)} block(s), {format_bytes(held)} (biggest first):"
+            )
+            lines += [f"    {item}" for item in self.leftovers[:15]]
+            if len(self.leftovers) > 15:
+                lines.append(f"    ... {len(self.leftovers) - 15} more (find_leftovers())")
+        else:
+            lines.append("  no arrays held by any name")
+        return "\n".join(lines)
+
+    def _repr_pretty_(self, printer, cycle) -> None:
+        printer.text(str(self))
+
+    def _repr_html_(self) -> str:
+        esc = html.escape
+        title = "gpu_reset --dry-run (nothing changed)" if self.dry_run else "gpu_reset"
+        counts = [f"{count} {kind}" for kind, count in self.dropped.items() if count]
+        items = [f"<li>{'would drop' if self.dry_run else 'dropped'}: "]
+        items[0] += esc(", ".join(counts) if counts else "nothing") + "</li>"
+        if self.dropped_names:
+            names = ", ".join(f"<code>{esc(name)}</code>" for name in self.dropped_names[:50])
+            items.append(f"<li>names: {names}</li>")
+        amount = self.estimated_bytes if self.dry_run else self.freed_bytes
+        items.append(
+            f"<li>{'would free about' if self.dry_run else 'freed'}: "
+            f"{esc(format_bytes(amount))}</li>"
+        )
+        for device in self.devices:
+            after = (
+                ""
+                if device.allocated_after is None
+                else f" &rarr; {esc(format_bytes(device.allocated_after))}"
+            )
+            items.append(
+                f"<li>{esc(device.device)}: allocated "
+                f"{esc(format_bytes(device.allocated_before))}{after}</li>"
+            )
+        items += [f"<li>done: {esc(step)}</li>" for step in self.steps]
+        items += [f"<li><b>warning</b>: {esc(text)}</li>" for text in self.warnings]
+        items += [f"<li>note: {esc(text)}</li>" for text in self.notes]
+        return (
+            f"<div><b>{esc(title)}</b><ul>{''.join(items)}</ul>"
+            f"{_leftovers.leftovers_html(self.leftovers[:50])}</div>"
+        )
+
+
+# ---------------------------------------------------------------- the plan
+
+
+class _Plan:
+    """What step 1 and 2 would drop; built without changing anything."""
+
+    def __init__(self) -> None:
+        self.out_keys: list = []
+        self.underscores: list[str] = []  # user_ns / user_ns_hidden names _ __ ___
+        self.hook_attributes: list[str] = []  # displayhook._ / __ / ___
+        self.output_names: list[str] = []  # _N
+        self.last_result = False
+        self.exceptions: list[BaseException] = []
+        self.exception_sources: list[str] = []
+        self.tracebacks: list[types.TracebackType] = []
+        self.frames: list[tuple[types.FrameType, bool]] = []  # (frame, exited)
+        self.interactive_tb = False
+        self.debugger: Any = None
+        self.variables: list[str] = []
+        self.roots: set = set()
+        self.reach: dict = {}
+
+    def counts(self) -> dict[str, int]:
+        return {
+            "output history": len(self.out_keys),
+            "output names": len(self.underscores) + len(self.output_names),
+            "last cell result": int(self.last_result),
+            "exceptions": len(self.exceptions),
+            "traceback frames": len(self.frames),
+            "debugger": int(self.debugger is not None),
+            "user variables": len(self.variables),
+        }
+
+    def names(self) -> list[str]:
+        names = [f"Out[{key}]" for key in self.out_keys]
+        names += self.underscores + self.output_names
+        names += [f"<displayhook.{name}>" for name in self.hook_attributes]
+        if self.last_result:
+            names.append("<last cell result>")
+        names += [
+            f"<exception {type(exc).__name__} from {source}>"
+            for exc, source in zip(self.exceptions, self.exception_sources)
+        ]
+        if self.debugger is not None:
+            names.append("<debugger frames>")
+        names += self.variables
+        return names
+
+
+def _validate(names: tuple, all_vars: object, dry_run: object, namespace: dict, shell) -> None:
+    if not isinstance(all_vars, bool):
+        raise TypeError("all_vars must be True or False")
+    if not isinstance(dry_run, bool):
+        raise TypeError("dry_run must be True or False")
+    if all_vars and names:
+        raise ValueError(
+            "give either variable names or --all (every variable holding accelerator "
+            "memory), not both"
+        )
+    bad = [name for name in names if not isinstance(name, str) or not name.isidentifier()]
+    if bad:
+        raise ValueError(f"not a variable name: {', '.join(repr(name) for name in bad)}")
+    unknown = [name for name in names if name not in namespace]
+    if unknown:
+        raise ValueError(f"no such variable: {', '.join(unknown)} (nothing was changed)")
+    hidden = getattr(shell, "user_ns_hidden", {}) if shell is not None else {}
+    own = [name for name in names if name in hidden and hidden[name] is namespace.get(name)]
+    if own:
+        raise ValueError(
+            f"{', '.join(own)}: IPython's own name(s), not user variables; %gpu_reset "
+            "already drops output history that holds arrays (nothing was changed)"
+        )
+    if len(set(names)) != len(names):
+        raise ValueError("a variable is named twice")
+
+
+def _accelerator_visible() -> bool:
+    if torch_support.has_accelerator():
+        return True
+    return cupy_support.loaded() is not None and cupy_support.device_count() > 0
+
+
+def _variables_holding_accelerator_memory(scan, reach: dict) -> list[str]:
+    accelerator = _accelerator_visible()
+    devices = {}
+    for refs in scan.groups.values():
+        for ref in refs:
+            devices[ref.key] = (ref.device, ref.framework)
+    chosen = []
+    for root, keys in reach.items():
+        if root[0] != "var":
+            continue
+        for key in keys:
+            device, framework = devices[key]
+            on_device = not device.startswith("cpu")
+            if on_device or (not accelerator and framework in ("torch", "jax")):
+                chosen.append(root[1])
+                break
+    return sorted(chosen)
+
+
+def _build_plan(scan, shell, namespace: dict, names: tuple, all_vars: bool) -> _Plan:
+    plan = _Plan()
+    reach = scan.scanner.reach_by_root()
+    holds = {root for root, keys in reach.items() if keys}
+    if shell is not None:
+        for key in list(_leftovers.output_history(shell)):
+            if ("out", key) in holds:
+                plan.out_keys.append(key)
+                plan.roots.add(("out", key))
+        for name in _leftovers.managed_underscores(shell):
+            if ("under", name) in holds:
+                plan.underscores.append(name)
+                plan.roots.add(("under", name))
+        hook = getattr(shell, "displayhook", None)
+        for name in ("_", "__", "___"):
+            value = getattr(hook, name, None)
+            if value is None:
+                continue
+            if ("hook", name) in holds or (
+                name in plan.underscores and namespace.get(name) is value
+            ):
+                plan.hook_attributes.append(name)
+                plan.roots.add(("hook", name))
+        hidden = getattr(shell, "user_ns_hidden", {})
+        for name in list(hidden):
+            if isinstance(name, str) and _leftovers.is_output_name(name) and ("_N", name) in holds:
+                plan.output_names.append(name)
+                plan.roots.add(("_N", name))
+        if ("lastresult",) in holds:
+            plan.last_result = True
+            plan.roots.add(("lastresult",))
+        tb = getattr(getattr(shell, "InteractiveTB", None), "tb", None)
+        plan.interactive_tb = isinstance(tb, types.TracebackType)
+        debugger = _leftovers.debugger_of(shell)
+        if debugger is not None and _debugger_holds_state(debugger):
+            plan.debugger = debugger
+            plan.roots.add(("debugger",))
+    exceptions, tracebacks, sources = _leftovers.held_exceptions(shell)
+    handling = sys.exc_info()[1]
+    for exception, source in zip(exceptions, sources):
+        if exception is not handling:
+            plan.exceptions.append(exception)
+            plan.exception_sources.append(source)
+    if handling is not None:  # called from an except block: leave that one alone
+        tracebacks = [tb for tb in tracebacks if tb is not handling.__traceback__]
+    plan.tracebacks = tracebacks
+    plan.frames = [
+        (frame, exited)
+        for frame, exited in _leftovers.traceback_frames_exited(tracebacks)
+        if exited or not frame.f_code.co_flags & _GENERATOR_FLAGS
+    ]
+    if plan.exceptions or plan.tracebacks:
+        plan.roots.add(("exc",))
+    if all_vars:
+        plan.variables = _variables_holding_accelerator_memory(scan, reach)
+    else:
+        plan.variables = list(names)
+    plan.roots.update(("var", name) for name in plan.variables)
+    plan.reach = reach
+    return plan
+
+
+def _debugger_holds_state(debugger) -> bool:
+    for name, value in vars(debugger).items():
+        if isinstance(value, (types.FrameType, types.TracebackType, BaseException)):
+            return True
+        if name == "curframe_locals" and value:
+            return True
+        if name == "stack" and value:
+            return True
+    return False
+
+
+def _estimate(scan, plan: _Plan) -> tuple[int, set]:
+    """Bytes of the blocks reached only through roots the plan drops, and their keys."""
+    holders: dict = {}
+    for root, keys in plan.reach.items():
+        for key in keys:
+            holders.setdefault(key, set()).add(root)
+    freed = set()
+    total = 0
+    for key, roots in holders.items():
+        if roots <= plan.roots:
+            freed.add(key)
+            total += scan.groups[key][0].storage_nbytes
+    return total, freed
+
+
+# ---------------------------------------------------------------- dropping
+
+
+def _in_current_stack(frame) -> bool:
+    current = sys._getframe()
+    while current is not None:
+        if current is frame:
+            return True
+        current = current.f_back
+    return False
+
+
+def clear_frame(frame, exited: bool = False) -> bool:
+    """Release a finished frame's locals; False if it is executing, or a generator's frame
+    not known to be finished (``frame.clear()`` would close a suspended generator)."""
+    if frame.f_code.co_flags & _GENERATOR_FLAGS and not exited:
+        return False
+    try:
+        frame.clear()
+    except RuntimeError:  # still executing
+        return False
+    if sys.version_info < (3, 13) and _leftovers.is_function_frame(frame):
+        with contextlib.suppress(Exception):
+            frame.f_locals.clear()  # gh-113939: the snapshot dict survives frame.clear()
+    return True
+
+
+def _drop_exceptions(plan: _Plan) -> int:
+    cleared = sum(1 for frame, exited in plan.frames if clear_frame(frame, exited))
+    for tb in plan.tracebacks:
+        chain = []
+        while tb is not None:
+            chain.append(tb)
+            tb = tb.tb_next
+        for link in chain:
+            with contextlib.suppress(AttributeError, TypeError, ValueError):
+                link.tb_next = None
+    for exception in plan.exceptions:
+        exception.__traceback__ = None
+        exception.__context__ = None
+        exception.__cause__ = None
+    for attribute in ("last_type", "last_value", "last_traceback", "last_exc"):
+        if hasattr(sys, attribute):
+            with contextlib.suppress(AttributeError):
+                delattr(sys, attribute)
+    return cleared
+
+
+def _reset_debugger(debugger) -> bool:
+    """Forget the post-mortem debugger's frames and locals (not while it is running)."""
+    current = getattr(debugger, "curframe", None)
+    if isinstance(current, types.FrameType) and _in_current_stack(current):
+        return False
+    for name, value in list(vars(debugger).items()):
+        if isinstance(value, (types.FrameType, types.TracebackType, BaseException)):
+            setattr(debugger, name, None)
+        elif name == "curframe_locals":
+            setattr(debugger, name, {})
+        elif name == "stack" and isinstance(value, list):
+            setattr(debugger, name, [])
+        elif name == "_chained_exceptions":
+            setattr(debugger, name, ())
+        elif isinstance(value, dict) and any(
+            isinstance(key, types.FrameType) for key in list(value)
+        ):
+            value.clear()
+    return True
+
+
+def _drop_notebook_references(plan: _Plan, shell, namespace: dict, report) -> None:
+    if shell is not None:
+        out = _leftovers.output_history(shell)
+        for key in plan.out_keys:
+            out.pop(key, None)
+        hidden = getattr(shell, "user_ns_hidden", {})
+        for name in plan.output_names:
+            value = hidden.pop(name, None)
+            if name in namespace and namespace[name] is value:
+                del namespace[name]
+        for name in plan.underscores:
+            namespace[name] = ""
+            if name in hidden:
+                hidden[name] = ""
+        hook = getattr(shell, "displayhook", None)
+        for name in plan.hook_attributes:
+            with contextlib.suppress(Exception):
+                setattr(hook, name, "")
+        result = getattr(shell, "last_execution_result", None)
+        if result is not None:
+            if plan.last_result:
+                result.result = None
+            for attribute in ("error_in_exec", "error_before_exec"):
+                if getattr(result, attribute, None) is not None:
+                    setattr(result, attribute, None)
+        interactive_tb = getattr(shell, "InteractiveTB", None)
+        if plan.interactive_tb:
+            interactive_tb.tb = None
+        if plan.debugger is not None and not _reset_debugger(plan.debugger):
+            report.warnings.append("the debugger is running: its frames were left alone")
+    cleared = _drop_exceptions(plan)
+    report.dropped["traceback frames"] = cleared
+
+
+def _drop_variables(plan: _Plan, shell, namespace: dict) -> None:
+    hidden = getattr(shell, "user_ns_hidden", {}) if shell is not None else {}
+    for name in plan.variables:
+        value = namespace.pop(name, None)
+        if name in hidden and hidden[name] is value:
+            del hidden[name]
+
+
+# ---------------------------------------------------------------- caches and figures
+
+
+def _device_figures(torch) -> list[tuple[str, int, int]]:
+    if torch is None:
+        return []
+    try:
+        return [
+            (f"cuda:{stats.device}", stats.allocated, stats.reserved)
+            for stats in torch_support.allocator_stats(torch)
+        ]
+    except Exception:
+        return []
+
+
+def _release_caches(report: ReleaseReport, torch) -> None:
+    if torch is not None:
+        try:
+            report.steps += torch_support.release_other_caches(torch)
+        except Exception as error:
+            report.warnings.append(f"torch MPS cache: {type(error).__name__}: {error}")
+        health = cuda_health.health()
+        report.cuda_state = health.state
+        if health.broken:
+            report.restart_required = True
+            report.warnings.append(
+                f"CUDA steps skipped: {health.detail}; {cuda_health.RESTART_ADVICE}"
+            )
+        elif health.state == "ok":
+            error = cuda_health.synchronize_all(torch, SYNC_TIMEOUT_S)
+            if error is not None:
+                report.cuda_state = "broken"
+                report.restart_required = True
+                report.warnings.append(
+                    f"torch.cuda.synchronize() failed ({error}); CUDA steps skipped: "
+                    f"{cuda_health.RESTART_ADVICE}"
+                )
+            else:
+                report.steps.append(
+                    f"torch.cuda.synchronize() on {torch_support.cuda_device_count(torch)} "
+                    "device(s)"
+                )
+                try:
+                    report.steps += torch_support.release_cuda_caches(torch)
+                except Exception as error:
+                    report.warnings.append(
+                        f"emptying torch's CUDA cache failed: {type(error).__name__}: {error}"
+                    )
+        elif health.state == "not initialised":
+            report.notes.append("torch has not initialised CUDA: no CUDA cache to empty")
+    for name, release in (
+        ("CuPy", cupy_support.release_caches),
+        ("JAX", jax_support.release_caches),
+    ):
+        try:
+            report.steps += release()
+        except Exception as error:
+            report.warnings.append(f"{name}: {type(error).__name__}: {error}")
+
+
+# ---------------------------------------------------------------- the API
+
+
+def gpu_reset(
+    *names: str,
+    all_vars: bool = False,
+    dry_run: bool = False,
+    shell: Any = None,
+    namespace: Optional[dict] = None,
+) -> ReleaseReport:
+    """Release what the notebook keeps alive, delete the named variables, empty the
+    framework caches, and report what was freed and what is still held.
+
+    names: user variables to delete (only these; none by default).
+    all_vars: instead, delete every user variable that holds accelerator memory (CPU
+        torch/JAX tensors when no accelerator is visible); never combined with names.
+    dry_run: change nothing; report what would be dropped and about how much would be freed.
+    shell: the IPython shell (default: the running one, if any); namespace: the variables'
+        dict when there is no shell (default: ``__main__``'s globals).
+
+    Raises ValueError (nothing changed) for an unknown or invalid name, or names with
+    all_vars. See the module docstring for the exact steps.
+    """
+    shell, namespace = _leftovers.resolve_namespace(shell, namespace)
+    _validate(names, all_vars, dry_run, namespace, shell)
+
+    report = ReleaseReport(dry_run=dry_run, names=list(names), all_vars=all_vars)
+    torch = torch_support.loaded()
+    health = cuda_health.health()
+    report.cuda_state = health.state
+    before = _device_figures(torch) if not health.broken else []
+    report.nvml_used_before = _tracker.nvml_used_per_device()
+
+    scan = _leftovers.scan(namespace=namespace, shell=shell, keep_refs=not dry_run)
+    plan = _build_plan(scan, shell, namespace, names, all_vars)
+    report.dropped = {kind: count for kind, count in plan.counts().items()}
+    report.dropped_names = plan.names()
+    report.estimated_bytes, freed_keys = _estimate(scan, plan)
+
+    if dry_run:
+        report.devices = [DeviceMemory(name, alloc, res) for name, alloc, res in before]
+        freed_ids = {
+            (scan.groups[key][0].info[6], scan.groups[key][0].device) for key in freed_keys
+        }
+        report.leftovers = [
+            item for item in scan.leftovers if (item.storage_id, item.device) not in freed_ids
+        ]
+        if health.broken:
+            report.restart_required = True
+            report.warnings.append(f"{health.detail}; {cuda_health.RESTART_ADVICE}")
+        _add_history_notes(report)
+        return report
+
+    weak_by_key = {
+        key: [ref.weak for ref in refs if ref.weak is not None] for key, refs in scan.groups.items()
+    }
+    sizes = {key: refs[0].storage_nbytes for key, refs in scan.groups.items()}
+    del scan  # holds no array, but let nothing of it outlive the drop
+
+    _drop_notebook_references(plan, shell, namespace, report)
+    _drop_variables(plan, shell, namespace)
+    del plan
+    report.gc_collected = gc.collect()
+    _release_caches(report, torch)
+
+    report.released_bytes = sum(
+        sizes[key]
+        for key, weaks in weak_by_key.items()
+        if weaks and all(weak() is None for weak in weaks)
+    )
+    after = dict((name, (alloc, res)) for name, alloc, res in _device_figures(torch))
+    for name, alloc, res in before:
+        now = after.get(name)
+        report.devices.append(
+            DeviceMemory(name, alloc, res, now[0] if now else None, now[1] if now else None)
+        )
+    for name, (alloc, res) in after.items():
+        if not any(device.device == name for device in report.devices):
+            report.devices.append(DeviceMemory(name, 0, 0, alloc, res))
+    if report.nvml_used_before is not None:
+        report.nvml_used_after = _tracker.nvml_used_per_device()
+    report.leftovers = list(_leftovers.find_leftovers(namespace=namespace, shell=shell))
+    if report.dropped.get("exceptions"):
+        report.notes.append("the last exception is gone: %debug and %tb have nothing to show")
+    _add_history_notes(report)
+    return report
+
+
+def _add_history_notes(report: ReleaseReport) -> None:
+    leaks = _tracker.rerun_leaks()
+    if leaks:
+        cells = ", ".join(f"[{record.cell}]" for record in leaks[-10:])
+        report.notes.append(f"cells whose memory grew when rerun: {cells} (see %gpu_history)")

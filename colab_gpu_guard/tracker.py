@@ -1,0 +1,581 @@
+"""Per-cell memory history, recorded by IPython's ``pre_run_cell`` / ``post_run_cell``.
+
+What is measured for each cell:
+
+- CUDA (torch, once torch has initialised CUDA): allocated bytes before and after the
+  cell, the peak during it (``reset_peak_memory_stats`` before, the allocator's peak after,
+  per device, summed over devices), reserved bytes after, and the change in ``num_ooms``
+  (a cheap out-of-memory detector). These are the caching allocator's host-side counters:
+  reading them makes no CUDA call and never synchronises.
+- Host: the process's resident set size after the cell (one ``pread`` of
+  ``/proc/self/statm``; Linux only, else None).
+- NVML: the GPUs' used memory after the cell, read by a background thread (an NVML call can
+  take milliseconds), so it appears in the history a moment after the cell ends; None when
+  NVML is not available.
+
+Rerun leaks: when a cell with the same source runs again and ends with more memory than the
+previous run of it ended with, the record is flagged. With CUDA initialised the measure is
+torch's allocated bytes (exact; any growth counts). Without CUDA it is host memory: the
+resident set size must have grown by more than ``RSS_NOISE_FLOOR`` (8 MiB) since the
+previous run, and where glibc's ``mallinfo2`` is available the bytes malloc has in use
+must have grown by as much too (RSS alone also grows when a freed block stays resident,
+e.g. when a big tensor is rebound). ``mallinfo2`` walks malloc's free lists, so it is read
+only after a cell whose resident memory grew by more than the floor; every other cell
+costs a few microseconds whatever the number of live objects. Nothing here walks objects,
+calls ``gc.collect()`` or ``empty_cache()``.
+
+Note: resetting the peak statistics before each cell means ``torch.cuda.max_memory_allocated``
+reads the peak of the current cell while the tracker is loaded.
+"""
+
+from __future__ import annotations
+
+import collections
+import contextlib
+import os
+import queue
+import sys
+import threading
+import time
+from dataclasses import asdict, dataclass
+from typing import Any, Optional
+
+from . import cuda_health
+from .frameworks import torch_support
+from .leftovers import format_bytes
+
+DEFAULT_MAXLEN = 500
+RSS_NOISE_FLOOR = 8 * 2**20
+CUDA_LEAK_METRIC = "cuda allocated"
+HOST_LEAK_METRIC = "host memory"
+
+
+@dataclass(frozen=True)
+class CellMemory:
+    """The memory effect of one cell. Byte counts are summed over CUDA devices.
+
+    cell: the execution count (None for cells run without storing history).
+    allocated_before / allocated_after / peak / reserved_after: torch CUDA caching allocator
+        figures; 0 when torch has not initialised CUDA (``devices`` is then 0).
+    ooms: how many CUDA out-of-memory errors the allocator raised during the cell.
+    nvml_used_after: NVML "used" memory over all GPUs after the cell (all processes).
+    rerun_leak / leak_bytes / leak_kind: this source ran before and ended with less memory
+        then; leak_kind says which measure grew ("cuda allocated" or "host memory").
+    rerun_of: the cell number of the previous run of the same source.
+    rss_after: the process's resident set size after the cell (Linux), else None.
+    """
+
+    cell: Optional[int]
+    allocated_before: int
+    allocated_after: int
+    peak: int
+    reserved_after: int
+    ooms: int
+    nvml_used_after: Optional[int]
+    rerun_leak: bool
+    leak_bytes: int
+    duration_s: float
+    rss_after: Optional[int] = None
+    devices: int = 0
+    leak_kind: str = ""
+    rerun_of: Optional[int] = None
+
+    @property
+    def delta(self) -> int:
+        return self.allocated_after - self.allocated_before
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+# ---------------------------------------------------------------- cheap readers
+
+
+class _RssReader:
+    """Resident set size from /proc/self/statm with one pread on a kept-open descriptor."""
+
+    def __init__(self) -> None:
+        self._fd: Optional[int] = None
+        self._pid = os.getpid()
+        self._page = 4096
+        if sys.platform.startswith("linux") and hasattr(os, "pread"):
+            try:
+                self._page = os.sysconf("SC_PAGE_SIZE")
+                self._fd = os.open("/proc/self/statm", os.O_RDONLY)
+            except (OSError, ValueError):
+                self._fd = None
+
+    def read(self) -> Optional[int]:
+        fd = self._fd
+        if fd is None:
+            return None
+        try:
+            if os.getpid() != self._pid:  # forked: /proc/self was resolved at open
+                self.close()
+                self.__init__()
+                fd = self._fd
+                if fd is None:
+                    return None
+            return int(os.pread(fd, 128, 0).split(None, 2)[1]) * self._page
+        except (OSError, ValueError, IndexError):
+            return None
+
+    def close(self) -> None:
+        if self._fd is not None:
+            with contextlib.suppress(OSError):
+                os.close(self._fd)
+            self._fd = None
+
+
+class _MallocInUse:
+    """Bytes in use by malloc (glibc ``mallinfo2``: ``uordblks + hblkhd``), or None.
+
+    Exact where RSS is not (a freed block in the middle of the heap stays resident), but it
+    walks the allocator's free lists, so it can take a millisecond on a fragmented heap: the
+    tracker reads it only after a cell whose resident memory grew by more than the noise
+    floor. pymalloc's small objects live in arenas outside malloc and are not counted.
+    """
+
+    def __init__(self) -> None:
+        self._function: Any = None
+        self._tried = False
+
+    def read(self) -> Optional[int]:
+        if not self._tried:
+            self._tried = True
+            self._function = _load_mallinfo2()
+        if self._function is None:
+            return None
+        try:
+            info = self._function()
+            return int(info.uordblks) + int(info.hblkhd)
+        except Exception:
+            return None
+
+
+def _load_mallinfo2():
+    if not sys.platform.startswith("linux"):
+        return None
+    try:
+        import ctypes
+
+        class MallInfo2(ctypes.Structure):
+            _fields_ = [
+                (name, ctypes.c_size_t)
+                for name in (
+                    "arena",
+                    "ordblks",
+                    "smblks",
+                    "hblks",
+                    "hblkhd",
+                    "usmblks",
+                    "fsmblks",
+                    "uordblks",
+                    "fordblks",
+                    "keepcost",
+                )
+            ]
+
+        function = ctypes.CDLL(None).mallinfo2  # glibc >= 2.33
+        function.restype = MallInfo2
+        function.argtypes = []
+        return function
+    except Exception:
+        return None
+
+
+_nvml_lock = threading.Lock()
+_nvml_ready: dict[int, bool] = {}
+
+
+def _nvml_module():
+    """Initialised pynvml, or None. Uses the package's NVML module (shared initialisation,
+    test fakes via ``nvml.set_pynvml``) when present, else initialises pynvml itself once."""
+    try:
+        from . import nvml as _nvml
+    except ImportError:
+        _nvml = None
+    if _nvml is not None:
+        try:
+            module, _failure = _nvml.initialised()
+        except Exception:
+            return None
+        return module
+    try:
+        import pynvml
+    except Exception:
+        return None
+    with _nvml_lock:
+        state = _nvml_ready.get(id(pynvml))
+        if state is None:
+            try:
+                pynvml.nvmlInit()
+                state = True
+            except Exception:
+                state = False
+            _nvml_ready[id(pynvml)] = state
+    return pynvml if state else None
+
+
+def nvml_used_per_device() -> Optional[list[int]]:
+    """NVML "used" bytes per GPU (every process's memory), or None without NVML."""
+    pynvml = _nvml_module()
+    if pynvml is None:
+        return None
+    try:
+        count = int(pynvml.nvmlDeviceGetCount())
+        return [
+            int(pynvml.nvmlDeviceGetMemoryInfo(pynvml.nvmlDeviceGetHandleByIndex(index)).used)
+            for index in range(count)
+        ]
+    except Exception:
+        return None
+
+
+class _NvmlSampler:
+    """Reads NVML used memory after a cell in a daemon thread, off the hot path."""
+
+    def __init__(self, sink: dict) -> None:
+        self.sink = sink
+        self.available: Optional[bool] = None  # None: not known yet
+        self._queue: queue.SimpleQueue = queue.SimpleQueue()
+        self._thread: Optional[threading.Thread] = None
+
+    def request(self, seq: int) -> None:
+        if self._thread is None:
+            self._thread = threading.Thread(
+                target=self._run, name="colab_gpu_guard-nvml", daemon=True
+            )
+            self._thread.start()
+        self._queue.put(seq)
+
+    def _run(self) -> None:
+        while True:
+            seq = self._queue.get()
+            if seq is None:
+                return
+            used = nvml_used_per_device()
+            if used is None:
+                self.available = False
+                return
+            self.available = True
+            self.sink[seq] = sum(used)
+
+    def wait_idle(self, timeout: float = 2.0) -> None:
+        """For tests and readers: let queued readings land (bounded)."""
+        deadline = time.monotonic() + timeout
+        while not self._queue.empty() and time.monotonic() < deadline:
+            time.sleep(0.001)
+        time.sleep(0.002)
+
+    def stop(self) -> None:
+        if self._thread is not None:
+            self._queue.put(None)
+            self._thread = None
+
+
+# ---------------------------------------------------------------- the tracker
+
+
+class MemoryTracker:
+    """Records every cell's memory effect; install with ``install(registration)``."""
+
+    def __init__(
+        self,
+        maxlen: int = DEFAULT_MAXLEN,
+        rss_noise_floor: int = RSS_NOISE_FLOOR,
+        nvml: bool = True,
+    ) -> None:
+        if not isinstance(maxlen, int) or maxlen < 1:
+            raise ValueError("maxlen must be a positive integer")
+        self.maxlen = maxlen
+        self.rss_noise_floor = rss_noise_floor
+        self._records: collections.deque = collections.deque(maxlen=maxlen)
+        self._last_by_source: dict[str, tuple] = {}
+        self._pending: Optional[tuple] = None
+        self._seq = 0
+        self._nvml_used: dict[int, int] = {}
+        self._rss = _RssReader()
+        self._malloc = _MallocInUse()
+        self._nvml = _NvmlSampler(self._nvml_used) if nvml else None
+
+    # -- the hot path: no allocation-heavy work, no object walks, no CUDA calls
+    def pre_run_cell(self, info: Any = None) -> None:
+        try:
+            devices = allocated = ooms = 0
+            torch = sys.modules.get("torch")
+            if (
+                torch is not None
+                and cuda_health.broken_reason() is None
+                and torch_support.cuda_initialized(torch)
+            ):
+                devices = torch_support.cuda_device_count(torch)
+                for totals in torch_support.fast_allocator_totals(torch, devices):
+                    allocated += totals[0]
+                    ooms += totals[3]
+                torch_support.reset_peaks(torch, devices)
+            self._pending = (
+                getattr(info, "raw_cell", None),
+                time.perf_counter(),
+                devices,
+                allocated,
+                ooms,
+                self._rss.read() if not devices else None,
+            )
+        except Exception:
+            self._pending = None
+
+    def post_run_cell(self, result: Any = None) -> None:
+        pending = self._pending
+        self._pending = None
+        if pending is None:
+            return
+        try:  # noqa: SIM105 - contextlib.suppress costs on this hot path
+            self._record(pending, result)
+        except Exception:
+            pass
+
+    def _record(self, pending: tuple, result: Any) -> None:
+        source, started, _devices_before, allocated_before, ooms_before, rss_before = pending
+        duration = time.perf_counter() - started
+        devices = allocated = reserved = peak = ooms = 0
+        torch = sys.modules.get("torch")
+        if (
+            torch is not None
+            and cuda_health.broken_reason() is None
+            and torch_support.cuda_initialized(torch)
+        ):
+            devices = torch_support.cuda_device_count(torch)
+            for totals in torch_support.fast_allocator_totals(torch, devices):
+                allocated += totals[0]
+                reserved += totals[1]
+                peak += totals[2]
+                ooms += totals[3]
+        rss = self._rss.read()
+        cell = getattr(result, "execution_count", None)
+
+        leak = False
+        leak_bytes = 0
+        leak_kind = ""
+        rerun_of = None
+        if source is not None and (devices or rss is not None):
+            previous = self._last_by_source.pop(source, None)
+            if devices:
+                entry, leak_bytes = self._cuda_leak(previous, allocated, cell)
+            else:
+                entry, leak_bytes = self._host_leak(previous, rss, rss_before, cell)
+            if previous is not None and previous[0] == entry[0]:
+                rerun_of = previous[2]
+            if leak_bytes:
+                leak, leak_kind = True, entry[0]
+            self._last_by_source[source] = entry
+            if len(self._last_by_source) > 4 * self.maxlen:
+                for stale in list(self._last_by_source)[: 2 * self.maxlen]:
+                    del self._last_by_source[stale]
+
+        self._seq += 1
+        seq = self._seq
+        self._records.append(
+            (
+                seq,
+                cell,
+                allocated_before,
+                allocated,
+                peak,
+                reserved,
+                max(0, ooms - ooms_before),
+                leak,
+                leak_bytes,
+                duration,
+                rss,
+                devices,
+                leak_kind,
+                rerun_of,
+            )
+        )
+        nvml = self._nvml
+        if nvml is not None and nvml.available is not False:
+            nvml.request(seq)
+
+    @staticmethod
+    def _cuda_leak(previous: Optional[tuple], allocated: int, cell) -> tuple[tuple, int]:
+        """torch's allocated bytes are exact: any growth over the previous run counts."""
+        growth = 0
+        if previous is not None and previous[0] == CUDA_LEAK_METRIC:
+            growth = max(0, allocated - previous[1])
+        return (CUDA_LEAK_METRIC, allocated, cell, None), growth
+
+    def _host_leak(
+        self, previous: Optional[tuple], rss: int, rss_before: Optional[int], cell
+    ) -> tuple[tuple, int]:
+        """Host memory: RSS growth over the previous run beyond the noise floor, confirmed
+        by malloc's in-use bytes when both runs have that figure (RSS alone also grows when
+        a freed block stays resident, e.g. rebinding a big tensor)."""
+        floor = self.rss_noise_floor
+        same = previous is not None and previous[0] == HOST_LEAK_METRIC
+        grew_in_cell = rss_before is not None and rss - rss_before > floor
+        grew_since = same and rss - previous[1] > floor
+        in_use = self._malloc.read() if (grew_in_cell or grew_since) else None
+        growth = 0
+        if grew_since:
+            if in_use is not None and previous[3] is not None:
+                growth = max(0, in_use - previous[3])
+                growth = growth if growth > floor else 0
+            else:
+                growth = rss - previous[1]
+        if in_use is None and same:
+            in_use = previous[3]  # unchanged resident memory: carry the last exact figure
+        return (HOST_LEAK_METRIC, rss, cell, in_use), growth
+
+    # -- reading
+    def history(self) -> list[CellMemory]:
+        records = list(self._records)
+        nvml_used = self._nvml_used
+        if records and len(nvml_used) > 2 * self.maxlen:
+            oldest = records[0][0]
+            for seq in [seq for seq in list(nvml_used) if seq < oldest]:  # list(): atomic
+                nvml_used.pop(seq, None)
+        return [
+            CellMemory(
+                cell=record[1],
+                allocated_before=record[2],
+                allocated_after=record[3],
+                peak=record[4],
+                reserved_after=record[5],
+                ooms=record[6],
+                nvml_used_after=nvml_used.get(record[0]),
+                rerun_leak=record[7],
+                leak_bytes=record[8],
+                duration_s=record[9],
+                rss_after=record[10],
+                devices=record[11],
+                leak_kind=record[12],
+                rerun_of=record[13],
+            )
+            for record in records
+        ]
+
+    def clear(self) -> None:
+        self._records.clear()
+        self._last_by_source.clear()
+        self._nvml_used.clear()
+
+    def close(self) -> None:
+        if self._nvml is not None:
+            self._nvml.stop()
+        self._rss.close()
+
+
+_trackers: dict[int, MemoryTracker] = {}
+_latest: list[MemoryTracker] = []
+
+
+def install(registration: Any, maxlen: int = DEFAULT_MAXLEN) -> MemoryTracker:
+    """Start recording every cell of ``registration.shell``; stops when the registration
+    closes (``%unload_ext``). ``registration`` is the extension's bookkeeping object
+    (``register_event``, ``add_cleanup``, ``shell``)."""
+    tracker = MemoryTracker(maxlen=maxlen)
+    shell = registration.shell
+    registration.register_event("pre_run_cell", tracker.pre_run_cell)
+    registration.register_event("post_run_cell", tracker.post_run_cell)
+    _trackers[id(shell)] = tracker
+    _latest[:] = [tracker]
+
+    def remove() -> None:
+        tracker.close()
+        if _trackers.get(id(shell)) is tracker:
+            del _trackers[id(shell)]
+        if _latest and _latest[0] is tracker:
+            _latest.clear()
+
+    registration.add_cleanup(remove)
+    return tracker
+
+
+def active_tracker(shell: Any = None) -> Optional[MemoryTracker]:
+    """The tracker of `shell` (default: the running IPython shell), else the latest one."""
+    if shell is None and "IPython" in sys.modules:
+        try:
+            from IPython import get_ipython
+
+            shell = get_ipython()
+        except Exception:
+            shell = None
+    if shell is not None and id(shell) in _trackers:
+        return _trackers[id(shell)]
+    return _latest[0] if _latest else None
+
+
+def memory_history(shell: Any = None) -> list[CellMemory]:
+    """The recorded cells, oldest first (at most the last 500); [] when not loaded."""
+    tracker = active_tracker(shell)
+    return tracker.history() if tracker is not None else []
+
+
+def rerun_leaks(history: Optional[list[CellMemory]] = None) -> list[CellMemory]:
+    """The records flagged as leaking on rerun."""
+    history = memory_history() if history is None else history
+    return [record for record in history if record.rerun_leak]
+
+
+def _signed(count: int) -> str:
+    return ("+" if count > 0 else "") + format_bytes(count)
+
+
+def format_history(history: list[CellMemory], limit: Optional[int] = None) -> str:
+    """A text table of `history` (the last `limit` records if given)."""
+    if limit is not None:
+        if not isinstance(limit, int) or isinstance(limit, bool) or limit < 0:
+            raise ValueError("limit must be a non-negative integer")
+        history = history[-limit:] if limit else []
+    if not history:
+        return "memory history: no cells recorded yet"
+    cuda = any(record.devices for record in history)
+    header = ["cell", "time"]
+    if cuda:
+        header += ["allocated before", "after", "change", "peak", "reserved", "OOMs"]
+    header += ["NVML used", "host RSS", "rerun"]
+    rows = []
+    for record in history:
+        row = [
+            f"[{record.cell}]" if record.cell is not None else "[-]",
+            f"{record.duration_s:.3f} s",
+        ]
+        if cuda:
+            if record.devices:
+                row += [
+                    format_bytes(record.allocated_before),
+                    format_bytes(record.allocated_after),
+                    _signed(record.delta),
+                    format_bytes(record.peak),
+                    format_bytes(record.reserved_after),
+                    str(record.ooms) if not record.ooms else f"{record.ooms} OOM!",
+                ]
+            else:
+                row += ["-", "-", "-", "-", "-", "-"]
+        row += [
+            format_bytes(record.nvml_used_after) if record.nvml_used_after is not None else "-",
+            format_bytes(record.rss_after) if record.rss_after is not None else "-",
+        ]
+        if record.rerun_leak:
+            row.append(
+                f"LEAK: {_signed(record.leak_bytes)} {record.leak_kind} since [{record.rerun_of}]"
+            )
+        elif record.rerun_of is not None:
+            row.append(f"rerun of [{record.rerun_of}]")
+        else:
+            row.append("")
+        rows.append(row)
+    widths = [max(len(header[i]), *(len(row[i]) for row in rows)) for i in range(len(header))]
+    lines = ["  ".join(text.ljust(width) for text, width in zip(header, widths)).rstrip()]
+    lines += [
+        "  ".join(text.ljust(width) for text, width in zip(row, widths)).rstrip() for row in rows
+    ]
+    leaks = [record for record in history if record.rerun_leak]
+    title = f"memory history: {len(history)} cell(s)"
+    if not cuda:
+        title += " (CUDA not initialised: host memory only)"
+    if leaks:
+        cells = ", ".join(f"[{record.cell}]" for record in leaks)
+        title += f"; grew on rerun: {cells}"
+    return "\n".join([title, *lines])

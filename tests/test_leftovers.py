@@ -1,0 +1,261 @@
+"""find_leftovers: names a user would type, holder kinds, storage deduplication, depth and
+cycles, deep scans, and never importing a framework or keeping an array alive."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+import subprocess
+import sys
+import weakref
+
+import pytest
+from IPython.utils.capture import capture_output
+
+torch = pytest.importorskip("torch")
+
+from colab_gpu_guard import memory  # noqa: E402
+from colab_gpu_guard.leftovers import (  # noqa: E402
+    HOLDERS,
+    Leftover,
+    LeftoverList,
+    find_leftovers,
+    format_bytes,
+)
+
+
+def by_name(items) -> dict[str, Leftover]:
+    found = {}
+    for item in items:
+        found[item.name] = item
+        for other in item.shared_with:
+            found.setdefault(other, item)
+    return found
+
+
+def test_module_and_optimizer_names_match_named_parameters_and_state():
+    model = torch.nn.Sequential(
+        torch.nn.Linear(8, 16), torch.nn.BatchNorm1d(16), torch.nn.ReLU(), torch.nn.Linear(16, 2)
+    )
+    opt = torch.optim.Adam(model.parameters(), lr=1e-3)
+    model(torch.randn(4, 8)).sum().backward()
+    opt.step()
+    items = find_leftovers(namespace={"model": model, "opt": opt})
+    names = by_name(items)
+    for name, parameter in model.named_parameters():
+        item = names[f"model.{name}"]
+        assert item.holder == "user variable"
+        assert item.shape == tuple(parameter.shape)
+        assert item.dtype == "float32" and item.device == "cpu"
+        assert f"model.{name}.grad" in names
+        for key in opt.state[parameter]:
+            assert f"opt.state[model.{name}][{key!r}]" in names
+    for name, _buffer in model.named_buffers():
+        assert f"model.{name}" in names
+    # the optimizer's own reference to each parameter is listed, not counted again
+    weight = names["model.0.weight"]
+    assert "opt.param_groups[0]['params'][0]" in weight.shared_with
+    storages = [item.storage_id for item in items]
+    assert len(storages) == len(set(storages))
+    parameters = sum(p.numel() * p.element_size() for p in model.parameters())
+    assert sum(items_of(items, ".weight", ".bias")) == parameters
+
+
+def items_of(items, *suffixes):
+    return [
+        item.nbytes
+        for item in items
+        if item.name.startswith("model.") and item.name.endswith(suffixes)
+    ]
+
+
+def test_view_and_base_count_once():
+    base = torch.zeros(1000)
+    view = base[100:200]
+    reshaped = base.view(10, 100)
+    items = find_leftovers(namespace={"base": base, "view": view, "reshaped": reshaped})
+    assert len(items) == 1
+    item = items[0]
+    assert item.name == "base" and item.nbytes == 4000
+    assert set(item.shared_with) == {"view", "reshaped"}
+    assert items.total_bytes == 4000
+
+
+def test_a_view_alone_counts_its_whole_storage():
+    view = torch.zeros(1000)[:10]
+    (item,) = find_leftovers(namespace={"view": view})
+    assert item.nbytes == 4000 and item.array_nbytes == 40 and item.shape == (10,)
+
+
+def test_numpy_view_and_base_count_once():
+    np = pytest.importorskip("numpy")
+    base = np.zeros(100)
+    items = find_leftovers(namespace={"base": base, "tail": base[50:], "t": base.T})
+    assert len(items) == 1 and items[0].nbytes == 800 and items[0].framework == "numpy"
+
+
+@dataclasses.dataclass
+class Batch:
+    inputs: object
+    labels: object
+
+
+class Holder:
+    def __init__(self, value) -> None:
+        self.value = value
+        self.nested = {"deep": [value]}
+
+
+def test_names_through_containers_dataclasses_and_objects():
+    a, b, c, d, e, f = (torch.full((n + 1,), float(n)) for n in range(6))
+    namespace = {
+        "outputs": [None, None, None, a],
+        "cache": {"key": b, 3: (c,)},
+        "batch": Batch(inputs=d, labels=None),
+        "holder": Holder(e),
+        "bag": {f},
+    }
+    names = {item.name for item in find_leftovers(namespace=namespace)}
+    assert names == {
+        "outputs[3]",
+        "cache['key']",
+        "cache[3][0]",
+        "batch.inputs",
+        "holder.value",
+        "bag{item}",
+    }
+    item = by_name(find_leftovers(namespace=namespace))["holder.value"]
+    assert "holder.nested['deep'][0]" in item.shared_with
+
+
+def test_sorted_biggest_first():
+    namespace = {"small": torch.zeros(10), "big": torch.zeros(1000), "mid": torch.zeros(100)}
+    assert [item.name for item in find_leftovers(namespace=namespace)] == ["big", "mid", "small"]
+
+
+def test_cycles_and_depth_limit():
+    looped: list = [torch.zeros(5)]
+    looped.append(looped)
+    deep: list = [torch.zeros(7)]
+    for _ in range(15):
+        deep = [deep]
+    items = find_leftovers(namespace={"looped": looped, "deep": deep})
+    assert [item.name for item in items] == ["looped[0]"]
+    deeper = find_leftovers(namespace={"deep": deep}, max_depth=20)
+    assert deeper[0].name == "deep" + "[0]" * 16
+
+
+def test_device_filter():
+    namespace = {"x": torch.zeros(3)}
+    assert len(find_leftovers(device="cpu", namespace=namespace)) == 1
+    assert find_leftovers(device="cuda", namespace=namespace) == []
+    assert find_leftovers(device=0, namespace=namespace) == []
+
+
+def test_bad_arguments():
+    with pytest.raises(TypeError):
+        find_leftovers(namespace=[1, 2])
+    with pytest.raises(TypeError):
+        find_leftovers(namespace={}, deep="yes")
+
+
+def test_scan_keeps_nothing_alive():
+    namespace = {"x": torch.zeros(100), "nested": {"k": [torch.ones(3)]}}
+    refs = [weakref.ref(namespace["x"]), weakref.ref(namespace["nested"]["k"][0])]
+    items = find_leftovers(namespace=namespace, deep=True)
+    assert len(items) >= 2
+    namespace.clear()
+    assert all(ref() is None for ref in refs)
+
+
+def test_deep_finds_unnamed_tensors_and_says_who_refers_to_them():
+    def make():
+        hidden = torch.zeros(12345)
+        return lambda: hidden  # a closure cell holds it; no name reaches it
+
+    namespace = {"fn": make()}
+    assert find_leftovers(namespace=namespace) == []
+    deep = find_leftovers(namespace=namespace, deep=True)
+    unnamed = [item for item in deep if item.nbytes == 12345 * 4]
+    assert unnamed and unnamed[0].name.startswith("<unnamed")
+    assert unnamed[0].holder == "other"
+    assert "cell" in unnamed[0].name
+    assert any("reached by no name" in note for note in deep.notes)
+
+
+def test_text_html_and_json_escape_names():
+    items = find_leftovers(namespace={"cache": {"<script>": torch.zeros(4)}})
+    assert "cache['<script>']" in str(items)
+    page = items._repr_html_()
+    assert "<script>" not in page and "&lt;script&gt;" in page
+    data = json.loads(json.dumps(items.to_dict()))
+    assert data["leftovers"][0]["name"] == "cache['<script>']"
+    assert "no arrays held" in str(LeftoverList())
+
+
+def test_format_bytes():
+    assert format_bytes(512) == "512 B"
+    assert format_bytes(1536) == "1.5 KiB"
+    assert format_bytes(3 * 2**30) == "3.0 GiB"
+    assert format_bytes(-2048) == "-2.0 KiB"
+    assert format_bytes(None) == "n/a"
+
+
+# ---------------------------------------------------------------- in a real shell
+
+
+def test_holder_kinds_in_a_real_shell(ip, run_cell):
+    memory.gpu_reset(shell=ip)
+    run_cell("import torch\nmine = torch.zeros(100)")
+    run_cell("torch.ones(200)")
+    with capture_output():
+        run_cell(
+            "def train():\n    batch = torch.ones(300)\n"
+            "    raise ValueError('x', torch.ones(400))\ntrain()"
+        )
+    try:
+        items = find_leftovers()
+        holders = {item.name: item.holder for item in items}
+        out_name = next(name for name in holders if name.startswith("Out["))
+        assert holders["mine"] == "user variable"
+        assert holders[out_name] == "output history"
+        assert holders["<traceback: train() local 'batch'>"] == "traceback frame"
+        assert holders["<exception ValueError>.args[1]"] == "other"
+        assert set(holders.values()) <= set(HOLDERS)
+        out_item = next(item for item in items if item.name == out_name)
+        assert "_" in out_item.shared_with or "__" in out_item.shared_with
+        # IPython's own names are not user variables
+        assert not any(name.startswith(("In", "_i", "_oh", "exit")) for name in holders)
+        # passing the shell's own namespace is the same scan
+        same = {item.name: item.holder for item in find_leftovers(namespace=ip.user_ns)}
+        assert same == holders
+    finally:
+        memory.gpu_reset("mine", shell=ip)
+
+
+# ---------------------------------------------------------------- imports
+
+
+@pytest.mark.slow
+def test_core_modules_import_no_framework_and_no_ipython():
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    code = (
+        "import sys\n"
+        "from colab_gpu_guard import leftovers, memory, tracker\n"
+        "leftovers.find_leftovers(namespace={'x': 1}, deep=True)\n"
+        "memory.gpu_reset(namespace={'x': 1}, dry_run=True)\n"
+        "tracker.format_history(tracker.memory_history())\n"
+        "bad = [m for m in ('torch', 'numpy', 'IPython', 'ipywidgets', 'cupy', 'jax') "
+        "if m in sys.modules]\n"
+        "print('IMPORTED', bad)\n"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", code],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        cwd=root,
+        env={**os.environ, "PYTHONPATH": root},
+    )
+    assert "IMPORTED []" in done.stdout, done.stdout + done.stderr

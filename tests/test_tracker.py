@@ -1,0 +1,229 @@
+"""Per-cell memory history: recorded by the hooks %load_ext installs, removed on unload,
+bounded, rerun leaks flagged on CPU (host memory) and CUDA (allocator figures)."""
+
+from __future__ import annotations
+
+import types
+
+import pytest
+from IPython.core.error import UsageError
+from IPython.utils.capture import capture_output
+
+from colab_gpu_guard import tracker
+from colab_gpu_guard.frameworks import torch_support
+from colab_gpu_guard.tracker import CellMemory, MemoryTracker, format_history, memory_history
+
+
+def _ours(shell, event: str) -> list:
+    return [
+        callback
+        for callback in shell.events.callbacks[event]
+        if isinstance(getattr(callback, "__self__", None), MemoryTracker)
+    ]
+
+
+def test_load_installs_and_unload_removes_the_hooks(ip):
+    assert len(_ours(ip, "pre_run_cell")) == 1 and len(_ours(ip, "post_run_cell")) == 1
+    ip.run_line_magic("unload_ext", "colab_gpu_guard")
+    try:
+        assert _ours(ip, "pre_run_cell") == [] and _ours(ip, "post_run_cell") == []
+        assert memory_history(ip) == []
+        ip.run_cell("1 + 1", store_history=True)  # no error without the hooks
+    finally:
+        ip.run_line_magic("load_ext", "colab_gpu_guard")
+    assert len(_ours(ip, "pre_run_cell")) == 1
+
+
+def test_numbers_recorded_per_cell(ip, run_cell):
+    first = run_cell("a = 1").execution_count
+    second = run_cell("b = [0] * 1000").execution_count
+    history = memory_history()
+    assert [record.cell for record in history[-2:]] == [first, second]
+    for record in history[-2:]:
+        assert isinstance(record, CellMemory)
+        assert record.duration_s >= 0
+        assert record.devices == 0 and record.allocated_after == 0 and record.ooms == 0
+        assert record.rss_after is None or record.rss_after > 10 * 2**20
+        assert not record.rerun_leak
+    with pytest.raises(dataclasses_frozen()):
+        history[-1].cell = 3
+
+
+def dataclasses_frozen():
+    import dataclasses
+
+    return dataclasses.FrozenInstanceError
+
+
+@pytest.mark.skipif(tracker._RssReader().read() is None, reason="needs /proc/self/statm")
+def test_rerun_leak_flagged_for_a_cell_appending_to_a_global_list(ip, run_cell):
+    torch = pytest.importorskip("torch")
+    assert torch is not None
+    run_cell("import torch\nleaky_list = []")
+    leak = "leaky_list.append(torch.ones(4_000_000))"  # 16 MB a run
+    runs = [run_cell(leak).execution_count for _ in range(3)]
+    records = {record.cell: record for record in memory_history()}
+    assert not records[runs[0]].rerun_leak
+    for previous, current in zip(runs, runs[1:]):
+        record = records[current]
+        assert record.rerun_leak, format_history(memory_history())
+        assert record.rerun_of == previous
+        assert record.leak_kind == "host memory"
+        assert record.leak_bytes >= 15 * 2**20
+    # rebinding a big tensor is not a leak (RSS may keep the freed block resident)
+    rebind = [run_cell("not_leaky = torch.ones(4_000_000)").execution_count for _ in range(4)]
+    records = {record.cell: record for record in memory_history()}
+    assert not any(records[cell].rerun_leak for cell in rebind), format_history(memory_history())
+    assert "LEAK" in format_history(memory_history())
+    ip.user_ns.pop("leaky_list", None)
+    ip.user_ns.pop("not_leaky", None)
+
+
+def test_history_is_bounded():
+    history_tracker = MemoryTracker(maxlen=5, nvml=False)
+    for number in range(8):
+        history_tracker.pre_run_cell(types.SimpleNamespace(raw_cell=f"x = {number}"))
+        history_tracker.post_run_cell(types.SimpleNamespace(execution_count=number))
+    assert [record.cell for record in history_tracker.history()] == [3, 4, 5, 6, 7]
+    history_tracker.close()
+
+
+def test_post_without_pre_records_nothing_and_hooks_never_raise():
+    quiet = MemoryTracker(nvml=False)
+    quiet.post_run_cell(None)
+    quiet.pre_run_cell(None)  # info without raw_cell
+    quiet.post_run_cell(object())  # result without execution_count
+    (record,) = quiet.history()
+    assert record.cell is None and not record.rerun_leak
+    quiet.close()
+
+
+class _FakeAllocator:
+    """Stands in for torch's CUDA allocator counters (one device)."""
+
+    def __init__(self) -> None:
+        self.allocated = 0
+        self.peak = 0
+        self.ooms = 0
+        self.resets = 0
+
+    def totals(self, torch, count):
+        return [(self.allocated, self.allocated + 2**20, self.peak, self.ooms)]
+
+    def reset(self, torch, count):
+        self.resets += 1
+        self.peak = self.allocated
+
+
+def test_cuda_figures_peak_ooms_and_leak(monkeypatch):
+    torch = pytest.importorskip("torch")
+    allocator = _FakeAllocator()
+    monkeypatch.setattr(torch_support, "cuda_initialized", lambda torch=None: True)
+    monkeypatch.setattr(torch_support, "cuda_device_count", lambda torch=None: 1)
+    monkeypatch.setattr(torch_support, "fast_allocator_totals", allocator.totals)
+    monkeypatch.setattr(torch_support, "reset_peaks", allocator.reset)
+    assert torch is not None
+    cuda_tracker = MemoryTracker(nvml=False)
+
+    def run(source: str, number: int, grow: int, peak_extra: int = 0, ooms: int = 0) -> None:
+        cuda_tracker.pre_run_cell(types.SimpleNamespace(raw_cell=source))
+        allocator.peak = allocator.allocated + grow + peak_extra
+        allocator.allocated += grow
+        allocator.ooms += ooms
+        cuda_tracker.post_run_cell(types.SimpleNamespace(execution_count=number))
+
+    run("model = build()", 1, grow=100 * 2**20, peak_extra=50 * 2**20)
+    run("outputs.append(model(x))", 2, grow=10 * 2**20)
+    run("outputs.append(model(x))", 3, grow=10 * 2**20, ooms=1)
+    run("y = 1", 4, grow=0)
+    run("y = 1", 5, grow=0)
+    first, second, third, fourth, fifth = cuda_tracker.history()
+    assert first.devices == 1 and first.allocated_before == 0
+    assert first.allocated_after == 100 * 2**20 and first.peak == 150 * 2**20
+    assert first.reserved_after == first.allocated_after + 2**20
+    assert third.ooms == 1 and second.ooms == 0
+    assert third.rerun_leak and third.leak_bytes == 10 * 2**20 and third.rerun_of == 2
+    assert third.leak_kind == "cuda allocated"
+    assert not second.rerun_leak and not fifth.rerun_leak and fifth.rerun_of == 4
+    assert fourth.delta == 0
+    assert allocator.resets == 5  # peak stats reset before every cell
+    text = format_history(cuda_tracker.history())
+    assert "1 OOM!" in text and "LEAK" in text and "grew on rerun: [3]" in text
+    cuda_tracker.close()
+
+
+def test_broken_context_is_not_queried(monkeypatch):
+    from colab_gpu_guard import cuda_health
+
+    calls = []
+    monkeypatch.setattr(torch_support, "cuda_initialized", lambda torch=None: True)
+    monkeypatch.setattr(
+        torch_support, "fast_allocator_totals", lambda *args: calls.append(args) or []
+    )
+    cuda_health.mark_broken("device-side assert triggered")
+    try:
+        broken = MemoryTracker(nvml=False)
+        broken.pre_run_cell(types.SimpleNamespace(raw_cell="x"))
+        broken.post_run_cell(types.SimpleNamespace(execution_count=1))
+    finally:
+        cuda_health.clear()
+    assert calls == []
+    assert broken.history()[0].devices == 0
+
+
+def test_nvml_used_is_read_off_the_hot_path(monkeypatch):
+    monkeypatch.setattr(tracker, "nvml_used_per_device", lambda: [2**30, 2**29])
+    sampled = MemoryTracker()
+    sampled.pre_run_cell(types.SimpleNamespace(raw_cell="x"))
+    sampled.post_run_cell(types.SimpleNamespace(execution_count=1))
+    sampled._nvml.wait_idle()
+    assert sampled.history()[0].nvml_used_after == 2**30 + 2**29
+    sampled.close()
+
+
+def test_no_nvml_means_none_and_sampling_stops(monkeypatch):
+    monkeypatch.setattr(tracker, "nvml_used_per_device", lambda: None)
+    sampled = MemoryTracker()
+    for number in range(3):
+        sampled.pre_run_cell(types.SimpleNamespace(raw_cell="x"))
+        sampled.post_run_cell(types.SimpleNamespace(execution_count=number))
+        sampled._nvml.wait_idle()
+    assert all(record.nvml_used_after is None for record in sampled.history())
+    assert sampled._nvml.available is False
+    sampled.close()
+
+
+def test_format_history_and_limit():
+    assert "no cells recorded" in format_history([])
+    records = [
+        CellMemory(
+            cell=n,
+            allocated_before=0,
+            allocated_after=0,
+            peak=0,
+            reserved_after=0,
+            ooms=0,
+            nvml_used_after=None,
+            rerun_leak=False,
+            leak_bytes=0,
+            duration_s=0.5,
+            rss_after=2**30,
+        )
+        for n in range(1, 6)
+    ]
+    text = format_history(records, limit=2)
+    assert "[4]" in text and "[5]" in text and "[3]" not in text
+    assert "1.0 GiB" in text
+    with pytest.raises(ValueError):
+        format_history(records, limit=-1)
+
+
+def test_gpu_history_magic(ip, run_cell):
+    run_cell("z = 1")
+    with capture_output() as captured:
+        ip.run_line_magic("gpu_history", "--limit 1")
+    assert "memory history: 1 cell(s)" in captured.stdout
+    for bad in ("--limit -1", "--limit many", "--bogus"):
+        with pytest.raises(UsageError):
+            ip.run_line_magic("gpu_history", bad)
+    assert "Examples" in ip.find_line_magic("gpu_history").__doc__
