@@ -184,37 +184,15 @@ def _load_mallinfo2():
         return None
 
 
-_nvml_lock = threading.Lock()
-_nvml_ready: dict[int, bool] = {}
-
-
 def _nvml_module():
-    """Initialised pynvml, or None. Uses the package's NVML module (shared initialisation,
-    test fakes via ``nvml.set_pynvml``) when present, else initialises pynvml itself once."""
+    """Initialised pynvml (shared with the nvml module, test fakes included), or None."""
+    from . import nvml
+
     try:
-        from . import nvml as _nvml
-    except ImportError:
-        _nvml = None
-    if _nvml is not None:
-        try:
-            module, _failure = _nvml.initialised()
-        except Exception:
-            return None
-        return module
-    try:
-        import pynvml
+        module, _failure = nvml.initialised()
     except Exception:
         return None
-    with _nvml_lock:
-        state = _nvml_ready.get(id(pynvml))
-        if state is None:
-            try:
-                pynvml.nvmlInit()
-                state = True
-            except Exception:
-                state = False
-            _nvml_ready[id(pynvml)] = state
-    return pynvml if state else None
+    return module
 
 
 def nvml_used_per_device() -> Optional[list[int]]:
