@@ -18,8 +18,11 @@ def md(text: str):
     return new_markdown_cell(text.strip())
 
 
-def code(text: str):
-    return new_code_cell(text.strip())
+def code(text: str, tags=()):
+    cell = new_code_cell(text.strip())
+    if tags:  # "raises-exception": the cell fails on purpose; nbclient goes on
+        cell.metadata["tags"] = list(tags)
+    return cell
 
 
 QUICKSTART = [
@@ -70,6 +73,48 @@ Notebook cells get rerun out of order. With `--every-cell`, each cell is reseede
     code("_ = [random.random() for _ in range(10)]  # anything in between"),
     code("draw = torch.rand(2).tolist(); draw"),
     code("%seed_all --no-every-cell"),
+    md("""
+## See the GPU: `%gpu_status` and the panel
+
+Driver and CUDA versions, each GPU's memory as NVML sees it beside what this kernel's
+allocator holds, other processes on the GPU, and tensors left over, by name. Without a GPU
+it says why, and still shows host memory and CPU tensors.
+"""),
+    code("%gpu_status"),
+    code("%gpu_panel"),
+    md("""
+## Memory between runs: `%gpu_history` and `%gpu_reset`
+
+Each cell's memory effect is recorded. `%gpu_reset` releases what the notebook keeps
+without you knowing (output history, the last traceback's frames, allocator caches) and
+says what was freed and what is still held, by name.
+"""),
+    code("""
+weights = torch.randn(1024, 1024, device=device)
+weights * 2  # this result now lives on in Out and _
+"""),
+    code("%gpu_history"),
+    code("%gpu_reset --dry-run"),
+    code("%gpu_reset"),
+    md("""
+## CUDA errors explained: `%gpu_advice`
+
+When a cell dies with a CUDA error, the usual traceback is followed by the real cause and
+the fix. Here, a simulated out-of-memory error of the kind a too-large batch raises (for an
+OOM, the failed cell's frames are released automatically, so its tensors do not stay alive):
+"""),
+    code("%gpu_advice on"),
+    code(
+        """
+raise torch.OutOfMemoryError(
+    "CUDA out of memory. Tried to allocate 2.00 GiB. GPU 0 has a total capacity of "
+    "14.75 GiB of which 1.06 GiB is free. Including non-PyTorch memory, this process has "
+    "13.69 GiB memory in use. Of the allocated memory 13.50 GiB is allocated by PyTorch, "
+    "and 12.00 MiB is reserved by PyTorch but unallocated."
+)
+""",
+        tags=["raises-exception"],
+    ),
 ]
 
 
@@ -246,6 +291,108 @@ print("identical initial weights, disjoint samples, per-rank augmentation stream
 ]
 
 
+MEMORY_LEAKS = [
+    md("""
+# The "second run" problem: CUDA out of memory when you rerun a cell
+
+You train in a cell, rerun it, and memory climbs until "CUDA out of memory" — though
+every variable was reassigned. The notebook keeps the old tensors alive where you cannot
+see them: the output history (`Out`, `_`, `__`, `___`, `_N`), the last exception's
+traceback frames, and your own containers. `torch.cuda.empty_cache()` frees none of that;
+it only returns *unused* cached blocks. This notebook shows the problem and the cure. It
+runs on a CPU too (the figures are then host memory).
+"""),
+    code("""
+%load_ext colab_gpu_guard
+import torch
+
+device = "cuda" if torch.cuda.is_available() else "cpu"
+model = torch.nn.Linear(1024, 1024).to(device)
+predictions = []
+print(device)
+"""),
+    md("""
+## A training cell, run three times
+
+The last line's value lands in `Out` (and `_`), and `predictions.append(...)` keeps every
+run's outputs alive: the classic leak of collecting tensors across runs.
+"""),
+    code("""
+batch = torch.randn(2048, 1024, device=device)
+loss = model(batch).pow(2).mean()
+loss.backward()
+predictions.append(model(batch).detach())  # 8 MiB more every run
+model(batch)
+"""),
+    code("""
+batch = torch.randn(2048, 1024, device=device)
+loss = model(batch).pow(2).mean()
+loss.backward()
+predictions.append(model(batch).detach())  # 8 MiB more every run
+model(batch)
+"""),
+    code("""
+batch = torch.randn(2048, 1024, device=device)
+loss = model(batch).pow(2).mean()
+loss.backward()
+predictions.append(model(batch).detach())  # 8 MiB more every run
+model(batch)
+"""),
+    md("""
+Every cell's memory effect is recorded (allocated before/after and peak on a GPU, host
+memory on a CPU). The reruns of the same cell are flagged when they end with more memory
+than the previous run did:
+"""),
+    code("%gpu_history"),
+    md("""
+## A failed cell keeps its frames
+
+When a cell raises, Python keeps the traceback, and the traceback keeps every frame's
+locals: here a 32 MiB `activations` tensor inside `train_step`.
+"""),
+    code(
+        """
+def train_step():
+    activations = torch.randn(8_000_000, device=device)
+    raise RuntimeError("something went wrong after allocating")
+
+
+train_step()
+""",
+        tags=["raises-exception"],
+    ),
+    md("""
+## What is held, by name
+
+`%gpu_status` shows the leftovers by the name you would type to reach them, and who holds
+them. `%gpu_reset --dry-run` says what a reset would drop and free, changing nothing.
+"""),
+    code("%gpu_status"),
+    code("%gpu_reset --dry-run"),
+    md("""
+## The cure
+
+`%gpu_reset` drops output history entries that hold tensors (plain outputs survive), the
+last exception and its frames, then collects garbage and empties the CUDA caches, and
+reports what was freed and what is *still* held. It never deletes a variable you did not
+name.
+"""),
+    code("%gpu_reset"),
+    md("""
+`predictions` is still held: it is your variable, so `%gpu_reset` only frees it when you
+name it (or pass `--all`). Keep what you need on the CPU or as plain numbers instead:
+"""),
+    code("%gpu_reset predictions"),
+    code("""
+from colab_gpu_guard import find_leftovers
+
+names = [leftover.name for leftover in find_leftovers()]
+assert not any(name.startswith("predictions") for name in names), names
+print("still held:", names)
+"""),
+]
+
+
 def write(name: str, cells) -> Path:
     nb = new_notebook(cells=cells)
     nb.metadata["kernelspec"] = {
@@ -263,3 +410,4 @@ def write(name: str, cells) -> Path:
 if __name__ == "__main__":
     print(write("quickstart.ipynb", QUICKSTART))
     print(write("reproducibility.ipynb", REPRODUCIBILITY))
+    print(write("memory_leaks.ipynb", MEMORY_LEAKS))
