@@ -28,6 +28,7 @@ __all__ = [
     "jax_key",
     "load_ipython_extension",
     "memory_history",
+    "panel",
     "seed_all",
     "seed_worker",
     "unload_ipython_extension",
@@ -54,6 +55,7 @@ _EXPORTS = {
     "CellMemory": "tracker",
     "format_history": "tracker",
     "memory_history": "tracker",
+    "panel": "panel",
 }
 
 

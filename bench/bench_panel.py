@@ -1,0 +1,191 @@
+"""Cost of refreshing the %gpu_panel widget, against baselines measured in this same run.
+
+Run: python bench/bench_panel.py [--quick]
+
+In a real IPython shell with the extension loaded, a user namespace of CPU tensors (some
+held only by the output history) and NVML answering from a fake 2-GPU machine
+(tests/fake_pynvml.py), or from this machine's real NVML with --real-nvml:
+
+- snapshot: one ``gpu_status(leftovers=True, history=True)`` - the baseline: a refresh
+  must cost little more than the one snapshot it takes;
+- refresh: ``panel.refresh()`` (snapshot + render + write the changed widgets);
+- render only: ``refresh(status)`` with an already taken snapshot (nothing changed, and
+  with one changed value);
+- after 50 displays: the refresh cost when ``%gpu_panel`` was shown 50 times (one panel
+  per kernel, so it must not grow);
+- per cell: ``run_cell('pass')`` with the live panel vs without it.
+
+Prints medians (ms), ratios against the baselines, the targets and PASS/FAIL; exit status 1
+if a target fails.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import os
+import statistics
+import sys
+import time
+from typing import Callable
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+if ROOT not in sys.path:
+    sys.path.insert(0, ROOT)
+
+
+def timed(function: Callable[[], object], runs: int, warmup: int = 3) -> list[float]:
+    for _ in range(warmup):
+        function()
+    samples = []
+    for _ in range(runs):
+        start = time.perf_counter()
+        function()
+        samples.append((time.perf_counter() - start) * 1e3)
+    return samples
+
+
+def p90(samples: list[float]) -> float:
+    ordered = sorted(samples)
+    return ordered[min(len(ordered) - 1, int(len(ordered) * 0.9))]
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--quick", action="store_true", help="fewer repetitions")
+    parser.add_argument(
+        "--real-nvml", action="store_true", help="use this machine's NVML, not a fake 2-GPU one"
+    )
+    args = parser.parse_args(argv)
+    runs = 30 if args.quick else 200
+    cell_runs = 20 if args.quick else 100
+
+    from IPython.core.interactiveshell import InteractiveShell
+
+    from colab_gpu_guard import nvml
+    from colab_gpu_guard import panel as panel_module
+    from colab_gpu_guard.status import gpu_status
+
+    if not args.real_nvml:
+        from tests import fake_pynvml
+
+        nvml.set_pynvml(fake_pynvml.install(fake_pynvml.two_gpus()))
+    shell = InteractiveShell.instance()
+    shell.run_line_magic("load_ext", "colab_gpu_guard")
+    shell.run_cell(
+        "import torch\n"
+        "weights = {f'layer{i}': torch.ones(64, 64) for i in range(40)}\n"
+        "activations = [torch.zeros(128) for _ in range(20)]",
+        store_history=True,
+    )
+    for _ in range(5):
+        shell.run_cell("torch.ones(32, 32) * 2", store_history=True)  # output history
+    for _ in range(panel_module.HISTORY_CELLS + 10):  # a full per-cell history
+        shell.run_cell("pass", store_history=True)
+    machine = "real NVML" if args.real_nvml else "fake NVML, 2 GPUs (tests/fake_pynvml.py)"
+
+    # baseline: the snapshot a refresh takes
+    snapshot = timed(lambda: gpu_status(leftovers=True, history=True, top=panel_module._ALL), runs)
+    widget = panel_module.panel(shell)
+    refresh = timed(widget.refresh, runs)
+    status = widget.last_status
+    widget.refresh(status)
+    before = widget.updates
+    render_same = timed(lambda: widget.refresh(status), runs)
+    no_change_writes = (widget.updates - before) / (runs + 3)
+    later = dataclasses.replace(status, taken_at=status.taken_at + 1)
+    changed = [status, later]
+    counter = iter(range(10**9))
+    render_changed = timed(lambda: widget.refresh(changed[next(counter) % 2]), runs)
+
+    # one panel per kernel: showing it 50 times must not make refreshes dearer
+    for _ in range(50):
+        assert panel_module.panel(shell) is widget
+    callbacks = [
+        cb
+        for cb in shell.events.callbacks["post_run_cell"]
+        if isinstance(getattr(cb, "__self__", None), panel_module.GpuPanel)
+    ]
+    refresh_50 = timed(widget.refresh, runs)
+
+    # per-cell cost with the live panel against the same shell without it, interleaved
+    # (attach / detach between cells) so that machine noise hits both alike
+    registration = widget.registration
+    with_panel, without_panel = [], []
+
+    def one_cell(sink: list[float]) -> None:
+        start = time.perf_counter()
+        shell.run_cell("pass", store_history=True)
+        sink.append((time.perf_counter() - start) * 1e3)
+
+    for index in range(cell_runs + 3):
+        widget.attach(shell, registration)
+        one_cell(with_panel)
+        widget.detach()
+        one_cell(without_panel)
+        if index < 3:  # warm-up
+            with_panel.pop()
+            without_panel.pop()
+    widget.close()
+    shell.run_line_magic("unload_ext", "colab_gpu_guard")
+    nvml.set_pynvml(None)
+
+    base = statistics.median(snapshot)
+    rows = [
+        ("[baseline] gpu_status snapshot", snapshot, None, None),
+        ("panel.refresh()", refresh, statistics.median(refresh) / base, 1.5),
+        ("render only, nothing changed", render_same, statistics.median(render_same) / base, None),
+        ("render only, one value changed", render_changed, None, None),
+        (
+            "refresh after 50 displays",
+            refresh_50,
+            statistics.median(refresh_50) / statistics.median(refresh),
+            1.25,
+        ),
+        ("[baseline] run_cell, no panel", without_panel, None, None),
+        (
+            "run_cell with live panel",
+            with_panel,
+            statistics.median(with_panel) / statistics.median(without_panel),
+            None,
+        ),
+    ]
+    print(f"python {sys.version.split()[0]}; {machine}; {runs} runs (cells: {cell_runs})")
+    print(f"{'':34} {'median ms':>10} {'p90 ms':>8} {'ratio':>7}  target")
+    failed = False
+    for name, samples, ratio, target in rows:
+        line = f"{name:34} {statistics.median(samples):10.3f} {p90(samples):8.3f}"
+        line += f" {ratio:7.2f}" if ratio is not None else " " * 8
+        if target is not None:
+            ok = ratio <= target
+            failed |= not ok
+            line += f"  <= {target:g}x: {'PASS' if ok else 'FAIL'}"
+        print(line)
+    added = statistics.median(with_panel) - statistics.median(without_panel)
+    # a cell refresh = one snapshot + re-rendering the sections that changed (the per-cell
+    # history and the footer change after every cell)
+    added_target = 3.0
+    ok_added = added / base <= added_target
+    ok_writes = no_change_writes <= 1.0
+    ok_callbacks = len(callbacks) == 1
+    failed |= not (ok_added and ok_writes and ok_callbacks)
+    print()
+    print(
+        f"added per cell by the live panel: {added:.3f} ms = {added / base:.2f} x snapshot "
+        f"(target <= {added_target:g} x): {'PASS' if ok_added else 'FAIL'}"
+    )
+    print(
+        f"widget values written by a refresh with nothing new: {no_change_writes:.2f} "
+        f"(target <= 1, the footer's time): {'PASS' if ok_writes else 'FAIL'}"
+    )
+    print(
+        f"post_run_cell callbacks after 51 displays: {len(callbacks)} (target 1): "
+        f"{'PASS' if ok_callbacks else 'FAIL'}"
+    )
+    print("ratio = median / baseline median; refresh after 50 displays is against refresh.")
+    print("FAIL" if failed else "PASS")
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,727 @@
+"""The %gpu_panel widget in a real IPython shell: its tree for 0/1/2 (fake) GPUs, the
+buttons, HTML escaping, refreshing after cells, closing, and %reload_ext hygiene.
+
+Runs with ipywidgets 8 (the main .venv) and 7.7.1 (the Colab-like environments)."""
+
+from __future__ import annotations
+
+import dataclasses
+import gc
+import importlib
+import os
+import subprocess
+import sys
+import types
+import weakref
+
+import pytest
+
+ipywidgets = pytest.importorskip("ipywidgets")
+
+from colab_gpu_guard import cuda_health, nvml  # noqa: E402
+from colab_gpu_guard import panel as panel_module  # noqa: E402
+from colab_gpu_guard.status import CellRecord, DeviceMemory, LeftoverEntry  # noqa: E402
+from tests import fake_pynvml  # noqa: E402
+from tests.fake_pynvml import GiB, MiB  # noqa: E402
+
+HOSTILE = '<img src=x onerror="alert(1)"><script>alert(2)</script>'
+RAW_MARKERS = ("<img", "<script", 'onerror="')
+CORE_MODULES = ("@jupyter-widgets/controls", "@jupyter-widgets/base")
+
+
+# ---------------------------------------------------------------- fixtures and helpers
+
+
+@pytest.fixture(autouse=True)
+def clean_state(monkeypatch):
+    for key in ("COLAB_RELEASE_TAG", "COLAB_GPU", "COLAB_BACKEND_VERSION", "CUDA_VISIBLE_DEVICES"):
+        monkeypatch.delenv(key, raising=False)
+    monkeypatch.delitem(sys.modules, "google.colab", raising=False)
+    nvml.set_pynvml(fake_pynvml.install(fake_pynvml.no_library()))
+    yield
+    for instance in list(panel_module._panels.values()):
+        instance.close()
+    panel_module._panels.clear()
+    nvml.set_pynvml(None)
+    cuda_health.clear()
+
+
+@pytest.fixture
+def world():
+    """world(fake_world): NVML answers from that fake machine from now on."""
+
+    def use(fake_world):
+        nvml.set_pynvml(fake_pynvml.install(fake_world))
+        return fake_world
+
+    return use
+
+
+@pytest.fixture
+def torch():
+    return pytest.importorskip("torch")
+
+
+@pytest.fixture
+def show(ip):
+    """Run `%gpu_panel [args]` in the shell and return the panel it shows."""
+
+    def run(args: str = ""):
+        result = ip.run_cell(f"%gpu_panel {args}".strip(), store_history=True)
+        assert result.error_in_exec is None, result.error_in_exec
+        instance = panel_module.current_panel(ip)
+        assert instance is not None
+        return instance
+
+    return run
+
+
+def all_widgets(root):
+    """Every widget reachable from root through children."""
+    found = [root]
+    for child in getattr(root, "children", ()) or ():
+        found.extend(all_widgets(child))
+    return found
+
+
+def html_of(instance) -> str:
+    return "\n".join(w.value for w in all_widgets(instance) if isinstance(w, ipywidgets.HTML))
+
+
+def panel_callbacks(ip):
+    return [
+        cb
+        for cb in ip.events.callbacks["post_run_cell"]
+        if isinstance(getattr(cb, "__self__", None), panel_module.GpuPanel)
+    ]
+
+
+def assert_escaped(text: str) -> None:
+    for marker in RAW_MARKERS:
+        assert marker not in text, f"unescaped {marker!r} in panel HTML"
+
+
+# ---------------------------------------------------------------- the widget tree
+
+
+def test_no_gpu_tree_says_why_and_stays_useful(ip, run_cell, show, torch):
+    run_cell("import torch\nweights_on_cpu = torch.ones(256, 1024)")
+    instance = show()
+    assert isinstance(instance, ipywidgets.VBox)
+    assert "cgg-panel" in instance._dom_classes
+    # core widgets only: Colab renders them without a custom widget manager
+    for widget in all_widgets(instance):
+        assert widget._model_module in CORE_MODULES, type(widget)
+        assert widget._view_module in CORE_MODULES, type(widget)
+    assert "no GPU" in instance.header.value
+    assert "torch" in instance.header.value and "CPU-only build" in instance.header.value
+    assert "Colab: no" in instance.header.value
+    assert "CUDA not initialised" in instance.header.value
+    (only,) = instance.devices.children
+    assert "No GPU: no NVIDIA driver on this machine" in only.value
+    assert "host RAM" in only.value and "available of" in only.value
+    assert "<code>weights_on_cpu</code>" in instance.leftovers.value
+    assert "(256, 1024)" in instance.leftovers.value and "1.00 MiB" in instance.leftovers.value
+    assert "held by output history / tracebacks" in instance.leftovers.value
+    assert "Per-cell history" in instance.history.value
+    assert "host RAM" in instance.footer.value
+    labels = [w.description for w in instance.actions.children]
+    assert labels == ["Refresh", "Free memory", "seed", "deterministic", "Seed"]
+    assert isinstance(instance.seed_value, ipywidgets.IntText)
+    assert isinstance(instance.deterministic, ipywidgets.Checkbox)
+
+
+def test_zero_gpus_says_nvml_lists_none(world, show):
+    world(fake_pynvml.zero_gpus())
+    instance = show()
+    (only,) = instance.devices.children
+    assert "No GPU: NVML works but lists no GPU" in only.value
+    assert "driver 550.54.15" in instance.header.value
+    assert "CUDA driver 12.4" in instance.header.value
+
+
+def test_one_gpu_tree(world, show):
+    world(fake_pynvml.one_gpu())
+    instance = show()
+    assert "Tesla T4" in instance.header.value
+    assert "driver 550.54.15" in instance.header.value
+    (device,) = instance.devices.children
+    text = device.value
+    assert "GPU 0: Tesla T4" in text
+    assert "utilisation 37%" in text and "memory bus 12%" in text
+    assert "temperature 51 °C" in text and "power 32 W / 70 W" in text
+    # NVML charges 1.25 GiB to this process; torch has no CUDA here: one "this kernel" part
+    assert 'cgg-seg-kernel" title="this kernel (NVML; no allocator figures): 1.25 GiB' in text
+    # NVML used (3750 MiB) less what it charges to this process (1280 MiB)
+    assert "cgg-seg-others" in text and "other processes <b>2.41 GiB</b>" in text
+    assert "reserved by the driver <b>256.00 MiB</b>" in text
+    assert "free <b>11.09 GiB</b>" in text
+    assert "other_trainer (PID 5000001, 2.50 GiB)" in text
+    assert "python3" not in text.split("other processes:")[1]  # this kernel is not "other"
+
+
+def test_two_gpus_tree(world, show):
+    world(fake_pynvml.two_gpus())
+    instance = show()
+    assert "NVIDIA A100-SXM4-40GB, NVIDIA H100 80GB HBM3" in instance.header.value
+    first, second = instance.devices.children
+    assert "GPU 0: NVIDIA A100-SXM4-40GB" in first.value
+    assert "mig_job_a" in first.value and "mig_job_b" in first.value
+    assert "GPU 1: NVIDIA H100 80GB HBM3" in second.value
+    assert "this kernel (NVML; no allocator figures): 6.00 GiB" in second.value
+    assert "other processes <b>0 B</b>" in second.value
+
+
+def test_same_model_twice_is_counted_once(world, show):
+    machine = fake_pynvml.two_gpus()
+    machine.gpus[0] = dataclasses.replace(machine.gpus[1], uuid="GPU-cccc", bus_id="0:1:0.0")
+    world(machine)
+    instance = show()
+    assert "2 x NVIDIA H100 80GB HBM3" in instance.header.value
+
+
+def test_device_bar_splits_allocator_context_others_driver_free(world, show):
+    world(fake_pynvml.one_gpu())
+    instance = show()
+    base = instance.last_status
+    mine = DeviceMemory(
+        device=0,
+        allocated=512 * MiB,
+        reserved=768 * MiB,
+        peak_allocated=700 * MiB,
+        num_ooms=0,
+        nvml_index=0,
+        matched_by="uuid",
+        nvml_used_by_this_process=1_280 * MiB,
+        context_and_other=512 * MiB,
+    )
+    status = dataclasses.replace(base, memory=(mine,))
+    device = status.nvml.devices[0]
+    segments = panel_module.device_segments(status, device)
+    assert segments == [
+        ("tensors", 512 * MiB),
+        ("cache", 256 * MiB),
+        ("context", 512 * MiB),
+        ("others", 3_750 * MiB - 1_280 * MiB),
+        ("driver", 256 * MiB),
+        ("free", 15_360 * MiB - 3_750 * MiB - 256 * MiB),
+    ]
+    assert sum(size for _, size in segments) == device.memory_total
+    instance.refresh(status)
+    text = instance.devices.children[0].value
+    assert "GPU 0: Tesla T4 (cuda:0)" in text
+    for key in ("tensors", "cache", "context", "others", "driver", "free"):
+        assert f"cgg-seg-{key}" in text
+    assert "this kernel&#x27;s tensors (allocated): 512.00 MiB (3.3%)" in text
+
+
+def test_device_bar_when_nvml_cannot_see_this_pid(world, show):
+    world(fake_pynvml.one_gpu(this_pid=4_999_999))  # a container: NVML reports host PIDs
+    instance = show()
+    status = instance.last_status
+    mine = DeviceMemory(
+        0,
+        allocated=GiB,
+        reserved=2 * GiB,
+        peak_allocated=GiB,
+        num_ooms=0,
+        nvml_index=0,
+        matched_by="uuid",
+    )
+    status = dataclasses.replace(status, memory=(mine,))
+    segments = dict(panel_module.device_segments(status, status.nvml.devices[0]))
+    assert segments["tensors"] == GiB and segments["cache"] == GiB
+    assert "context" not in segments
+    assert segments["others+context"] == 3_750 * MiB - 2 * GiB
+
+
+def test_device_parts_are_reused_and_follow_the_device_count(world, show):
+    world(fake_pynvml.two_gpus())
+    instance = show()
+    parts = instance.devices.children
+    assert len(parts) == 2
+    instance.refresh()
+    assert instance.devices.children == parts  # same widgets, updated in place
+    world(fake_pynvml.one_gpu())
+    instance.refresh()
+    assert len(instance.devices.children) == 1
+    assert instance.devices.children[0] is parts[0]
+    assert parts[1].comm is None  # the dropped part was closed
+    world(fake_pynvml.no_library())
+    instance.refresh()
+    assert "No GPU" in instance.devices.children[0].value
+
+
+def test_broken_context_badge_says_restart(world, show):
+    world(fake_pynvml.one_gpu())
+    cuda_health.mark_broken("CUDA error: device-side assert triggered")
+    instance = show()
+    assert "cgg-health-broken" in instance.header.value
+    assert "CUDA context broken: restart the runtime" in instance.header.value
+    assert "device-side assert triggered" in instance.header.value  # tooltip
+    assert "restart the runtime" in instance.notes.value
+
+
+def test_colab_is_detected_in_the_header(monkeypatch, show):
+    monkeypatch.setenv("COLAB_RELEASE_TAG", "release-colab-20240101")
+    instance = show()
+    assert "Colab: yes" in instance.header.value
+    assert "Change runtime type" in instance.notes.value
+
+
+# ---------------------------------------------------------------- refresh cost and updates
+
+
+def test_refresh_writes_only_what_changed(show):
+    instance = show()
+    status = instance.last_status
+    before = instance.updates
+    assert instance.refresh(status) == 0  # the same snapshot: nothing written
+    assert instance.updates == before
+    later = dataclasses.replace(status, taken_at=status.taken_at + 3600)
+    assert instance.refresh(later) == 1  # only the footer's time changed
+    assert instance.updates == before + 1
+
+
+def test_refresh_takes_exactly_one_snapshot(ip, show, monkeypatch):
+    instance = show()
+    calls = []
+    real = panel_module._take_status
+
+    def counting(shell):
+        calls.append(shell)
+        return real(shell)
+
+    monkeypatch.setattr(instance, "_snapshot", counting)
+    instance.refresh_button.click()
+    assert calls == [ip]
+
+
+def test_showing_again_reuses_the_panel_and_cost_does_not_grow(ip, run_cell, show):
+    first = show()
+    for _ in range(5):
+        assert show() is first
+    assert len(panel_callbacks(ip)) == 1
+    before = first.refreshes
+    run_cell("a_value = 1")
+    assert first.refreshes == before + 1
+
+
+def test_api_returns_the_same_widget_and_module_is_callable(ip, show):
+    module = importlib.import_module("colab_gpu_guard.panel")
+    widget = module.panel()
+    assert isinstance(widget, panel_module.GpuPanel)
+    assert module() is widget  # the module is callable: colab_gpu_guard.panel()
+    import colab_gpu_guard
+
+    assert colab_gpu_guard.panel() is widget
+    assert show() is widget
+    assert len(panel_callbacks(ip)) == 1
+
+
+# ---------------------------------------------------------------- refreshing after cells
+
+
+def test_refreshes_after_each_cell(ip, run_cell, show, torch):
+    instance = show()
+    before = instance.refreshes
+    run_cell("import torch\nnew_tensor_after_panel = torch.zeros(64, 64)")
+    assert instance.refreshes == before + 1
+    assert "new_tensor_after_panel" in instance.leftovers.value
+    run_cell("del new_tensor_after_panel")
+    assert instance.refreshes == before + 2
+    assert "new_tensor_after_panel" not in instance.leftovers.value
+
+
+def test_close_stops_refreshes(ip, run_cell, show):
+    instance = show()
+    assert instance.live
+    instance.close()
+    assert instance.closed and not instance.live
+    assert panel_callbacks(ip) == []
+    before = instance.refreshes
+    run_cell("b_value = 2")
+    assert instance.refreshes == before
+    assert all(w.comm is None for w in all_widgets(instance))
+    assert panel_module.current_panel(ip) is None
+    assert show() is not instance  # a fresh one after closing
+
+
+def test_close_all_stops_refreshes(ip, run_cell, show):
+    instance = show()
+    ipywidgets.Widget.close_all()
+    assert instance.closed
+    assert panel_callbacks(ip) == []
+    before = instance.refreshes
+    run_cell("c_value = 3")
+    assert instance.refreshes == before
+
+
+def test_close_magic_and_new(ip, show):
+    first = show()
+    second = show("--new")
+    assert second is not first and first.closed
+    assert len(panel_callbacks(ip)) == 1
+    ip.run_cell("%gpu_panel --close", store_history=True)
+    assert second.closed
+    assert panel_module.current_panel(ip) is None
+    assert panel_callbacks(ip) == []
+
+
+def test_unload_stops_and_reload_has_no_duplicate_callbacks(ip, run_cell, show):
+    old = show()
+    ip.run_line_magic("reload_ext", "colab_gpu_guard")
+    assert not old.live
+    assert old.refresh_button.disabled and old.free_button.disabled and old.seed_button.disabled
+    assert "no longer refreshes" in old.message.value
+    assert panel_callbacks(ip) == []
+    new = show()
+    assert new is not old
+    show()
+    ip.run_line_magic("reload_ext", "colab_gpu_guard")
+    ip.run_line_magic("reload_ext", "colab_gpu_guard")
+    newest = show()
+    assert len(panel_callbacks(ip)) == 1
+    counts = (old.refreshes, new.refreshes, newest.refreshes)
+    run_cell("d_value = 4")
+    assert (old.refreshes, new.refreshes, newest.refreshes) == (
+        counts[0],
+        counts[1],
+        counts[2] + 1,
+    )
+    ip.run_line_magic("unload_ext", "colab_gpu_guard")
+    assert panel_callbacks(ip) == []
+    run_cell("e_value = 5")
+    assert newest.refreshes == counts[2] + 1
+    ip.run_line_magic("load_ext", "colab_gpu_guard")  # the fixture unloads it
+
+
+def test_api_panel_without_the_extension_hooks_the_shell_then_moves_under_it(ip, run_cell):
+    ip.run_line_magic("unload_ext", "colab_gpu_guard")
+    try:
+        widget = panel_module.panel(ip)
+        assert widget.live and widget.registration is None
+        assert len(panel_callbacks(ip)) == 1
+        before = widget.refreshes
+        run_cell("f_value = 6")
+        assert widget.refreshes == before + 1
+    finally:
+        ip.run_line_magic("load_ext", "colab_gpu_guard")
+    ip.run_cell("%gpu_panel", store_history=True)
+    assert panel_module.current_panel(ip) is widget
+    assert widget.registration is not None  # now %unload_ext stops it
+    assert len(panel_callbacks(ip)) == 1
+
+
+def test_snapshot_failure_is_shown_not_raised(ip, run_cell, show, monkeypatch):
+    instance = show()
+    tracebacks = []
+    monkeypatch.setattr(ip, "showtraceback", lambda *a, **k: tracebacks.append(a))
+
+    def broken(shell):
+        raise RuntimeError("NVML exploded " + HOSTILE)
+
+    monkeypatch.setattr(instance, "_snapshot", broken)
+    result = run_cell("g_value = 7")
+    assert result.success
+    instance.refresh_button.click()
+    assert tracebacks == []
+    assert "snapshot failed: RuntimeError: NVML exploded" in instance.message.value
+    assert_escaped(instance.message.value)
+
+
+# ---------------------------------------------------------------- the buttons
+
+
+def test_seed_button_seeds_every_rng(ip, show, torch):
+    import random
+
+    instance = show()
+    instance.seed_value.value = 1234
+    instance.deterministic.value = False
+    instance.seed_button.click()
+    drawn = (random.random(), torch.rand(3).tolist())
+    random.seed(1234)
+    torch.manual_seed(1234)
+    assert drawn == (random.random(), torch.rand(3).tolist())
+    assert "seed_all: seed 1234 (given)" in instance.message.value
+    assert "cgg-msg-ok" in instance.message.value
+    assert not torch.are_deterministic_algorithms_enabled()
+
+
+def test_seed_button_deterministic_checkbox(ip, show, torch):
+    instance = show()
+    instance.seed_value.value = 5
+    instance.deterministic.value = True
+    try:
+        instance.seed_button.click()
+        assert torch.are_deterministic_algorithms_enabled()
+        assert "deterministic algorithms on" in instance.message.value
+    finally:
+        from colab_gpu_guard import seeding
+
+        seeding.seed_all(0)
+    assert not torch.are_deterministic_algorithms_enabled()
+
+
+def test_failing_seed_shows_the_error_in_the_panel(ip, show, monkeypatch):
+    instance = show()
+    tracebacks = []
+    monkeypatch.setattr(ip, "showtraceback", lambda *a, **k: tracebacks.append(a))
+    instance.seed_value.value = -1
+    instance.seed_button.click()
+    assert tracebacks == []
+    assert "cgg-msg-error" in instance.message.value
+    assert "Seed failed: ValueError: seed must be" in instance.message.value
+
+
+def test_refresh_button_takes_a_new_snapshot(ip, show):
+    instance = show()
+    before = instance.refreshes
+    ip.user_ns["late_name"] = None
+    instance.refresh_button.click()
+    assert instance.refreshes == before + 1
+
+
+def test_free_memory_button_releases_output_history(ip, run_cell, show, torch):
+    pytest.importorskip("colab_gpu_guard.memory")
+    run_cell("import torch, weakref")
+    result = run_cell("torch.ones(512, 1024) * 3")  # the result lands in Out / _ / _N
+    probe = weakref.ref(result.result)
+    del result
+    run_cell("pass")
+    instance = show()
+    assert probe() is not None
+    assert "output history" in instance.leftovers.value
+    assert "2.00 MiB" in instance.leftovers.value.split("held by output history")[1]
+    instance.free_button.click()
+    gc.collect()
+    assert probe() is None, "the tensor held by Out[] survived Free memory"
+    assert "cgg-msg-ok" in instance.message.value
+    assert "gpu_reset: dropped " in instance.message.value
+    assert "freed 2.00 MiB" in instance.message.value
+    assert "output history" not in instance.leftovers.value.split("<table")[-1].split("</table>")[0]
+
+
+def test_free_memory_never_deletes_user_variables(ip, run_cell, show, torch):
+    pytest.importorskip("colab_gpu_guard.memory")
+    run_cell("import torch\nkept_by_user = torch.ones(128)")
+    instance = show()
+    instance.free_button.click()
+    assert "kept_by_user" in ip.user_ns
+    assert "kept_by_user" in instance.leftovers.value
+
+
+def test_failing_free_shows_the_error_in_the_panel(ip, show, monkeypatch):
+    instance = show()
+    tracebacks = []
+    monkeypatch.setattr(ip, "showtraceback", lambda *a, **k: tracebacks.append(a))
+    fake_memory = types.ModuleType("colab_gpu_guard.memory")
+
+    def gpu_reset(*names, **kwargs):
+        raise RuntimeError("CUDA error: " + HOSTILE)
+
+    fake_memory.gpu_reset = gpu_reset
+    monkeypatch.setitem(sys.modules, "colab_gpu_guard.memory", fake_memory)
+    instance.free_button.click()
+    assert tracebacks == []
+    assert "Free memory failed: RuntimeError: CUDA error:" in instance.message.value
+    assert_escaped(instance.message.value)
+
+
+def test_free_passes_no_all_and_shows_the_summary(ip, show, monkeypatch):
+    instance = show()
+    seen = {}
+
+    class Report:
+        def __str__(self):
+            return "gpu_reset: freed 3.00 MiB\n  Out[3] cleared"
+
+    fake_memory = types.ModuleType("colab_gpu_guard.memory")
+
+    def gpu_reset(*names, **kwargs):
+        seen["names"], seen["kwargs"] = names, kwargs
+        return Report()
+
+    fake_memory.gpu_reset = gpu_reset
+    monkeypatch.setitem(sys.modules, "colab_gpu_guard.memory", fake_memory)
+    instance.free_button.click()
+    assert seen == {"names": (), "kwargs": {"shell": ip}}
+    assert "gpu_reset: freed 3.00 MiB" in instance.message.value
+    assert "Out[3] cleared" in instance.message.value  # in the details
+
+
+# ---------------------------------------------------------------- escaping
+
+
+def test_hostile_names_are_escaped_everywhere(ip, run_cell, world, show, torch):
+    machine = fake_pynvml.one_gpu()
+    machine.gpus[0].name = HOSTILE
+    machine.gpus[0].processes[0].name = HOSTILE
+    world(machine)
+    cuda_health.mark_broken(HOSTILE)
+    ip.user_ns["hostile_holder"] = {HOSTILE: torch.ones(8)}
+    instance = show()
+    text = html_of(instance)
+    assert "hostile_holder[" in instance.leftovers.value
+    assert "&lt;img src=x onerror=&quot;alert(1)&quot;&gt;" in instance.header.value
+    assert "&lt;script&gt;" in instance.devices.children[0].value
+    assert_escaped(text)
+    record = CellRecord(
+        cell=HOSTILE, allocated_after=GiB, peak=2 * GiB, rerun_leak=True, leak_bytes=MiB
+    )
+    entry = LeftoverEntry(
+        name=HOSTILE,
+        holder=HOSTILE,
+        shape=(1,),
+        dtype=HOSTILE,
+        device=HOSTILE,
+        nbytes=4,
+        shared_with=(HOSTILE,),
+    )
+    status = dataclasses.replace(
+        instance.last_status,
+        history=(record,),
+        leftovers=(entry,),
+        leftovers_count=1,
+        notes=(HOSTILE,),
+        leftovers_note=HOSTILE,
+        history_note=HOSTILE,
+    )
+    instance.refresh(status)
+    assert_escaped(html_of(instance))
+    assert_escaped(panel_module.render_message("error", HOSTILE, HOSTILE))
+    nohost = dataclasses.replace(status, leftovers=None, history=None)
+    assert_escaped(panel_module.render_leftovers(nohost) + panel_module.render_history(nohost))
+    del ip.user_ns["hostile_holder"]
+
+
+# ---------------------------------------------------------------- leftovers and history
+
+
+def test_leftovers_show_the_top_ten_and_the_freeable_total(show):
+    instance = show()
+    entries = tuple(
+        LeftoverEntry(
+            name=f"t{index}",
+            holder="output history" if index % 2 else "user variable",
+            shape=(index + 1, 4),
+            dtype="float32",
+            device="cuda:0",
+            nbytes=(index + 1) * MiB,
+            storage_id=index,
+        )
+        for index in range(12)
+    )
+    status = dataclasses.replace(
+        instance.last_status,
+        leftovers=tuple(sorted(entries, key=lambda e: -e.nbytes)),
+        leftovers_count=12,
+        leftovers_bytes=78 * MiB,
+    )
+    text = panel_module.render_leftovers(status)
+    assert "12 arrays, 78.00 MiB in all (the 10 biggest shown)" in text
+    assert text.count("<code>") == 10
+    assert "<code>t11</code>" in text and "<code>t1</code>" not in text
+    # odd indexes are output history: 2+4+...+12 MiB = 42 MiB, including the two not shown
+    assert "held by output history / tracebacks: <b>42.00 MiB</b>" in text
+    assert "(12, 4)" in text and "cuda:0" in text and "float32" in text
+
+
+def test_history_chart_marks_peaks_leaks_and_cells(show):
+    instance = show()
+    records = tuple(
+        CellRecord(
+            cell=number,
+            allocated_before=0,
+            allocated_after=number * 100 * MiB,
+            peak=number * 150 * MiB,
+            reserved_after=number * 128 * MiB,
+            rerun_leak=number == 7,
+            leak_bytes=64 * MiB if number == 7 else None,
+        )
+        for number in range(3, 9)
+    )
+    status = dataclasses.replace(instance.last_status, history=records, history_note=None)
+    text = panel_module.render_history(status)
+    assert "<svg" in text and text.count('<g class="cgg-cell">') == 6
+    assert (
+        "<title>cell [7]: allocated 700.00 MiB, peak 1.03 GiB, reserved 896.00 MiB, "
+        "LEAK on rerun: 64.00 MiB</title>"
+    ) in text
+    assert text.count('fill="#d62728"') == 2  # the leaked bar and its marker
+    assert "1 rerun leak" in text
+    assert 'stroke-dasharray="2,1"' in text  # peaks
+    for number in range(3, 9):
+        assert f">{number}</text>" in text
+    assert "last [8] 800.00 MiB" in text
+    instance.refresh(status)
+    assert instance.history.value == text
+
+
+def test_history_without_gpu_figures_says_so(show):
+    instance = show()
+    records = (CellRecord(cell=1), CellRecord(cell=2))
+    status = dataclasses.replace(instance.last_status, history=records, history_note=None)
+    text = panel_module.render_history(status)
+    assert "2 cells, no GPU memory figures" in text and "<svg" not in text
+
+
+def test_history_from_the_real_tracker(ip, run_cell, show):
+    pytest.importorskip("colab_gpu_guard.tracker")
+    instance = show()
+    run_cell("h_value = 8")
+    run_cell("h_value += 1")
+    assert instance.last_status.history is not None
+    assert "Per-cell history" in instance.history.value
+
+
+# ---------------------------------------------------------------- import cost
+
+
+def test_load_ext_does_not_import_the_panel_or_ipywidgets():
+    code = (
+        "import sys\n"
+        "from IPython.core.interactiveshell import InteractiveShell\n"
+        "shell = InteractiveShell.instance()\n"
+        "shell.run_line_magic('load_ext', 'colab_gpu_guard')\n"
+        "print('colab_gpu_guard.panel' in sys.modules, 'ipywidgets' in sys.modules)\n"
+    )
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    out = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, cwd=root, timeout=120
+    )
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.split()[-2:] == ["False", "False"]
+
+
+# ---------------------------------------------------------------- real CUDA (lent GPU machines)
+
+
+@pytest.mark.gpu
+def test_real_gpu_bar_and_free_memory(ip, run_cell, show, torch):
+    """On a real GPU: the bar's tensor segment covers this kernel's CUDA tensors, the badge
+    says the context is ok, and Free memory releases a CUDA tensor held only by Out[]."""
+    nvml.set_pynvml(None)
+    run_cell("import torch\ngpu_kept = torch.ones(64, 1024, 1024, device='cuda')")  # 256 MiB
+    run_cell("torch.ones(32, 1024, 1024, device='cuda') * 2")  # 128 MiB, only in Out[]
+    run_cell("pass")
+    instance = show()
+    status = instance.last_status
+    assert status.has_gpu, status.nvml.error
+    assert "CUDA context ok" in instance.header.value
+    index = status.memory[0].nvml_index
+    assert index is not None, status.memory
+    device = status.nvml.devices[index]
+    segments = dict(panel_module.device_segments(status, device))
+    assert segments["tensors"] >= 384 * MiB
+    assert segments["free"] == device.memory_free
+    assert "cgg-seg-tensors" in instance.devices.children[index].value
+    assert "<code>gpu_kept</code>" in instance.leftovers.value
+    before = torch.cuda.memory_allocated()
+    instance.free_button.click()
+    assert "cgg-msg-ok" in instance.message.value, instance.message.value
+    assert torch.cuda.memory_allocated() <= before - 128 * MiB
+    assert "gpu_kept" in ip.user_ns
+    del ip.user_ns["gpu_kept"]
+    ip.run_line_magic("gpu_reset", "")
