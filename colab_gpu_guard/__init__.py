@@ -63,7 +63,9 @@ def __getattr__(name: str) -> Any:
     module = _EXPORTS.get(name)
     if module is None:
         raise AttributeError(f"module 'colab_gpu_guard' has no attribute {name!r}")
-    value = getattr(importlib.import_module(f"{__name__}.{module}"), name)
+    imported = importlib.import_module(f"{__name__}.{module}")
+    # `panel` is a callable module: colab_gpu_guard.panel() shows the panel.
+    value = imported if name == module else getattr(imported, name)
     globals()[name] = value
     return value
 

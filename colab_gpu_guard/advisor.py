@@ -32,7 +32,7 @@ import types
 from dataclasses import asdict, dataclass, field
 from typing import Any, Callable, Iterator, Optional
 
-from . import cuda_health
+from . import cuda_health, units
 from .frameworks import torch_support
 
 # ---------------------------------------------------------------- kinds
@@ -181,13 +181,7 @@ def parse_size(text: str) -> Optional[int]:
 
 
 def format_bytes(size: Optional[float]) -> str:
-    if size is None:
-        return "unknown"
-    size = float(size)
-    for unit, scale in (("GiB", 2**30), ("MiB", 2**20), ("KiB", 2**10)):
-        if abs(size) >= scale:
-            return f"{size / scale:.2f} {unit}"
-    return f"{int(size)} bytes"
+    return units.format_bytes(size, digits=2, none="unknown")
 
 
 # ---------------------------------------------------------------- message parsing

@@ -28,6 +28,8 @@ from typing import Any, Callable, Optional
 
 import ipywidgets as widgets
 
+from .units import format_bytes
+
 __all__ = ["GpuPanel", "current_panel", "panel", "stop_panels"]
 
 TOP_LEFTOVERS = 10
@@ -62,19 +64,6 @@ _WARN = "color:#b00020"
 def _e(value: Any) -> str:
     """Escape text for HTML (element content and quoted attributes)."""
     return html.escape(str(value), quote=True)
-
-
-def fmt_bytes(value: Optional[float]) -> str:
-    """1536 -> '1.50 KiB'; None -> 'n/a'."""
-    if value is None:
-        return "n/a"
-    sign = "-" if value < 0 else ""
-    amount = float(abs(value))
-    for unit in ("B", "KiB", "MiB", "GiB", "TiB"):
-        if amount < 1024 or unit == "TiB":
-            return f"{sign}{int(amount)} B" if unit == "B" else f"{sign}{amount:.2f} {unit}"
-        amount /= 1024
-    raise AssertionError("unreachable")
 
 
 # ---------------------------------------------------------------- rendering (pure functions)
@@ -165,7 +154,7 @@ def _bar(segments: list[tuple[str, int]], total: Optional[int]) -> str:
     for key, size in segments:
         label, colour = SEGMENTS[key]
         share = 100.0 * size / whole
-        tip = f"{label}: {fmt_bytes(size)} ({share:.1f}%)"
+        tip = f"{label}: {format_bytes(size)} ({share:.1f}%)"
         if size > 0:
             cells.append(
                 f'<div class="cgg-seg cgg-seg-{key}" title="{_e(tip)}" '
@@ -175,7 +164,7 @@ def _bar(segments: list[tuple[str, int]], total: Optional[int]) -> str:
             f'<span class="cgg-legend-{key}" style="white-space:nowrap;margin-right:10px">'
             f'<span style="display:inline-block;width:9px;height:9px;background:{colour};'
             f'border:1px solid #999;margin-right:3px"></span>{_e(label)} '
-            f"<b>{_e(fmt_bytes(size))}</b></span> "
+            f"<b>{_e(format_bytes(size))}</b></span> "
         )
     return (
         '<div class="cgg-bar" style="display:flex;width:100%;max-width:640px;height:16px;'
@@ -203,8 +192,8 @@ def render_device(status: Any, device: Any) -> str:
         parts.append(f' <span style="{_WARN}">GPU is lost (fell off the bus)</span>')
     if device.memory_total is not None:
         parts.append(
-            f" &middot; {_e(fmt_bytes(device.memory_used))} used of "
-            f"{_e(fmt_bytes(device.memory_total))}"
+            f" &middot; {_e(format_bytes(device.memory_used))} used of "
+            f"{_e(format_bytes(device.memory_total))}"
         )
     parts.append(_bar(device_segments(status, device), device.memory_total))
     if device.memory_total is None:
@@ -223,7 +212,7 @@ def render_device(status: Any, device: Any) -> str:
     if others:
         shown = sorted(others, key=lambda p: -(p.used_memory or 0))[:5]
         items = ", ".join(
-            f"{_e(p.name or '(name n/a)')} (PID {int(p.pid)}, {_e(fmt_bytes(p.used_memory))})"
+            f"{_e(p.name or '(name n/a)')} (PID {int(p.pid)}, {_e(format_bytes(p.used_memory))})"
             for p in shown
         )
         more = f" and {len(others) - len(shown)} more" if len(others) > len(shown) else ""
@@ -247,8 +236,8 @@ def render_no_gpu(status: Any) -> str:
         ram = host.note
     else:
         ram = (
-            f"host RAM {fmt_bytes(host.ram_available)} available of "
-            f"{fmt_bytes(host.ram_total)}; this kernel uses {fmt_bytes(host.process_rss)}"
+            f"host RAM {format_bytes(host.ram_available)} available of "
+            f"{format_bytes(host.ram_total)}; this kernel uses {format_bytes(host.process_rss)}"
         )
     return (
         f'<div class="cgg-no-gpu" style="{_FONT}"><b>{_e(why)}</b><br>{_e(ram)}<br>'
@@ -287,7 +276,7 @@ def render_leftovers(status: Any, top: int = TOP_LEFTOVERS) -> str:
     count = status.leftovers_count
     title = (
         f"<b>Leftovers</b>: {count} array{'s' if count != 1 else ''}, "
-        f"{_e(fmt_bytes(status.leftovers_bytes))} in all"
+        f"{_e(format_bytes(status.leftovers_bytes))} in all"
     )
     if count > top:
         title += f" (the {top} biggest shown)"
@@ -314,13 +303,13 @@ def render_leftovers(status: Any, top: int = TOP_LEFTOVERS) -> str:
             f'<td style="padding:0 8px 0 0">{_e(shape)}</td>'
             f'<td style="padding:0 8px 0 0">{_e(entry.dtype or "")}</td>'
             f'<td style="padding:0 8px 0 0">{_e(entry.device or "")}</td>'
-            f'<td style="padding:0 8px 0 0;text-align:right">{_e(fmt_bytes(entry.nbytes))}</td>'
+            f'<td style="padding:0 8px 0 0;text-align:right">{_e(format_bytes(entry.nbytes))}</td>'
             "</tr>"
         )
     rows.append("</table>")
     reset_line = (
         f'<div class="cgg-freeable">held by output history / tracebacks: '
-        f"<b>{_e(fmt_bytes(freeable))}</b>"
+        f"<b>{_e(format_bytes(freeable))}</b>"
         + (" &middot; &quot;Free memory&quot; (%gpu_reset) releases it" if freeable else "")
         + "</div>"
     )
@@ -363,7 +352,7 @@ def render_history(status: Any, width: int = 560, height: int = 120) -> str:
     )
     if not kind:
         leaked = ", ".join(
-            f"[{_e(r.cell)}] +{_e(fmt_bytes(r.leak_bytes))}" for r in records if r.rerun_leak
+            f"[{_e(r.cell)}] +{_e(format_bytes(r.leak_bytes))}" for r in records if r.rerun_leak
         )
         return (
             f"{head}<b>Per-cell history</b>{note}: {len(records)} cells, no GPU memory figures "
@@ -381,7 +370,7 @@ def render_history(status: Any, width: int = 560, height: int = 120) -> str:
         f'viewBox="0 0 {width} {height}" xmlns="http://www.w3.org/2000/svg" '
         'style="max-width:100%;font-size:10px">',
         f'<line x1="0" y1="{plot_h + 0.5}" x2="{width}" y2="{plot_h + 0.5}" stroke="#999"/>',
-        f'<text x="2" y="10" fill="#666">{_e(fmt_bytes(top))}</text>',
+        f'<text x="2" y="10" fill="#666">{_e(format_bytes(top))}</text>',
     ]
     for index, record in enumerate(records):
         x = index * slot + (slot - bar_w) / 2
@@ -389,13 +378,13 @@ def render_history(status: Any, width: int = 560, height: int = 120) -> str:
         peak = peaks[index]
         bar_h = plot_h * value / top
         colour = "#d62728" if record.rerun_leak else "#1f77b4"
-        tip = f"cell [{record.cell}]: {kind} {fmt_bytes(values[index])}"
+        tip = f"cell [{record.cell}]: {kind} {format_bytes(values[index])}"
         if peak is not None:
-            tip += f", peak {fmt_bytes(peak)}"
+            tip += f", peak {format_bytes(peak)}"
         if record.reserved_after is not None:
-            tip += f", reserved {fmt_bytes(record.reserved_after)}"
+            tip += f", reserved {format_bytes(record.reserved_after)}"
         if record.rerun_leak:
-            tip += f", LEAK on rerun: {fmt_bytes(record.leak_bytes)}"
+            tip += f", LEAK on rerun: {format_bytes(record.leak_bytes)}"
         if record.ooms:
             tip += f", {record.ooms} OOM(s)"
         group = [f'<g class="cgg-cell"><title>{_e(tip)}</title>']
@@ -429,7 +418,7 @@ def render_history(status: Any, width: int = 560, height: int = 120) -> str:
     last = records[-1]
     summary = (
         f"<b>Per-cell history</b>{note}: {kind} after the last {len(records)} cells, "
-        f"last [{_e(last.cell)}] {_e(fmt_bytes(values[-1]))}{leak_text}"
+        f"last [{_e(last.cell)}] {_e(format_bytes(values[-1]))}{leak_text}"
     )
     return f"{head}{summary}<br>{''.join(svg)}</div>"
 
@@ -440,8 +429,8 @@ def render_footer(status: Any) -> str:
         ram = host.note
     else:
         ram = (
-            f"host RAM {fmt_bytes(host.ram_available)} free of {fmt_bytes(host.ram_total)}, "
-            f"this kernel {fmt_bytes(host.process_rss)}"
+            f"host RAM {format_bytes(host.ram_available)} free of {format_bytes(host.ram_total)}, "
+            f"this kernel {format_bytes(host.process_rss)}"
         )
     when = time.strftime("%H:%M:%S", time.localtime(status.taken_at))
     return (
@@ -472,11 +461,11 @@ def release_summary(report: Any) -> str:
     parts = [f"gpu_reset: dropped {counts or 'nothing'}"]
     freed = getattr(report, "freed_bytes", None)
     if freed is not None:
-        parts.append(f"freed {fmt_bytes(freed)}")
+        parts.append(f"freed {format_bytes(freed)}")
     held = list(getattr(report, "leftovers", None) or ())
     if held:
         total = sum(int(getattr(item, "nbytes", 0) or 0) for item in held)
-        parts.append(f"still held: {len(held)} block(s), {fmt_bytes(total)}")
+        parts.append(f"still held: {len(held)} block(s), {format_bytes(total)}")
     else:
         parts.append("no arrays held by any name")
     if getattr(report, "restart_required", False):

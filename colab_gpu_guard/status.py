@@ -39,7 +39,7 @@ import typing
 from dataclasses import dataclass
 from typing import Any, Optional, Union
 
-from . import nvml
+from . import nvml, units
 from .nvml import MigInstance, NvmlDevice, NvmlProcess, NvmlSnapshot, from_data, to_data
 
 __all__ = [
@@ -557,15 +557,7 @@ def _notes(
 
 def format_bytes(value: Optional[int]) -> str:
     """1536 -> '1.50 KiB'; None -> 'n/a'."""
-    if value is None:
-        return NA
-    sign = "-" if value < 0 else ""
-    amount = float(abs(value))
-    for unit in ("B", "KiB", "MiB", "GiB", "TiB"):
-        if amount < 1024 or unit == "TiB":
-            return f"{sign}{int(amount)} B" if unit == "B" else f"{sign}{amount:.2f} {unit}"
-        amount /= 1024
-    raise AssertionError("unreachable")
+    return units.format_bytes(value, digits=2, none=NA)
 
 
 def _optional_text(value: Any) -> Optional[str]:

@@ -202,7 +202,7 @@ def test_parse_size(text, size):
 
 def test_format_bytes():
     assert advisor.format_bytes(None) == "unknown"
-    assert advisor.format_bytes(512) == "512 bytes"
+    assert advisor.format_bytes(512) == "512 B"
     assert advisor.format_bytes(3 * 2**30) == "3.00 GiB"
     assert advisor.format_bytes(1.5 * 2**20) == "1.50 MiB"
 
