@@ -18,5 +18,5 @@ import torch, colab_gpu_guard
 assert torch.version.cuda is None, f"Binder must get the CPU build, got CUDA {torch.version.cuda}"
 print("binder env: torch", torch.__version__, "colab_gpu_guard", colab_gpu_guard.__version__)
 PY
-bash binder/postBuild
+PATH="$PWD/$venv/bin:$PATH" bash binder/postBuild
 "$venv/bin/python" -m colab_gpu_guard demo --output "$venv/quickstart.html"
