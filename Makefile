@@ -4,7 +4,7 @@ VENV ?= .venv
 TORCH ?= torch==2.13.0
 PY := $(VENV)/bin/python
 
-.PHONY: demo test lint bench
+.PHONY: demo test lint bench bench-quick browser
 
 $(VENV)/.installed: pyproject.toml Makefile
 	$(PYTHON) -m venv $(VENV)
@@ -23,5 +23,24 @@ lint: $(VENV)/.installed
 	$(PY) -m ruff format --check .
 	$(PY) -m ruff check .
 
-bench: $(VENV)/.installed
+# The peers the benchmarks compare against. Installed without their declared dependencies:
+# ipyexperiments asks for the deprecated `pynvml` package (nvidia-ml-py already provides the
+# module) and pytorch-memlab for torch, which must never be touched; their small pure-Python
+# needs are listed instead, with torch and numpy held at the installed versions.
+BENCH_PEERS := ipyexperiments pytorch-memlab gpustat
+BENCH_PEER_DEPS := calmsize pandas blessed wcwidth
+
+$(VENV)/.bench: $(VENV)/.installed
+	$(PY) -m pip freeze | grep -iE '^(torch|numpy)==' > $(VENV)/bench-constraints.txt
+	$(PY) -m pip install -q --no-deps $(BENCH_PEERS)
+	$(PY) -m pip install -q -c $(VENV)/bench-constraints.txt $(BENCH_PEER_DEPS)
+	touch $@
+
+bench: $(VENV)/.bench
 	$(PY) -m bench
+
+bench-quick: $(VENV)/.bench
+	$(PY) -m bench --quick
+
+browser:
+	bash .ci/browser.sh

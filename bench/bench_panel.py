@@ -22,7 +22,9 @@ if a target fails.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import dataclasses
+import io
 import os
 import statistics
 import sys
@@ -78,10 +80,11 @@ def main(argv: list[str] | None = None) -> int:
         "activations = [torch.zeros(128) for _ in range(20)]",
         store_history=True,
     )
-    for _ in range(5):
-        shell.run_cell("torch.ones(32, 32) * 2", store_history=True)  # output history
-    for _ in range(panel_module.HISTORY_CELLS + 10):  # a full per-cell history
-        shell.run_cell("pass", store_history=True)
+    with contextlib.redirect_stdout(io.StringIO()):  # the outputs' reprs are not the point
+        for _ in range(5):
+            shell.run_cell("torch.ones(32, 32) * 2", store_history=True)  # output history
+        for _ in range(panel_module.HISTORY_CELLS + 10):  # a full per-cell history
+            shell.run_cell("pass", store_history=True)
     machine = "real NVML" if args.real_nvml else "fake NVML, 2 GPUs (tests/fake_pynvml.py)"
 
     # baseline: the snapshot a refresh takes

@@ -1,21 +1,27 @@
-"""Per-cell cost of the memory tracker's hooks, with 10^6 objects alive.
+"""Per-cell cost of the extension's hooks (memory tracker, CUDA advisor, every-cell reseed),
+at 10^3 and 10^6 live objects, against ipyexperiments' CellLogger.
 
-Run: python bench/bench_tracker.py [--quick]
+Run: python bench/bench_tracker.py [--quick] [--smoke] [--json PATH]
 
-Prints medians and ratios measured in this same run:
-- the tracker's pre_run_cell + post_run_cell pair, called directly (the hook cost itself);
-- a whole cell (`shell.run_cell("pass")`) in a real IPython shell with the extension loaded,
-  against the same bare shell without it;
-- the gc.collect-per-cell approach (what ipyexperiments does after every cell), with the
-  same objects alive.
-Target (issue 3): <= 20 microseconds per cell for the hooks, whatever the number of live
-objects; without CUDA (as here) the torch part is a dictionary lookup.
+In one real IPython ``InteractiveShell``, ``run_cell("pass")`` is timed in interleaved
+rounds (drift hits every configuration alike):
+- bare shell (the baseline);
+- ``%load_ext colab_gpu_guard`` (tracker + advisor hooks; every-cell reseed off);
+- the same plus ``%seed_all 42 --every-cell``;
+- ipyexperiments' ``CellLogger`` (the peer: the real class from the ``ipyexperiments``
+  package, with its CPU backend - its PyTorch backend needs NVML, i.e. a GPU; per cell it
+  runs ``gc.collect()``, reads the process RSS twice and samples RSS in a busy thread).
+Reported per cell: what each adds to the bare shell's ``run_cell``. The tracker's
+``pre_run_cell`` + ``post_run_cell`` pair is also timed alone. Target (issue 8): <= 20 us
+per cell, flat in the number of live objects.
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import gc
+import io
 import statistics
 import sys
 import time
@@ -23,36 +29,78 @@ import types
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
+if str(ROOT) not in sys.path:
+    sys.path.insert(0, str(ROOT))
 
-from colab_gpu_guard.tracker import MemoryTracker  # noqa: E402
+from bench._common import print_rows, row, write_json  # noqa: E402
 
 TARGET_US = 20.0
 
 
-def per_call_us(function, calls: int, repeats: int) -> float:
-    """Median over `repeats` batches of the mean time of one call, in microseconds."""
-    function()
-    batches = []
-    for _ in range(repeats):
-        start = time.perf_counter()
-        for _ in range(calls):
-            function()
-        batches.append((time.perf_counter() - start) / calls * 1e6)
-    return statistics.median(batches)
+def per_call_us(function, calls: int) -> float:
+    start = time.perf_counter()
+    for _ in range(calls):
+        function()
+    return (time.perf_counter() - start) / calls * 1e6
 
 
-def main() -> int:
-    parser = argparse.ArgumentParser()
-    parser.add_argument("--quick", action="store_true", help="10^5 objects, fewer calls")
-    args = parser.parse_args()
-    objects, calls, repeats, cells = (
-        (100_000, 2_000, 5, 200) if args.quick else (1_000_000, 20_000, 7, 1_000)
-    )
-    import torch  # noqa: F401  (imported, CUDA not initialised: the common CPU case)
+def cell_logger(shell):
+    """ipyexperiments' real CellLogger (CPU backend), or (None, why)."""
+    try:
+        from ipyexperiments.cell_logger import CellLogger
+    except Exception as error:  # not installed
+        return None, f"ipyexperiments not importable ({type(error).__name__})"
+    logger = CellLogger(exp=types.SimpleNamespace(backend="cpu"), compact=True)
+    logger.ipython = shell
+    return logger, "ipyexperiments CellLogger (real, CPU backend: its GPU backend needs NVML)"
+
+
+def measure(objects: int, cells: int, peer_cells: int, repeats: int) -> dict:
+    import numpy  # noqa: F401  (a notebook has them imported; CUDA not initialised)
+    import torch  # noqa: F401
+    from IPython.core.interactiveshell import InteractiveShell
+
+    from colab_gpu_guard.tracker import MemoryTracker
 
     alive = [[n] for n in range(objects)]  # lists are always gc-tracked
+    gc.collect()
+    live = len(gc.get_objects())
+    shell = InteractiveShell.instance()
+    quiet = io.StringIO()
 
+    def cell() -> None:
+        shell.run_cell("pass", store_history=False)
+
+    def load(every_cell: bool) -> None:
+        shell.run_line_magic("load_ext", "colab_gpu_guard")
+        if every_cell:
+            with contextlib.redirect_stdout(quiet):
+                shell.run_line_magic("seed_all", "42 --every-cell")
+
+    def unload() -> None:
+        with contextlib.redirect_stdout(quiet):
+            shell.run_line_magic("seed_all", "--no-every-cell")
+        shell.run_line_magic("unload_ext", "colab_gpu_guard")
+
+    load(True)  # warm every code path once
+    unload()
+    logger, peer_note = cell_logger(shell)
+    samples: dict[str, list[float]] = {"bare": [], "loaded": [], "every": [], "peer_bare": []}
+    samples["peer"] = []
+    for _ in range(repeats):
+        samples["bare"].append(per_call_us(cell, cells))
+        load(False)
+        samples["loaded"].append(per_call_us(cell, cells))
+        unload()
+        load(True)
+        samples["every"].append(per_call_us(cell, cells))
+        unload()
+        if logger is not None:
+            samples["peer_bare"].append(per_call_us(cell, peer_cells))
+            with contextlib.redirect_stdout(quiet):
+                logger.start()
+                samples["peer"].append(per_call_us(cell, peer_cells))
+                logger.stop()
     tracker = MemoryTracker()
     info = types.SimpleNamespace(raw_cell="x = model(batch)\nloss = x.sum()")
     result = types.SimpleNamespace(execution_count=1)
@@ -61,83 +109,103 @@ def main() -> int:
         tracker.pre_run_cell(info)
         tracker.post_run_cell(result)
 
-    hook_us = per_call_us(hooks, calls, repeats)
-    small_us = None
-    alive_count = len(gc.get_objects())
-    gc_us = per_call_us(gc.collect, max(3, calls // 2_000), repeats)
-
-    from IPython.core.interactiveshell import InteractiveShell
-
-    shell = InteractiveShell.instance()
-
-    def cell() -> None:
-        shell.run_cell("pass", store_history=True)
-
-    shell_tracker = MemoryTracker()
-
-    def with_tracker(on: bool) -> None:
-        for event, hook in (
-            ("pre_run_cell", shell_tracker.pre_run_cell),
-            ("post_run_cell", shell_tracker.post_run_cell),
-        ):
-            if on:
-                shell.events.register(event, hook)
-            else:
-                shell.events.unregister(event, hook)
-
-    # interleave the two configurations so that drift affects both alike
-    bare_runs, tracked_runs = [], []
-    for _ in range(repeats):
-        bare_runs.append(per_call_us(cell, cells, 1))
-        with_tracker(True)
-        tracked_runs.append(per_call_us(cell, cells, 1))
-        with_tracker(False)
-    bare_us = statistics.median(bare_runs)
-    tracked_us = statistics.median(tracked_runs)
-    shell.run_line_magic("load_ext", "colab_gpu_guard")
-    loaded_us = per_call_us(cell, cells, repeats)
-    shell.run_line_magic("unload_ext", "colab_gpu_guard")
-    shell_tracker.close()
+    hooks()
+    hook_us = statistics.median(per_call_us(hooks, cells) for _ in range(repeats))
     tracker.close()
-
     del alive
-    gc.collect()
-    small = MemoryTracker()
+    median = {key: statistics.median(values) if values else None for key, values in samples.items()}
+    peer_added = None
+    if median["peer"] is not None:
+        peer_added = median["peer"] - median["peer_bare"]
+    return {
+        "objects": objects,
+        "gc_objects_alive": live,
+        "cells": cells * repeats,
+        "peer_cells": peer_cells * repeats,
+        "bare_us": median["bare"],
+        "loaded_added_us": median["loaded"] - median["bare"],
+        "every_cell_added_us": median["every"] - median["bare"],
+        "peer_added_us": peer_added,
+        "tracker_hooks_us": hook_us,
+        "peer_note": peer_note,
+    }
 
-    def small_hooks() -> None:
-        small.pre_run_cell(info)
-        small.post_run_cell(result)
 
-    small_us = per_call_us(small_hooks, calls, repeats)
-    small.close()
+def rows_of(results: list[dict]) -> list[dict]:
+    rows = []
+    for result in results:
+        size = f"10^{len(str(result['objects'])) - 1}"
+        peer = result["peer_added_us"]
+        note = (
+            f"{result['cells']} cells; peer over {result['peer_cells']} cells: "
+            f"{result['peer_note']}"
+        )
+        for key, label in (("loaded_added_us", "reseed off"), ("every_cell_added_us", "reseed on")):
+            ours = result[key]
+            rows.append(
+                row(
+                    "tracker",
+                    f"per cell added, {label}, {size} objects",
+                    ours,
+                    peer,
+                    baseline="ipyexperiments CellLogger added" if peer is not None else "",
+                    unit="us",
+                    target=f"<= {TARGET_US:g} us per cell",
+                    ok=ours <= TARGET_US,
+                    note=note,
+                )
+            )
+        rows.append(
+            row(
+                "tracker",
+                f"tracker pre+post hooks alone, {size} objects",
+                result["tracker_hooks_us"],
+                unit="us",
+                target=f"<= {TARGET_US:g} us per cell",
+                ok=result["tracker_hooks_us"] <= TARGET_US,
+                note=f"{result['gc_objects_alive']} gc objects alive",
+            )
+        )
+    small, big = results[0], results[-1]
+    flat = big["loaded_added_us"] - small["loaded_added_us"]
+    rows.append(
+        row(
+            "tracker",
+            "flatness: added per cell, most vs fewest objects",
+            big["loaded_added_us"],
+            small["loaded_added_us"],
+            baseline=f"{small['objects']} objects",
+            unit="us",
+            target=f"flat (within {TARGET_US:g} us)",
+            ok=abs(flat) <= TARGET_US,
+            note=f"{big['objects']} objects: {flat:+.1f} us; peer: "
+            + (
+                f"{big['peer_added_us']:.0f} vs {small['peer_added_us']:.0f} us"
+                if big["peer_added_us"] is not None and small["peer_added_us"] is not None
+                else "n/a"
+            ),
+        )
+    )
+    return rows
 
-    print(
-        f"tracker hooks per cell, {alive_count} gc objects alive "
-        f"({objects} extra), torch imported, CUDA not initialised"
-    )
-    print(f"{'what':52} {'median':>12} {'ratio':>9}")
-    rows = [
-        ("tracker pre+post hooks (10^6-object process)", hook_us, 1.0),
-        ("tracker pre+post hooks (after freeing them)", small_us, small_us / hook_us),
-        ("gc.collect() per cell (ipyexperiments-style)", gc_us, gc_us / hook_us),
-        ("run_cell('pass'), bare shell", bare_us, 1.0),
-        ("run_cell('pass'), bare shell + tracker hooks", tracked_us, tracked_us / bare_us),
-        ("run_cell('pass'), whole extension loaded", loaded_us, loaded_us / bare_us),
-    ]
-    for name, micros, ratio in rows:
-        print(f"{name:52} {micros:9.2f} us {ratio:8.2f}x")
-    print(f"  gc.collect per cell costs {gc_us / hook_us:.0f}x the tracker's hooks")
-    print(
-        f"  a whole cell costs {tracked_us - bare_us:+.1f} us more with the tracker's hooks "
-        f"({tracked_us / bare_us:.3f}x the bare shell; the whole extension, every module's "
-        f"hooks: {loaded_us / bare_us:.3f}x)"
-    )
-    ok = hook_us <= TARGET_US
-    print(
-        f"target: hooks <= {TARGET_US:g} us per cell at {objects} live objects: "
-        f"{hook_us:.2f} us {'PASS' if ok else 'FAIL'}"
-    )
-    return 0 if ok else 1
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--quick", action="store_true", help="10^5 objects, fewer cells")
+    parser.add_argument("--smoke", action="store_true", help="tiny sizes (test suite)")
+    parser.add_argument("--json", metavar="PATH", help="also write the result rows as JSON")
+    args = parser.parse_args(argv)
+    sizes, cells, peer_cells, repeats = (1_000, 1_000_000), 500, 2, 20
+    if args.quick:
+        sizes, cells, peer_cells, repeats = (1_000, 100_000), 500, 5, 3
+    if args.smoke:
+        sizes, cells, peer_cells, repeats = (1_000, 10_000), 50, 2, 1
+    results = [measure(objects, cells, peer_cells, repeats) for objects in sizes]
+    rows = rows_of(results)
+    print("run_cell('pass') in a real InteractiveShell; torch + NumPy imported, no CUDA")
+    print_rows(rows)
+    write_json(args.json, "tracker", rows, details=results)
+    return 0
 
 
 if __name__ == "__main__":

@@ -23,13 +23,15 @@ from __future__ import annotations
 import collections
 import gc
 import html
+import itertools
 import sys
 import types
 import weakref
 from dataclasses import asdict, dataclass, fields
-from operator import attrgetter
+from operator import attrgetter, itemgetter, methodcaller, mul
 from typing import Any, Callable, Optional
 
+from . import units
 from .frameworks import cupy_support, jax_support, numpy_support, torch_support
 
 USER_VARIABLE = "user variable"
@@ -60,6 +62,8 @@ _ATOMIC = frozenset(
         type(NotImplemented),
     }
 )
+_NOT_ATOMIC = dict.fromkeys(_ATOMIC, False).get  # (type, default) -> False for atomic types
+_ALWAYS = itertools.repeat(True)
 _NOT_WALKED = (
     type,
     types.ModuleType,
@@ -122,18 +126,7 @@ _SKIP, _ARRAY, _SEQUENCE, _NAMEDTUPLE, _MAPPING, _SET, _NN_MODULE, _OBJECT = ran
 
 def format_bytes(count: Optional[float]) -> str:
     """1536 -> '1.5 KiB'; None -> 'n/a'."""
-    if count is None:
-        return "n/a"
-    value = float(count)
-    sign = "-" if value < 0 else ""
-    value = abs(value)
-    for unit in ("B", "KiB", "MiB", "GiB", "TiB"):
-        if value < 1024 or unit == "TiB":
-            if unit == "B":
-                return f"{sign}{int(value)} B"
-            return f"{sign}{value:.1f} {unit}"
-        value /= 1024
-    return f"{sign}{value:.1f} TiB"  # pragma: no cover
+    return units.format_bytes(count, digits=1)
 
 
 # ---------------------------------------------------------------- results
@@ -306,6 +299,86 @@ class _Ref:
         return self.info[5]
 
 
+def _weak(array):
+    try:
+        return weakref.ref(array)
+    except TypeError:
+        return None
+
+
+def _info_or_none(info_of, array):
+    try:
+        return info_of(array)
+    except Exception:
+        return None
+
+
+_STORAGE_KEY = itemgetter(4)  # of an info tuple
+_SHAPE = attrgetter("shape")
+_DTYPE = attrgetter("dtype")
+_DEVICE = attrgetter("device")
+_NUMEL = methodcaller("numel")
+_ELEMENT_SIZE = methodcaller("element_size")
+_UNTYPED_STORAGE = methodcaller("untyped_storage")
+_NBYTES = methodcaller("nbytes")
+_DATA_PTR = methodcaller("data_ptr")
+
+
+def _bulk_infos(arrays: list, rows: list) -> list:
+    """``info_of(array)`` for every recorded array (None where it failed), in order.
+
+    Torch tensors' metadata is read in one C-level pass per attribute (``map`` with
+    ``attrgetter``/``methodcaller``) and gives exactly what ``torch_support.array_info``
+    gives; anything unusual (meta, sparse or nested tensors, an attribute that raises)
+    falls back to ``array_info`` one tensor at a time.
+    """
+    whats = {row[4][1]: row[4] for row in rows}
+    if len(whats) == 1 and "torch" in whats and whats["torch"][2] is torch_support.array_info:
+        try:
+            return _torch_infos(arrays)
+        except Exception:
+            pass
+    return [_info_or_none(row[4][2], array) for row, array in zip(rows, arrays)]
+
+
+def _torch_infos(tensors: list) -> list:
+    devices = list(map(_DEVICE, tensors))
+    device_names = {device: str(device) for device in set(devices)}
+    if "meta" in device_names.values():
+        raise ValueError("meta tensors")  # the per-tensor path handles them
+    dtypes = list(map(_DTYPE, tensors))
+    dtype_names = {}
+    for dtype in set(dtypes):
+        name = torch_support._DTYPE_NAMES.get(dtype)
+        if name is None:
+            name = torch_support._DTYPE_NAMES[dtype] = str(dtype).replace("torch.", "")
+        dtype_names[dtype] = name
+    shapes = list(map(tuple, map(_SHAPE, tensors)))
+    nbytes = list(map(mul, map(_NUMEL, tensors), map(_ELEMENT_SIZE, tensors)))
+    storages = list(map(_UNTYPED_STORAGE, tensors))
+    storage_nbytes = list(map(_NBYTES, storages))
+    pointers = list(map(_DATA_PTR, storages))
+    del storages
+    device_texts = list(map(device_names.__getitem__, devices))
+    infos = list(
+        zip(
+            shapes,
+            map(dtype_names.__getitem__, dtypes),
+            device_texts,
+            nbytes,
+            zip(device_texts, pointers),
+            storage_nbytes,
+            pointers,
+        )
+    )
+    if 0 in pointers or 0 in storage_nbytes:  # empty storages: a key of their own
+        for index, info in enumerate(infos):
+            if info[5] == 0 or info[6] == 0:
+                tensor = tensors[index]
+                infos[index] = info[:4] + (("tensor", id(tensor)), info[5], id(tensor))
+    return infos
+
+
 def _key_text(key: object) -> str:
     if type(key) in (str, int, float, bool, bytes, type(None)) or (
         type(key) is tuple and all(type(k) in (str, int, float, bool) for k in key)
@@ -319,7 +392,18 @@ class _Scanner:
     def __init__(self, max_depth: int = DEFAULT_MAX_DEPTH, keep_refs: bool = False) -> None:
         self.max_depth = max_depth
         self.keep_refs = keep_refs
-        self.refs: list[_Ref] = []
+        # References found, in the order found: ``rows[i]`` is (path, holder, root, depth,
+        # what), ``infos[i]`` the array's metadata, ``idents[i]`` its id() and ``weaks[i]`` a
+        # weakref to it (keep_refs only); ``refs`` builds the _Ref objects on demand. Arrays
+        # wait in ``_pending`` until ``finish()`` reads their metadata in bulk (torch: one
+        # C-level pass per attribute instead of a Python call per tensor).
+        self.rows: list[tuple] = []
+        self.infos: list[tuple] = []
+        self.idents: list[int] = []
+        self.weaks: list = []
+        self._pending: list = []  # arrays awaiting metadata (strong refs until finish())
+        self._pending_rows: list[tuple] = []
+        self._refs: list[_Ref] = []
         # id(container) -> (root, path) of its first visit; a later visit from another root
         # is an alias: that root reaches what lies under the container too.
         self.first_visit: dict[int, tuple] = {}
@@ -426,7 +510,12 @@ class _Scanner:
         kinds = self.kinds
         visit = self.visit
         record = self.record
-        for index, item in enumerate(obj):
+        items = enumerate(obj)
+        if len(obj) > 16:
+            # only the items that are not plain values, picked out in C: a list of 10^5
+            # ints or strings costs no Python-level iteration
+            items = itertools.compress(items, map(_NOT_ATOMIC, map(type, obj), _ALWAYS))
+        for index, item in items:
             kind = type(item)
             if kind in atomic:
                 continue
@@ -495,23 +584,55 @@ class _Scanner:
         self._walk_attributes(rest, path, depth + 1, holder, root)
 
     def record(self, array, what, path, depth, holder, root) -> None:
-        _, framework, info_of = what
-        try:
-            info = info_of(array)
-        except Exception:
-            return
-        order = len(self.refs)
-        weak = None
-        if self.keep_refs:
-            try:
-                weak = weakref.ref(array)
-            except TypeError:
-                weak = None
-        self.refs.append(_Ref(path, holder, root, depth, order, framework, info, weak, id(array)))
-        if framework == "torch" and array.requires_grad and array.is_leaf:
+        self._pending.append(array)
+        self._pending_rows.append((path, holder, root, depth, what))
+        if what[1] == "torch" and array.requires_grad and array.is_leaf:
             grad = array.grad
             if grad is not None and depth < self.max_depth:
                 self.visit(grad, (path, _ATTR, "grad"), depth + 1, holder, root)
+
+    def finish(self) -> None:
+        """Read the metadata of the arrays recorded since the last call; drop the arrays."""
+        arrays, pending = self._pending, self._pending_rows
+        if not arrays:
+            return
+        self._pending, self._pending_rows = [], []
+        try:
+            infos = _bulk_infos(arrays, pending)
+            idents = list(map(id, arrays))
+            weaks = [_weak(array) for array in arrays] if self.keep_refs else []
+            if None in infos:  # arrays whose metadata could not be read are left out
+                kept = [info is not None for info in infos]
+                pending = list(itertools.compress(pending, kept))
+                infos = list(itertools.compress(infos, kept))
+                idents = list(itertools.compress(idents, kept))
+                weaks = list(itertools.compress(weaks, kept))
+            self.rows += pending
+            self.infos += infos
+            self.idents += idents
+            self.weaks += weaks
+        finally:
+            del arrays[:]  # never keep an array alive past the scan
+
+    @property
+    def refs(self) -> list[_Ref]:
+        """One _Ref per reference found, in the order found (built on first use)."""
+        built = self._refs
+        start = len(built)
+        if start < len(self.rows):
+            weaks = self.weaks if self.keep_refs else itertools.repeat(None)
+            rows = zip(
+                itertools.count(start),
+                self.rows[start:],
+                self.infos[start:],
+                itertools.islice(weaks, start, None),
+                self.idents[start:],
+            )
+            built += [
+                _Ref(row[0], row[1], row[2], row[3], order, row[4][1], info, weak, ident)
+                for order, row, info, weak, ident in rows
+            ]
+        return built
 
     # -- roots
     def visit_root(self, name: str, value, holder: str, root) -> None:
@@ -552,6 +673,10 @@ class _Scanner:
     def name_of(self, path, guard: int = 0) -> str:
         """The text of a path; names of shared prefixes are memoised for this scan."""
         cache = self._names
+        if path[1] == _ITEM:  # the common leaf, list[i], under an already named container
+            text = cache.get(id(path[0]))
+            if text is not None:
+                return f"{text}[{path[2]}]"
         pending = []
         node = path
         while node is not None:
@@ -838,10 +963,17 @@ def _scan_exceptions(scanner: _Scanner, shell) -> None:
 class _Scan:
     """The raw result: references grouped by storage, plus the public list."""
 
-    def __init__(self, scanner: _Scanner, groups: dict, leftovers: LeftoverList) -> None:
+    def __init__(self, scanner: _Scanner, leftovers: LeftoverList) -> None:
         self.scanner = scanner
-        self.groups = groups  # storage key -> list[_Ref]
         self.leftovers = leftovers
+        self._groups: Optional[dict] = None
+
+    @property
+    def groups(self) -> dict:
+        """storage key -> list[_Ref] (built on first use)."""
+        if self._groups is None:
+            self._groups = group_refs(self.scanner.refs)
+        return self._groups
 
 
 def _device_matches(device: str, wanted) -> bool:
@@ -905,6 +1037,66 @@ def _leftover_for(scanner: _Scanner, refs: list[_Ref]) -> Leftover:
     )
 
 
+def _leftovers_of(scanner: _Scanner) -> list[Leftover]:
+    """One Leftover per storage, in the order each storage was first reached (what
+    ``[_leftover_for(scanner, refs) for refs in group_refs(scanner.refs).values()]`` gives,
+    without building a _Ref per reference when a storage is reached only once)."""
+    rows, infos = scanner.rows, scanner.infos
+    keys = list(map(_STORAGE_KEY, infos))
+    shared: Any = ()
+    if len(dict.fromkeys(keys)) != len(keys):
+        shared = {key for key, count in collections.Counter(keys).items() if count > 1}
+    name_of = scanner.name_of
+    names = scanner._names
+    new = object.__new__
+    holders = {holder: (holder,) for holder in HOLDERS}
+
+    def single(row, info) -> Leftover:
+        path = row[0]
+        name = None
+        if path[1] == _ITEM:  # list[i] under an already named container: no call
+            name = names.get(id(path[0]))
+            if name is not None:
+                name = f"{name}[{path[2]}]"
+        if name is None:
+            name = name_of(path)
+        holder = row[1]
+        item = new(Leftover)
+        item.__dict__.update(
+            {
+                "name": name,
+                "holder": holder,
+                "shape": info[0],
+                "dtype": info[1],
+                "device": info[2],
+                "nbytes": info[5],
+                "storage_id": info[6],
+                "shared_with": (),
+                "framework": row[4][1],
+                "array_nbytes": info[3],
+                "holders": holders.get(holder) or (holder,),
+            }
+        )
+        return item
+
+    if not shared:
+        return list(map(single, rows, infos))
+    refs = scanner.refs
+    groups: dict = {}
+    for index, key in enumerate(keys):
+        if key in shared:
+            groups.setdefault(key, []).append(refs[index])
+    items = []
+    for index, key in enumerate(keys):
+        if key in shared:
+            group = groups.pop(key, None)
+            if group is not None:
+                items.append(_leftover_for(scanner, group))
+        else:
+            items.append(single(rows[index], infos[index]))
+    return items
+
+
 def group_refs(refs: list[_Ref]) -> dict:
     groups: dict = {}
     for ref in refs:
@@ -937,10 +1129,11 @@ def scan(
     gc.disable()
     try:
         _scan_roots(scanner, shell, namespace)
+        scanner.finish()
         if deep:
             _scan_unnamed(scanner, notes)
-        groups = group_refs(scanner.refs)
-        items = [_leftover_for(scanner, refs) for refs in groups.values()]
+            scanner.finish()
+        items = _leftovers_of(scanner)
     finally:
         if collecting:
             gc.enable()
@@ -957,7 +1150,7 @@ def scan(
         notes.append(
             "NumPy arrays are found by name only (the garbage collector does not track them)"
         )
-    return _Scan(scanner, groups, LeftoverList(items, gaps, notes, deep))
+    return _Scan(scanner, LeftoverList(items, gaps, notes, deep))
 
 
 def find_leftovers(
@@ -1009,7 +1202,7 @@ def _describe_referrer(referrer) -> str:
 
 def _scan_unnamed(scanner: _Scanner, notes: list[str]) -> None:
     """Arrays alive that no name reached: recorded with holder 'other'."""
-    named = {ref.key for ref in scanner.refs}
+    named = set(map(_STORAGE_KEY, scanner.infos))
     found: dict = {}  # storage key -> (what, [arrays])
     if scanner.tensor_type is not None or cupy_support.array_type() is not None:
         kinds = scanner.kinds

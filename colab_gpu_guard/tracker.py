@@ -40,9 +40,8 @@ import time
 from dataclasses import asdict, dataclass
 from typing import Any, Optional
 
-from . import cuda_health
+from . import cuda_health, units
 from .frameworks import torch_support
-from .leftovers import format_bytes
 
 DEFAULT_MAXLEN = 500
 RSS_NOISE_FLOOR = 8 * 2**20
@@ -274,6 +273,7 @@ class MemoryTracker:
         self._seq = 0
         self._nvml_used: dict[int, int] = {}
         self._rss = _RssReader()
+        self._last_rss: Optional[int] = None
         self._malloc = _MallocInUse()
         self._nvml = _NvmlSampler(self._nvml_used) if nvml else None
 
@@ -298,10 +298,16 @@ class MemoryTracker:
                 devices,
                 allocated,
                 ooms,
-                self._rss.read() if not devices else None,
+                None if devices else self._rss_before(),
             )
         except Exception:
             self._pending = None
+
+    def _rss_before(self) -> Optional[int]:
+        # Between two cells nothing of the user's runs, so the last cell's reading stands
+        # in for a new one: one /proc read per cell instead of two.
+        last = self._last_rss
+        return last if last is not None else self._rss.read()
 
     def post_run_cell(self, result: Any = None) -> None:
         pending = self._pending
@@ -329,7 +335,7 @@ class MemoryTracker:
                 reserved += totals[1]
                 peak += totals[2]
                 ooms += totals[3]
-        rss = self._rss.read()
+        rss = self._last_rss = self._rss.read()
         cell = getattr(result, "execution_count", None)
 
         leak = False
@@ -498,6 +504,10 @@ def rerun_leaks(history: Optional[list[CellMemory]] = None) -> list[CellMemory]:
 
 def _signed(count: int) -> str:
     return ("+" if count > 0 else "") + format_bytes(count)
+
+
+def format_bytes(count: Optional[float]) -> str:
+    return units.format_bytes(count, digits=1)
 
 
 def format_history(history: list[CellMemory], limit: Optional[int] = None) -> str:

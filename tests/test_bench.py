@@ -1,0 +1,55 @@
+"""Smoke test: `python -m bench --quick --smoke` runs every benchmark and writes every row.
+
+No timing assertions: the machines are shared and noisy; the numbers live in
+docs/benchmarks.md.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+FIELDS = ("name", "ours", "baseline_or_peer", "unit", "ratio", "target", "result", "note")
+BENCHES = ("seeding", "tracker", "leftovers", "reset", "status", "panel")
+
+pytest.importorskip("torch")
+
+
+@pytest.mark.slow
+def test_bench_runs_in_smoke_mode(tmp_path):
+    out = tmp_path / "bench.json"
+    env = dict(os.environ, PYTHONPATH=str(ROOT))
+    done = subprocess.run(
+        [sys.executable, "-m", "bench", "--quick", "--smoke", "--json", str(out)],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    payload = json.loads(out.read_text())
+    assert payload["mode"] == "smoke"
+    assert {"cpu", "cores", "python", "torch", "date"} <= set(payload["machine"])
+    rows = payload["rows"]
+    assert {row["bench"] for row in rows} == set(BENCHES)
+    for row in rows:
+        assert set(FIELDS) <= set(row), row
+        assert row["result"] != "error", row
+    names = " | ".join(row["name"] for row in rows)
+    for expected in (
+        "%load_ext",
+        "per cell added",
+        "find_leftovers, ",
+        "gpu_reset, ",
+        "gpu_status()",
+        "panel",
+    ):
+        assert expected in names
+    assert "benchmark" in done.stdout and "JSON:" in done.stdout
