@@ -65,3 +65,27 @@ def test_worker_helpers_without_torch_say_what_is_missing():
     )
     assert result.returncode == 0, result.stderr
     assert "ERR PyTorch is not installed: pip install torch" in result.stdout
+
+
+def test_every_magic_and_the_cli_work_without_torch_or_numpy():
+    result = run_in_blocked_shell(
+        """
+        for magic, line in [
+            ("gpu_status", ""), ("gpu_status", "--json"), ("gpu_status", "--history"),
+            ("gpu_history", ""), ("gpu_reset", "--dry-run"), ("gpu_reset", ""),
+            ("gpu_reset", "--all"), ("gpu_advice", ""), ("gpu_advice", "off"),
+            ("gpu_advice", "on"), ("gpu_panel", ""), ("gpu_panel", "--close"),
+        ]:
+            print("MAGIC", magic, line)
+            ip.run_line_magic(magic, line)
+        from colab_gpu_guard.__main__ import main
+        print("CLI", main(["status"]), main(["status", "--json"]))
+        print("DONE", "torch" in sys.modules, "numpy" in sys.modules)
+        """
+    )
+    assert result.returncode == 0, result.stderr
+    out = result.stdout
+    assert "CLI 0 0" in out
+    assert "DONE False False" in out
+    assert "Traceback" not in out + result.stderr
+    assert "NVML not available" in out or "NVML" in out
