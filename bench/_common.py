@@ -13,7 +13,7 @@ import os
 import platform
 import sys
 import time
-from typing import Any, Optional
+from typing import Any, Callable, Optional
 
 PASS, FAIL, NOT_RUN, INFO, SEE_OUTPUT = "PASS", "FAIL", "not run", "-", "see output"
 ROW_FIELDS = (
@@ -130,3 +130,15 @@ def print_rows(rows: list[dict]) -> None:
                 if part
             )
         )
+
+
+def timed_ms(function: Callable[[], object], runs: int, warmup: int = 3) -> list[float]:
+    """`runs` wall-clock samples of `function()` in milliseconds, after `warmup` calls."""
+    for _ in range(warmup):
+        function()
+    samples = []
+    for _ in range(runs):
+        start = time.perf_counter()
+        function()
+        samples.append((time.perf_counter() - start) * 1e3)
+    return samples

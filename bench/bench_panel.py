@@ -29,22 +29,12 @@ import os
 import statistics
 import sys
 import time
-from typing import Callable
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 if ROOT not in sys.path:
     sys.path.insert(0, ROOT)
 
-
-def timed(function: Callable[[], object], runs: int, warmup: int = 3) -> list[float]:
-    for _ in range(warmup):
-        function()
-    samples = []
-    for _ in range(runs):
-        start = time.perf_counter()
-        function()
-        samples.append((time.perf_counter() - start) * 1e3)
-    return samples
+from bench._common import timed_ms as timed  # noqa: E402
 
 
 def p90(samples: list[float]) -> float:

@@ -25,29 +25,19 @@ import sys
 import tempfile
 import time
 from pathlib import Path
-from typing import Callable, Optional
+from typing import Optional
 
 ROOT = Path(__file__).resolve().parent.parent
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
 from bench._common import NOT_RUN, print_rows, row, write_json  # noqa: E402
+from bench._common import timed_ms as timed  # noqa: E402
 from colab_gpu_guard import nvml  # noqa: E402
 from colab_gpu_guard.status import gpu_status  # noqa: E402
 
 NO_GPU_TARGET_MS = 10.0
 PER_GPU_TARGET_MS = 5.0
-
-
-def timed(function: Callable[[], object], runs: int, warmup: int = 3) -> list[float]:
-    for _ in range(warmup):
-        function()
-    samples = []
-    for _ in range(runs):
-        start = time.perf_counter()
-        function()
-        samples.append((time.perf_counter() - start) * 1e3)
-    return samples
 
 
 def subprocess_ms(argv: list[str], runs: int, env: Optional[dict] = None) -> list[float]:

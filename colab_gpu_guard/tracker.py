@@ -251,6 +251,28 @@ class _NvmlSampler:
             self._thread = None
 
 
+def _cuda_totals(reset_peaks: bool = False) -> tuple[int, int, int, int, int]:
+    """(devices, allocated, reserved, peak, ooms) summed over CUDA devices; zeros until torch
+    has initialised CUDA, and when the context is broken (no CUDA call is made then)."""
+    torch = sys.modules.get("torch")
+    if (
+        torch is None
+        or cuda_health.broken_reason() is not None
+        or not torch_support.cuda_initialized(torch)
+    ):
+        return 0, 0, 0, 0, 0
+    devices = torch_support.cuda_device_count(torch)
+    allocated = reserved = peak = ooms = 0
+    for totals in torch_support.fast_allocator_totals(torch, devices):
+        allocated += totals[0]
+        reserved += totals[1]
+        peak += totals[2]
+        ooms += totals[3]
+    if reset_peaks:
+        torch_support.reset_peaks(torch, devices)
+    return devices, allocated, reserved, peak, ooms
+
+
 # ---------------------------------------------------------------- the tracker
 
 
@@ -280,18 +302,7 @@ class MemoryTracker:
     # -- the hot path: no allocation-heavy work, no object walks, no CUDA calls
     def pre_run_cell(self, info: Any = None) -> None:
         try:
-            devices = allocated = ooms = 0
-            torch = sys.modules.get("torch")
-            if (
-                torch is not None
-                and cuda_health.broken_reason() is None
-                and torch_support.cuda_initialized(torch)
-            ):
-                devices = torch_support.cuda_device_count(torch)
-                for totals in torch_support.fast_allocator_totals(torch, devices):
-                    allocated += totals[0]
-                    ooms += totals[3]
-                torch_support.reset_peaks(torch, devices)
+            devices, allocated, _reserved, _peak, ooms = _cuda_totals(reset_peaks=True)
             self._pending = (
                 getattr(info, "raw_cell", None),
                 time.perf_counter(),
@@ -322,19 +333,7 @@ class MemoryTracker:
     def _record(self, pending: tuple, result: Any) -> None:
         source, started, _devices_before, allocated_before, ooms_before, rss_before = pending
         duration = time.perf_counter() - started
-        devices = allocated = reserved = peak = ooms = 0
-        torch = sys.modules.get("torch")
-        if (
-            torch is not None
-            and cuda_health.broken_reason() is None
-            and torch_support.cuda_initialized(torch)
-        ):
-            devices = torch_support.cuda_device_count(torch)
-            for totals in torch_support.fast_allocator_totals(torch, devices):
-                allocated += totals[0]
-                reserved += totals[1]
-                peak += totals[2]
-                ooms += totals[3]
+        devices, allocated, reserved, peak, ooms = _cuda_totals()
         rss = self._last_rss = self._rss.read()
         cell = getattr(result, "execution_count", None)
 
