@@ -8,6 +8,7 @@ not comparable across runs on these shared machines, ratios are.
 
 from __future__ import annotations
 
+import argparse
 import json
 import os
 import platform
@@ -142,3 +143,12 @@ def timed_ms(function: Callable[[], object], runs: int, warmup: int = 3) -> list
         function()
         samples.append((time.perf_counter() - start) * 1e3)
     return samples
+
+
+def bench_parser(description: str, quick_help: str) -> argparse.ArgumentParser:
+    """The options every bench script takes: --quick, --smoke (test suite), --json PATH."""
+    parser = argparse.ArgumentParser(description=description)
+    parser.add_argument("--quick", action="store_true", help=quick_help)
+    parser.add_argument("--smoke", action="store_true", help="tiny sizes (test suite)")
+    parser.add_argument("--json", metavar="PATH", help="also write the result rows as JSON")
+    return parser

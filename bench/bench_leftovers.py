@@ -17,7 +17,6 @@ Target (issue 8): 10^5 tensors named in <= 100 ms with 10^6 other objects alive.
 
 from __future__ import annotations
 
-import argparse
 import contextlib
 import gc
 import io
@@ -33,7 +32,7 @@ if str(ROOT) not in sys.path:
 
 import torch  # noqa: E402
 
-from bench._common import print_rows, row, write_json  # noqa: E402
+from bench._common import bench_parser, print_rows, row, write_json  # noqa: E402
 from colab_gpu_guard.leftovers import find_leftovers  # noqa: E402
 
 TARGET_MS = 100.0
@@ -254,10 +253,7 @@ def rows_of(results: list[dict], full: bool) -> list[dict]:
 
 
 def main(argv=None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--quick", action="store_true", help="10x smaller, fewer runs")
-    parser.add_argument("--smoke", action="store_true", help="tiny sizes (test suite)")
-    parser.add_argument("--json", metavar="PATH", help="also write the result rows as JSON")
+    parser = bench_parser(__doc__.splitlines()[0], "10x smaller, fewer runs")
     args = parser.parse_args(argv)
     sizes, others, runs, peer_runs = (1_000, 100_000), 1_000_000, 5, 3
     if args.quick:

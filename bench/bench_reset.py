@@ -20,7 +20,6 @@ full size (it scans the namespace twice: before, to plan, and after, to report l
 
 from __future__ import annotations
 
-import argparse
 import gc
 import io
 import statistics
@@ -34,7 +33,7 @@ ROOT = Path(__file__).resolve().parent.parent
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
-from bench._common import print_rows, row, write_json  # noqa: E402
+from bench._common import bench_parser, print_rows, row, write_json  # noqa: E402
 
 TARGET_S = 1.0
 HIDDEN = 3
@@ -148,10 +147,7 @@ def outputs_rows(shell, outputs: int, repeats: int) -> list[dict]:
 
 
 def main(argv=None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--quick", action="store_true", help="10x smaller, fewer runs")
-    parser.add_argument("--smoke", action="store_true", help="tiny sizes (test suite)")
-    parser.add_argument("--json", metavar="PATH", help="also write the result rows as JSON")
+    parser = bench_parser(__doc__.splitlines()[0], "10x smaller, fewer runs")
     args = parser.parse_args(argv)
     tensors, objects, repeats, outputs = 10_000, 1_000_000, 3, 1_000
     if args.quick:

@@ -6,7 +6,6 @@ Prints medians and ratios against baselines measured in this same run.
 
 from __future__ import annotations
 
-import argparse
 import contextlib
 import io
 import os
@@ -22,7 +21,7 @@ ROOT = Path(__file__).resolve().parent.parent
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
-from bench._common import print_rows, row, write_json  # noqa: E402
+from bench._common import bench_parser, print_rows, row, write_json  # noqa: E402
 
 LOAD_SCRIPT = textwrap.dedent(
     """
@@ -159,10 +158,7 @@ def rows_of(results: dict) -> list[dict]:
 
 
 def main(argv=None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__)
-    parser.add_argument("--quick", action="store_true", help="few repeats")
-    parser.add_argument("--smoke", action="store_true", help="tiny sizes (test suite)")
-    parser.add_argument("--json", metavar="PATH", help="also write the result rows as JSON")
+    parser = bench_parser(__doc__, "few repeats")
     args = parser.parse_args(argv)
     runs, cells, repeats = (7, 2000, 5)
     if args.quick:

@@ -16,7 +16,6 @@ per-GPU target are measured for real.
 
 from __future__ import annotations
 
-import argparse
 import os
 import shutil
 import statistics
@@ -31,7 +30,7 @@ ROOT = Path(__file__).resolve().parent.parent
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
-from bench._common import NOT_RUN, print_rows, row, write_json  # noqa: E402
+from bench._common import NOT_RUN, bench_parser, print_rows, row, write_json  # noqa: E402
 from bench._common import timed_ms as timed  # noqa: E402
 from colab_gpu_guard import nvml  # noqa: E402
 from colab_gpu_guard.status import gpu_status  # noqa: E402
@@ -92,10 +91,7 @@ def cold_first_snapshot_ms(runs: int) -> list[float]:
 
 
 def main(argv: Optional[list[str]] = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--quick", action="store_true", help="fewer repetitions")
-    parser.add_argument("--smoke", action="store_true", help="tiny sizes (test suite)")
-    parser.add_argument("--json", metavar="PATH", help="also write the result rows as JSON")
+    parser = bench_parser(__doc__.splitlines()[0], "fewer repetitions")
     args = parser.parse_args(argv)
     runs = 50 if args.quick else 400
     process_runs = 3 if args.quick else 10

@@ -18,7 +18,6 @@ per cell, flat in the number of live objects.
 
 from __future__ import annotations
 
-import argparse
 import contextlib
 import gc
 import io
@@ -32,7 +31,7 @@ ROOT = Path(__file__).resolve().parent.parent
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
-from bench._common import print_rows, row, write_json  # noqa: E402
+from bench._common import bench_parser, print_rows, row, write_json  # noqa: E402
 
 TARGET_US = 20.0
 
@@ -190,10 +189,7 @@ def rows_of(results: list[dict]) -> list[dict]:
 
 
 def main(argv=None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--quick", action="store_true", help="10^5 objects, fewer cells")
-    parser.add_argument("--smoke", action="store_true", help="tiny sizes (test suite)")
-    parser.add_argument("--json", metavar="PATH", help="also write the result rows as JSON")
+    parser = bench_parser(__doc__.splitlines()[0], "10^5 objects, fewer cells")
     args = parser.parse_args(argv)
     sizes, cells, peer_cells, repeats = (1_000, 1_000_000), 500, 2, 20
     if args.quick:
