@@ -40,11 +40,15 @@ BENCHES = (
 TIMEOUT_S = {"full": 1800, "quick": 600, "smoke": 300}
 
 
+SHARED_OPTIONS = ("--quick", "--smoke", "--json")  # what _common.bench_parser gives
+
+
 def accepts(script: Path, option: str) -> bool:
     try:
-        return f'"{option}"' in script.read_text()
+        text = script.read_text()
     except OSError:
         return False
+    return f'"{option}"' in text or (option in SHARED_OPTIONS and "bench_parser(" in text)
 
 
 def run_one(name: str, script: str, mode: str, scratch: str) -> dict:
