@@ -291,6 +291,15 @@ print("identical initial weights, disjoint samples, per-rank augmentation stream
 ]
 
 
+# One training cell, run three times in memory_leaks.ipynb: reruns are what leak.
+TRAIN_CELL = """
+batch = torch.randn(2048, 1024, device=device)
+loss = model(batch).pow(2).mean()
+loss.backward()
+predictions.append(model(batch).detach())  # 8 MiB more every run
+model(batch)
+"""
+
 MEMORY_LEAKS = [
     md("""
 # The "second run" problem: CUDA out of memory when you rerun a cell
@@ -317,27 +326,7 @@ print(device)
 The last line's value lands in `Out` (and `_`), and `predictions.append(...)` keeps every
 run's outputs alive: the classic leak of collecting tensors across runs.
 """),
-    code("""
-batch = torch.randn(2048, 1024, device=device)
-loss = model(batch).pow(2).mean()
-loss.backward()
-predictions.append(model(batch).detach())  # 8 MiB more every run
-model(batch)
-"""),
-    code("""
-batch = torch.randn(2048, 1024, device=device)
-loss = model(batch).pow(2).mean()
-loss.backward()
-predictions.append(model(batch).detach())  # 8 MiB more every run
-model(batch)
-"""),
-    code("""
-batch = torch.randn(2048, 1024, device=device)
-loss = model(batch).pow(2).mean()
-loss.backward()
-predictions.append(model(batch).detach())  # 8 MiB more every run
-model(batch)
-"""),
+    *[code(TRAIN_CELL) for _ in range(3)],  # the same cell, rerun
     md("""
 Every cell's memory effect is recorded (allocated before/after and peak on a GPU, host
 memory on a CPU). The reruns of the same cell are flagged when they end with more memory
