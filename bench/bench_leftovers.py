@@ -11,7 +11,8 @@ Ratios against baselines and peers measured in this same run, interleaved:
   only the model's parameters; the rest are ``Tensor<N>``; its printed report goes to a
   buffer);
 - context: the obvious recursive named walk (f-string names at every level) and
-  ``gc.collect()``.
+  ``gc.collect()``; and ``gpu_status()`` (what ``%gpu_status`` and every panel refresh
+  take), against ``find_leftovers()`` alone.
 Target (issue 8): 10^5 tensors named in <= 100 ms with 10^6 other objects alive.
 """
 
@@ -34,6 +35,7 @@ import torch  # noqa: E402
 
 from bench._common import bench_parser, print_rows, row, write_json  # noqa: E402
 from colab_gpu_guard.leftovers import find_leftovers  # noqa: E402
+from colab_gpu_guard.status import gpu_status  # noqa: E402
 
 TARGET_MS = 100.0
 
@@ -168,6 +170,7 @@ def measure(tensors: int, others: int, runs: int, peer_runs: int) -> dict:
             "gc_scan": bare_gc_scan,
             "named_walk": lambda: naive_named(namespace),
             "collect": gc.collect,
+            "status": lambda: gpu_status(namespace=namespace, processes=False),
         },
         runs,
     )
@@ -234,6 +237,16 @@ def rows_of(results: list[dict], full: bool) -> list[dict]:
                     note=result["peer_note"],
                 )
             )
+        rows.append(
+            row(
+                "leftovers",
+                f"gpu_status() with {size} vs find_leftovers",
+                t["status"],
+                t["ours"],
+                baseline="find_leftovers() alone",
+                note="what %gpu_status and each panel refresh pay; top 10 made into entries",
+            )
+        )
         rows.append(
             row(
                 "leftovers",

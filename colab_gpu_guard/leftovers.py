@@ -64,6 +64,9 @@ _ATOMIC = frozenset(
 )
 _NOT_ATOMIC = dict.fromkeys(_ATOMIC, False).get  # (type, default) -> False for atomic types
 _ALWAYS = itertools.repeat(True)
+_ROWS = frozenset({list, tuple, dict})
+_ROWS_OF_PLAIN = _ATOMIC | _ROWS
+_REQUIRES_GRAD = attrgetter("requires_grad")
 _NOT_WALKED = (
     type,
     types.ModuleType,
@@ -388,6 +391,19 @@ def _key_text(key: object) -> str:
     return f"<{type(key).__name__}>"
 
 
+def _plain_rows(sequence, present: set) -> bool:
+    """True when every list/tuple/dict item of ``sequence`` holds plain values only (rows
+    of numbers and strings): checked in C, one pass over the rows' items."""
+    rows = itertools.compress(sequence, map(_ROWS.__contains__, map(type, sequence)))
+    if dict in present:
+        if list in present or tuple in present:
+            return False  # mixed rows: the per-item walk sorts them out
+        inner = itertools.chain.from_iterable(map(dict.values, rows))
+    else:
+        inner = itertools.chain.from_iterable(rows)
+    return set(map(type, inner)) <= _ATOMIC
+
+
 class _Scanner:
     def __init__(self, max_depth: int = DEFAULT_MAX_DEPTH, keep_refs: bool = False) -> None:
         self.max_depth = max_depth
@@ -506,22 +522,31 @@ class _Scanner:
             pass
 
     def _walk_sequence(self, obj, path, depth, holder, root) -> None:
+        items = enumerate(obj)
+        if len(obj) > 16:
+            present = set(map(type, obj))
+            if present <= _ATOMIC:
+                return  # plain values only: a list of 10^6 ints costs one C-level pass
+            if len(present) == 1:
+                what = self.classify(next(iter(present)))
+                if what[0] == _ARRAY:
+                    self._record_items(obj, what, path, depth, holder, root)
+                    return
+            if present <= _ROWS_OF_PLAIN and _plain_rows(obj, present):
+                return
+            # only the items that are not plain values, picked out in C
+            items = itertools.compress(items, map(_NOT_ATOMIC, map(type, obj), _ALWAYS))
         atomic = _ATOMIC
         kinds = self.kinds
         visit = self.visit
-        record = self.record
-        items = enumerate(obj)
-        if len(obj) > 16:
-            # only the items that are not plain values, picked out in C: a list of 10^5
-            # ints or strings costs no Python-level iteration
-            items = itertools.compress(items, map(_NOT_ATOMIC, map(type, obj), _ALWAYS))
+        pending = self._pending.append
+        pending_rows = self._pending_rows.append
         for index, item in items:
             kind = type(item)
             if kind in atomic:
                 continue
             if kind is list or kind is tuple:
-                # rows of plain values (the common case by far): nothing to find, nothing
-                # to register for cycle detection
+                # rows of plain values: nothing to find, nothing to register for cycles
                 for inner in item:
                     if type(inner) not in atomic:
                         break
@@ -536,9 +561,33 @@ class _Scanner:
             what = kinds.get(kind) or self.classify(kind)
             tag = what[0]
             if tag == _ARRAY:
-                record(item, what, (path, _ITEM, index), depth, holder, root)
+                child = (path, _ITEM, index)
+                pending(item)  # what record() does, inlined: this loop is the hot one
+                pending_rows((child, holder, root, depth, what))
+                if what[1] == "torch" and item.requires_grad:
+                    self._visit_grad(item, child, depth, holder, root)
             elif tag != _SKIP:
                 visit(item, (path, _ITEM, index), depth, holder, root)
+
+    def _record_items(self, arrays, what, path, depth, holder, root) -> None:
+        """``record`` for every item of a sequence holding arrays of one type only, the
+        bookkeeping done in C (a list of 10^5 tensors is common: a cached dataset)."""
+        count = len(arrays)
+        self._pending.extend(arrays)
+        paths = zip(itertools.repeat(path), itertools.repeat(_ITEM), range(count))
+        self._pending_rows.extend(
+            zip(
+                paths,
+                itertools.repeat(holder),
+                itertools.repeat(root),
+                itertools.repeat(depth),
+                itertools.repeat(what),
+            )
+        )
+        if what[1] == "torch" and any(map(_REQUIRES_GRAD, arrays)):
+            for index, array in enumerate(arrays):
+                if array.requires_grad:
+                    self._visit_grad(array, (path, _ITEM, index), depth, holder, root)
 
     def _walk_mapping(self, obj, path, depth, holder, root) -> None:
         atomic = _ATOMIC
@@ -586,9 +635,14 @@ class _Scanner:
     def record(self, array, what, path, depth, holder, root) -> None:
         self._pending.append(array)
         self._pending_rows.append((path, holder, root, depth, what))
-        if what[1] == "torch" and array.requires_grad and array.is_leaf:
-            grad = array.grad
-            if grad is not None and depth < self.max_depth:
+        if what[1] == "torch" and array.requires_grad:
+            self._visit_grad(array, path, depth, holder, root)
+
+    def _visit_grad(self, tensor, path, depth, holder, root) -> None:
+        """A leaf tensor's ``.grad``, named ``<path>.grad``."""
+        if tensor.is_leaf and depth < self.max_depth:
+            grad = tensor.grad
+            if grad is not None:
                 self.visit(grad, (path, _ATTR, "grad"), depth + 1, holder, root)
 
     def finish(self) -> None:

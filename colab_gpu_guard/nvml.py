@@ -410,6 +410,12 @@ def initialised() -> tuple[Optional[ModuleType], Optional[NvmlSnapshot]]:
         return module, None
 
 
+def known_unavailable() -> bool:
+    """True once NVML failed to initialise in this process (cached; no NVML call made)."""
+    state = _state
+    return state is not None and not state.ok
+
+
 def _failure(error: BaseException) -> NvmlSnapshot:
     kind = type(error).__name__
     message = _INIT_FAILURES.get(kind)

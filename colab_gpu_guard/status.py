@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import heapq
 import html
 import json
 import os
@@ -437,23 +438,33 @@ def _leftovers(namespace: Optional[dict[str, Any]], top: int) -> dict[str, Any]:
     except ImportError as error:
         return {"leftovers_note": f"not available (colab_gpu_guard.leftovers: {error})"}
     try:
-        found = list(find_leftovers(namespace=namespace))
+        found = find_leftovers(namespace=namespace)
     except Exception as error:
         return {"leftovers_note": f"could not be listed: {type(error).__name__}: {error}"}
-    entries = tuple(_leftover_entry(item) for item in found)
-    seen: set[Any] = set()
-    total = 0
-    for entry in entries:
-        key = entry.storage_id if entry.storage_id is not None else ("name", entry.name)
-        if key not in seen:
-            seen.add(key)
-            total += entry.nbytes
-    entries = tuple(sorted(entries, key=lambda e: -e.nbytes))
+    # Only the top ones become entries: a notebook may hold 10^5 arrays, and the panel
+    # takes a snapshot after every cell. A LeftoverList is one entry per block of memory,
+    # biggest first, with its total; anything else is deduplicated and sorted here.
+    total = getattr(found, "total_bytes", None)
+    if isinstance(total, int) and isinstance(found, list):
+        biggest = found[: max(0, top)]
+    else:
+        found = list(found)
+        sizes: dict[Any, int] = {}
+        for item in found:  # a block reached under two entries counts once
+            storage = getattr(item, "storage_id", None)
+            key = (getattr(item, "device", None), storage) if isinstance(storage, int) else id(item)
+            sizes.setdefault(key, _nbytes(item))
+        total = sum(sizes.values())
+        biggest = heapq.nlargest(max(0, top), found, key=_nbytes)
     return {
-        "leftovers": entries[: max(0, top)],
-        "leftovers_count": len(entries),
+        "leftovers": tuple(_leftover_entry(item) for item in biggest),
+        "leftovers_count": len(found),
         "leftovers_bytes": total,
     }
+
+
+def _nbytes(item: Any) -> int:
+    return int(getattr(item, "nbytes", 0) or 0)
 
 
 def _leftover_entry(item: Any) -> LeftoverEntry:

@@ -194,6 +194,12 @@ def _nvml_module():
     return module
 
 
+def _nvml_known_unavailable() -> bool:
+    from . import nvml
+
+    return nvml.known_unavailable()
+
+
 def nvml_used_per_device() -> Optional[list[int]]:
     """NVML "used" bytes per GPU (every process's memory), or None without NVML."""
     pynvml = _nvml_module()
@@ -220,6 +226,11 @@ class _NvmlSampler:
 
     def request(self, seq: int) -> None:
         if self._thread is None:
+            if _nvml_known_unavailable():
+                # A thread woken after every cell only to find no NVML would take the GIL
+                # from the cells it is meant to stay out of the way of.
+                self.available = False
+                return
             self._thread = threading.Thread(
                 target=self._run, name="colab_gpu_guard-nvml", daemon=True
             )

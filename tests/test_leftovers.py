@@ -14,6 +14,10 @@ import pytest
 from IPython.utils.capture import capture_output
 
 torch = pytest.importorskip("torch")
+try:
+    import numpy as np
+except ImportError:  # the minimal environment
+    np = None
 
 from colab_gpu_guard import memory  # noqa: E402
 from colab_gpu_guard.leftovers import (  # noqa: E402
@@ -132,6 +136,38 @@ def test_names_through_containers_dataclasses_and_objects():
 def test_sorted_biggest_first():
     namespace = {"small": torch.zeros(10), "big": torch.zeros(1000), "mid": torch.zeros(100)}
     assert [item.name for item in find_leftovers(namespace=namespace)] == ["big", "mid", "small"]
+
+
+def test_long_sequences_of_arrays_are_named_item_by_item():
+    """Long lists take C-level shortcuts (one array type; rows of plain values): every
+    array in them is still found and named, grads and arrays hidden in a row included."""
+    data = [torch.zeros(2) for _ in range(40)]
+    params = tuple(torch.zeros(2, requires_grad=True) for _ in range(20))
+    params[3].grad = torch.ones(2)
+    pairs = [(n, f"w{n}") for n in range(100)] + [(1, torch.zeros(3))]
+    records = [{"id": n} for n in range(100)] + [{"t": torch.zeros(5)}]
+    mixed = [(n, n) for n in range(50)] + [{"m": torch.zeros(6)}]
+    numbers = list(range(1000))
+    arrays = [torch.zeros(1)] * 10 + [np.zeros(1)] * 10 if np is not None else []
+    namespace = {
+        "data": data,
+        "params": params,
+        "pairs": pairs,
+        "records": records,
+        "mixed": mixed,
+        "numbers": numbers,
+        "arrays": arrays,
+    }
+    names = by_name(find_leftovers(namespace=namespace))
+    assert {f"data[{n}]" for n in range(40)} <= set(names)
+    assert {f"params[{n}]" for n in range(20)} <= set(names)
+    assert "params[3].grad" in names and "params[2].grad" not in names
+    assert names["pairs[100][1]"].shape == (3,)
+    assert names["records[100]['t']"].shape == (5,)
+    assert names["mixed[50]['m']"].shape == (6,)
+    if np is not None:
+        assert "arrays[0]" in names and "arrays[10]" in names
+        assert "arrays[9]" in names["arrays[0]"].shared_with
 
 
 def test_cycles_and_depth_limit():

@@ -273,6 +273,76 @@ def test_every_cell_differs_per_cell_and_base_seed():
     assert reseeder.seed_for("x = 1") == seeding.CellReseeder(42).seed_for("x = 1")
 
 
+def test_every_cell_seed_is_cached_per_source_and_bounded():
+    reseeder = seeding.CellReseeder(42)
+    assert reseeder.seed_for("x = 1") == seeding.derive_seed(42, "x = 1")
+    assert reseeder.seed_for("x = 1") == seeding.derive_seed(42, "x = 1")  # from the cache
+    for n in range(3 * seeding.CellReseeder._CACHED_SOURCES):
+        assert reseeder.seed_for(f"y = {n}") == seeding.derive_seed(42, f"y = {n}")
+    assert len(reseeder._seeds) <= seeding.CellReseeder._CACHED_SOURCES
+
+
+def test_fast_python_seed_is_random_seed_gauss_cache_included():
+    from colab_gpu_guard.frameworks import python_random
+
+    random.seed(7)
+    expected = [random.random(), random.gauss(0, 1), random.gauss(0, 1)]
+    random.gauss(0, 1)  # leaves a cached second normal in gauss_next
+    python_random.seed_fast(7)
+    assert [random.random(), random.gauss(0, 1), random.gauss(0, 1)] == expected
+
+
+def test_fast_python_seed_respects_a_patched_random_seed(monkeypatch):
+    from colab_gpu_guard.frameworks import python_random
+
+    calls = []
+    monkeypatch.setattr(random, "seed", lambda value: calls.append(value))
+    python_random.seed_fast(11)
+    assert calls == [11]
+
+
+def test_reseed_never_imports_numpy_random(monkeypatch):
+    """NumPy 2 imports numpy.random lazily: a notebook that never touched it keeps it so."""
+    monkeypatch.delitem(sys.modules, "numpy.random")
+    seeding.reseed_loaded(5)
+    assert "numpy.random" not in sys.modules
+
+
+def test_reseed_before_cuda_starts_queues_in_torchs_slot(monkeypatch):
+    """On a CUDA build before CUDA starts: the cell's seed is queued where
+    torch.cuda.manual_seed_all queues it (torch runs it when CUDA initialises), without
+    torch's traceback.format_stack() per call, and only the latest seed is kept."""
+    import traceback
+
+    tracker = torch.cuda._lazy_seed_tracker
+    monkeypatch.setattr(tracker, "manual_seed_all_cb", None)
+    monkeypatch.setattr(tracker, "call_order", [])
+    monkeypatch.setattr(torch.version, "cuda", "12.8")  # this CPU build posing as CUDA
+    monkeypatch.setattr(torch.cuda, "is_initialized", lambda: False)
+    stacks = []
+    monkeypatch.setattr(traceback, "format_stack", lambda *a: stacks.append(1) or [])
+    seeding.reseed_loaded(1234)
+    seeding.reseed_loaded(5678)
+    assert stacks == []
+    queued, origin = tracker.manual_seed_all_cb
+    assert tracker.call_order[-1] == (queued, origin)
+    assert "seed_all --every-cell" in "".join(origin)
+    # What torch's lazy init will run: every device's generator gets the latest seed.
+    generators = [torch.Generator(), torch.Generator()]
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: 2)
+    monkeypatch.setattr(torch.cuda, "default_generators", tuple(generators))
+    queued()
+    assert [g.initial_seed() for g in generators] == [5678, 5678]
+
+
+def test_reseed_falls_back_to_manual_seed_all_without_torchs_tracker(monkeypatch):
+    calls = []
+    monkeypatch.delattr(torch.cuda, "_lazy_seed_tracker")
+    monkeypatch.setattr(torch.cuda, "manual_seed_all", lambda value: calls.append(value))
+    torch_support.queue_cuda_seed_all(torch, 99)
+    assert calls == [99]
+
+
 def test_no_every_cell_alone_does_not_reseed(ip, capsys):
     random.seed(5)
     expected = random.random()
@@ -440,6 +510,31 @@ def test_gpu_seeded_cuda_draws_repeat():
     seed_all(42)
     second = torch.randn(1000, device="cuda").cpu()
     assert torch.equal(first, second)
+
+
+@pytest.mark.gpu
+def test_gpu_every_cell_reseed_covers_the_cell_that_starts_cuda():
+    """The cell that initialises CUDA draws what its later reruns draw."""
+    script = textwrap.dedent(
+        """
+        from IPython.core.interactiveshell import InteractiveShell
+        shell = InteractiveShell.instance()
+        shell.run_cell("import torch")
+        shell.run_cell("%load_ext colab_gpu_guard")
+        shell.run_cell("%seed_all 42 --every-cell")
+        cell = "draw = torch.rand(4, device='cuda').tolist()"
+        shell.run_cell(cell)
+        first = shell.user_ns["draw"]
+        shell.run_cell("torch.rand(100, device='cuda')")
+        shell.run_cell(cell)
+        print("same" if shell.user_ns["draw"] == first else f"differ {first}")
+        """
+    )
+    result = subprocess.run(
+        [sys.executable, "-c", script], capture_output=True, text=True, timeout=300
+    )
+    assert result.returncode == 0, result.stderr
+    assert "same" in result.stdout, result.stdout + result.stderr
 
 
 @pytest.mark.gpu

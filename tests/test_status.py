@@ -299,6 +299,18 @@ def test_leftovers_plug_in(fake, leftovers_module):
     assert snap.leftovers[0].framework is None
 
 
+def test_leftovers_from_the_real_scan_top_count_and_total(fake):
+    torch = pytest.importorskip("torch")
+    fake(fake_pynvml.zero_gpus())
+    big = torch.zeros(1000)
+    namespace = {"big": big, "view": big[10:20], "small": [torch.zeros(10) for _ in range(30)]}
+    snap = gpu_status(namespace=namespace, top=2, processes=False)
+    assert [e.name for e in snap.leftovers] == ["big", "small[0]"]
+    assert "view" in snap.leftovers[0].shared_with
+    assert snap.leftovers_count == 31
+    assert snap.leftovers_bytes == 1000 * 4 + 30 * 10 * 4  # the view counted once
+
+
 def test_leftovers_module_missing_or_failing(fake, leftovers_module, monkeypatch):
     fake(fake_pynvml.zero_gpus())
     monkeypatch.setitem(sys.modules, "colab_gpu_guard.leftovers", None)

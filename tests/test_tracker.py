@@ -172,6 +172,7 @@ def test_broken_context_is_not_queried(monkeypatch):
 
 
 def test_nvml_used_is_read_off_the_hot_path(monkeypatch):
+    monkeypatch.setattr(tracker, "_nvml_known_unavailable", lambda: False)
     monkeypatch.setattr(tracker, "nvml_used_per_device", lambda: [2**30, 2**29])
     sampled = MemoryTracker()
     sampled.pre_run_cell(types.SimpleNamespace(raw_cell="x"))
@@ -181,7 +182,29 @@ def test_nvml_used_is_read_off_the_hot_path(monkeypatch):
     sampled.close()
 
 
+def test_no_nvml_known_at_start_means_no_reader_thread():
+    """Once NVML failed to start in this process, a new tracker (a %reload_ext) starts no
+    thread: one woken after every cell would take the GIL from the cells themselves."""
+    from colab_gpu_guard import nvml
+    from tests import fake_pynvml
+
+    nvml.set_pynvml(fake_pynvml.install(fake_pynvml.no_library()))
+    try:
+        assert not nvml.known_unavailable()  # not tried yet
+        nvml.initialised()  # fails; the failure is cached
+        assert nvml.known_unavailable()
+        sampled = MemoryTracker()
+        for number in range(3):
+            sampled.pre_run_cell(types.SimpleNamespace(raw_cell="x"))
+            sampled.post_run_cell(types.SimpleNamespace(execution_count=number))
+        assert sampled._nvml._thread is None and sampled._nvml.available is False
+        sampled.close()
+    finally:
+        nvml.set_pynvml(None)
+
+
 def test_no_nvml_means_none_and_sampling_stops(monkeypatch):
+    monkeypatch.setattr(tracker, "_nvml_known_unavailable", lambda: False)
     monkeypatch.setattr(tracker, "nvml_used_per_device", lambda: None)
     sampled = MemoryTracker()
     for number in range(3):

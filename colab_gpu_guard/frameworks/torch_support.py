@@ -96,6 +96,52 @@ def xpu_available(torch: ModuleType) -> bool:
         return False
 
 
+_ACCELERATORS: dict[int, tuple[str, ...]] = {}
+
+
+def other_accelerators(torch: ModuleType) -> tuple[str, ...]:
+    """("mps",) / ("xpu",) / () : non-CUDA accelerators with RNGs to seed (asked once per
+    torch module: neither appears during a process's life)."""
+    found = _ACCELERATORS.get(id(torch))
+    if found is None:
+        found = _ACCELERATORS[id(torch)] = tuple(
+            name
+            for name, available in (("mps", mps_available), ("xpu", xpu_available))
+            if available(torch)
+        )
+    return found
+
+
+_QUEUED_BY = ["  colab_gpu_guard: the per-cell reseed of %seed_all --every-cell\n"]
+
+
+def queue_cuda_seed_all(torch: ModuleType, value: int) -> None:
+    """``torch.cuda.manual_seed_all(value)`` for a per-cell hot path.
+
+    Before CUDA starts, torch queues the seeding for when it does, and records
+    ``traceback.format_stack()`` with it (about 100 us in a notebook's deep stack, every
+    cell). This queues the same callback in the same slot of torch's lazy-seed tracker,
+    under the same lock, with a fixed origin line instead. Where torch's internals are
+    not as expected, it calls ``manual_seed_all``.
+    """
+    cuda = torch.cuda
+    tracker = getattr(cuda, "_lazy_seed_tracker", None)
+    lock = getattr(cuda, "_initialization_lock", None)
+    if lock is None or not callable(getattr(tracker, "queue_seed_all", None)):
+        cuda.manual_seed_all(value)
+        return
+
+    def seed_every_device() -> None:
+        for index in range(cuda.device_count()):
+            cuda.default_generators[index].manual_seed(value)
+
+    with lock:
+        if cuda.is_initialized():
+            seed_every_device()
+        else:
+            tracker.queue_seed_all(seed_every_device, _QUEUED_BY)
+
+
 # ---------------------------------------------------------------- deterministic flags
 
 
