@@ -13,7 +13,9 @@ held only by the output history) and NVML answering from a fake 2-GPU machine
   with one changed value);
 - after 50 displays: the refresh cost when ``%gpu_panel`` was shown 50 times (one panel
   per kernel, so it must not grow);
-- per cell: ``run_cell('pass')`` with the live panel vs without it.
+- per cell: ``run_cell('pass')`` with the live panel vs without it;
+- with 10^5 tensors alive (10^4 with --quick): cells run back to back with the live panel
+  against one full snapshot (the leftovers scan is not repeated after every cell).
 
 Prints medians (ms), ratios against the baselines, the targets and PASS/FAIL; exit status 1
 if a target fails.
@@ -78,7 +80,9 @@ def main(argv: list[str] | None = None) -> int:
     machine = "real NVML" if args.real_nvml else "fake NVML, 2 GPUs (tests/fake_pynvml.py)"
 
     # baseline: the snapshot a refresh takes
-    snapshot = timed(lambda: gpu_status(leftovers=True, history=True, top=panel_module._ALL), runs)
+    snapshot = timed(
+        lambda: gpu_status(leftovers=True, history=True, top=panel_module.TOP_LEFTOVERS), runs
+    )
     widget = panel_module.panel(shell)
     refresh = timed(widget.refresh, runs)
     status = widget.last_status
@@ -119,6 +123,21 @@ def main(argv: list[str] | None = None) -> int:
         if index < 3:  # warm-up
             with_panel.pop()
             without_panel.pop()
+    # A namespace holding 10^5 tensors (10^4 with --quick): a full snapshot is slow, and
+    # cells run back to back must not each pay for it again.
+    big = 10_000 if args.quick else 100_000
+    shell.run_cell(
+        "big_batches = [{'inputs': [torch.zeros(4) for _ in range(5)], "
+        f"'labels': tuple(torch.zeros(2) for _ in range(5))}} for _ in range({big // 10})]",
+        store_history=False,
+    )
+    widget.attach(shell, registration)
+    big_snapshot = timed(widget.refresh, 3)  # the Refresh button: always a full snapshot
+    back_to_back: list[float] = []
+    for _ in range(cell_runs // 2):
+        one_cell(back_to_back)
+    widget.detach()
+    shell.run_cell("del big_batches", store_history=False)
     widget.close()
     shell.run_line_magic("unload_ext", "colab_gpu_guard")
     nvml.set_pynvml(None)
@@ -174,6 +193,17 @@ def main(argv: list[str] | None = None) -> int:
     print(
         f"post_run_cell callbacks after 51 displays: {len(callbacks)} (target 1): "
         f"{'PASS' if ok_callbacks else 'FAIL'}"
+    )
+    slow = statistics.median(big_snapshot)
+    share = statistics.mean(back_to_back) / slow
+    ok_share = share <= panel_module.SCAN_SHARE
+    failed |= not ok_share
+    print(
+        f"with {big} tensors alive: a full snapshot {slow:.1f} ms; run_cell back to back "
+        f"with the live panel: median {statistics.median(back_to_back):.2f} ms, mean "
+        f"{statistics.mean(back_to_back):.2f} ms over {len(back_to_back)} cells = "
+        f"{share:.3f} x snapshot (target <= {panel_module.SCAN_SHARE:g} x): "
+        f"{'PASS' if ok_share else 'FAIL'}"
     )
     print("ratio = median / baseline median; refresh after 50 displays is against refresh.")
     print("FAIL" if failed else "PASS")

@@ -24,6 +24,7 @@ import collections
 import gc
 import html
 import itertools
+import re
 import sys
 import types
 import weakref
@@ -824,6 +825,9 @@ def is_output_name(name: str) -> bool:
     return len(name) > 1 and name[0] == "_" and name[1:].isdigit()
 
 
+_OUTPUT_NAME = re.compile(r"_[0-9]+").fullmatch  # is_output_name for ASCII-digit names
+
+
 def output_history(shell) -> dict:
     """IPython's ``Out`` / ``_oh`` dict (one object), or {}."""
     if shell is None:
@@ -975,9 +979,11 @@ def _scan_output_history(scanner: _Scanner, shell, user_ns: dict, hidden: dict) 
             scanner.visit_root(f"<displayhook.{name}>", value, OUTPUT_HISTORY, ("hook", name))
     # _N: IPython pushes them into user_ns and user_ns_hidden alike; one the user
     # reassigned in user_ns is scanned as a user variable instead.
-    for name, value in list(hidden.items()):
-        if isinstance(name, str) and is_output_name(name):
-            scanner.visit_root(name, value, OUTPUT_HISTORY, ("_N", name))
+    # (user_ns_hidden also holds _i, _iN for every cell run: picked out in C)
+    names = [name for name in hidden if type(name) is str]
+    for name in filter(_OUTPUT_NAME, names):
+        if name in hidden:
+            scanner.visit_root(name, hidden[name], OUTPUT_HISTORY, ("_N", name))
     result = getattr(shell, "last_execution_result", None)
     value = getattr(result, "result", None)
     if value is not None:

@@ -20,6 +20,7 @@ names, error texts - is HTML-escaped.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import html
 import sys
 import time
@@ -35,7 +36,13 @@ __all__ = ["GpuPanel", "current_panel", "panel", "stop_panels"]
 TOP_LEFTOVERS = 10
 HISTORY_CELLS = 30
 DEFAULT_SEED = 42
-_ALL = 1 << 30
+# After a cell, a snapshot that took this long or less is always taken again; a slower one
+# (the leftovers scan of a namespace holding 10^5 arrays takes ~0.5 s) is repeated only once
+# it would cost at most SCAN_SHARE of the time since the last one, and the shown leftovers
+# say how old they are in between. The Refresh button always scans.
+ALWAYS_SCAN_S = 0.05
+SCAN_SHARE = 0.1
+_clock = time.monotonic  # tests move it
 
 # The segments of a device's memory bar: key -> (label, colour).
 SEGMENTS = {
@@ -266,13 +273,15 @@ def render_leftovers(status: Any, top: int = TOP_LEFTOVERS) -> str:
         note = status.leftovers_note or "not collected"
         return f"{head}<b>Leftovers</b>: {_e(note)}</div>"
     entries = list(status.leftovers)
-    freeable = 0
-    seen: set[Any] = set()
-    for entry in entries:
-        key = entry.storage_id if entry.storage_id is not None else ("name", entry.name)
-        if key not in seen and _freeable(entry):
-            seen.add(key)
-            freeable += entry.nbytes
+    freeable = getattr(status, "leftovers_freeable_bytes", None)
+    if freeable is None:  # a snapshot without the total: from the entries it holds
+        freeable = 0
+        seen: set[Any] = set()
+        for entry in entries:
+            key = entry.storage_id if entry.storage_id is not None else ("name", entry.name)
+            if key not in seen and _freeable(entry):
+                seen.add(key)
+                freeable += entry.nbytes
     count = status.leftovers_count
     title = (
         f"<b>Leftovers</b>: {count} array{'s' if count != 1 else ''}, "
@@ -280,8 +289,11 @@ def render_leftovers(status: Any, top: int = TOP_LEFTOVERS) -> str:
     )
     if count > top:
         title += f" (the {top} biggest shown)"
+    stale = ""
+    if status.leftovers_note:  # leftovers carried over from an earlier, slow scan
+        stale = f'<div class="cgg-stale" style="{_MUTED}">{_e(status.leftovers_note)}</div>'
     if not entries:
-        return f"{head}{title} &middot; nothing held between runs</div>"
+        return f"{head}{title} &middot; nothing held between runs{stale}</div>"
     rows = [
         '<table style="border-collapse:collapse"><tr>'
         + "".join(
@@ -313,7 +325,7 @@ def render_leftovers(status: Any, top: int = TOP_LEFTOVERS) -> str:
         + (" &middot; &quot;Free memory&quot; (%gpu_reset) releases it" if freeable else "")
         + "</div>"
     )
-    return f"{head}{title}{''.join(rows)}{reset_line}</div>"
+    return f"{head}{title}{''.join(rows)}{reset_line}{stale}</div>"
 
 
 def _history_values(
@@ -477,7 +489,7 @@ def release_summary(report: Any) -> str:
 # ---------------------------------------------------------------- the widget
 
 
-def _take_status(shell: Any) -> Any:
+def _take_status(shell: Any, leftovers: bool = True) -> Any:
     from .status import gpu_status
 
     # The running shell's namespace is found by find_leftovers itself, with its output
@@ -486,10 +498,10 @@ def _take_status(shell: Any) -> Any:
     if shell is not None and shell is not _running_shell():
         namespace = getattr(shell, "user_ns", None)
     return gpu_status(
-        leftovers=True,
+        leftovers=leftovers,
         history=True,
         namespace=namespace,
-        top=_ALL,  # all of them: the "held by output history" total needs every entry
+        top=TOP_LEFTOVERS,  # the snapshot carries the totals; only the shown ones as entries
         history_limit=HISTORY_CELLS,
     )
 
@@ -518,6 +530,7 @@ class GpuPanel(widgets.VBox):
         self.updates = 0
         self.last_status: Any = None
         self.last_error: Optional[str] = None
+        self._scan: Optional[tuple[float, float, Any]] = None  # (done at, seconds, status)
 
         def html_part(name: str) -> widgets.HTML:
             part = widgets.HTML(value="", layout=widgets.Layout(width="100%"))
@@ -617,7 +630,7 @@ class GpuPanel(widgets.VBox):
         started = self.updates
         try:
             if status is None:
-                status = self._snapshot(self.shell)
+                status = self._full_snapshot()
         except Exception as error:  # never a traceback in the log
             self.last_error = f"{type(error).__name__}: {error}"
             self._set(self.message, render_message("error", f"snapshot failed: {self.last_error}"))
@@ -631,6 +644,39 @@ class GpuPanel(widgets.VBox):
         self._set(self.history, render_history(status))
         self._set(self.footer, render_footer(status))
         return self.updates - started
+
+    def _full_snapshot(self) -> Any:
+        status = self._snapshot(self.shell)
+        seconds = float(getattr(status, "duration_ms", 0.0) or 0.0) / 1000.0
+        self._scan = (_clock(), seconds, status)
+        return status
+
+    def _cell_snapshot(self) -> Any:
+        """The snapshot after a cell: a full one, unless the last full one was slow and
+        recent; then everything but the leftovers is new, and they say how old they are."""
+        scan = self._scan
+        if (
+            scan is None
+            or self._snapshot is not _take_status
+            or scan[2].leftovers is None
+            or scan[1] <= ALWAYS_SCAN_S
+            or _clock() - scan[0] >= scan[1] / SCAN_SHARE
+        ):
+            return self._full_snapshot()
+        _done, seconds, scanned = scan
+        taken = time.strftime("%H:%M:%S", time.localtime(scanned.taken_at))
+        note = (
+            f"as of {taken}: finding them took {seconds * 1000:.0f} ms, so after a cell it "
+            f"runs at most every {seconds / SCAN_SHARE:.0f} s; Refresh finds them now"
+        )
+        return dataclasses.replace(
+            _take_status(self.shell, leftovers=False),
+            leftovers=scanned.leftovers,
+            leftovers_count=scanned.leftovers_count,
+            leftovers_bytes=scanned.leftovers_bytes,
+            leftovers_freeable_bytes=scanned.leftovers_freeable_bytes,
+            leftovers_note=note,
+        )
 
     def _render_devices(self, status: Any) -> None:
         if status.has_gpu:
@@ -783,7 +829,15 @@ class GpuPanel(widgets.VBox):
             self.detach()
             return
         try:
-            self.refresh()
+            try:
+                status = self._cell_snapshot()
+            except Exception as error:
+                self.last_error = f"{type(error).__name__}: {error}"
+                self._set(
+                    self.message, render_message("error", f"snapshot failed: {self.last_error}")
+                )
+                return
+            self.refresh(status)
         except Exception as error:  # a callback must never raise into IPython
             self.last_error = f"{type(error).__name__}: {error}"
             with contextlib.suppress(Exception):

@@ -31,6 +31,7 @@ import dataclasses
 import functools
 import heapq
 import html
+import importlib
 import json
 import os
 import platform
@@ -156,6 +157,9 @@ class GpuStatus:
     leftovers: Optional[tuple[LeftoverEntry, ...]] = None  # None: not collected
     leftovers_count: int = 0  # all found, before the top-N cut
     leftovers_bytes: int = 0  # all found, each storage counted once
+    # of those, what no user variable holds (output history, tracebacks): what
+    # gpu_reset() without --all releases; None: not computed (older documents)
+    leftovers_freeable_bytes: Optional[int] = None
     leftovers_note: Optional[str] = None
     history: Optional[tuple[CellRecord, ...]] = None
     history_note: Optional[str] = None
@@ -447,20 +451,29 @@ def _leftovers(namespace: Optional[dict[str, Any]], top: int) -> dict[str, Any]:
     total = getattr(found, "total_bytes", None)
     if isinstance(total, int) and isinstance(found, list):
         biggest = found[: max(0, top)]
+        freeable = sum(item.nbytes for item in found if item.holder != _USER_VARIABLE)
     else:
         found = list(found)
         sizes: dict[Any, int] = {}
+        freeable = 0
         for item in found:  # a block reached under two entries counts once
             storage = getattr(item, "storage_id", None)
             key = (getattr(item, "device", None), storage) if isinstance(storage, int) else id(item)
-            sizes.setdefault(key, _nbytes(item))
+            if key not in sizes:
+                sizes[key] = _nbytes(item)
+                if getattr(item, "holder", None) != _USER_VARIABLE:
+                    freeable += sizes[key]
         total = sum(sizes.values())
         biggest = heapq.nlargest(max(0, top), found, key=_nbytes)
     return {
         "leftovers": tuple(_leftover_entry(item) for item in biggest),
         "leftovers_count": len(found),
         "leftovers_bytes": total,
+        "leftovers_freeable_bytes": freeable,
     }
+
+
+_USER_VARIABLE = "user variable"  # leftovers.USER_VARIABLE, whose module loads lazily
 
 
 def _nbytes(item: Any) -> int:
@@ -490,29 +503,38 @@ def _leftover_entry(item: Any) -> LeftoverEntry:
 
 def _history(limit: int) -> dict[str, Any]:
     try:
-        from .tracker import memory_history
+        tracker = importlib.import_module(f"{__package__}.tracker")
     except ImportError as error:
         return {"history_note": f"not available (colab_gpu_guard.tracker: {error})"}
     try:
-        cells = list(memory_history())
+        tail = getattr(tracker, "history_tail", None)
+        if tail is not None:  # only the shown cells become records
+            cells, total = tail(max(0, limit))
+        else:
+            cells = list(tracker.memory_history())
+            total = len(cells)
     except Exception as error:
         return {"history_note": f"could not be read: {type(error).__name__}: {error}"}
     records = tuple(_cell_record(cell) for cell in cells[-max(0, limit) :] if limit > 0)
     note = None if records else "no cells recorded yet"
-    if len(cells) > len(records):
-        note = f"last {len(records)} of {len(cells)} cells"
+    if total > len(records):
+        note = f"last {len(records)} of {total} cells"
     return {"history": records, "history_note": note}
 
 
 @functools.cache
 def _cell_fields() -> tuple[tuple[str, Any], ...]:
+    """(name, kind) of each CellRecord field, kind from ``Optional[kind]``."""
     hints = typing.get_type_hints(CellRecord)
-    return tuple((f.name, hints[f.name]) for f in dataclasses.fields(CellRecord))
+    return tuple(
+        (f.name, typing.get_args(hints[f.name])[0] if f.name != "cell" else None)
+        for f in dataclasses.fields(CellRecord)
+    )
 
 
 def _cell_record(cell: Any) -> CellRecord:
     values: dict[str, Any] = {}
-    for name, hint in _cell_fields():
+    for name, kind in _cell_fields():
         value = getattr(cell, name, None)
         if name == "cell":
             if value is None or isinstance(value, (int, str)):
@@ -520,7 +542,6 @@ def _cell_record(cell: Any) -> CellRecord:
             else:
                 values["cell"] = str(value)
         elif value is not None:
-            kind = typing.get_args(hint)[0]  # Optional[kind]
             try:
                 values[name] = kind(value)
             except (TypeError, ValueError):

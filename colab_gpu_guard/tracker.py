@@ -422,13 +422,16 @@ class MemoryTracker:
         return (HOST_LEAK_METRIC, rss, cell, in_use), growth
 
     # -- reading
-    def history(self) -> list[CellMemory]:
+    def history(self, last: Optional[int] = None) -> list[CellMemory]:
+        """The recorded cells, oldest first; only the ``last`` ones if given."""
         records = list(self._records)
         nvml_used = self._nvml_used
         if records and len(nvml_used) > 2 * self.maxlen:
             oldest = records[0][0]
             for seq in [seq for seq in list(nvml_used) if seq < oldest]:  # list(): atomic
                 nvml_used.pop(seq, None)
+        if last is not None:
+            records = records[-last:] if last > 0 else []
         return [
             CellMemory(
                 cell=record[1],
@@ -504,6 +507,15 @@ def memory_history(shell: Any = None) -> list[CellMemory]:
     """The recorded cells, oldest first (at most the last 500); [] when not loaded."""
     tracker = active_tracker(shell)
     return tracker.history() if tracker is not None else []
+
+
+def history_tail(last: int, shell: Any = None) -> tuple[list[CellMemory], int]:
+    """The last `last` recorded cells and how many are recorded in all (the panel's view:
+    it shows 30 of up to 500 after every cell)."""
+    tracker = active_tracker(shell)
+    if tracker is None:
+        return [], 0
+    return tracker.history(last=last), len(tracker._records)
 
 
 def rerun_leaks(history: Optional[list[CellMemory]] = None) -> list[CellMemory]:

@@ -333,6 +333,62 @@ def test_refreshes_after_each_cell(ip, run_cell, show, torch):
     assert "new_tensor_after_panel" not in instance.leftovers.value
 
 
+def test_slow_leftovers_scan_is_not_repeated_after_every_cell(ip, run_cell, show, monkeypatch):
+    """A snapshot that took 0.8 s (10^5 arrays) is taken again after a cell only once it
+    costs at most 10% of the time since the last; meanwhile the rest of the panel is new
+    and the leftovers say how old they are. Refresh always scans."""
+    now = [1000.0]
+    monkeypatch.setattr(panel_module, "_clock", lambda: now[0])
+    real = panel_module._take_status
+    full_scans = []
+
+    def slow(shell, leftovers=True):
+        status = real(shell, leftovers=leftovers)
+        if leftovers:
+            full_scans.append(1)
+            return dataclasses.replace(status, duration_ms=800.0)
+        return status
+
+    monkeypatch.setattr(panel_module, "_take_status", slow)
+    instance = show()
+    monkeypatch.setattr(instance, "_snapshot", slow)
+    instance.refresh_button.click()  # a full scan, timed at 0.8 s
+    scans = len(full_scans)
+    before = instance.refreshes
+
+    run_cell("import torch\nmade_after_slow_scan = torch.zeros(64, 64)")
+    assert instance.refreshes == before + 1  # the panel still refreshed...
+    assert len(full_scans) == scans  # ...without scanning for leftovers
+    assert "made_after_slow_scan" not in instance.leftovers.value
+    assert "finding them took 800 ms" in instance.leftovers.value
+    assert "at most every 8 s; Refresh finds them now" in instance.leftovers.value
+    assert instance.last_status.history  # the per-cell history is current
+    assert instance.last_status.history[-1].cell == ip.execution_count - 1
+
+    now[0] += 8.5  # 0.8 s is now under 10% of the time since the scan
+    run_cell("pass")
+    assert len(full_scans) == scans + 1
+    assert "made_after_slow_scan" in instance.leftovers.value
+    assert "finding them took" not in instance.leftovers.value
+
+    run_cell("del made_after_slow_scan")  # right after a slow scan: not repeated
+    assert len(full_scans) == scans + 1 and "made_after_slow_scan" in instance.leftovers.value
+    instance.refresh_button.click()
+    assert len(full_scans) == scans + 2
+    assert "made_after_slow_scan" not in instance.leftovers.value
+
+
+def test_fast_leftovers_scan_runs_after_every_cell(ip, run_cell, show, monkeypatch):
+    now = [1000.0]
+    monkeypatch.setattr(panel_module, "_clock", lambda: now[0])  # time stands still
+    instance = show()
+    for index in range(3):
+        run_cell(f"import torch\nquick_{index} = torch.zeros(8)")
+        assert f"quick_{index}" in instance.leftovers.value
+        assert "finding them took" not in instance.leftovers.value
+    run_cell("del quick_0, quick_1, quick_2")
+
+
 def test_close_stops_refreshes(ip, run_cell, show):
     instance = show()
     assert instance.live
@@ -618,6 +674,7 @@ def test_leftovers_show_the_top_ten_and_the_freeable_total(show):
         leftovers=tuple(sorted(entries, key=lambda e: -e.nbytes)),
         leftovers_count=12,
         leftovers_bytes=78 * MiB,
+        leftovers_freeable_bytes=None,  # a snapshot without the total: from the entries
     )
     text = panel_module.render_leftovers(status)
     assert "12 arrays, 78.00 MiB in all (the 10 biggest shown)" in text
@@ -626,6 +683,16 @@ def test_leftovers_show_the_top_ten_and_the_freeable_total(show):
     # odd indexes are output history: 2+4+...+12 MiB = 42 MiB, including the two not shown
     assert "held by output history / tracebacks: <b>42.00 MiB</b>" in text
     assert "(12, 4)" in text and "cuda:0" in text and "float32" in text
+    # a live snapshot carries the total over everything found, shown or not
+    status = dataclasses.replace(
+        status, leftovers=status.leftovers[:10], leftovers_freeable_bytes=0
+    )
+    assert "held by output history / tracebacks: <b>0 B</b>" in panel_module.render_leftovers(
+        status
+    )
+    status = dataclasses.replace(status, leftovers_freeable_bytes=42 * MiB)
+    text = panel_module.render_leftovers(status)
+    assert "held by output history / tracebacks: <b>42.00 MiB</b>" in text
 
 
 def test_history_chart_marks_peaks_leaks_and_cells(show):

@@ -290,6 +290,7 @@ def test_leftovers_plug_in(fake, leftovers_module):
     assert [e.name for e in snap.leftovers][:1] == ["t12"]
     assert len(snap.leftovers) == 3 and snap.leftovers_count == 13
     assert snap.leftovers_bytes == sum(range(1, 13)) * MiB  # the view's storage counted once
+    assert snap.leftovers_freeable_bytes == snap.leftovers_bytes  # no "user variable" holder
     assert snap.leftovers[0] == LeftoverEntry(
         "t12", "user namespace", (12, 4), "float32", "cuda:0", 12 * MiB, 12, ()
     )
@@ -309,6 +310,29 @@ def test_leftovers_from_the_real_scan_top_count_and_total(fake):
     assert "view" in snap.leftovers[0].shared_with
     assert snap.leftovers_count == 31
     assert snap.leftovers_bytes == 1000 * 4 + 30 * 10 * 4  # the view counted once
+    assert snap.leftovers_freeable_bytes == 0  # all held by user variables
+
+
+def test_leftovers_freeable_total_counts_what_no_user_variable_holds(fake, ip, run_cell):
+    """The total the panel's "Free memory" line shows covers every block found, not only
+    the top entries the snapshot carries."""
+    pytest.importorskip("torch")
+    fake(fake_pynvml.zero_gpus())
+    ip.run_line_magic("reset", "-f out")  # the global test shell's earlier outputs
+    run_cell("import torch\nkept = torch.zeros(1000)")
+    try:
+        before = gpu_status(top=2, processes=False)  # whatever earlier tests left in sys.last_*
+        for _ in range(12):
+            run_cell("torch.zeros(250)")  # 1000 bytes each, held only by the output history
+        snap = gpu_status(top=2, processes=False)
+        assert len(snap.leftovers) == 2
+        assert snap.leftovers_count - before.leftovers_count == 12
+        assert snap.leftovers_freeable_bytes - before.leftovers_freeable_bytes == 12 * 1000
+        assert snap.leftovers_bytes - before.leftovers_bytes == 12 * 1000
+        assert snap.leftovers_bytes - snap.leftovers_freeable_bytes >= 4000  # `kept`
+    finally:
+        ip.run_line_magic("reset", "-f out")
+        ip.user_ns.pop("kept", None)
 
 
 def test_leftovers_module_missing_or_failing(fake, leftovers_module, monkeypatch):

@@ -216,6 +216,21 @@ def test_no_nvml_means_none_and_sampling_stops(monkeypatch):
     sampled.close()
 
 
+def test_history_tail_is_the_end_of_the_history(ip, run_cell):
+    for number in range(12):
+        run_cell(f"tail_value = {number}")
+    everything = tracker.memory_history()
+    tail, total = tracker.history_tail(5)
+    assert total == len(everything) >= 12
+    assert tail == everything[-5:]
+    assert tracker.history_tail(0) == ([], total)
+    from colab_gpu_guard.status import gpu_status
+
+    snap = gpu_status(leftovers=False, history=True, history_limit=5, processes=False)
+    assert [record.cell for record in snap.history] == [cell.cell for cell in everything[-5:]]
+    assert snap.history_note == f"last 5 of {total} cells"
+
+
 def test_format_history_and_limit():
     assert "no cells recorded" in format_history([])
     records = [
