@@ -333,7 +333,9 @@ def test_refreshes_after_each_cell(ip, run_cell, show, torch):
     assert "new_tensor_after_panel" not in instance.leftovers.value
 
 
-def test_slow_leftovers_scan_is_not_repeated_after_every_cell(ip, run_cell, show, monkeypatch):
+def test_slow_leftovers_scan_is_not_repeated_after_every_cell(
+    ip, run_cell, show, monkeypatch, torch
+):
     """A snapshot that took 0.8 s (10^5 arrays) is taken again after a cell only once it
     costs at most 10% of the time since the last; meanwhile the rest of the panel is new
     and the leftovers say how old they are. Refresh always scans."""
@@ -378,7 +380,7 @@ def test_slow_leftovers_scan_is_not_repeated_after_every_cell(ip, run_cell, show
     assert "made_after_slow_scan" not in instance.leftovers.value
 
 
-def test_fast_leftovers_scan_runs_after_every_cell(ip, run_cell, show, monkeypatch):
+def test_fast_leftovers_scan_runs_after_every_cell(ip, run_cell, show, monkeypatch, torch):
     now = [1000.0]
     monkeypatch.setattr(panel_module, "_clock", lambda: now[0])  # time stands still
     instance = show()
