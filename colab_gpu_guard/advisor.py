@@ -985,7 +985,7 @@ def _leftover_holders(namespace: Optional[dict], device: Optional[str], limit: i
         found = leftovers.find_leftovers(device=device, namespace=namespace)
     except Exception:
         return None
-    return list(found or [])[:limit]
+    return list(found[:limit]) if found else []  # only the entries shown are made
 
 
 def _describe_holder(item: Any) -> str:

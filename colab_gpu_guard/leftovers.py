@@ -21,6 +21,7 @@ No framework is imported here: torch, NumPy, CuPy and JAX are looked up in ``sys
 from __future__ import annotations
 
 import collections
+import collections.abc
 import gc
 import html
 import itertools
@@ -29,7 +30,7 @@ import sys
 import types
 import weakref
 from dataclasses import asdict, dataclass, fields
-from operator import attrgetter, itemgetter, methodcaller, mul
+from operator import attrgetter, itemgetter, methodcaller
 from typing import Any, Callable, Optional
 
 from . import units
@@ -65,6 +66,7 @@ _ATOMIC = frozenset(
 )
 _NOT_ATOMIC = dict.fromkeys(_ATOMIC, False).get  # (type, default) -> False for atomic types
 _ALWAYS = itertools.repeat(True)
+_IS_NONE = type(None).__instancecheck__  # x is None, as a C-level callable
 _ROWS = frozenset({list, tuple, dict})
 _ROWS_OF_PLAIN = _ATOMIC | _ROWS
 _REQUIRES_GRAD = attrgetter("requires_grad")
@@ -203,22 +205,89 @@ class DeviceGap:
         )
 
 
-class LeftoverList(list):
-    """A ``list[Leftover]`` (biggest first) that also prints as a table.
+class LeftoverList(collections.abc.Sequence):
+    """A sequence of ``Leftover`` (biggest first; equal sizes by name) that also prints as
+    a table. It compares equal to a list of the same entries; ``list(...)`` gives one.
+
+    A scan's list makes each entry when it is first read (a notebook may hold 10^5 arrays,
+    and ``%gpu_status`` shows ten): the sizes, holders and names are read during the scan,
+    so an entry read later is what the scan saw, not what is alive now.
 
     ``gaps`` (deep scans): per CUDA device, found bytes vs ``torch.cuda.memory_allocated``.
     ``notes``: what the scan could not see.
     """
 
+    __hash__ = None  # type: ignore[assignment]  # equal to lists, which are unhashable
+
     def __init__(self, items=(), gaps=(), notes=(), deep: bool = False) -> None:
-        super().__init__(items)
+        self._items: list = list(items)
+        self._make: Optional[Callable[[int], Leftover]] = None
+        self._sizes: Optional[list[int]] = None
+        self._holders: Optional[list[str]] = None
         self.gaps: tuple[DeviceGap, ...] = tuple(gaps)
         self.notes: tuple[str, ...] = tuple(notes)
         self.deep = deep
 
+    @classmethod
+    def _made_on_access(
+        cls, make: Callable[[int], Leftover], sizes: list[int], holders: list[str], **extra
+    ) -> LeftoverList:
+        """``make(i)`` builds entry i; ``sizes`` and ``holders`` are its nbytes and holder."""
+        made = cls(**extra)
+        made._items = [None] * len(sizes)
+        made._make, made._sizes, made._holders = make, sizes, holders
+        return made
+
+    def __len__(self) -> int:
+        return len(self._items)
+
+    def __getitem__(self, index):
+        if isinstance(index, slice):
+            return [self[position] for position in range(*index.indices(len(self._items)))]
+        item = self._items[index]
+        if item is None and self._make is not None:
+            item = self._items[index] = self._make(index % len(self._items))
+        return item
+
+    def __iter__(self):
+        if self._make is not None:
+            self._make_all()
+        return iter(self._items)
+
+    def _make_all(self) -> None:
+        make, items = self._make, self._items
+        # many small objects at once: no collector passes over every live object meanwhile
+        collecting = gc.isenabled()
+        gc.disable()
+        try:
+            for index in itertools.compress(range(len(items)), map(_IS_NONE, items)):
+                items[index] = make(index)  # type: ignore[misc]
+        finally:
+            if collecting:
+                gc.enable()
+        self._make = None
+
+    def __eq__(self, other: object) -> bool:
+        if isinstance(other, (LeftoverList, list)):
+            return list(self) == list(other)
+        return NotImplemented
+
+    def __reduce__(self):
+        return (type(self), (list(self), self.gaps, self.notes, self.deep))
+
     @property
     def total_bytes(self) -> int:
-        return sum(item.nbytes for item in self)
+        if self._sizes is not None:
+            return sum(self._sizes)
+        return sum(item.nbytes for item in self._items)
+
+    @property
+    def freeable_bytes(self) -> int:
+        """Bytes held by something other than a user variable (output history, tracebacks,
+        ...): what ``%gpu_reset`` can free without deleting a name the user made."""
+        if self._sizes is not None and self._holders is not None:
+            return sum(itertools.compress(self._sizes, map(USER_VARIABLE.__ne__, self._holders)))
+        return sum(item.nbytes for item in self._items if item.holder != USER_VARIABLE)
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -240,7 +309,7 @@ class LeftoverList(list):
         return "\n".join(lines)
 
     def __repr__(self) -> str:
-        return f"LeftoverList({list.__repr__(self)})"
+        return f"LeftoverList({list(self)!r})"
 
     def _repr_pretty_(self, printer, cycle) -> None:
         printer.text(str(self) if not cycle else "LeftoverList(...)")
@@ -321,8 +390,7 @@ _STORAGE_KEY = itemgetter(4)  # of an info tuple
 _SHAPE = attrgetter("shape")
 _DTYPE = attrgetter("dtype")
 _DEVICE = attrgetter("device")
-_NUMEL = methodcaller("numel")
-_ELEMENT_SIZE = methodcaller("element_size")
+_ARRAY_NBYTES = attrgetter("nbytes")
 _UNTYPED_STORAGE = methodcaller("untyped_storage")
 _NBYTES = methodcaller("nbytes")
 _DATA_PTR = methodcaller("data_ptr")
@@ -357,8 +425,8 @@ def _torch_infos(tensors: list) -> list:
         if name is None:
             name = torch_support._DTYPE_NAMES[dtype] = str(dtype).replace("torch.", "")
         dtype_names[dtype] = name
-    shapes = list(map(tuple, map(_SHAPE, tensors)))
-    nbytes = list(map(mul, map(_NUMEL, tensors), map(_ELEMENT_SIZE, tensors)))
+    shapes = list(map(_SHAPE, tensors))  # torch.Size: a tuple; entries make plain ones
+    nbytes = list(map(_ARRAY_NBYTES, tensors))  # numel() * element_size(), in C
     storages = list(map(_UNTYPED_STORAGE, tensors))
     storage_nbytes = list(map(_NBYTES, storages))
     pointers = list(map(_DATA_PTR, storages))
@@ -1054,7 +1122,7 @@ def _leftover_for(scanner: _Scanner, refs: list[_Ref]) -> Leftover:
         return _new_leftover(
             scanner.name_of(ref.path),
             ref.holder,
-            shape,
+            tuple(shape),
             dtype,
             device,
             storage_nbytes,
@@ -1085,7 +1153,7 @@ def _leftover_for(scanner: _Scanner, refs: list[_Ref]) -> Leftover:
     return Leftover(
         name=name,
         holder=primary.holder,
-        shape=shape,
+        shape=tuple(shape),
         dtype=dtype,
         device=device,
         nbytes=storage_nbytes,
@@ -1097,36 +1165,67 @@ def _leftover_for(scanner: _Scanner, refs: list[_Ref]) -> Leftover:
     )
 
 
-def _leftovers_of(scanner: _Scanner) -> list[Leftover]:
-    """One Leftover per storage, in the order each storage was first reached (what
-    ``[_leftover_for(scanner, refs) for refs in group_refs(scanner.refs).values()]`` gives,
-    without building a _Ref per reference when a storage is reached only once)."""
-    rows, infos = scanner.rows, scanner.infos
-    keys = list(map(_STORAGE_KEY, infos))
-    shared: Any = ()
-    if len(dict.fromkeys(keys)) != len(keys):
-        shared = {key for key, count in collections.Counter(keys).items() if count > 1}
-    name_of = scanner.name_of
-    names = scanner._names
-    new = object.__new__
-    holders = {holder: (holder,) for holder in HOLDERS}
+class _Blocks:
+    """One block of memory per storage, in the order each storage was first reached: the
+    columns the list is filtered, sorted and totalled by, and ``entry(i)`` for the entry of
+    the i-th block in ``order``.
 
-    def single(row, info) -> Leftover:
-        path = row[0]
-        name = None
-        if path[1] == _ITEM:  # list[i] under an already named container: no call
-            name = names.get(id(path[0]))
-            if name is not None:
-                name = f"{name}[{path[2]}]"
-        if name is None:
-            name = name_of(path)
+    ``entry(i)`` gives what ``_leftover_for`` gives for the storage's references; a storage
+    reached once (the common case) needs no _Ref and is made from its row when read.
+    """
+
+    def __init__(self, scanner: _Scanner) -> None:
+        rows, infos = scanner.rows, scanner.infos
+        self.rows, self.infos = rows, infos
+        self.shared: dict[int, Leftover] = {}  # block -> its entry, made now
+        self.order: list[int] = []  # blocks in the order of the list
+        keys = list(map(_STORAGE_KEY, infos))
+        row_names = _row_names(scanner, rows)
+        if len(dict.fromkeys(keys)) == len(keys):
+            self.row_of: Any = range(len(rows))
+            self.names = row_names
+            self.sizes = list(map(_STORAGE_NBYTES, infos))
+            self.holders = list(map(_HOLDER, rows))
+            self.devices = list(map(_DEVICE_TEXT, infos))
+            return
+        counts = collections.Counter(keys)
+        refs = scanner.refs
+        groups: dict = {}
+        for index, key in enumerate(keys):
+            if counts[key] > 1:
+                groups.setdefault(key, []).append(refs[index])
+        self.row_of, self.names, self.sizes, self.holders, self.devices = [], [], [], [], []
+        for index, key in enumerate(keys):
+            if counts[key] > 1:
+                group = groups.pop(key, None)
+                if group is None:
+                    continue  # a later reference to a storage already listed
+                item = self.shared[len(self.row_of)] = _leftover_for(scanner, group)
+                name, size, holder, device = item.name, item.nbytes, item.holder, item.device
+            else:
+                info = infos[index]
+                name, size, holder, device = row_names[index], info[5], rows[index][1], info[2]
+            self.row_of.append(index)
+            self.names.append(name)
+            self.sizes.append(size)
+            self.holders.append(holder)
+            self.devices.append(device)
+
+    def entry(self, position: int) -> Leftover:
+        """The entry at ``position`` of ``order`` (set by the caller: blocks, sorted)."""
+        block = self.order[position]
+        item = self.shared.get(block)
+        if item is not None:
+            return item
+        index = self.row_of[block]
+        row, info = self.rows[index], self.infos[index]
         holder = row[1]
-        item = new(Leftover)
+        item = _NEW(Leftover)
         item.__dict__.update(
             {
-                "name": name,
+                "name": self.names[block],
                 "holder": holder,
-                "shape": info[0],
+                "shape": tuple(info[0]),
                 "dtype": info[1],
                 "device": info[2],
                 "nbytes": info[5],
@@ -1134,27 +1233,34 @@ def _leftovers_of(scanner: _Scanner) -> list[Leftover]:
                 "shared_with": (),
                 "framework": row[4][1],
                 "array_nbytes": info[3],
-                "holders": holders.get(holder) or (holder,),
+                "holders": _HOLDER_TUPLES.get(holder) or (holder,),
             }
         )
         return item
 
-    if not shared:
-        return list(map(single, rows, infos))
-    refs = scanner.refs
-    groups: dict = {}
-    for index, key in enumerate(keys):
-        if key in shared:
-            groups.setdefault(key, []).append(refs[index])
-    items = []
-    for index, key in enumerate(keys):
-        if key in shared:
-            group = groups.pop(key, None)
-            if group is not None:
-                items.append(_leftover_for(scanner, group))
-        else:
-            items.append(single(rows[index], infos[index]))
-    return items
+
+_STORAGE_NBYTES = itemgetter(5)  # of an info tuple
+_DEVICE_TEXT = itemgetter(2)  # of an info tuple
+_HOLDER = itemgetter(1)  # of a row
+_HOLDER_TUPLES = {holder: (holder,) for holder in HOLDERS}
+_NEW = object.__new__
+
+
+def _row_names(scanner: _Scanner, rows: list[tuple]) -> list[str]:
+    """The name of every row's path (``name_of``, with its commonest case inlined)."""
+    known = scanner._names
+    name_of = scanner.name_of
+    names = []
+    append = names.append
+    for row in rows:
+        path = row[0]
+        if path[1] == _ITEM:  # list[i] under an already named container: no call
+            text = known.get(id(path[0]))
+            if text is not None:
+                append(f"{text}[{path[2]}]")
+                continue
+        append(name_of(path))
+    return names
 
 
 def group_refs(refs: list[_Ref]) -> dict:
@@ -1193,24 +1299,33 @@ def scan(
         if deep:
             _scan_unnamed(scanner, notes)
             scanner.finish()
-        items = _leftovers_of(scanner)
+        blocks = _Blocks(scanner)
     finally:
         if collecting:
             gc.enable()
     if deep:
-        gaps = _allocator_gaps(items)
+        gaps = _allocator_gaps(blocks.devices, blocks.sizes)
+    order: Any = range(len(blocks.names))
     if device is not None:
-        items = [item for item in items if _device_matches(item.device, device)]
+        order = [j for j in order if _device_matches(blocks.devices[j], device)]
         gaps = [gap for gap in gaps if _device_matches(gap.device, device)]
-    items.sort(key=attrgetter("name"))
-    items.sort(key=attrgetter("nbytes"), reverse=True)  # stable: equal sizes stay by name
+    order = blocks.order = sorted(order, key=blocks.names.__getitem__)
+    order.sort(key=blocks.sizes.__getitem__, reverse=True)  # stable: equal sizes by name
     if not scanner.array_types:
         notes.append("no array framework (torch, NumPy, CuPy, JAX) is imported")
     if any(kind[0] == _ARRAY and kind[1] == "numpy" for kind in scanner.kinds.values()) and deep:
         notes.append(
             "NumPy arrays are found by name only (the garbage collector does not track them)"
         )
-    return _Scan(scanner, LeftoverList(items, gaps, notes, deep))
+    leftovers = LeftoverList._made_on_access(
+        blocks.entry,
+        list(map(blocks.sizes.__getitem__, order)),
+        list(map(blocks.holders.__getitem__, order)),
+        gaps=gaps,
+        notes=notes,
+        deep=deep,
+    )
+    return _Scan(scanner, leftovers)
 
 
 def find_leftovers(
@@ -1354,7 +1469,7 @@ def _referrer_descriptions(array_lists: list[list], found: dict) -> dict[int, li
     return descriptions
 
 
-def _allocator_gaps(items: list[Leftover]) -> list[DeviceGap]:
+def _allocator_gaps(devices: list[str], sizes: list[int]) -> list[DeviceGap]:
     torch = torch_support.loaded()
     if torch is None or not torch_support.cuda_initialized(torch):
         return []
@@ -1366,6 +1481,6 @@ def _allocator_gaps(items: list[Leftover]) -> list[DeviceGap]:
     gaps = []
     for index, (allocated, _reserved, _peak, _ooms) in enumerate(totals):
         device = f"cuda:{index}"
-        found = sum(item.nbytes for item in items if item.device == device)
+        found = sum(size for size, where in zip(sizes, devices) if where == device)
         gaps.append(DeviceGap(device, found, allocated))
     return gaps

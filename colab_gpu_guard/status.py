@@ -38,6 +38,7 @@ import platform
 import sys
 import time
 import typing
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, Optional, Union
 
@@ -447,11 +448,12 @@ def _leftovers(namespace: Optional[dict[str, Any]], top: int) -> dict[str, Any]:
         return {"leftovers_note": f"could not be listed: {type(error).__name__}: {error}"}
     # Only the top ones become entries: a notebook may hold 10^5 arrays, and the panel
     # takes a snapshot after every cell. A LeftoverList is one entry per block of memory,
-    # biggest first, with its total; anything else is deduplicated and sorted here.
+    # biggest first, with its totals, and makes an entry only when it is read; anything
+    # else is deduplicated and sorted here.
     total = getattr(found, "total_bytes", None)
-    if isinstance(total, int) and isinstance(found, list):
-        biggest = found[: max(0, top)]
-        freeable = sum(item.nbytes for item in found if item.holder != _USER_VARIABLE)
+    freeable = getattr(found, "freeable_bytes", None)
+    if isinstance(total, int) and isinstance(freeable, int) and isinstance(found, Sequence):
+        biggest = list(found[: max(0, top)])
     else:
         found = list(found)
         sizes: dict[Any, int] = {}

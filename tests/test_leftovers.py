@@ -4,8 +4,10 @@ cycles, deep scans, and never importing a framework or keeping an array alive.""
 from __future__ import annotations
 
 import dataclasses
+import gc
 import json
 import os
+import pickle
 import subprocess
 import sys
 import weakref
@@ -27,6 +29,7 @@ from colab_gpu_guard.leftovers import (  # noqa: E402
     find_leftovers,
     format_bytes,
 )
+from tests.conftest import flush_output_history  # noqa: E402
 
 
 def by_name(items) -> dict[str, Leftover]:
@@ -136,6 +139,65 @@ def test_names_through_containers_dataclasses_and_objects():
 def test_sorted_biggest_first():
     namespace = {"small": torch.zeros(10), "big": torch.zeros(1000), "mid": torch.zeros(100)}
     assert [item.name for item in find_leftovers(namespace=namespace)] == ["big", "mid", "small"]
+
+
+def test_equal_sizes_are_listed_by_name():
+    namespace = {name: torch.zeros(4) for name in ("b", "c", "a")}
+    namespace["big"] = torch.zeros(8)
+    found = find_leftovers(namespace=namespace)
+    assert [item.name for item in found] == ["big", "a", "b", "c"]
+
+
+def test_entries_read_later_are_what_the_scan_saw():
+    """A scan's list makes each entry when it is first read: what it shows is still the
+    scan's snapshot, whatever happened to the arrays since."""
+    namespace = {"x": torch.zeros(10), "pair": [torch.zeros(3), torch.zeros(3)]}
+    found = find_leftovers(namespace=namespace)
+    namespace["x"].resize_(2)
+    del namespace["pair"]
+    namespace["x"] = torch.zeros(99)
+    gc.collect()
+    assert [(item.name, item.shape, item.nbytes) for item in found] == [
+        ("x", (10,), 40),
+        ("pair[0]", (3,), 12),
+        ("pair[1]", (3,), 12),
+    ]
+    assert all(type(item.shape) is tuple for item in found)
+
+
+def test_the_list_reads_like_a_list():
+    namespace = {f"t{n}": torch.zeros(n + 1) for n in range(6)}
+    found = find_leftovers(namespace=namespace)
+    second = found[1]  # made first, out of order
+    everything = list(found)
+    assert everything[1] is second and found[-1] is everything[-1]
+    assert [item.name for item in everything] == [f"t{n}" for n in range(5, -1, -1)]
+    assert found == everything and found[1:3] == everything[1:3] and found[::-2] == everything[::-2]
+    assert found != everything[:-1] and found != "t5"
+    assert len(found) == 6 and found.index(second) == 1 and second in found
+    with pytest.raises(IndexError):
+        found[6]
+    with pytest.raises(TypeError):
+        found["t0"]
+    assert found.total_bytes == sum(item.nbytes for item in everything) == 21 * 4
+    copy = pickle.loads(pickle.dumps(found))
+    assert copy == found and copy.notes == found.notes and copy.total_bytes == found.total_bytes
+
+
+def test_freeable_bytes_count_what_no_user_variable_holds(ip, run_cell):
+    flush_output_history(ip)
+    run_cell("import torch\nkept_here = torch.zeros(100)")
+    try:
+        run_cell("torch.zeros(50)")  # held by the output history only
+        found = find_leftovers()
+        freeable = found.freeable_bytes
+        assert freeable >= 200
+        assert freeable == sum(item.nbytes for item in found if item.holder != "user variable")
+        made = LeftoverList(list(found))
+        assert made.freeable_bytes == freeable and made.total_bytes == found.total_bytes
+    finally:
+        flush_output_history(ip)
+        ip.user_ns.pop("kept_here", None)
 
 
 def test_long_sequences_of_arrays_are_named_item_by_item():

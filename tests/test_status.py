@@ -17,6 +17,7 @@ from colab_gpu_guard import cuda_health, nvml, status
 from colab_gpu_guard.frameworks import torch_support
 from colab_gpu_guard.status import CellRecord, GpuStatus, LeftoverEntry, gpu_status
 from tests import fake_pynvml
+from tests.conftest import flush_output_history
 from tests.fake_pynvml import GiB, MiB
 
 T4_UUID = "11111111-2222-3333-4444-555555555555"  # as CUDA prints it: no GPU- prefix
@@ -300,12 +301,21 @@ def test_leftovers_plug_in(fake, leftovers_module):
     assert snap.leftovers[0].framework is None
 
 
-def test_leftovers_from_the_real_scan_top_count_and_total(fake):
+def test_leftovers_from_the_real_scan_top_count_and_total(fake, monkeypatch):
+    """Only the entries shown are made: the totals come from the scan's columns."""
     torch = pytest.importorskip("torch")
+    from colab_gpu_guard import leftovers
+
+    made = []
+    make_all = leftovers.LeftoverList._make_all
+    monkeypatch.setattr(
+        leftovers.LeftoverList, "_make_all", lambda self: made.append(len(self)) or make_all(self)
+    )
     fake(fake_pynvml.zero_gpus())
     big = torch.zeros(1000)
     namespace = {"big": big, "view": big[10:20], "small": [torch.zeros(10) for _ in range(30)]}
     snap = gpu_status(namespace=namespace, top=2, processes=False)
+    assert made == []
     assert [e.name for e in snap.leftovers] == ["big", "small[0]"]
     assert "view" in snap.leftovers[0].shared_with
     assert snap.leftovers_count == 31
@@ -318,7 +328,7 @@ def test_leftovers_freeable_total_counts_what_no_user_variable_holds(fake, ip, r
     the top entries the snapshot carries."""
     pytest.importorskip("torch")
     fake(fake_pynvml.zero_gpus())
-    ip.run_line_magic("reset", "-f out")  # the global test shell's earlier outputs
+    flush_output_history(ip)  # the global test shell's earlier outputs
     run_cell("import torch\nkept = torch.zeros(1000)")
     try:
         before = gpu_status(top=2, processes=False)  # whatever earlier tests left in sys.last_*
@@ -331,7 +341,7 @@ def test_leftovers_freeable_total_counts_what_no_user_variable_holds(fake, ip, r
         assert snap.leftovers_bytes - before.leftovers_bytes == 12 * 1000
         assert snap.leftovers_bytes - snap.leftovers_freeable_bytes >= 4000  # `kept`
     finally:
-        ip.run_line_magic("reset", "-f out")
+        flush_output_history(ip)
         ip.user_ns.pop("kept", None)
 
 
