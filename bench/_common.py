@@ -145,6 +145,23 @@ def timed_ms(function: Callable[[], object], runs: int, warmup: int = 3) -> list
     return samples
 
 
+def interleaved_ms(
+    functions: dict[str, Callable[[], object]], runs: int, warmup: int = 3
+) -> dict[str, list[float]]:
+    """`runs` samples (ms) of each function, taken in rounds that call each one in turn, so
+    that machine noise drifting over the run hits them alike."""
+    for _ in range(warmup):
+        for function in functions.values():
+            function()
+    samples: dict[str, list[float]] = {name: [] for name in functions}
+    for _ in range(runs):
+        for name, function in functions.items():
+            start = time.perf_counter()
+            function()
+            samples[name].append((time.perf_counter() - start) * 1e3)
+    return samples
+
+
 def bench_parser(description: str, quick_help: str) -> argparse.ArgumentParser:
     """The options every bench script takes: --quick, --smoke (test suite), --json PATH."""
     parser = argparse.ArgumentParser(description=description)
