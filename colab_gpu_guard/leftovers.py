@@ -206,12 +206,13 @@ class DeviceGap:
 
 
 class LeftoverList(collections.abc.Sequence):
-    """A sequence of ``Leftover`` (biggest first; equal sizes by name) that also prints as
-    a table. It compares equal to a list of the same entries; ``list(...)`` gives one.
+    """A sequence of ``Leftover`` that also prints as a table: biggest first, equal sizes
+    in the order found (variables as defined, items by index). It compares equal to a list
+    of the same entries; ``list(...)`` gives one.
 
     A scan's list makes each entry when it is first read (a notebook may hold 10^5 arrays,
-    and ``%gpu_status`` shows ten): the sizes, holders and names are read during the scan,
-    so an entry read later is what the scan saw, not what is alive now.
+    and ``%gpu_status`` shows ten). Each array's path, sizes and metadata are taken during
+    the scan, so an entry read later is what the scan saw, not what is alive now.
 
     ``gaps`` (deep scans): per CUDA device, found bytes vs ``torch.cuda.memory_allocated``.
     ``notes``: what the scan could not see.
@@ -1171,19 +1172,19 @@ class _Blocks:
     the i-th block in ``order``.
 
     ``entry(i)`` gives what ``_leftover_for`` gives for the storage's references; a storage
-    reached once (the common case) needs no _Ref and is made from its row when read.
+    reached once (the common case) needs no _Ref, and its entry and name are made from its
+    row when read (the row's path and metadata were taken during the scan).
     """
 
     def __init__(self, scanner: _Scanner) -> None:
         rows, infos = scanner.rows, scanner.infos
         self.rows, self.infos = rows, infos
+        self.scanner = scanner  # names paths on demand; it holds no array
         self.shared: dict[int, Leftover] = {}  # block -> its entry, made now
         self.order: list[int] = []  # blocks in the order of the list
         keys = list(map(_STORAGE_KEY, infos))
-        row_names = _row_names(scanner, rows)
         if len(dict.fromkeys(keys)) == len(keys):
             self.row_of: Any = range(len(rows))
-            self.names = row_names
             self.sizes = list(map(_STORAGE_NBYTES, infos))
             self.holders = list(map(_HOLDER, rows))
             self.devices = list(map(_DEVICE_TEXT, infos))
@@ -1194,19 +1195,18 @@ class _Blocks:
         for index, key in enumerate(keys):
             if counts[key] > 1:
                 groups.setdefault(key, []).append(refs[index])
-        self.row_of, self.names, self.sizes, self.holders, self.devices = [], [], [], [], []
+        self.row_of, self.sizes, self.holders, self.devices = [], [], [], []
         for index, key in enumerate(keys):
             if counts[key] > 1:
                 group = groups.pop(key, None)
                 if group is None:
                     continue  # a later reference to a storage already listed
                 item = self.shared[len(self.row_of)] = _leftover_for(scanner, group)
-                name, size, holder, device = item.name, item.nbytes, item.holder, item.device
+                size, holder, device = item.nbytes, item.holder, item.device
             else:
                 info = infos[index]
-                name, size, holder, device = row_names[index], info[5], rows[index][1], info[2]
+                size, holder, device = info[5], rows[index][1], info[2]
             self.row_of.append(index)
-            self.names.append(name)
             self.sizes.append(size)
             self.holders.append(holder)
             self.devices.append(device)
@@ -1219,11 +1219,16 @@ class _Blocks:
             return item
         index = self.row_of[block]
         row, info = self.rows[index], self.infos[index]
-        holder = row[1]
+        path, holder = row[0], row[1]
+        name = None
+        if path[1] == _ITEM:  # list[i] under an already named container: no call
+            name = self.scanner._names.get(id(path[0]))
+            if name is not None:
+                name = f"{name}[{path[2]}]"
         item = _NEW(Leftover)
         item.__dict__.update(
             {
-                "name": self.names[block],
+                "name": name if name is not None else self.scanner.name_of(path),
                 "holder": holder,
                 "shape": tuple(info[0]),
                 "dtype": info[1],
@@ -1244,23 +1249,6 @@ _DEVICE_TEXT = itemgetter(2)  # of an info tuple
 _HOLDER = itemgetter(1)  # of a row
 _HOLDER_TUPLES = {holder: (holder,) for holder in HOLDERS}
 _NEW = object.__new__
-
-
-def _row_names(scanner: _Scanner, rows: list[tuple]) -> list[str]:
-    """The name of every row's path (``name_of``, with its commonest case inlined)."""
-    known = scanner._names
-    name_of = scanner.name_of
-    names = []
-    append = names.append
-    for row in rows:
-        path = row[0]
-        if path[1] == _ITEM:  # list[i] under an already named container: no call
-            text = known.get(id(path[0]))
-            if text is not None:
-                append(f"{text}[{path[2]}]")
-                continue
-        append(name_of(path))
-    return names
 
 
 def group_refs(refs: list[_Ref]) -> dict:
@@ -1305,12 +1293,12 @@ def scan(
             gc.enable()
     if deep:
         gaps = _allocator_gaps(blocks.devices, blocks.sizes)
-    order: Any = range(len(blocks.names))
+    order: Any = range(len(blocks.sizes))
     if device is not None:
         order = [j for j in order if _device_matches(blocks.devices[j], device)]
         gaps = [gap for gap in gaps if _device_matches(gap.device, device)]
-    order = blocks.order = sorted(order, key=blocks.names.__getitem__)
-    order.sort(key=blocks.sizes.__getitem__, reverse=True)  # stable: equal sizes by name
+    # biggest first; equal sizes in the order found (variables as defined, items by index)
+    order = blocks.order = sorted(order, key=blocks.sizes.__getitem__, reverse=True)
     if not scanner.array_types:
         notes.append("no array framework (torch, NumPy, CuPy, JAX) is imported")
     if any(kind[0] == _ARRAY and kind[1] == "numpy" for kind in scanner.kinds.values()) and deep:

@@ -141,11 +141,13 @@ def test_sorted_biggest_first():
     assert [item.name for item in find_leftovers(namespace=namespace)] == ["big", "mid", "small"]
 
 
-def test_equal_sizes_are_listed_by_name():
+def test_equal_sizes_are_listed_in_the_order_found():
     namespace = {name: torch.zeros(4) for name in ("b", "c", "a")}
     namespace["big"] = torch.zeros(8)
+    namespace["layers"] = [torch.zeros(4) for _ in range(12)]
     found = find_leftovers(namespace=namespace)
-    assert [item.name for item in found] == ["big", "a", "b", "c"]
+    names = ["big", "b", "c", "a"] + [f"layers[{n}]" for n in range(12)]  # 10 after 9
+    assert [item.name for item in found] == names
 
 
 def test_entries_read_later_are_what_the_scan_saw():
