@@ -388,6 +388,7 @@ def _info_or_none(info_of, array):
 
 
 _STORAGE_KEY = itemgetter(4)  # of an info tuple
+_WHAT = itemgetter(4)  # of a row: the array type's classification
 _SHAPE = attrgetter("shape")
 _DTYPE = attrgetter("dtype")
 _DEVICE = attrgetter("device")
@@ -405,8 +406,9 @@ def _bulk_infos(arrays: list, rows: list) -> list:
     gives; anything unusual (meta, sparse or nested tensors, an attribute that raises)
     falls back to ``array_info`` one tensor at a time.
     """
-    whats = {row[4][1]: row[4] for row in rows}
-    if len(whats) == 1 and "torch" in whats and whats["torch"][2] is torch_support.array_info:
+    whats = set(map(_WHAT, rows))
+    what = next(iter(whats)) if len(whats) == 1 else (None, None, None)
+    if what[1] == "torch" and what[2] is torch_support.array_info:
         try:
             return _torch_infos(arrays)
         except Exception:
@@ -511,6 +513,7 @@ class _Scanner:
             kind = support.array_type()
             if isinstance(kind, type):
                 self.array_types.append((kind, name, support.array_info))
+        self.tensor_what = self.classify(self.tensor_type) if self.tensor_type else None
 
     # -- classification, cached per type
     def classify(self, kind: type) -> tuple:
@@ -611,8 +614,16 @@ class _Scanner:
         visit = self.visit
         pending = self._pending.append
         pending_rows = self._pending_rows.append
+        tensor, tensor_what = self.tensor_type, self.tensor_what
         for index, item in items:
             kind = type(item)
+            if kind is tensor:  # the commonest array first: what the general path does
+                child = (path, _ITEM, index)
+                pending(item)
+                pending_rows((child, holder, root, depth, tensor_what))
+                if item.requires_grad:
+                    self._visit_grad(item, child, depth, holder, root)
+                continue
             if kind in atomic:
                 continue
             if kind is list or kind is tuple:
