@@ -900,6 +900,29 @@ def managed_underscores(shell) -> dict[str, Any]:
     return found
 
 
+def stale_hidden_underscores(shell) -> dict[str, Any]:
+    """``_``, ``__``, ``___`` values IPython keeps only in ``user_ns_hidden``.
+
+    The display hook pushes each new output into ``user_ns`` *and* ``user_ns_hidden``;
+    ``%reset -f out`` then blanks only the ``user_ns`` copies, and a ``_ = ...`` of the
+    user's own replaces only those too. The hidden copy keeps the old output alive, out of
+    every name a user can see (and IPython 9 stops updating ``_`` after such a reset,
+    taking the mismatch for a user assignment)."""
+    found: dict[str, Any] = {}
+    if shell is None:
+        return found
+    user_ns = getattr(shell, "user_ns", {})
+    hidden = getattr(shell, "user_ns_hidden", {})
+    for name in ("_", "__", "___"):
+        if name in hidden and hidden[name] is not user_ns.get(name):
+            found[name] = hidden[name]
+    return found
+
+
+def hidden_underscore_label(name: str) -> str:
+    return f"<user_ns_hidden[{name!r}]>"
+
+
 def is_output_name(name: str) -> bool:
     """``_12``-style names IPython creates for output history."""
     return len(name) > 1 and name[0] == "_" and name[1:].isdigit()
@@ -1057,6 +1080,8 @@ def _scan_output_history(scanner: _Scanner, shell, user_ns: dict, hidden: dict) 
         value = getattr(hook, name, None)
         if value is not None and user_ns.get(name) is not value:
             scanner.visit_root(f"<displayhook.{name}>", value, OUTPUT_HISTORY, ("hook", name))
+    for name, value in stale_hidden_underscores(shell).items():
+        scanner.visit_root(hidden_underscore_label(name), value, OUTPUT_HISTORY, ("hidden", name))
     # _N: IPython pushes them into user_ns and user_ns_hidden alike; one the user
     # reassigned in user_ns is scanned as a user variable instead.
     # (user_ns_hidden also holds _i, _iN for every cell run: picked out in C)

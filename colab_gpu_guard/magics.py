@@ -430,8 +430,10 @@ class ResetMagics(GuardMagics):
         freed and what is still held, by name.
 
         1. Drops output history that holds arrays (Out[N], _N, _, __, ___; plain outputs
-           stay), the last cell's result, the last exception (sys.last_value & co.) with
-           its traceback frames' locals and chained exceptions, and %debug's frames.
+           stay), including the copies IPython's own %reset -f out leaves alive in
+           user_ns_hidden, the last cell's result, the last exception (sys.last_value &
+           co.) with its traceback frames' locals and chained exceptions, and %debug's
+           frames.
         2. Deletes the variables you name (or, with --all, every variable holding
            accelerator memory). No other variable is touched.
         3. gc.collect(); torch: synchronize, empty_cache, ipc_collect; CuPy pools;

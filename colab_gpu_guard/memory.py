@@ -9,7 +9,10 @@ In order:
      into both), ``_``/``__``/``___`` in ``user_ns``, in ``user_ns_hidden`` and on the
      displayhook. ``displayhook.flush()`` is not used: it drops every entry (plain outputs
      too), and it blanks ``_``/``__``/``___`` in ``user_ns`` and on the displayhook but
-     leaves them in ``user_ns_hidden``, which still keeps the objects alive.
+     leaves them in ``user_ns_hidden``, which still keeps the objects alive. So after the
+     user's own ``%reset -f out`` (or ``_ = ...``) the last outputs live on only there,
+     named ``<user_ns_hidden['_']>`` &c.: those are dropped too, and set back so that
+     IPython updates ``_`` again (IPython 9 stops updating it after such a reset).
    - ``shell.last_execution_result.result`` (when it holds arrays), ``.error_in_exec`` and
      ``.error_before_exec``;
    - ``sys.last_type``, ``sys.last_value``, ``sys.last_traceback``, ``sys.last_exc`` (3.12+);
@@ -241,6 +244,7 @@ class _Plan:
     def __init__(self) -> None:
         self.out_keys: list = []
         self.underscores: list[str] = []  # user_ns / user_ns_hidden names _ __ ___
+        self.hidden_underscores: list[str] = []  # stale copies only user_ns_hidden holds
         self.hook_attributes: list[str] = []  # displayhook._ / __ / ___
         self.output_names: list[str] = []  # _N
         self.last_result = False
@@ -257,7 +261,9 @@ class _Plan:
     def counts(self) -> dict[str, int]:
         return {
             "output history": len(self.out_keys),
-            "output names": len(self.underscores) + len(self.output_names),
+            "output names": len(self.underscores)
+            + len(self.hidden_underscores)
+            + len(self.output_names),
             "last cell result": int(self.last_result),
             "exceptions": len(self.exceptions),
             "traceback frames": len(self.frames),
@@ -268,6 +274,7 @@ class _Plan:
     def names(self) -> list[str]:
         names = [f"Out[{key}]" for key in self.out_keys]
         names += self.underscores + self.output_names
+        names += [_leftovers.hidden_underscore_label(name) for name in self.hidden_underscores]
         names += [f"<displayhook.{name}>" for name in self.hook_attributes]
         if self.last_result:
             names.append("<last cell result>")
@@ -356,6 +363,10 @@ def _build_plan(scan, shell, namespace: dict, names: tuple, all_vars: bool) -> _
             ):
                 plan.hook_attributes.append(name)
                 plan.roots.add(("hook", name))
+        for name in _leftovers.stale_hidden_underscores(shell):
+            if ("hidden", name) in holds:
+                plan.hidden_underscores.append(name)
+                plan.roots.add(("hidden", name))
         hidden = getattr(shell, "user_ns_hidden", {})
         for name in list(hidden):
             if isinstance(name, str) and _leftovers.is_output_name(name) and ("_N", name) in holds:
@@ -504,6 +515,9 @@ def _drop_notebook_references(plan: _Plan, shell, namespace: dict, report) -> No
             namespace[name] = ""
             if name in hidden:
                 hidden[name] = ""
+        _finish_reset_out(shell, namespace, report)
+        for name in plan.hidden_underscores:
+            hidden[name] = ""  # after the user's own `_ = x`: x stays theirs
         hook = getattr(shell, "displayhook", None)
         for name in plan.hook_attributes:
             with contextlib.suppress(Exception):
@@ -522,6 +536,22 @@ def _drop_notebook_references(plan: _Plan, shell, namespace: dict, report) -> No
             report.warnings.append("the debugger is running: its frames were left alone")
     cleared = _drop_exceptions(plan)
     report.dropped["traceback frames"] = cleared
+
+
+def _finish_reset_out(shell, namespace: dict, report) -> None:
+    """Complete an earlier ``%reset -f out``: it blanked ``_``/``__``/``___`` in user_ns
+    only, and IPython 9 takes the stale hidden copies for user assignments and stops
+    updating ``_``. Blank names get the same blank in user_ns_hidden."""
+    hidden = getattr(shell, "user_ns_hidden", {})
+    stale = _leftovers.stale_hidden_underscores(shell)
+    blank = [name for name in stale if type(namespace.get(name)) is str and not namespace[name]]
+    for name in blank:
+        hidden[name] = namespace[name]
+    if blank and not _leftovers.stale_hidden_underscores(shell):
+        report.notes.append(
+            "_, __, ___ are back in step with IPython's hidden copies: %reset -f out had "
+            "left them apart, and IPython 9 then stops updating _"
+        )
 
 
 def _drop_variables(plan: _Plan, shell, namespace: dict) -> None:

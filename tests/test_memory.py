@@ -4,6 +4,7 @@ dry run changes nothing, bad input changes nothing."""
 
 from __future__ import annotations
 
+import gc
 import io
 import json
 import sys
@@ -17,6 +18,7 @@ from IPython.utils.capture import capture_output
 torch = pytest.importorskip("torch")
 
 from colab_gpu_guard import cuda_health, memory  # noqa: E402
+from colab_gpu_guard.leftovers import find_leftovers  # noqa: E402
 
 N = 250_000  # 1 MB of float32 per tensor
 
@@ -121,6 +123,43 @@ def test_tensor_held_only_by_double_underscore_is_freed(shell, run_cell):
     assert not alive(shell, "uu")
     assert shell.user_ns["_"] == 5, "a plain `_` is not touched"
     assert shell.user_ns["Out"][later] == 5
+
+
+def test_tensor_left_in_user_ns_hidden_by_reset_out_is_freed(shell, run_cell):
+    """IPython's own `%reset -f out` (the usual advice) blanks `_` in user_ns only: the
+    output lives on in user_ns_hidden, where no name the user sees reaches it."""
+    cell(run_cell, f"t = torch.zeros({N}); refs['h'] = weakref.ref(t); t")
+    run_cell("del t")
+    shell.run_line_magic("reset", "-f out")
+    gc.collect()
+    assert alive(shell, "h"), "IPython's reset leaves the output alive"
+    found = {item.name: item.holder for item in find_leftovers()}
+    assert found["<user_ns_hidden['_']>"] == "output history"
+    report = memory.gpu_reset(shell=shell)
+    assert not alive(shell, "h")
+    assert "<user_ns_hidden['_']>" in report.dropped_names
+    assert report.released_bytes >= N * 4
+    assert any(note.startswith("_, __, ___ are back in step") for note in report.notes)
+    run_cell("6 * 7")
+    assert shell.user_ns["_"] == 42
+
+
+def test_hidden_copy_behind_a_user_assigned_underscore_is_freed(shell, run_cell):
+    cell(run_cell, f"t = torch.zeros({N}); refs['a'] = weakref.ref(t); t")
+    run_cell("del t")
+    shell.user_ns["Out"].clear()
+    for name in list(shell.user_ns_hidden):
+        if memory._leftovers.is_output_name(name):
+            shell.user_ns.pop(name, None)
+            shell.user_ns_hidden.pop(name)
+    run_cell("_ = 'mine'\n__ = ___ = None")  # the user's own: IPython keeps hidden copies
+    assert alive(shell, "a")
+    memory.gpu_reset(shell=shell)
+    assert not alive(shell, "a")
+    run_cell("1 + 1")
+    assert shell.user_ns["_"] == "mine", "the user's `_` stays theirs"
+    for name in ("_", "__", "___"):  # leave the shell's display hook as it was
+        shell.user_ns[name] = shell.user_ns_hidden[name] = getattr(shell.displayhook, name)
 
 
 def test_container_of_tensors_in_out_is_dropped(shell, run_cell):
