@@ -32,8 +32,9 @@ import types
 from dataclasses import asdict, dataclass, field
 from typing import Any, Callable, Iterator, Optional
 
-from . import cuda_health, units
+from . import cuda_health
 from .frameworks import torch_support
+from .units import cuda_version_text, format_bytes
 
 # ---------------------------------------------------------------- kinds
 
@@ -178,10 +179,6 @@ def parse_size(text: str) -> Optional[int]:
         return None
     number = float(match.group(1).replace(",", ""))
     return int(round(number * _UNITS[match.group(2).lower()]))
-
-
-def format_bytes(size: Optional[float]) -> str:
-    return units.format_bytes(size, digits=2, none="unknown")
 
 
 # ---------------------------------------------------------------- message parsing
@@ -394,7 +391,7 @@ def _recognise(exc: BaseException) -> Optional[tuple[str, dict[str, Any]]]:
             return STICKY_ERROR, details
     match = _DRIVER_OLD.search(message)
     if match:
-        details["driver_cuda_from_message"] = _cuda_version_text(int(match.group(1)))
+        details["driver_cuda_from_message"] = cuda_version_text(int(match.group(1)))
         details["problem"] = "driver too old"
         return DRIVER_MISMATCH, details
     if _DRIVER_INSUFFICIENT.search(message):
@@ -415,11 +412,6 @@ def _recognise(exc: BaseException) -> Optional[tuple[str, dict[str, Any]]]:
     if _NO_GPU.search(message):
         return NO_GPU, details
     return None
-
-
-def _cuda_version_text(number: int) -> str:
-    """CUDA's integer version (11040) as text ('11.4')."""
-    return f"{number // 1000}.{(number % 1000) // 10}"
 
 
 # ---------------------------------------------------------------- classify (pure)
@@ -914,7 +906,7 @@ def driver_facts() -> dict[str, Any]:
             facts["driver_version"] = _text(pynvml.nvmlSystemGetDriverVersion())
         with contextlib.suppress(Exception):
             version = int(pynvml.nvmlSystemGetCudaDriverVersion())
-            facts["driver_cuda"] = _cuda_version_text(version)
+            facts["driver_cuda"] = cuda_version_text(version)
         devices = []
         with contextlib.suppress(Exception):
             for index in range(pynvml.nvmlDeviceGetCount()):

@@ -33,14 +33,9 @@ from dataclasses import asdict, dataclass, fields
 from operator import attrgetter, itemgetter, methodcaller
 from typing import Any, Callable, Optional
 
-from . import units
 from .frameworks import cupy_support, jax_support, numpy_support, torch_support
+from .units import HOLDERS, OTHER, OUTPUT_HISTORY, TRACEBACK_FRAME, USER_VARIABLE, format_bytes
 
-USER_VARIABLE = "user variable"
-OUTPUT_HISTORY = "output history"
-TRACEBACK_FRAME = "traceback frame"
-OTHER = "other"
-HOLDERS = (USER_VARIABLE, OUTPUT_HISTORY, TRACEBACK_FRAME, OTHER)
 _RANK = {holder: rank for rank, holder in enumerate(HOLDERS)}
 
 DEFAULT_MAX_DEPTH = 10
@@ -128,11 +123,6 @@ _ROOT, _ATTR, _DOT, _ITEM, _KEY, _KEY_TEXT, _ARRAY_KEY, _OBJECT_KEY, _SET_ITEM =
 
 # type classification for the walker
 _SKIP, _ARRAY, _SEQUENCE, _NAMEDTUPLE, _MAPPING, _SET, _NN_MODULE, _OBJECT = range(8)
-
-
-def format_bytes(count: Optional[float]) -> str:
-    """1536 -> '1.5 KiB'; None -> 'n/a'."""
-    return units.format_bytes(count, digits=1)
 
 
 # ---------------------------------------------------------------- results

@@ -53,7 +53,8 @@ from . import cuda_health
 from . import leftovers as _leftovers
 from . import tracker as _tracker
 from .frameworks import cupy_support, jax_support, torch_support
-from .leftovers import Leftover, format_bytes
+from .leftovers import Leftover
+from .units import format_bytes
 
 SYNC_TIMEOUT_S = 5.0
 DROP_KINDS = (

@@ -34,6 +34,8 @@ from dataclasses import dataclass
 from types import ModuleType
 from typing import Any, Optional, Union
 
+from .units import NA, cuda_version_text
+
 __all__ = [
     "MigInstance",
     "NvmlDevice",
@@ -45,7 +47,7 @@ __all__ = [
     "snapshot",
 ]
 
-NOT_AVAILABLE = "n/a"
+NOT_AVAILABLE = NA
 
 # Process calls, newest first. Each may be missing from an older nvidia-ml-py (AttributeError)
 # or from an older driver (NVMLError_FunctionNotFound); the unversioned one maps to whichever
@@ -535,7 +537,7 @@ def _snapshot(processes: bool) -> NvmlSnapshot:
     return NvmlSnapshot(
         available=True,
         driver_version=driver,
-        cuda_driver_version=_cuda_version_text(cuda),
+        cuda_driver_version=cuda_version_text(cuda),
         nvml_version=nvml_version,
         devices=devices,
         pid=pid,
@@ -794,11 +796,3 @@ def _ulonglong(value: Any) -> Optional[int]:
 
 def _watts(milliwatts: Optional[int]) -> Optional[float]:
     return None if milliwatts is None else int(milliwatts) / 1000.0
-
-
-def _cuda_version_text(version: Optional[int]) -> Optional[str]:
-    """NVML's CUDA driver version integer (e.g. 12020) as "12.2"."""
-    if version is None:
-        return None
-    version = int(version)
-    return f"{version // 1000}.{(version % 1000) // 10}"

@@ -29,7 +29,7 @@ from typing import Any, Callable, Optional
 
 import ipywidgets as widgets
 
-from .units import format_bytes
+from .units import USER_VARIABLE, format_bytes
 
 __all__ = ["GpuPanel", "current_panel", "panel", "stop_panels"]
 
@@ -263,7 +263,7 @@ def render_notes(status: Any) -> str:
 def _freeable(entry: Any) -> bool:
     """Held only by output history / traceback frames / the last exception: what
     ``gpu_reset()`` (without ``--all``) releases. User variables are never touched."""
-    return (entry.holder or "") != "user variable"
+    return (entry.holder or "") != USER_VARIABLE
 
 
 def render_leftovers(status: Any, top: int = TOP_LEFTOVERS) -> str:

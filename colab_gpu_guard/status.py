@@ -42,8 +42,9 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, Optional, Union
 
-from . import nvml, units
+from . import nvml
 from .nvml import MigInstance, NvmlDevice, NvmlProcess, NvmlSnapshot, from_data, to_data
+from .units import NA, USER_VARIABLE, format_bytes
 
 __all__ = [
     "SCHEMA_VERSION",
@@ -61,7 +62,6 @@ SCHEMA_VERSION = 1
 DEFAULT_TOP = 10
 DEFAULT_PROCESS_LIMIT = 5
 DEFAULT_HISTORY_LIMIT = 20
-NA = "n/a"
 
 COLAB_NO_GPU = (
     "this Colab runtime has no GPU: Runtime > Change runtime type > a GPU accelerator "
@@ -463,7 +463,7 @@ def _leftovers(namespace: Optional[dict[str, Any]], top: int) -> dict[str, Any]:
             key = (getattr(item, "device", None), storage) if isinstance(storage, int) else id(item)
             if key not in sizes:
                 sizes[key] = _nbytes(item)
-                if getattr(item, "holder", None) != _USER_VARIABLE:
+                if getattr(item, "holder", None) != USER_VARIABLE:
                     freeable += sizes[key]
         total = sum(sizes.values())
         biggest = heapq.nlargest(max(0, top), found, key=_nbytes)
@@ -473,9 +473,6 @@ def _leftovers(namespace: Optional[dict[str, Any]], top: int) -> dict[str, Any]:
         "leftovers_bytes": total,
         "leftovers_freeable_bytes": freeable,
     }
-
-
-_USER_VARIABLE = "user variable"  # leftovers.USER_VARIABLE, whose module loads lazily
 
 
 def _nbytes(item: Any) -> int:
@@ -587,11 +584,6 @@ def _notes(
 
 
 # ---------------------------------------------------------------- formatting helpers
-
-
-def format_bytes(value: Optional[int]) -> str:
-    """1536 -> '1.50 KiB'; None -> 'n/a'."""
-    return units.format_bytes(value, digits=2, none=NA)
 
 
 def _optional_text(value: Any) -> Optional[str]:

@@ -40,8 +40,9 @@ import time
 from dataclasses import asdict, dataclass
 from typing import Any, Optional
 
-from . import cuda_health, units
+from . import cuda_health
 from .frameworks import torch_support
+from .units import format_bytes, signed_bytes
 
 DEFAULT_MAXLEN = 500
 RSS_NOISE_FLOOR = 8 * 2**20
@@ -524,14 +525,6 @@ def rerun_leaks(history: Optional[list[CellMemory]] = None) -> list[CellMemory]:
     return [record for record in history if record.rerun_leak]
 
 
-def _signed(count: int) -> str:
-    return ("+" if count > 0 else "") + format_bytes(count)
-
-
-def format_bytes(count: Optional[float]) -> str:
-    return units.format_bytes(count, digits=1)
-
-
 def format_history(history: list[CellMemory], limit: Optional[int] = None) -> str:
     """A text table of `history` (the last `limit` records if given)."""
     if limit is not None:
@@ -556,7 +549,7 @@ def format_history(history: list[CellMemory], limit: Optional[int] = None) -> st
                 row += [
                     format_bytes(record.allocated_before),
                     format_bytes(record.allocated_after),
-                    _signed(record.delta),
+                    signed_bytes(record.delta),
                     format_bytes(record.peak),
                     format_bytes(record.reserved_after),
                     str(record.ooms) if not record.ooms else f"{record.ooms} OOM!",
@@ -568,9 +561,8 @@ def format_history(history: list[CellMemory], limit: Optional[int] = None) -> st
             format_bytes(record.rss_after) if record.rss_after is not None else "-",
         ]
         if record.rerun_leak:
-            row.append(
-                f"LEAK: {_signed(record.leak_bytes)} {record.leak_kind} since [{record.rerun_of}]"
-            )
+            leak = signed_bytes(record.leak_bytes)
+            row.append(f"LEAK: {leak} {record.leak_kind} since [{record.rerun_of}]")
         elif record.rerun_of is not None:
             row.append(f"rerun of [{record.rerun_of}]")
         else:

@@ -1,22 +1,50 @@
-"""How sizes are written in every report and view."""
+"""How sizes, versions and the few shared labels are written in every report and view."""
 
 from __future__ import annotations
 
 from typing import Optional
 
+NA = "n/a"
+
+# Who keeps a leftover array alive, as every report and view names it.
+USER_VARIABLE = "user variable"
+OUTPUT_HISTORY = "output history"
+TRACEBACK_FRAME = "traceback frame"
+OTHER = "other"
+HOLDERS = (USER_VARIABLE, OUTPUT_HISTORY, TRACEBACK_FRAME, OTHER)
+
 _UNITS = ("B", "KiB", "MiB", "GiB", "TiB")
 
 
-def format_bytes(value: Optional[float], digits: int = 2, none: str = "n/a") -> str:
-    """1536 -> '1.50 KiB' (or '1.5 KiB' with digits=1); None -> `none`."""
+def format_bytes(value: Optional[float]) -> str:
+    """A size with three significant digits and no trailing zeros: 1536 -> '1.5 KiB',
+    2**30 -> '1 GiB', 1.06 * 2**30 -> '1.06 GiB', 360000 -> '352 KiB'; None -> 'n/a'."""
     if value is None:
-        return none
+        return NA
     sign = "-" if value < 0 else ""
     amount = float(abs(value))
+    unit = _UNITS[0]
     for unit in _UNITS:
         if amount < 1024 or unit == _UNITS[-1]:
-            if unit == "B":
-                return f"{sign}{int(amount)} B"
-            return f"{sign}{amount:.{digits}f} {unit}"
+            break
         amount /= 1024
-    raise AssertionError("unreachable")
+    if unit == "B":
+        return f"{sign}{int(amount)} B"
+    decimals = 2 if amount < 10 else 1 if amount < 100 else 0
+    text = f"{amount:.{decimals}f}"
+    if "." in text:
+        text = text.rstrip("0").rstrip(".")
+    return f"{sign}{text} {unit}"
+
+
+def signed_bytes(value: int) -> str:
+    """A change in size: '+1.5 KiB', '-2 MiB', '0 B'."""
+    return ("+" if value > 0 else "") + format_bytes(value)
+
+
+def cuda_version_text(version: Optional[int]) -> Optional[str]:
+    """CUDA's integer version (as NVML and the driver report it, e.g. 12020) as '12.2'."""
+    if version is None:
+        return None
+    version = int(version)
+    return f"{version // 1000}.{(version % 1000) // 10}"

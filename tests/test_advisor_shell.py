@@ -98,8 +98,8 @@ def test_oom_cell_gets_traceback_diagnosis_and_its_frames_released(ip, run, xmod
     assert "OutOfMemoryError" in out and "training_step" in out
     assert out.index("training_step()") < out.index("CUDA advisor: GPU out of memory")
     # ... then the diagnosis
-    assert "requested             2.00 GiB" in out
-    assert "free on GPU 0         1.06 GiB of 14.75 GiB" in out
+    assert "requested             2 GiB" in out
+    assert "free on GPU 0         1.06 GiB of 14.8 GiB" in out
     assert "%gpu_reset" in out
     assert "Released the failed cell's traceback frames" in out
     gc.collect()

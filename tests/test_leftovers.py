@@ -27,7 +27,6 @@ from colab_gpu_guard.leftovers import (  # noqa: E402
     Leftover,
     LeftoverList,
     find_leftovers,
-    format_bytes,
 )
 from tests.conftest import flush_output_history  # noqa: E402
 
@@ -292,14 +291,6 @@ def test_text_html_and_json_escape_names():
     data = json.loads(json.dumps(items.to_dict()))
     assert data["leftovers"][0]["name"] == "cache['<script>']"
     assert "no arrays held" in str(LeftoverList())
-
-
-def test_format_bytes():
-    assert format_bytes(512) == "512 B"
-    assert format_bytes(1536) == "1.5 KiB"
-    assert format_bytes(3 * 2**30) == "3.0 GiB"
-    assert format_bytes(-2048) == "-2.0 KiB"
-    assert format_bytes(None) == "n/a"
 
 
 # ---------------------------------------------------------------- in a real shell

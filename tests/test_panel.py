@@ -121,7 +121,7 @@ def test_no_gpu_tree_says_why_and_stays_useful(ip, run_cell, show, torch):
     assert "No GPU: no NVIDIA driver on this machine" in only.value
     assert "host RAM" in only.value and "available of" in only.value
     assert "<code>weights_on_cpu</code>" in instance.leftovers.value
-    assert "(256, 1024)" in instance.leftovers.value and "1.00 MiB" in instance.leftovers.value
+    assert "(256, 1024)" in instance.leftovers.value and "1 MiB" in instance.leftovers.value
     assert "held by output history / tracebacks" in instance.leftovers.value
     assert "Per-cell history" in instance.history.value
     assert "host RAM" in instance.footer.value
@@ -152,11 +152,11 @@ def test_one_gpu_tree(world, show):
     assert "temperature 51 °C" in text and "power 32 W / 70 W" in text
     # NVML charges 1.25 GiB to this process; torch has no CUDA here: one "this kernel" part
     assert 'cgg-seg-kernel" title="this kernel (NVML; no allocator figures): 1.25 GiB' in text
-    # NVML used (3750 MiB) less what it charges to this process (1280 MiB)
+    # NVML used (3.66 GiB) less what it charges to this process (1.25 GiB)
     assert "cgg-seg-others" in text and "other processes <b>2.41 GiB</b>" in text
-    assert "reserved by the driver <b>256.00 MiB</b>" in text
-    assert "free <b>11.09 GiB</b>" in text
-    assert "other_trainer (PID 5000001, 2.50 GiB)" in text
+    assert "reserved by the driver <b>256 MiB</b>" in text
+    assert "free <b>11.1 GiB</b>" in text
+    assert "other_trainer (PID 5000001, 2.5 GiB)" in text
     assert "python3" not in text.split("other processes:")[1]  # this kernel is not "other"
 
 
@@ -168,7 +168,7 @@ def test_two_gpus_tree(world, show):
     assert "GPU 0: NVIDIA A100-SXM4-40GB" in first.value
     assert "mig_job_a" in first.value and "mig_job_b" in first.value
     assert "GPU 1: NVIDIA H100 80GB HBM3" in second.value
-    assert "this kernel (NVML; no allocator figures): 6.00 GiB" in second.value
+    assert "this kernel (NVML; no allocator figures): 6 GiB" in second.value
     assert "other processes <b>0 B</b>" in second.value
 
 
@@ -212,7 +212,7 @@ def test_device_bar_splits_allocator_context_others_driver_free(world, show):
     assert "GPU 0: Tesla T4 (cuda:0)" in text
     for key in ("tensors", "cache", "context", "others", "driver", "free"):
         assert f"cgg-seg-{key}" in text
-    assert "this kernel&#x27;s tensors (allocated): 512.00 MiB (3.3%)" in text
+    assert "this kernel&#x27;s tensors (allocated): 512 MiB (3.3%)" in text
 
 
 def test_device_bar_when_nvml_cannot_see_this_pid(world, show):
@@ -551,13 +551,13 @@ def test_free_memory_button_releases_output_history(ip, run_cell, show, torch):
     instance = show()
     assert probe() is not None
     assert "output history" in instance.leftovers.value
-    assert "2.00 MiB" in instance.leftovers.value.split("held by output history")[1]
+    assert "2 MiB" in instance.leftovers.value.split("held by output history")[1]
     instance.free_button.click()
     gc.collect()
     assert probe() is None, "the tensor held by Out[] survived Free memory"
     assert "cgg-msg-ok" in instance.message.value
     assert "gpu_reset: dropped " in instance.message.value
-    assert "freed 2.00 MiB" in instance.message.value
+    assert "freed 2 MiB" in instance.message.value
     assert "output history" not in instance.leftovers.value.split("<table")[-1].split("</table>")[0]
 
 
@@ -679,11 +679,11 @@ def test_leftovers_show_the_top_ten_and_the_freeable_total(show):
         leftovers_freeable_bytes=None,  # a snapshot without the total: from the entries
     )
     text = panel_module.render_leftovers(status)
-    assert "12 arrays, 78.00 MiB in all (the 10 biggest shown)" in text
+    assert "12 arrays, 78 MiB in all (the 10 biggest shown)" in text
     assert text.count("<code>") == 10
     assert "<code>t11</code>" in text and "<code>t1</code>" not in text
     # odd indexes are output history: 2+4+...+12 MiB = 42 MiB, including the two not shown
-    assert "held by output history / tracebacks: <b>42.00 MiB</b>" in text
+    assert "held by output history / tracebacks: <b>42 MiB</b>" in text
     assert "(12, 4)" in text and "cuda:0" in text and "float32" in text
     # a live snapshot carries the total over everything found, shown or not
     status = dataclasses.replace(
@@ -694,7 +694,7 @@ def test_leftovers_show_the_top_ten_and_the_freeable_total(show):
     )
     status = dataclasses.replace(status, leftovers_freeable_bytes=42 * MiB)
     text = panel_module.render_leftovers(status)
-    assert "held by output history / tracebacks: <b>42.00 MiB</b>" in text
+    assert "held by output history / tracebacks: <b>42 MiB</b>" in text
 
 
 def test_history_chart_marks_peaks_leaks_and_cells(show):
@@ -715,15 +715,15 @@ def test_history_chart_marks_peaks_leaks_and_cells(show):
     text = panel_module.render_history(status)
     assert "<svg" in text and text.count('<g class="cgg-cell">') == 6
     assert (
-        "<title>cell [7]: allocated 700.00 MiB, peak 1.03 GiB, reserved 896.00 MiB, "
-        "LEAK on rerun: 64.00 MiB</title>"
+        "<title>cell [7]: allocated 700 MiB, peak 1.03 GiB, reserved 896 MiB, "
+        "LEAK on rerun: 64 MiB</title>"
     ) in text
     assert text.count('fill="#d62728"') == 2  # the leaked bar and its marker
     assert "1 rerun leak" in text
     assert 'stroke-dasharray="2,1"' in text  # peaks
     for number in range(3, 9):
         assert f">{number}</text>" in text
-    assert "last [8] 800.00 MiB" in text
+    assert "last [8] 800 MiB" in text
     instance.refresh(status)
     assert instance.history.value == text
 

@@ -251,7 +251,7 @@ def test_format_history_and_limit():
     ]
     text = format_history(records, limit=2)
     assert "[4]" in text and "[5]" in text and "[3]" not in text
-    assert "1.0 GiB" in text
+    assert "1 GiB" in text
     with pytest.raises(ValueError):
         format_history(records, limit=-1)
 
