@@ -32,7 +32,7 @@ import types
 from dataclasses import asdict, dataclass, field
 from typing import Any, Callable, Iterator, Optional
 
-from . import cuda_health
+from . import cuda_health, nvml
 from .frameworks import torch_support
 from .units import cuda_version_text, format_bytes
 
@@ -773,156 +773,52 @@ class GpuProcess:
     device: int
 
 
-def _nvml_call(query: Callable[[Any], Any]) -> Any:
-    """Run `query(pynvml)` between nvmlInit/nvmlShutdown; None if NVML is unavailable."""
-    try:
-        import pynvml
-    except Exception:
-        return None
-    try:
-        pynvml.nvmlInit()
-    except Exception:
-        return None
-    try:
-        return query(pynvml)
-    except Exception:
-        return None
-    finally:
-        with contextlib.suppress(Exception):
-            pynvml.nvmlShutdown()
-
-
-def _text(value: Any) -> str:
-    return value.decode(errors="replace") if isinstance(value, bytes) else str(value)
-
-
-def _process_name(pynvml: Any, pid: int) -> str:
-    try:
-        return _text(pynvml.nvmlSystemGetProcessName(pid))
-    except Exception:
-        pass
-    try:
-        import psutil
-
-        return psutil.Process(pid).name()
-    except Exception:
-        return "?"
-
-
-_NO_SNAPSHOT = object()
-
-
-def _guard_nvml_snapshot() -> Any:
-    """colab_gpu_guard.nvml's snapshot; None when it says NVML is unavailable, _NO_SNAPSHOT
-    when that module is missing or failed (then pynvml is asked directly)."""
-    try:
-        from . import nvml
-    except Exception:
-        return _NO_SNAPSHOT
+def _nvml_snapshot() -> Any:
+    """NVML's snapshot, or None when NVML is not available (no CUDA context needed)."""
     try:
         snapshot = nvml.snapshot(processes=True)
     except Exception:
-        return _NO_SNAPSHOT
-    return snapshot if getattr(snapshot, "available", False) else None
+        return None
+    return snapshot if snapshot.available else None
 
 
 def _capability(text: Any) -> Optional[tuple[int, int]]:
-    if isinstance(text, tuple) and len(text) == 2:
-        return int(text[0]), int(text[1])
     match = re.fullmatch(r"(\d+)\.(\d+)", str(text or ""))
     return (int(match.group(1)), int(match.group(2))) if match else None
 
 
 def gpu_processes() -> Optional[list[GpuProcess]]:
-    """Processes on every GPU as NVML sees them, or None if NVML is unavailable.
-    Uses colab_gpu_guard.nvml's snapshot when that module is present, else pynvml
-    (nvidia-ml-py) directly."""
-    snapshot = _guard_nvml_snapshot()
+    """Processes on every GPU as NVML sees them, or None if NVML is unavailable."""
+    snapshot = _nvml_snapshot()
     if snapshot is None:
         return None
-    if snapshot is not _NO_SNAPSHOT:
-        found = []
-        for device in snapshot.devices:
-            for process in device.processes or ():
-                found.append(
-                    GpuProcess(
-                        int(process.pid), process.name or "?", process.used_memory, device.index
-                    )
-                )
-        return found
-
-    def query(pynvml: Any) -> list[GpuProcess]:
-        result = []
-        for index in range(pynvml.nvmlDeviceGetCount()):
-            handle = pynvml.nvmlDeviceGetHandleByIndex(index)
-            seen = set()
-            for getter in (
-                "nvmlDeviceGetComputeRunningProcesses",
-                "nvmlDeviceGetGraphicsRunningProcesses",
-            ):
-                try:
-                    processes = getattr(pynvml, getter)(handle)
-                except Exception:
-                    continue
-                for process in processes:
-                    if process.pid in seen:
-                        continue
-                    seen.add(process.pid)
-                    used = getattr(process, "usedGpuMemory", None)
-                    if not isinstance(used, int) or used >= 2**63:
-                        used = None
-                    name = _process_name(pynvml, process.pid)
-                    result.append(GpuProcess(int(process.pid), name, used, index))
-        return result
-
-    return _nvml_call(query)
+    return [
+        GpuProcess(int(process.pid), process.name or "?", process.used_memory, device.index)
+        for device in snapshot.devices
+        for process in device.processes or ()
+    ]
 
 
 def driver_facts() -> dict[str, Any]:
     """Driver version, the CUDA version the driver supports, and each GPU's name and compute
     capability, from NVML (no CUDA context needed). Missing keys were not available."""
-    snapshot = _guard_nvml_snapshot()
+    snapshot = _nvml_snapshot()
     if snapshot is None:
         return {}
-    if snapshot is not _NO_SNAPSHOT:
-        facts: dict[str, Any] = {}
-        if snapshot.driver_version:
-            facts["driver_version"] = snapshot.driver_version
-        if snapshot.cuda_driver_version:
-            facts["driver_cuda"] = snapshot.cuda_driver_version
-        facts["devices"] = [
-            {
-                "index": device.index,
-                "name": device.name,
-                "capability": _capability(device.compute_capability),
-            }
-            for device in snapshot.devices
-        ]
-        return facts
-
-    def query(pynvml: Any) -> dict[str, Any]:
-        facts: dict[str, Any] = {}
-        with contextlib.suppress(Exception):
-            facts["driver_version"] = _text(pynvml.nvmlSystemGetDriverVersion())
-        with contextlib.suppress(Exception):
-            version = int(pynvml.nvmlSystemGetCudaDriverVersion())
-            facts["driver_cuda"] = cuda_version_text(version)
-        devices = []
-        with contextlib.suppress(Exception):
-            for index in range(pynvml.nvmlDeviceGetCount()):
-                handle = pynvml.nvmlDeviceGetHandleByIndex(index)
-                entry: dict[str, Any] = {"index": index, "name": None, "capability": None}
-                with contextlib.suppress(Exception):
-                    entry["name"] = _text(pynvml.nvmlDeviceGetName(handle))
-                with contextlib.suppress(Exception):
-                    entry["capability"] = _capability(
-                        tuple(pynvml.nvmlDeviceGetCudaComputeCapability(handle))
-                    )
-                devices.append(entry)
-        facts["devices"] = devices
-        return facts
-
-    return _nvml_call(query) or {}
+    facts: dict[str, Any] = {}
+    if snapshot.driver_version:
+        facts["driver_version"] = snapshot.driver_version
+    if snapshot.cuda_driver_version:
+        facts["driver_cuda"] = snapshot.cuda_driver_version
+    facts["devices"] = [
+        {
+            "index": device.index,
+            "name": device.name,
+            "capability": _capability(device.compute_capability),
+        }
+        for device in snapshot.devices
+    ]
+    return facts
 
 
 def torch_arch_list(torch: Any) -> Optional[list[str]]:
@@ -1070,15 +966,15 @@ def _enrich_nondet(diagnosis: Diagnosis, namespace: Optional[dict]) -> None:
 
 def _enrich_driver(diagnosis: Diagnosis, namespace: Optional[dict]) -> None:
     torch = torch_support.loaded()
-    nvml = driver_facts()
+    from_nvml = driver_facts()
     torch_cuda = torch_support.cuda_version(torch) if torch is not None else None
     if torch is not None:
         diagnosis.facts["torch"] = torch_support.version()
         diagnosis.facts["torch built for CUDA"] = torch_cuda or "none (CPU build)"
-    if "driver_version" in nvml:
-        diagnosis.facts["NVIDIA driver"] = nvml["driver_version"]
-    if "driver_cuda" in nvml:
-        diagnosis.facts["driver supports CUDA"] = nvml["driver_cuda"]
+    if "driver_version" in from_nvml:
+        diagnosis.facts["NVIDIA driver"] = from_nvml["driver_version"]
+    if "driver_cuda" in from_nvml:
+        diagnosis.facts["driver supports CUDA"] = from_nvml["driver_cuda"]
     driver_cuda = diagnosis.facts.get("driver supports CUDA")
     if torch_cuda and driver_cuda and _version_tuple(driver_cuda) < _version_tuple(torch_cuda):
         diagnosis.notes.append(
@@ -1088,7 +984,7 @@ def _enrich_driver(diagnosis: Diagnosis, namespace: Optional[dict]) -> None:
     arch_list = torch_arch_list(torch) if torch is not None else None
     if arch_list is not None:
         diagnosis.facts["torch arch list"] = " ".join(arch_list) or "empty"
-    devices = nvml.get("devices") or []
+    devices = from_nvml.get("devices") or []
     if not devices and torch is not None and _context_usable():
         try:
             capability = tuple(torch.cuda.get_device_capability())

@@ -49,7 +49,7 @@ import types
 from dataclasses import asdict, dataclass, field
 from typing import Any, Optional
 
-from . import cuda_health
+from . import cuda_health, nvml
 from . import leftovers as _leftovers
 from . import tracker as _tracker
 from .frameworks import cupy_support, jax_support, torch_support
@@ -654,7 +654,7 @@ def gpu_reset(
     health = cuda_health.health()
     report.cuda_state = health.state
     before = _device_figures(torch) if not health.broken else []
-    report.nvml_used_before = _tracker.nvml_used_per_device()
+    report.nvml_used_before = nvml.used_per_device()
 
     scan = _leftovers.scan(namespace=namespace, shell=shell, keep_refs=not dry_run)
     plan = _build_plan(scan, shell, namespace, names, all_vars)
@@ -703,7 +703,7 @@ def gpu_reset(
         if not any(device.device == name for device in report.devices):
             report.devices.append(DeviceMemory(name, 0, 0, alloc, res))
     if report.nvml_used_before is not None:
-        report.nvml_used_after = _tracker.nvml_used_per_device()
+        report.nvml_used_after = nvml.used_per_device()
     report.leftovers = list(_leftovers.find_leftovers(namespace=namespace, shell=shell))
     if report.dropped.get("exceptions"):
         report.notes.append("the last exception is gone: %debug and %tb have nothing to show")

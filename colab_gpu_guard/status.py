@@ -43,7 +43,9 @@ from dataclasses import dataclass
 from typing import Any, Optional, Union
 
 from . import nvml
-from .nvml import MigInstance, NvmlDevice, NvmlProcess, NvmlSnapshot, from_data, to_data
+from .nvml import MigInstance, NvmlDevice, NvmlProcess, NvmlSnapshot
+from .serialize import from_data, to_data
+from .serialize import json_schema as _json_schema
 from .units import NA, USER_VARIABLE, format_bytes
 
 __all__ = [
@@ -955,55 +957,4 @@ def _process_html(status: GpuStatus, device: NvmlDevice) -> str:
 
 def json_schema() -> dict[str, Any]:
     """The JSON Schema (draft 2020-12) of `GpuStatus.to_dict()`, built from the records."""
-    definitions: dict[str, Any] = {}
-    _schema_for(GpuStatus, definitions)
-    return {
-        "$schema": "https://json-schema.org/draft/2020-12/schema",
-        "title": "colab_gpu_guard GpuStatus",
-        **definitions.pop("GpuStatus"),
-        "$defs": definitions,
-    }
-
-
-def _schema_for(kind: Any, definitions: dict[str, Any]) -> dict[str, Any]:
-    if dataclasses.is_dataclass(kind) and isinstance(kind, type):
-        name = kind.__name__
-        if name not in definitions:
-            definitions[name] = {}  # placeholder against recursion
-            hints = typing.get_type_hints(kind)
-            fields = dataclasses.fields(kind)
-            definitions[name] = {
-                "type": "object",
-                "description": (kind.__doc__ or name).strip().splitlines()[0],
-                "properties": {f.name: _schema_for(hints[f.name], definitions) for f in fields},
-                "required": [
-                    f.name
-                    for f in fields
-                    if f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING
-                ],
-            }
-        return {"$ref": f"#/$defs/{name}"}
-    origin = typing.get_origin(kind)
-    if origin is Union:
-        options = typing.get_args(kind)
-        return {"anyOf": [_schema_for(option, definitions) for option in options]}
-    if origin is tuple:
-        args = typing.get_args(kind)
-        if len(args) == 2 and args[1] is Ellipsis:
-            return {"type": "array", "items": _schema_for(args[0], definitions)}
-        return {
-            "type": "array",
-            "prefixItems": [_schema_for(arg, definitions) for arg in args],
-            "minItems": len(args),
-            "maxItems": len(args),
-        }
-    simple = {
-        type(None): "null",
-        bool: "boolean",
-        int: "integer",
-        float: "number",
-        str: "string",
-    }
-    if kind in simple:
-        return {"type": simple[kind]}
-    raise TypeError(f"no JSON schema for {kind!r}")
+    return _json_schema(GpuStatus, "colab_gpu_guard GpuStatus")

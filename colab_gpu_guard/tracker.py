@@ -40,7 +40,7 @@ import time
 from dataclasses import asdict, dataclass
 from typing import Any, Optional
 
-from . import cuda_health
+from . import cuda_health, nvml
 from .frameworks import torch_support
 from .units import format_bytes, signed_bytes
 
@@ -184,38 +184,6 @@ def _load_mallinfo2():
         return None
 
 
-def _nvml_module():
-    """Initialised pynvml (shared with the nvml module, test fakes included), or None."""
-    from . import nvml
-
-    try:
-        module, _failure = nvml.initialised()
-    except Exception:
-        return None
-    return module
-
-
-def _nvml_known_unavailable() -> bool:
-    from . import nvml
-
-    return nvml.known_unavailable()
-
-
-def nvml_used_per_device() -> Optional[list[int]]:
-    """NVML "used" bytes per GPU (every process's memory), or None without NVML."""
-    pynvml = _nvml_module()
-    if pynvml is None:
-        return None
-    try:
-        count = int(pynvml.nvmlDeviceGetCount())
-        return [
-            int(pynvml.nvmlDeviceGetMemoryInfo(pynvml.nvmlDeviceGetHandleByIndex(index)).used)
-            for index in range(count)
-        ]
-    except Exception:
-        return None
-
-
 class _NvmlSampler:
     """Reads NVML used memory after a cell in a daemon thread, off the hot path."""
 
@@ -227,7 +195,7 @@ class _NvmlSampler:
 
     def request(self, seq: int) -> None:
         if self._thread is None:
-            if _nvml_known_unavailable():
+            if nvml.known_unavailable():
                 # A thread woken after every cell only to find no NVML would take the GIL
                 # from the cells it is meant to stay out of the way of.
                 self.available = False
@@ -243,7 +211,7 @@ class _NvmlSampler:
             seq = self._queue.get()
             if seq is None:
                 return
-            used = nvml_used_per_device()
+            used = nvml.used_per_device()
             if used is None:
                 self.available = False
                 return

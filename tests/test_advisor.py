@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 
 import colab_gpu_guard
-from colab_gpu_guard import advisor, cuda_health
+from colab_gpu_guard import advisor, cuda_health, nvml
 from tests import fake_pynvml
 
 FIXTURE = Path(__file__).parent / "fixtures" / "cuda_error_messages.json"
@@ -71,9 +71,11 @@ def healthy_context():
 
 
 @pytest.fixture
-def no_nvml(monkeypatch):
+def no_nvml():
     """NVML as on this machine or any GPU-less one: not available."""
-    monkeypatch.setattr(advisor, "_guard_nvml_snapshot", lambda: None)
+    nvml.set_pynvml(fake_pynvml.install(fake_pynvml.no_library()))
+    yield
+    nvml.set_pynvml(None)
 
 
 # ---------------------------------------------------------------- the fixture itself
@@ -572,7 +574,6 @@ def test_nondeterministic_facts_read_the_flags(no_nvml):
 @pytest.fixture
 def fake_nvml(monkeypatch):
     """colab_gpu_guard.nvml reading tests/fake_pynvml.py (checked against nvidia-ml-py)."""
-    from colab_gpu_guard import nvml
 
     def use(world):
         nvml.set_pynvml(fake_pynvml.install(world))
@@ -613,24 +614,24 @@ def test_driver_oom_without_nvml_says_so(fake_nvml):
     assert "NVML not available" in diagnosis.facts["GPU processes"]
 
 
-def test_driver_facts_fall_back_to_pynvml_when_the_nvml_module_is_missing(monkeypatch):
-    world = fake_pynvml.FakeWorld(
-        gpus=[
-            fake_pynvml.FakeGpu(
-                name="NVIDIA A100",
-                capability=(8, 0),
-                processes=[fake_pynvml.FakeProcess(77, None, "trainer")],
-            )
-        ],
-        cuda_driver_version=11040,
+def test_driver_facts_and_processes_come_from_the_one_nvml_client(fake_nvml):
+    world = fake_nvml(
+        fake_pynvml.FakeWorld(
+            gpus=[
+                fake_pynvml.FakeGpu(
+                    name="NVIDIA A100",
+                    capability=(8, 0),
+                    processes=[fake_pynvml.FakeProcess(77, None, "trainer")],
+                )
+            ],
+            cuda_driver_version=11040,
+        )
     )
-    monkeypatch.setitem(sys.modules, "pynvml", fake_pynvml.install(world))
-    monkeypatch.setattr(advisor, "_guard_nvml_snapshot", lambda: advisor._NO_SNAPSHOT)
     facts = advisor.driver_facts()
     assert facts["driver_cuda"] == "11.4" and facts["driver_version"] == "550.54.15"
     assert facts["devices"] == [{"index": 0, "name": "NVIDIA A100", "capability": (8, 0)}]
     assert advisor.gpu_processes() == [advisor.GpuProcess(77, "trainer", None, 0)]
-    assert world.init_count == world.shutdown_count  # balanced init/shutdown
+    assert world.init_count == 1  # initialised once, kept for the process
 
 
 def test_driver_mismatch_compares_versions_and_architectures(monkeypatch, fake_nvml):

@@ -3,8 +3,9 @@
 - every NVML name the fake defines exists in the real nvidia-ml-py, functions with a
   compatible signature, constants with the same value, errors with the same code, structures
   with the same fields;
-- every NVML name colab_gpu_guard/nvml.py uses (``pynvml.X`` attributes and ``"nvmlX"``
-  strings, found by parsing the source) exists in the fake and in the real module.
+- every NVML name the package uses (``pynvml.X`` attributes and ``"nvmlX"`` strings, found
+  by parsing every source file) exists in the fake and in the real module; only
+  ``colab_gpu_guard/nvml/`` uses any, and only its ``lib.py`` imports ``pynvml``.
 """
 
 from __future__ import annotations
@@ -21,7 +22,14 @@ from tests import fake_pynvml
 real = pytest.importorskip("pynvml", reason="nvidia-ml-py is not installed")
 
 ROOT = Path(__file__).resolve().parent.parent
-NVML_SOURCE = ROOT / "colab_gpu_guard" / "nvml.py"
+PACKAGE = ROOT / "colab_gpu_guard"
+NVML_PACKAGE = PACKAGE / "nvml"
+
+
+def package_source() -> str:
+    return "\n".join(path.read_text() for path in sorted(PACKAGE.rglob("*.py")))
+
+
 NVML_NAME = re.compile(r"^(nvml[A-Z]\w*|NVML\w*|c_nvml\w*)$")
 
 
@@ -152,7 +160,7 @@ def test_fake_unversioned_process_calls_wrap_v3_like_real():
 
 
 def test_every_nvml_name_our_code_uses_is_in_the_fake_and_the_real_module():
-    used = nvml_names_used(NVML_SOURCE.read_text())
+    used = nvml_names_used(package_source())
     # non-vacuous: the scan sees the calls that matter
     for expected in (
         "nvmlInit",
@@ -171,12 +179,12 @@ def test_every_nvml_name_our_code_uses_is_in_the_fake_and_the_real_module():
     module = fake_module()
     missing_in_fake = sorted(name for name in used if not hasattr(module, name))
     missing_in_real = sorted(name for name in used if not hasattr(real, name))
-    assert not missing_in_fake, f"nvml.py uses NVML names the fake lacks: {missing_in_fake}"
-    assert not missing_in_real, f"nvml.py uses names nvidia-ml-py lacks: {missing_in_real}"
+    assert not missing_in_fake, f"the package uses NVML names the fake lacks: {missing_in_fake}"
+    assert not missing_in_real, f"the package uses names nvidia-ml-py lacks: {missing_in_real}"
 
 
 def test_the_scan_catches_a_new_unfaked_call():
-    source = NVML_SOURCE.read_text()
+    source = package_source()
     for addition in (
         "\n\ndef _extra(pynvml, handle):\n    return pynvml.nvmlDeviceGetFanSpeed(handle)\n",
         '\n\ndef _extra(query, handle):\n    return query.call("fan", "nvmlDeviceGetFanSpeed")\n',
@@ -188,7 +196,9 @@ def test_the_scan_catches_a_new_unfaked_call():
 
 
 def test_other_modules_do_not_touch_pynvml_directly():
-    for name in ("status.py", "__main__.py"):
-        source = (ROOT / "colab_gpu_guard" / name).read_text()
-        assert "import pynvml" not in source
-        assert not nvml_names_used(source), name
+    for path in sorted(PACKAGE.rglob("*.py")):
+        source = path.read_text()
+        if path != NVML_PACKAGE / "lib.py":
+            assert "import pynvml" not in source, path
+        if path.parent != NVML_PACKAGE:
+            assert not nvml_names_used(source), path

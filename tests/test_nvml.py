@@ -14,6 +14,8 @@ import threading
 import pytest
 
 from colab_gpu_guard import nvml
+from colab_gpu_guard.nvml.snapshot import COMPUTE_PROCESS_CALLS, GRAPHICS_PROCESS_CALLS
+from colab_gpu_guard.serialize import from_data
 from tests import fake_pynvml
 from tests.fake_pynvml import GiB, MiB
 
@@ -123,10 +125,10 @@ def test_nvml_is_initialised_once_and_shut_down_on_reset(fake):
 def test_shutdown_at_exit_is_safe(fake):
     world = fake(fake_pynvml.one_gpu())
     nvml.snapshot()
-    nvml._shutdown_at_exit()
+    nvml.lib._shutdown_at_exit()
     assert world.shutdown_count == 1
     world.fail["nvmlShutdown"] = fake_pynvml.NVML_ERROR_UNINITIALIZED
-    nvml._shutdown_at_exit()  # an error at exit is swallowed
+    nvml.lib._shutdown_at_exit()  # an error at exit is swallowed
 
 
 def test_concurrent_first_snapshots_initialise_once(fake):
@@ -145,7 +147,7 @@ def test_a_forked_child_initialises_its_own(fake, monkeypatch):
     world = fake(fake_pynvml.one_gpu())
     nvml.snapshot()
     parent = os.getpid()
-    monkeypatch.setattr(nvml.os, "getpid", lambda: parent + 1)
+    monkeypatch.setattr(nvml.lib.os, "getpid", lambda: parent + 1)
     nvml.snapshot()
     assert world.init_count == 2
     nvml.reset()  # the child shuts down its own initialisation only
@@ -318,7 +320,7 @@ def test_no_process_call_at_all_leaves_processes_not_available(fake):
 
 def test_process_listing_not_supported(fake):
     world = fake(fake_pynvml.one_gpu())
-    for name in nvml.COMPUTE_PROCESS_CALLS[:1] + nvml.GRAPHICS_PROCESS_CALLS[:1]:
+    for name in COMPUTE_PROCESS_CALLS[:1] + GRAPHICS_PROCESS_CALLS[:1]:
         world.gpus[0].fail[name] = NOT_SUPPORTED
     gpu = nvml.snapshot().devices[0]
     assert gpu.processes is None and gpu.reason("processes") == "not supported"
@@ -446,8 +448,8 @@ def test_snapshots_are_immutable(fake):
 
 
 def test_helpers():
-    assert nvml._uint(0xFFFFFFFF) is None and nvml._uint(3) == 3
-    assert nvml._ulonglong(2**64 - 1) is None
+    assert nvml.lib.uint(0xFFFFFFFF) is None and nvml.lib.uint(3) == 3
+    assert nvml.lib.ulonglong(2**64 - 1) is None
     assert nvml.normalise_uuid(" GPU-AbC ") == "abc"
     assert nvml.reason_for(AttributeError("x")) == "not in this nvidia-ml-py"
 
@@ -456,10 +458,37 @@ def test_from_data_rejects_wrong_shapes():
     with pytest.raises(ValueError):
         nvml.NvmlSnapshot.from_dict({"available": "yes"})
     with pytest.raises(ValueError):
-        nvml.from_data(nvml.NvmlProcess, [1, 2])
+        from_data(nvml.NvmlProcess, [1, 2])
 
 
 # ---------------------------------------------------------------- a real GPU
+
+
+def test_used_per_device_is_nvml_v1_used_figure(fake):
+    world = fake(fake_pynvml.two_gpus())
+    view = nvml.snapshot(processes=False)
+    calls = len(world.calls)
+    # the v1 memory call: "used" counts what the driver reserves (v2 splits it out)
+    assert nvml.used_per_device() == [
+        device.memory_used + device.memory_reserved for device in view.devices
+    ]
+    # the per-cell reading asks for nothing but the count, the handles and the memory
+    assert set(world.calls[calls:]) == {
+        "nvmlDeviceGetCount",
+        "nvmlDeviceGetHandleByIndex",
+        "nvmlDeviceGetMemoryInfo",
+    }
+
+
+def test_used_per_device_is_none_without_nvml_or_with_a_lost_gpu(fake):
+    fake(fake_pynvml.no_library())
+    assert nvml.used_per_device() is None
+    world = fake_pynvml.two_gpus()
+    world.gpus[1].lost = "calls"
+    fake(world)
+    assert nvml.used_per_device() is None
+    fake(fake_pynvml.zero_gpus())
+    assert nvml.used_per_device() == []
 
 
 @pytest.fixture

@@ -15,6 +15,7 @@ from hypothesis import strategies as st
 
 from colab_gpu_guard import cuda_health, nvml, status
 from colab_gpu_guard.frameworks import torch_support
+from colab_gpu_guard.serialize import from_data, to_data
 from colab_gpu_guard.status import CellRecord, GpuStatus, LeftoverEntry, gpu_status
 from tests import fake_pynvml
 from tests.conftest import flush_output_history
@@ -552,8 +553,8 @@ names = st.text(max_size=20)
 )
 def test_records_round_trip(entry, cell):
     for record in (entry, cell):
-        data = json.loads(json.dumps(nvml.to_data(record)))
-        assert nvml.from_data(type(record), data) == record
+        data = json.loads(json.dumps(to_data(record)))
+        assert from_data(type(record), data) == record
 
 
 # ---------------------------------------------------------------- %gpu_status

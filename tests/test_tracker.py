@@ -9,7 +9,7 @@ import pytest
 from IPython.core.error import UsageError
 from IPython.utils.capture import capture_output
 
-from colab_gpu_guard import tracker
+from colab_gpu_guard import nvml, tracker
 from colab_gpu_guard.frameworks import torch_support
 from colab_gpu_guard.tracker import CellMemory, MemoryTracker, format_history, memory_history
 
@@ -172,8 +172,8 @@ def test_broken_context_is_not_queried(monkeypatch):
 
 
 def test_nvml_used_is_read_off_the_hot_path(monkeypatch):
-    monkeypatch.setattr(tracker, "_nvml_known_unavailable", lambda: False)
-    monkeypatch.setattr(tracker, "nvml_used_per_device", lambda: [2**30, 2**29])
+    monkeypatch.setattr(nvml, "known_unavailable", lambda: False)
+    monkeypatch.setattr(nvml, "used_per_device", lambda: [2**30, 2**29])
     sampled = MemoryTracker()
     sampled.pre_run_cell(types.SimpleNamespace(raw_cell="x"))
     sampled.post_run_cell(types.SimpleNamespace(execution_count=1))
@@ -204,8 +204,8 @@ def test_no_nvml_known_at_start_means_no_reader_thread():
 
 
 def test_no_nvml_means_none_and_sampling_stops(monkeypatch):
-    monkeypatch.setattr(tracker, "_nvml_known_unavailable", lambda: False)
-    monkeypatch.setattr(tracker, "nvml_used_per_device", lambda: None)
+    monkeypatch.setattr(nvml, "known_unavailable", lambda: False)
+    monkeypatch.setattr(nvml, "used_per_device", lambda: None)
     sampled = MemoryTracker()
     for number in range(3):
         sampled.pre_run_cell(types.SimpleNamespace(raw_cell="x"))

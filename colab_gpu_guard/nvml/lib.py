@@ -1,0 +1,278 @@
+"""The one door to NVML: the only module that imports ``pynvml`` (nvidia-ml-py).
+
+NVML is initialised once per process, on first use, and shut down at interpreter exit. A
+failed initialisation (no driver: ``NVMLError_LibraryNotFound``; driver not loaded...) is
+cached, so asking on a machine without a GPU costs microseconds; `reset()` forgets the
+cached state (tests, or after attaching a driver). `set_pynvml(module)` swaps in another
+``pynvml`` module (tests use a fake one); ``None`` restores the real nvidia-ml-py.
+
+Calls go through a `Query`, which calls NVML functions by name, tries older versions of a
+call while the driver or binding lacks the newer one, and keeps why each call failed.
+"""
+
+from __future__ import annotations
+
+import atexit
+import contextlib
+import os
+import threading
+from dataclasses import dataclass
+from types import ModuleType
+from typing import Any, Optional
+
+from .records import NvmlSnapshot, Unavailable
+
+# NVML marks "no value" in unsigned fields with all bits set.
+_UINT_NOT_AVAILABLE = 0xFFFFFFFF
+_ULONGLONG_NOT_AVAILABLE = 0xFFFFFFFFFFFFFFFF
+
+# Why a call failed, by the NVMLError subclass it raised.
+_REASONS = {
+    "NVMLError_NotSupported": "not supported",
+    "NVMLError_NoPermission": "no permission",
+    "NVMLError_GpuIsLost": "GPU is lost",
+    "NVMLError_FunctionNotFound": "not in this driver",
+    "NVMLLibraryMismatchError": "not in this driver",
+    "NVMLError_Uninitialized": "NVML not initialised",
+    "NVMLError_NotFound": "not found",
+    "NVMLError_NoData": "no data",
+    "NVMLError_Timeout": "timed out",
+    "NVMLError_ResetRequired": "GPU needs a reset",
+    "NVMLError_InvalidArgument": "invalid argument",
+    "NVMLError_Unknown": "unknown error",
+}
+# Errors meaning "this call does not exist here": try an older version of it.
+MISSING = ("NVMLError_FunctionNotFound", "NVMLLibraryMismatchError")
+LOST = ("NVMLError_GpuIsLost",)
+
+# Why NVML could not be initialised at all, by exception class name.
+_INIT_FAILURES = {
+    "ImportError": "nvidia-ml-py is not installed (pip install nvidia-ml-py)",
+    "ModuleNotFoundError": "nvidia-ml-py is not installed (pip install nvidia-ml-py)",
+    "NVMLError_LibraryNotFound": (
+        "no NVIDIA driver on this machine (the NVML library libnvidia-ml was not found)"
+    ),
+    "NVMLError_DriverNotLoaded": (
+        "the NVIDIA driver is not loaded (no GPU attached, or the driver failed to start)"
+    ),
+    "NVMLError_NoPermission": "no permission to use NVML",
+    "NVMLError_LibRmVersionMismatch": (
+        "the NVML library and the loaded kernel driver differ in version "
+        "(driver updated without a reboot?)"
+    ),
+    "NVMLError_GpuIsLost": "a GPU has fallen off the bus (GPU is lost)",
+    "NVMLError_Unknown": "NVML failed to initialise (unknown error)",
+}
+
+
+# ---------------------------------------------------------------- initialisation
+
+
+@dataclass
+class _State:
+    module: Optional[ModuleType]
+    ok: bool
+    pid: int
+    failure: Optional[NvmlSnapshot] = None
+
+
+_lock = threading.RLock()
+_state: Optional[_State] = None
+_override: Optional[ModuleType] = None
+_atexit_registered = False
+
+
+def set_pynvml(module: Optional[ModuleType]) -> None:
+    """Use `module` as pynvml from now on (a fake one in tests); None: the real one."""
+    global _override
+    with _lock:
+        reset()
+        _override = module
+
+
+def reset() -> None:
+    """Forget the cached initialisation (shutting NVML down if this process started it)."""
+    global _state
+    with _lock:
+        state, _state = _state, None
+        if state is not None and state.ok:
+            _shutdown(state)
+
+
+def _shutdown(state: _State) -> None:
+    if state.module is None or state.pid != os.getpid():
+        return  # a forked child: its parent owns that initialisation
+    # It may be shut down by someone else already, or the library may be unloading.
+    with contextlib.suppress(Exception):
+        state.module.nvmlShutdown()
+
+
+def _shutdown_at_exit() -> None:
+    state = _state
+    if state is not None and state.ok:
+        _shutdown(state)
+
+
+def _import_pynvml() -> ModuleType:
+    if _override is not None:
+        return _override
+    import pynvml
+
+    return pynvml
+
+
+def initialised() -> tuple[Optional[ModuleType], Optional[NvmlSnapshot]]:
+    """(pynvml module, None) once NVML is initialised in this process, or (None, the
+    cached "not available" snapshot) when it cannot be."""
+    global _state, _atexit_registered
+    state = _state
+    if state is not None and (state.pid == os.getpid() or not state.ok):
+        return (state.module, None) if state.ok else (None, state.failure)
+    with _lock:
+        state = _state
+        if state is not None and (state.pid == os.getpid() or not state.ok):
+            return (state.module, None) if state.ok else (None, state.failure)
+        # Not tried yet, or a forked child of a process that initialised NVML: start it
+        # here (nvmlInit is reference counted, so this never shuts the parent's down).
+        pid = os.getpid()
+        try:
+            module = _import_pynvml()
+        except ImportError as error:
+            _state = _State(None, False, pid, _failure(error))
+            return None, _state.failure
+        try:
+            module.nvmlInit()
+        except Exception as error:
+            _state = _State(module, False, pid, _failure(error))
+            return None, _state.failure
+        _state = _State(module, True, pid)
+        if not _atexit_registered:
+            atexit.register(_shutdown_at_exit)
+            _atexit_registered = True
+        return module, None
+
+
+def forget() -> None:
+    """Forget the initialisation without shutting NVML down (someone else already did)."""
+    global _state
+    with _lock:
+        _state = None
+
+
+def known_unavailable() -> bool:
+    """True once NVML failed to initialise in this process (cached; no NVML call made)."""
+    state = _state
+    return state is not None and not state.ok
+
+
+def _failure(error: BaseException) -> NvmlSnapshot:
+    kind = type(error).__name__
+    message = _INIT_FAILURES.get(kind)
+    if message is None:
+        message = f"NVML failed to initialise: {kind}: {error_text(error)}"
+    return NvmlSnapshot(available=False, error=message, error_kind=kind, pid=os.getpid())
+
+
+def error_text(error: BaseException) -> str:
+    try:
+        return str(error)
+    except Exception:  # NVMLError.__str__ asks the library, which may be gone
+        return repr(error)
+
+
+def reason_for(error: BaseException) -> str:
+    """A short human reason for a failed NVML call."""
+    if isinstance(error, AttributeError):
+        return "not in this nvidia-ml-py"
+    kind = type(error).__name__
+    return _REASONS.get(kind) or f"{kind}: {error_text(error)}"
+
+
+# ---------------------------------------------------------------- queries
+
+
+class Query:
+    """Calls NVML functions by name for one record, keeping the reasons for failures.
+
+    Once a call says the GPU is lost, every later call on this query is skipped.
+    """
+
+    def __init__(self, module: ModuleType) -> None:
+        self.module = module
+        self.reasons: dict[str, str] = {}
+        self.lost = False
+        self.last_error: Optional[BaseException] = None
+
+    def attempt(self, function: str, *args: Any, **kwargs: Any) -> tuple[bool, Any, str]:
+        """(succeeded, value, error kind) without recording anything."""
+        if self.lost:
+            return False, None, LOST[0]
+        try:
+            return True, getattr(self.module, function)(*args, **kwargs), ""
+        except Exception as error:
+            kind = "AttributeError" if isinstance(error, AttributeError) else type(error).__name__
+            if kind in LOST:
+                self.lost = True
+            self.last_error = error
+            return False, None, kind
+
+    def call(self, field: str, function: str, *args: Any, **kwargs: Any) -> Any:
+        """The call's value, or None with the reason recorded under `field`."""
+        ok, value, _ = self.attempt(function, *args, **kwargs)
+        if not ok:
+            self.fail(field)
+        return value
+
+    def fail(self, field: str, reason: Optional[str] = None) -> None:
+        if reason is None:
+            if self.lost:
+                reason = "GPU is lost"
+            elif self.last_error is not None:
+                reason = reason_for(self.last_error)
+            else:
+                reason = "not available"
+        self.reasons.setdefault(field, reason)
+
+    def first(self, field: str, functions: tuple[str, ...], *args: Any) -> tuple[bool, Any]:
+        """Try `functions` in order while each is missing (binding or driver)."""
+        for function in functions:
+            ok, value, kind = self.attempt(function, *args)
+            if ok:
+                return True, value
+            if kind not in MISSING and kind != "AttributeError":
+                self.fail(field)
+                return False, None
+        self.fail(field, "not in this driver or nvidia-ml-py")
+        return False, None
+
+    def unavailable(self) -> Unavailable:
+        return tuple(sorted(self.reasons.items()))
+
+
+# ---------------------------------------------------------------- value helpers
+
+
+def text(value: Any) -> Optional[str]:
+    if value is None:
+        return None
+    if isinstance(value, bytes):
+        return value.decode("utf-8", "replace").rstrip("\x00")
+    return str(value)
+
+
+def uint(value: Any) -> Optional[int]:
+    if value is None:
+        return None
+    value = int(value)
+    return None if value == _UINT_NOT_AVAILABLE else value
+
+
+def ulonglong(value: Any) -> Optional[int]:
+    if value is None:
+        return None
+    value = int(value)
+    return None if value == _ULONGLONG_NOT_AVAILABLE else value
+
+
+def watts(milliwatts: Optional[int]) -> Optional[float]:
+    return None if milliwatts is None else int(milliwatts) / 1000.0

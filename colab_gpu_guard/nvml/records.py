@@ -1,0 +1,162 @@
+"""What NVML says, as immutable records: the machine, each GPU, its MIG instances and the
+processes using it. Every field may be None ("not available"), with the reason kept in the
+record's ``unavailable`` pairs."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Optional, Union
+
+from ..serialize import from_data, to_data
+from ..units import NA
+
+Unavailable = tuple[tuple[str, str], ...]
+
+
+class _Reasons:
+    """Mixin: look up why a field is not available."""
+
+    unavailable: Unavailable
+
+    def reason(self, field: str) -> Optional[str]:
+        """Why `field` is not available, or None if it is (or was never asked for)."""
+        for name, why in self.unavailable:
+            if name == field:
+                return why
+        return None
+
+
+@dataclass(frozen=True)
+class NvmlProcess:
+    """A process with a context on a GPU, as NVML lists it.
+
+    used_memory is None where NVML does not report it (Windows WDDM; MIG without
+    privileges). kinds is ("compute",), ("graphics",) or both. The instance ids are set on
+    MIG devices only. this_process is True for the process that took the snapshot; in a
+    container NVML may report host PIDs, so no process may match.
+    """
+
+    pid: int
+    name: Optional[str]
+    used_memory: Optional[int]
+    kinds: tuple[str, ...] = ("compute",)
+    gpu_instance_id: Optional[int] = None
+    compute_instance_id: Optional[int] = None
+    this_process: bool = False
+
+
+@dataclass(frozen=True)
+class MigInstance(_Reasons):
+    """One MIG device (a GPU instance + compute instance) of a MIG-enabled GPU."""
+
+    index: int
+    uuid: Optional[str] = None
+    name: Optional[str] = None
+    memory_total: Optional[int] = None
+    memory_used: Optional[int] = None
+    memory_free: Optional[int] = None
+    gpu_instance_id: Optional[int] = None
+    compute_instance_id: Optional[int] = None
+    unavailable: Unavailable = ()
+
+
+@dataclass(frozen=True)
+class NvmlDevice(_Reasons):
+    """One physical GPU. Memory in bytes, power in watts, temperature in degrees C,
+    utilisation in percent over NVML's last sample period. memory_used is what NVML calls
+    used (with the v2 call, not counting memory_reserved, which the driver and firmware set
+    aside). processes is None when they were not asked for or could not be listed."""
+
+    index: int
+    name: Optional[str] = None
+    uuid: Optional[str] = None
+    pci_bus_id: Optional[str] = None
+    memory_total: Optional[int] = None
+    memory_used: Optional[int] = None
+    memory_free: Optional[int] = None
+    memory_reserved: Optional[int] = None
+    utilization_gpu: Optional[int] = None
+    utilization_memory: Optional[int] = None
+    temperature_c: Optional[int] = None
+    power_draw_w: Optional[float] = None
+    power_limit_w: Optional[float] = None
+    compute_mode: Optional[str] = None
+    compute_capability: Optional[str] = None
+    mig_enabled: Optional[bool] = None
+    mig_pending: Optional[bool] = None
+    mig_instances: tuple[MigInstance, ...] = ()
+    ecc_enabled: Optional[bool] = None
+    ecc_errors_uncorrected: Optional[int] = None
+    processes: Optional[tuple[NvmlProcess, ...]] = None
+    lost: bool = False
+    unavailable: Unavailable = ()
+
+    def this_process(self) -> Optional[NvmlProcess]:
+        """The entry for the process that took the snapshot, if NVML listed it."""
+        for process in self.processes or ():
+            if process.this_process:
+                return process
+        return None
+
+    def other_processes(self) -> tuple[NvmlProcess, ...]:
+        return tuple(p for p in self.processes or () if not p.this_process)
+
+    def used_by_this_process(self) -> Optional[int]:
+        """Bytes NVML says this process uses on this GPU (summed over MIG instances)."""
+        used = [p.used_memory for p in self.processes or () if p.this_process]
+        if not used or any(u is None for u in used):
+            return None
+        return sum(u for u in used if u is not None)
+
+
+@dataclass(frozen=True)
+class NvmlSnapshot(_Reasons):
+    """NVML's view of the machine at one moment. `available` is False when NVML could not
+    be initialised; `error` then says why in words and `error_kind` names the exception
+    (e.g. "NVMLError_LibraryNotFound")."""
+
+    available: bool
+    error: Optional[str] = None
+    error_kind: Optional[str] = None
+    driver_version: Optional[str] = None
+    cuda_driver_version: Optional[str] = None
+    nvml_version: Optional[str] = None
+    devices: tuple[NvmlDevice, ...] = ()
+    pid: int = 0
+    processes_queried: bool = True
+    unavailable: Unavailable = ()
+
+    def to_dict(self) -> dict[str, Any]:
+        return to_data(self)
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> NvmlSnapshot:
+        return from_data(cls, data)
+
+    def device_by_uuid(self, uuid: str) -> Optional[Union[NvmlDevice, MigInstance]]:
+        """The device or MIG instance with this UUID (with or without its GPU-/MIG- prefix)."""
+        wanted = normalise_uuid(uuid)
+        for device in self.devices:
+            if device.uuid and normalise_uuid(device.uuid) == wanted:
+                return device
+            for instance in device.mig_instances:
+                if instance.uuid and normalise_uuid(instance.uuid) == wanted:
+                    return instance
+        return None
+
+    def __str__(self) -> str:
+        if not self.available:
+            return f"NVML not available: {self.error}"
+        return (
+            f"NVML {self.nvml_version or NA}, driver "
+            f"{self.driver_version or NA}, CUDA driver "
+            f"{self.cuda_driver_version or NA}: {len(self.devices)} GPU(s)"
+        )
+
+
+def normalise_uuid(uuid: str) -> str:
+    text = uuid.strip().lower()
+    for prefix in ("gpu-", "mig-"):
+        if text.startswith(prefix):
+            text = text[len(prefix) :]
+    return text

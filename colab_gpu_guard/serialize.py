@@ -1,0 +1,124 @@
+"""Reports as JSON: a dataclass tree to JSON-ready data and back, and its JSON Schema.
+
+Every report is a (frozen) dataclass of primitives, Optionals, tuples and other dataclasses;
+``to_data`` turns one into dicts and lists, ``from_data`` rebuilds it (unknown keys are
+ignored, missing ones take their defaults) and ``json_schema`` describes the documents.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import typing
+from typing import Any, Union
+
+
+def to_data(value: Any) -> Any:
+    """A dataclass tree as JSON-ready data: dataclasses to dicts, tuples to lists."""
+    if dataclasses.is_dataclass(value) and not isinstance(value, type):
+        return {f.name: to_data(getattr(value, f.name)) for f in dataclasses.fields(value)}
+    if isinstance(value, (tuple, list)):
+        return [to_data(item) for item in value]
+    if isinstance(value, dict):
+        return {str(key): to_data(item) for key, item in value.items()}
+    return value
+
+
+_HINTS: dict[type, dict[str, Any]] = {}
+
+
+def from_data(kind: Any, data: Any) -> Any:
+    """Rebuild a value of type `kind` (a dataclass, Optional, tuple[...], primitive) from
+    what `to_data` produced. Unknown keys are ignored, missing ones take their defaults."""
+    if dataclasses.is_dataclass(kind) and isinstance(kind, type):
+        if not isinstance(data, dict):
+            raise ValueError(f"{kind.__name__}: expected an object, got {type(data).__name__}")
+        hints = _HINTS.get(kind)
+        if hints is None:
+            hints = _HINTS[kind] = typing.get_type_hints(kind)
+        values = {}
+        for f in dataclasses.fields(kind):
+            if f.name in data:
+                values[f.name] = from_data(hints[f.name], data[f.name])
+            elif f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING:
+                raise ValueError(f"{kind.__name__}: missing {f.name!r}")
+        return kind(**values)
+    origin = typing.get_origin(kind)
+    if origin is Union:
+        options = [a for a in typing.get_args(kind) if a is not type(None)]
+        if data is None:
+            return None
+        if len(options) == 1:
+            return from_data(options[0], data)
+        for option in options:  # a union of primitives: keep the value if it fits one
+            if isinstance(option, type) and isinstance(data, option):
+                return data
+        raise ValueError(f"{data!r} fits none of {options}")
+    if origin is tuple:
+        args = typing.get_args(kind)
+        if not isinstance(data, (list, tuple)):
+            raise ValueError(f"expected a list, got {type(data).__name__}")
+        if len(args) == 2 and args[1] is Ellipsis:
+            return tuple(from_data(args[0], item) for item in data)
+        return tuple(from_data(arg, item) for arg, item in zip(args, data))
+    if kind is float and isinstance(data, int) and not isinstance(data, bool):
+        return float(data)
+    if kind in (int, float, str, bool) and not isinstance(data, kind):
+        raise ValueError(f"expected {kind.__name__}, got {data!r}")
+    return data
+
+
+def json_schema(kind: type, title: str) -> dict[str, Any]:
+    """The JSON Schema (draft 2020-12) of ``to_data(value)`` for a dataclass `kind`, built
+    from its fields and type hints; nested dataclasses become ``$defs``."""
+    definitions: dict[str, Any] = {}
+    _schema_for(kind, definitions)
+    return {
+        "$schema": "https://json-schema.org/draft/2020-12/schema",
+        "title": title,
+        **definitions.pop(kind.__name__),
+        "$defs": definitions,
+    }
+
+
+def _schema_for(kind: Any, definitions: dict[str, Any]) -> dict[str, Any]:
+    if dataclasses.is_dataclass(kind) and isinstance(kind, type):
+        name = kind.__name__
+        if name not in definitions:
+            definitions[name] = {}  # placeholder against recursion
+            hints = typing.get_type_hints(kind)
+            fields = dataclasses.fields(kind)
+            definitions[name] = {
+                "type": "object",
+                "description": (kind.__doc__ or name).strip().splitlines()[0],
+                "properties": {f.name: _schema_for(hints[f.name], definitions) for f in fields},
+                "required": [
+                    f.name
+                    for f in fields
+                    if f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING
+                ],
+            }
+        return {"$ref": f"#/$defs/{name}"}
+    origin = typing.get_origin(kind)
+    if origin is Union:
+        options = typing.get_args(kind)
+        return {"anyOf": [_schema_for(option, definitions) for option in options]}
+    if origin is tuple:
+        args = typing.get_args(kind)
+        if len(args) == 2 and args[1] is Ellipsis:
+            return {"type": "array", "items": _schema_for(args[0], definitions)}
+        return {
+            "type": "array",
+            "prefixItems": [_schema_for(arg, definitions) for arg in args],
+            "minItems": len(args),
+            "maxItems": len(args),
+        }
+    simple = {
+        type(None): "null",
+        bool: "boolean",
+        int: "integer",
+        float: "number",
+        str: "string",
+    }
+    if kind in simple:
+        return {"type": simple[kind]}
+    raise TypeError(f"no JSON schema for {kind!r}")
