@@ -33,7 +33,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Any, Callable, Iterator, Optional
 
 from . import cuda_health, nvml
-from .frameworks import torch_support
+from .frameworks import torch as torch_support
 from .units import cuda_version_text, format_bytes
 
 # ---------------------------------------------------------------- kinds

@@ -12,7 +12,7 @@ import threading
 from dataclasses import dataclass
 from typing import Optional
 
-from .frameworks import torch_support
+from .frameworks import torch as torch_support
 
 RESTART_ADVICE = (
     "the CUDA context of this process is unusable; restart the runtime "

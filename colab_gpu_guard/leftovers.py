@@ -30,10 +30,13 @@ import sys
 import types
 import weakref
 from dataclasses import asdict, dataclass, fields
-from operator import attrgetter, itemgetter, methodcaller
+from operator import attrgetter, itemgetter
 from typing import Any, Callable, Optional
 
-from .frameworks import cupy_support, jax_support, numpy_support, torch_support
+from .frameworks import cupy as cupy_support
+from .frameworks import jax as jax_support
+from .frameworks import numpy as numpy_support
+from .frameworks import torch as torch_support
 from .units import HOLDERS, OTHER, OUTPUT_HISTORY, TRACEBACK_FRAME, USER_VARIABLE, format_bytes
 
 _RANK = {holder: rank for rank, holder in enumerate(HOLDERS)}
@@ -379,69 +382,19 @@ def _info_or_none(info_of, array):
 
 _STORAGE_KEY = itemgetter(4)  # of an info tuple
 _WHAT = itemgetter(4)  # of a row: the array type's classification
-_SHAPE = attrgetter("shape")
-_DTYPE = attrgetter("dtype")
-_DEVICE = attrgetter("device")
-_ARRAY_NBYTES = attrgetter("nbytes")
-_UNTYPED_STORAGE = methodcaller("untyped_storage")
-_NBYTES = methodcaller("nbytes")
-_DATA_PTR = methodcaller("data_ptr")
 
 
 def _bulk_infos(arrays: list, rows: list) -> list:
-    """``info_of(array)`` for every recorded array (None where it failed), in order.
-
-    Torch tensors' metadata is read in one C-level pass per attribute (``map`` with
-    ``attrgetter``/``methodcaller``) and gives exactly what ``torch_support.array_info``
-    gives; anything unusual (meta, sparse or nested tensors, an attribute that raises)
-    falls back to ``array_info`` one tensor at a time.
-    """
+    """``info_of(array)`` for every recorded array (None where it failed), in order; torch
+    tensors' metadata in one C-level pass per attribute (``torch_support.array_infos``)."""
     whats = set(map(_WHAT, rows))
     what = next(iter(whats)) if len(whats) == 1 else (None, None, None)
     if what[1] == "torch" and what[2] is torch_support.array_info:
         try:
-            return _torch_infos(arrays)
+            return torch_support.array_infos(arrays)
         except Exception:
             pass
     return [_info_or_none(row[4][2], array) for row, array in zip(rows, arrays)]
-
-
-def _torch_infos(tensors: list) -> list:
-    devices = list(map(_DEVICE, tensors))
-    device_names = {device: str(device) for device in set(devices)}
-    if "meta" in device_names.values():
-        raise ValueError("meta tensors")  # the per-tensor path handles them
-    dtypes = list(map(_DTYPE, tensors))
-    dtype_names = {}
-    for dtype in set(dtypes):
-        name = torch_support._DTYPE_NAMES.get(dtype)
-        if name is None:
-            name = torch_support._DTYPE_NAMES[dtype] = str(dtype).replace("torch.", "")
-        dtype_names[dtype] = name
-    shapes = list(map(_SHAPE, tensors))  # torch.Size: a tuple; entries make plain ones
-    nbytes = list(map(_ARRAY_NBYTES, tensors))  # numel() * element_size(), in C
-    storages = list(map(_UNTYPED_STORAGE, tensors))
-    storage_nbytes = list(map(_NBYTES, storages))
-    pointers = list(map(_DATA_PTR, storages))
-    del storages
-    device_texts = list(map(device_names.__getitem__, devices))
-    infos = list(
-        zip(
-            shapes,
-            map(dtype_names.__getitem__, dtypes),
-            device_texts,
-            nbytes,
-            zip(device_texts, pointers),
-            storage_nbytes,
-            pointers,
-        )
-    )
-    if 0 in pointers or 0 in storage_nbytes:  # empty storages: a key of their own
-        for index, info in enumerate(infos):
-            if info[5] == 0 or info[6] == 0:
-                tensor = tensors[index]
-                infos[index] = info[:4] + (("tensor", id(tensor)), info[5], id(tensor))
-    return infos
 
 
 def _key_text(key: object) -> str:
@@ -1484,17 +1437,13 @@ def _referrer_descriptions(array_lists: list[list], found: dict) -> dict[int, li
 
 
 def _allocator_gaps(devices: list[str], sizes: list[int]) -> list[DeviceGap]:
-    torch = torch_support.loaded()
-    if torch is None or not torch_support.cuda_initialized(torch):
-        return []
     try:
-        count = torch_support.cuda_device_count(torch)
-        totals = torch_support.fast_allocator_totals(torch, count)
+        stats = torch_support.allocator_stats()
     except Exception:
         return []
     gaps = []
-    for index, (allocated, _reserved, _peak, _ooms) in enumerate(totals):
-        device = f"cuda:{index}"
+    for stat in stats:
+        device = f"cuda:{stat.device}"
         found = sum(size for size, where in zip(sizes, devices) if where == device)
-        gaps.append(DeviceGap(device, found, allocated))
+        gaps.append(DeviceGap(device, found, stat.allocated))
     return gaps

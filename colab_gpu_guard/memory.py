@@ -52,7 +52,9 @@ from typing import Any, Optional
 from . import cuda_health, nvml
 from . import leftovers as _leftovers
 from . import tracker as _tracker
-from .frameworks import cupy_support, jax_support, torch_support
+from .frameworks import cupy as cupy_support
+from .frameworks import jax as jax_support
+from .frameworks import torch as torch_support
 from .leftovers import Leftover
 from .units import format_bytes
 

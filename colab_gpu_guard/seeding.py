@@ -20,14 +20,12 @@ import sys
 from dataclasses import asdict, dataclass, field
 from typing import Any, Optional
 
-from .frameworks import (
-    cupy_support,
-    jax_support,
-    numpy_support,
-    python_random,
-    tensorflow_support,
-    torch_support,
-)
+from .frameworks import cupy as cupy_support
+from .frameworks import jax as jax_support
+from .frameworks import numpy as numpy_support
+from .frameworks import python_random
+from .frameworks import tensorflow as tensorflow_support
+from .frameworks import torch as torch_support
 
 SEED_MAX = 2**32 - 1  # NumPy's legacy RNG accepts 0..2**32-1
 VALID_SEED_FORM = f"an integer from 0 to {SEED_MAX}"

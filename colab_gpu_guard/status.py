@@ -308,7 +308,7 @@ def _host() -> HostInfo:
 
 def _torch(probe: bool) -> tuple[TorchInfo, Any]:
     from . import cuda_health
-    from .frameworks import torch_support
+    from .frameworks import torch as torch_support
 
     health = cuda_health.health(probe=probe)
     torch = torch_support.loaded()
@@ -331,7 +331,7 @@ def _torch(probe: bool) -> tuple[TorchInfo, Any]:
 def _memory(
     torch: Any, torch_info: TorchInfo, view: NvmlSnapshot, notes: list[str]
 ) -> tuple[DeviceMemory, ...]:
-    from .frameworks import torch_support
+    from .frameworks import torch as torch_support
 
     if torch is None or not torch_info.cuda_initialized:
         return ()

@@ -41,7 +41,7 @@ from dataclasses import asdict, dataclass
 from typing import Any, Optional
 
 from . import cuda_health, nvml
-from .frameworks import torch_support
+from .frameworks import torch as torch_support
 from .units import format_bytes, signed_bytes
 
 DEFAULT_MAXLEN = 500
@@ -243,11 +243,11 @@ def _cuda_totals(reset_peaks: bool = False) -> tuple[int, int, int, int, int]:
         return 0, 0, 0, 0, 0
     devices = torch_support.cuda_device_count(torch)
     allocated = reserved = peak = ooms = 0
-    for totals in torch_support.fast_allocator_totals(torch, devices):
-        allocated += totals[0]
-        reserved += totals[1]
-        peak += totals[2]
-        ooms += totals[3]
+    for stats in torch_support.allocator_stats(torch, devices):
+        allocated += stats.allocated
+        reserved += stats.reserved
+        peak += stats.peak_allocated
+        ooms += stats.num_ooms
     if reset_peaks:
         torch_support.reset_peaks(torch, devices)
     return devices, allocated, reserved, peak, ooms

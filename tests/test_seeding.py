@@ -18,7 +18,7 @@ from hypothesis import strategies as st
 from IPython.core.error import UsageError
 
 from colab_gpu_guard import seed_all, seeding
-from colab_gpu_guard.frameworks import torch_support
+from colab_gpu_guard.frameworks import torch as torch_support
 
 
 def draws() -> tuple:
@@ -480,7 +480,8 @@ def test_cublas_late_warning_when_cuda_already_initialised(monkeypatch):
 
 
 def test_frameworks_installed_but_not_imported_are_reported(monkeypatch):
-    from colab_gpu_guard.frameworks import cupy_support, tensorflow_support
+    from colab_gpu_guard.frameworks import cupy as cupy_support
+    from colab_gpu_guard.frameworks import tensorflow as tensorflow_support
 
     monkeypatch.setattr(tensorflow_support, "installed", lambda: True)
     monkeypatch.setattr(cupy_support, "installed", lambda: True)
@@ -493,7 +494,7 @@ def test_frameworks_installed_but_not_imported_are_reported(monkeypatch):
 
 
 def test_jax_is_reported_as_keyless_when_installed(monkeypatch):
-    from colab_gpu_guard.frameworks import jax_support
+    from colab_gpu_guard.frameworks import jax as jax_support
 
     monkeypatch.setattr(jax_support, "installed", lambda: True)
     report = seed_all(1)

@@ -14,7 +14,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from colab_gpu_guard import cuda_health, nvml, status
-from colab_gpu_guard.frameworks import torch_support
+from colab_gpu_guard.frameworks import torch as torch_support
 from colab_gpu_guard.serialize import from_data, to_data
 from colab_gpu_guard.status import CellRecord, GpuStatus, LeftoverEntry, gpu_status
 from tests import fake_pynvml

@@ -10,7 +10,7 @@ from IPython.core.error import UsageError
 from IPython.utils.capture import capture_output
 
 from colab_gpu_guard import nvml, tracker
-from colab_gpu_guard.frameworks import torch_support
+from colab_gpu_guard.frameworks import torch as torch_support
 from colab_gpu_guard.tracker import CellMemory, MemoryTracker, format_history, memory_history
 
 
@@ -107,8 +107,12 @@ class _FakeAllocator:
         self.ooms = 0
         self.resets = 0
 
-    def totals(self, torch, count):
-        return [(self.allocated, self.allocated + 2**20, self.peak, self.ooms)]
+    def totals(self, torch=None, count=None):
+        return [
+            torch_support.AllocatorStats(
+                0, self.allocated, self.allocated + 2**20, self.peak, self.ooms
+            )
+        ]
 
     def reset(self, torch, count):
         self.resets += 1
@@ -120,7 +124,7 @@ def test_cuda_figures_peak_ooms_and_leak(monkeypatch):
     allocator = _FakeAllocator()
     monkeypatch.setattr(torch_support, "cuda_initialized", lambda torch=None: True)
     monkeypatch.setattr(torch_support, "cuda_device_count", lambda torch=None: 1)
-    monkeypatch.setattr(torch_support, "fast_allocator_totals", allocator.totals)
+    monkeypatch.setattr(torch_support, "allocator_stats", allocator.totals)
     monkeypatch.setattr(torch_support, "reset_peaks", allocator.reset)
     assert torch is not None
     cuda_tracker = MemoryTracker(nvml=False)
@@ -157,9 +161,7 @@ def test_broken_context_is_not_queried(monkeypatch):
 
     calls = []
     monkeypatch.setattr(torch_support, "cuda_initialized", lambda torch=None: True)
-    monkeypatch.setattr(
-        torch_support, "fast_allocator_totals", lambda *args: calls.append(args) or []
-    )
+    monkeypatch.setattr(torch_support, "allocator_stats", lambda *args: calls.append(args) or [])
     cuda_health.mark_broken("device-side assert triggered")
     try:
         broken = MemoryTracker(nvml=False)

@@ -2,25 +2,14 @@
 
 from __future__ import annotations
 
-from types import ModuleType
 from typing import Optional
 
-from . import is_installed, loaded_module, module_version
+from .base import ArrayInfo, presence
 
 NAME = "JAX"
 MODULE = "jax"
 
-
-def loaded() -> Optional[ModuleType]:
-    return loaded_module(MODULE)
-
-
-def installed() -> bool:
-    return is_installed(MODULE)
-
-
-def version() -> str:
-    return module_version(loaded(), "jax")
+loaded, installed, version = presence(MODULE)
 
 
 def key(value: int):
@@ -48,11 +37,9 @@ def _device_name(device) -> str:
     return f"{platform}:{getattr(device, 'id', 0)}"
 
 
-def array_info(array) -> tuple:
-    """(shape, dtype, device, nbytes, storage_key, storage_nbytes, storage_id) of a jax.Array.
-
-    A sharded array names its devices joined by '+'; its bytes are the global size.
-    """
+def array_info(array) -> ArrayInfo:
+    """A jax.Array's metadata. A sharded array names its devices joined by '+'; its bytes
+    are the global size."""
     try:
         devices = sorted(array.devices(), key=lambda d: getattr(d, "id", 0))
     except Exception:
@@ -64,7 +51,7 @@ def array_info(array) -> tuple:
     except Exception:  # sharded or deleted arrays
         pointer = 0
     if pointer:
-        return (
+        return ArrayInfo(
             tuple(array.shape),
             str(array.dtype),
             device,
@@ -73,7 +60,7 @@ def array_info(array) -> tuple:
             nbytes,
             pointer,
         )
-    return (
+    return ArrayInfo(
         tuple(array.shape),
         str(array.dtype),
         device,

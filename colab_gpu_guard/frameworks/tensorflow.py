@@ -5,25 +5,12 @@ Importing TensorFlow on the user's behalf would reserve nearly all GPU memory.
 
 from __future__ import annotations
 
-from types import ModuleType
-from typing import Optional
-
-from . import is_installed, loaded_module, module_version
+from .base import presence
 
 NAME = "TensorFlow"
 MODULE = "tensorflow"
 
-
-def loaded() -> Optional[ModuleType]:
-    return loaded_module(MODULE)
-
-
-def installed() -> bool:
-    return is_installed(MODULE)
-
-
-def version() -> str:
-    return module_version(loaded(), "tensorflow")
+loaded, installed, version = presence(MODULE)
 
 
 def seed(value: int) -> str:

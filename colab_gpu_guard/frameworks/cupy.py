@@ -2,25 +2,14 @@
 
 from __future__ import annotations
 
-from types import ModuleType
 from typing import Optional
 
-from . import is_installed, loaded_module, module_version
+from .base import ArrayInfo, presence
 
 NAME = "CuPy"
 MODULE = "cupy"
 
-
-def loaded() -> Optional[ModuleType]:
-    return loaded_module(MODULE)
-
-
-def installed() -> bool:
-    return is_installed(MODULE)
-
-
-def version() -> str:
-    return module_version(loaded(), "cupy")
+loaded, installed, version = presence(MODULE)
 
 
 def device_count() -> int:
@@ -53,14 +42,14 @@ def is_array(obj: object) -> bool:
     return kind is not None and isinstance(obj, kind)
 
 
-def array_info(array) -> tuple:
-    """(shape, dtype, device, nbytes, storage_key, storage_nbytes, storage_id): views share
-    their base's ``Memory`` allocation (``array.data.mem``)."""
+def array_info(array) -> ArrayInfo:
+    """A CuPy array's metadata: views share their base's ``Memory`` allocation
+    (``array.data.mem``)."""
     device = f"cuda:{int(array.device.id)}"
     nbytes = int(array.nbytes)
     memory = getattr(getattr(array, "data", None), "mem", None)
     if memory is None or not getattr(memory, "ptr", 0):
-        return (
+        return ArrayInfo(
             tuple(array.shape),
             str(array.dtype),
             device,
@@ -71,7 +60,9 @@ def array_info(array) -> tuple:
         )
     pointer = int(memory.ptr)
     size = int(getattr(memory, "size", nbytes))
-    return tuple(array.shape), str(array.dtype), device, nbytes, (device, pointer), size, pointer
+    return ArrayInfo(
+        tuple(array.shape), str(array.dtype), device, nbytes, (device, pointer), size, pointer
+    )
 
 
 def release_caches() -> list[str]:

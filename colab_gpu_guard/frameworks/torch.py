@@ -10,11 +10,13 @@ import functools
 import mmap
 import os
 from dataclasses import dataclass
+from functools import partial
+from operator import attrgetter, methodcaller
 from pathlib import Path
 from types import ModuleType
-from typing import Iterable, Optional
+from typing import Iterable, NamedTuple, Optional
 
-from . import is_installed, loaded_module, module_version
+from .base import ArrayInfo, presence
 
 NAME = "PyTorch"
 MODULE = "torch"
@@ -24,17 +26,7 @@ MODULE = "torch"
 CUBLAS_CHECK_MARKER = b"it uses CuBLAS and you have CUDA >= 10.2"
 CUBLAS_DETERMINISTIC_CONFIGS = (":4096:8", ":16:8")
 
-
-def loaded() -> Optional[ModuleType]:
-    return loaded_module(MODULE)
-
-
-def installed() -> bool:
-    return is_installed(MODULE)
-
-
-def version() -> str:
-    return module_version(loaded(), "torch")
+loaded, installed, version = presence(MODULE)
 
 
 def import_torch() -> ModuleType:
@@ -247,8 +239,7 @@ def cublas_requirement(torch: ModuleType) -> CublasRequirement:
 # ---------------------------------------------------------------- allocator figures
 
 
-@dataclass(frozen=True)
-class AllocatorStats:
+class AllocatorStats(NamedTuple):
     """What this process's caching allocator holds on one device, in bytes."""
 
     device: int
@@ -258,32 +249,61 @@ class AllocatorStats:
     num_ooms: int
 
 
-def allocator_stats(torch: Optional[ModuleType] = None) -> list[AllocatorStats]:
-    """Per-device allocator figures; empty unless CUDA is initialised (never initialises it)."""
+def allocator_stats(
+    torch: Optional[ModuleType] = None, count: Optional[int] = None
+) -> list[AllocatorStats]:
+    """Per-device allocator figures; empty unless CUDA is initialised (never initialises
+    it). `count` (the device count, when the caller knows it) skips the check: the per-cell
+    hooks call this after checking themselves.
+
+    Reads ``torch._C._cuda_memoryStats`` (the nested dict behind ``memory_stats``) instead
+    of ``torch.cuda.memory_allocated`` & co., which each flatten and sort the whole dict:
+    host-side allocator bookkeeping only, no CUDA call, no synchronisation.
+    """
     torch = torch or loaded()
-    if torch is None or not cuda_initialized(torch):
-        return []
+    if count is None:
+        if torch is None or not cuda_initialized(torch):
+            return []
+        count = cuda_device_count(torch)
+    raw_stats = getattr(getattr(torch, "_C", None), "_cuda_memoryStats", None)
     stats = []
-    for index in range(cuda_device_count(torch)):
-        raw = torch.cuda.memory_stats(index)
+    for index in range(count):
+        if raw_stats is not None:
+            raw = raw_stats(index)
+            allocated = raw["allocated_bytes"]["all"]
+            reserved = raw["reserved_bytes"]["all"]
+            figures = (allocated["current"], reserved["current"], allocated["peak"])
+        else:
+            flat = torch.cuda.memory_stats(index)
+            figures = (
+                flat.get("allocated_bytes.all.current", 0),
+                flat.get("reserved_bytes.all.current", 0),
+                flat.get("allocated_bytes.all.peak", 0),
+            )
+            raw = flat
         stats.append(
             AllocatorStats(
-                device=index,
-                allocated=int(raw.get("allocated_bytes.all.current", 0)),
-                reserved=int(raw.get("reserved_bytes.all.current", 0)),
-                peak_allocated=int(raw.get("allocated_bytes.all.peak", 0)),
-                num_ooms=int(raw.get("num_ooms", 0)),
+                index,
+                int(figures[0]),
+                int(figures[1]),
+                int(figures[2]),
+                int(raw.get("num_ooms", 0)),
             )
         )
     return stats
 
 
+def reset_peaks(torch: ModuleType, count: int) -> None:
+    """Reset the allocator's peak statistics on every device (host-side, no sync)."""
+    reset = getattr(torch._C, "_cuda_resetPeakMemoryStats", None)
+    for index in range(count):
+        if reset is not None:
+            reset(index)
+        else:
+            torch.cuda.reset_peak_memory_stats(index)
+
+
 # ---------------------------------------------------------------- arrays (leftovers, reset)
-#
-# ``array_info`` returns a plain tuple shared by every framework module:
-# (shape, dtype, device, nbytes, storage_key, storage_nbytes, storage_id).
-# ``nbytes`` is what this array spans; ``storage_key`` identifies the memory it lives in, so
-# views of one storage are counted once; ``storage_nbytes`` is that memory's size.
 
 
 def tensor_type(torch: Optional[ModuleType] = None) -> Optional[type]:
@@ -315,6 +335,13 @@ _DTYPE_NAMES: dict = {}
 _CUDA_NAMES: dict = {}
 
 
+def _dtype_name(dtype) -> str:
+    name = _DTYPE_NAMES.get(dtype)
+    if name is None:
+        name = _DTYPE_NAMES[dtype] = str(dtype).replace("torch.", "")
+    return name
+
+
 def _device_name(tensor) -> str:
     index = tensor.get_device()  # -1 on CPU; no torch.device object is built
     if index >= 0 and tensor.is_cuda:
@@ -327,20 +354,16 @@ def _device_name(tensor) -> str:
     return str(tensor.device)
 
 
-def array_info(tensor) -> tuple:
-    """(shape, dtype, device, nbytes, storage_key, storage_nbytes, storage_id) of a tensor.
-
-    Views share their base's untyped storage, so they share its key. Tensors without a
-    storage (sparse, nested) count their own bytes under a key of their own; meta tensors
-    hold no memory and count 0 bytes.
+def array_info(tensor) -> ArrayInfo:
+    """A tensor's metadata. Views share their base's untyped storage, so they share its
+    key. Tensors without a storage (sparse, nested) count their own bytes under a key of
+    their own; meta tensors hold no memory and count 0 bytes.
     """
     shape = tuple(tensor.shape)
-    dtype = _DTYPE_NAMES.get(tensor.dtype)
-    if dtype is None:
-        dtype = _DTYPE_NAMES[tensor.dtype] = str(tensor.dtype).replace("torch.", "")
+    dtype = _dtype_name(tensor.dtype)
     device = _device_name(tensor)
     if device == "meta":
-        return shape, dtype, device, 0, ("meta", id(tensor)), 0, id(tensor)
+        return ArrayInfo(shape, dtype, device, 0, ("meta", id(tensor)), 0, id(tensor))
     nbytes = _dense_nbytes(tensor)
     try:
         storage = tensor.untyped_storage()
@@ -349,10 +372,11 @@ def array_info(tensor) -> tuple:
     except Exception:  # sparse / nested / functional tensors have no plain storage
         layout_bytes = _sparse_nbytes(tensor)
         nbytes = layout_bytes if layout_bytes is not None else nbytes
-        return shape, dtype, device, nbytes, ("tensor", id(tensor)), nbytes, id(tensor)
+        return ArrayInfo(shape, dtype, device, nbytes, ("tensor", id(tensor)), nbytes, id(tensor))
     if storage_nbytes == 0 or pointer == 0:
-        return shape, dtype, device, nbytes, ("tensor", id(tensor)), storage_nbytes, id(tensor)
-    return shape, dtype, device, nbytes, (device, pointer), storage_nbytes, pointer
+        key = ("tensor", id(tensor))
+        return ArrayInfo(shape, dtype, device, nbytes, key, storage_nbytes, id(tensor))
+    return ArrayInfo(shape, dtype, device, nbytes, (device, pointer), storage_nbytes, pointer)
 
 
 def _sparse_nbytes(tensor) -> Optional[int]:
@@ -364,12 +388,54 @@ def _sparse_nbytes(tensor) -> Optional[int]:
     return None
 
 
-def holds_grad(tensor) -> bool:
-    """Whether ``tensor.grad`` may be read without a warning (leaf tensors only)."""
-    try:
-        return bool(tensor.requires_grad and tensor.is_leaf)
-    except Exception:
-        return False
+_SHAPE = attrgetter("shape")
+_DTYPE = attrgetter("dtype")
+_DEVICE = attrgetter("device")
+_NBYTES = attrgetter("nbytes")
+_UNTYPED_STORAGE = methodcaller("untyped_storage")
+_STORAGE_NBYTES = methodcaller("nbytes")
+_DATA_PTR = methodcaller("data_ptr")
+_NEW_INFO = partial(tuple.__new__, ArrayInfo)
+
+
+def array_infos(tensors: list) -> list[ArrayInfo]:
+    """``array_info`` of many tensors, one C-level pass per attribute (``map`` with
+    ``attrgetter``/``methodcaller``; a notebook may hold 10^5 tensors). Raises where any
+    tensor is unusual (meta, sparse or nested, an attribute that raises): the caller then
+    reads them one at a time with ``array_info``.
+    """
+    devices = list(map(_DEVICE, tensors))
+    device_names = {device: str(device) for device in set(devices)}
+    if "meta" in device_names.values():
+        raise ValueError("meta tensors")  # array_info handles them
+    dtype_names = {dtype: _dtype_name(dtype) for dtype in set(map(_DTYPE, tensors))}
+    shapes = list(map(_SHAPE, tensors))  # torch.Size: a tuple already
+    nbytes = list(map(_NBYTES, tensors))  # numel() * element_size(), in C
+    storages = list(map(_UNTYPED_STORAGE, tensors))
+    storage_nbytes = list(map(_STORAGE_NBYTES, storages))
+    pointers = list(map(_DATA_PTR, storages))
+    del storages
+    device_texts = list(map(device_names.__getitem__, devices))
+    infos = list(
+        map(
+            _NEW_INFO,
+            zip(
+                shapes,
+                map(dtype_names.__getitem__, map(_DTYPE, tensors)),
+                device_texts,
+                nbytes,
+                zip(device_texts, pointers),
+                storage_nbytes,
+                pointers,
+            ),
+        )
+    )
+    if 0 in pointers or 0 in storage_nbytes:  # empty storages: a key of their own
+        for index, info in enumerate(infos):
+            if info.storage_nbytes == 0 or info.storage_id == 0:
+                ident = id(tensors[index])
+                infos[index] = info._replace(storage_key=("tensor", ident), storage_id=ident)
+    return infos
 
 
 def has_accelerator(torch: Optional[ModuleType] = None) -> bool:
@@ -378,52 +444,6 @@ def has_accelerator(torch: Optional[ModuleType] = None) -> bool:
     if torch is None:
         return False
     return cuda_device_count(torch) > 0 or mps_available(torch)
-
-
-def fast_allocator_totals(torch: ModuleType, count: int) -> list[tuple[int, int, int, int]]:
-    """(allocated, reserved, peak allocated, num_ooms) per device, for the per-cell hooks.
-
-    Reads ``torch._C._cuda_memoryStats`` (the nested dict behind ``memory_stats``) instead
-    of ``torch.cuda.memory_allocated`` & co., which each flatten and sort the whole dict.
-    Host-side allocator bookkeeping only: no CUDA call, no synchronisation. The caller
-    checks that CUDA is initialised.
-    """
-    raw_stats = getattr(torch._C, "_cuda_memoryStats", None)
-    totals = []
-    for index in range(count):
-        if raw_stats is not None:
-            raw = raw_stats(index)
-            allocated = raw["allocated_bytes"]["all"]
-            reserved = raw["reserved_bytes"]["all"]
-            totals.append(
-                (
-                    int(allocated["current"]),
-                    int(reserved["current"]),
-                    int(allocated["peak"]),
-                    int(raw.get("num_ooms", 0)),
-                )
-            )
-        else:
-            flat = torch.cuda.memory_stats(index)
-            totals.append(
-                (
-                    int(flat.get("allocated_bytes.all.current", 0)),
-                    int(flat.get("reserved_bytes.all.current", 0)),
-                    int(flat.get("allocated_bytes.all.peak", 0)),
-                    int(flat.get("num_ooms", 0)),
-                )
-            )
-    return totals
-
-
-def reset_peaks(torch: ModuleType, count: int) -> None:
-    """Reset the allocator's peak statistics on every device (host-side, no sync)."""
-    reset = getattr(torch._C, "_cuda_resetPeakMemoryStats", None)
-    for index in range(count):
-        if reset is not None:
-            reset(index)
-        else:
-            torch.cuda.reset_peak_memory_stats(index)
 
 
 def release_cuda_caches(torch: ModuleType) -> list[str]:

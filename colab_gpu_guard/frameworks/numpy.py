@@ -2,25 +2,14 @@
 
 from __future__ import annotations
 
-from types import ModuleType
 from typing import Optional
 
-from . import is_installed, loaded_module, module_version
+from .base import ArrayInfo, presence
 
 NAME = "NumPy"
 MODULE = "numpy"
 
-
-def loaded() -> Optional[ModuleType]:
-    return loaded_module(MODULE)
-
-
-def installed() -> bool:
-    return is_installed(MODULE)
-
-
-def version() -> str:
-    return module_version(loaded(), "numpy")
+loaded, installed, version = presence(MODULE)
 
 
 def seed(value: int) -> str:
@@ -40,12 +29,9 @@ def array_type() -> Optional[type]:
     return getattr(numpy, "ndarray", None) if numpy is not None else None
 
 
-def array_info(array) -> tuple:
-    """(shape, dtype, device, nbytes, storage_key, storage_nbytes, storage_id) of an ndarray.
-
-    Views are followed through ``.base`` to the array that owns the memory, so a view and
-    its base share one storage key.
-    """
+def array_info(array) -> ArrayInfo:
+    """An ndarray's metadata. Views are followed through ``.base`` to the array that owns
+    the memory, so a view and its base share one storage key."""
     ndarray = type(array)
     numpy = loaded()
     if numpy is not None:
@@ -53,7 +39,7 @@ def array_info(array) -> tuple:
     root = array
     while isinstance(root.base, ndarray):
         root = root.base
-    return (
+    return ArrayInfo(
         tuple(array.shape),
         str(array.dtype),
         "cpu",

@@ -1,0 +1,100 @@
+"""What every framework module answers, and the answers they share.
+
+Each module of this package (``torch``, ``numpy``, ``cupy``, ``jax``, ``tensorflow``,
+``python_random``) is a `Framework`: ``NAME`` (what reports call it), ``MODULE`` (its
+``sys.modules`` key), and ``loaded()`` (the module if the user already imported it, never
+importing it), ``installed()`` and ``version()``, made by `presence`. Frameworks with a
+global RNG add ``seed(value) -> str`` (how it was seeded); those with caches to empty add
+``release_caches() -> list[str]`` (what was done); those with arrays add
+``array_type() -> Optional[type]`` and ``array_info(array) -> ArrayInfo``.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import sys
+from collections.abc import Hashable
+from types import ModuleType
+from typing import Callable, NamedTuple, Optional, Protocol
+
+
+class ArrayInfo(NamedTuple):
+    """One array's metadata, as every framework reads it.
+
+    ``nbytes`` is what the array spans; ``storage_key`` identifies the memory it lives in
+    (views of one storage share it, so they are counted once); ``storage_nbytes`` is that
+    memory's size and ``storage_id`` a number for it (its address where there is one).
+    """
+
+    shape: tuple
+    dtype: str
+    device: str
+    nbytes: int
+    storage_key: Hashable
+    storage_nbytes: int
+    storage_id: int
+
+
+class Framework(Protocol):
+    NAME: str
+    MODULE: str
+
+    def loaded(self) -> Optional[ModuleType]: ...
+
+    def installed(self) -> bool: ...
+
+    def version(self) -> str: ...
+
+
+def loaded_module(name: str) -> Optional[ModuleType]:
+    """The module if it is fully imported already; never imports it."""
+    module = sys.modules.get(name)
+    if module is None:
+        return None
+    # A module half-way through its own import has a spec with `_initializing` set.
+    spec = getattr(module, "__spec__", None)
+    if spec is not None and getattr(spec, "_initializing", False):
+        return None
+    return module
+
+
+def is_installed(name: str) -> bool:
+    """Whether `import name` would find something, without importing it."""
+    if name in sys.modules:
+        return True
+    try:
+        return importlib.util.find_spec(name) is not None
+    except (ImportError, ValueError):
+        return False
+
+
+def module_version(module: Optional[ModuleType], dist_name: str) -> str:
+    """The version of an imported module, or of the installed distribution."""
+    version = getattr(module, "__version__", None) if module is not None else None
+    if version:
+        return str(version)
+    try:
+        from importlib.metadata import PackageNotFoundError
+        from importlib.metadata import version as dist_version
+
+        return dist_version(dist_name)
+    except (ImportError, PackageNotFoundError, ValueError):
+        return "unknown"
+
+
+def presence(
+    module_name: str, dist_name: Optional[str] = None
+) -> tuple[Callable[[], Optional[ModuleType]], Callable[[], bool], Callable[[], str]]:
+    """``loaded``, ``installed`` and ``version`` for the framework imported as
+    `module_name` (installed as `dist_name`, by default the same name)."""
+
+    def loaded() -> Optional[ModuleType]:
+        return loaded_module(module_name)
+
+    def installed() -> bool:
+        return is_installed(module_name)
+
+    def version() -> str:
+        return module_version(loaded(), dist_name or module_name)
+
+    return loaded, installed, version
