@@ -27,12 +27,10 @@ import html
 import inspect
 import os
 import re
-import sys
-import types
 from dataclasses import asdict, dataclass, field
-from typing import Any, Callable, Iterator, Optional
+from typing import Any, Callable, Optional
 
-from . import cuda_health, nvml
+from . import cuda_health, notebook_refs, nvml
 from .frameworks import torch as torch_support
 from .units import cuda_version_text, format_bytes
 
@@ -312,31 +310,6 @@ _NO_GPU = re.compile(
 _OOM_MODULES = ("torch", "cupy", "cupy_backends", "jax", "jaxlib", "tensorflow")
 
 
-def exception_chain(exc: BaseException, limit: int = 16) -> Iterator[BaseException]:
-    """`exc`, then its __cause__ and __context__ chains, depth first, each once."""
-    for link, _ in _chain_links(exc, limit):
-        yield link
-
-
-def _chain_links(exc: BaseException, limit: int = 16) -> Iterator[tuple[BaseException, str]]:
-    """(exception, how it was reached): "raised" for `exc` itself, "cause" along explicit
-    ``raise ... from`` links only, "context" once an implicit __context__ link was taken."""
-    seen: set[int] = set()
-    stack: list[tuple[Optional[BaseException], str]] = [(exc, "raised")]
-    while stack and len(seen) < limit:
-        current, via = stack.pop()
-        if current is None or id(current) in seen:
-            continue
-        seen.add(id(current))
-        yield current, via
-        context = getattr(current, "__context__", None)
-        cause = getattr(current, "__cause__", None)
-        if context is not None and context is not cause:
-            stack.append((context, "context"))
-        if cause is not None:
-            stack.append((cause, "context" if via == "context" else "cause"))
-
-
 def _message(exc: BaseException) -> str:
     try:
         text = str(exc)
@@ -422,12 +395,12 @@ def classify(exc: BaseException) -> Optional[Diagnosis]:
     __context__ chain), or None if it is not a recognised CUDA error. Never raises, makes
     no CUDA or NVML call."""
     try:
-        for link, via in _chain_links(exc):
-            found = _recognise(link)
+        for link in notebook_refs.exception_chain(exc):
+            found = _recognise(link.exception)
             if found is not None:
                 kind, details = found
-                details["found_in"] = via
-                return _build(kind, details, link)
+                details["found_in"] = link.via
+                return _build(kind, details, link.exception)
     except Exception:
         return None
     return None
@@ -692,74 +665,6 @@ _BUILDERS: dict[str, Callable[[dict[str, Any]], Diagnosis]] = {
     CUDA_DRIVER_OOM: _driver_oom,
     NO_GPU: _no_gpu,
 }
-
-
-# ---------------------------------------------------------------- releasing frames
-
-_CO_OPTIMIZED = inspect.CO_OPTIMIZED
-_RESUMABLE = (
-    inspect.CO_GENERATOR
-    | inspect.CO_COROUTINE
-    | inspect.CO_ASYNC_GENERATOR
-    | inspect.CO_ITERABLE_COROUTINE
-)
-
-
-def release_traceback_frames(exc_or_tb: Any) -> int:
-    """Clear the local variables of every finished frame in a traceback (and in the
-    tracebacks of its chained exceptions), so objects only the failed call still referenced
-    - tensors above all - are freed. Returns the number of frames cleared.
-
-    ``traceback.clear_frames`` alone is not enough on Python < 3.13: once anything has read
-    ``frame.f_locals`` (IPython's traceback formatting, a debugger), that snapshot dict keeps
-    the values alive after ``frame.clear()`` (CPython issue 113939, fixed in 3.13). So the
-    snapshot of each function frame is emptied first. Frames still executing (the caller's
-    own stack) and suspended generators are skipped, and module-level frames keep their
-    namespace (a notebook's variables live there).
-    """
-    tracebacks = []
-    if isinstance(exc_or_tb, BaseException):
-        for link in exception_chain(exc_or_tb):
-            if link.__traceback__ is not None:
-                tracebacks.append(link.__traceback__)
-    elif isinstance(exc_or_tb, types.TracebackType):
-        tracebacks.append(exc_or_tb)
-    running = set()
-    frame = sys._getframe()
-    while frame is not None:
-        running.add(id(frame))
-        frame = frame.f_back
-    cleared: set[int] = set()
-    for tb in tracebacks:
-        outermost = True
-        while tb is not None:
-            frame = tb.tb_frame
-            tb = tb.tb_next
-            # The outermost entry is the frame that caught the exception: it may still be
-            # running, or be a suspended generator, which frame.clear() would finalise. The
-            # exception left every later frame, so those have finished.
-            caught_here, outermost = outermost, False
-            if id(frame) in running or id(frame) in cleared:
-                continue
-            if caught_here and frame.f_code.co_flags & _RESUMABLE:
-                continue
-            if _clear_frame(frame):
-                cleared.add(id(frame))
-    return len(cleared)
-
-
-def _clear_frame(frame: types.FrameType) -> bool:
-    try:
-        if sys.version_info < (3, 13) and frame.f_code.co_flags & _CO_OPTIMIZED:
-            snapshot = frame.f_locals  # a function frame's own dict, never a namespace
-            if isinstance(snapshot, dict) and snapshot is not frame.f_globals:
-                snapshot.clear()
-        frame.clear()
-        return True
-    except RuntimeError:  # still executing (or a suspended generator's frame)
-        return False
-    except Exception:
-        return False
 
 
 # ---------------------------------------------------------------- facts from this process
@@ -1096,7 +1001,7 @@ def advise(
             and diagnosis.kind in MEMORY_KINDS
             and diagnosis.details.get("found_in") != "context"
         ):
-            count = release_traceback_frames(exc)
+            count = notebook_refs.release_traceback_frames(exc)
             gc.collect()
             diagnosis.frames_released = count
             if count:

@@ -25,7 +25,6 @@ import collections.abc
 import gc
 import html
 import itertools
-import re
 import sys
 import types
 import weakref
@@ -33,18 +32,18 @@ from dataclasses import asdict, dataclass, fields
 from operator import attrgetter, itemgetter
 from typing import Any, Callable, Optional
 
+from . import notebook_refs
 from .frameworks import cupy as cupy_support
 from .frameworks import jax as jax_support
 from .frameworks import numpy as numpy_support
 from .frameworks import torch as torch_support
-from .units import HOLDERS, OTHER, OUTPUT_HISTORY, TRACEBACK_FRAME, USER_VARIABLE, format_bytes
+from .units import HOLDERS, OTHER, USER_VARIABLE, format_bytes
 
 _RANK = {holder: rank for rank, holder in enumerate(HOLDERS)}
 
 DEFAULT_MAX_DEPTH = 10
 MAX_SHARED_NAMES = 16
 _UNNAMED_DESCRIBED = 20  # unnamed storages whose referrers are looked up (deep scan)
-_CO_OPTIMIZED = 0x0001  # inspect.CO_OPTIMIZED: a function frame with fast locals
 
 _ATOMIC = frozenset(
     {
@@ -793,276 +792,9 @@ class _Scanner:
 # ---------------------------------------------------------------- roots a notebook holds
 
 
-def running_shell() -> Any:
-    """The running IPython shell, or None; never imports IPython."""
-    if "IPython" not in sys.modules:
-        return None
-    try:
-        from IPython import get_ipython
-    except Exception:
-        return None
-    try:
-        return get_ipython()
-    except Exception:
-        return None
-
-
-def resolve_namespace(shell, namespace: Optional[dict]) -> tuple[Any, dict]:
-    """(shell, user namespace): by default the running shell's; a namespace that *is* the
-    running shell's ``user_ns`` brings its shell along (so ``Out``, ``_`` and IPython's own
-    names are not taken for user variables); outside IPython, ``__main__``'s globals."""
-    if shell is None:
-        running = running_shell()
-        if namespace is None or getattr(running, "user_ns", None) is namespace:
-            shell = running
-    if namespace is None:
-        if shell is not None:
-            namespace = shell.user_ns
-        else:
-            main = sys.modules.get("__main__")
-            namespace = getattr(main, "__dict__", {}) if main is not None else {}
-    return shell, namespace
-
-
-def managed_underscores(shell) -> dict[str, Any]:
-    """``_``, ``__``, ``___`` as IPython set them (not when the user assigned them)."""
-    found: dict[str, Any] = {}
-    if shell is None:
-        return found
-    user_ns = getattr(shell, "user_ns", {})
-    hidden = getattr(shell, "user_ns_hidden", {})
-    hook = getattr(shell, "displayhook", None)
-    for name in ("_", "__", "___"):
-        if name not in user_ns:
-            continue
-        value = user_ns[name]
-        if (name in hidden and hidden[name] is value) or (
-            hook is not None and getattr(hook, name, None) is value
-        ):
-            found[name] = value
-    return found
-
-
-def stale_hidden_underscores(shell) -> dict[str, Any]:
-    """``_``, ``__``, ``___`` values IPython keeps only in ``user_ns_hidden``.
-
-    The display hook pushes each new output into ``user_ns`` *and* ``user_ns_hidden``;
-    ``%reset -f out`` then blanks only the ``user_ns`` copies, and a ``_ = ...`` of the
-    user's own replaces only those too. The hidden copy keeps the old output alive, out of
-    every name a user can see (and IPython 9 stops updating ``_`` after such a reset,
-    taking the mismatch for a user assignment)."""
-    found: dict[str, Any] = {}
-    if shell is None:
-        return found
-    user_ns = getattr(shell, "user_ns", {})
-    hidden = getattr(shell, "user_ns_hidden", {})
-    for name in ("_", "__", "___"):
-        if name in hidden and hidden[name] is not user_ns.get(name):
-            found[name] = hidden[name]
-    return found
-
-
-def hidden_underscore_label(name: str) -> str:
-    return f"<user_ns_hidden[{name!r}]>"
-
-
-def is_output_name(name: str) -> bool:
-    """``_12``-style names IPython creates for output history."""
-    return len(name) > 1 and name[0] == "_" and name[1:].isdigit()
-
-
-_OUTPUT_NAME = re.compile(r"_[0-9]+").fullmatch  # is_output_name for ASCII-digit names
-
-
-def output_history(shell) -> dict:
-    """IPython's ``Out`` / ``_oh`` dict (one object), or {}."""
-    if shell is None:
-        return {}
-    user_ns = getattr(shell, "user_ns", {})
-    out = user_ns.get("_oh")
-    if not isinstance(out, dict):
-        history = getattr(shell, "history_manager", None)
-        out = getattr(history, "output_hist", None)
-    return out if isinstance(out, dict) else {}
-
-
-def held_exceptions(shell) -> tuple[list[BaseException], list[types.TracebackType], list[str]]:
-    """Exceptions and tracebacks the process keeps after a failed cell, with the exceptions
-    chained to them (``__context__``, ``__cause__``, exception groups).
-
-    Sources: ``sys.last_value`` / ``sys.last_exc`` (3.12+) / ``sys.last_traceback``, the
-    shell's ``last_execution_result.error_in_exec`` / ``error_before_exec``, and
-    ``shell.InteractiveTB.tb``. Returns (exceptions, tracebacks, where each was found).
-    """
-    roots: list[tuple[object, str]] = []
-    for attribute in ("last_value", "last_exc"):
-        value = getattr(sys, attribute, None)
-        if isinstance(value, BaseException):
-            roots.append((value, f"sys.{attribute}"))
-    last_tb = getattr(sys, "last_traceback", None)
-    if isinstance(last_tb, types.TracebackType):
-        roots.append((last_tb, "sys.last_traceback"))
-    if shell is not None:
-        result = getattr(shell, "last_execution_result", None)
-        for attribute in ("error_in_exec", "error_before_exec"):
-            value = getattr(result, attribute, None)
-            if isinstance(value, BaseException):
-                roots.append((value, f"last_execution_result.{attribute}"))
-        interactive_tb = getattr(shell, "InteractiveTB", None)
-        tb = getattr(interactive_tb, "tb", None)
-        if isinstance(tb, types.TracebackType):
-            roots.append((tb, "InteractiveTB.tb"))
-    exceptions: list[BaseException] = []
-    tracebacks: list[types.TracebackType] = []
-    sources: list[str] = []
-    seen: set[int] = set()
-    queue = collections.deque(roots)  # breadth first: the direct holders name each one
-    while queue:
-        item, source = queue.popleft()
-        if item is None or id(item) in seen:
-            continue
-        seen.add(id(item))
-        if isinstance(item, types.TracebackType):
-            tracebacks.append(item)
-            continue
-        exceptions.append(item)
-        sources.append(source)
-        if item.__traceback__ is not None:
-            queue.append((item.__traceback__, source))
-        for link in ("__cause__", "__context__"):
-            chained = getattr(item, link, None)
-            if isinstance(chained, BaseException):
-                queue.append((chained, f"{source}.{link}"))
-        for index, inner in enumerate(getattr(item, "exceptions", None) or ()):
-            if isinstance(inner, BaseException):
-                queue.append((inner, f"{source}.exceptions[{index}]"))
-    return exceptions, tracebacks, sources
-
-
-def traceback_frames(tracebacks) -> list[types.FrameType]:
-    """Every frame on the given traceback chains, once each."""
-    return [frame for frame, _exited in traceback_frames_exited(tracebacks)]
-
-
-def traceback_frames_exited(tracebacks) -> list[tuple[types.FrameType, bool]]:
-    """(frame, exited) for every frame on the chains, once each. ``exited``: the exception
-    unwound out of the frame (any entry after a chain's first, which is the frame that
-    caught it), so the frame has finished - for a generator, the generator is done."""
-    found: dict[int, list] = {}
-    for tb in tracebacks:
-        position = 0
-        while tb is not None:
-            frame = tb.tb_frame
-            entry = found.get(id(frame))
-            if entry is None:
-                found[id(frame)] = [frame, position > 0]
-            elif position > 0:
-                entry[1] = True
-            tb = tb.tb_next
-            position += 1
-    return [(frame, exited) for frame, exited in found.values()]
-
-
-def debugger_of(shell) -> Any:
-    """The post-mortem debugger instance IPython keeps for ``%debug`` / ``%pdb``."""
-    interactive_tb = getattr(shell, "InteractiveTB", None) if shell is not None else None
-    return getattr(interactive_tb, "pdb", None)
-
-
-def _function_name(frame) -> str:
-    code = frame.f_code
-    return getattr(code, "co_qualname", None) or code.co_name
-
-
-def is_function_frame(frame) -> bool:
-    """A function frame (fast locals); module and class frames' locals are namespaces."""
-    return bool(frame.f_code.co_flags & _CO_OPTIMIZED)
-
-
-def _scan_frame_locals(scanner: _Scanner, frame, label: str, root) -> None:
-    if not is_function_frame(frame):
-        return
-    try:
-        local_vars = dict(frame.f_locals)
-    except Exception:
-        return
-    function = _function_name(frame)
-    for var, value in local_vars.items():
-        if type(value) in _ATOMIC:
-            continue
-        scanner.visit_root(f"<{label}: {function}() local {var!r}>", value, TRACEBACK_FRAME, root)
-
-
 def _scan_roots(scanner: _Scanner, shell, namespace: Optional[dict]) -> None:
-    user_ns = namespace if namespace is not None else {}
-    hidden = getattr(shell, "user_ns_hidden", {}) if shell is not None else {}
-    # 1. user variables: not dunders, not what IPython put there itself
-    for name, value in list(user_ns.items()):
-        if type(value) in _ATOMIC or not isinstance(name, str):
-            continue
-        if name.startswith("__") and name.endswith("__"):
-            continue
-        if shell is not None and name in hidden and hidden[name] is value:
-            continue
-        if shell is not None and name in ("_", "__", "___") and name in managed_underscores(shell):
-            continue
-        scanner.visit_root(name, value, USER_VARIABLE, ("var", name))
-    if shell is not None:
-        _scan_output_history(scanner, shell, user_ns, hidden)
-    _scan_exceptions(scanner, shell)
-
-
-def _scan_output_history(scanner: _Scanner, shell, user_ns: dict, hidden: dict) -> None:
-    out = output_history(shell)
-    for number, value in list(out.items()):
-        scanner.visit_root(f"Out[{number}]", value, OUTPUT_HISTORY, ("out", number))
-    for name, value in managed_underscores(shell).items():
-        scanner.visit_root(name, value, OUTPUT_HISTORY, ("under", name))
-    hook = getattr(shell, "displayhook", None)
-    for name in ("_", "__", "___"):
-        value = getattr(hook, name, None)
-        if value is not None and user_ns.get(name) is not value:
-            scanner.visit_root(f"<displayhook.{name}>", value, OUTPUT_HISTORY, ("hook", name))
-    for name, value in stale_hidden_underscores(shell).items():
-        scanner.visit_root(hidden_underscore_label(name), value, OUTPUT_HISTORY, ("hidden", name))
-    # _N: IPython pushes them into user_ns and user_ns_hidden alike; one the user
-    # reassigned in user_ns is scanned as a user variable instead.
-    # (user_ns_hidden also holds _i, _iN for every cell run: picked out in C)
-    names = [name for name in hidden if type(name) is str]
-    for name in filter(_OUTPUT_NAME, names):
-        if name in hidden:
-            scanner.visit_root(name, hidden[name], OUTPUT_HISTORY, ("_N", name))
-    result = getattr(shell, "last_execution_result", None)
-    value = getattr(result, "result", None)
-    if value is not None:
-        scanner.visit_root("<last cell result>", value, OUTPUT_HISTORY, ("lastresult",))
-
-
-def _scan_exceptions(scanner: _Scanner, shell) -> None:
-    exceptions, tracebacks, _ = held_exceptions(shell)
-    for exception in exceptions:
-        label = f"<exception {type(exception).__name__}>"
-        scanner.visit(exception.args, ((None, _ROOT, label), _ATTR, "args"), 1, OTHER, ("exc",))
-        attributes = getattr(exception, "__dict__", None)
-        if isinstance(attributes, dict):
-            scanner._walk_attributes(attributes, (None, _ROOT, label), 1, OTHER, ("exc",))
-    for frame in traceback_frames(tracebacks):
-        _scan_frame_locals(scanner, frame, "traceback", ("exc",))
-    debugger = debugger_of(shell)
-    if debugger is not None:
-        frames = [getattr(debugger, "curframe", None), getattr(debugger, "botframe", None)]
-        frames += [entry[0] for entry in getattr(debugger, "stack", None) or ()]
-        seen: set[int] = set()
-        for frame in frames:
-            if isinstance(frame, types.FrameType) and id(frame) not in seen:
-                seen.add(id(frame))
-                _scan_frame_locals(scanner, frame, "debugger", ("debugger",))
-        saved = getattr(debugger, "curframe_locals", None)
-        if isinstance(saved, dict) and saved is not getattr(shell, "user_ns", None):
-            for var, value in list(saved.items()):
-                scanner.visit_root(
-                    f"<debugger: local {var!r}>", value, TRACEBACK_FRAME, ("debugger",)
-                )
+    for root in notebook_refs.roots(shell, namespace if namespace is not None else {}):
+        scanner.visit(root.value, (None, _ROOT, root.label), root.depth, root.holder, root.key)
 
 
 # ---------------------------------------------------------------- results assembly
@@ -1252,7 +984,7 @@ def scan(
     keep_refs: bool = False,
 ) -> _Scan:
     """The scan behind ``find_leftovers``; ``keep_refs`` keeps a weakref per reference."""
-    shell, namespace = resolve_namespace(shell, namespace)
+    shell, namespace = notebook_refs.resolve_namespace(shell, namespace)
     scanner = _Scanner(max_depth=max_depth, keep_refs=keep_refs)
     notes: list[str] = []
     gaps: list[DeviceGap] = []
@@ -1334,7 +1066,7 @@ def find_leftovers(
 
 def _describe_referrer(referrer) -> str:
     if isinstance(referrer, types.FrameType):
-        return f"frame of {_function_name(referrer)}()"
+        return f"frame of {notebook_refs.frame_function(referrer)}()"
     if isinstance(referrer, dict):
         return f"a dict of {len(referrer)} entries"
     if isinstance(referrer, (list, tuple, set)):

@@ -247,18 +247,13 @@ class StatusMagics(GuardMagics):
         The same snapshot from code: ``colab_gpu_guard.gpu_status()``; from a terminal:
         ``python -m colab_gpu_guard status [--json] [--watch SECONDS]``.
         """
-        from IPython import get_ipython
-
-        from . import status
+        from . import notebook_refs, status
 
         args = parse_argstring(self.gpu_status, line)
-        # For the running shell find_leftovers finds the namespace itself, with the output
-        # history and tracebacks; another shell's namespace is scanned as plain variables.
-        namespace = None if self.shell is get_ipython() else self.shell.user_ns
         snapshot = status.gpu_status(
             leftovers=args.leftovers,
             history=args.history,
-            namespace=namespace,
+            namespace=notebook_refs.namespace_to_scan(self.shell),
             process_limit=None if args.processes else status.DEFAULT_PROCESS_LIMIT,
         )
         if args.json:

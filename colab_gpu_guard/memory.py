@@ -41,15 +41,12 @@ Everything is validated before anything changes: an unknown name, or names toget
 
 from __future__ import annotations
 
-import contextlib
 import gc
 import html
-import sys
-import types
 from dataclasses import asdict, dataclass, field
 from typing import Any, Optional
 
-from . import cuda_health, nvml
+from . import cuda_health, notebook_refs, nvml
 from . import leftovers as _leftovers
 from . import tracker as _tracker
 from .frameworks import cupy as cupy_support
@@ -59,18 +56,6 @@ from .leftovers import Leftover
 from .units import format_bytes
 
 SYNC_TIMEOUT_S = 5.0
-DROP_KINDS = (
-    "output history",
-    "output names",
-    "last cell result",
-    "exceptions",
-    "traceback frames",
-    "debugger",
-    "user variables",
-)
-_GENERATOR_FLAGS = (
-    0x20 | 0x80 | 0x100 | 0x200
-)  # CO_GENERATOR/COROUTINE/ITERABLE_COROUTINE/ASYNC_GEN
 
 
 @dataclass
@@ -241,56 +226,6 @@ class ReleaseReport:
 # ---------------------------------------------------------------- the plan
 
 
-class _Plan:
-    """What step 1 and 2 would drop; built without changing anything."""
-
-    def __init__(self) -> None:
-        self.out_keys: list = []
-        self.underscores: list[str] = []  # user_ns / user_ns_hidden names _ __ ___
-        self.hidden_underscores: list[str] = []  # stale copies only user_ns_hidden holds
-        self.hook_attributes: list[str] = []  # displayhook._ / __ / ___
-        self.output_names: list[str] = []  # _N
-        self.last_result = False
-        self.exceptions: list[BaseException] = []
-        self.exception_sources: list[str] = []
-        self.tracebacks: list[types.TracebackType] = []
-        self.frames: list[tuple[types.FrameType, bool]] = []  # (frame, exited)
-        self.interactive_tb = False
-        self.debugger: Any = None
-        self.variables: list[str] = []
-        self.roots: set = set()
-        self.reach: dict = {}
-
-    def counts(self) -> dict[str, int]:
-        return {
-            "output history": len(self.out_keys),
-            "output names": len(self.underscores)
-            + len(self.hidden_underscores)
-            + len(self.output_names),
-            "last cell result": int(self.last_result),
-            "exceptions": len(self.exceptions),
-            "traceback frames": len(self.frames),
-            "debugger": int(self.debugger is not None),
-            "user variables": len(self.variables),
-        }
-
-    def names(self) -> list[str]:
-        names = [f"Out[{key}]" for key in self.out_keys]
-        names += self.underscores + self.output_names
-        names += [_leftovers.hidden_underscore_label(name) for name in self.hidden_underscores]
-        names += [f"<displayhook.{name}>" for name in self.hook_attributes]
-        if self.last_result:
-            names.append("<last cell result>")
-        names += [
-            f"<exception {type(exc).__name__} from {source}>"
-            for exc, source in zip(self.exceptions, self.exception_sources)
-        ]
-        if self.debugger is not None:
-            names.append("<debugger frames>")
-        names += self.variables
-        return names
-
-
 def _validate(names: tuple, all_vars: object, dry_run: object, namespace: dict, shell) -> None:
     if not isinstance(all_vars, bool):
         raise TypeError("all_vars must be True or False")
@@ -307,8 +242,7 @@ def _validate(names: tuple, all_vars: object, dry_run: object, namespace: dict, 
     unknown = [name for name in names if name not in namespace]
     if unknown:
         raise ValueError(f"no such variable: {', '.join(unknown)} (nothing was changed)")
-    hidden = getattr(shell, "user_ns_hidden", {}) if shell is not None else {}
-    own = [name for name in names if name in hidden and hidden[name] is namespace.get(name)]
+    own = notebook_refs.ipython_names(shell, namespace, names)
     if own:
         raise ValueError(
             f"{', '.join(own)}: IPython's own name(s), not user variables; %gpu_reset "
@@ -332,98 +266,28 @@ def _variables_holding_accelerator_memory(scan, reach: dict) -> list[str]:
             devices[ref.key] = (ref.device, ref.framework)
     chosen = []
     for root, keys in reach.items():
-        if root[0] != "var":
+        if root.kind != notebook_refs.VARIABLE:
             continue
         for key in keys:
             device, framework = devices[key]
             on_device = not device.startswith("cpu")
             if on_device or (not accelerator and framework in ("torch", "jax")):
-                chosen.append(root[1])
+                chosen.append(root.key)
                 break
     return sorted(chosen)
 
 
-def _build_plan(scan, shell, namespace: dict, names: tuple, all_vars: bool) -> _Plan:
-    plan = _Plan()
+def _build_plan(scan, shell, namespace: dict, names: tuple, all_vars: bool):
     reach = scan.scanner.reach_by_root()
-    holds = {root for root, keys in reach.items() if keys}
-    if shell is not None:
-        for key in list(_leftovers.output_history(shell)):
-            if ("out", key) in holds:
-                plan.out_keys.append(key)
-                plan.roots.add(("out", key))
-        for name in _leftovers.managed_underscores(shell):
-            if ("under", name) in holds:
-                plan.underscores.append(name)
-                plan.roots.add(("under", name))
-        hook = getattr(shell, "displayhook", None)
-        for name in ("_", "__", "___"):
-            value = getattr(hook, name, None)
-            if value is None:
-                continue
-            if ("hook", name) in holds or (
-                name in plan.underscores and namespace.get(name) is value
-            ):
-                plan.hook_attributes.append(name)
-                plan.roots.add(("hook", name))
-        for name in _leftovers.stale_hidden_underscores(shell):
-            if ("hidden", name) in holds:
-                plan.hidden_underscores.append(name)
-                plan.roots.add(("hidden", name))
-        hidden = getattr(shell, "user_ns_hidden", {})
-        for name in list(hidden):
-            if isinstance(name, str) and _leftovers.is_output_name(name) and ("_N", name) in holds:
-                plan.output_names.append(name)
-                plan.roots.add(("_N", name))
-        if ("lastresult",) in holds:
-            plan.last_result = True
-            plan.roots.add(("lastresult",))
-        tb = getattr(getattr(shell, "InteractiveTB", None), "tb", None)
-        plan.interactive_tb = isinstance(tb, types.TracebackType)
-        debugger = _leftovers.debugger_of(shell)
-        if debugger is not None and _debugger_holds_state(debugger):
-            plan.debugger = debugger
-            plan.roots.add(("debugger",))
-    exceptions, tracebacks, sources = _leftovers.held_exceptions(shell)
-    handling = sys.exc_info()[1]
-    for exception, source in zip(exceptions, sources):
-        if exception is not handling:
-            plan.exceptions.append(exception)
-            plan.exception_sources.append(source)
-    if handling is not None:  # called from an except block: leave that one alone
-        tracebacks = [tb for tb in tracebacks if tb is not handling.__traceback__]
-    plan.tracebacks = tracebacks
-    plan.frames = [
-        (frame, exited)
-        for frame, exited in _leftovers.traceback_frames_exited(tracebacks)
-        if exited or not frame.f_code.co_flags & _GENERATOR_FLAGS
-    ]
-    if plan.exceptions or plan.tracebacks:
-        plan.roots.add(("exc",))
-    if all_vars:
-        plan.variables = _variables_holding_accelerator_memory(scan, reach)
-    else:
-        plan.variables = list(names)
-    plan.roots.update(("var", name) for name in plan.variables)
-    plan.reach = reach
-    return plan
+    holding = {root for root, keys in reach.items() if keys}
+    variables = _variables_holding_accelerator_memory(scan, reach) if all_vars else list(names)
+    return notebook_refs.plan_drop(shell, namespace, holding, variables), reach
 
 
-def _debugger_holds_state(debugger) -> bool:
-    for name, value in vars(debugger).items():
-        if isinstance(value, (types.FrameType, types.TracebackType, BaseException)):
-            return True
-        if name == "curframe_locals" and value:
-            return True
-        if name == "stack" and value:
-            return True
-    return False
-
-
-def _estimate(scan, plan: _Plan) -> tuple[int, set]:
+def _estimate(scan, plan: notebook_refs.DropPlan, reach: dict) -> tuple[int, set]:
     """Bytes of the blocks reached only through roots the plan drops, and their keys."""
     holders: dict = {}
-    for root, keys in plan.reach.items():
+    for root, keys in reach.items():
         for key in keys:
             holders.setdefault(key, set()).add(root)
     freed = set()
@@ -433,136 +297,6 @@ def _estimate(scan, plan: _Plan) -> tuple[int, set]:
             freed.add(key)
             total += scan.groups[key][0].storage_nbytes
     return total, freed
-
-
-# ---------------------------------------------------------------- dropping
-
-
-def _in_current_stack(frame) -> bool:
-    current = sys._getframe()
-    while current is not None:
-        if current is frame:
-            return True
-        current = current.f_back
-    return False
-
-
-def clear_frame(frame, exited: bool = False) -> bool:
-    """Release a finished frame's locals; False if it is executing, or a generator's frame
-    not known to be finished (``frame.clear()`` would close a suspended generator)."""
-    if frame.f_code.co_flags & _GENERATOR_FLAGS and not exited:
-        return False
-    try:
-        frame.clear()
-    except RuntimeError:  # still executing
-        return False
-    if sys.version_info < (3, 13) and _leftovers.is_function_frame(frame):
-        with contextlib.suppress(Exception):
-            frame.f_locals.clear()  # gh-113939: the snapshot dict survives frame.clear()
-    return True
-
-
-def _drop_exceptions(plan: _Plan) -> int:
-    cleared = sum(1 for frame, exited in plan.frames if clear_frame(frame, exited))
-    for tb in plan.tracebacks:
-        chain = []
-        while tb is not None:
-            chain.append(tb)
-            tb = tb.tb_next
-        for link in chain:
-            with contextlib.suppress(AttributeError, TypeError, ValueError):
-                link.tb_next = None
-    for exception in plan.exceptions:
-        exception.__traceback__ = None
-        exception.__context__ = None
-        exception.__cause__ = None
-    for attribute in ("last_type", "last_value", "last_traceback", "last_exc"):
-        if hasattr(sys, attribute):
-            with contextlib.suppress(AttributeError):
-                delattr(sys, attribute)
-    return cleared
-
-
-def _reset_debugger(debugger) -> bool:
-    """Forget the post-mortem debugger's frames and locals (not while it is running)."""
-    current = getattr(debugger, "curframe", None)
-    if isinstance(current, types.FrameType) and _in_current_stack(current):
-        return False
-    for name, value in list(vars(debugger).items()):
-        if isinstance(value, (types.FrameType, types.TracebackType, BaseException)):
-            setattr(debugger, name, None)
-        elif name == "curframe_locals":
-            setattr(debugger, name, {})
-        elif name == "stack" and isinstance(value, list):
-            setattr(debugger, name, [])
-        elif name == "_chained_exceptions":
-            setattr(debugger, name, ())
-        elif isinstance(value, dict) and any(
-            isinstance(key, types.FrameType) for key in list(value)
-        ):
-            value.clear()
-    return True
-
-
-def _drop_notebook_references(plan: _Plan, shell, namespace: dict, report) -> None:
-    if shell is not None:
-        out = _leftovers.output_history(shell)
-        for key in plan.out_keys:
-            out.pop(key, None)
-        hidden = getattr(shell, "user_ns_hidden", {})
-        for name in plan.output_names:
-            value = hidden.pop(name, None)
-            if name in namespace and namespace[name] is value:
-                del namespace[name]
-        for name in plan.underscores:
-            namespace[name] = ""
-            if name in hidden:
-                hidden[name] = ""
-        _finish_reset_out(shell, namespace, report)
-        for name in plan.hidden_underscores:
-            hidden[name] = ""  # after the user's own `_ = x`: x stays theirs
-        hook = getattr(shell, "displayhook", None)
-        for name in plan.hook_attributes:
-            with contextlib.suppress(Exception):
-                setattr(hook, name, "")
-        result = getattr(shell, "last_execution_result", None)
-        if result is not None:
-            if plan.last_result:
-                result.result = None
-            for attribute in ("error_in_exec", "error_before_exec"):
-                if getattr(result, attribute, None) is not None:
-                    setattr(result, attribute, None)
-        interactive_tb = getattr(shell, "InteractiveTB", None)
-        if plan.interactive_tb:
-            interactive_tb.tb = None
-        if plan.debugger is not None and not _reset_debugger(plan.debugger):
-            report.warnings.append("the debugger is running: its frames were left alone")
-    cleared = _drop_exceptions(plan)
-    report.dropped["traceback frames"] = cleared
-
-
-def _finish_reset_out(shell, namespace: dict, report) -> None:
-    """Complete an earlier ``%reset -f out``: it blanked ``_``/``__``/``___`` in user_ns
-    only, and IPython 9 takes the stale hidden copies for user assignments and stops
-    updating ``_``. Blank names get the same blank in user_ns_hidden."""
-    hidden = getattr(shell, "user_ns_hidden", {})
-    stale = _leftovers.stale_hidden_underscores(shell)
-    blank = [name for name in stale if type(namespace.get(name)) is str and not namespace[name]]
-    for name in blank:
-        hidden[name] = namespace[name]
-    if blank and not _leftovers.stale_hidden_underscores(shell):
-        report.notes.append(
-            "_, __, ___ are back in step with IPython's hidden copies: %reset -f out had "
-            "left them apart, and IPython 9 then stops updating _"
-        )
-
-
-def _drop_variables(plan: _Plan, shell, namespace: dict) -> None:
-    hidden = getattr(shell, "user_ns_hidden", {}) if shell is not None else {}
-    for name in plan.variables:
-        value = namespace.pop(name, None)
-        if name in hidden and hidden[name] is value:
-            del hidden[name]
 
 
 # ---------------------------------------------------------------- caches and figures
@@ -648,7 +382,7 @@ def gpu_reset(
     Raises ValueError (nothing changed) for an unknown or invalid name, or names with
     all_vars. See the module docstring for the exact steps.
     """
-    shell, namespace = _leftovers.resolve_namespace(shell, namespace)
+    shell, namespace = notebook_refs.resolve_namespace(shell, namespace)
     _validate(names, all_vars, dry_run, namespace, shell)
 
     report = ReleaseReport(dry_run=dry_run, names=list(names), all_vars=all_vars)
@@ -659,10 +393,10 @@ def gpu_reset(
     report.nvml_used_before = nvml.used_per_device()
 
     scan = _leftovers.scan(namespace=namespace, shell=shell, keep_refs=not dry_run)
-    plan = _build_plan(scan, shell, namespace, names, all_vars)
-    report.dropped = {kind: count for kind, count in plan.counts().items()}
+    plan, reach = _build_plan(scan, shell, namespace, names, all_vars)
+    report.dropped = plan.counts()
     report.dropped_names = plan.names()
-    report.estimated_bytes, freed_keys = _estimate(scan, plan)
+    report.estimated_bytes, freed_keys = _estimate(scan, plan, reach)
 
     if dry_run:
         report.devices = [DeviceMemory(name, alloc, res) for name, alloc, res in before]
@@ -682,10 +416,12 @@ def gpu_reset(
         key: [ref.weak for ref in refs if ref.weak is not None] for key, refs in scan.groups.items()
     }
     sizes = {key: refs[0].storage_nbytes for key, refs in scan.groups.items()}
-    del scan  # holds no array, but let nothing of it outlive the drop
+    del scan, reach  # they hold no array, but let nothing of them outlive the drop
 
-    _drop_notebook_references(plan, shell, namespace, report)
-    _drop_variables(plan, shell, namespace)
+    done = plan.apply(shell, namespace)
+    report.dropped["traceback frames"] = done.frames_cleared
+    report.warnings += done.warnings
+    report.notes += done.notes
     del plan
     report.gc_collected = gc.collect()
     _release_caches(report, torch)

@@ -29,6 +29,7 @@ from typing import Any, Callable, Optional
 
 import ipywidgets as widgets
 
+from . import notebook_refs
 from .units import USER_VARIABLE, format_bytes
 
 __all__ = ["GpuPanel", "current_panel", "panel", "stop_panels"]
@@ -492,15 +493,10 @@ def release_summary(report: Any) -> str:
 def _take_status(shell: Any, leftovers: bool = True) -> Any:
     from .status import gpu_status
 
-    # The running shell's namespace is found by find_leftovers itself, with its output
-    # history and tracebacks; passing a namespace would scan it as plain variables.
-    namespace = None
-    if shell is not None and shell is not _running_shell():
-        namespace = getattr(shell, "user_ns", None)
     return gpu_status(
         leftovers=leftovers,
         history=True,
-        namespace=namespace,
+        namespace=notebook_refs.namespace_to_scan(shell),
         top=TOP_LEFTOVERS,  # the snapshot carries the totals; only the shown ones as entries
         history_limit=HISTORY_CELLS,
     )
@@ -863,18 +859,12 @@ def _forget(instance: GpuPanel) -> None:
 
 def current_panel(shell: Any = None) -> Optional[GpuPanel]:
     """The open panel of `shell` (default: the running one), if any."""
-    shell = shell if shell is not None else _running_shell()
+    shell = shell if shell is not None else notebook_refs.running_shell()
     instance = _panels.get(_key(shell))
     if instance is not None and instance.closed:
         _forget(instance)
         return None
     return instance
-
-
-def _running_shell() -> Any:
-    module = sys.modules.get("IPython")
-    getter = getattr(module, "get_ipython", None) if module is not None else None
-    return getter() if getter is not None else None
 
 
 def _registration_for(shell: Any) -> Any:
@@ -891,7 +881,7 @@ def panel(shell: Any = None, *, new: bool = False, registration: Any = None) -> 
     after every cell while open. ``new=True`` closes the current one and makes a fresh one.
     Outside IPython it is a plain widget that refreshes only on its button or `refresh()`.
     """
-    shell = shell if shell is not None else _running_shell()
+    shell = shell if shell is not None else notebook_refs.running_shell()
     registration = registration if registration is not None else _registration_for(shell)
     instance = current_panel(shell)
     if instance is not None and new:

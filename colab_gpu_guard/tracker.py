@@ -40,7 +40,7 @@ import time
 from dataclasses import asdict, dataclass
 from typing import Any, Optional
 
-from . import cuda_health, nvml
+from . import cuda_health, notebook_refs, nvml
 from .frameworks import torch as torch_support
 from .units import format_bytes, signed_bytes
 
@@ -460,13 +460,8 @@ def install(registration: Any, maxlen: int = DEFAULT_MAXLEN) -> MemoryTracker:
 
 def active_tracker(shell: Any = None) -> Optional[MemoryTracker]:
     """The tracker of `shell` (default: the running IPython shell), else the latest one."""
-    if shell is None and "IPython" in sys.modules:
-        try:
-            from IPython import get_ipython
-
-            shell = get_ipython()
-        except Exception:
-            shell = None
+    if shell is None:
+        shell = notebook_refs.running_shell()
     if shell is not None and id(shell) in _trackers:
         return _trackers[id(shell)]
     return _latest[0] if _latest else None

@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 
 import colab_gpu_guard
-from colab_gpu_guard import advisor, cuda_health, nvml
+from colab_gpu_guard import advisor, cuda_health, notebook_refs, nvml
 from tests import fake_pynvml
 
 FIXTURE = Path(__file__).parent / "fixtures" / "cuda_error_messages.json"
@@ -338,7 +338,7 @@ def test_release_frees_locals_even_after_f_locals_was_read(peek_locals):
     error = _raise_holding(factory, peek_locals)
     gc.collect()
     assert refs[0]() is not None  # the traceback keeps it alive
-    released = advisor.release_traceback_frames(error)
+    released = notebook_refs.release_traceback_frames(error)
     gc.collect()
     assert released >= 1
     assert refs[0]() is None
@@ -358,7 +358,7 @@ def test_plain_clear_frames_is_not_enough_here_cpython_113939():
     traceback.clear_frames(error.__traceback__)
     gc.collect()
     assert refs[0]() is not None
-    advisor.release_traceback_frames(error)
+    notebook_refs.release_traceback_frames(error)
     gc.collect()
     assert refs[0]() is None
 
@@ -378,7 +378,7 @@ def test_release_skips_running_frames_and_keeps_module_namespaces():
         caught = error
     # the first frame of this traceback is this test function, still running
     assert caught.__traceback__.tb_frame is sys._getframe()
-    count = advisor.release_traceback_frames(caught)
+    count = notebook_refs.release_traceback_frames(caught)
     assert count == 2  # <cell> module frame and f; not this test's frame
     assert namespace["keep"] == [1, 2, 3] and callable(namespace["f"])
     assert marker is not None  # this frame's locals are untouched
@@ -402,7 +402,7 @@ def test_release_does_not_finalise_a_suspended_generator():
 
     running = worker()
     assert next(running) == "suspended"
-    advisor.release_traceback_frames(saved[0])
+    notebook_refs.release_traceback_frames(saved[0])
     assert events == []  # clearing its frame would have run the finally block
     assert next(running) == "resumed"
 
@@ -465,7 +465,7 @@ def test_release_covers_chained_exceptions():
         outer()
     except ValueError as error:
         caught = error
-    advisor.release_traceback_frames(caught)
+    notebook_refs.release_traceback_frames(caught)
     gc.collect()
     assert refs[0]() is None
 
@@ -729,7 +729,7 @@ def test_advise_survives_failing_fact_sources(monkeypatch):
     monkeypatch.setattr(advisor, "driver_facts", explode)
     monkeypatch.setattr(advisor, "gpu_processes", explode)
     monkeypatch.setattr(advisor, "_leftover_holders", explode)
-    monkeypatch.setattr(advisor, "release_traceback_frames", explode)
+    monkeypatch.setattr(notebook_refs, "release_traceback_frames", explode)
     for entry in MESSAGES:
         diagnosis = advisor.advise(make(entry), release_frames=True)
         assert (diagnosis is None) == (entry["kind"] is None)

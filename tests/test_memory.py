@@ -17,7 +17,7 @@ from IPython.utils.capture import capture_output
 
 torch = pytest.importorskip("torch")
 
-from colab_gpu_guard import cuda_health, memory  # noqa: E402
+from colab_gpu_guard import cuda_health, memory, notebook_refs  # noqa: E402
 from colab_gpu_guard.leftovers import find_leftovers  # noqa: E402
 
 N = 250_000  # 1 MB of float32 per tensor
@@ -149,7 +149,7 @@ def test_hidden_copy_behind_a_user_assigned_underscore_is_freed(shell, run_cell)
     run_cell("del t")
     shell.user_ns["Out"].clear()
     for name in list(shell.user_ns_hidden):
-        if memory._leftovers.is_output_name(name):
+        if notebook_refs.is_output_name(name):
             shell.user_ns.pop(name, None)
             shell.user_ns_hidden.pop(name)
     run_cell("_ = 'mine'\n__ = ___ = None")  # the user's own: IPython keeps hidden copies
@@ -222,7 +222,7 @@ def test_clear_frames_misses_a_read_f_locals_snapshot_on_this_python():
     assert "batch" in tb.tb_frame.f_locals
     traceback.clear_frames(kept.__traceback__)
     assert (held[0]() is not None) == (sys.version_info < (3, 13))
-    memory.clear_frame(tb.tb_frame, exited=True)
+    notebook_refs.clear_frame(tb.tb_frame, exited=True)
     assert held[0]() is None
 
 
@@ -249,7 +249,7 @@ def test_frame_clear_refuses_executing_frames():
     """The claim gpu_reset relies on: clearing a running frame raises, so it is skipped."""
     with pytest.raises(RuntimeError):
         sys._getframe().clear()
-    assert memory.clear_frame(sys._getframe()) is False
+    assert notebook_refs.clear_frame(sys._getframe()) is False
 
 
 def test_tensor_in_exception_args_is_freed(shell, run_cell):

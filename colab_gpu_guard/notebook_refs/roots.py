@@ -1,0 +1,142 @@
+"""Every reference a notebook keeps, as typed roots a scan starts from."""
+
+from __future__ import annotations
+
+import types
+from collections.abc import Hashable, Iterator
+from typing import Any, NamedTuple
+
+from ..units import OTHER, OUTPUT_HISTORY, TRACEBACK_FRAME, USER_VARIABLE
+from .frames import (
+    debugger_frames,
+    debugger_of,
+    frame_function,
+    held_exceptions,
+    is_function_frame,
+    traceback_frames,
+)
+from .shell import (
+    OUTPUT_NAME,
+    displayhook_values,
+    hidden_namespace,
+    hidden_underscore_label,
+    last_result,
+    managed_underscores,
+    output_history,
+    stale_hidden_underscores,
+)
+
+# Root kinds: what holds a reference a scan starts from.
+VARIABLE = "variable"  # a user variable (user_ns, not IPython's own name)
+OUT = "out"  # Out[N] / _oh[N]
+UNDERSCORE = "underscore"  # _ / __ / ___ in user_ns, as IPython set them
+DISPLAYHOOK = "displayhook"  # displayhook._ / __ / ___
+HIDDEN_UNDERSCORE = "hidden underscore"  # a stale copy only user_ns_hidden keeps
+OUTPUT_NAME_KIND = "output name"  # _N in user_ns_hidden
+LAST_RESULT = "last result"  # last_execution_result.result
+EXCEPTION = "exception"  # the last exception, its chain and its traceback frames
+DEBUGGER = "debugger"  # the post-mortem debugger's frames and locals
+
+_ATOMIC = (int, float, complex, bool, str, bytes, type(None))
+
+
+class RootKey(NamedTuple):
+    """Which reference a root is: its kind, and its key within the kind (a name, an
+    ``Out`` number; None where the kind is one root)."""
+
+    kind: str
+    key: Hashable = None
+
+
+class Root(NamedTuple):
+    """One reference a scan starts from: which it is, how a user names it, who holds it
+    (a `units` holder label), the object it references, and how deep below the holder that
+    object already is (an exception's ``args`` and attributes are one level down)."""
+
+    key: RootKey
+    label: str
+    holder: str
+    value: Any
+    depth: int = 0
+
+
+def roots(shell: Any, namespace: dict) -> Iterator[Root]:
+    """Every reference a notebook keeps, in the order a scan visits them: user variables
+    (not dunders, not IPython's own names), the output history, the last exception (the
+    exceptions themselves, for their ``args`` and attributes, then their traceback frames'
+    locals) and the post-mortem debugger's frames and locals."""
+    hidden = hidden_namespace(shell)
+    managed = managed_underscores(shell) if shell is not None else {}
+    for name, value in list(namespace.items()):
+        if type(value) in _ATOMIC or not isinstance(name, str):
+            continue
+        if name.startswith("__") and name.endswith("__"):
+            continue
+        if shell is not None and ((name in hidden and hidden[name] is value) or name in managed):
+            continue
+        yield Root(RootKey(VARIABLE, name), name, USER_VARIABLE, value)
+    if shell is not None:
+        yield from _output_roots(shell, namespace, hidden, managed)
+    yield from _exception_and_debugger_roots(shell)
+
+
+def _output_roots(shell: Any, namespace: dict, hidden: dict, managed: dict) -> Iterator[Root]:
+    for number, value in list(output_history(shell).items()):
+        yield Root(RootKey(OUT, number), f"Out[{number}]", OUTPUT_HISTORY, value)
+    for name, value in managed.items():
+        yield Root(RootKey(UNDERSCORE, name), name, OUTPUT_HISTORY, value)
+    for name, value in displayhook_values(shell).items():
+        if namespace.get(name) is not value:
+            label = f"<displayhook.{name}>"
+            yield Root(RootKey(DISPLAYHOOK, name), label, OUTPUT_HISTORY, value)
+    for name, value in stale_hidden_underscores(shell).items():
+        label = hidden_underscore_label(name)
+        yield Root(RootKey(HIDDEN_UNDERSCORE, name), label, OUTPUT_HISTORY, value)
+    # _N: IPython pushes them into user_ns and user_ns_hidden alike; one the user
+    # reassigned in user_ns is a user variable instead. (user_ns_hidden also holds _i,
+    # _iN for every cell run: picked out in C)
+    for name in filter(OUTPUT_NAME, [name for name in hidden if type(name) is str]):
+        if name in hidden:
+            yield Root(RootKey(OUTPUT_NAME_KIND, name), name, OUTPUT_HISTORY, hidden[name])
+    value = last_result(shell)
+    if value is not None:
+        yield Root(RootKey(LAST_RESULT), "<last cell result>", OUTPUT_HISTORY, value)
+
+
+def _frame_roots(frame: types.FrameType, where: str, key: RootKey) -> Iterator[Root]:
+    if not is_function_frame(frame):
+        return
+    try:
+        local_vars = dict(frame.f_locals)
+    except Exception:
+        return
+    function = frame_function(frame)
+    for var, value in local_vars.items():
+        if type(value) not in _ATOMIC:
+            label = f"<{where}: {function}() local {var!r}>"
+            yield Root(key, label, TRACEBACK_FRAME, value)
+
+
+def _exception_and_debugger_roots(shell: Any) -> Iterator[Root]:
+    exceptions, tracebacks, _sources = held_exceptions(shell)
+    key = RootKey(EXCEPTION)
+    for exception in exceptions:
+        label = f"<exception {type(exception).__name__}>"
+        yield Root(key, f"{label}.args", OTHER, exception.args, 1)
+        attributes = getattr(exception, "__dict__", None)
+        if isinstance(attributes, dict):
+            for name, value in list(attributes.items()):
+                if type(value) not in _ATOMIC and type(name) is str:
+                    yield Root(key, f"{label}.{name}", OTHER, value, 1)
+    for frame in traceback_frames(tracebacks):
+        yield from _frame_roots(frame, "traceback", key)
+    debugger = debugger_of(shell)
+    if debugger is None:
+        return
+    key = RootKey(DEBUGGER)
+    for frame in debugger_frames(debugger):
+        yield from _frame_roots(frame, "debugger", key)
+    saved = getattr(debugger, "curframe_locals", None)
+    if isinstance(saved, dict) and saved is not getattr(shell, "user_ns", None):
+        for var, value in list(saved.items()):
+            yield Root(key, f"<debugger: local {var!r}>", TRACEBACK_FRAME, value)
