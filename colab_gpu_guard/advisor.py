@@ -32,6 +32,7 @@ from typing import Any, Callable, Optional
 
 from . import cuda_health, notebook_refs, nvml
 from .frameworks import torch as torch_support
+from .seeding import determinism
 from .units import cuda_version_text, format_bytes
 
 # ---------------------------------------------------------------- kinds
@@ -846,7 +847,7 @@ def _enrich_forked(diagnosis: Diagnosis, namespace: Optional[dict]) -> None:
 def _enrich_cublas(diagnosis: Diagnosis, namespace: Optional[dict]) -> None:
     value = os.environ.get("CUBLAS_WORKSPACE_CONFIG")
     diagnosis.facts["CUBLAS_WORKSPACE_CONFIG"] = repr(value) if value is not None else "unset"
-    accepted = torch_support.CUBLAS_DETERMINISTIC_CONFIGS
+    accepted = determinism.CUBLAS_DETERMINISTIC_CONFIGS
     if value is not None and value not in accepted:
         diagnosis.fixes.insert(
             0,
@@ -856,7 +857,7 @@ def _enrich_cublas(diagnosis: Diagnosis, namespace: Optional[dict]) -> None:
     torch = torch_support.loaded()
     if torch is not None:
         diagnosis.facts["torch"] = torch_support.version()
-        requirement = torch_support.cublas_requirement(torch)
+        requirement = determinism.cublas_requirement(torch)
         needed = {True: "needs it", False: "does not need it", None: "unknown"}[requirement.needed]
         diagnosis.facts["this torch"] = f"{needed} ({requirement.evidence})"
 
@@ -865,7 +866,7 @@ def _enrich_nondet(diagnosis: Diagnosis, namespace: Optional[dict]) -> None:
     torch = torch_support.loaded()
     if torch is not None:
         diagnosis.facts["torch"] = torch_support.version()
-        flags = torch_support.read_flags(torch)
+        flags = determinism.read_flags(torch)
         diagnosis.facts["deterministic mode"] = f"{flags.algorithms} (warn_only={flags.warn_only})"
 
 

@@ -19,6 +19,7 @@ from IPython.core.error import UsageError
 
 from colab_gpu_guard import seed_all, seeding
 from colab_gpu_guard.frameworks import torch as torch_support
+from colab_gpu_guard.seeding import determinism
 
 
 def draws() -> tuple:
@@ -39,7 +40,7 @@ def hand_seeded_draws(seed: int) -> tuple:
 
 def state_snapshot() -> tuple:
     """Everything seed_all may touch, to prove a rejected call changed nothing."""
-    flags = torch_support.read_flags(torch)
+    flags = determinism.read_flags(torch)
     return (
         random.getstate(),
         repr(np.random.get_state()),
@@ -359,7 +360,7 @@ def test_deterministic_mode_sets_and_restores_flags(monkeypatch):
     seed_all(1)
     torch.backends.cudnn.benchmark = True
     monkeypatch.delenv("FLASH_ATTENTION_DETERMINISTIC", raising=False)
-    original = torch_support.read_flags(torch)
+    original = determinism.read_flags(torch)
 
     report = seed_all(1, deterministic=True)
     assert torch.are_deterministic_algorithms_enabled()
@@ -374,7 +375,7 @@ def test_deterministic_mode_sets_and_restores_flags(monkeypatch):
     assert torch.is_deterministic_algorithms_warn_only_enabled()
 
     report = seed_all(3, deterministic=False)
-    assert torch_support.read_flags(torch) == original
+    assert determinism.read_flags(torch) == original
     assert "FLASH_ATTENTION_DETERMINISTIC" not in os.environ
     assert any("restored" in note for note in report.notes)
     torch.backends.cudnn.benchmark = False
@@ -407,40 +408,40 @@ def test_deterministic_mode_is_really_on_in_torch():
 def _fake_library(tmp_path, name: str, with_check: bool):
     path = tmp_path / name
     filler = b"\0ELF" + os.urandom(4096)
-    marker = torch_support.CUBLAS_CHECK_MARKER if with_check else b"nothing to see"
+    marker = determinism.CUBLAS_CHECK_MARKER if with_check else b"nothing to see"
     path.write_bytes(filler + marker + filler)
     return path
 
 
 def test_cublas_detection_old_torch_needs_workspace(tmp_path):
     library = _fake_library(tmp_path, "libtorch_cpu.so", with_check=True)
-    requirement = torch_support.cublas_requirement_from_libraries([library])
+    requirement = determinism.cublas_requirement_from_libraries([library])
     assert requirement.needed is True
 
 
 def test_cublas_detection_new_torch_does_not(tmp_path):
     library = _fake_library(tmp_path, "libtorch_cpu.so", with_check=False)
-    requirement = torch_support.cublas_requirement_from_libraries([library])
+    requirement = determinism.cublas_requirement_from_libraries([library])
     assert requirement.needed is False
     assert "161749" in requirement.evidence
 
 
 def test_cublas_detection_unknown_without_library():
-    assert torch_support.cublas_requirement_from_libraries([]).needed is None
+    assert determinism.cublas_requirement_from_libraries([]).needed is None
 
 
 def test_installed_torch_library_is_scanned_for_real():
-    libraries = torch_support._torch_libraries(torch)
+    libraries = determinism._torch_libraries(torch)
     assert libraries, "the installed torch should ship libtorch_cpu"
-    requirement = torch_support.cublas_requirement_from_libraries(libraries)
+    requirement = determinism.cublas_requirement_from_libraries(libraries)
     # torch 2.13 is after pytorch/pytorch#161749: the check is gone from ATen.
     assert requirement.needed is (torch.__version__ < "2.10")
 
 
 @pytest.mark.parametrize("needed", [True, False])
 def test_cublas_env_var_follows_detection(monkeypatch, needed):
-    requirement = torch_support.CublasRequirement(needed, "test")
-    monkeypatch.setattr(torch_support, "cublas_requirement", lambda _torch: requirement)
+    requirement = determinism.CublasRequirement(needed, "test")
+    monkeypatch.setattr(determinism, "cublas_requirement", lambda _torch: requirement)
     monkeypatch.delenv("CUBLAS_WORKSPACE_CONFIG", raising=False)
     seed_all(1)
     report = seed_all(1, deterministic=True)
@@ -457,8 +458,8 @@ def test_cublas_env_var_follows_detection(monkeypatch, needed):
 
 
 def test_cublas_user_value_is_kept_and_warned_about(monkeypatch):
-    requirement = torch_support.CublasRequirement(True, "test")
-    monkeypatch.setattr(torch_support, "cublas_requirement", lambda _torch: requirement)
+    requirement = determinism.CublasRequirement(True, "test")
+    monkeypatch.setattr(determinism, "cublas_requirement", lambda _torch: requirement)
     monkeypatch.setenv("CUBLAS_WORKSPACE_CONFIG", ":0:0")
     report = seed_all(1, deterministic=True)
     seed_all(1)
@@ -467,8 +468,8 @@ def test_cublas_user_value_is_kept_and_warned_about(monkeypatch):
 
 
 def test_cublas_late_warning_when_cuda_already_initialised(monkeypatch):
-    requirement = torch_support.CublasRequirement(True, "test")
-    monkeypatch.setattr(torch_support, "cublas_requirement", lambda _torch: requirement)
+    requirement = determinism.CublasRequirement(True, "test")
+    monkeypatch.setattr(determinism, "cublas_requirement", lambda _torch: requirement)
     monkeypatch.setattr(torch_support, "cuda_initialized", lambda _torch=None: True)
     monkeypatch.delenv("CUBLAS_WORKSPACE_CONFIG", raising=False)
     report = seed_all(1, deterministic=True)

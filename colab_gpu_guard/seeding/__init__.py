@@ -1,0 +1,38 @@
+"""Reproducibility: seed every RNG that matters (seed.py), deterministic mode
+(determinism.py), per-cell reseeding (every_cell.py), and seeds for DataLoader workers,
+ranks and JAX keys (workers.py)."""
+
+from .determinism import DETERMINISM_ENV
+from .every_cell import CellReseeder, reseed_loaded
+from .report import Change, SeededRng, SeedReport, SkippedRng
+from .seed import (
+    SEED_MAX,
+    VALID_SEED_FORM,
+    derive_seed,
+    fresh_seed,
+    last_seed,
+    seed_all,
+    validate_seed,
+)
+from .workers import current_rank, dataloader_generator, jax_key, seed_worker
+
+__all__ = [
+    "DETERMINISM_ENV",
+    "SEED_MAX",
+    "VALID_SEED_FORM",
+    "CellReseeder",
+    "Change",
+    "SeedReport",
+    "SeededRng",
+    "SkippedRng",
+    "current_rank",
+    "dataloader_generator",
+    "derive_seed",
+    "fresh_seed",
+    "jax_key",
+    "last_seed",
+    "reseed_loaded",
+    "seed_all",
+    "seed_worker",
+    "validate_seed",
+]

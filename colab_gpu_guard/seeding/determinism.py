@@ -1,0 +1,252 @@
+"""Deterministic mode: torch's global determinism switches, cuBLAS's workspace
+requirement, the env vars libraries read, and how to switch it all on and back off.
+
+``CUBLAS_WORKSPACE_CONFIG`` matters only for torch builds that still carry the cuBLAS
+workspace check (before pytorch/pytorch#161749); such builds read it once per process.
+"""
+
+from __future__ import annotations
+
+import functools
+import mmap
+import os
+from dataclasses import dataclass
+from pathlib import Path
+from types import ModuleType
+from typing import Iterable, Optional
+
+from ..frameworks import tensorflow as tensorflow_support
+from ..frameworks import torch as torch_support
+from .report import Change, SeedReport
+
+# The literal that ATen's Context.cpp compiles in while it still enforces a cuBLAS workspace
+# configuration under deterministic mode (removed by pytorch/pytorch#161749).
+CUBLAS_CHECK_MARKER = b"it uses CuBLAS and you have CUDA >= 10.2"
+CUBLAS_DETERMINISTIC_CONFIGS = (":4096:8", ":16:8")
+
+# Env vars that a library reads to choose deterministic kernels, and which library reads it.
+DETERMINISM_ENV = {
+    "FLASH_ATTENTION_DETERMINISTIC": ("1", "transformers' flash-attention path"),
+    "TF_DETERMINISTIC_OPS": ("1", "TensorFlow, when imported later"),
+}
+
+
+@dataclass(frozen=True)
+class DeterministicFlags:
+    """torch's global determinism switches, as read or to be written."""
+
+    algorithms: bool
+    warn_only: bool
+    cudnn_deterministic: bool
+    cudnn_benchmark: bool
+
+    def describe(self) -> dict[str, str]:
+        return {
+            "torch.use_deterministic_algorithms": (
+                f"{self.algorithms} (warn_only={self.warn_only})"
+            ),
+            "torch.backends.cudnn.deterministic": str(self.cudnn_deterministic),
+            "torch.backends.cudnn.benchmark": str(self.cudnn_benchmark),
+        }
+
+
+def read_flags(torch: ModuleType) -> DeterministicFlags:
+    warn_only_reader = getattr(torch, "is_deterministic_algorithms_warn_only_enabled", None)
+    return DeterministicFlags(
+        algorithms=bool(torch.are_deterministic_algorithms_enabled()),
+        warn_only=bool(warn_only_reader()) if warn_only_reader else False,
+        cudnn_deterministic=bool(torch.backends.cudnn.deterministic),
+        cudnn_benchmark=bool(torch.backends.cudnn.benchmark),
+    )
+
+
+def write_flags(torch: ModuleType, flags: DeterministicFlags) -> None:
+    try:
+        torch.use_deterministic_algorithms(flags.algorithms, warn_only=flags.warn_only)
+    except TypeError:  # torch < 1.11 has no warn_only
+        torch.use_deterministic_algorithms(flags.algorithms)
+    torch.backends.cudnn.deterministic = flags.cudnn_deterministic
+    torch.backends.cudnn.benchmark = flags.cudnn_benchmark
+
+
+# ---------------------------------------------------------------- cuBLAS workspace
+
+
+@dataclass(frozen=True)
+class CublasRequirement:
+    """Whether this torch insists on CUBLAS_WORKSPACE_CONFIG in deterministic mode."""
+
+    needed: Optional[bool]  # None: could not tell
+    evidence: str
+
+
+def _torch_libraries(torch: ModuleType) -> list[Path]:
+    lib_dir = Path(torch.__file__).parent / "lib"
+    names = ("libtorch_cpu.so", "libtorch_cpu.dylib", "torch_cpu.dll")
+    return [lib_dir / name for name in names if (lib_dir / name).is_file()]
+
+
+def _file_contains(path: Path, marker: bytes) -> bool:
+    with open(path, "rb") as handle:
+        if os.fstat(handle.fileno()).st_size == 0:
+            return False
+        with mmap.mmap(handle.fileno(), 0, access=mmap.ACCESS_READ) as data:
+            return data.find(marker) != -1
+
+
+def cublas_requirement_from_libraries(libraries: Iterable[Path]) -> CublasRequirement:
+    """Feature-detect the cuBLAS workspace check in torch's compiled ATen library.
+
+    torch builds that still enforce the workspace configuration carry the error message
+    in ``libtorch_cpu``; builds after pytorch/pytorch#161749 no longer do.
+    """
+    libraries = list(libraries)
+    for library in libraries:
+        try:
+            if _file_contains(library, CUBLAS_CHECK_MARKER):
+                return CublasRequirement(
+                    True, f"{library.name} still carries the cuBLAS workspace check"
+                )
+        except OSError as error:
+            return CublasRequirement(None, f"could not read {library.name}: {error}")
+    if libraries:
+        names = ", ".join(library.name for library in libraries)
+        return CublasRequirement(
+            False, f"{names} has no cuBLAS workspace check (pytorch/pytorch#161749)"
+        )
+    return CublasRequirement(None, "torch's ATen library was not found")
+
+
+@functools.cache
+def _cublas_requirement_cached(torch_file: str) -> CublasRequirement:
+    torch = torch_support.loaded()
+    assert torch is not None
+    return cublas_requirement_from_libraries(_torch_libraries(torch))
+
+
+def cublas_requirement(torch: ModuleType) -> CublasRequirement:
+    if torch_support.cuda_version(torch) is None:
+        return CublasRequirement(False, "this torch build has no CUDA, so no cuBLAS")
+    return _cublas_requirement_cached(str(torch.__file__))
+
+
+# ---------------------------------------------------------------- switching it on and off
+
+
+class _DeterminismMemory:
+    """torch flags and env vars as they were before deterministic mode was switched on."""
+
+    flags: Optional[DeterministicFlags] = None
+    env: Optional[dict[str, Optional[str]]] = None
+
+
+_memory = _DeterminismMemory()
+
+
+def was_switched_on() -> bool:
+    """Whether deterministic mode was switched on and not yet restored."""
+    return _memory.flags is not None or _memory.env is not None
+
+
+def _set_env(name: str, value: str, report: SeedReport, why: str) -> None:
+    old = os.environ.get(name)
+    if old == value:
+        return
+    assert _memory.env is not None
+    _memory.env.setdefault(name, old)
+    os.environ[name] = value
+    report.changes.append(Change(f"{name} (read by {why})", old, value, "env"))
+
+
+def enable(torch, warn_only: bool, report: SeedReport) -> None:
+    if _memory.env is None:
+        _memory.env = {}
+    for name, (value, reader) in DETERMINISM_ENV.items():
+        _set_env(name, value, report, reader)
+
+    if torch is not None:
+        before = read_flags(torch)
+        if _memory.flags is None:
+            _memory.flags = before
+        if before.cudnn_benchmark:
+            report.warnings.append(
+                "torch.backends.cudnn.benchmark was True; it picks kernels by timing and "
+                "breaks reproducibility, so it is now False"
+            )
+        wanted = DeterministicFlags(
+            algorithms=True, warn_only=warn_only, cudnn_deterministic=True, cudnn_benchmark=False
+        )
+        write_flags(torch, wanted)
+        _report_flag_changes(before, wanted, report)
+        _configure_cublas(torch, report)
+    else:
+        report.notes.append("deterministic mode: no torch, so no torch flags were set")
+
+    if tensorflow_support.loaded() is not None:
+        if tensorflow_support.enable_op_determinism():
+            report.changes.append(
+                Change("tf.config.experimental.enable_op_determinism()", None, "called", "flag")
+            )
+        else:
+            report.warnings.append(
+                "this TensorFlow has no enable_op_determinism (TF < 2.8): "
+                "TF_DETERMINISTIC_OPS=1 must be set before TensorFlow is imported"
+            )
+
+
+def _configure_cublas(torch, report: SeedReport) -> None:
+    requirement = cublas_requirement(torch)
+    name = "CUBLAS_WORKSPACE_CONFIG"
+    current = os.environ.get(name)
+    if requirement.needed is False:
+        report.notes.append(f"{name} not needed: {requirement.evidence}")
+        return
+    if requirement.needed is None:
+        report.notes.append(
+            f"{name}: could not tell if this torch needs it ({requirement.evidence})"
+        )
+    if current in CUBLAS_DETERMINISTIC_CONFIGS:
+        report.notes.append(f"{name} already {current!r}")
+    elif current is not None:
+        report.warnings.append(
+            f"{name}={current!r} is not one cuBLAS accepts for determinism "
+            f"({' or '.join(CUBLAS_DETERMINISTIC_CONFIGS)}); left as it is"
+        )
+        return
+    else:
+        _set_env(name, CUBLAS_DETERMINISTIC_CONFIGS[0], report, "cuBLAS")
+    if torch_support.cuda_initialized(torch):
+        report.warnings.append(
+            f"CUDA is already initialised in this process, so {name} may be set too late "
+            "(cuBLAS reads it once per process). If you get the CuBLAS determinism error, "
+            "restart the runtime and run %seed_all SEED --deterministic in the first cell"
+        )
+
+
+def _report_flag_changes(
+    before: DeterministicFlags,
+    after: DeterministicFlags,
+    report: SeedReport,
+) -> None:
+    old, new = before.describe(), after.describe()
+    for name in new:
+        if old[name] != new[name]:
+            report.changes.append(Change(name, old[name], new[name], "flag"))
+
+
+def restore(torch, report: SeedReport) -> None:
+    if torch is not None and _memory.flags is not None:
+        before = read_flags(torch)
+        write_flags(torch, _memory.flags)
+        _report_flag_changes(before, _memory.flags, report)
+    for name, old in (_memory.env or {}).items():
+        now = os.environ.get(name)
+        if old is None:
+            os.environ.pop(name, None)
+        else:
+            os.environ[name] = old
+        if now != old:
+            report.changes.append(Change(name, now, old, "env"))
+    _memory.flags = None
+    _memory.env = None
+    report.notes.append("deterministic mode off: flags restored to what they were before")

@@ -1,0 +1,243 @@
+"""Seed every RNG that matters and say exactly what was done and what could not be done.
+
+What is true about PyTorch (and what popular advice gets wrong):
+- ``torch.manual_seed`` already seeds the CPU generator *and every CUDA device*
+  (torch/random.py calls ``torch.cuda.manual_seed_all``), plus MPS and XPU.
+- CUDA seeding is deferred until CUDA initialises (``torch.cuda._lazy_call``), so seeding
+  before or after the first CUDA use both work.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import numbers
+import os
+import re
+from typing import Optional
+
+from ..frameworks import cupy as cupy_support
+from ..frameworks import jax as jax_support
+from ..frameworks import numpy as numpy_support
+from ..frameworks import python_random
+from ..frameworks import tensorflow as tensorflow_support
+from ..frameworks import torch as torch_support
+from . import determinism
+from .report import Change, SeededRng, SeedReport, SkippedRng
+
+SEED_MAX = 2**32 - 1  # NumPy's legacy RNG accepts 0..2**32-1
+VALID_SEED_FORM = f"an integer from 0 to {SEED_MAX}"
+_SEED_TEXT = re.compile(r"\s*\+?\d+\s*")
+
+
+def validate_seed(seed: object) -> int:
+    """Return `seed` as an int in NumPy's range, or raise TypeError/ValueError saying why."""
+    if isinstance(seed, bool):
+        raise TypeError(f"seed must be {VALID_SEED_FORM}, not a bool ({seed!r})")
+    if isinstance(seed, numbers.Integral):
+        value = int(seed)
+    elif isinstance(seed, float):
+        if not seed.is_integer():
+            raise ValueError(f"seed must be {VALID_SEED_FORM}; {seed!r} has a fraction")
+        value = int(seed)
+    elif isinstance(seed, str):
+        if not _SEED_TEXT.fullmatch(seed):
+            raise ValueError(f"seed must be {VALID_SEED_FORM}, got {seed!r}")
+        value = int(seed)
+    else:
+        raise TypeError(f"seed must be {VALID_SEED_FORM}, not {type(seed).__name__}")
+    if not 0 <= value <= SEED_MAX:
+        raise ValueError(f"seed must be {VALID_SEED_FORM}, got {value}")
+    return value
+
+
+def fresh_seed() -> int:
+    return int.from_bytes(os.urandom(4), "little")
+
+
+def derive_seed(*parts: object) -> int:
+    """A reproducible seed in range for a tuple of parts (ints and strings).
+
+    Plays the role of numpy's SeedSequence without needing NumPy: different parts give
+    statistically independent seeds, equal parts always the same seed.
+    """
+    digest = hashlib.blake2b(repr(parts).encode("utf-8"), digest_size=8).digest()
+    return int.from_bytes(digest, "little") & SEED_MAX
+
+
+# ---------------------------------------------------------------- seeding
+
+_last_seed: Optional[int] = None
+
+
+def last_seed() -> Optional[int]:
+    """The seed of the last `seed_all` call in this process, if any."""
+    return _last_seed
+
+
+def seed_all(
+    seed: object = None, *, deterministic: bool = False, warn_only: bool = False
+) -> SeedReport:
+    """Seed Python `random`, NumPy, PyTorch (CPU and every CUDA/MPS/XPU device) and any
+    TensorFlow or CuPy the user already imported; return what was done as a SeedReport.
+
+    seed: an integer 0..2**32-1 (or a string of one); None draws a fresh seed from the OS
+        and the report shows it so the run can be reproduced.
+    deterministic: switch on torch's deterministic algorithms, cuDNN determinism, and the
+        env vars libraries read; `deterministic=False` after it was on restores the flags
+        as they were before.
+    warn_only: with deterministic mode, ops without a deterministic implementation warn
+        instead of raising. Implies `deterministic=True`.
+    """
+    global _last_seed
+    value = fresh_seed() if seed is None else validate_seed(seed)
+    if not isinstance(deterministic, bool) or not isinstance(warn_only, bool):
+        raise TypeError("deterministic and warn_only must be True or False")
+    deterministic = deterministic or warn_only
+
+    report = SeedReport(
+        seed=value, seed_source="given" if seed is not None else "drawn from the OS"
+    )
+    torch = _torch_for_seeding(report)
+
+    _seed_python_and_numpy(value, report)
+    if torch is not None:
+        _seed_torch(torch, value, report)
+    _seed_imported_only(value, report)
+    _set_hash_seed(value, report)
+    if deterministic:
+        determinism.enable(torch, warn_only, report)
+    elif determinism.was_switched_on():
+        determinism.restore(torch, report)
+    report.deterministic = deterministic
+    _last_seed = value
+    return report
+
+
+def _torch_for_seeding(report: SeedReport):
+    torch = torch_support.loaded()
+    if torch is not None:
+        return torch
+    if not torch_support.installed():
+        report.skipped.append(SkippedRng("PyTorch", "not installed"))
+        return None
+    try:
+        return torch_support.import_torch()
+    except Exception as error:  # a broken install must not stop the other RNGs
+        report.skipped.append(SkippedRng("PyTorch", f"installed but import failed: {error}"))
+        return None
+
+
+def _seed_python_and_numpy(value: int, report: SeedReport) -> None:
+    report.seeded.append(
+        SeededRng(python_random.NAME, python_random.version(), python_random.seed(value))
+    )
+    if not numpy_support.installed():
+        report.skipped.append(SkippedRng(numpy_support.NAME, "not installed"))
+        return
+    try:
+        how = numpy_support.seed(value)
+    except Exception as error:
+        report.skipped.append(SkippedRng(numpy_support.NAME, f"could not be seeded: {error}"))
+        return
+    report.seeded.append(SeededRng(numpy_support.NAME, numpy_support.version(), how))
+    report.notes.append(
+        "numpy.random.default_rng() generators do not use the global RNG: "
+        "create them with default_rng(seed)"
+    )
+
+
+def _seed_torch(torch, value: int, report: SeedReport) -> None:
+    version = str(torch.__version__)
+    torch.manual_seed(value)
+    report.seeded.append(SeededRng("PyTorch CPU", version, "torch.manual_seed"))
+
+    devices = torch_support.cuda_device_count(torch)
+    if torch_support.cuda_version(torch) is None:
+        report.skipped.append(SkippedRng("PyTorch CUDA", "this torch build has no CUDA"))
+    elif devices == 0:
+        report.skipped.append(SkippedRng("PyTorch CUDA", "no CUDA device visible"))
+    elif torch_support.cuda_in_bad_fork(torch):
+        report.skipped.append(
+            SkippedRng(
+                "PyTorch CUDA",
+                "this process was forked after CUDA initialised; CUDA cannot be used here",
+            )
+        )
+    else:
+        when = (
+            "applied now"
+            if torch_support.cuda_initialized(torch)
+            else "queued by torch until CUDA initialises, so seeding first is fine"
+        )
+        report.seeded.append(
+            SeededRng(
+                f"PyTorch CUDA ({devices} device{'s' if devices != 1 else ''})",
+                f"CUDA {torch_support.cuda_version(torch)}",
+                f"by torch.manual_seed itself (torch.cuda.manual_seed_all), {when}",
+            )
+        )
+    if torch_support.mps_available(torch):
+        report.seeded.append(SeededRng("PyTorch MPS", version, "by torch.manual_seed itself"))
+    if torch_support.xpu_available(torch):
+        report.seeded.append(SeededRng("PyTorch XPU", version, "by torch.manual_seed itself"))
+
+
+def _seed_imported_only(value: int, report: SeedReport) -> None:
+    for framework in (tensorflow_support, cupy_support):
+        if framework.loaded() is None:
+            if framework.installed():
+                report.skipped.append(
+                    SkippedRng(
+                        framework.NAME,
+                        "installed but not imported: not seeded, "
+                        "run %seed_all again after importing it",
+                    )
+                )
+            continue
+        try:
+            how = framework.seed(value)
+        except Exception as error:
+            report.skipped.append(SkippedRng(framework.NAME, f"could not be seeded: {error}"))
+            continue
+        report.seeded.append(SeededRng(framework.NAME, framework.version(), how))
+    if jax_support.loaded() is not None or jax_support.installed():
+        report.skipped.append(
+            SkippedRng(
+                jax_support.NAME,
+                "JAX has no global RNG: pass keys explicitly, "
+                "e.g. colab_gpu_guard.jax_key(seed) == jax.random.key(seed)",
+            )
+        )
+
+
+def _initial_environ_value(name: str) -> Optional[str]:
+    """The value `name` had when this interpreter started (Linux), else None if unknown."""
+    try:
+        with open("/proc/self/environ", "rb") as handle:
+            entries = handle.read().split(b"\0")
+    except OSError:
+        return None
+    prefix = name.encode() + b"="
+    for entry in entries:
+        if entry.startswith(prefix):
+            return entry[len(prefix) :].decode(errors="replace")
+    return ""
+
+
+def _set_hash_seed(value: int, report: SeedReport) -> None:
+    old = os.environ.get("PYTHONHASHSEED")
+    new = str(value)
+    if old != new:
+        os.environ["PYTHONHASHSEED"] = new
+        report.changes.append(Change("PYTHONHASHSEED", old, new, "env"))
+    at_start = _initial_environ_value("PYTHONHASHSEED")
+    if at_start is None:
+        current = "unknown on this platform"
+    elif at_start in ("", "random"):
+        current = "random (PYTHONHASHSEED was unset when it started)"
+    else:
+        current = f"PYTHONHASHSEED={at_start}"
+    report.notes.append(
+        "PYTHONHASHSEED applies to child processes only; this interpreter's str hash seed "
+        f"was fixed at start: {current}"
+    )

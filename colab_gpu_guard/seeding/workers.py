@@ -1,0 +1,70 @@
+"""Seeds for DataLoader workers, distributed ranks and JAX keys, derived from the last
+seed_all seed."""
+
+from __future__ import annotations
+
+import os
+
+from ..frameworks import jax as jax_support
+from ..frameworks import numpy as numpy_support
+from ..frameworks import python_random
+from ..frameworks import torch as torch_support
+from .seed import SEED_MAX, derive_seed, last_seed, validate_seed
+
+
+def current_rank() -> int:
+    """This process's rank: torch.distributed when initialised, else $RANK, else 0."""
+    torch = torch_support.loaded()
+    dist = getattr(torch, "distributed", None) if torch is not None else None
+    try:
+        if dist is not None and dist.is_available() and dist.is_initialized():
+            return int(dist.get_rank())
+    except Exception:
+        pass
+    try:
+        return int(os.environ.get("RANK", "0"))
+    except ValueError:
+        return 0
+
+
+def _base_seed(seed: object) -> int:
+    if seed is not None:
+        return validate_seed(seed)
+    if last_seed() is not None:
+        return last_seed()
+    torch = torch_support.loaded()
+    if torch is not None:
+        return int(torch.initial_seed()) & SEED_MAX
+    raise ValueError("no seed given and none set yet: call seed_all(SEED) first or pass seed=")
+
+
+def dataloader_generator(seed: object = None):
+    """A `torch.Generator` for `DataLoader(generator=...)`, seeded from (seed, rank).
+
+    The DataLoader draws its shuffle order and each worker's base seed from this generator,
+    so each rank gets its own reproducible stream. seed=None uses the last seed_all seed.
+    """
+    torch = torch_support.loaded() or torch_support.import_torch()
+    generator = torch.Generator()
+    generator.manual_seed(derive_seed("dataloader", _base_seed(seed), current_rank()))
+    return generator
+
+
+def seed_worker(worker_id: int) -> None:
+    """`DataLoader(worker_init_fn=seed_worker)`: seed `random` and NumPy in each worker.
+
+    torch seeds itself in each worker (base seed + worker id); Python `random` and NumPy
+    are not, so workers would repeat each other's augmentations. The seed is derived from
+    (torch's worker seed, rank, worker id), so it is reproducible and differs per worker
+    and per rank.
+    """
+    torch = torch_support.loaded() or torch_support.import_torch()
+    value = derive_seed("worker", int(torch.initial_seed()), current_rank(), int(worker_id))
+    python_random.seed(value)
+    if numpy_support.installed():
+        numpy_support.seed(value)
+
+
+def jax_key(seed: object = None):
+    """`jax.random.key(seed)` for the given seed, or the last seed_all seed (imports JAX)."""
+    return jax_support.key(_base_seed(seed))
