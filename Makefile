@@ -14,7 +14,7 @@ $(VENV)/.installed: pyproject.toml Makefile
 	touch $@
 
 demo: $(VENV)/.installed
-	$(PY) -m colab_gpu_guard demo
+	$(PY) tools/demo.py
 
 test: $(VENV)/.installed
 	$(PY) -m pytest $(PYTEST_ARGS)

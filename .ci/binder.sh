@@ -19,4 +19,4 @@ assert torch.version.cuda is None, f"Binder must get the CPU build, got CUDA {to
 print("binder env: torch", torch.__version__, "colab_gpu_guard", colab_gpu_guard.__version__)
 PY
 PATH="$PWD/$venv/bin:$PATH" bash binder/postBuild
-"$venv/bin/python" -m colab_gpu_guard demo --output "$venv/quickstart.html"
+"$venv/bin/python" tools/demo.py --output "$venv/quickstart.html"

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import os
 import platform
 import sys
@@ -131,6 +132,12 @@ def print_rows(rows: list[dict]) -> None:
                 if part
             )
         )
+
+
+def p90(samples: list[float]) -> float:
+    """The 90th percentile by nearest rank: the smallest sample >= 90% of the samples."""
+    ordered = sorted(samples)
+    return ordered[max(0, math.ceil(0.9 * len(ordered)) - 1)]
 
 
 def timed_ms(function: Callable[[], object], runs: int, warmup: int = 3) -> list[float]:

@@ -37,12 +37,8 @@ if ROOT not in sys.path:
     sys.path.insert(0, ROOT)
 
 from bench._common import interleaved_ms as interleaved  # noqa: E402
+from bench._common import p90  # noqa: E402
 from bench._common import timed_ms as timed  # noqa: E402
-
-
-def p90(samples: list[float]) -> float:
-    ordered = sorted(samples)
-    return ordered[min(len(ordered) - 1, int(len(ordered) * 0.9))]
 
 
 def main(argv: list[str] | None = None) -> int:

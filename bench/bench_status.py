@@ -30,7 +30,7 @@ ROOT = Path(__file__).resolve().parent.parent
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
-from bench._common import NOT_RUN, bench_parser, print_rows, row, write_json  # noqa: E402
+from bench._common import NOT_RUN, bench_parser, p90, print_rows, row, write_json  # noqa: E402
 from bench._common import timed_ms as timed  # noqa: E402
 from colab_gpu_guard import nvml  # noqa: E402
 from colab_gpu_guard.status import gpu_status  # noqa: E402
@@ -46,11 +46,6 @@ def subprocess_ms(argv: list[str], runs: int, env: Optional[dict] = None) -> lis
         subprocess.run(argv, capture_output=True, check=False, env=env, cwd=ROOT)
         samples.append((time.perf_counter() - start) * 1e3)
     return samples
-
-
-def p90(samples: list[float]) -> float:
-    ordered = sorted(samples)
-    return ordered[min(len(ordered) - 1, int(round(0.9 * (len(ordered) - 1))))]
 
 
 def uncached_init() -> None:

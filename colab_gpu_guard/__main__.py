@@ -3,9 +3,6 @@
   status [--json] [--processes] [--watch SECONDS]
       One GPU status snapshot (NVML beside this process's view) as text or JSON; with
       --watch, redrawn every SECONDS until Ctrl-C.
-  demo [--notebook PATH] [--output HTML]
-      Run the quickstart notebook headless in a real kernel on whatever hardware is
-      here and write an HTML copy of it (the README's main job).
 
 Exit codes: 0 when the command could report (a machine without a GPU is a report too),
 1 when it failed, 2 on bad arguments. Add a command with a function that takes the
@@ -105,41 +102,10 @@ def _isatty(stream: TextIO) -> bool:
         return False
 
 
-# ---------------------------------------------------------------- demo
-
-
-def add_demo_command(subparsers: argparse._SubParsersAction) -> None:
-    parser = subparsers.add_parser(
-        "demo",
-        help="run the quickstart notebook headless and write an HTML copy",
-        description="Execute notebooks/quickstart.ipynb top to bottom in a fresh kernel "
-        "(every magic, on whatever hardware is here) and save the outputs as HTML.",
-    )
-    parser.add_argument("--notebook", metavar="PATH", help="another notebook to run")
-    parser.add_argument(
-        "--output", metavar="HTML", help="where to write the HTML (default: beside the notebook)"
-    )
-    parser.add_argument("--timeout", type=positive_seconds, default=600, help="per cell")
-    parser.set_defaults(handler=run_demo_command)
-
-
-def run_demo_command(args: argparse.Namespace) -> int:
-    from .demo import run_demo
-
-    try:
-        result = run_demo(args.notebook, args.output, timeout=int(args.timeout))
-    except (FileNotFoundError, ModuleNotFoundError) as error:
-        sys.stderr.write(f"{PROG} demo: {error}\n")
-        return 1
-    print(result)
-    return 0 if result.ok else 1
-
-
 # ---------------------------------------------------------------- the program
 
 COMMANDS: list[Callable[[argparse._SubParsersAction], None]] = [
     add_status_command,
-    add_demo_command,
 ]
 
 

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from colab_gpu_guard.demo import REPO_NOTEBOOKS, run_demo
+from tools.demo import REPO_NOTEBOOKS, main, run_demo
 
 NOTEBOOKS = sorted(REPO_NOTEBOOKS.glob("*.ipynb"))
 
@@ -48,19 +48,27 @@ def test_notebook_runs_in_a_real_kernel(notebook: Path, tmp_path):
         assert "CUDA advisor: GPU out of memory" in page
 
 
-def test_demo_command_reports_a_missing_notebook(capsys):
-    from colab_gpu_guard.__main__ import main
-
-    assert main(["demo", "--notebook", "/no/such.ipynb"]) == 1
+def test_demo_reports_a_missing_notebook(capsys):
+    assert main(["--notebook", "/no/such.ipynb"]) == 1
     assert "no notebook at /no/such.ipynb" in capsys.readouterr().err
 
 
-@pytest.mark.slow
-def test_demo_command_runs_the_quickstart(tmp_path, capsys):
-    pytest.importorskip("torch", reason="the quickstart uses torch")
-    from colab_gpu_guard.__main__ import main
+def test_demo_refuses_a_bad_timeout(capsys):
+    assert main(["--timeout", "0"]) == 2
+    assert "must be a whole number of seconds > 0, got '0'" in capsys.readouterr().err
 
+
+def test_the_package_cli_has_no_demo_command(capsys):
+    """The demo runs the repository's notebooks, so it lives in tools/, not the package."""
+    from colab_gpu_guard.__main__ import main as package_main
+
+    assert package_main(["demo"]) == 2
+
+
+@pytest.mark.slow
+def test_demo_runs_the_quickstart(tmp_path, capsys):
+    pytest.importorskip("torch", reason="the quickstart uses torch")
     html = tmp_path / "quickstart.html"
-    assert main(["demo", "--output", str(html)]) == 0
+    assert main(["--output", str(html)]) == 0
     assert "demo ok" in capsys.readouterr().out
     assert html.is_file() and "seed_all" in html.read_text()

@@ -1,13 +1,23 @@
-"""The main job: run the quickstart notebook headless in a real kernel, write an HTML copy."""
+"""The main job (`make demo`): run the quickstart notebook headless in a real kernel on
+whatever hardware is here, and write an HTML copy of it.
+
+  python tools/demo.py [--notebook PATH] [--output HTML] [--timeout SECONDS]
+
+Exit codes: 0 when every cell ran, 1 when a cell failed or the notebook is missing, 2 on
+bad arguments.
+"""
 
 from __future__ import annotations
 
+import argparse
 import html
 import json
+import re
+import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Optional
+from typing import Optional, Sequence
 
 REPO_NOTEBOOKS = Path(__file__).resolve().parent.parent / "notebooks"
 DEFAULT_NOTEBOOK = REPO_NOTEBOOKS / "quickstart.ipynb"
@@ -119,6 +129,42 @@ def _joined(value) -> str:
 
 
 def _strip_ansi(text: str) -> str:
-    import re
-
     return re.sub(r"\x1b\[[0-9;]*m", "", text)
+
+
+def _positive_seconds(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        value = 0
+    if value <= 0:
+        raise argparse.ArgumentTypeError(f"must be a whole number of seconds > 0, got {text!r}")
+    return value
+
+
+def main(argv: Optional[Sequence[str]] = None) -> int:
+    parser = argparse.ArgumentParser(
+        prog="python tools/demo.py",
+        description="Execute notebooks/quickstart.ipynb top to bottom in a fresh kernel "
+        "(every magic, on whatever hardware is here) and save the outputs as HTML.",
+    )
+    parser.add_argument("--notebook", metavar="PATH", help="another notebook to run")
+    parser.add_argument(
+        "--output", metavar="HTML", help="where to write the HTML (default: beside the notebook)"
+    )
+    parser.add_argument("--timeout", type=_positive_seconds, default=600, help="per cell")
+    try:
+        args = parser.parse_args(argv)
+    except SystemExit as exit_:  # --help (0) or a usage error (2)
+        return exit_.code if isinstance(exit_.code, int) else 2
+    try:
+        result = run_demo(args.notebook, args.output, timeout=args.timeout)
+    except (FileNotFoundError, ModuleNotFoundError) as error:
+        sys.stderr.write(f"demo: {error}\n")
+        return 1
+    print(result)
+    return 0 if result.ok else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
