@@ -42,9 +42,9 @@ TENSOR_ELEMENTS = 1_000_000  # 4 MB of float32
 
 def scenario(shell, tensors: int, objects: int) -> list:
     """Reset the shell and rebuild the notebook state; return weakrefs to the hidden tensors."""
-    from colab_gpu_guard import memory
+    from colab_gpu_guard import reset
 
-    memory.gpu_reset(shell=shell)
+    reset.gpu_reset(shell=shell)
     shell.user_ns.pop("data", None)
     shell.user_ns.pop("rows", None)
     gc.collect()
@@ -78,9 +78,9 @@ def freed(refs: list) -> int:
 
 def outputs_scenario(shell, outputs: int, elements: int) -> list:
     """A fresh history of `outputs` cells, each showing a tensor; weakrefs to them."""
-    from colab_gpu_guard import memory
+    from colab_gpu_guard import reset
 
-    memory.gpu_reset(shell=shell)
+    reset.gpu_reset(shell=shell)
     gc.collect()
     quiet = io.StringIO()
     with redirect_stdout(quiet), redirect_stderr(quiet):
@@ -95,7 +95,7 @@ def outputs_scenario(shell, outputs: int, elements: int) -> list:
 def outputs_rows(shell, outputs: int, repeats: int) -> list[dict]:
     import torch
 
-    from colab_gpu_guard import memory
+    from colab_gpu_guard import reset
 
     elements = 16_384  # 64 KiB of float32 each
 
@@ -108,7 +108,7 @@ def outputs_rows(shell, outputs: int, repeats: int) -> list[dict]:
     results = {}
     for name, approach in (
         ("baseline", usual),
-        ("ours", lambda: memory.gpu_reset(shell=shell)),
+        ("ours", lambda: reset.gpu_reset(shell=shell)),
     ):
         times, freed_bytes = [], []
         for _ in range(repeats):
@@ -157,7 +157,7 @@ def main(argv=None) -> int:
     import torch
     from IPython.core.interactiveshell import InteractiveShell
 
-    from colab_gpu_guard import memory
+    from colab_gpu_guard import reset
 
     shell = InteractiveShell.instance()
     shell.run_line_magic("load_ext", "colab_gpu_guard")
@@ -180,8 +180,8 @@ def main(argv=None) -> int:
         ("baseline: gc.collect() + empty_cache()", usual),
         ("%reset -f out + gc.collect()", reset_out),
         ("traceback.clear_frames + gc.collect()", clear_frames),
-        ("gpu_reset(dry_run=True)", lambda: memory.gpu_reset(shell=shell, dry_run=True)),
-        ("gpu_reset()", lambda: memory.gpu_reset(shell=shell)),
+        ("gpu_reset(dry_run=True)", lambda: reset.gpu_reset(shell=shell, dry_run=True)),
+        ("gpu_reset()", lambda: reset.gpu_reset(shell=shell)),
     ]
     results = []
     for name, approach in approaches:

@@ -446,11 +446,11 @@ class ResetMagics(GuardMagics):
 
         From code: ``colab_gpu_guard.gpu_reset("model", dry_run=True)`` returns the report.
         """
-        from . import memory
+        from . import reset
 
         args = parse_argstring(self.gpu_reset, line)
         try:
-            report = memory.gpu_reset(
+            report = reset.gpu_reset(
                 *args.names, all_vars=args.all_vars, dry_run=args.dry_run, shell=self.shell
             )
         except (TypeError, ValueError) as error:

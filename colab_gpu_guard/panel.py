@@ -729,7 +729,7 @@ class GpuPanel(widgets.VBox):
         self._run_action("Seed", self._seed)
 
     def _free(self) -> tuple[str, str]:
-        from .memory import gpu_reset
+        from .reset import gpu_reset
 
         report = gpu_reset(shell=self.shell)  # not all_vars: user variables stay
         return release_summary(report), str(report)

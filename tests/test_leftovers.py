@@ -21,7 +21,7 @@ try:
 except ImportError:  # the minimal environment
     np = None
 
-from colab_gpu_guard import memory  # noqa: E402
+from colab_gpu_guard import reset  # noqa: E402
 from colab_gpu_guard.leftovers import (  # noqa: E402
     HOLDERS,
     Leftover,
@@ -297,7 +297,7 @@ def test_text_html_and_json_escape_names():
 
 
 def test_holder_kinds_in_a_real_shell(ip, run_cell):
-    memory.gpu_reset(shell=ip)
+    reset.gpu_reset(shell=ip)
     run_cell("import torch\nmine = torch.zeros(100)")
     run_cell("torch.ones(200)")
     with capture_output():
@@ -322,7 +322,7 @@ def test_holder_kinds_in_a_real_shell(ip, run_cell):
         same = {item.name: item.holder for item in find_leftovers(namespace=ip.user_ns)}
         assert same == holders
     finally:
-        memory.gpu_reset("mine", shell=ip)
+        reset.gpu_reset("mine", shell=ip)
 
 
 # ---------------------------------------------------------------- imports
@@ -333,9 +333,9 @@ def test_core_modules_import_no_framework_and_no_ipython():
     root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
     code = (
         "import sys\n"
-        "from colab_gpu_guard import leftovers, memory, tracker\n"
+        "from colab_gpu_guard import leftovers, reset, tracker\n"
         "leftovers.find_leftovers(namespace={'x': 1}, deep=True)\n"
-        "memory.gpu_reset(namespace={'x': 1}, dry_run=True)\n"
+        "reset.gpu_reset(namespace={'x': 1}, dry_run=True)\n"
         "tracker.format_history(tracker.memory_history())\n"
         "bad = [m for m in ('torch', 'numpy', 'IPython', 'ipywidgets', 'cupy', 'jax') "
         "if m in sys.modules]\n"
@@ -350,3 +350,24 @@ def test_core_modules_import_no_framework_and_no_ipython():
         env={**os.environ, "PYTHONPATH": root},
     )
     assert "IMPORTED []" in done.stdout, done.stdout + done.stderr
+
+
+# ---------------------------------------------------------------- the Scan gpu_reset reads
+
+
+def test_scan_groups_and_reach_by_root():
+    from colab_gpu_guard.leftovers import scan
+    from colab_gpu_guard.notebook_refs import VARIABLE
+
+    base = torch.zeros(10)
+    namespace = {"base": base, "view": base[2:], "other": [torch.ones(3)]}
+    found = scan(namespace=namespace, keep_refs=True)
+    assert [item.name for item in found.leftovers] == ["base", "other[0]"]
+    group = found.groups[(str(base.device), base.untyped_storage().data_ptr())]
+    assert group.storage_nbytes == 40 and group.device == "cpu"
+    assert group.framework == "torch"
+    assert group.storage_id == base.untyped_storage().data_ptr()
+    assert [ref() for ref in group.weakrefs] == [base, namespace["view"]]
+    reach = found.reach_by_root()
+    assert {root.key for root in reach if root.kind == VARIABLE} == {"base", "view", "other"}
+    assert reach[next(root for root in reach if root.key == "view")] == {group.key}

@@ -542,7 +542,7 @@ def test_refresh_button_takes_a_new_snapshot(ip, show):
 
 
 def test_free_memory_button_releases_output_history(ip, run_cell, show, torch):
-    pytest.importorskip("colab_gpu_guard.memory")
+    pytest.importorskip("colab_gpu_guard.reset")
     run_cell("import torch, weakref")
     result = run_cell("torch.ones(512, 1024) * 3")  # the result lands in Out / _ / _N
     probe = weakref.ref(result.result)
@@ -562,7 +562,7 @@ def test_free_memory_button_releases_output_history(ip, run_cell, show, torch):
 
 
 def test_free_memory_never_deletes_user_variables(ip, run_cell, show, torch):
-    pytest.importorskip("colab_gpu_guard.memory")
+    pytest.importorskip("colab_gpu_guard.reset")
     run_cell("import torch\nkept_by_user = torch.ones(128)")
     instance = show()
     instance.free_button.click()
@@ -574,13 +574,13 @@ def test_failing_free_shows_the_error_in_the_panel(ip, show, monkeypatch):
     instance = show()
     tracebacks = []
     monkeypatch.setattr(ip, "showtraceback", lambda *a, **k: tracebacks.append(a))
-    fake_memory = types.ModuleType("colab_gpu_guard.memory")
+    fake_memory = types.ModuleType("colab_gpu_guard.reset")
 
     def gpu_reset(*names, **kwargs):
         raise RuntimeError("CUDA error: " + HOSTILE)
 
     fake_memory.gpu_reset = gpu_reset
-    monkeypatch.setitem(sys.modules, "colab_gpu_guard.memory", fake_memory)
+    monkeypatch.setitem(sys.modules, "colab_gpu_guard.reset", fake_memory)
     instance.free_button.click()
     assert tracebacks == []
     assert "Free memory failed: RuntimeError: CUDA error:" in instance.message.value
@@ -595,14 +595,14 @@ def test_free_passes_no_all_and_shows_the_summary(ip, show, monkeypatch):
         def __str__(self):
             return "gpu_reset: freed 3.00 MiB\n  Out[3] cleared"
 
-    fake_memory = types.ModuleType("colab_gpu_guard.memory")
+    fake_memory = types.ModuleType("colab_gpu_guard.reset")
 
     def gpu_reset(*names, **kwargs):
         seen["names"], seen["kwargs"] = names, kwargs
         return Report()
 
     fake_memory.gpu_reset = gpu_reset
-    monkeypatch.setitem(sys.modules, "colab_gpu_guard.memory", fake_memory)
+    monkeypatch.setitem(sys.modules, "colab_gpu_guard.reset", fake_memory)
     instance.free_button.click()
     assert seen == {"names": (), "kwargs": {"shell": ip}}
     assert "gpu_reset: freed 3.00 MiB" in instance.message.value

@@ -17,7 +17,7 @@ from IPython.utils.capture import capture_output
 
 torch = pytest.importorskip("torch")
 
-from colab_gpu_guard import cuda_health, memory, notebook_refs  # noqa: E402
+from colab_gpu_guard import cuda_health, notebook_refs, reset  # noqa: E402
 from colab_gpu_guard.leftovers import find_leftovers  # noqa: E402
 
 N = 250_000  # 1 MB of float32 per tensor
@@ -26,10 +26,10 @@ N = 250_000  # 1 MB of float32 per tensor
 @pytest.fixture
 def shell(ip, run_cell):
     """The shell with hidden holders emptied before and after, and a `refs` dict of weakrefs."""
-    memory.gpu_reset(shell=ip)
+    reset.gpu_reset(shell=ip)
     run_cell("import torch, weakref, sys\nrefs = {}")
     yield ip
-    memory.gpu_reset(shell=ip)
+    reset.gpu_reset(shell=ip)
     for name in ("refs", "keep", "drop", "arr_np", "plain", "mod", "opt", "counter"):
         ip.user_ns.pop(name, None)
 
@@ -63,7 +63,7 @@ def test_tensor_held_only_by_out_is_freed(shell, run_cell):
     run_cell("2 + 2")
     run_cell("3 + 3")  # ... and past ___
     assert alive(shell, "t"), "Out / _N should still hold the tensor"
-    report = memory.gpu_reset(shell=shell)
+    report = reset.gpu_reset(shell=shell)
     assert not alive(shell, "t")
     assert number not in shell.user_ns["Out"]
     assert f"_{number}" not in shell.user_ns and f"_{number}" not in shell.user_ns_hidden
@@ -77,7 +77,7 @@ def test_plain_outputs_survive(shell, run_cell):
     tensor = cell(run_cell, f"x = torch.ones({N}); refs['x'] = weakref.ref(x); x")
     run_cell("del x")
     text = cell(run_cell, "'keep me'")
-    memory.gpu_reset(shell=shell)
+    reset.gpu_reset(shell=shell)
     out = shell.user_ns["Out"]
     assert out[plain] == 42
     assert out[text] == "keep me"
@@ -103,7 +103,7 @@ def test_tensor_held_only_by_underscore_is_freed(shell, run_cell):
     _only_underscores_hold(shell, result)
     assert alive(shell, "u")
     assert shell.user_ns["_"] is shell.user_ns["refs"]["u"]()
-    report = memory.gpu_reset(shell=shell)
+    report = reset.gpu_reset(shell=shell)
     assert not alive(shell, "u")
     assert "_" in report.dropped_names
     assert shell.user_ns["_"] == "" and shell.user_ns_hidden["_"] == ""
@@ -119,7 +119,7 @@ def test_tensor_held_only_by_double_underscore_is_freed(shell, run_cell):
     _only_underscores_hold(shell, result)
     assert shell.user_ns["__"] is shell.user_ns["refs"]["uu"]()
     assert shell.user_ns["_"] == 5
-    memory.gpu_reset(shell=shell)
+    reset.gpu_reset(shell=shell)
     assert not alive(shell, "uu")
     assert shell.user_ns["_"] == 5, "a plain `_` is not touched"
     assert shell.user_ns["Out"][later] == 5
@@ -135,7 +135,7 @@ def test_tensor_left_in_user_ns_hidden_by_reset_out_is_freed(shell, run_cell):
     assert alive(shell, "h"), "IPython's reset leaves the output alive"
     found = {item.name: item.holder for item in find_leftovers()}
     assert found["<user_ns_hidden['_']>"] == "output history"
-    report = memory.gpu_reset(shell=shell)
+    report = reset.gpu_reset(shell=shell)
     assert not alive(shell, "h")
     assert "<user_ns_hidden['_']>" in report.dropped_names
     assert report.released_bytes >= N * 4
@@ -154,7 +154,7 @@ def test_hidden_copy_behind_a_user_assigned_underscore_is_freed(shell, run_cell)
             shell.user_ns_hidden.pop(name)
     run_cell("_ = 'mine'\n__ = ___ = None")  # the user's own: IPython keeps hidden copies
     assert alive(shell, "a")
-    memory.gpu_reset(shell=shell)
+    reset.gpu_reset(shell=shell)
     assert not alive(shell, "a")
     run_cell("1 + 1")
     assert shell.user_ns["_"] == "mine", "the user's `_` stays theirs"
@@ -168,14 +168,14 @@ def test_container_of_tensors_in_out_is_dropped(shell, run_cell):
         f"batch = {{'x': [torch.ones({N})]}}; refs['c'] = weakref.ref(batch['x'][0]); batch",
     )
     run_cell("del batch")
-    memory.gpu_reset(shell=shell)
+    reset.gpu_reset(shell=shell)
     assert not alive(shell, "c")
     assert result not in shell.user_ns["Out"]
 
 
 def test_out_entry_also_held_by_a_variable_stays_alive(shell, run_cell):
     result = cell(run_cell, f"keep = torch.ones({N}); refs['k'] = weakref.ref(keep); keep")
-    report = memory.gpu_reset(shell=shell)
+    report = reset.gpu_reset(shell=shell)
     assert alive(shell, "k")
     assert "keep" in shell.user_ns
     assert result not in shell.user_ns["Out"]  # the hidden copy is dropped
@@ -196,7 +196,7 @@ train()
 def test_failed_cell_local_frame_is_freed(shell, run_cell):
     fail_cell(run_cell, FAILING_FUNCTION)
     assert alive(shell, "frame")
-    report = memory.gpu_reset(shell=shell)
+    report = reset.gpu_reset(shell=shell)
     assert not alive(shell, "frame")
     assert report.dropped["exceptions"] >= 1
     assert report.dropped["traceback frames"] >= 1
@@ -238,7 +238,7 @@ def test_frame_locals_snapshot_is_released_gh113939(shell, run_cell):
     assert "batch" in tb.tb_frame.f_locals  # creates the snapshot on < 3.13
     del tb
     try:
-        memory.gpu_reset(shell=shell)
+        reset.gpu_reset(shell=shell)
         assert not alive(shell, "frame")
         assert "held_tb" in shell.user_ns
     finally:
@@ -259,7 +259,7 @@ def test_tensor_in_exception_args_is_freed(shell, run_cell):
         "try:\n    raise ValueError('bad batch', t)\nfinally:\n    del t",
     )
     assert sys.last_value.args[1] is shell.user_ns["refs"]["args"]()
-    memory.gpu_reset(shell=shell)
+    reset.gpu_reset(shell=shell)
     assert not alive(shell, "args")
 
 
@@ -282,7 +282,7 @@ run()
     )
     assert isinstance(sys.last_value.__context__, KeyError)
     assert alive(shell, "context_frame") and alive(shell, "context_args")
-    report = memory.gpu_reset(shell=shell)
+    report = reset.gpu_reset(shell=shell)
     assert not alive(shell, "context_frame")
     assert not alive(shell, "context_args")
     assert report.dropped["exceptions"] >= 2
@@ -304,7 +304,7 @@ except ValueError as error:
     )
     fail_cell(run_cell, "raise keep")
     assert alive(shell, "kept")
-    memory.gpu_reset(shell=shell)
+    reset.gpu_reset(shell=shell)
     assert not alive(shell, "kept")
     assert isinstance(shell.user_ns["keep"], ValueError), "the variable itself stays"
 
@@ -327,7 +327,7 @@ def test_debugger_held_frame_is_freed(shell, run_cell):
         shell.last_execution_result.error_in_exec = None
         shell.InteractiveTB.tb = None
         assert alive(shell, "frame"), "the debugger should keep the frame alive"
-        report = memory.gpu_reset(shell=shell)
+        report = reset.gpu_reset(shell=shell)
         assert report.dropped["debugger"] == 1
         assert not alive(shell, "frame")
     finally:
@@ -342,7 +342,7 @@ def test_named_variables_survive_unless_named(shell, run_cell):
         f"keep = torch.ones({N}); drop = torch.ones({N}); plain = 3\n"
         "refs['keep'] = weakref.ref(keep); refs['drop'] = weakref.ref(drop)"
     )
-    report = memory.gpu_reset("drop", shell=shell)
+    report = reset.gpu_reset("drop", shell=shell)
     assert "drop" not in shell.user_ns and not alive(shell, "drop")
     assert "keep" in shell.user_ns and alive(shell, "keep")
     assert shell.user_ns["plain"] == 3
@@ -352,7 +352,7 @@ def test_named_variables_survive_unless_named(shell, run_cell):
 def test_reset_without_names_deletes_no_variable(shell, run_cell):
     run_cell(f"keep = torch.ones({N}); plain = [1, 2]; refs['keep'] = weakref.ref(keep)")
     before = set(shell.user_ns)
-    memory.gpu_reset(shell=shell)
+    reset.gpu_reset(shell=shell)
     assert set(shell.user_ns) >= before - {"_", "__", "___"}
     assert alive(shell, "keep")
 
@@ -391,7 +391,7 @@ def test_dry_run_changes_nothing(shell, run_cell):
     assert set(shell.user_ns) == names_before
     assert sys.last_value is last_value
     assert "would drop" in captured.stdout and "nothing changed" in captured.stdout
-    report = memory.gpu_reset("drop", dry_run=True, shell=shell)
+    report = reset.gpu_reset("drop", dry_run=True, shell=shell)
     assert report.dry_run
     assert f"Out[{result}]" in report.dropped_names and "drop" in report.dropped_names
     assert report.estimated_bytes >= 3 * N * 4
@@ -439,13 +439,13 @@ def test_bad_input_is_a_usage_error_and_changes_nothing(shell, run_cell, line, m
 def test_api_rejects_bad_input_with_value_error(shell, run_cell):
     run_cell("keep = 1")
     with pytest.raises(ValueError, match="no such variable"):
-        memory.gpu_reset("nope", shell=shell)
+        reset.gpu_reset("nope", shell=shell)
     with pytest.raises(ValueError, match="not both"):
-        memory.gpu_reset("keep", all_vars=True, shell=shell)
+        reset.gpu_reset("keep", all_vars=True, shell=shell)
     with pytest.raises(TypeError):
-        memory.gpu_reset(dry_run="yes", shell=shell)
+        reset.gpu_reset(dry_run="yes", shell=shell)
     with pytest.raises(ValueError, match="twice"):
-        memory.gpu_reset("keep", "keep", shell=shell)
+        reset.gpu_reset("keep", "keep", shell=shell)
     assert shell.user_ns["keep"] == 1
 
 
@@ -460,7 +460,7 @@ def test_magic_never_shows_a_raw_traceback(shell, monkeypatch):
     def explode(*args, **kwargs):
         raise RuntimeError("CUDA error: an illegal memory access was encountered")
 
-    monkeypatch.setattr(memory, "gpu_reset", explode)
+    monkeypatch.setattr(reset, "gpu_reset", explode)
     with capture_output() as captured:
         shell.run_line_magic("gpu_reset", "")
     assert "gpu_reset: failed: RuntimeError" in captured.stdout
@@ -477,7 +477,7 @@ def test_broken_context_skips_cuda_steps_and_says_restart(shell, run_cell):
     try:
         with capture_output() as captured:
             shell.run_line_magic("gpu_reset", "")
-        report = memory.gpu_reset(shell=shell)
+        report = reset.gpu_reset(shell=shell)
     finally:
         cuda_health.clear()
     assert report.restart_required and report.cuda_state == "broken"
@@ -489,7 +489,7 @@ def test_broken_context_skips_cuda_steps_and_says_restart(shell, run_cell):
 def test_report_text_html_and_json(shell, run_cell):
     run_cell(f"cache = {{'<b>x</b>': torch.ones({N})}}; cache['<b>x</b>']")
     fail_cell(run_cell, FAILING_FUNCTION)
-    report = memory.gpu_reset(dry_run=True, shell=shell)
+    report = reset.gpu_reset(dry_run=True, shell=shell)
     text = str(report)
     assert "would drop" in text and "cache['<b>x</b>']" in text
     page = report._repr_html_()
@@ -508,7 +508,7 @@ def test_help_is_the_docstring(shell):
 def test_outside_ipython_uses_the_given_namespace():
     namespace = {"big": torch.ones(10), "small": 1}
     ref = weakref.ref(namespace["big"])
-    report = memory.gpu_reset("big", namespace=namespace)
+    report = reset.gpu_reset("big", namespace=namespace)
     assert "big" not in namespace and namespace["small"] == 1
     assert ref() is None
     assert report.dropped["user variables"] == 1
@@ -520,7 +520,7 @@ def test_outside_ipython_uses_the_given_namespace():
 @pytest.mark.gpu
 def test_cuda_tensor_held_by_out_and_traceback_is_freed(shell, run_cell):
     torch.cuda.init()
-    memory.gpu_reset(shell=shell)
+    reset.gpu_reset(shell=shell)
     base = torch.cuda.memory_allocated()
     run_cell("x = torch.ones(64 * 2**20 // 4, device='cuda'); x")  # 64 MiB
     run_cell("del x")
@@ -529,7 +529,7 @@ def test_cuda_tensor_held_by_out_and_traceback_is_freed(shell, run_cell):
         "def f():\n    y = torch.ones(64 * 2**20 // 4, device='cuda')\n    raise ValueError\nf()",
     )
     assert torch.cuda.memory_allocated() >= base + 128 * 2**20
-    report = memory.gpu_reset(shell=shell)
+    report = reset.gpu_reset(shell=shell)
     assert torch.cuda.memory_allocated() == base
     assert report.devices and report.devices[0].freed >= 128 * 2**20
     assert any("empty_cache" in step for step in report.steps)

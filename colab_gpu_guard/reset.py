@@ -47,19 +47,18 @@ from dataclasses import asdict, dataclass, field
 from typing import Any, Optional
 
 from . import cuda_health, notebook_refs, nvml
-from . import leftovers as _leftovers
 from . import tracker as _tracker
 from .frameworks import cupy as cupy_support
 from .frameworks import jax as jax_support
 from .frameworks import torch as torch_support
-from .leftovers import Leftover
+from .leftovers import Leftover, Scan, find_leftovers, leftovers_html, scan
 from .units import format_bytes
 
 SYNC_TIMEOUT_S = 5.0
 
 
 @dataclass
-class DeviceMemory:
+class DeviceRelease:
     """torch's caching allocator on one device, before and after (bytes)."""
 
     device: str
@@ -103,7 +102,7 @@ class ReleaseReport:
     dropped_names: list[str] = field(default_factory=list)
     estimated_bytes: int = 0
     released_bytes: int = 0
-    devices: list[DeviceMemory] = field(default_factory=list)
+    devices: list[DeviceRelease] = field(default_factory=list)
     nvml_used_before: Optional[list[int]] = None
     nvml_used_after: Optional[list[int]] = None
     gc_collected: Optional[int] = None
@@ -219,7 +218,7 @@ class ReleaseReport:
         items += [f"<li>note: {esc(text)}</li>" for text in self.notes]
         return (
             f"<div><b>{esc(title)}</b><ul>{''.join(items)}</ul>"
-            f"{_leftovers.leftovers_html(self.leftovers[:50])}</div>"
+            f"{leftovers_html(self.leftovers[:50])}</div>"
         )
 
 
@@ -258,12 +257,9 @@ def _accelerator_visible() -> bool:
     return cupy_support.loaded() is not None and cupy_support.device_count() > 0
 
 
-def _variables_holding_accelerator_memory(scan, reach: dict) -> list[str]:
+def _variables_holding_accelerator_memory(found: Scan, reach: dict) -> list[str]:
     accelerator = _accelerator_visible()
-    devices = {}
-    for refs in scan.groups.values():
-        for ref in refs:
-            devices[ref.key] = (ref.device, ref.framework)
+    devices = {key: (group.device, group.framework) for key, group in found.groups.items()}
     chosen = []
     for root, keys in reach.items():
         if root.kind != notebook_refs.VARIABLE:
@@ -277,14 +273,14 @@ def _variables_holding_accelerator_memory(scan, reach: dict) -> list[str]:
     return sorted(chosen)
 
 
-def _build_plan(scan, shell, namespace: dict, names: tuple, all_vars: bool):
-    reach = scan.scanner.reach_by_root()
+def _build_plan(found: Scan, shell, namespace: dict, names: tuple, all_vars: bool):
+    reach = found.reach_by_root()
     holding = {root for root, keys in reach.items() if keys}
-    variables = _variables_holding_accelerator_memory(scan, reach) if all_vars else list(names)
+    variables = _variables_holding_accelerator_memory(found, reach) if all_vars else list(names)
     return notebook_refs.plan_drop(shell, namespace, holding, variables), reach
 
 
-def _estimate(scan, plan: notebook_refs.DropPlan, reach: dict) -> tuple[int, set]:
+def _estimate(found: Scan, plan: notebook_refs.DropPlan, reach: dict) -> tuple[int, set]:
     """Bytes of the blocks reached only through roots the plan drops, and their keys."""
     holders: dict = {}
     for root, keys in reach.items():
@@ -295,7 +291,7 @@ def _estimate(scan, plan: notebook_refs.DropPlan, reach: dict) -> tuple[int, set
     for key, roots in holders.items():
         if roots <= plan.roots:
             freed.add(key)
-            total += scan.groups[key][0].storage_nbytes
+            total += found.groups[key].storage_nbytes
     return total, freed
 
 
@@ -392,19 +388,18 @@ def gpu_reset(
     before = _device_figures(torch) if not health.broken else []
     report.nvml_used_before = nvml.used_per_device()
 
-    scan = _leftovers.scan(namespace=namespace, shell=shell, keep_refs=not dry_run)
-    plan, reach = _build_plan(scan, shell, namespace, names, all_vars)
+    found = scan(namespace=namespace, shell=shell, keep_refs=not dry_run)
+    plan, reach = _build_plan(found, shell, namespace, names, all_vars)
     report.dropped = plan.counts()
     report.dropped_names = plan.names()
-    report.estimated_bytes, freed_keys = _estimate(scan, plan, reach)
+    report.estimated_bytes, freed_keys = _estimate(found, plan, reach)
 
     if dry_run:
-        report.devices = [DeviceMemory(name, alloc, res) for name, alloc, res in before]
-        freed_ids = {
-            (scan.groups[key][0].info[6], scan.groups[key][0].device) for key in freed_keys
-        }
+        report.devices = [DeviceRelease(name, alloc, res) for name, alloc, res in before]
+        freed_groups = [found.groups[key] for key in freed_keys]
+        freed_ids = {(group.storage_id, group.device) for group in freed_groups}
         report.leftovers = [
-            item for item in scan.leftovers if (item.storage_id, item.device) not in freed_ids
+            item for item in found.leftovers if (item.storage_id, item.device) not in freed_ids
         ]
         if health.broken:
             report.restart_required = True
@@ -412,11 +407,9 @@ def gpu_reset(
         _add_history_notes(report)
         return report
 
-    weak_by_key = {
-        key: [ref.weak for ref in refs if ref.weak is not None] for key, refs in scan.groups.items()
-    }
-    sizes = {key: refs[0].storage_nbytes for key, refs in scan.groups.items()}
-    del scan, reach  # they hold no array, but let nothing of them outlive the drop
+    weak_by_key = {key: group.weakrefs for key, group in found.groups.items()}
+    sizes = {key: group.storage_nbytes for key, group in found.groups.items()}
+    del found, reach  # they hold no array, but let nothing of them outlive the drop
 
     done = plan.apply(shell, namespace)
     report.dropped["traceback frames"] = done.frames_cleared
@@ -435,14 +428,14 @@ def gpu_reset(
     for name, alloc, res in before:
         now = after.get(name)
         report.devices.append(
-            DeviceMemory(name, alloc, res, now[0] if now else None, now[1] if now else None)
+            DeviceRelease(name, alloc, res, now[0] if now else None, now[1] if now else None)
         )
     for name, (alloc, res) in after.items():
         if not any(device.device == name for device in report.devices):
-            report.devices.append(DeviceMemory(name, 0, 0, alloc, res))
+            report.devices.append(DeviceRelease(name, 0, 0, alloc, res))
     if report.nvml_used_before is not None:
         report.nvml_used_after = nvml.used_per_device()
-    report.leftovers = list(_leftovers.find_leftovers(namespace=namespace, shell=shell))
+    report.leftovers = list(find_leftovers(namespace=namespace, shell=shell))
     if report.dropped.get("exceptions"):
         report.notes.append("the last exception is gone: %debug and %tb have nothing to show")
     _add_history_notes(report)

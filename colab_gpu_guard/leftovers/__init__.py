@@ -1,0 +1,50 @@
+"""Who holds which array, by the name a user would type to reach it.
+
+``find_leftovers()`` walks what a notebook keeps alive: the user namespace, IPython's output
+history (``Out``, ``_``, ``__``, ``___``, ``_N``, the last cell's result), the last
+exception (its ``args``, its traceback frames' locals, exceptions chained to it) and the
+post-mortem debugger's frames. It walks into lists, tuples, dicts, sets, ``nn.Module``
+parameters/buffers/submodules (named like ``named_parameters()``), optimizer state (keyed
+by the parameter's name), dataclasses and plain objects' ``__dict__``, with a depth limit
+and cycle detection. Arrays are deduplicated by the memory they live in (torch: untyped
+storage; NumPy: the array owning the data; CuPy: the ``Memory`` allocation; JAX: the
+device buffer), so a view and its base count once; the other names reaching the same
+memory are listed in ``shared_with``.
+
+``deep=True`` also looks for torch/CuPy arrays alive anywhere (``gc.get_objects()``) and
+JAX arrays (``jax.live_arrays()``) that no name reaches, and compares the total with torch's
+``memory_allocated`` per CUDA device.
+
+No framework is imported here: torch, NumPy, CuPy and JAX are looked up in ``sys.modules``.
+
+Modules: ``records`` (Leftover, DeviceGap, LeftoverList), ``html`` (the table), ``kinds``
+(what a type is to the walk), ``walker`` (the reference walk), ``found`` (the references
+found and their metadata), ``naming`` (a path's name), ``blocks`` (one entry per block of
+memory), ``scan`` (find_leftovers, scan, Scan), ``deep`` (the deep scan).
+"""
+
+from __future__ import annotations
+
+from ..units import HOLDERS
+from .found import Ref
+from .html import leftovers_html
+from .naming import MAX_SHARED_NAMES
+from .records import DeviceGap, Leftover, LeftoverList
+from .scan import Group, Scan, find_leftovers, group_refs, scan
+from .walker import DEFAULT_MAX_DEPTH
+
+__all__ = [
+    "DEFAULT_MAX_DEPTH",
+    "HOLDERS",
+    "MAX_SHARED_NAMES",
+    "DeviceGap",
+    "Group",
+    "Leftover",
+    "LeftoverList",
+    "Ref",
+    "Scan",
+    "find_leftovers",
+    "group_refs",
+    "leftovers_html",
+    "scan",
+]

@@ -1,0 +1,99 @@
+"""The list's entries: one block of memory per storage, in the order each storage was
+first reached, and the `Leftover` for each, made when it is read."""
+
+from __future__ import annotations
+
+import collections
+from operator import itemgetter
+from typing import Union
+
+from ..frameworks.base import ArrayInfo
+from ..units import HOLDERS
+from .found import ROW_HOLDER, Found, Ref
+from .naming import ITEM, PathNames, rank, shared_names
+from .records import Leftover, leftover_of
+
+# columns of ArrayInfo, read in C
+_STORAGE_KEY = itemgetter(ArrayInfo._fields.index("storage_key"))
+_STORAGE_NBYTES = itemgetter(ArrayInfo._fields.index("storage_nbytes"))
+_DEVICE = itemgetter(ArrayInfo._fields.index("device"))
+
+
+def leftover_for(names: PathNames, refs: list[Ref]) -> Leftover:
+    """The entry of a block reached by ``refs``: named by the first by `rank`, the other
+    names in ``shared_with``, every holder in ``holders``."""
+    if len(refs) == 1:
+        ref = refs[0]
+        return leftover_of(names.name_of(ref.path), ref.holder, ref.info, ref.framework)
+    refs = sorted(refs, key=rank)
+    primary = refs[0]
+    name, others = shared_names(names.name_of, refs)
+    holders = tuple(h for h in HOLDERS if any(ref.holder == h for ref in refs))
+    return leftover_of(name, primary.holder, primary.info, primary.framework, others, holders)
+
+
+class Blocks:
+    """One block of memory per storage, in the order each storage was first reached: the
+    columns the list is filtered, sorted and totalled by, and ``entry(i)`` for the entry of
+    the i-th block in ``order``.
+
+    ``entry(i)`` gives what `leftover_for` gives for the storage's references; a storage
+    reached once (the common case) needs no Ref, and its entry and name are made from its
+    row when read (the row's path and metadata were taken during the scan).
+    """
+
+    def __init__(self, found: Found, names: PathNames) -> None:
+        rows, infos = found.rows, found.infos
+        self.rows, self.infos = rows, infos
+        self.names = names  # names paths on demand; it holds no array
+        self.shared: dict[int, Leftover] = {}  # block -> its entry, made now
+        self.order: list[int] = []  # blocks in the order of the list
+        keys = list(map(_STORAGE_KEY, infos))
+        self.row_of: Union[range, list[int]]
+        if len(dict.fromkeys(keys)) == len(keys):
+            self.row_of = range(len(rows))
+            self.sizes: list[int] = list(map(_STORAGE_NBYTES, infos))
+            self.holders: list[str] = list(map(ROW_HOLDER, rows))
+            self.devices: list[str] = list(map(_DEVICE, infos))
+            return
+        counts = collections.Counter(keys)
+        refs = found.refs
+        groups: dict = {}
+        for index, key in enumerate(keys):
+            if counts[key] > 1:
+                groups.setdefault(key, []).append(refs[index])
+        self.row_of, self.sizes, self.holders, self.devices = [], [], [], []
+        for index, key in enumerate(keys):
+            if counts[key] > 1:
+                group = groups.pop(key, None)
+                if group is None:
+                    continue  # a later reference to a storage already listed
+                item = self.shared[len(self.row_of)] = leftover_for(names, group)
+                size, holder, device = item.nbytes, item.holder, item.device
+            else:
+                info = infos[index]
+                size, holder, device = info.storage_nbytes, ROW_HOLDER(rows[index]), info.device
+            self.row_of.append(index)
+            self.sizes.append(size)
+            self.holders.append(holder)
+            self.devices.append(device)
+
+    def entry(self, position: int) -> Leftover:
+        """The entry at ``position`` of ``order`` (set by the caller: blocks, sorted)."""
+        block = self.order[position]
+        item = self.shared.get(block)
+        if item is not None:
+            return item
+        index = self.row_of[block]
+        path, holder, _root, _depth, kind = self.rows[index]
+        name = None
+        if path[1] == ITEM:  # list[i] under an already named container: no call
+            name = self.names.cache.get(id(path[0]))
+            if name is not None:
+                name = f"{name}[{path[2]}]"
+        return leftover_of(
+            name if name is not None else self.names.name_of(path),
+            holder,
+            self.infos[index],
+            kind.framework,
+        )

@@ -1,0 +1,144 @@
+"""The deep scan: arrays alive that no name reaches (torch and CuPy via
+``gc.get_objects()``, JAX via ``jax.live_arrays()``), what kind of object refers to the
+biggest of them, and per CUDA device the bytes found vs torch's ``memory_allocated``."""
+
+from __future__ import annotations
+
+import gc
+import sys
+import types
+from operator import itemgetter
+
+from .. import notebook_refs
+from ..frameworks import cupy as cupy_support
+from ..frameworks import jax as jax_support
+from ..frameworks import torch as torch_support
+from ..frameworks.base import ArrayInfo
+from ..units import OTHER
+from .kinds import ARRAY, ATOMIC
+from .naming import ROOT
+from .records import DeviceGap
+from .walker import Walker
+
+_UNNAMED_DESCRIBED = 20  # unnamed storages whose referrers are looked up
+_STORAGE_KEY = itemgetter(ArrayInfo._fields.index("storage_key"))
+_NO_INFO = ArrayInfo((), "", "", 0, None, 0, 0)
+
+
+def _describe_referrer(referrer) -> str:
+    if isinstance(referrer, types.FrameType):
+        return f"frame of {notebook_refs.frame_function(referrer)}()"
+    if isinstance(referrer, dict):
+        return f"a dict of {len(referrer)} entries"
+    if isinstance(referrer, (list, tuple, set)):
+        return f"a {type(referrer).__name__} of {len(referrer)} items"
+    return f"a {type(referrer).__module__}.{type(referrer).__qualname__}"
+
+
+def scan_unnamed(walker: Walker, notes: list[str]) -> None:
+    """Arrays alive that no name reached: recorded with holder 'other'."""
+    named = set(map(_STORAGE_KEY, walker.found.infos))
+    found: dict = {}  # storage key -> (kind, [arrays])
+    classifier = walker.classifier
+    if classifier.tensor_type is not None or cupy_support.array_type() is not None:
+        kinds = classifier.kinds
+        classify = classifier.classify
+        objects = gc.get_objects()
+        try:
+            for obj in objects:
+                kind = type(obj)
+                if kind in ATOMIC:
+                    continue
+                what = kinds.get(kind) or classify(kind)
+                if what.tag != ARRAY or what.framework == "numpy":
+                    continue
+                try:
+                    key = what.info_of(obj).storage_key  # type: ignore[misc]
+                except Exception:
+                    continue
+                if key not in named:
+                    found.setdefault(key, (what, []))[1].append(obj)
+        finally:
+            del objects
+            obj = None
+    if jax_support.loaded() is not None:
+        jax_what = classifier.classify(jax_support.array_type() or type(None))
+        for array in jax_support.live_arrays():
+            if jax_what.tag != ARRAY:
+                break
+            try:
+                key = jax_support.array_info(array).storage_key
+            except Exception:
+                continue
+            if key not in named:
+                found.setdefault(key, (jax_what, []))[1].append(array)
+        array = None
+    if not found:
+        return
+    by_size = sorted(found.items(), key=lambda item: -_safe_info(item[1]).storage_nbytes)
+    described = _referrer_descriptions(
+        [arrays for _key, (_what, arrays) in by_size[:_UNNAMED_DESCRIBED]], found
+    )
+    for index, (_key, (what, arrays)) in enumerate(by_size):
+        held_by = described.get(index)
+        if held_by is None:
+            label = f"<unnamed #{index + 1}>"
+        elif held_by:
+            label = f"<unnamed #{index + 1}: referenced by {', '.join(held_by)}>"
+        else:
+            label = f"<unnamed #{index + 1}: no Python referrer (held from C++, e.g. autograd)>"
+        walker.record(arrays[0], what, (None, ROOT, label), 0, OTHER, ("unnamed",))
+    notes.append(f"{len(found)} block(s) are alive but reached by no name in the notebook")
+
+
+def _safe_info(entry) -> ArrayInfo:
+    what, arrays = entry
+    try:
+        return what.info_of(arrays[0])
+    except Exception:
+        return _NO_INFO
+
+
+def _referrer_descriptions(array_lists: list[list], found: dict) -> dict[int, list[str]]:
+    """For the biggest unnamed blocks: what kind of object refers to them (one gc pass)."""
+    targets: dict[int, int] = {}
+    for index, arrays in enumerate(array_lists):
+        for array in arrays:
+            targets[id(array)] = index
+    own = {id(found), id(targets), id(array_lists), id(sys._getframe())}
+    own.update(id(arrays) for arrays in array_lists)
+    own.update(id(entry) for entry in found.values())
+    all_arrays = [array for arrays in array_lists for array in arrays]
+    own.add(id(all_arrays))
+    descriptions: dict[int, list[str]] = {index: [] for index in range(len(array_lists))}
+    try:
+        referrers = gc.get_referrers(*all_arrays)
+    except Exception:
+        return {}
+    for referrer in referrers:
+        if id(referrer) in own:
+            continue
+        try:
+            referents = gc.get_referents(referrer)
+        except Exception:
+            continue
+        hit = {targets[id(obj)] for obj in referents if id(obj) in targets}
+        for index in hit:
+            text = _describe_referrer(referrer)
+            if text not in descriptions[index] and len(descriptions[index]) < 3:
+                descriptions[index].append(text)
+    return descriptions
+
+
+def allocator_gaps(devices: list[str], sizes: list[int]) -> list[DeviceGap]:
+    """Per CUDA device: the bytes of the blocks found there vs torch's allocated bytes."""
+    try:
+        stats = torch_support.allocator_stats()
+    except Exception:
+        return []
+    gaps = []
+    for stat in stats:
+        device = f"cuda:{stat.device}"
+        found = sum(size for size, where in zip(sizes, devices) if where == device)
+        gaps.append(DeviceGap(device, found, stat.allocated))
+    return gaps

@@ -1,0 +1,126 @@
+"""How a path from a root to an array gets the name a user would type (``model.0.weight``,
+``Out[3][0]``, ``opt.state[model.0.weight]['exp_avg']``), which of several names for one
+block of memory comes first, and the other names listed beside it.
+
+A path is a linked tuple ``(parent, kind, key)``, ``parent`` None at the root; the walk
+shares a container's node among everything under it, so names of shared prefixes are
+memoised by the node's id for the scan (the nodes live as long as the scan).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Hashable, Sequence
+from typing import Any, Callable, Optional
+
+from ..units import HOLDERS
+
+MAX_SHARED_NAMES = 16
+
+# path node kinds
+ROOT, ATTR, DOT, ITEM, KEY, KEY_TEXT, ARRAY_KEY, OBJECT_KEY, SET_ITEM = range(9)
+
+Path = tuple  # (parent: Optional[Path], kind: int, key: object)
+
+RANK = {holder: rank for rank, holder in enumerate(HOLDERS)}
+
+
+def rank(ref: Any) -> tuple[int, int, int]:
+    """The order names of one block come in: by holder (user variables first), then the
+    shallowest path, then the order found (variables as defined, items by index)."""
+    return (RANK[ref.holder], ref.depth, ref.order)
+
+
+def key_text(key: object) -> str:
+    if type(key) in (str, int, float, bool, bytes, type(None)) or (
+        type(key) is tuple and all(type(k) in (str, int, float, bool) for k in key)
+    ):
+        text = repr(key)
+        return text if len(text) <= 80 else text[:77] + "..."
+    return f"<{type(key).__name__}>"
+
+
+def best_paths(refs: Sequence[Any]) -> dict[int, Path]:
+    """id(array) -> the path a user would type first (for arrays used as dict keys)."""
+    best: dict[int, tuple] = {}
+    for ref in refs:
+        order = rank(ref)
+        current = best.get(ref.ident)
+        if current is None or order < current[0]:
+            best[ref.ident] = (order, ref.path)
+    return {ident: entry[1] for ident, entry in best.items()}
+
+
+class PathNames:
+    """Names of paths for one scan; ``best_paths()`` gives the path naming an array used
+    as a dict key (asked for only when such a key is named)."""
+
+    def __init__(self, best_paths: Callable[[], dict[int, Path]]) -> None:
+        self._best_paths = best_paths
+        self._best: Optional[dict[int, Path]] = None
+        self.cache: dict[int, str] = {}  # id(path node) -> its text
+
+    def best_path(self, ident: Hashable) -> Optional[Path]:
+        if self._best is None:
+            self._best = self._best_paths()
+        return self._best.get(ident)  # type: ignore[arg-type]
+
+    def name_of(self, path: Path, guard: int = 0) -> str:
+        """The text of a path; names of shared prefixes are memoised for this scan."""
+        cache = self.cache
+        if path[1] == ITEM:  # the common leaf, list[i], under an already named container
+            text = cache.get(id(path[0]))
+            if text is not None:
+                return f"{text}[{path[2]}]"
+        pending = []
+        node = path
+        while node is not None:
+            known = cache.get(id(node))
+            if known is not None:
+                text = known
+                break
+            pending.append(node)
+            node = node[0]
+        else:
+            text = ""
+        for node in reversed(pending):
+            _parent, kind, key = node
+            if kind == ROOT:
+                text = key
+            elif kind == ITEM:
+                text = f"{text}[{key}]"
+            elif kind in (ATTR, DOT):
+                text = f"{text}.{key}"
+            elif kind == KEY:
+                text = f"{text}[{key_text(key)}]"
+            elif kind == KEY_TEXT:
+                text = f"{text}[{key}]"
+            elif kind == ARRAY_KEY:
+                best = self.best_path(key)
+                key_name = self.name_of(best, guard + 1) if best and guard < 4 else "<array>"
+                text = f"{text}[{key_name}]"
+            elif kind == OBJECT_KEY:
+                text = f"{text}[<{key}>]"
+            elif kind == SET_ITEM:
+                text = f"{text}{{item}}"
+            cache[id(node)] = text
+        return text
+
+
+def shared_names(name_of: Callable[[Path], str], refs: Sequence[Any]) -> tuple[str, tuple]:
+    """The first name of a block reached by ``refs`` (sorted by `rank`), and the other
+    names: at most MAX_SHARED_NAMES, then a '(+N more)' entry."""
+    name = name_of(refs[0].path)
+    others: list[str] = []
+    seen = {name}
+    extra = 0
+    for ref in refs[1:]:
+        if len(others) >= MAX_SHARED_NAMES:
+            extra += 1
+            continue
+        other = name_of(ref.path)
+        if other not in seen:
+            seen.add(other)
+            others.append(other)
+    if extra:
+        others.append(f"(+{extra} more)")
+    return name, tuple(others)

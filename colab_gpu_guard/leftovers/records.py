@@ -1,0 +1,221 @@
+"""What a leftovers scan reports: `Leftover` (one block of array memory and who holds it),
+`DeviceGap` (found vs allocated on a CUDA device) and `LeftoverList` (the table)."""
+
+from __future__ import annotations
+
+import collections.abc
+import gc
+import itertools
+from dataclasses import asdict, dataclass
+from typing import Any, Callable, Optional
+
+from ..frameworks.base import ArrayInfo
+from ..units import HOLDERS, USER_VARIABLE, format_bytes
+from .html import leftovers_html
+
+_IS_NONE = type(None).__instancecheck__  # x is None, as a C-level callable
+
+
+@dataclass(frozen=True)
+class Leftover:
+    """One block of array memory still alive, and who holds it.
+
+    ``nbytes`` is the size of the memory (storage) the array lives in, counted once however
+    many views and names reach it; ``array_nbytes`` is what the named array itself spans.
+    ``shared_with`` lists the other names reaching the same memory (views, aliases, the
+    optimizer's reference to a parameter), at most 16 and then a '(+N more)' entry.
+    """
+
+    name: str
+    holder: str
+    shape: tuple
+    dtype: str
+    device: str
+    nbytes: int
+    storage_id: int
+    shared_with: tuple[str, ...] = ()
+    framework: str = ""
+    array_nbytes: int = 0
+    holders: tuple[str, ...] = ()
+
+    def __str__(self) -> str:
+        shape = "x".join(str(size) for size in self.shape) or "scalar"
+        text = (
+            f"{format_bytes(self.nbytes):>10}  {self.name}  {self.dtype} [{shape}] "
+            f"{self.device}  ({self.holder})"
+        )
+        if self.shared_with:
+            text += f"  also: {', '.join(self.shared_with)}"
+        return text
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+_HOLDER_TUPLES = {holder: (holder,) for holder in HOLDERS}
+_NEW = object.__new__
+
+
+def leftover_of(
+    name: str,
+    holder: str,
+    info: ArrayInfo,
+    framework: str,
+    shared_with: tuple[str, ...] = (),
+    holders: tuple[str, ...] = (),
+) -> Leftover:
+    """The entry for an array's storage, named ``name`` and held by ``holder``: how a scan
+    makes every `Leftover`. It skips the frozen dataclass's per-field
+    ``object.__setattr__`` (a scan makes one per storage: 10^5 of them must stay cheap)."""
+    shape, dtype, device, nbytes, _storage_key, storage_nbytes, storage_id = info
+    item = _NEW(Leftover)
+    item.__dict__.update(
+        {
+            "name": name,
+            "holder": holder,
+            "shape": tuple(shape),
+            "dtype": dtype,
+            "device": device,
+            "nbytes": storage_nbytes,
+            "storage_id": storage_id,
+            "shared_with": shared_with,
+            "framework": framework,
+            "array_nbytes": nbytes,
+            "holders": holders or _HOLDER_TUPLES.get(holder) or (holder,),
+        }
+    )
+    return item
+
+
+@dataclass(frozen=True)
+class DeviceGap:
+    """Array bytes found on a CUDA device vs what torch's allocator says is allocated."""
+
+    device: str
+    found: int
+    allocated: int
+
+    @property
+    def gap(self) -> int:
+        return self.allocated - self.found
+
+    def __str__(self) -> str:
+        return (
+            f"{self.device}: {format_bytes(self.found)} found, torch allocated "
+            f"{format_bytes(self.allocated)}, gap {format_bytes(self.gap)} "
+            "(held by nothing found here: autograd graphs, C++ references, allocator rounding)"
+        )
+
+
+class LeftoverList(collections.abc.Sequence):
+    """A sequence of ``Leftover`` that also prints as a table: biggest first, equal sizes
+    in the order found (variables as defined, items by index). It compares equal to a list
+    of the same entries; ``list(...)`` gives one.
+
+    A scan's list makes each entry when it is first read (a notebook may hold 10^5 arrays,
+    and ``%gpu_status`` shows ten). Each array's path, sizes and metadata are taken during
+    the scan, so an entry read later is what the scan saw, not what is alive now.
+
+    ``gaps`` (deep scans): per CUDA device, found bytes vs ``torch.cuda.memory_allocated``.
+    ``notes``: what the scan could not see.
+    """
+
+    __hash__ = None  # type: ignore[assignment]  # equal to lists, which are unhashable
+
+    def __init__(self, items=(), gaps=(), notes=(), deep: bool = False) -> None:
+        self._items: list = list(items)
+        self._make: Optional[Callable[[int], Leftover]] = None
+        self._sizes: Optional[list[int]] = None
+        self._holders: Optional[list[str]] = None
+        self.gaps: tuple[DeviceGap, ...] = tuple(gaps)
+        self.notes: tuple[str, ...] = tuple(notes)
+        self.deep = deep
+
+    @classmethod
+    def _made_on_access(
+        cls, make: Callable[[int], Leftover], sizes: list[int], holders: list[str], **extra
+    ) -> LeftoverList:
+        """``make(i)`` builds entry i; ``sizes`` and ``holders`` are its nbytes and holder."""
+        made = cls(**extra)
+        made._items = [None] * len(sizes)
+        made._make, made._sizes, made._holders = make, sizes, holders
+        return made
+
+    def __len__(self) -> int:
+        return len(self._items)
+
+    def __getitem__(self, index):
+        if isinstance(index, slice):
+            return [self[position] for position in range(*index.indices(len(self._items)))]
+        item = self._items[index]
+        if item is None and self._make is not None:
+            item = self._items[index] = self._make(index % len(self._items))
+        return item
+
+    def __iter__(self):
+        if self._make is not None:
+            self._make_all()
+        return iter(self._items)
+
+    def _make_all(self) -> None:
+        make, items = self._make, self._items
+        # many small objects at once: no collector passes over every live object meanwhile
+        collecting = gc.isenabled()
+        gc.disable()
+        try:
+            for index in itertools.compress(range(len(items)), map(_IS_NONE, items)):
+                items[index] = make(index)  # type: ignore[misc]
+        finally:
+            if collecting:
+                gc.enable()
+        self._make = None
+
+    def __eq__(self, other: object) -> bool:
+        if isinstance(other, (LeftoverList, list)):
+            return list(self) == list(other)
+        return NotImplemented
+
+    def __reduce__(self):
+        return (type(self), (list(self), self.gaps, self.notes, self.deep))
+
+    @property
+    def total_bytes(self) -> int:
+        if self._sizes is not None:
+            return sum(self._sizes)
+        return sum(item.nbytes for item in self._items)
+
+    @property
+    def freeable_bytes(self) -> int:
+        """Bytes held by something other than a user variable (output history, tracebacks,
+        ...): what ``%gpu_reset`` can free without deleting a name the user made."""
+        if self._sizes is not None and self._holders is not None:
+            return sum(itertools.compress(self._sizes, map(USER_VARIABLE.__ne__, self._holders)))
+        return sum(item.nbytes for item in self._items if item.holder != USER_VARIABLE)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "leftovers": [item.to_dict() for item in self],
+            "total_bytes": self.total_bytes,
+            "gaps": [{**asdict(gap), "gap": gap.gap} for gap in self.gaps],
+            "notes": list(self.notes),
+            "deep": self.deep,
+        }
+
+    def __str__(self) -> str:
+        if not self:
+            lines = ["leftovers: no arrays held"]
+        else:
+            lines = [f"leftovers: {len(self)} block(s), {format_bytes(self.total_bytes)}"]
+            lines += [f"  {item}" for item in self]
+        lines += [f"  {gap}" for gap in self.gaps]
+        lines += [f"  note: {note}" for note in self.notes]
+        return "\n".join(lines)
+
+    def __repr__(self) -> str:
+        return f"LeftoverList({list(self)!r})"
+
+    def _repr_pretty_(self, printer, cycle) -> None:
+        printer.text(str(self) if not cycle else "LeftoverList(...)")
+
+    def _repr_html_(self) -> str:
+        return leftovers_html(self, self.gaps, self.notes)

@@ -1,0 +1,190 @@
+"""``find_leftovers()`` and the scan behind it: walk what the notebook keeps alive
+(`notebook_refs.roots`), read the arrays' metadata in bulk, group references by the memory
+they live in, and list one entry per block, biggest first. `Scan` is what ``gpu_reset``
+reads: the list, the references per block, and which roots reach which blocks."""
+
+from __future__ import annotations
+
+import gc
+import weakref
+from collections.abc import Hashable, Iterable
+from dataclasses import dataclass, field
+from typing import Any, NamedTuple, Optional
+
+from .. import notebook_refs
+from .blocks import Blocks
+from .deep import allocator_gaps, scan_unnamed
+from .found import Ref
+from .naming import PathNames, best_paths
+from .records import DeviceGap, LeftoverList
+from .walker import DEFAULT_MAX_DEPTH, Walker, reach_by_root
+
+
+class Group(NamedTuple):
+    """The references reaching one block of memory (storage), in the order found."""
+
+    key: Hashable
+    refs: list[Ref]
+
+    @property
+    def storage_nbytes(self) -> int:
+        return self.refs[0].info.storage_nbytes
+
+    @property
+    def storage_id(self) -> int:
+        return self.refs[0].info.storage_id
+
+    @property
+    def device(self) -> str:
+        return self.refs[0].info.device
+
+    @property
+    def framework(self) -> str:
+        return self.refs[0].framework
+
+    @property
+    def weakrefs(self) -> list[weakref.ref]:
+        """Weakrefs to the arrays reaching the block (a scan with ``keep_refs`` only)."""
+        return [ref.weak for ref in self.refs if ref.weak is not None]
+
+
+def group_refs(refs: Iterable[Ref]) -> dict[Hashable, list[Ref]]:
+    """storage key -> the references reaching that storage, in the order found."""
+    groups: dict = {}
+    for ref in refs:
+        key = ref.info.storage_key
+        group = groups.get(key)
+        if group is None:
+            groups[key] = [ref]
+        else:
+            group.append(ref)
+    return groups
+
+
+@dataclass
+class Scan:
+    """A scan's result: ``leftovers`` (the public list), ``groups`` (storage key -> its
+    `Group`) and ``reach_by_root()`` (root key -> the storage keys it reaches). It holds
+    no array (weakrefs at most)."""
+
+    leftovers: LeftoverList
+    walker: Walker = field(repr=False)
+    _groups: Optional[dict[Hashable, Group]] = field(default=None, repr=False)
+
+    @property
+    def groups(self) -> dict[Hashable, Group]:
+        """storage key -> Group (built on first use)."""
+        if self._groups is None:
+            groups = group_refs(self.walker.found.refs)
+            self._groups = {key: Group(key, refs) for key, refs in groups.items()}
+        return self._groups
+
+    def reach_by_root(self) -> dict[Hashable, set]:
+        """Root key (`notebook_refs.RootKey`) -> the storage keys it reaches, counting
+        containers first reached from another root."""
+        return reach_by_root(self.walker.found.refs, self.walker.aliases)
+
+
+def _device_matches(device: str, wanted) -> bool:
+    if wanted is None:
+        return True
+    if isinstance(wanted, int) and not isinstance(wanted, bool):
+        wanted = f"cuda:{wanted}"
+    wanted = str(wanted)
+    if ":" in wanted:
+        return device == wanted or wanted in device.split("+")
+    return any(part.split(":")[0] == wanted for part in device.split("+"))
+
+
+def _scan_roots(walker: Walker, shell, namespace: Optional[dict]) -> None:
+    for root in notebook_refs.roots(shell, namespace if namespace is not None else {}):
+        walker.visit_root(root.label, root.value, root.holder, root.key, root.depth)
+
+
+def scan(
+    *,
+    device=None,
+    namespace: Optional[dict] = None,
+    deep: bool = False,
+    shell: Any = None,
+    max_depth: int = DEFAULT_MAX_DEPTH,
+    keep_refs: bool = False,
+) -> Scan:
+    """The scan behind ``find_leftovers``; ``keep_refs`` keeps a weakref per reference."""
+    shell, namespace = notebook_refs.resolve_namespace(shell, namespace)
+    walker = Walker(max_depth=max_depth, keep_refs=keep_refs)
+    found = walker.found
+    names = PathNames(lambda: best_paths(found.refs))
+    notes: list[str] = []
+    gaps: list[DeviceGap] = []
+    # The walk builds many small tuples and no cycles: keep the cyclic collector from
+    # running over every live object again and again meanwhile.
+    collecting = gc.isenabled()
+    gc.disable()
+    try:
+        _scan_roots(walker, shell, namespace)
+        found.finish()
+        if deep:
+            scan_unnamed(walker, notes)
+            found.finish()
+        blocks = Blocks(found, names)
+    finally:
+        if collecting:
+            gc.enable()
+    if deep:
+        gaps = allocator_gaps(blocks.devices, blocks.sizes)
+    order: Any = range(len(blocks.sizes))
+    if device is not None:
+        order = [j for j in order if _device_matches(blocks.devices[j], device)]
+        gaps = [gap for gap in gaps if _device_matches(gap.device, device)]
+    # biggest first; equal sizes in the order found (variables as defined, items by index)
+    order = blocks.order = sorted(order, key=blocks.sizes.__getitem__, reverse=True)
+    if not walker.classifier.array_types:
+        notes.append("no array framework (torch, NumPy, CuPy, JAX) is imported")
+    if walker.classifier.saw_numpy() and deep:
+        notes.append(
+            "NumPy arrays are found by name only (the garbage collector does not track them)"
+        )
+    leftovers = LeftoverList._made_on_access(
+        blocks.entry,
+        list(map(blocks.sizes.__getitem__, order)),
+        list(map(blocks.holders.__getitem__, order)),
+        gaps=gaps,
+        notes=notes,
+        deep=deep,
+    )
+    return Scan(leftovers, walker)
+
+
+def find_leftovers(
+    device=None,
+    namespace: Optional[dict] = None,
+    deep: bool = False,
+    *,
+    shell: Any = None,
+    max_depth: int = DEFAULT_MAX_DEPTH,
+) -> LeftoverList:
+    """Arrays still alive, by the name a user would type to reach them; biggest first.
+
+    device: None (all), ``"cuda"``, ``"cuda:0"``, ``0`` (cuda:0) or ``"cpu"``.
+    namespace: the dict to scan as user variables; by default the running IPython shell's
+        ``user_ns`` (then its output history and post-mortem debugger are scanned too, and
+        IPython's own names are not taken for user variables; passing that same dict does
+        the same), or ``__main__``'s globals outside IPython. The last exception
+        (``sys.last_value`` & co.) is always scanned.
+    deep: also report arrays alive that no name reaches (torch and CuPy via
+        ``gc.get_objects()``, JAX via ``jax.live_arrays()``) as ``<unnamed ...>`` entries,
+        and the gap between what was found and ``torch.cuda.memory_allocated`` per device.
+    max_depth: how many containers/attributes deep to walk from each root (module nesting
+        is free).
+
+    Each entry is one block of memory (views and aliases deduplicated; the other names in
+    ``shared_with``). Nothing is imported, changed or kept alive.
+    """
+    if not isinstance(deep, bool):
+        raise TypeError("deep must be True or False")
+    if namespace is not None and not isinstance(namespace, dict):
+        raise TypeError(f"namespace must be a dict, not {type(namespace).__name__}")
+    return scan(
+        device=device, namespace=namespace, deep=deep, shell=shell, max_depth=max_depth
+    ).leftovers
