@@ -54,7 +54,9 @@ def main(argv: list[str] | None = None) -> int:
     from IPython.core.interactiveshell import InteractiveShell
 
     from colab_gpu_guard import nvml
-    from colab_gpu_guard import panel as panel_module
+    from colab_gpu_guard.ipython import panel as panel_module
+    from colab_gpu_guard.ipython.panel.refresh import SCAN_SHARE
+    from colab_gpu_guard.panel import HISTORY_CELLS, TOP_LEFTOVERS
     from colab_gpu_guard.status import gpu_status
 
     if not args.real_nvml:
@@ -72,12 +74,12 @@ def main(argv: list[str] | None = None) -> int:
     with contextlib.redirect_stdout(io.StringIO()):  # the outputs' reprs are not the point
         for _ in range(5):
             shell.run_cell("torch.ones(32, 32) * 2", store_history=True)  # output history
-        for _ in range(panel_module.HISTORY_CELLS + 10):  # a full per-cell history
+        for _ in range(HISTORY_CELLS + 10):  # a full per-cell history
             shell.run_cell("pass", store_history=True)
     machine = "real NVML" if args.real_nvml else "fake NVML, 2 GPUs (tests/fake_pynvml.py)"
 
     def take_snapshot() -> None:  # the baseline: the snapshot a refresh takes
-        gpu_status(leftovers=True, history=True, top=panel_module.TOP_LEFTOVERS)
+        gpu_status(leftovers=True, history=True, top=TOP_LEFTOVERS)
 
     widget = panel_module.panel(shell)
     measured = interleaved({"snapshot": take_snapshot, "refresh": widget.refresh}, runs)
@@ -199,13 +201,13 @@ def main(argv: list[str] | None = None) -> int:
     )
     slow = statistics.median(big_snapshot)
     share = statistics.mean(back_to_back) / slow
-    ok_share = share <= panel_module.SCAN_SHARE
+    ok_share = share <= SCAN_SHARE
     failed |= not ok_share
     print(
         f"with {big} tensors alive: a full snapshot {slow:.1f} ms; run_cell back to back "
         f"with the live panel: median {statistics.median(back_to_back):.2f} ms, mean "
         f"{statistics.mean(back_to_back):.2f} ms over {len(back_to_back)} cells = "
-        f"{share:.3f} x snapshot (target <= {panel_module.SCAN_SHARE:g} x): "
+        f"{share:.3f} x snapshot (target <= {SCAN_SHARE:g} x): "
         f"{'PASS' if ok_share else 'FAIL'}"
     )
     print(

@@ -55,7 +55,7 @@ _EXPORTS = {
     "CellMemory": "tracker",
     "format_history": "tracker",
     "memory_history": "tracker",
-    "panel": "panel",
+    "panel": "ipython.panel",
 }
 
 
@@ -63,9 +63,7 @@ def __getattr__(name: str) -> Any:
     module = _EXPORTS.get(name)
     if module is None:
         raise AttributeError(f"module 'colab_gpu_guard' has no attribute {name!r}")
-    imported = importlib.import_module(f"{__name__}.{module}")
-    # `panel` is a callable module: colab_gpu_guard.panel() shows the panel.
-    value = imported if name == module else getattr(imported, name)
+    value = getattr(importlib.import_module(f"{__name__}.{module}"), name)
     globals()[name] = value
     return value
 
@@ -76,13 +74,13 @@ def __dir__() -> list[str]:
 
 def load_ipython_extension(ipython: Any) -> None:
     """`%load_ext colab_gpu_guard`: register the magics and event callbacks."""
-    from . import magics
+    from . import ipython as layer
 
-    magics.load(ipython)
+    layer.load(ipython)
 
 
 def unload_ipython_extension(ipython: Any) -> None:
     """`%unload_ext colab_gpu_guard`: remove every magic, callback and handler we added."""
-    from . import magics
+    from . import ipython as layer
 
-    magics.unload(ipython)
+    layer.unload(ipython)

@@ -257,7 +257,8 @@ def _cuda_totals(reset_peaks: bool = False) -> tuple[int, int, int, int, int]:
 
 
 class MemoryTracker:
-    """Records every cell's memory effect; install with ``install(registration)``."""
+    """Records every cell's memory effect from its `pre_run_cell` / `post_run_cell` (wired
+    to a shell by ``colab_gpu_guard.ipython.tracking.install``)."""
 
     def __init__(
         self,
@@ -436,26 +437,18 @@ _trackers: dict[int, MemoryTracker] = {}
 _latest: list[MemoryTracker] = []
 
 
-def install(registration: Any, maxlen: int = DEFAULT_MAXLEN) -> MemoryTracker:
-    """Start recording every cell of ``registration.shell``; stops when the registration
-    closes (``%unload_ext``). ``registration`` is the extension's bookkeeping object
-    (``register_event``, ``add_cleanup``, ``shell``)."""
-    tracker = MemoryTracker(maxlen=maxlen)
-    shell = registration.shell
-    registration.register_event("pre_run_cell", tracker.pre_run_cell)
-    registration.register_event("post_run_cell", tracker.post_run_cell)
+def activate(shell: Any, tracker: MemoryTracker) -> None:
+    """Make `tracker` the one `memory_history(shell)` reads, and the latest one."""
     _trackers[id(shell)] = tracker
     _latest[:] = [tracker]
 
-    def remove() -> None:
-        tracker.close()
-        if _trackers.get(id(shell)) is tracker:
-            del _trackers[id(shell)]
-        if _latest and _latest[0] is tracker:
-            _latest.clear()
 
-    registration.add_cleanup(remove)
-    return tracker
+def deactivate(shell: Any, tracker: MemoryTracker) -> None:
+    """Forget `tracker` (closed): `memory_history` no longer reads it."""
+    if _trackers.get(id(shell)) is tracker:
+        del _trackers[id(shell)]
+    if _latest and _latest[0] is tracker:
+        _latest.clear()
 
 
 def active_tracker(shell: Any = None) -> Optional[MemoryTracker]:

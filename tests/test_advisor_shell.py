@@ -11,7 +11,8 @@ import pytest
 from IPython.core.error import UsageError
 from IPython.utils.capture import capture_output
 
-from colab_gpu_guard import advisor, cuda_health, magics
+from colab_gpu_guard import advisor, cuda_health
+from colab_gpu_guard.ipython import magics, registration_for
 from tests.conftest import global_shell
 
 OOM_MESSAGE = (
@@ -79,7 +80,7 @@ def xmode(request, ip):
 
 
 def shell_advisor(shell) -> advisor.ShellAdvisor:
-    registration = magics.registration_for(shell)
+    registration = registration_for(shell)
     for instance in registration.magics:
         if isinstance(instance, magics.AdvisorMagics):
             return instance.advisor

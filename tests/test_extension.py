@@ -8,7 +8,7 @@ import textwrap
 
 import pytest
 
-from colab_gpu_guard import magics
+from colab_gpu_guard.ipython import magics
 from tests.conftest import global_shell
 
 EVENTS = ("pre_execute", "pre_run_cell", "post_execute", "post_run_cell", "shell_initialized")

@@ -19,7 +19,14 @@ import pytest
 ipywidgets = pytest.importorskip("ipywidgets")
 
 from colab_gpu_guard import cuda_health, nvml  # noqa: E402
-from colab_gpu_guard import panel as panel_module  # noqa: E402
+from colab_gpu_guard.ipython import panel as panel_module  # noqa: E402
+from colab_gpu_guard.ipython.panel import refresh as panel_refresh  # noqa: E402
+from colab_gpu_guard.panel import (  # noqa: E402
+    device_segments,
+    render_history,
+    render_leftovers,
+    render_message,
+)
 from colab_gpu_guard.status import CellRecord, DeviceMemory, LeftoverEntry  # noqa: E402
 from tests import fake_pynvml  # noqa: E402
 from tests.fake_pynvml import GiB, MiB  # noqa: E402
@@ -197,7 +204,7 @@ def test_device_bar_splits_allocator_context_others_driver_free(world, show):
     )
     status = dataclasses.replace(base, memory=(mine,))
     device = status.nvml.devices[0]
-    segments = panel_module.device_segments(status, device)
+    segments = device_segments(status, device)
     assert segments == [
         ("tensors", 512 * MiB),
         ("cache", 256 * MiB),
@@ -229,7 +236,7 @@ def test_device_bar_when_nvml_cannot_see_this_pid(world, show):
         matched_by="uuid",
     )
     status = dataclasses.replace(status, memory=(mine,))
-    segments = dict(panel_module.device_segments(status, status.nvml.devices[0]))
+    segments = dict(device_segments(status, status.nvml.devices[0]))
     assert segments["tensors"] == GiB and segments["cache"] == GiB
     assert "context" not in segments
     assert segments["others+context"] == 3_750 * MiB - 2 * GiB
@@ -286,7 +293,7 @@ def test_refresh_writes_only_what_changed(show):
 def test_refresh_takes_exactly_one_snapshot(ip, show, monkeypatch):
     instance = show()
     calls = []
-    real = panel_module._take_status
+    real = panel_refresh._take_status
 
     def counting(shell):
         calls.append(shell)
@@ -307,13 +314,13 @@ def test_showing_again_reuses_the_panel_and_cost_does_not_grow(ip, run_cell, sho
     assert first.refreshes == before + 1
 
 
-def test_api_returns_the_same_widget_and_module_is_callable(ip, show):
-    module = importlib.import_module("colab_gpu_guard.panel")
-    widget = module.panel()
+def test_api_returns_the_same_widget(ip, show):
+    widget = panel_module.panel()
     assert isinstance(widget, panel_module.GpuPanel)
-    assert module() is widget  # the module is callable: colab_gpu_guard.panel()
     import colab_gpu_guard
 
+    assert colab_gpu_guard.panel() is widget  # the public function, not a module
+    importlib.import_module("colab_gpu_guard.panel")  # the HTML fragments do not shadow it
     assert colab_gpu_guard.panel() is widget
     assert show() is widget
     assert len(panel_callbacks(ip)) == 1
@@ -340,8 +347,8 @@ def test_slow_leftovers_scan_is_not_repeated_after_every_cell(
     costs at most 10% of the time since the last; meanwhile the rest of the panel is new
     and the leftovers say how old they are. Refresh always scans."""
     now = [1000.0]
-    monkeypatch.setattr(panel_module, "_clock", lambda: now[0])
-    real = panel_module._take_status
+    monkeypatch.setattr(panel_refresh, "_clock", lambda: now[0])
+    real = panel_refresh._take_status
     full_scans = []
 
     def slow(shell, leftovers=True):
@@ -351,7 +358,7 @@ def test_slow_leftovers_scan_is_not_repeated_after_every_cell(
             return dataclasses.replace(status, duration_ms=800.0)
         return status
 
-    monkeypatch.setattr(panel_module, "_take_status", slow)
+    monkeypatch.setattr(panel_refresh, "_take_status", slow)
     instance = show()
     monkeypatch.setattr(instance, "_snapshot", slow)
     instance.refresh_button.click()  # a full scan, timed at 0.8 s
@@ -382,7 +389,7 @@ def test_slow_leftovers_scan_is_not_repeated_after_every_cell(
 
 def test_fast_leftovers_scan_runs_after_every_cell(ip, run_cell, show, monkeypatch, torch):
     now = [1000.0]
-    monkeypatch.setattr(panel_module, "_clock", lambda: now[0])  # time stands still
+    monkeypatch.setattr(panel_refresh, "_clock", lambda: now[0])  # time stands still
     instance = show()
     for index in range(3):
         run_cell(f"import torch\nquick_{index} = torch.zeros(8)")
@@ -574,13 +581,13 @@ def test_failing_free_shows_the_error_in_the_panel(ip, show, monkeypatch):
     instance = show()
     tracebacks = []
     monkeypatch.setattr(ip, "showtraceback", lambda *a, **k: tracebacks.append(a))
-    fake_memory = types.ModuleType("colab_gpu_guard.reset")
+    fake_reset = types.ModuleType("colab_gpu_guard.reset")
 
     def gpu_reset(*names, **kwargs):
         raise RuntimeError("CUDA error: " + HOSTILE)
 
-    fake_memory.gpu_reset = gpu_reset
-    monkeypatch.setitem(sys.modules, "colab_gpu_guard.reset", fake_memory)
+    fake_reset.gpu_reset = gpu_reset
+    monkeypatch.setitem(sys.modules, "colab_gpu_guard.reset", fake_reset)
     instance.free_button.click()
     assert tracebacks == []
     assert "Free memory failed: RuntimeError: CUDA error:" in instance.message.value
@@ -595,14 +602,14 @@ def test_free_passes_no_all_and_shows_the_summary(ip, show, monkeypatch):
         def __str__(self):
             return "gpu_reset: freed 3.00 MiB\n  Out[3] cleared"
 
-    fake_memory = types.ModuleType("colab_gpu_guard.reset")
+    fake_reset = types.ModuleType("colab_gpu_guard.reset")
 
     def gpu_reset(*names, **kwargs):
         seen["names"], seen["kwargs"] = names, kwargs
         return Report()
 
-    fake_memory.gpu_reset = gpu_reset
-    monkeypatch.setitem(sys.modules, "colab_gpu_guard.reset", fake_memory)
+    fake_reset.gpu_reset = gpu_reset
+    monkeypatch.setitem(sys.modules, "colab_gpu_guard.reset", fake_reset)
     instance.free_button.click()
     assert seen == {"names": (), "kwargs": {"shell": ip}}
     assert "gpu_reset: freed 3.00 MiB" in instance.message.value
@@ -648,9 +655,9 @@ def test_hostile_names_are_escaped_everywhere(ip, run_cell, world, show, torch):
     )
     instance.refresh(status)
     assert_escaped(html_of(instance))
-    assert_escaped(panel_module.render_message("error", HOSTILE, HOSTILE))
+    assert_escaped(render_message("error", HOSTILE, HOSTILE))
     nohost = dataclasses.replace(status, leftovers=None, history=None)
-    assert_escaped(panel_module.render_leftovers(nohost) + panel_module.render_history(nohost))
+    assert_escaped(render_leftovers(nohost) + render_history(nohost))
     del ip.user_ns["hostile_holder"]
 
 
@@ -678,7 +685,7 @@ def test_leftovers_show_the_top_ten_and_the_freeable_total(show):
         leftovers_bytes=78 * MiB,
         leftovers_freeable_bytes=None,  # a snapshot without the total: from the entries
     )
-    text = panel_module.render_leftovers(status)
+    text = render_leftovers(status)
     assert "12 arrays, 78 MiB in all (the 10 biggest shown)" in text
     assert text.count("<code>") == 10
     assert "<code>t11</code>" in text and "<code>t1</code>" not in text
@@ -689,11 +696,9 @@ def test_leftovers_show_the_top_ten_and_the_freeable_total(show):
     status = dataclasses.replace(
         status, leftovers=status.leftovers[:10], leftovers_freeable_bytes=0
     )
-    assert "held by output history / tracebacks: <b>0 B</b>" in panel_module.render_leftovers(
-        status
-    )
+    assert "held by output history / tracebacks: <b>0 B</b>" in render_leftovers(status)
     status = dataclasses.replace(status, leftovers_freeable_bytes=42 * MiB)
-    text = panel_module.render_leftovers(status)
+    text = render_leftovers(status)
     assert "held by output history / tracebacks: <b>42 MiB</b>" in text
 
 
@@ -712,7 +717,7 @@ def test_history_chart_marks_peaks_leaks_and_cells(show):
         for number in range(3, 9)
     )
     status = dataclasses.replace(instance.last_status, history=records, history_note=None)
-    text = panel_module.render_history(status)
+    text = render_history(status)
     assert "<svg" in text and text.count('<g class="cgg-cell">') == 6
     assert (
         "<title>cell [7]: allocated 700 MiB, peak 1.03 GiB, reserved 896 MiB, "
@@ -732,7 +737,7 @@ def test_history_without_gpu_figures_says_so(show):
     instance = show()
     records = (CellRecord(cell=1), CellRecord(cell=2))
     status = dataclasses.replace(instance.last_status, history=records, history_note=None)
-    text = panel_module.render_history(status)
+    text = render_history(status)
     assert "2 cells, no GPU memory figures" in text and "<svg" not in text
 
 
@@ -754,7 +759,7 @@ def test_load_ext_does_not_import_the_panel_or_ipywidgets():
         "from IPython.core.interactiveshell import InteractiveShell\n"
         "shell = InteractiveShell.instance()\n"
         "shell.run_line_magic('load_ext', 'colab_gpu_guard')\n"
-        "print('colab_gpu_guard.panel' in sys.modules, 'ipywidgets' in sys.modules)\n"
+        "print('colab_gpu_guard.ipython.panel' in sys.modules, 'ipywidgets' in sys.modules)\n"
     )
     root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
     out = subprocess.run(
@@ -782,7 +787,7 @@ def test_real_gpu_bar_and_free_memory(ip, run_cell, show, torch):
     index = status.memory[0].nvml_index
     assert index is not None, status.memory
     device = status.nvml.devices[index]
-    segments = dict(panel_module.device_segments(status, device))
+    segments = dict(device_segments(status, device))
     assert segments["tensors"] >= 384 * MiB
     assert segments["free"] == device.memory_free
     assert "cgg-seg-tensors" in instance.devices.children[index].value

@@ -615,12 +615,12 @@ def test_magic_history_flag(ip, fake, tracker_module, capsys):
 
 
 def test_magic_of_another_shell_passes_its_namespace(ip, fake, leftovers_module, capsys):
-    from colab_gpu_guard import magics
+    from colab_gpu_guard.ipython import magics, registration_for
 
     fake(fake_pynvml.zero_gpus())
     calls = leftovers_module([])
     other = types.SimpleNamespace(user_ns={"a": 1})  # a shell that is not the running one
-    instance = magics.StatusMagics(ip, magics.registration_for(ip))
+    instance = magics.StatusMagics(ip, registration_for(ip))
     instance.shell = other
     instance.gpu_status("--json")
     assert calls[-1]["namespace"] is other.user_ns

@@ -19,7 +19,7 @@ END = "<!-- magics-reference:end -->"
 
 def reference() -> str:
     sys.path.insert(0, str(ROOT))
-    from colab_gpu_guard.magics import MAGIC_CLASSES
+    from colab_gpu_guard.ipython.magics import MAGIC_CLASSES
 
     sections = []
     for magics_class in MAGIC_CLASSES:

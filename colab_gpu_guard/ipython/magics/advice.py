@@ -1,0 +1,66 @@
+"""%gpu_advice: the CUDA error advisor (a custom exception handler, on from %load_ext)."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Optional
+
+from IPython.core.error import UsageError
+from IPython.core.magic import line_magic, magics_class
+
+from .base import GuardMagics
+
+if TYPE_CHECKING:
+    from IPython.core.interactiveshell import InteractiveShell
+
+    from ...advisor import ShellAdvisor
+    from ..registration import Registration
+
+GPU_ADVICE_USAGE = "%gpu_advice [on|off]"
+
+
+@magics_class
+class AdvisorMagics(GuardMagics):
+    """The CUDA error advisor: a custom exception handler, on from %load_ext."""
+
+    def __init__(self, shell: InteractiveShell, registration: Registration) -> None:
+        super().__init__(shell, registration)
+        self.advisor: Optional[ShellAdvisor] = None
+
+    def on_load(self) -> None:
+        from ... import advisor
+
+        self.advisor = advisor.ShellAdvisor(self.shell)
+        self.advisor.install()
+        self.registration.add_cleanup(self.advisor.uninstall)
+
+    @line_magic
+    def gpu_advice(self, line: str = "") -> None:
+        """Turn the CUDA error advisor on or off, or show whether it is on.
+
+        Usage::
+
+          %gpu_advice          # is it on?
+          %gpu_advice on       # diagnose CUDA errors under their traceback (the default)
+          %gpu_advice off      # plain tracebacks only, exactly as without the extension
+
+        When a cell fails with a CUDA error, the normal traceback is shown unchanged and then
+        a short diagnosis: the real cause and the fix. It covers CUDA out-of-memory (torch,
+        CuPy, JAX/XLA, TensorFlow: requested vs free, the biggest leftover tensors by name;
+        the failed cell's traceback frames are released so their tensors are freed), sticky
+        errors such as a device-side assert (the runtime must be restarted; the context is
+        marked broken for %gpu_status and %gpu_reset), CUDA in forked DataLoader workers,
+        cuBLAS determinism and ops with no deterministic implementation, driver/build
+        mismatches, and the driver out of memory because another process holds the GPU.
+        Any other error is shown exactly as without the extension, and %debug works as
+        usual. Outside notebooks: ``colab_gpu_guard.advise(exc)``.
+        """
+        words = line.split()
+        if len(words) > 1 or (words and words[0].lower() not in ("on", "off")):
+            raise UsageError(
+                f"expected 'on' or 'off', got {line.strip()!r}\nUsage: {GPU_ADVICE_USAGE}"
+            )
+        if words and words[0].lower() == "on":
+            self.advisor.install()
+        elif words:
+            self.advisor.uninstall()
+        print(f"gpu_advice: {'on' if self.advisor.enabled else 'off'}")
