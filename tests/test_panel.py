@@ -20,7 +20,13 @@ ipywidgets = pytest.importorskip("ipywidgets")
 
 from colab_gpu_guard import cuda_health, nvml  # noqa: E402
 from colab_gpu_guard import panel as panel_module  # noqa: E402
-from colab_gpu_guard.status import CellRecord, DeviceMemory, LeftoverEntry  # noqa: E402
+from colab_gpu_guard.status import (  # noqa: E402
+    CellRecord,
+    DeviceMemory,
+    LeftoverEntry,
+    chart,
+    panel_html,
+)
 from tests import fake_pynvml  # noqa: E402
 from tests.fake_pynvml import GiB, MiB  # noqa: E402
 
@@ -197,7 +203,7 @@ def test_device_bar_splits_allocator_context_others_driver_free(world, show):
     )
     status = dataclasses.replace(base, memory=(mine,))
     device = status.nvml.devices[0]
-    segments = panel_module.device_segments(status, device)
+    segments = panel_html.device_segments(status, device)
     assert segments == [
         ("tensors", 512 * MiB),
         ("cache", 256 * MiB),
@@ -229,7 +235,7 @@ def test_device_bar_when_nvml_cannot_see_this_pid(world, show):
         matched_by="uuid",
     )
     status = dataclasses.replace(status, memory=(mine,))
-    segments = dict(panel_module.device_segments(status, status.nvml.devices[0]))
+    segments = dict(panel_html.device_segments(status, status.nvml.devices[0]))
     assert segments["tensors"] == GiB and segments["cache"] == GiB
     assert "context" not in segments
     assert segments["others+context"] == 3_750 * MiB - 2 * GiB
@@ -648,9 +654,9 @@ def test_hostile_names_are_escaped_everywhere(ip, run_cell, world, show, torch):
     )
     instance.refresh(status)
     assert_escaped(html_of(instance))
-    assert_escaped(panel_module.render_message("error", HOSTILE, HOSTILE))
+    assert_escaped(panel_html.render_message("error", HOSTILE, HOSTILE))
     nohost = dataclasses.replace(status, leftovers=None, history=None)
-    assert_escaped(panel_module.render_leftovers(nohost) + panel_module.render_history(nohost))
+    assert_escaped(panel_html.render_leftovers(nohost) + chart.render_history(nohost))
     del ip.user_ns["hostile_holder"]
 
 
@@ -678,7 +684,7 @@ def test_leftovers_show_the_top_ten_and_the_freeable_total(show):
         leftovers_bytes=78 * MiB,
         leftovers_freeable_bytes=None,  # a snapshot without the total: from the entries
     )
-    text = panel_module.render_leftovers(status)
+    text = panel_html.render_leftovers(status)
     assert "12 arrays, 78 MiB in all (the 10 biggest shown)" in text
     assert text.count("<code>") == 10
     assert "<code>t11</code>" in text and "<code>t1</code>" not in text
@@ -689,11 +695,9 @@ def test_leftovers_show_the_top_ten_and_the_freeable_total(show):
     status = dataclasses.replace(
         status, leftovers=status.leftovers[:10], leftovers_freeable_bytes=0
     )
-    assert "held by output history / tracebacks: <b>0 B</b>" in panel_module.render_leftovers(
-        status
-    )
+    assert "held by output history / tracebacks: <b>0 B</b>" in panel_html.render_leftovers(status)
     status = dataclasses.replace(status, leftovers_freeable_bytes=42 * MiB)
-    text = panel_module.render_leftovers(status)
+    text = panel_html.render_leftovers(status)
     assert "held by output history / tracebacks: <b>42 MiB</b>" in text
 
 
@@ -712,7 +716,7 @@ def test_history_chart_marks_peaks_leaks_and_cells(show):
         for number in range(3, 9)
     )
     status = dataclasses.replace(instance.last_status, history=records, history_note=None)
-    text = panel_module.render_history(status)
+    text = chart.render_history(status)
     assert "<svg" in text and text.count('<g class="cgg-cell">') == 6
     assert (
         "<title>cell [7]: allocated 700 MiB, peak 1.03 GiB, reserved 896 MiB, "
@@ -732,7 +736,7 @@ def test_history_without_gpu_figures_says_so(show):
     instance = show()
     records = (CellRecord(cell=1), CellRecord(cell=2))
     status = dataclasses.replace(instance.last_status, history=records, history_note=None)
-    text = panel_module.render_history(status)
+    text = chart.render_history(status)
     assert "2 cells, no GPU memory figures" in text and "<svg" not in text
 
 
@@ -782,7 +786,7 @@ def test_real_gpu_bar_and_free_memory(ip, run_cell, show, torch):
     index = status.memory[0].nvml_index
     assert index is not None, status.memory
     device = status.nvml.devices[index]
-    segments = dict(panel_module.device_segments(status, device))
+    segments = dict(panel_html.device_segments(status, device))
     assert segments["tensors"] >= 384 * MiB
     assert segments["free"] == device.memory_free
     assert "cgg-seg-tensors" in instance.devices.children[index].value
