@@ -56,7 +56,8 @@ def main(argv: list[str] | None = None) -> int:
     from colab_gpu_guard import nvml
     from colab_gpu_guard.ipython import panel as panel_module
     from colab_gpu_guard.ipython.panel.refresh import SCAN_SHARE
-    from colab_gpu_guard.panel import HISTORY_CELLS, TOP_LEFTOVERS
+    from colab_gpu_guard.ipython.panel.refresh import HISTORY_CELLS
+    from colab_gpu_guard.status.panel_html import TOP_LEFTOVERS
     from colab_gpu_guard.status import gpu_status
 
     if not args.real_nvml:

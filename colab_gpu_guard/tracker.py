@@ -31,8 +31,6 @@ reads the peak of the current cell while the tracker is loaded.
 from __future__ import annotations
 
 import collections
-import contextlib
-import os
 import queue
 import sys
 import threading
@@ -42,6 +40,8 @@ from typing import Any, Optional
 
 from . import cuda_health, notebook_refs, nvml
 from .frameworks import torch as torch_support
+from .host_memory import MallocInUse as _MallocInUse
+from .host_memory import RssReader as _RssReader
 from .units import format_bytes, signed_bytes
 
 DEFAULT_MAXLEN = 500
@@ -88,100 +88,7 @@ class CellMemory:
         return asdict(self)
 
 
-# ---------------------------------------------------------------- cheap readers
-
-
-class _RssReader:
-    """Resident set size from /proc/self/statm with one pread on a kept-open descriptor."""
-
-    def __init__(self) -> None:
-        self._fd: Optional[int] = None
-        self._pid = os.getpid()
-        self._page = 4096
-        if sys.platform.startswith("linux") and hasattr(os, "pread"):
-            try:
-                self._page = os.sysconf("SC_PAGE_SIZE")
-                self._fd = os.open("/proc/self/statm", os.O_RDONLY)
-            except (OSError, ValueError):
-                self._fd = None
-
-    def read(self) -> Optional[int]:
-        fd = self._fd
-        if fd is None:
-            return None
-        try:
-            if os.getpid() != self._pid:  # forked: /proc/self was resolved at open
-                self.close()
-                self.__init__()
-                fd = self._fd
-                if fd is None:
-                    return None
-            return int(os.pread(fd, 128, 0).split(None, 2)[1]) * self._page
-        except (OSError, ValueError, IndexError):
-            return None
-
-    def close(self) -> None:
-        if self._fd is not None:
-            with contextlib.suppress(OSError):
-                os.close(self._fd)
-            self._fd = None
-
-
-class _MallocInUse:
-    """Bytes in use by malloc (glibc ``mallinfo2``: ``uordblks + hblkhd``), or None.
-
-    Exact where RSS is not (a freed block in the middle of the heap stays resident), but it
-    walks the allocator's free lists, so it can take a millisecond on a fragmented heap: the
-    tracker reads it only after a cell whose resident memory grew by more than the noise
-    floor. pymalloc's small objects live in arenas outside malloc and are not counted.
-    """
-
-    def __init__(self) -> None:
-        self._function: Any = None
-        self._tried = False
-
-    def read(self) -> Optional[int]:
-        if not self._tried:
-            self._tried = True
-            self._function = _load_mallinfo2()
-        if self._function is None:
-            return None
-        try:
-            info = self._function()
-            return int(info.uordblks) + int(info.hblkhd)
-        except Exception:
-            return None
-
-
-def _load_mallinfo2():
-    if not sys.platform.startswith("linux"):
-        return None
-    try:
-        import ctypes
-
-        class MallInfo2(ctypes.Structure):
-            _fields_ = [
-                (name, ctypes.c_size_t)
-                for name in (
-                    "arena",
-                    "ordblks",
-                    "smblks",
-                    "hblks",
-                    "hblkhd",
-                    "usmblks",
-                    "fsmblks",
-                    "uordblks",
-                    "fordblks",
-                    "keepcost",
-                )
-            ]
-
-        function = ctypes.CDLL(None).mallinfo2  # glibc >= 2.33
-        function.restype = MallInfo2
-        function.argtypes = []
-        return function
-    except Exception:
-        return None
+# ---------------------------------------------------------------- NVML after a cell
 
 
 class _NvmlSampler:

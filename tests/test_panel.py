@@ -21,13 +21,13 @@ ipywidgets = pytest.importorskip("ipywidgets")
 from colab_gpu_guard import cuda_health, nvml  # noqa: E402
 from colab_gpu_guard.ipython import panel as panel_module  # noqa: E402
 from colab_gpu_guard.ipython.panel import refresh as panel_refresh  # noqa: E402
-from colab_gpu_guard.panel import (  # noqa: E402
-    device_segments,
-    render_history,
-    render_leftovers,
-    render_message,
+from colab_gpu_guard.status import (  # noqa: E402
+    CellRecord,
+    DeviceMemory,
+    LeftoverEntry,
+    chart,
+    panel_html,
 )
-from colab_gpu_guard.status import CellRecord, DeviceMemory, LeftoverEntry  # noqa: E402
 from tests import fake_pynvml  # noqa: E402
 from tests.fake_pynvml import GiB, MiB  # noqa: E402
 
@@ -204,7 +204,7 @@ def test_device_bar_splits_allocator_context_others_driver_free(world, show):
     )
     status = dataclasses.replace(base, memory=(mine,))
     device = status.nvml.devices[0]
-    segments = device_segments(status, device)
+    segments = panel_html.device_segments(status, device)
     assert segments == [
         ("tensors", 512 * MiB),
         ("cache", 256 * MiB),
@@ -236,7 +236,7 @@ def test_device_bar_when_nvml_cannot_see_this_pid(world, show):
         matched_by="uuid",
     )
     status = dataclasses.replace(status, memory=(mine,))
-    segments = dict(device_segments(status, status.nvml.devices[0]))
+    segments = dict(panel_html.device_segments(status, status.nvml.devices[0]))
     assert segments["tensors"] == GiB and segments["cache"] == GiB
     assert "context" not in segments
     assert segments["others+context"] == 3_750 * MiB - 2 * GiB
@@ -320,7 +320,8 @@ def test_api_returns_the_same_widget(ip, show):
     import colab_gpu_guard
 
     assert colab_gpu_guard.panel() is widget  # the public function, not a module
-    importlib.import_module("colab_gpu_guard.panel")  # the HTML fragments do not shadow it
+    with pytest.raises(ModuleNotFoundError):  # no module of that name can shadow it
+        importlib.import_module("colab_gpu_guard.panel")
     assert colab_gpu_guard.panel() is widget
     assert show() is widget
     assert len(panel_callbacks(ip)) == 1
@@ -655,9 +656,9 @@ def test_hostile_names_are_escaped_everywhere(ip, run_cell, world, show, torch):
     )
     instance.refresh(status)
     assert_escaped(html_of(instance))
-    assert_escaped(render_message("error", HOSTILE, HOSTILE))
+    assert_escaped(panel_html.render_message("error", HOSTILE, HOSTILE))
     nohost = dataclasses.replace(status, leftovers=None, history=None)
-    assert_escaped(render_leftovers(nohost) + render_history(nohost))
+    assert_escaped(panel_html.render_leftovers(nohost) + chart.render_history(nohost))
     del ip.user_ns["hostile_holder"]
 
 
@@ -685,7 +686,7 @@ def test_leftovers_show_the_top_ten_and_the_freeable_total(show):
         leftovers_bytes=78 * MiB,
         leftovers_freeable_bytes=None,  # a snapshot without the total: from the entries
     )
-    text = render_leftovers(status)
+    text = panel_html.render_leftovers(status)
     assert "12 arrays, 78 MiB in all (the 10 biggest shown)" in text
     assert text.count("<code>") == 10
     assert "<code>t11</code>" in text and "<code>t1</code>" not in text
@@ -696,9 +697,9 @@ def test_leftovers_show_the_top_ten_and_the_freeable_total(show):
     status = dataclasses.replace(
         status, leftovers=status.leftovers[:10], leftovers_freeable_bytes=0
     )
-    assert "held by output history / tracebacks: <b>0 B</b>" in render_leftovers(status)
+    assert "held by output history / tracebacks: <b>0 B</b>" in panel_html.render_leftovers(status)
     status = dataclasses.replace(status, leftovers_freeable_bytes=42 * MiB)
-    text = render_leftovers(status)
+    text = panel_html.render_leftovers(status)
     assert "held by output history / tracebacks: <b>42 MiB</b>" in text
 
 
@@ -717,7 +718,7 @@ def test_history_chart_marks_peaks_leaks_and_cells(show):
         for number in range(3, 9)
     )
     status = dataclasses.replace(instance.last_status, history=records, history_note=None)
-    text = render_history(status)
+    text = chart.render_history(status)
     assert "<svg" in text and text.count('<g class="cgg-cell">') == 6
     assert (
         "<title>cell [7]: allocated 700 MiB, peak 1.03 GiB, reserved 896 MiB, "
@@ -737,7 +738,7 @@ def test_history_without_gpu_figures_says_so(show):
     instance = show()
     records = (CellRecord(cell=1), CellRecord(cell=2))
     status = dataclasses.replace(instance.last_status, history=records, history_note=None)
-    text = render_history(status)
+    text = chart.render_history(status)
     assert "2 cells, no GPU memory figures" in text and "<svg" not in text
 
 
@@ -787,7 +788,7 @@ def test_real_gpu_bar_and_free_memory(ip, run_cell, show, torch):
     index = status.memory[0].nvml_index
     assert index is not None, status.memory
     device = status.nvml.devices[index]
-    segments = dict(device_segments(status, device))
+    segments = dict(panel_html.device_segments(status, device))
     assert segments["tensors"] >= 384 * MiB
     assert segments["free"] == device.memory_free
     assert "cgg-seg-tensors" in instance.devices.children[index].value

@@ -9,7 +9,7 @@ import pytest
 from IPython.core.error import UsageError
 from IPython.utils.capture import capture_output
 
-from colab_gpu_guard import nvml, tracker
+from colab_gpu_guard import host_memory, nvml, tracker
 from colab_gpu_guard.frameworks import torch as torch_support
 from colab_gpu_guard.tracker import CellMemory, MemoryTracker, format_history, memory_history
 
@@ -55,7 +55,7 @@ def dataclasses_frozen():
     return dataclasses.FrozenInstanceError
 
 
-@pytest.mark.skipif(tracker._RssReader().read() is None, reason="needs /proc/self/statm")
+@pytest.mark.skipif(host_memory.RssReader().read() is None, reason="needs /proc/self/statm")
 def test_rerun_leak_flagged_for_a_cell_appending_to_a_global_list(ip, run_cell):
     torch = pytest.importorskip("torch")
     assert torch is not None

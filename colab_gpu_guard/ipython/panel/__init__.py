@@ -25,7 +25,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Optional
 
 from colab_gpu_guard import notebook_refs
-from colab_gpu_guard.panel import render_message
+from colab_gpu_guard.status.panel_html import render_message
 
 from ..registration import Registration, registration_for
 from .actions import PanelActions
@@ -131,15 +131,3 @@ def stop_panels(
     instance = _panels.pop(_key(shell), None)
     if instance is not None:
         instance.stop(reason)
-
-
-def _public_panel_function() -> None:
-    # Importing colab_gpu_guard/panel.py (the HTML fragments, above) bound the package's
-    # `panel` attribute to that module; the public name is this function. Goes with the
-    # fragments' move out of panel.py.
-    import colab_gpu_guard
-
-    colab_gpu_guard.panel = panel  # type: ignore[attr-defined]
-
-
-_public_panel_function()

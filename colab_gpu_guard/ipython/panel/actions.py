@@ -7,7 +7,7 @@ from typing import TYPE_CHECKING, Any, Callable, Optional
 
 import ipywidgets as widgets
 
-from colab_gpu_guard.panel import release_summary, render_message
+from colab_gpu_guard.status.panel_html import release_summary, render_message
 
 from .refresh import PanelRefresh
 

@@ -10,12 +10,11 @@ import time
 from typing import TYPE_CHECKING, Any, Callable, NamedTuple, Optional
 
 from colab_gpu_guard import notebook_refs
-from colab_gpu_guard.panel import (
-    HISTORY_CELLS,
+from colab_gpu_guard.status.chart import render_history
+from colab_gpu_guard.status.panel_html import (
     TOP_LEFTOVERS,
     render_footer,
     render_header,
-    render_history,
     render_leftovers,
     render_message,
     render_notes,
@@ -37,6 +36,7 @@ if TYPE_CHECKING:
 ALWAYS_SCAN_S = 0.05
 SCAN_SHARE = 0.1
 _clock = time.monotonic  # tests move it
+HISTORY_CELLS = 30  # the cells the history chart shows
 
 
 def _take_status(shell: Optional[InteractiveShell], leftovers: bool = True) -> GpuStatus:

@@ -7,7 +7,7 @@ from typing import TYPE_CHECKING, Any
 
 import ipywidgets as widgets
 
-from colab_gpu_guard.panel import render_device, render_no_gpu
+from colab_gpu_guard.status.panel_html import render_device, render_no_gpu
 
 if TYPE_CHECKING:
     from colab_gpu_guard.status import GpuStatus

@@ -1,6 +1,6 @@
-"""The panel's HTML fragments: pure functions from one `GpuStatus` snapshot to the HTML of
-each section (header, notes, a memory bar per device, leftovers, per-cell history, footer,
-messages). The widget that shows them is `colab_gpu_guard.ipython.panel`.
+"""The widget panel's sections as HTML fragments, each a view of one `GpuStatus`: header,
+per-device memory bar, no-GPU notice, notes, leftovers, footer, and an action's message.
+The per-cell history chart is in `chart`. Pure functions: no widget, no query.
 
 Everything shown that this module did not write itself - variable names, process names, GPU
 names, error texts - is HTML-escaped.
@@ -8,14 +8,18 @@ names, error texts - is HTML-escaped.
 
 from __future__ import annotations
 
-import html
 import time
-from typing import Any, Optional
+from typing import TYPE_CHECKING, Any, Optional
 
-from .units import USER_VARIABLE, format_bytes
+from ..units import USER_VARIABLE, format_bytes
+from .html import escape as _e
+from .text import host_ram
 
-TOP_LEFTOVERS = 10
-HISTORY_CELLS = 30
+if TYPE_CHECKING:
+    from ..nvml import NvmlDevice
+    from .snapshot import GpuStatus, LeftoverEntry
+
+TOP_LEFTOVERS = 10  # the leftovers the panel lists
 
 # The segments of a device's memory bar: key -> (label, colour).
 SEGMENTS = {
@@ -40,16 +44,12 @@ _FONT = "font-family:var(--jp-ui-font-family,sans-serif);font-size:13px;line-hei
 _MUTED = "opacity:.7"
 _WARN = "color:#b00020"
 
-
-def _e(value: Any) -> str:
-    """Escape text for HTML (element content and quoted attributes)."""
-    return html.escape(str(value), quote=True)
-
-
-# ---------------------------------------------------------------- rendering (pure functions)
+# The host RAM figures as the no-GPU notice and the footer word them.
+_NO_GPU_RAM = "host RAM {available} available of {total}; this kernel uses {rss}"
+_FOOTER_RAM = "host RAM {available} free of {total}, this kernel {rss}"
 
 
-def render_header(status: Any) -> str:
+def render_header(status: GpuStatus) -> str:
     """GPU model(s), driver, CUDA driver, torch + CUDA runtime, Colab yes/no, context badge."""
     view, torch = status.nvml, status.torch
     if view.available and view.devices:
@@ -89,7 +89,7 @@ def render_header(status: Any) -> str:
     )
 
 
-def device_segments(status: Any, device: Any) -> list[tuple[str, int]]:
+def device_segments(status: GpuStatus, device: NvmlDevice) -> list[tuple[str, int]]:
     """The memory bar of one NVML device as (segment key, bytes), in drawing order.
 
     tensors = allocated and cache = reserved - allocated come from this kernel's caching
@@ -162,7 +162,7 @@ def _measure(value: Any, unit: str) -> str:
     return f"{value}{unit}"
 
 
-def render_device(status: Any, device: Any) -> str:
+def render_device(status: GpuStatus, device: NvmlDevice) -> str:
     """One GPU: title, stacked memory bar with labels, load / temperature / power, and the
     other processes using it."""
     cuda = ", ".join(f"cuda:{m.device}" for m in status.memory_for(device.index))
@@ -204,21 +204,14 @@ def render_device(status: Any, device: Any) -> str:
     return "".join(parts)
 
 
-def render_no_gpu(status: Any) -> str:
+def render_no_gpu(status: GpuStatus) -> str:
     """Why there is no GPU (NVML's message), and the host RAM."""
     view = status.nvml
     if not view.available:
         why = f"No GPU: {view.error or 'NVML is not available'}"
     else:
         why = "No GPU: NVML works but lists no GPU"
-    host = status.host
-    if host.note:
-        ram = host.note
-    else:
-        ram = (
-            f"host RAM {format_bytes(host.ram_available)} available of "
-            f"{format_bytes(host.ram_total)}; this kernel uses {format_bytes(host.process_rss)}"
-        )
+    ram = host_ram(status.host, _NO_GPU_RAM)
     return (
         f'<div class="cgg-no-gpu" style="{_FONT}"><b>{_e(why)}</b><br>{_e(ram)}<br>'
         f'<span style="{_MUTED}">Leftovers below are CPU arrays; '
@@ -226,20 +219,20 @@ def render_no_gpu(status: Any) -> str:
     )
 
 
-def render_notes(status: Any) -> str:
+def render_notes(status: GpuStatus) -> str:
     if not status.notes:
         return ""
     items = "".join(f"<li>{_e(note)}</li>" for note in status.notes)
     return f'<ul class="cgg-notes" style="{_FONT};{_WARN};margin:2px 0">{items}</ul>'
 
 
-def _freeable(entry: Any) -> bool:
+def _freeable(entry: LeftoverEntry) -> bool:
     """Held only by output history / traceback frames / the last exception: what
     ``gpu_reset()`` (without ``--all``) releases. User variables are never touched."""
     return (entry.holder or "") != USER_VARIABLE
 
 
-def render_leftovers(status: Any, top: int = TOP_LEFTOVERS) -> str:
+def render_leftovers(status: GpuStatus, top: int = TOP_LEFTOVERS) -> str:
     """The `top` biggest leftover arrays, and what `%gpu_reset` would free."""
     head = f'<div class="cgg-leftovers-html" style="{_FONT}">'
     if status.leftovers is None:
@@ -301,122 +294,8 @@ def render_leftovers(status: Any, top: int = TOP_LEFTOVERS) -> str:
     return f"{head}{title}{''.join(rows)}{reset_line}{stale}</div>"
 
 
-def _history_values(
-    status: Any, records: list[Any]
-) -> tuple[str, list[Optional[int]], list[Optional[int]]]:
-    """What to chart: torch's allocated bytes once CUDA is in use, else NVML's used bytes
-    when recorded, else nothing (the tracker records 0 allocated without CUDA)."""
-    allocated = [r.allocated_after for r in records]
-    cuda = bool(getattr(status.torch, "cuda_initialized", False))
-    if any(value for value in allocated) or (cuda and any(v is not None for v in allocated)):
-        return "allocated", allocated, [r.peak for r in records]
-    used = [r.nvml_used_after for r in records]
-    if any(value is not None for value in used):
-        return "NVML used", used, [None] * len(records)
-    return "", [], []
-
-
-def render_history(status: Any, width: int = 560, height: int = 120) -> str:
-    """An inline-SVG bar chart of memory after each of the last cells: the bar is allocated
-    memory after the cell, the outline its peak, red bars leaked on rerun. Each bar's
-    tooltip gives the cell number and figures; the cell numbers are printed below."""
-    head = f'<div class="cgg-history-html" style="{_FONT}">'
-    if status.history is None:
-        note = status.history_note or "not recorded"
-        return f"{head}<b>Per-cell history</b>: {_e(note)}</div>"
-    records = list(status.history)
-    if not records:
-        return f"{head}<b>Per-cell history</b>: {_e(status.history_note or 'no cells yet')}</div>"
-    kind, values, peaks = _history_values(status, records)
-    note = f" ({_e(status.history_note)})" if status.history_note else ""
-    leaks = sum(1 for r in records if r.rerun_leak)
-    leak_text = (
-        f' &middot; <span style="{_WARN}">{leaks} rerun leak{"s" if leaks != 1 else ""}</span>'
-        if leaks
-        else ""
-    )
-    if not kind:
-        leaked = ", ".join(
-            f"[{_e(r.cell)}] +{_e(format_bytes(r.leak_bytes))}" for r in records if r.rerun_leak
-        )
-        return (
-            f"{head}<b>Per-cell history</b>{note}: {len(records)} cells, no GPU memory figures "
-            f"(CUDA is not in use in this kernel){leak_text}"
-            + (f"<br>leaked on rerun: {leaked}" if leaked else "")
-            + "</div>"
-        )
-    top = max([v for v in values if v is not None] + [p for p in peaks if p is not None] + [1])
-    plot_h = height - 30
-    slot = width / max(len(records), 1)
-    bar_w = max(2.0, slot * 0.7)
-    label_every = max(1, len(records) // 15 + (1 if len(records) % 15 else 0))
-    svg = [
-        f'<svg class="cgg-chart" width="{width}" height="{height}" '
-        f'viewBox="0 0 {width} {height}" xmlns="http://www.w3.org/2000/svg" '
-        'style="max-width:100%;font-size:10px">',
-        f'<line x1="0" y1="{plot_h + 0.5}" x2="{width}" y2="{plot_h + 0.5}" stroke="#999"/>',
-        f'<text x="2" y="10" fill="#666">{_e(format_bytes(top))}</text>',
-    ]
-    for index, record in enumerate(records):
-        x = index * slot + (slot - bar_w) / 2
-        value = values[index] or 0
-        peak = peaks[index]
-        bar_h = plot_h * value / top
-        colour = "#d62728" if record.rerun_leak else "#1f77b4"
-        tip = f"cell [{record.cell}]: {kind} {format_bytes(values[index])}"
-        if peak is not None:
-            tip += f", peak {format_bytes(peak)}"
-        if record.reserved_after is not None:
-            tip += f", reserved {format_bytes(record.reserved_after)}"
-        if record.rerun_leak:
-            tip += f", LEAK on rerun: {format_bytes(record.leak_bytes)}"
-        if record.ooms:
-            tip += f", {record.ooms} OOM(s)"
-        group = [f'<g class="cgg-cell"><title>{_e(tip)}</title>']
-        if peak is not None and peak > value:
-            peak_h = plot_h * peak / top
-            group.append(
-                f'<rect x="{x:.1f}" y="{plot_h - peak_h:.1f}" width="{bar_w:.1f}" '
-                f'height="{peak_h:.1f}" fill="none" stroke="#1f77b4" stroke-dasharray="2,1"/>'
-            )
-        group.append(
-            f'<rect x="{x:.1f}" y="{plot_h - bar_h:.1f}" width="{bar_w:.1f}" '
-            f'height="{max(bar_h, 0.5):.1f}" fill="{colour}"/>'
-        )
-        if record.rerun_leak:
-            group.append(
-                f'<text x="{x + bar_w / 2:.1f}" y="{max(plot_h - bar_h - 2, 9):.1f}" '
-                f'text-anchor="middle" fill="#d62728">&#9650;</text>'
-            )
-        if index % label_every == 0 or index == len(records) - 1:
-            group.append(
-                f'<text x="{x + bar_w / 2:.1f}" y="{plot_h + 12}" text-anchor="middle" '
-                f'fill="#666">{_e(record.cell)}</text>'
-            )
-        group.append("</g>")
-        svg.append("".join(group))
-    svg.append(
-        f'<text x="{width - 2}" y="{height - 2}" text-anchor="end" fill="#666">'
-        "cell &#8594; bars: after the cell; dashed: peak; red &#9650;: leaked on rerun</text>"
-    )
-    svg.append("</svg>")
-    last = records[-1]
-    summary = (
-        f"<b>Per-cell history</b>{note}: {kind} after the last {len(records)} cells, "
-        f"last [{_e(last.cell)}] {_e(format_bytes(values[-1]))}{leak_text}"
-    )
-    return f"{head}{summary}<br>{''.join(svg)}</div>"
-
-
-def render_footer(status: Any) -> str:
-    host = status.host
-    if host.note:
-        ram = host.note
-    else:
-        ram = (
-            f"host RAM {format_bytes(host.ram_available)} free of {format_bytes(host.ram_total)}, "
-            f"this kernel {format_bytes(host.process_rss)}"
-        )
+def render_footer(status: GpuStatus) -> str:
+    ram = host_ram(status.host, _FOOTER_RAM)
     when = time.strftime("%H:%M:%S", time.localtime(status.taken_at))
     return (
         f'<div class="cgg-footer-html" style="{_FONT};font-size:11px;{_MUTED}">{_e(ram)} '

@@ -1,0 +1,125 @@
+"""This process's and the host's memory, read cheaply: one reader for each figure.
+
+- `RssReader`: the resident set size from ``/proc/self/statm`` (one ``pread``; Linux only),
+  read by the tracker after every cell;
+- `MallocInUse`: the bytes malloc has in use (glibc ``mallinfo2``), read by the tracker only
+  after a cell whose resident memory grew;
+- `host_ram`: the host's total and available RAM and this process's resident memory, from
+  ``psutil`` (imported on first use), read by `gpu_status`.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import sys
+from typing import Any, NamedTuple, Optional
+
+
+class RssReader:
+    """Resident set size from /proc/self/statm with one pread on a kept-open descriptor."""
+
+    def __init__(self) -> None:
+        self._fd: Optional[int] = None
+        self._pid = os.getpid()
+        self._page = 4096
+        if sys.platform.startswith("linux") and hasattr(os, "pread"):
+            try:
+                self._page = os.sysconf("SC_PAGE_SIZE")
+                self._fd = os.open("/proc/self/statm", os.O_RDONLY)
+            except (OSError, ValueError):
+                self._fd = None
+
+    def read(self) -> Optional[int]:
+        fd = self._fd
+        if fd is None:
+            return None
+        try:
+            if os.getpid() != self._pid:  # forked: /proc/self was resolved at open
+                self.close()
+                self.__init__()
+                fd = self._fd
+                if fd is None:
+                    return None
+            return int(os.pread(fd, 128, 0).split(None, 2)[1]) * self._page
+        except (OSError, ValueError, IndexError):
+            return None
+
+    def close(self) -> None:
+        if self._fd is not None:
+            with contextlib.suppress(OSError):
+                os.close(self._fd)
+            self._fd = None
+
+
+class MallocInUse:
+    """Bytes in use by malloc (glibc ``mallinfo2``: ``uordblks + hblkhd``), or None.
+
+    Exact where RSS is not (a freed block in the middle of the heap stays resident), but it
+    walks the allocator's free lists, so it can take a millisecond on a fragmented heap: the
+    tracker reads it only after a cell whose resident memory grew by more than the noise
+    floor. pymalloc's small objects live in arenas outside malloc and are not counted.
+    """
+
+    def __init__(self) -> None:
+        self._function: Any = None
+        self._tried = False
+
+    def read(self) -> Optional[int]:
+        if not self._tried:
+            self._tried = True
+            self._function = _load_mallinfo2()
+        if self._function is None:
+            return None
+        try:
+            info = self._function()
+            return int(info.uordblks) + int(info.hblkhd)
+        except Exception:
+            return None
+
+
+def _load_mallinfo2():
+    if not sys.platform.startswith("linux"):
+        return None
+    try:
+        import ctypes
+
+        class MallInfo2(ctypes.Structure):
+            _fields_ = [
+                (name, ctypes.c_size_t)
+                for name in (
+                    "arena",
+                    "ordblks",
+                    "smblks",
+                    "hblks",
+                    "hblkhd",
+                    "usmblks",
+                    "fsmblks",
+                    "uordblks",
+                    "fordblks",
+                    "keepcost",
+                )
+            ]
+
+        function = ctypes.CDLL(None).mallinfo2  # glibc >= 2.33
+        function.restype = MallInfo2
+        function.argtypes = []
+        return function
+    except Exception:
+        return None
+
+
+class HostRam(NamedTuple):
+    total: int
+    available: int
+    process_rss: int
+
+
+def host_ram() -> HostRam:
+    """The host's RAM and this process's resident set size, from psutil. Raises when
+    psutil is missing or cannot read them (the caller says why the figures are missing)."""
+    import psutil
+
+    memory = psutil.virtual_memory()
+    rss = psutil.Process().memory_info().rss
+    return HostRam(total=int(memory.total), available=int(memory.available), process_rss=rss)

@@ -1,0 +1,333 @@
+"""Taking one `GpuStatus` snapshot: NVML, torch's allocator, the host, leftovers, history.
+
+Nothing here initialises CUDA, imports torch, IPython or NumPy. Every part may be missing
+("not available" with a reason) without failing the rest.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+import heapq
+import importlib
+import os
+import platform
+import sys
+import time
+import typing
+from collections.abc import Sequence
+from typing import Any, Optional
+
+from .. import host_memory, nvml
+from ..nvml import NvmlSnapshot
+from ..units import USER_VARIABLE
+from .matching import match_device, used_by_this_process
+from .snapshot import (
+    DEFAULT_PROCESS_LIMIT,
+    SCHEMA_VERSION,
+    CellRecord,
+    DeviceMemory,
+    GpuStatus,
+    HostInfo,
+    LeftoverEntry,
+    TorchInfo,
+)
+
+DEFAULT_TOP = 10
+DEFAULT_HISTORY_LIMIT = 20
+
+COLAB_NO_GPU = (
+    "this Colab runtime has no GPU: Runtime > Change runtime type > a GPU accelerator "
+    "(then rerun your cells)"
+)
+
+
+def gpu_status(
+    leftovers: bool = True,
+    *,
+    history: bool = False,
+    processes: bool = True,
+    namespace: Optional[dict[str, Any]] = None,
+    top: int = DEFAULT_TOP,
+    history_limit: int = DEFAULT_HISTORY_LIMIT,
+    process_limit: Optional[int] = DEFAULT_PROCESS_LIMIT,
+    probe: bool = False,
+) -> GpuStatus:
+    """Take one `GpuStatus` snapshot. Never raises for a missing GPU, driver or module.
+
+    leftovers: list the `top` biggest arrays still held (``find_leftovers``), looked up in
+        `namespace` (default: the running IPython user namespace).
+    history: add the last `history_limit` cells' memory history (``memory_history``).
+    processes: list the processes on each GPU (needed for "this kernel" NVML figures).
+    process_limit: how many processes per GPU the text and HTML views list (None: all).
+    probe: synchronise every device (bounded) to find a broken CUDA context.
+    """
+    started = time.perf_counter()
+    taken_at = time.time()
+    notes: list[str] = []
+    nvml_view = nvml.snapshot(processes=processes)
+    host = _host()
+    torch_info, torch = _torch(probe)
+    memory = _memory(torch, torch_info, nvml_view, notes)
+    found: dict[str, Any] = {}
+    if leftovers:
+        found = _leftovers(namespace, top)
+    else:
+        found["leftovers_note"] = "not collected"
+    cells: dict[str, Any] = {}
+    if history:
+        cells = _history(history_limit)
+    notes.extend(_notes(host, torch_info, nvml_view, memory))
+    return GpuStatus(
+        schema_version=SCHEMA_VERSION,
+        taken_at=taken_at,
+        duration_ms=(time.perf_counter() - started) * 1000.0,
+        host=host,
+        torch=torch_info,
+        nvml=nvml_view,
+        memory=memory,
+        notes=tuple(dict.fromkeys(notes)),
+        process_limit=process_limit,
+        **found,
+        **cells,
+    )
+
+
+def detect_runtime() -> str:
+    if "google.colab" in sys.modules or any(
+        key in os.environ for key in ("COLAB_RELEASE_TAG", "COLAB_GPU", "COLAB_BACKEND_VERSION")
+    ):
+        return "Colab"
+    if "KAGGLE_KERNEL_RUN_TYPE" in os.environ or "KAGGLE_URL_BASE" in os.environ:
+        return "Kaggle"
+    return "local"
+
+
+def _host() -> HostInfo:
+    base = {
+        "runtime": detect_runtime(),
+        "python": platform.python_version(),
+        "platform": sys.platform,
+        "pid": os.getpid(),
+    }
+    try:
+        ram = host_memory.host_ram()
+    except Exception as error:  # psutil missing or unable to read /proc
+        return HostInfo(**base, note=f"host memory not available: {type(error).__name__}")
+    return HostInfo(
+        **base, ram_total=ram.total, ram_available=ram.available, process_rss=ram.process_rss
+    )
+
+
+def _torch(probe: bool) -> tuple[TorchInfo, Any]:
+    from .. import cuda_health
+    from ..frameworks import torch as torch_support
+
+    health = cuda_health.health(probe=probe)
+    torch = torch_support.loaded()
+    if torch is None:
+        return TorchInfo(health=health.state, health_detail=health.detail), None
+    initialized = torch_support.cuda_initialized(torch)
+    return (
+        TorchInfo(
+            version=torch_support.version(),
+            cuda_runtime=torch_support.cuda_version(torch),
+            cuda_initialized=initialized,
+            device_count=torch_support.cuda_device_count(torch) if initialized else None,
+            health=health.state,
+            health_detail=health.detail,
+        ),
+        torch,
+    )
+
+
+def _memory(
+    torch: Any, torch_info: TorchInfo, view: NvmlSnapshot, notes: list[str]
+) -> tuple[DeviceMemory, ...]:
+    from ..frameworks import torch as torch_support
+
+    if torch is None or not torch_info.cuda_initialized:
+        return ()
+    try:
+        stats = torch_support.allocator_stats(torch)
+    except Exception as error:
+        notes.append(f"allocator figures not available: {type(error).__name__}: {error}")
+        return ()
+    broken = torch_info.health == "broken"
+    result = []
+    for stat in stats:
+        target, mig_slot, nvml_index, matched_by = match_device(
+            torch, stat.device, view, len(stats), broken
+        )
+        used = None
+        uuid = None
+        if target is not None:
+            uuid = target.uuid
+            parent = view.devices[nvml_index] if nvml_index is not None else None
+            used = used_by_this_process(parent, target)
+        result.append(
+            DeviceMemory(
+                device=stat.device,
+                allocated=stat.allocated,
+                reserved=stat.reserved,
+                peak_allocated=stat.peak_allocated,
+                num_ooms=stat.num_ooms,
+                nvml_index=nvml_index,
+                mig_index=mig_slot,
+                uuid=uuid,
+                matched_by=matched_by,
+                nvml_used_by_this_process=used,
+                context_and_other=None if used is None else used - stat.reserved,
+            )
+        )
+    return tuple(result)
+
+
+def _leftovers(namespace: Optional[dict[str, Any]], top: int) -> dict[str, Any]:
+    try:
+        from ..leftovers import find_leftovers
+    except ImportError as error:
+        return {"leftovers_note": f"not available (colab_gpu_guard.leftovers: {error})"}
+    try:
+        found = find_leftovers(namespace=namespace)
+    except Exception as error:
+        return {"leftovers_note": f"could not be listed: {type(error).__name__}: {error}"}
+    # Only the top ones become entries: a notebook may hold 10^5 arrays, and the panel
+    # takes a snapshot after every cell. A LeftoverList is one entry per block of memory,
+    # biggest first, with its totals, and makes an entry only when it is read; anything
+    # else is deduplicated and sorted here.
+    total = getattr(found, "total_bytes", None)
+    freeable = getattr(found, "freeable_bytes", None)
+    if isinstance(total, int) and isinstance(freeable, int) and isinstance(found, Sequence):
+        biggest = list(found[: max(0, top)])
+    else:
+        found = list(found)
+        sizes: dict[Any, int] = {}
+        freeable = 0
+        for item in found:  # a block reached under two entries counts once
+            storage = getattr(item, "storage_id", None)
+            key = (getattr(item, "device", None), storage) if isinstance(storage, int) else id(item)
+            if key not in sizes:
+                sizes[key] = _nbytes(item)
+                if getattr(item, "holder", None) != USER_VARIABLE:
+                    freeable += sizes[key]
+        total = sum(sizes.values())
+        biggest = heapq.nlargest(max(0, top), found, key=_nbytes)
+    return {
+        "leftovers": tuple(_leftover_entry(item) for item in biggest),
+        "leftovers_count": len(found),
+        "leftovers_bytes": total,
+        "leftovers_freeable_bytes": freeable,
+    }
+
+
+def _nbytes(item: Any) -> int:
+    return int(getattr(item, "nbytes", 0) or 0)
+
+
+def _leftover_entry(item: Any) -> LeftoverEntry:
+    shape = getattr(item, "shape", None)
+    try:
+        shape = tuple(int(n) for n in shape) if shape is not None else None
+    except (TypeError, ValueError):
+        shape = None
+    storage = getattr(item, "storage_id", None)
+    shared = getattr(item, "shared_with", ()) or ()
+    return LeftoverEntry(
+        name=str(getattr(item, "name", item)),
+        holder=_optional_text(getattr(item, "holder", None)),
+        shape=shape,
+        dtype=_optional_text(getattr(item, "dtype", None)),
+        device=_optional_text(getattr(item, "device", None)),
+        nbytes=int(getattr(item, "nbytes", 0) or 0),
+        storage_id=int(storage) if isinstance(storage, int) else None,
+        shared_with=tuple(str(name) for name in shared),
+        framework=_optional_text(getattr(item, "framework", None)) or None,
+    )
+
+
+def _history(limit: int) -> dict[str, Any]:
+    try:
+        tracker = importlib.import_module("..tracker", __package__)
+    except ImportError as error:
+        return {"history_note": f"not available (colab_gpu_guard.tracker: {error})"}
+    try:
+        tail = getattr(tracker, "history_tail", None)
+        if tail is not None:  # only the shown cells become records
+            cells, total = tail(max(0, limit))
+        else:
+            cells = list(tracker.memory_history())
+            total = len(cells)
+    except Exception as error:
+        return {"history_note": f"could not be read: {type(error).__name__}: {error}"}
+    records = tuple(_cell_record(cell) for cell in cells[-max(0, limit) :] if limit > 0)
+    note = None if records else "no cells recorded yet"
+    if total > len(records):
+        note = f"last {len(records)} of {total} cells"
+    return {"history": records, "history_note": note}
+
+
+@functools.cache
+def _cell_fields() -> tuple[tuple[str, Any], ...]:
+    """(name, kind) of each CellRecord field, kind from ``Optional[kind]``."""
+    hints = typing.get_type_hints(CellRecord)
+    return tuple(
+        (f.name, typing.get_args(hints[f.name])[0] if f.name != "cell" else None)
+        for f in dataclasses.fields(CellRecord)
+    )
+
+
+def _cell_record(cell: Any) -> CellRecord:
+    values: dict[str, Any] = {}
+    for name, kind in _cell_fields():
+        value = getattr(cell, name, None)
+        if name == "cell":
+            if value is None or isinstance(value, (int, str)):
+                values["cell"] = value
+            else:
+                values["cell"] = str(value)
+        elif value is not None:
+            try:
+                values[name] = kind(value)
+            except (TypeError, ValueError):
+                values[name] = None
+    return CellRecord(**values)
+
+
+def _notes(
+    host: HostInfo, torch_info: TorchInfo, view: NvmlSnapshot, memory: tuple[DeviceMemory, ...]
+) -> list[str]:
+    from .. import cuda_health
+
+    notes = []
+    if not view.available or not view.devices:
+        if host.runtime == "Colab":
+            notes.append(COLAB_NO_GPU)
+        elif view.available and view.reason("devices") is None:
+            notes.append("NVML works but lists no GPU")
+    if torch_info.health == "broken":
+        notes.append(cuda_health.RESTART_ADVICE)
+    if torch_info.version is not None and torch_info.cuda_runtime is None:
+        notes.append(f"torch {torch_info.version} is a CPU-only build: it cannot use a GPU")
+    elif torch_info.cuda_runtime is not None and not torch_info.cuda_initialized:
+        notes.append("CUDA is not initialised in this kernel yet: no allocator figures")
+    for item in memory:
+        if item.matched_by == "none" and view.available and view.devices:
+            notes.append(f"cuda:{item.device} could not be matched to an NVML GPU")
+    unmatched = [
+        m.device
+        for m in memory
+        if m.matched_by != "none" and m.reserved > 0 and m.nvml_used_by_this_process is None
+    ]
+    if unmatched and view.processes_queried:
+        mine = any(p.this_process for device in view.devices for p in device.processes or ())
+        if not mine:
+            notes.append(
+                f"NVML lists no process with this kernel's PID {host.pid}: inside a container "
+                "NVML reports host PIDs, so per-process figures cannot be matched"
+            )
+    return notes
+
+
+def _optional_text(value: Any) -> Optional[str]:
+    return None if value is None else str(value)

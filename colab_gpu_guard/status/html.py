@@ -1,0 +1,137 @@
+"""The HTML view of a `GpuStatus` (``_repr_html_``), and the one HTML escaper of every
+status view and panel fragment."""
+
+from __future__ import annotations
+
+import html
+from typing import TYPE_CHECKING, Any
+
+from ..nvml import NvmlDevice
+from ..units import format_bytes
+from .text import (
+    cell_line,
+    device_title,
+    host_ram,
+    kernel_line,
+    leftovers_heading,
+    load_line,
+    memory_line,
+    mig_line,
+    mode_line,
+    process_label,
+    reasons,
+    shown_processes,
+    version_lines,
+    when,
+)
+
+if TYPE_CHECKING:
+    from .snapshot import GpuStatus
+
+_STYLE = (
+    "<style>.cgg-status{font-family:var(--jp-ui-font-family,sans-serif);font-size:13px}"
+    ".cgg-status table{border-collapse:collapse;margin:2px 0 8px 0}"
+    ".cgg-status td,.cgg-status th{padding:1px 8px;text-align:left;vertical-align:top}"
+    ".cgg-status th{font-weight:600}.cgg-status .cgg-na{opacity:.6}"
+    ".cgg-status .cgg-me{font-weight:600}.cgg-status .cgg-warn{color:#b00020}</style>"
+)
+
+
+def escape(value: Any) -> str:
+    """Escape text for HTML (element content and quoted attributes)."""
+    return html.escape(str(value), quote=True)
+
+
+_e = escape
+
+
+def _row(label: str, value: str) -> str:
+    return f"<tr><th>{_e(label)}</th><td>{_e(value)}</td></tr>"
+
+
+def render_html(status: GpuStatus) -> str:
+    parts = [_STYLE, '<div class="cgg-status">']
+    parts.append(
+        f"<div><b>GPU status</b> | {_e(status.host.runtime)} | {_e(when(status))} | "
+        f"{status.duration_ms:.1f} ms</div>"
+    )
+    parts.append("<table>")
+    parts += [f"<tr><td>{_e(line)}</td></tr>" for line in version_lines(status)]
+    parts.append("</table>")
+    view = status.nvml
+    if view.available and not view.devices and view.reason("devices") is None:
+        parts.append("<div>no GPU visible to NVML</div>")
+    if view.unavailable:
+        parts.append(f'<div class="cgg-na">not available: {_e(reasons(view))}</div>')
+    for device in view.devices:
+        parts.append(f"<div><b>{_e(device_title(status, device))}</b></div><table>")
+        parts.append(_row("memory", memory_line(device)))
+        parts.append(_row("load", load_line(device)))
+        parts.append(_row("modes", mode_line(device)))
+        parts += [_row("MIG", mig_line(instance)) for instance in device.mig_instances]
+        parts += [_row("this kernel", kernel_line(m)) for m in status.memory_for(device.index)]
+        parts.append("</table>")
+        parts.append(_process_html(status, device))
+        if device.unavailable:
+            parts.append(f'<div class="cgg-na">not available: {_e(reasons(device))}</div>')
+    unmatched = [m for m in status.memory if m.nvml_index is None]
+    if unmatched:
+        parts.append("<table>")
+        parts += [_row("this kernel", kernel_line(m)) for m in unmatched]
+        parts.append("</table>")
+    parts.append(f"<table>{_row('host RAM', host_ram(status.host))}</table>")
+    if status.leftovers is not None:
+        parts.append(f"<div><b>{_e(leftovers_heading(status))}</b></div>")
+        if status.leftovers:
+            parts.append(
+                "<table><tr><th>name</th><th>size</th><th>device</th><th>dtype</th>"
+                "<th>shape</th><th>held by</th><th>shares memory with</th></tr>"
+            )
+            for entry in status.leftovers:
+                shape = "" if entry.shape is None else str(tuple(entry.shape))
+                parts.append(
+                    f"<tr><td><code>{_e(entry.name)}</code></td>"
+                    f"<td>{_e(format_bytes(entry.nbytes))}</td><td>{_e(entry.device or '')}</td>"
+                    f"<td>{_e(entry.dtype or '')}</td><td>{_e(shape)}</td>"
+                    f"<td>{_e(entry.holder or '')}</td>"
+                    f"<td>{_e(', '.join(entry.shared_with))}</td></tr>"
+                )
+            parts.append("</table>")
+    elif status.leftovers_note and status.leftovers_note != "not collected":
+        parts.append(f'<div class="cgg-na">leftovers: {_e(status.leftovers_note)}</div>')
+    if status.history is not None or status.history_note:
+        heading = "history" + (f" ({status.history_note})" if status.history_note else "")
+        parts.append(f"<div><b>{_e(heading)}</b></div><table>")
+        parts += [f"<tr><td>{_e(cell_line(r))}</td></tr>" for r in status.history or ()]
+        parts.append("</table>")
+    if status.notes:
+        parts.append("<ul>")
+        parts += [f'<li class="cgg-warn">{_e(note)}</li>' for note in status.notes]
+        parts.append("</ul>")
+    parts.append("</div>")
+    return "".join(parts)
+
+
+def _process_html(status: GpuStatus, device: NvmlDevice) -> str:
+    if device.processes is None:
+        if not status.nvml.processes_queried:
+            return ""
+        why = device.reason("processes") or "not listed"
+        return f'<div class="cgg-na">processes: n/a ({_e(why)})</div>'
+    if not device.processes:
+        return "<div>processes: none</div>"
+    shown, hidden = shown_processes(status, device)
+    rows = ["<table><tr><th>PID</th><th>memory</th><th>name</th></tr>"]
+    for process in shown:
+        css = ' class="cgg-me"' if process.this_process else ""
+        rows.append(
+            f"<tr{css}><td>{process.pid}</td><td>{_e(format_bytes(process.used_memory))}</td>"
+            f"<td>{_e(process_label(process))}</td></tr>"
+        )
+    if hidden:
+        rows.append(
+            f'<tr><td colspan="3">... and {hidden} more (%gpu_status --processes lists all)'
+            "</td></tr>"
+        )
+    rows.append("</table>")
+    return "".join(rows)

@@ -1,0 +1,181 @@
+"""The `GpuStatus` snapshot: its records, JSON (``to_dict`` / ``from_dict``) and schema.
+
+Every view renders from one snapshot without querying again: `text.render_text`,
+`html.render_html`, and the panel's fragments (`panel_html`, `chart`). Taking one is
+`collect.gpu_status`.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from typing import Any, Optional, Union
+
+from ..nvml import NvmlSnapshot
+from ..serialize import from_data, to_data
+from ..serialize import json_schema as _json_schema
+from .html import render_html
+from .text import render_text
+
+SCHEMA_VERSION = 1
+DEFAULT_PROCESS_LIMIT = 5
+
+
+# ---------------------------------------------------------------- records
+
+
+@dataclass(frozen=True)
+class HostInfo:
+    runtime: str  # "Colab", "Kaggle" or "local"
+    python: str
+    platform: str
+    pid: int
+    ram_total: Optional[int] = None
+    ram_available: Optional[int] = None
+    process_rss: Optional[int] = None
+    note: Optional[str] = None  # why the RAM figures are missing
+
+
+@dataclass(frozen=True)
+class TorchInfo:
+    version: Optional[str] = None  # None: torch is not imported in this process
+    cuda_runtime: Optional[str] = None  # the CUDA torch was built with; None: CPU build
+    cuda_initialized: bool = False
+    device_count: Optional[int] = None  # known once CUDA is initialised
+    health: str = "no torch"  # cuda_health state: ok, not initialised, no torch, broken
+    health_detail: str = ""
+
+
+@dataclass(frozen=True)
+class DeviceMemory:
+    """One CUDA device of this kernel: the caching allocator beside NVML.
+
+    context_and_other = NVML's figure for this process - allocator reserved: the CUDA
+    context, library workspaces and any other allocator in the process.
+    """
+
+    device: int  # torch's index: cuda:N
+    allocated: int
+    reserved: int
+    peak_allocated: int
+    num_ooms: int
+    nvml_index: Optional[int] = None  # NVML's index of the GPU (CUDA_VISIBLE_DEVICES remaps)
+    mig_index: Optional[int] = None  # the MIG slot, when cuda:N is a MIG device
+    uuid: Optional[str] = None
+    matched_by: str = "none"  # "uuid", "pci bus id", "index (assumed)" or "none"
+    nvml_used_by_this_process: Optional[int] = None
+    context_and_other: Optional[int] = None
+
+
+@dataclass(frozen=True)
+class LeftoverEntry:
+    name: str
+    holder: Optional[str] = None
+    shape: Optional[tuple[int, ...]] = None
+    dtype: Optional[str] = None
+    device: Optional[str] = None
+    nbytes: int = 0
+    storage_id: Optional[int] = None
+    shared_with: tuple[str, ...] = ()
+    framework: Optional[str] = None
+
+
+@dataclass(frozen=True)
+class CellRecord:
+    cell: Optional[Union[int, str]]  # the execution count (None: run without history)
+    allocated_before: Optional[int] = None
+    allocated_after: Optional[int] = None
+    peak: Optional[int] = None
+    reserved_after: Optional[int] = None
+    ooms: Optional[int] = None
+    nvml_used_after: Optional[int] = None
+    rerun_leak: Optional[bool] = None
+    leak_bytes: Optional[int] = None
+    duration_s: Optional[float] = None
+    rerun_of: Optional[int] = None
+    rss_after: Optional[int] = None
+
+
+@dataclass(frozen=True)
+class GpuStatus:
+    """One snapshot; every view (text, HTML, JSON, the panel) renders from it."""
+
+    schema_version: int
+    taken_at: float  # Unix seconds
+    duration_ms: float  # how long taking the snapshot took
+    host: HostInfo
+    torch: TorchInfo
+    nvml: NvmlSnapshot
+    memory: tuple[DeviceMemory, ...] = ()
+    leftovers: Optional[tuple[LeftoverEntry, ...]] = None  # None: not collected
+    leftovers_count: int = 0  # all found, before the top-N cut
+    leftovers_bytes: int = 0  # all found, each storage counted once
+    # of those, what no user variable holds (output history, tracebacks): what
+    # gpu_reset() without --all releases; None: not computed (older documents)
+    leftovers_freeable_bytes: Optional[int] = None
+    leftovers_note: Optional[str] = None
+    history: Optional[tuple[CellRecord, ...]] = None
+    history_note: Optional[str] = None
+    notes: tuple[str, ...] = ()
+    process_limit: Optional[int] = DEFAULT_PROCESS_LIMIT  # processes listed per GPU; None: all
+
+    # ------------------------------------------------------------ questions
+
+    @property
+    def gpu_count(self) -> int:
+        return len(self.nvml.devices)
+
+    @property
+    def has_gpu(self) -> bool:
+        return self.nvml.available and bool(self.nvml.devices)
+
+    def memory_for(self, nvml_index: int) -> tuple[DeviceMemory, ...]:
+        """This kernel's CUDA devices that live on NVML GPU `nvml_index`."""
+        return tuple(m for m in self.memory if m.nvml_index == nvml_index)
+
+    # ------------------------------------------------------------ JSON
+
+    def to_dict(self) -> dict[str, Any]:
+        return to_data(self)
+
+    def to_json(self, indent: Optional[int] = 2) -> str:
+        return json.dumps(self.to_dict(), indent=indent)
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> GpuStatus:
+        version = data.get("schema_version") if isinstance(data, dict) else None
+        if version != SCHEMA_VERSION:
+            raise ValueError(
+                f"GpuStatus schema_version {version!r} is not supported "
+                f"(this version reads {SCHEMA_VERSION})"
+            )
+        return from_data(cls, data)
+
+    @classmethod
+    def from_json(cls, text: str) -> GpuStatus:
+        return cls.from_dict(json.loads(text))
+
+    # ------------------------------------------------------------ views
+
+    def __str__(self) -> str:
+        return self.to_text()
+
+    def _repr_pretty_(self, printer: Any, cycle: bool) -> None:
+        printer.text("GpuStatus(...)" if cycle else self.to_text())
+
+    def _repr_html_(self) -> str:
+        return self.to_html()
+
+    def to_text(self) -> str:
+        return render_text(self)
+
+    def to_html(self) -> str:
+        return render_html(self)
+
+
+# ---------------------------------------------------------------- JSON schema
+
+
+def json_schema() -> dict[str, Any]:
+    """The JSON Schema (draft 2020-12) of `GpuStatus.to_dict()`, built from the records."""
+    return _json_schema(GpuStatus, "colab_gpu_guard GpuStatus")

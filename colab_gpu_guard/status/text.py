@@ -1,0 +1,270 @@
+"""The text view of a `GpuStatus` (``str(status)``, ``%gpu_status``, the CLI) and the
+line helpers the HTML view shares with it."""
+
+from __future__ import annotations
+
+import time
+from typing import TYPE_CHECKING, Any, Optional
+
+from ..nvml import MigInstance, NvmlDevice, NvmlProcess
+from ..units import NA, format_bytes
+
+if TYPE_CHECKING:
+    from .snapshot import CellRecord, DeviceMemory, GpuStatus, HostInfo, LeftoverEntry
+
+
+def render_text(status: GpuStatus) -> str:
+    lines = [f"GPU status | {status.host.runtime} | {when(status)} | {status.duration_ms:.1f} ms"]
+    lines += [f"  {line}" for line in version_lines(status)]
+    view = status.nvml
+    if view.available and not view.devices and view.reason("devices") is None:
+        lines.append("  no GPU visible to NVML")
+    if view.unavailable:
+        lines.append(f"  not available: {reasons(view)}")
+    for device in view.devices:
+        lines.append(device_title(status, device))
+        lines.append(f"  memory       {memory_line(device)}")
+        lines.append(f"  load         {load_line(device)}")
+        lines.append(f"  modes        {mode_line(device)}")
+        for instance in device.mig_instances:
+            lines.append(f"  {mig_line(instance)}")
+        for item in status.memory_for(device.index):
+            lines.append(f"  this kernel  {kernel_line(item)}")
+        lines.extend(_process_text(status, device))
+        if device.unavailable:
+            lines.append(f"  not available: {reasons(device)}")
+    for item in status.memory:
+        if item.nvml_index is None:
+            lines.append(f"this kernel  {kernel_line(item)}")
+    lines.append(f"host RAM     {host_ram(status.host)}")
+    if status.leftovers is not None:
+        lines.append(leftovers_heading(status))
+        lines += [f"  {_leftover_line(entry)}" for entry in status.leftovers]
+    elif status.leftovers_note and status.leftovers_note != "not collected":
+        lines.append(f"leftovers    {status.leftovers_note}")
+    if status.history is not None or status.history_note:
+        lines.append("history" + (f" ({status.history_note})" if status.history_note else ""))
+        lines += [f"  {cell_line(record)}" for record in status.history or ()]
+    if status.notes:
+        lines.append("notes")
+        lines += [f"  - {note}" for note in status.notes]
+    return "\n".join(lines)
+
+
+def _process_text(status: GpuStatus, device: NvmlDevice) -> list[str]:
+    if device.processes is None:
+        if status.nvml.processes_queried:
+            return [f"  processes    {NA} ({device.reason('processes') or 'not listed'})"]
+        return []
+    if not device.processes:
+        return ["  processes    none"]
+    total = sum(p.used_memory or 0 for p in device.processes)
+    lines = [f"  processes    {len(device.processes)}, {format_bytes(total)} in all"]
+    shown, hidden = shown_processes(status, device)
+    lines.append(f"  {'':1} {'PID':>9}  {'memory':>10}  name")
+    for process in shown:
+        mark = "*" if process.this_process else " "
+        lines.append(
+            f"  {mark} {process.pid:>9}  {format_bytes(process.used_memory):>10}  "
+            f"{process_label(process)}"
+        )
+    if hidden:
+        lines.append(f"    ... and {hidden} more (%gpu_status --processes lists all)")
+    return lines
+
+
+# ---------------------------------------------------------------- lines (the HTML view shares them)
+
+
+def _value(value: Any, unit: str = "") -> str:
+    if value is None:
+        return NA
+    if isinstance(value, float):
+        return f"{value:.1f}{unit}"
+    return f"{value}{unit}"
+
+
+def _on_off(value: Optional[bool]) -> str:
+    return NA if value is None else ("on" if value else "off")
+
+
+def when(status: GpuStatus) -> str:
+    return time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(status.taken_at))
+
+
+def version_lines(status: GpuStatus) -> list[str]:
+    view, torch = status.nvml, status.torch
+    lines = []
+    if view.available:
+        lines.append(
+            f"driver {view.driver_version or NA} | CUDA driver {view.cuda_driver_version or NA}"
+            f" | NVML {view.nvml_version or NA}"
+        )
+    else:
+        lines.append(f"NVML not available: {view.error}")
+    context = torch.health + (f" ({torch.health_detail})" if torch.health_detail else "")
+    if torch.version is None:
+        lines.append(f"torch not imported | CUDA context: {context}")
+    else:
+        runtime = f"CUDA runtime {torch.cuda_runtime}" if torch.cuda_runtime else "CPU-only build"
+        lines.append(f"torch {torch.version} | {runtime} | CUDA context: {context}")
+    return lines
+
+
+def device_title(status: GpuStatus, device: NvmlDevice) -> str:
+    cuda = ", ".join(f"cuda:{m.device}" for m in status.memory_for(device.index))
+    parts = [f"GPU {device.index}", device.name or NA]
+    if cuda:
+        parts.append(cuda)
+    parts.append(device.uuid or "UUID n/a")
+    parts.append(f"PCI {device.pci_bus_id or NA}")
+    if device.compute_capability:
+        parts.append(f"compute capability {device.compute_capability}")
+    if device.lost:
+        parts.append("GPU IS LOST")
+    return " | ".join(parts)
+
+
+def memory_line(device: NvmlDevice) -> str:
+    line = f"{format_bytes(device.memory_used)} used"
+    if device.memory_reserved is not None:
+        line += f" + {format_bytes(device.memory_reserved)} reserved by the driver"
+    return (
+        f"{line} / {format_bytes(device.memory_total)} total | "
+        f"{format_bytes(device.memory_free)} free"
+    )
+
+
+def load_line(device: NvmlDevice) -> str:
+    return (
+        f"GPU {_value(device.utilization_gpu, '%')} | memory bus "
+        f"{_value(device.utilization_memory, '%')} | {_value(device.temperature_c, ' C')} | "
+        f"power {_value(device.power_draw_w, ' W')} / {_value(device.power_limit_w, ' W')}"
+    )
+
+
+def mode_line(device: NvmlDevice) -> str:
+    mig = _on_off(device.mig_enabled)
+    if device.mig_pending is not None and device.mig_pending != device.mig_enabled:
+        mig += f" (pending {_on_off(device.mig_pending)} after a GPU reset)"
+    ecc = _on_off(device.ecc_enabled)
+    if device.ecc_errors_uncorrected is not None:
+        ecc += f", {device.ecc_errors_uncorrected} uncorrected volatile errors"
+    return f"compute mode {device.compute_mode or NA} | MIG {mig} | ECC {ecc}"
+
+
+def mig_line(instance: MigInstance) -> str:
+    return (
+        f"MIG {instance.index}: {instance.name or NA} | {instance.uuid or NA} | GI "
+        f"{_value(instance.gpu_instance_id)} CI {_value(instance.compute_instance_id)} | "
+        f"{format_bytes(instance.memory_used)} / {format_bytes(instance.memory_total)}"
+    )
+
+
+def kernel_line(item: DeviceMemory) -> str:
+    line = (
+        f"cuda:{item.device}: allocated {format_bytes(item.allocated)} | reserved "
+        f"{format_bytes(item.reserved)} | peak {format_bytes(item.peak_allocated)}"
+    )
+    if item.num_ooms:
+        line += f" | {item.num_ooms} OOM(s)"
+    if item.nvml_used_by_this_process is not None:
+        line += (
+            f" | NVML {format_bytes(item.nvml_used_by_this_process)} -> CUDA context + "
+            f"other libraries {format_bytes(item.context_and_other)}"
+        )
+    else:
+        line += " | NVML figure for this kernel n/a"
+    return line
+
+
+def shown_processes(status: GpuStatus, device: NvmlDevice) -> tuple[list[NvmlProcess], int]:
+    processes = list(device.processes or ())
+    limit = status.process_limit
+    if limit is None or len(processes) <= limit:
+        return processes, 0
+    shown = processes[:limit]
+    mine = [p for p in processes[limit:] if p.this_process]
+    shown.extend(mine)  # this kernel is always listed
+    return shown, len(processes) - len(shown)
+
+
+def process_label(process: NvmlProcess) -> str:
+    label = process.name or "(name n/a)"
+    extra = []
+    if process.kinds != ("compute",):
+        extra.append("+".join(process.kinds))
+    if process.gpu_instance_id is not None:
+        extra.append(f"MIG GI {process.gpu_instance_id} CI {process.compute_instance_id}")
+    if extra:
+        label += f" [{', '.join(extra)}]"
+    if process.this_process:
+        label += "  <- this kernel"
+    return label
+
+
+def reasons(record: Any) -> str:
+    return ", ".join(f"{name} ({why})" for name, why in record.unavailable)
+
+
+def _leftover_line(entry: LeftoverEntry) -> str:
+    parts = [entry.name, format_bytes(entry.nbytes)]
+    if entry.device:
+        parts.append(entry.device)
+    if entry.dtype:
+        parts.append(entry.dtype)
+    if entry.shape is not None:
+        parts.append(str(tuple(entry.shape)))
+    if entry.holder:
+        parts.append(f"held by {entry.holder}")
+    if entry.shared_with:
+        parts.append("shares memory with " + ", ".join(entry.shared_with))
+    return " | ".join(parts)
+
+
+def cell_line(record: CellRecord) -> str:
+    change = None
+    if record.allocated_before is not None and record.allocated_after is not None:
+        change = record.allocated_after - record.allocated_before
+    cell = "-" if record.cell is None else record.cell
+    line = (
+        f"[{cell}] allocated {format_bytes(record.allocated_after)} "
+        f"({'+' if (change or 0) >= 0 else ''}{format_bytes(change)}) | peak "
+        f"{format_bytes(record.peak)} | reserved {format_bytes(record.reserved_after)}"
+    )
+    if record.nvml_used_after is not None:
+        line += f" | NVML {format_bytes(record.nvml_used_after)}"
+    if record.duration_s is not None:
+        line += f" | {record.duration_s:.2f} s"
+    if record.ooms:
+        line += f" | {record.ooms} OOM(s)"
+    if record.rerun_of is not None:
+        line += f" | rerun of [{record.rerun_of}]"
+    if record.rerun_leak:
+        line += f" | LEAK on rerun: {format_bytes(record.leak_bytes)}"
+    return line
+
+
+def leftovers_heading(status: GpuStatus) -> str:
+    shown = len(status.leftovers or ())
+    return (
+        f"leftovers ({shown} of {status.leftovers_count}, "
+        f"{format_bytes(status.leftovers_bytes)} in all)"
+    )
+
+
+# The host RAM figures as `gpu_status` words them; the panel words them its own way.
+STATUS_RAM = "{total} total | {available} available | this kernel {rss} (PID {pid})"
+
+
+def host_ram(host: HostInfo, template: str = STATUS_RAM) -> str:
+    """The host RAM line of every view: the note saying why the figures are missing, else
+    `template` filled with the sizes (``{total}``, ``{available}``, ``{rss}``) and ``{pid}``."""
+    if host.note:
+        return host.note
+    return template.format(
+        total=format_bytes(host.ram_total),
+        available=format_bytes(host.ram_available),
+        rss=format_bytes(host.process_rss),
+        pid=host.pid,
+    )
