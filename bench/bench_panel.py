@@ -55,10 +55,9 @@ def main(argv: list[str] | None = None) -> int:
 
     from colab_gpu_guard import nvml
     from colab_gpu_guard.ipython import panel as panel_module
-    from colab_gpu_guard.ipython.panel.refresh import SCAN_SHARE
-    from colab_gpu_guard.ipython.panel.refresh import HISTORY_CELLS
-    from colab_gpu_guard.status.panel_html import TOP_LEFTOVERS
+    from colab_gpu_guard.ipython.panel.refresh import HISTORY_CELLS, SCAN_SHARE
     from colab_gpu_guard.status import gpu_status
+    from colab_gpu_guard.status.panel_html import TOP_LEFTOVERS
 
     if not args.real_nvml:
         from tests import fake_pynvml
