@@ -38,7 +38,7 @@ import time
 from dataclasses import asdict, dataclass
 from typing import Any, Optional
 
-from . import cuda_health, notebook_refs, nvml
+from . import cuda_health
 from .frameworks import torch as torch_support
 from .host_memory import MallocInUse as _MallocInUse
 from .host_memory import RssReader as _RssReader
@@ -102,6 +102,8 @@ class _NvmlSampler:
 
     def request(self, seq: int) -> None:
         if self._thread is None:
+            from . import nvml  # once: %load_ext does not pay for NVML
+
             if nvml.known_unavailable():
                 # A thread woken after every cell only to find no NVML would take the GIL
                 # from the cells it is meant to stay out of the way of.
@@ -114,6 +116,8 @@ class _NvmlSampler:
         self._queue.put(seq)
 
     def _run(self) -> None:
+        from . import nvml
+
         while True:
             seq = self._queue.get()
             if seq is None:
@@ -361,7 +365,9 @@ def deactivate(shell: Any, tracker: MemoryTracker) -> None:
 def active_tracker(shell: Any = None) -> Optional[MemoryTracker]:
     """The tracker of `shell` (default: the running IPython shell), else the latest one."""
     if shell is None:
-        shell = notebook_refs.running_shell()
+        from .notebook_refs import running_shell
+
+        shell = running_shell()
     if shell is not None and id(shell) in _trackers:
         return _trackers[id(shell)]
     return _latest[0] if _latest else None
