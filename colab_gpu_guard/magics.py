@@ -284,9 +284,9 @@ class AdvisorMagics(GuardMagics):
         self.advisor: Any = None
 
     def on_load(self) -> None:
-        from . import advisor
+        from .ipython.shell_advisor import ShellAdvisor
 
-        self.advisor = advisor.ShellAdvisor(self.shell)
+        self.advisor = ShellAdvisor(self.shell)
         self.advisor.install()
         self.registration.add_cleanup(self.advisor.uninstall)
 

@@ -12,6 +12,7 @@ from IPython.core.error import UsageError
 from IPython.utils.capture import capture_output
 
 from colab_gpu_guard import advisor, cuda_health, magics
+from colab_gpu_guard.ipython import shell_advisor as hook
 from tests.conftest import global_shell
 
 OOM_MESSAGE = (
@@ -78,7 +79,7 @@ def xmode(request, ip):
     ip.run_line_magic("xmode", "Context")
 
 
-def shell_advisor(shell) -> advisor.ShellAdvisor:
+def shell_advisor(shell) -> hook.ShellAdvisor:
     registration = magics.registration_for(shell)
     for instance in registration.magics:
         if isinstance(instance, magics.AdvisorMagics):
@@ -190,7 +191,7 @@ def test_sticky_error_says_restart_and_marks_the_context_broken(ip, run):
 
 
 def test_notebook_gets_an_html_box_with_escaped_names(ip, monkeypatch):
-    monkeypatch.setattr(advisor, "is_notebook_shell", lambda shell: True)
+    monkeypatch.setattr(hook, "is_notebook_shell", lambda shell: True)
     # an operation name from the message is shown in the box: it must arrive escaped
     cell = (
         'raise RuntimeError("index_add_cuda_<script> does not have a deterministic '
@@ -210,7 +211,7 @@ def test_notebook_gets_an_html_box_with_escaped_names(ip, monkeypatch):
 
 
 def test_terminal_shell_is_not_a_notebook(ip):
-    assert not advisor.is_notebook_shell(ip)
+    assert not hook.is_notebook_shell(ip)
 
     class ZMQInteractiveShell:  # the name ipykernel's (and Colab's base) shell class has
         pass
@@ -218,7 +219,7 @@ def test_terminal_shell_is_not_a_notebook(ip):
     class ColabShell(ZMQInteractiveShell):
         pass
 
-    assert advisor.is_notebook_shell(ColabShell())
+    assert hook.is_notebook_shell(ColabShell())
 
 
 # ---------------------------------------------------------------- the handler never hides errors
@@ -228,7 +229,7 @@ def test_an_advisor_crash_still_shows_the_traceback(ip, run, monkeypatch):
     def explode(*args, **kwargs):
         raise RuntimeError("advisor bug")
 
-    monkeypatch.setattr(advisor, "advise", explode)
+    monkeypatch.setattr(hook, "advise", explode)
     result, out = run(STICKY_CELL)
     assert "device-side assert triggered" in out and "forward()" in out
     assert "advisor bug" not in out

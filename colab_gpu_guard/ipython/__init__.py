@@ -1,0 +1,1 @@
+"""The IPython layer: connects the core to a running shell."""
