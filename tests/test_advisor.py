@@ -18,6 +18,7 @@ import pytest
 
 import colab_gpu_guard
 from colab_gpu_guard import advisor, cuda_health, notebook_refs, nvml
+from colab_gpu_guard.advisor import enrich
 from tests import fake_pynvml
 
 FIXTURE = Path(__file__).parent / "fixtures" / "cuda_error_messages.json"
@@ -726,9 +727,9 @@ def test_advise_survives_failing_fact_sources(monkeypatch):
     def explode(*args, **kwargs):
         raise RuntimeError("boom")
 
-    monkeypatch.setattr(advisor, "driver_facts", explode)
-    monkeypatch.setattr(advisor, "gpu_processes", explode)
-    monkeypatch.setattr(advisor, "_leftover_holders", explode)
+    monkeypatch.setattr(enrich, "driver_facts", explode)
+    monkeypatch.setattr(enrich, "gpu_processes", explode)
+    monkeypatch.setattr(enrich, "_leftover_holders", explode)
     monkeypatch.setattr(notebook_refs, "release_traceback_frames", explode)
     for entry in MESSAGES:
         diagnosis = advisor.advise(make(entry), release_frames=True)

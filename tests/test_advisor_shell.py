@@ -13,6 +13,7 @@ from IPython.utils.capture import capture_output
 
 from colab_gpu_guard import advisor, cuda_health
 from colab_gpu_guard.ipython import magics, registration_for
+from colab_gpu_guard.ipython import shell_advisor as hook
 from tests.conftest import global_shell
 
 OOM_MESSAGE = (
@@ -79,7 +80,7 @@ def xmode(request, ip):
     ip.run_line_magic("xmode", "Context")
 
 
-def shell_advisor(shell) -> advisor.ShellAdvisor:
+def shell_advisor(shell) -> hook.ShellAdvisor:
     registration = registration_for(shell)
     for instance in registration.magics:
         if isinstance(instance, magics.AdvisorMagics):
@@ -191,7 +192,7 @@ def test_sticky_error_says_restart_and_marks_the_context_broken(ip, run):
 
 
 def test_notebook_gets_an_html_box_with_escaped_names(ip, monkeypatch):
-    monkeypatch.setattr(advisor, "is_notebook_shell", lambda shell: True)
+    monkeypatch.setattr(hook, "is_notebook_shell", lambda shell: True)
     # an operation name from the message is shown in the box: it must arrive escaped
     cell = (
         'raise RuntimeError("index_add_cuda_<script> does not have a deterministic '
@@ -211,7 +212,7 @@ def test_notebook_gets_an_html_box_with_escaped_names(ip, monkeypatch):
 
 
 def test_terminal_shell_is_not_a_notebook(ip):
-    assert not advisor.is_notebook_shell(ip)
+    assert not hook.is_notebook_shell(ip)
 
     class ZMQInteractiveShell:  # the name ipykernel's (and Colab's base) shell class has
         pass
@@ -219,7 +220,7 @@ def test_terminal_shell_is_not_a_notebook(ip):
     class ColabShell(ZMQInteractiveShell):
         pass
 
-    assert advisor.is_notebook_shell(ColabShell())
+    assert hook.is_notebook_shell(ColabShell())
 
 
 # ---------------------------------------------------------------- the handler never hides errors

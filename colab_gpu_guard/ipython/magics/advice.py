@@ -12,8 +12,8 @@ from .base import GuardMagics
 if TYPE_CHECKING:
     from IPython.core.interactiveshell import InteractiveShell
 
-    from ...advisor import ShellAdvisor
     from ..registration import Registration
+    from ..shell_advisor import ShellAdvisor
 
 GPU_ADVICE_USAGE = "%gpu_advice [on|off]"
 
@@ -27,9 +27,9 @@ class AdvisorMagics(GuardMagics):
         self.advisor: Optional[ShellAdvisor] = None
 
     def on_load(self) -> None:
-        from ... import advisor
+        from ..shell_advisor import ShellAdvisor
 
-        self.advisor = advisor.ShellAdvisor(self.shell)
+        self.advisor = ShellAdvisor(self.shell)
         self.advisor.install()
         self.registration.add_cleanup(self.advisor.uninstall)
 

@@ -1,0 +1,63 @@
+"""CUDA error advisor: name the real cause of a CUDA error and the fix.
+
+``classify(exc)`` (diagnosis.py) reads an exception's type and message, walking
+``__cause__`` and ``__context__``, and returns a :class:`Diagnosis` built from the message
+alone (recognise.py parses it, fixes.py writes the prose), or ``None`` for anything that is
+not a recognised CUDA error. ``advise(exc)`` (enrich.py) adds what can be learned safely from
+this process (leftover tensors by name, NVML's list of GPU processes, driver and build
+versions), marks the CUDA context broken after a sticky error, and can release the failed
+call's traceback frames after an out-of-memory error. Both work outside notebooks; the
+IPython exception hook is ``colab_gpu_guard.ipython.shell_advisor``.
+
+Nothing here imports IPython, torch or numpy.
+"""
+
+from __future__ import annotations
+
+from .diagnosis import Diagnosis, classify
+from .enrich import GpuProcess, advise, arch_supports, driver_facts, gpu_processes, torch_arch_list
+from .fixes import DETERMINISTIC_ALTERNATIVES, RESTART_SESSION, Advice
+from .kinds import (
+    CUBLAS_DETERMINISM,
+    CUDA_DRIVER_OOM,
+    DRIVER_MISMATCH,
+    FORKED_CUDA,
+    KINDS,
+    MEMORY_KINDS,
+    NO_GPU,
+    NONDETERMINISTIC_OP,
+    OUT_OF_MEMORY,
+    STICKY_ERROR,
+    TITLES,
+)
+from .recognise import STICKY_ERRORS, Recognised, parse_oom_message, parse_size, recognise
+
+__all__ = [
+    "CUBLAS_DETERMINISM",
+    "CUDA_DRIVER_OOM",
+    "DETERMINISTIC_ALTERNATIVES",
+    "DRIVER_MISMATCH",
+    "FORKED_CUDA",
+    "KINDS",
+    "MEMORY_KINDS",
+    "NONDETERMINISTIC_OP",
+    "NO_GPU",
+    "OUT_OF_MEMORY",
+    "RESTART_SESSION",
+    "STICKY_ERROR",
+    "STICKY_ERRORS",
+    "TITLES",
+    "Advice",
+    "Diagnosis",
+    "GpuProcess",
+    "Recognised",
+    "advise",
+    "arch_supports",
+    "classify",
+    "driver_facts",
+    "gpu_processes",
+    "parse_oom_message",
+    "parse_size",
+    "recognise",
+    "torch_arch_list",
+]

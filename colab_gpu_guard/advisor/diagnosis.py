@@ -1,0 +1,123 @@
+"""The diagnosis of a CUDA error, and `classify`: a Diagnosis from the exception alone.
+
+``classify(exc)`` reads an exception (its type and message, walking ``__cause__`` and
+``__context__``) and returns a :class:`Diagnosis` built from the message alone, or ``None``
+for anything that is not a recognised CUDA error. It makes no CUDA or NVML call.
+"""
+
+from __future__ import annotations
+
+import html
+import re
+from dataclasses import asdict, dataclass, field
+from typing import Any, Optional
+
+from .. import notebook_refs
+from .fixes import BUILDERS
+from .kinds import TITLES
+from .recognise import first_line, recognise
+
+
+@dataclass
+class Diagnosis:
+    """What went wrong, the facts that show it, and what to do."""
+
+    kind: str
+    summary: str
+    facts: dict[str, str] = field(default_factory=dict)
+    fixes: list[str] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)
+    error: str = ""  # "ExceptionType: first line of the message"
+    restart_required: bool = False
+    frames_released: int = 0
+    details: dict[str, Any] = field(default_factory=dict)  # parsed values (bytes, pids, ...)
+
+    @property
+    def title(self) -> str:
+        return TITLES.get(self.kind, self.kind)
+
+    def to_dict(self) -> dict[str, Any]:
+        data = asdict(self)
+        data["title"] = self.title
+        return data
+
+    def __str__(self) -> str:
+        lines = [f"CUDA advisor: {self.title}", f"  {self.summary}"]
+        if self.facts:
+            width = min(max(len(label) for label in self.facts), 28)
+            for label, value in self.facts.items():
+                lines.append(f"  {label:<{width}}  {value}")
+        if self.fixes:
+            lines.append("What to do:")
+            for number, fix in enumerate(self.fixes, 1):
+                lines.append(f"  {number}. {fix}")
+        for note in self.notes:
+            lines.append(f"Note: {note}")
+        lines.append("(%gpu_advice off turns these notes off)")
+        return "\n".join(lines)
+
+    def _repr_pretty_(self, printer: Any, cycle: bool) -> None:
+        printer.text(str(self))
+
+    def _repr_html_(self) -> str:
+        rows = "".join(
+            f"<tr><td style='padding:0 8px 0 0;color:#555'>{html.escape(label)}</td>"
+            f"<td style='padding:0'>{_inline_code(value)}</td></tr>"
+            for label, value in self.facts.items()
+        )
+        fixes = "".join(f"<li>{_inline_code(fix)}</li>" for fix in self.fixes)
+        notes = "".join(
+            f"<div style='color:#555;margin-top:4px'>{_inline_code(note)}</div>"
+            for note in self.notes
+        )
+        colour = "#d9534f" if self.restart_required else "#f0ad4e"
+        return (
+            f"<div class='colab-gpu-guard-advice' style='border-left:4px solid {colour};"
+            "padding:4px 10px;margin:6px 0;font-size:13px;line-height:1.4'>"
+            f"<b>CUDA advisor: {html.escape(self.title)}</b>"
+            f"<div>{_inline_code(self.summary)}</div>"
+            + (f"<table style='margin:4px 0;font-size:12px'>{rows}</table>" if rows else "")
+            + (f"<b>What to do</b><ol style='margin:2px 0'>{fixes}</ol>" if fixes else "")
+            + notes
+            + "<div style='color:#888;font-size:11px'>%gpu_advice off turns these notes off"
+            "</div></div>"
+        )
+
+
+def _inline_code(text: str) -> str:
+    """Escape `text` for HTML, then show `backticked` spans as code."""
+    escaped = html.escape(str(text))
+    return re.sub(r"`([^`]+)`", r"<code>\1</code>", escaped)
+
+
+# ---------------------------------------------------------------- classify (pure)
+
+
+def classify(exc: BaseException) -> Optional[Diagnosis]:
+    """A Diagnosis from the exception's type and message alone (walking its __cause__ and
+    __context__ chain), or None if it is not a recognised CUDA error. Never raises, makes
+    no CUDA or NVML call."""
+    try:
+        for link in notebook_refs.exception_chain(exc):
+            found = recognise(link.exception)
+            if found is not None:
+                found.details["found_in"] = link.via
+                return _build(found.kind, found.details, link.exception)
+    except Exception:
+        return None
+    return None
+
+
+def _build(kind: str, details: dict[str, Any], exc: BaseException) -> Diagnosis:
+    advice = BUILDERS[kind](details)
+    error = first_line(exc)
+    details.pop("message", None)
+    return Diagnosis(
+        advice.kind,
+        advice.summary,
+        advice.facts,
+        advice.fixes,
+        error=error,
+        restart_required=advice.restart_required,
+        details=dict(details),
+    )

@@ -1,0 +1,387 @@
+"""`advise`: a diagnosis plus what can be learned safely from this process.
+
+Leftover tensors by name, NVML's list of GPU processes, driver and build versions; a sticky
+error marks the CUDA context broken, and the failed call's traceback frames can be released
+after an out-of-memory error.
+
+Rules kept here:
+- nothing here raises into the caller: an advisor failure must never hide the user's
+  traceback;
+- no CUDA call is made after a sticky error (the context is gone and calls may hang); NVML is
+  used instead where a device fact is needed;
+- torch and numpy are never imported at module level.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import gc
+import os
+import re
+from dataclasses import asdict, dataclass
+from typing import Any, Callable, Optional
+
+from .. import cuda_health, notebook_refs, nvml
+from ..frameworks import torch as torch_support
+from ..seeding import determinism
+from ..units import format_bytes
+from .diagnosis import Diagnosis, classify
+from .kinds import (
+    CUBLAS_DETERMINISM,
+    CUDA_DRIVER_OOM,
+    DRIVER_MISMATCH,
+    FORKED_CUDA,
+    MEMORY_KINDS,
+    NO_GPU,
+    NONDETERMINISTIC_OP,
+    OUT_OF_MEMORY,
+    STICKY_ERROR,
+)
+
+# ---------------------------------------------------------------- facts from this process
+
+
+@dataclass(frozen=True)
+class GpuProcess:
+    pid: int
+    name: str
+    used_bytes: Optional[int]
+    device: int
+
+
+def _nvml_snapshot() -> Optional[nvml.NvmlSnapshot]:
+    """NVML's snapshot, or None when NVML is not available (no CUDA context needed)."""
+    try:
+        snapshot = nvml.snapshot(processes=True)
+    except Exception:
+        return None
+    return snapshot if snapshot.available else None
+
+
+def _capability(text: Any) -> Optional[tuple[int, int]]:
+    match = re.fullmatch(r"(\d+)\.(\d+)", str(text or ""))
+    return (int(match.group(1)), int(match.group(2))) if match else None
+
+
+def gpu_processes() -> Optional[list[GpuProcess]]:
+    """Processes on every GPU as NVML sees them, or None if NVML is unavailable."""
+    snapshot = _nvml_snapshot()
+    if snapshot is None:
+        return None
+    return [
+        GpuProcess(int(process.pid), process.name or "?", process.used_memory, device.index)
+        for device in snapshot.devices
+        for process in device.processes or ()
+    ]
+
+
+def driver_facts() -> dict[str, Any]:
+    """Driver version, the CUDA version the driver supports, and each GPU's name and compute
+    capability, from NVML (no CUDA context needed). Missing keys were not available."""
+    snapshot = _nvml_snapshot()
+    if snapshot is None:
+        return {}
+    facts: dict[str, Any] = {}
+    if snapshot.driver_version:
+        facts["driver_version"] = snapshot.driver_version
+    if snapshot.cuda_driver_version:
+        facts["driver_cuda"] = snapshot.cuda_driver_version
+    facts["devices"] = [
+        {
+            "index": device.index,
+            "name": device.name,
+            "capability": _capability(device.compute_capability),
+        }
+        for device in snapshot.devices
+    ]
+    return facts
+
+
+def torch_arch_list(torch: Any) -> Optional[list[str]]:
+    """The GPU architectures this torch was compiled for (compile-time data, no CUDA call)."""
+    try:
+        if torch_support.cuda_version(torch) is None:
+            return []
+        flags = getattr(torch._C, "_cuda_getArchFlags", None)
+        if flags is not None:
+            text = flags()
+            return text.split() if text else []
+        return list(torch.cuda.get_arch_list())
+    except Exception:
+        return None
+
+
+def arch_supports(arch_list: list[str], capability: tuple[int, int]) -> Optional[bool]:
+    """Whether code compiled for `arch_list` runs on a GPU of `capability`: a cubin for the
+    same major version and a lower or equal minor (binary compatibility), or PTX for an
+    equal or lower capability (JIT-compiled). None when the list is empty."""
+    if not arch_list:
+        return None
+    major, minor = capability
+    for arch in arch_list:
+        match = re.fullmatch(r"(sm|compute)_(\d+)", arch)
+        if not match:
+            continue  # arch-specific variants such as sm_90a run only on that exact GPU
+        arch_major, arch_minor = divmod(int(match.group(2)), 10)
+        if match.group(1) == "sm" and arch_major == major and arch_minor <= minor:
+            return True
+        if match.group(1) == "compute" and (arch_major, arch_minor) <= (major, minor):
+            return True
+    return False
+
+
+def _context_usable() -> bool:
+    torch = torch_support.loaded()
+    return (
+        torch is not None
+        and cuda_health.broken_reason() is None
+        and torch_support.cuda_initialized(torch)
+    )
+
+
+def _leftover_holders(namespace: Optional[dict], device: Optional[str], limit: int = 5) -> Any:
+    """The biggest leftover arrays by name, from colab_gpu_guard.leftovers when present."""
+    try:
+        from .. import leftovers
+    except Exception:
+        return None
+    try:
+        found = leftovers.find_leftovers(device=device, namespace=namespace)
+    except Exception:
+        return None
+    return list(found[:limit]) if found else []  # only the entries shown are made
+
+
+def _describe_holder(item: Any) -> str:
+    name = str(getattr(item, "name", "?"))
+    size = format_bytes(getattr(item, "nbytes", None))
+    shape = getattr(item, "shape", None)
+    shape_text = "x".join(str(n) for n in shape) if shape else ""
+    extra = ", ".join(part for part in (shape_text, str(getattr(item, "dtype", "") or "")) if part)
+    return f"{name} {size}" + (f" ({extra})" if extra else "")
+
+
+def _enrich(diagnosis: Diagnosis, namespace: Optional[dict]) -> None:
+    """Add facts learned from this process. Each part is guarded on its own."""
+    for enrich in _ENRICHERS.get(diagnosis.kind, ()):
+        try:
+            enrich(diagnosis, namespace)
+        except Exception:
+            continue
+
+
+def _enrich_oom(diagnosis: Diagnosis, namespace: Optional[dict]) -> None:
+    is_torch_cuda = "CUDA out of memory" in diagnosis.error or diagnosis.details.get(
+        "type", ""
+    ).startswith("torch")
+    holders = _leftover_holders(namespace, "cuda" if is_torch_cuda else None)
+    if holders:
+        diagnosis.facts["biggest leftovers"] = "; ".join(_describe_holder(h) for h in holders)
+    if is_torch_cuda and _context_usable():
+        torch = torch_support.loaded()
+        device = diagnosis.details.get("device", 0)
+        for stats in torch_support.allocator_stats(torch):
+            if stats.device == device:
+                diagnosis.facts["allocated now"] = (
+                    f"{format_bytes(stats.allocated)} by tensors, "
+                    f"{format_bytes(stats.reserved)} reserved by PyTorch on cuda:{device}"
+                )
+
+
+def _enrich_sticky(diagnosis: Diagnosis, namespace: Optional[dict]) -> None:
+    reason = diagnosis.error or diagnosis.details.get("cuda_error", "sticky CUDA error")
+    cuda_health.mark_broken(reason)
+    diagnosis.notes.append(
+        "The CUDA context is marked broken: `%gpu_status` and `%gpu_reset` report it "
+        "without calling into CUDA."
+    )
+    blocking = os.environ.get("CUDA_LAUNCH_BLOCKING")
+    diagnosis.facts["CUDA_LAUNCH_BLOCKING"] = repr(blocking) if blocking is not None else "unset"
+    if blocking == "1":
+        diagnosis.notes.append(
+            "CUDA_LAUNCH_BLOCKING=1 is set, so the traceback points at the kernel that failed."
+        )
+
+
+def _enrich_forked(diagnosis: Diagnosis, namespace: Optional[dict]) -> None:
+    import multiprocessing
+
+    method = multiprocessing.get_start_method(allow_none=True)
+    diagnosis.facts["start method"] = method or "not chosen yet (fork on Linux)"
+    torch = torch_support.loaded()
+    if torch is not None:
+        initialised = torch_support.cuda_initialized(torch)
+        diagnosis.facts["CUDA initialised here"] = "yes" if initialised else "no"
+
+
+def _enrich_cublas(diagnosis: Diagnosis, namespace: Optional[dict]) -> None:
+    value = os.environ.get("CUBLAS_WORKSPACE_CONFIG")
+    diagnosis.facts["CUBLAS_WORKSPACE_CONFIG"] = repr(value) if value is not None else "unset"
+    accepted = determinism.CUBLAS_DETERMINISTIC_CONFIGS
+    if value is not None and value not in accepted:
+        diagnosis.fixes.insert(
+            0,
+            f"CUBLAS_WORKSPACE_CONFIG is {value!r}, which cuBLAS does not accept for "
+            f"determinism: it must be {' or '.join(accepted)} (set before CUDA starts).",
+        )
+    torch = torch_support.loaded()
+    if torch is not None:
+        diagnosis.facts["torch"] = torch_support.version()
+        requirement = determinism.cublas_requirement(torch)
+        needed = {True: "needs it", False: "does not need it", None: "unknown"}[requirement.needed]
+        diagnosis.facts["this torch"] = f"{needed} ({requirement.evidence})"
+
+
+def _enrich_nondet(diagnosis: Diagnosis, namespace: Optional[dict]) -> None:
+    torch = torch_support.loaded()
+    if torch is not None:
+        diagnosis.facts["torch"] = torch_support.version()
+        flags = determinism.read_flags(torch)
+        diagnosis.facts["deterministic mode"] = f"{flags.algorithms} (warn_only={flags.warn_only})"
+
+
+def _enrich_driver(diagnosis: Diagnosis, namespace: Optional[dict]) -> None:
+    torch = torch_support.loaded()
+    from_nvml = driver_facts()
+    torch_cuda = torch_support.cuda_version(torch) if torch is not None else None
+    if torch is not None:
+        diagnosis.facts["torch"] = torch_support.version()
+        diagnosis.facts["torch built for CUDA"] = torch_cuda or "none (CPU build)"
+    if "driver_version" in from_nvml:
+        diagnosis.facts["NVIDIA driver"] = from_nvml["driver_version"]
+    if "driver_cuda" in from_nvml:
+        diagnosis.facts["driver supports CUDA"] = from_nvml["driver_cuda"]
+    driver_cuda = diagnosis.facts.get("driver supports CUDA")
+    if torch_cuda and driver_cuda and _version_tuple(driver_cuda) < _version_tuple(torch_cuda):
+        diagnosis.notes.append(
+            f"The driver supports CUDA {driver_cuda}, older than the CUDA {torch_cuda} this "
+            "torch was built for."
+        )
+    arch_list = torch_arch_list(torch) if torch is not None else None
+    if arch_list is not None:
+        diagnosis.facts["torch arch list"] = " ".join(arch_list) or "empty"
+    devices = from_nvml.get("devices") or []
+    if not devices and torch is not None and _context_usable():
+        try:
+            capability = tuple(torch.cuda.get_device_capability())
+            devices = [{"index": torch.cuda.current_device(), "capability": capability}]
+        except Exception:
+            devices = []
+    for device in devices:
+        capability = device.get("capability")
+        if capability is None:
+            continue
+        label = f"GPU {device['index']}"
+        name = device.get("name")
+        verdict = arch_supports(arch_list or [], capability)
+        verdict_text = {
+            True: "torch has kernels for it",
+            False: "NO kernels in this torch",
+            None: "",
+        }[verdict]
+        text = f"sm_{capability[0]}{capability[1]}" + (f", {name}" if name else "")
+        diagnosis.facts[f"{label} capability"] = text + (
+            f" - {verdict_text}" if verdict_text else ""
+        )
+
+
+def _version_tuple(text: str) -> tuple[int, ...]:
+    try:
+        return tuple(int(part) for part in str(text).split(".")[:2])
+    except ValueError:
+        return ()
+
+
+def _enrich_processes(diagnosis: Diagnosis, namespace: Optional[dict]) -> None:
+    processes = gpu_processes()
+    if processes is None:
+        diagnosis.facts["GPU processes"] = "NVML not available here (check `!nvidia-smi`)"
+        return
+    own = os.getpid()
+    others = [p for p in processes if p.pid != own]
+    mine = [p for p in processes if p.pid == own]
+    diagnosis.details["gpu_processes"] = [asdict(p) for p in processes]
+    if others:
+        diagnosis.facts["other GPU processes"] = "; ".join(
+            f"pid {p.pid} {p.name} on GPU {p.device} ({format_bytes(p.used_bytes)})" for p in others
+        )
+    else:
+        diagnosis.facts["other GPU processes"] = "none that NVML can see"
+    if mine:
+        diagnosis.facts["this process"] = "; ".join(
+            f"GPU {p.device}: {format_bytes(p.used_bytes)}" for p in mine
+        )
+
+
+def _enrich_no_gpu(diagnosis: Diagnosis, namespace: Optional[dict]) -> None:
+    visible = os.environ.get("CUDA_VISIBLE_DEVICES")
+    diagnosis.facts["CUDA_VISIBLE_DEVICES"] = repr(visible) if visible is not None else "unset"
+    torch = torch_support.loaded()
+    if torch is not None:
+        diagnosis.facts["torch built for CUDA"] = (
+            torch_support.cuda_version(torch) or "none (CPU build)"
+        )
+    devices = driver_facts().get("devices")
+    diagnosis.facts["GPUs NVML sees"] = (
+        str(len(devices)) if devices is not None else "none (NVML not available)"
+    )
+
+
+_ENRICHERS: dict[str, tuple[Callable[[Diagnosis, Optional[dict]], None], ...]] = {
+    OUT_OF_MEMORY: (_enrich_oom,),
+    STICKY_ERROR: (_enrich_sticky,),
+    FORKED_CUDA: (_enrich_forked,),
+    CUBLAS_DETERMINISM: (_enrich_cublas,),
+    NONDETERMINISTIC_OP: (_enrich_nondet,),
+    DRIVER_MISMATCH: (_enrich_driver,),
+    CUDA_DRIVER_OOM: (_enrich_processes, _enrich_oom),
+    NO_GPU: (_enrich_no_gpu,),
+}
+
+
+# ---------------------------------------------------------------- advise (public)
+
+
+def advise(
+    exc: BaseException,
+    *,
+    release_frames: bool = False,
+    namespace: Optional[dict] = None,
+) -> Optional[Diagnosis]:
+    """Diagnose a CUDA error: the cause, the facts that show it, and what to do.
+
+    Returns None for anything that is not a recognised CUDA error. Side effects: a sticky
+    error marks the CUDA context broken (see cuda_health); with `release_frames`, an
+    out-of-memory error's traceback frames are cleared so the tensors they held are freed
+    (the exception's traceback then shows no local variables; not done when the
+    out-of-memory error is only the implicit __context__ of another error, whose frames stay
+    for %debug). `namespace` is where to look for leftover tensors by name (a notebook's
+    user namespace). Never raises.
+    """
+    try:
+        diagnosis = classify(exc)
+        if diagnosis is None:
+            return None
+    except Exception:
+        return None
+    try:
+        # An out-of-memory error met only as the implicit context of another error (say, a
+        # KeyError while handling it) is reported, but that error's frames stay for %debug.
+        if (
+            release_frames
+            and diagnosis.kind in MEMORY_KINDS
+            and diagnosis.details.get("found_in") != "context"
+        ):
+            count = notebook_refs.release_traceback_frames(exc)
+            gc.collect()
+            diagnosis.frames_released = count
+            if count:
+                diagnosis.notes.append(
+                    f"Released the failed cell's traceback frames ({count}) so the tensors "
+                    "they held are freed; `%debug` on this error shows no local variables."
+                )
+    except Exception:
+        pass
+    with contextlib.suppress(Exception):
+        _enrich(diagnosis, namespace)
+    return diagnosis

@@ -1,0 +1,283 @@
+"""The prose of each diagnosis: the summary, the facts the message states, and the fixes,
+built from the details parsed out of the message (see recognise.py)."""
+
+from __future__ import annotations
+
+from typing import Any, Callable, NamedTuple
+
+from ..units import format_bytes
+from .kinds import (
+    CUBLAS_DETERMINISM,
+    CUDA_DRIVER_OOM,
+    DRIVER_MISMATCH,
+    FORKED_CUDA,
+    NO_GPU,
+    NONDETERMINISTIC_OP,
+    OUT_OF_MEMORY,
+    STICKY_ERROR,
+)
+
+RESTART_SESSION = "Colab: Runtime > Restart session; Jupyter: Kernel > Restart"
+
+
+class Advice(NamedTuple):
+    """What one kind of error means and what to do, before anything is learned from this
+    process; `classify` turns it into a Diagnosis."""
+
+    kind: str
+    summary: str
+    facts: dict[str, str]
+    fixes: list[str]
+    restart_required: bool = False
+
+
+def _oom(details: dict[str, Any]) -> Advice:
+    facts: dict[str, str] = {}
+    where = f"GPU {details['device']}" if "device" in details else "the device"
+    requested = details.get("requested_bytes")
+    free = details.get("free_bytes")
+    total = details.get("total_bytes")
+    if requested is not None:
+        facts["requested"] = format_bytes(requested)
+    if free is not None:
+        facts[f"free on {where}"] = format_bytes(free) + (
+            f" of {format_bytes(total)}" if total is not None else ""
+        )
+    elif total is not None:
+        facts[f"{where} capacity"] = format_bytes(total)
+    if "process_bytes" in details:
+        facts["this process uses"] = format_bytes(details["process_bytes"])
+    if "allocated_bytes" in details:
+        facts["held by live tensors"] = format_bytes(details["allocated_bytes"])
+    unallocated = details.get("reserved_unallocated_bytes")
+    if unallocated is not None:
+        facts["cached, unused"] = format_bytes(unallocated)
+    others = details.get("other_processes") or []
+    if others:
+        facts["other processes"] = ", ".join(
+            f"pid {pid} ({format_bytes(size)})" for pid, size in others
+        )
+    if requested is not None and free is not None:
+        summary = (
+            f"The allocation asked for {format_bytes(requested)} but only {format_bytes(free)} "
+            f"was free on {where}."
+        )
+    elif requested is not None:
+        summary = f"An allocation of {format_bytes(requested)} did not fit in GPU memory."
+    else:
+        summary = "An allocation did not fit in GPU memory."
+    fixes = [
+        "Run `%gpu_reset` to release what the notebook still holds (output history, the last "
+        "traceback, cached blocks), then rerun; `del` the big leftovers listed here that you "
+        "no longer need.",
+        "Make the step smaller: a smaller batch size (keep the effective batch with gradient "
+        "accumulation), shorter sequences, or bf16/fp16 via `torch.autocast`; use "
+        "`torch.no_grad()` for evaluation.",
+    ]
+    if unallocated is not None and total and unallocated > max(total * 0.1, requested or 0):
+        fixes.append(
+            "Much memory is cached but unusable (fragmentation): put "
+            "`%env PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True` in the first cell, "
+            "before CUDA starts."
+        )
+    if others:
+        fixes.append(
+            "Other processes hold memory on this GPU: stop them (another notebook's kernel, "
+            "a previous run) - see the process list."
+        )
+    return Advice(OUT_OF_MEMORY, summary, facts, fixes)
+
+
+def _sticky(details: dict[str, Any]) -> Advice:
+    error = details.get("cuda_error", "a sticky CUDA error")
+    summary = (
+        f"CUDA reported '{error}'. After this error the CUDA context of this process is "
+        "unusable: every later CUDA call fails, and nothing but restarting the runtime helps."
+    )
+    fixes = [
+        f"Restart the runtime ({RESTART_SESSION}). CPU-side results can still be saved to "
+        "disk first; GPU tensors cannot be read any more.",
+        "To find the line that really failed, make the first cell "
+        "`%env CUDA_LAUNCH_BLOCKING=1` (it must be set before CUDA initialises) and rerun: "
+        "kernel errors are otherwise reported later, at an unrelated line.",
+    ]
+    if error == "device-side assert triggered":
+        fixes.append(
+            "Usual culprit: a class label outside [0, num_classes) for `CrossEntropyLoss` / "
+            "`nll_loss` (compare `labels.min()`, `labels.max()` with the number of logits; "
+            "-1 or 1-based labels are common), or an index >= `num_embeddings` in "
+            "`nn.Embedding` (token ids vs vocabulary size); BCE targets outside [0, 1] also "
+            "assert. Running the same step on CPU gives a readable error."
+        )
+    else:
+        fixes.append(
+            "Usual culprits: an out-of-range index, tensors on different devices passed to a "
+            "custom CUDA op or extension, or a bug in a custom kernel. Running the same step on "
+            "CPU (or with CUDA_LAUNCH_BLOCKING=1) shows where."
+        )
+    return Advice(STICKY_ERROR, summary, {"CUDA error": error}, fixes, restart_required=True)
+
+
+def _forked(details: dict[str, Any]) -> Advice:
+    summary = (
+        "A subprocess created with fork (DataLoader workers, multiprocessing.Pool) tried to "
+        "use CUDA after CUDA was initialised in the notebook process; a forked child cannot "
+        "use the parent's CUDA state."
+    )
+    fixes = [
+        "In a notebook the simplest fix is `DataLoader(..., num_workers=0)`.",
+        "Keep CUDA out of worker code: move `.to('cuda')` / `.cuda()` from "
+        "`Dataset.__getitem__` and `collate_fn` into the training loop (use "
+        "`pin_memory=True` for fast copies); forked workers may run CPU code freely.",
+        "Or use the spawn start method: `DataLoader(..., multiprocessing_context='spawn')` "
+        "or `multiprocessing.get_context('spawn')`. With spawn, the Dataset class and worker "
+        "functions must live in an importable .py file, not in a notebook cell.",
+    ]
+    return Advice(FORKED_CUDA, summary, {}, fixes)
+
+
+def _cublas(details: dict[str, Any]) -> Advice:
+    summary = (
+        "Deterministic mode is on and this torch refuses cuBLAS calls unless "
+        "CUBLAS_WORKSPACE_CONFIG was set before CUDA started; it is read once per process, "
+        "so setting it now does not help."
+    )
+    fixes = [
+        f"Restart the runtime ({RESTART_SESSION}) and make the first cell "
+        "`%load_ext colab_gpu_guard` then `%seed_all SEED --deterministic`: it sets "
+        "CUBLAS_WORKSPACE_CONFIG=:4096:8 before CUDA starts.",
+        "Or `%seed_all SEED --warn-only`: ops that cannot be deterministic warn instead of "
+        "raising.",
+        "torch builds that include pytorch/pytorch#161749 no longer check for the variable "
+        "(the facts above say whether this torch still does); upgrading torch also removes "
+        "this error.",
+    ]
+    return Advice(CUBLAS_DETERMINISM, summary, {}, fixes)
+
+
+# Deterministic alternatives, keyed by the operation name in the error (a prefix match).
+# Each states only what torch's own documentation says (torch.use_deterministic_algorithms).
+DETERMINISTIC_ALTERNATIVES: dict[str, str] = {
+    "index_add_cuda": "current PyTorch uses a deterministic `torch.index_add` on CUDA (via "
+    "`index_put_(..., accumulate=True)`): upgrade torch, or write "
+    "`out.index_put_((index,), src, accumulate=True)` for the 1-D case",
+    "scatter_add_cuda": "current PyTorch documents `Tensor.scatter_add_` on CUDA as "
+    "deterministic in deterministic mode: upgrade torch; for 1-D data "
+    "`out.index_put_((index,), src, accumulate=True)` is deterministic",
+    "scatter_reduce": "`scatter_reduce` with reduce='sum' or 'mean' is deterministic in "
+    "current PyTorch ('prod' is not): upgrade torch, or use 'sum'/'mean'",
+    "cumsum_cuda": "compute that cumulative sum on CPU (`x.cpu().cumsum(dim).to(x.device)`), "
+    "which is deterministic",
+    "histc_cuda": "compute the histogram on CPU (`torch.histc(x.cpu(), ...)`)",
+    "bincount": "with weights, `torch.zeros(n, device=x.device).index_put_((x,), w, "
+    "accumulate=True)` gives the same counts deterministically",
+    "_bincount_cuda": "with weights, `torch.zeros(n, device=x.device).index_put_((x,), w, "
+    "accumulate=True)` gives the same counts deterministically",
+    "adaptive_avg_pool2d_backward": "for global pooling (output size 1x1) use "
+    "`x.mean(dim=(-2, -1), keepdim=True)`, whose backward is deterministic",
+    "adaptive_avg_pool3d_backward": "for global pooling use "
+    "`x.mean(dim=(-3, -2, -1), keepdim=True)`, whose backward is deterministic",
+    "reflection_pad": "`padding_mode='replicate'` (ReplicationPad) has a deterministic "
+    "backward on CUDA",
+    "upsample_": "`F.interpolate(..., mode='nearest')` is allowed in deterministic mode; the "
+    "linear/bilinear/bicubic/trilinear backward on CUDA is not",
+    "nll_loss2d_forward": "compute the per-pixel loss with `reduction='none'` and reduce it "
+    "yourself (`.mean()`); only the built-in sum/mean reduction is nondeterministic",
+    "embedding_bag_backward_cuda_max": "`EmbeddingBag(mode='sum')` or `mode='mean'` is "
+    "deterministic",
+}
+
+
+def _nondet(details: dict[str, Any]) -> Advice:
+    op = details.get("operation", "this operation")
+    summary = (
+        f"`{op}` has no deterministic implementation in this torch, and deterministic "
+        "algorithms are switched on, so torch refuses to run it."
+    )
+    fixes = [
+        "`%seed_all SEED --warn-only` (or `torch.use_deterministic_algorithms(True, "
+        "warn_only=True)`): this op then runs nondeterministically with a warning, "
+        "everything else stays deterministic.",
+    ]
+    alternative = next(
+        (text for prefix, text in DETERMINISTIC_ALTERNATIVES.items() if op.startswith(prefix)),
+        None,
+    )
+    if alternative:
+        fixes.append(f"Deterministic alternative: {alternative}.")
+    fixes.append(
+        "Or switch determinism off just around this call with "
+        "`torch.use_deterministic_algorithms(False)` and back on after it."
+    )
+    return Advice(NONDETERMINISTIC_OP, summary, {"operation": op}, fixes)
+
+
+def _driver(details: dict[str, Any]) -> Advice:
+    if details.get("problem") == "no kernel image":
+        summary = (
+            "This PyTorch build contains no GPU code for this GPU's architecture (compute "
+            "capability), so no kernel can run on it."
+        )
+        fixes = [
+            "Install a torch build whose architecture list includes this GPU (new GPUs need "
+            "a recent torch built for a recent CUDA; very old GPUs were dropped from recent "
+            "wheels): pick the matching `--index-url https://download.pytorch.org/whl/cuXXX` "
+            "from pytorch.org, then restart the runtime.",
+            "On Colab, use the preinstalled torch: a `pip install torch==...` that replaced it "
+            "is the usual cause.",
+        ]
+    else:
+        summary = (
+            "The NVIDIA driver is older than the CUDA runtime this PyTorch was built with, "
+            "so CUDA cannot start."
+        )
+        fixes = [
+            "Install a torch build for a CUDA version the driver supports (the driver's CUDA "
+            "version is shown here) from pytorch.org (`--index-url "
+            "https://download.pytorch.org/whl/cuXXX`), then restart the runtime.",
+            "Or update the NVIDIA driver (not possible on Colab: there, use the preinstalled "
+            "torch; a `pip install` that pulled a build for a newer CUDA is the usual cause).",
+        ]
+    facts = {}
+    if "driver_cuda_from_message" in details:
+        facts["driver supports CUDA"] = details["driver_cuda_from_message"]
+    return Advice(DRIVER_MISMATCH, summary, facts, fixes)
+
+
+def _driver_oom(details: dict[str, Any]) -> Advice:
+    summary = (
+        "The CUDA driver itself ran out of memory (not PyTorch's allocator): typically while "
+        "creating the CUDA context because another process - often a previous run of this "
+        "notebook in another kernel, or a second notebook - already holds the GPU."
+    )
+    fixes = [
+        "Stop the other process: Jupyter: shut down other kernels (Running tab, or Kernel > "
+        "Shut Down All Kernels); Colab: Runtime > Manage sessions; a process you own: "
+        "`kill PID`.",
+        "If none is listed here, NVML cannot see processes of other containers: check "
+        "`!nvidia-smi`.",
+        "If this process holds the memory, run `%gpu_reset`.",
+    ]
+    return Advice(CUDA_DRIVER_OOM, summary, {}, fixes)
+
+
+def _no_gpu(details: dict[str, Any]) -> Advice:
+    summary = "This runtime has no GPU that this framework can use."
+    fixes = [
+        "Colab: Runtime > Change runtime type > a GPU, then rerun from the top.",
+        "Check `CUDA_VISIBLE_DEVICES` (an index that does not exist hides every GPU) and that "
+        "torch is a CUDA build (`torch.version.cuda` is None on CPU-only builds).",
+    ]
+    return Advice(NO_GPU, summary, {}, fixes)
+
+
+BUILDERS: dict[str, Callable[[dict[str, Any]], Advice]] = {
+    OUT_OF_MEMORY: _oom,
+    STICKY_ERROR: _sticky,
+    FORKED_CUDA: _forked,
+    CUBLAS_DETERMINISM: _cublas,
+    NONDETERMINISTIC_OP: _nondet,
+    DRIVER_MISMATCH: _driver,
+    CUDA_DRIVER_OOM: _driver_oom,
+    NO_GPU: _no_gpu,
+}

@@ -1,0 +1,265 @@
+"""Recognising a CUDA error from its type and message, across torch, CuPy, JAX/XLA and
+TensorFlow: the sizes an out-of-memory message states, the sticky errors, and the kind of
+error one exception is. Pure text work: no CUDA, NVML or framework call."""
+
+from __future__ import annotations
+
+import re
+from typing import Any, NamedTuple, Optional
+
+from ..units import cuda_version_text
+from .kinds import (
+    CUBLAS_DETERMINISM,
+    CUDA_DRIVER_OOM,
+    DRIVER_MISMATCH,
+    FORKED_CUDA,
+    NO_GPU,
+    NONDETERMINISTIC_OP,
+    OUT_OF_MEMORY,
+    STICKY_ERROR,
+)
+
+# ---------------------------------------------------------------- sizes
+
+_UNITS = {
+    "b": 1,
+    "byte": 1,
+    "bytes": 1,
+    "kib": 2**10,
+    "kb": 2**10,
+    "k": 2**10,
+    "mib": 2**20,
+    "mb": 2**20,
+    "m": 2**20,
+    "gib": 2**30,
+    "gb": 2**30,
+    "g": 2**30,
+    "tib": 2**40,
+    "tb": 2**40,
+}
+_SIZE = r"(\d[\d,]*(?:\.\d+)?)\s*(bytes|byte|KiB|MiB|GiB|TiB|KB|MB|GB|TB|B)\b"
+
+
+def parse_size(text: str) -> Optional[int]:
+    """'20.00 MiB' -> 20971520, '25,600,000 bytes' -> 25600000 (binary units, as torch
+    and XLA print them); None when `text` holds no size."""
+    match = re.search(_SIZE, text, re.IGNORECASE)
+    if not match:
+        return None
+    number = float(match.group(1).replace(",", ""))
+    return int(round(number * _UNITS[match.group(2).lower()]))
+
+
+# ---------------------------------------------------------------- message parsing
+
+
+def _named_size(name: str, pattern: str, text: str) -> Optional[int]:
+    """Find `pattern` (with a single {SIZE}) in text and return that size in bytes."""
+    regex = pattern.replace("{SIZE}", f"(?P<{name}>{_SIZE})")
+    match = re.search(regex, text, re.IGNORECASE)
+    if not match:
+        return None
+    return parse_size(match.group(name))
+
+
+def parse_oom_message(text: str) -> dict[str, Any]:
+    """Figures an out-of-memory message states, in bytes, for every wording we know:
+    torch 1.0 to current (including torch 2.1's 'capacty'), CuPy, JAX/XLA and TensorFlow."""
+    facts: dict[str, Any] = {}
+
+    def put(key: str, value: Any) -> None:
+        if value is not None and key not in facts:
+            facts[key] = value
+
+    put("requested_bytes", _named_size("s", r"Tried to allocate {SIZE}", text))
+    put("requested_bytes", _named_size("s", r"Out of memory allocating {SIZE}", text))
+    put("requested_bytes", _named_size("s", r"out of memory to allocate {SIZE}", text))
+    put("requested_bytes", _named_size("s", r"while trying to allocate {SIZE}", text))
+    match = re.search(r"Failed to allocate request for [^(]*\((\d+)B\)", text)
+    if match:
+        put("requested_bytes", int(match.group(1)))
+    put("requested_bytes", _named_size("s", r"Failed to allocate request for {SIZE}", text))
+
+    # torch >= 2.1: "GPU 0 has a total capacity of X of which Y is free."
+    match = re.search(r"GPU (\d+) has a total capac\w* of", text)
+    if match:
+        put("device", int(match.group(1)))
+    put("total_bytes", _named_size("s", r"total capac\w* of {SIZE}", text))
+    put("free_bytes", _named_size("s", r"of which {SIZE} is free", text))
+    put("process_bytes", _named_size("s", r"this process has {SIZE} memory in use", text))
+    put("allocated_bytes", _named_size("s", r"Of the allocated memory {SIZE}", text))
+    put("reserved_unallocated_bytes", _named_size("s", r"and {SIZE} is reserved by PyTorch", text))
+    # torch < 2.1: "(GPU 0; 6.00 GiB total capacity; 3.49 GiB already allocated; 1.04 GiB free;
+    #  3.50 GiB reserved in total by PyTorch)"
+    match = re.search(r"\(GPU (\d+);", text)
+    if match:
+        put("device", int(match.group(1)))
+    put("total_bytes", _named_size("s", r"{SIZE} total capacity", text))
+    put("allocated_bytes", _named_size("s", r"{SIZE} already allocated", text))
+    put("free_bytes", _named_size("s", r"; {SIZE} free", text))
+    put("reserved_bytes", _named_size("s", r"{SIZE} reserved in total by PyTorch", text))
+    put("reserved_bytes", _named_size("s", r"{SIZE} cached\)", text))
+    # CuPy: "(allocated so far: N bytes)" / "(total N bytes)"
+    put("allocated_bytes", _named_size("s", r"allocated so far: {SIZE}", text))
+    # JAX: "on device ordinal 0"; TensorFlow: "/device:GPU:0"
+    match = re.search(r"device ordinal (\d+)", text) or re.search(r"device:GPU:(\d+)", text)
+    if match:
+        put("device", int(match.group(1)))
+
+    others = [
+        (int(pid), parse_size(size))
+        for pid, size in re.findall(r"Process (\d+) has (\S+ \S+) memory in use", text)
+    ]
+    if others:
+        facts["other_processes"] = others
+    if "total_bytes" in facts and "reserved_bytes" in facts and "allocated_bytes" in facts:
+        put("reserved_unallocated_bytes", facts["reserved_bytes"] - facts["allocated_bytes"])
+    return facts
+
+
+# ---------------------------------------------------------------- recognising the classes
+
+# CUDA errors after which the context cannot be used again (cudaGetErrorString texts and the
+# enum names CuPy, JAX and the driver API print).
+STICKY_ERRORS = {
+    "device-side assert triggered": ("cudaErrorAssert", "CUDA_ERROR_ASSERT"),
+    "an illegal memory access was encountered": (
+        "cudaErrorIllegalAddress",
+        "CUDA_ERROR_ILLEGAL_ADDRESS",
+    ),
+    "unspecified launch failure": ("cudaErrorLaunchFailure", "CUDA_ERROR_LAUNCH_FAILED"),
+    "an illegal instruction was encountered": (
+        "cudaErrorIllegalInstruction",
+        "CUDA_ERROR_ILLEGAL_INSTRUCTION",
+    ),
+    "misaligned address": ("cudaErrorMisalignedAddress", "CUDA_ERROR_MISALIGNED_ADDRESS"),
+    "the launch timed out and was terminated": (
+        "cudaErrorLaunchTimeout",
+        "CUDA_ERROR_LAUNCH_TIMEOUT",
+    ),
+    "hardware stack error": ("cudaErrorHardwareStackError", "CUDA_ERROR_HARDWARE_STACK_ERROR"),
+    "invalid program counter": ("cudaErrorInvalidPc", "CUDA_ERROR_INVALID_PC"),
+    "uncorrectable ECC error encountered": (
+        "cudaErrorECCUncorrectable",
+        "CUDA_ERROR_ECC_UNCORRECTABLE",
+    ),
+}
+
+_FORKED = re.compile(r"Cannot re-initialize CUDA in forked subprocess", re.IGNORECASE)
+_CUBLAS = re.compile(r"not deterministic because it uses CuBLAS|CUBLAS_WORKSPACE_CONFIG=:")
+_NONDET = re.compile(r"(?P<op>[\w.:<>]+) does not have a deterministic implementation")
+_DRIVER_OLD = re.compile(r"NVIDIA driver on your system is too old \(found version (\d+)\)")
+_DRIVER_INSUFFICIENT = re.compile(
+    r"driver version is insufficient for CUDA runtime version|"
+    r"cudaErrorInsufficientDriver|CUDA_ERROR_INSUFFICIENT_DRIVER",
+    re.IGNORECASE,
+)
+_NO_KERNEL = re.compile(
+    r"no kernel image is available for execution on the device|"
+    r"cudaErrorNoKernelImageForDevice|CUDA_ERROR_NO_BINARY_FOR_GPU",
+    re.IGNORECASE,
+)
+_DRIVER_OOM = re.compile(
+    r"CUDA error: out of memory|cudaErrorMemoryAllocation|CUDA_ERROR_OUT_OF_MEMORY|"
+    r"cuda runtime error \(2\) : out of memory",
+    re.IGNORECASE,
+)
+_ALLOCATOR_OOM = re.compile(
+    r"CUDA out of memory|out of memory to allocate|Out of memory allocating|"
+    r"Out of memory while trying to allocate|Failed to allocate request for|"
+    r"OOM when allocating tensor|RESOURCE_EXHAUSTED",
+    re.IGNORECASE,
+)
+_NO_GPU = re.compile(
+    r"No CUDA GPUs are available|Torch not compiled with CUDA enabled|"
+    r"Found no NVIDIA driver on your system|CUDA driver initialization failed|"
+    r"cudaErrorNoDevice|CUDA_ERROR_NO_DEVICE",
+    re.IGNORECASE,
+)
+# Frameworks whose OutOfMemoryError types are device-memory errors (numpy's MemoryError and
+# Python's are host memory and are left alone).
+_OOM_MODULES = ("torch", "cupy", "cupy_backends", "jax", "jaxlib", "tensorflow")
+
+
+def _message(exc: BaseException) -> str:
+    try:
+        text = str(exc)
+    except Exception:
+        try:
+            text = " ".join(str(arg) for arg in exc.args)
+        except Exception:
+            text = ""
+    return text
+
+
+def _type_name(exc: BaseException) -> str:
+    cls = type(exc)
+    module = getattr(cls, "__module__", "") or ""
+    name = getattr(cls, "__qualname__", cls.__name__)
+    return name if module in ("builtins", "") else f"{module}.{name}"
+
+
+def first_line(exc: BaseException) -> str:
+    message = _message(exc).strip().splitlines()
+    head = message[0] if message else ""
+    name = type(exc).__name__
+    return f"{name}: {head}" if head else name
+
+
+def _is_device_oom_type(exc: BaseException) -> bool:
+    cls = type(exc)
+    module = (getattr(cls, "__module__", "") or "").split(".")[0]
+    return any(
+        klass.__name__ == "OutOfMemoryError" and module in _OOM_MODULES for klass in cls.__mro__
+    )
+
+
+class Recognised(NamedTuple):
+    """The kind of one exception and the details its message states."""
+
+    kind: str
+    details: dict[str, Any]
+
+
+def recognise(exc: BaseException) -> Optional[Recognised]:
+    """The kind and details of one exception, from its type and message only."""
+    message = _message(exc)
+    if not message and not _is_device_oom_type(exc):
+        return None
+    details: dict[str, Any] = {"message": message, "type": _type_name(exc)}
+    if _FORKED.search(message):
+        return Recognised(FORKED_CUDA, details)
+    if _CUBLAS.search(message):
+        return Recognised(CUBLAS_DETERMINISM, details)
+    match = _NONDET.search(message)
+    if match and "deterministic" in message:
+        details["operation"] = match.group("op")
+        return Recognised(NONDETERMINISTIC_OP, details)
+    lowered = message.lower()
+    for text, names in STICKY_ERRORS.items():
+        if text.lower() in lowered or any(name in message for name in names):
+            details["cuda_error"] = text
+            return Recognised(STICKY_ERROR, details)
+    match = _DRIVER_OLD.search(message)
+    if match:
+        details["driver_cuda_from_message"] = cuda_version_text(int(match.group(1)))
+        details["problem"] = "driver too old"
+        return Recognised(DRIVER_MISMATCH, details)
+    if _DRIVER_INSUFFICIENT.search(message):
+        details["problem"] = "driver too old"
+        return Recognised(DRIVER_MISMATCH, details)
+    if _NO_KERNEL.search(message):
+        details["problem"] = "no kernel image"
+        return Recognised(DRIVER_MISMATCH, details)
+    if _DRIVER_OOM.search(message) and "tried to allocate" not in lowered:
+        return Recognised(CUDA_DRIVER_OOM, details)
+    if _is_device_oom_type(exc) or _ALLOCATOR_OOM.search(message):
+        if "RESOURCE_EXHAUSTED" in message and not re.search(
+            r"memory|allocat", message, re.IGNORECASE
+        ):
+            return None  # XLA also uses RESOURCE_EXHAUSTED for non-memory limits
+        details.update(parse_oom_message(message))
+        return Recognised(OUT_OF_MEMORY, details)
+    if _NO_GPU.search(message):
+        return Recognised(NO_GPU, details)
+    return None
