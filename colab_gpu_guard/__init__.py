@@ -48,7 +48,7 @@ _EXPORTS = {
     "classify": "advisor",
     "GpuStatus": "status",
     "gpu_status": "status",
-    "ReleaseReport": "reset",
+    "ReleaseReport": "release_report",
     "gpu_reset": "reset",
     "Leftover": "leftovers",
     "find_leftovers": "leftovers",

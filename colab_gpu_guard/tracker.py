@@ -14,15 +14,7 @@ What is measured for each cell:
   NVML is not available.
 
 Rerun leaks: when a cell with the same source runs again and ends with more memory than the
-previous run of it ended with, the record is flagged. With CUDA initialised the measure is
-torch's allocated bytes (exact; any growth counts). Without CUDA it is host memory: the
-resident set size must have grown by more than ``RSS_NOISE_FLOOR`` (8 MiB) since the
-previous run, and where glibc's ``mallinfo2`` is available the bytes malloc has in use
-must have grown by as much too (RSS alone also grows when a freed block stays resident,
-e.g. when a big tensor is rebound). ``mallinfo2`` walks malloc's free lists, so it is read
-only after a cell whose resident memory grew by more than the floor; every other cell
-costs a few microseconds whatever the number of live objects. Nothing here walks objects,
-calls ``gc.collect()`` or ``empty_cache()``.
+previous run of it ended with, the record is flagged (the judgement: ``cell_reruns``).
 
 Note: resetting the peak statistics before each cell means ``torch.cuda.max_memory_allocated``
 reads the peak of the current cell while the tracker is loaded.
@@ -39,15 +31,12 @@ from dataclasses import asdict, dataclass
 from typing import Any, Optional
 
 from . import cuda_health
+from .cell_reruns import RSS_NOISE_FLOOR, RerunLeakCheck
 from .frameworks import torch as torch_support
-from .host_memory import MallocInUse as _MallocInUse
 from .host_memory import RssReader as _RssReader
 from .units import format_bytes, signed_bytes
 
 DEFAULT_MAXLEN = 500
-RSS_NOISE_FLOOR = 8 * 2**20
-CUDA_LEAK_METRIC = "cuda allocated"
-HOST_LEAK_METRIC = "host memory"
 
 
 @dataclass(frozen=True)
@@ -180,15 +169,13 @@ class MemoryTracker:
         if not isinstance(maxlen, int) or maxlen < 1:
             raise ValueError("maxlen must be a positive integer")
         self.maxlen = maxlen
-        self.rss_noise_floor = rss_noise_floor
         self._records: collections.deque = collections.deque(maxlen=maxlen)
-        self._last_by_source: dict[str, tuple] = {}
+        self._reruns = RerunLeakCheck(maxlen, rss_noise_floor)
         self._pending: Optional[tuple] = None
         self._seq = 0
         self._nvml_used: dict[int, int] = {}
         self._rss = _RssReader()
         self._last_rss: Optional[int] = None
-        self._malloc = _MallocInUse()
         self._nvml = _NvmlSampler(self._nvml_used) if nvml else None
 
     # -- the hot path: no allocation-heavy work, no object walks, no CUDA calls
@@ -229,24 +216,9 @@ class MemoryTracker:
         rss = self._last_rss = self._rss.read()
         cell = getattr(result, "execution_count", None)
 
-        leak = False
-        leak_bytes = 0
-        leak_kind = ""
-        rerun_of = None
-        if source is not None and (devices or rss is not None):
-            previous = self._last_by_source.pop(source, None)
-            if devices:
-                entry, leak_bytes = self._cuda_leak(previous, allocated, cell)
-            else:
-                entry, leak_bytes = self._host_leak(previous, rss, rss_before, cell)
-            if previous is not None and previous[0] == entry[0]:
-                rerun_of = previous[2]
-            if leak_bytes:
-                leak, leak_kind = True, entry[0]
-            self._last_by_source[source] = entry
-            if len(self._last_by_source) > 4 * self.maxlen:
-                for stale in list(self._last_by_source)[: 2 * self.maxlen]:
-                    del self._last_by_source[stale]
+        leak, leak_bytes, leak_kind, rerun_of = self._reruns.judge(
+            source, devices, allocated, rss, rss_before, cell
+        )
 
         self._seq += 1
         seq = self._seq
@@ -271,36 +243,6 @@ class MemoryTracker:
         nvml = self._nvml
         if nvml is not None and nvml.available is not False:
             nvml.request(seq)
-
-    @staticmethod
-    def _cuda_leak(previous: Optional[tuple], allocated: int, cell) -> tuple[tuple, int]:
-        """torch's allocated bytes are exact: any growth over the previous run counts."""
-        growth = 0
-        if previous is not None and previous[0] == CUDA_LEAK_METRIC:
-            growth = max(0, allocated - previous[1])
-        return (CUDA_LEAK_METRIC, allocated, cell, None), growth
-
-    def _host_leak(
-        self, previous: Optional[tuple], rss: int, rss_before: Optional[int], cell
-    ) -> tuple[tuple, int]:
-        """Host memory: RSS growth over the previous run beyond the noise floor, confirmed
-        by malloc's in-use bytes when both runs have that figure (RSS alone also grows when
-        a freed block stays resident, e.g. rebinding a big tensor)."""
-        floor = self.rss_noise_floor
-        same = previous is not None and previous[0] == HOST_LEAK_METRIC
-        grew_in_cell = rss_before is not None and rss - rss_before > floor
-        grew_since = same and rss - previous[1] > floor
-        in_use = self._malloc.read() if (grew_in_cell or grew_since) else None
-        growth = 0
-        if grew_since:
-            if in_use is not None and previous[3] is not None:
-                growth = max(0, in_use - previous[3])
-                growth = growth if growth > floor else 0
-            else:
-                growth = rss - previous[1]
-        if in_use is None and same:
-            in_use = previous[3]  # unchanged resident memory: carry the last exact figure
-        return (HOST_LEAK_METRIC, rss, cell, in_use), growth
 
     # -- reading
     def history(self, last: Optional[int] = None) -> list[CellMemory]:
@@ -335,7 +277,7 @@ class MemoryTracker:
 
     def clear(self) -> None:
         self._records.clear()
-        self._last_by_source.clear()
+        self._reruns.clear()
         self._nvml_used.clear()
 
     def close(self) -> None:

@@ -1,0 +1,179 @@
+"""What gpu_reset did: per device allocated/reserved and NVML used before and after, the
+bytes freed, what was dropped, the notes and warnings, and the leftovers still alive."""
+
+from __future__ import annotations
+
+import html
+from dataclasses import asdict, dataclass, field
+from typing import Any, Optional
+
+from .leftovers import Leftover, leftovers_html
+from .units import format_bytes
+
+
+@dataclass
+class DeviceRelease:
+    """torch's caching allocator on one device, before and after (bytes)."""
+
+    device: str
+    allocated_before: int
+    reserved_before: int
+    allocated_after: Optional[int] = None
+    reserved_after: Optional[int] = None
+
+    @property
+    def freed(self) -> Optional[int]:
+        if self.allocated_after is None:
+            return None
+        return self.allocated_before - self.allocated_after
+
+    @property
+    def released(self) -> Optional[int]:
+        if self.reserved_after is None:
+            return None
+        return self.reserved_before - self.reserved_after
+
+
+@dataclass
+class ReleaseReport:
+    """What ``gpu_reset`` dropped, freed, and found still held.
+
+    dropped: counts by kind (output history entries, output names, last cell result,
+        exceptions, traceback frames cleared, debugger, user variables).
+    dropped_names: the names dropped (``Out[3]``, ``_``, ``model``, ``<exception ...>``).
+    estimated_bytes: memory held only through what is (or would be) dropped, per the scan
+        before; blocks also held from elsewhere are not counted.
+    released_bytes: memory of the blocks seen before that are gone now (proven by weakrefs;
+        0 for a dry run).
+    devices: torch CUDA allocator figures per device; nvml_used_*: NVML used per GPU.
+    leftovers: what is still held afterwards (for a dry run: what would still be held).
+    """
+
+    dry_run: bool = False
+    names: list[str] = field(default_factory=list)
+    all_vars: bool = False
+    dropped: dict[str, int] = field(default_factory=dict)
+    dropped_names: list[str] = field(default_factory=list)
+    estimated_bytes: int = 0
+    released_bytes: int = 0
+    devices: list[DeviceRelease] = field(default_factory=list)
+    nvml_used_before: Optional[list[int]] = None
+    nvml_used_after: Optional[list[int]] = None
+    gc_collected: Optional[int] = None
+    steps: list[str] = field(default_factory=list)
+    cuda_state: str = "no torch"
+    restart_required: bool = False
+    leftovers: list[Leftover] = field(default_factory=list)
+    warnings: list[str] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)
+
+    @property
+    def freed_bytes(self) -> int:
+        """Bytes torch's allocator no longer has allocated, else the released blocks."""
+        freed = [device.freed for device in self.devices if device.freed is not None]
+        return sum(freed) if freed else self.released_bytes
+
+    @property
+    def dropped_total(self) -> int:
+        return sum(self.dropped.values())
+
+    def to_dict(self) -> dict[str, Any]:
+        data = asdict(self)
+        data["freed_bytes"] = self.freed_bytes
+        return data
+
+    def __str__(self) -> str:
+        verb = "would drop" if self.dry_run else "dropped"
+        title = "gpu_reset --dry-run (nothing changed)" if self.dry_run else "gpu_reset"
+        lines = [title]
+        counts = [f"{count} {kind}" for kind, count in self.dropped.items() if count]
+        lines.append(f"  {verb}: {', '.join(counts) if counts else 'nothing'}")
+        if self.dropped_names:
+            shown = self.dropped_names[:20]
+            more = len(self.dropped_names) - len(shown)
+            lines.append(f"  names: {', '.join(shown)}" + (f" (+{more} more)" if more > 0 else ""))
+        if self.dry_run:
+            lines.append(f"  would free about {format_bytes(self.estimated_bytes)}")
+        else:
+            lines.append(
+                f"  freed: {format_bytes(self.freed_bytes)} "
+                f"(arrays released: {format_bytes(self.released_bytes)}, "
+                f"expected {format_bytes(self.estimated_bytes)})"
+            )
+        for device in self.devices:
+            if device.allocated_after is None:
+                lines.append(
+                    f"  {device.device}: allocated {format_bytes(device.allocated_before)}, "
+                    f"reserved {format_bytes(device.reserved_before)}"
+                )
+            else:
+                lines.append(
+                    f"  {device.device}: allocated {format_bytes(device.allocated_before)} -> "
+                    f"{format_bytes(device.allocated_after)}, reserved "
+                    f"{format_bytes(device.reserved_before)} -> "
+                    f"{format_bytes(device.reserved_after)}"
+                )
+        if self.nvml_used_before is not None:
+            after = self.nvml_used_after or [None] * len(self.nvml_used_before)
+            for index, (before, now) in enumerate(zip(self.nvml_used_before, after)):
+                text = f"  GPU {index} (NVML, all processes): used {format_bytes(before)}"
+                if now is not None:
+                    text += f" -> {format_bytes(now)}"
+                lines.append(text)
+        if self.gc_collected is not None:
+            lines.append(f"  gc.collect(): {self.gc_collected} objects")
+        lines += [f"  done: {step}" for step in self.steps]
+        for warning in self.warnings:
+            lines.append(f"  WARNING: {warning}")
+        for note in self.notes:
+            lines.append(f"  note: {note}")
+        held = sum(item.nbytes for item in self.leftovers)
+        if self.leftovers:
+            lines.append(
+                f"  {'would still be' if self.dry_run else 'still'} held: "
+                f"{len(self.leftovers)} block(s), {format_bytes(held)} (biggest first):"
+            )
+            lines += [f"    {item}" for item in self.leftovers[:15]]
+            if len(self.leftovers) > 15:
+                lines.append(f"    ... {len(self.leftovers) - 15} more (find_leftovers())")
+        else:
+            lines.append("  no arrays held by any name")
+        return "\n".join(lines)
+
+    def _repr_pretty_(self, printer, cycle) -> None:
+        printer.text(str(self))
+
+    def _repr_html_(self) -> str:
+        esc = html.escape
+        title = "gpu_reset --dry-run (nothing changed)" if self.dry_run else "gpu_reset"
+        counts = [f"{count} {kind}" for kind, count in self.dropped.items() if count]
+        items = [f"<li>{'would drop' if self.dry_run else 'dropped'}: "]
+        items[0] += esc(", ".join(counts) if counts else "nothing") + "</li>"
+        if self.dropped_names:
+            names = ", ".join(f"<code>{esc(name)}</code>" for name in self.dropped_names[:50])
+            items.append(f"<li>names: {names}</li>")
+        amount = self.estimated_bytes if self.dry_run else self.freed_bytes
+        items.append(
+            f"<li>{'would free about' if self.dry_run else 'freed'}: "
+            f"{esc(format_bytes(amount))}</li>"
+        )
+        for device in self.devices:
+            after = (
+                ""
+                if device.allocated_after is None
+                else f" &rarr; {esc(format_bytes(device.allocated_after))}"
+            )
+            items.append(
+                f"<li>{esc(device.device)}: allocated "
+                f"{esc(format_bytes(device.allocated_before))}{after}</li>"
+            )
+        items += [f"<li>done: {esc(step)}</li>" for step in self.steps]
+        items += [f"<li><b>warning</b>: {esc(text)}</li>" for text in self.warnings]
+        items += [f"<li>note: {esc(text)}</li>" for text in self.notes]
+        return (
+            f"<div><b>{esc(title)}</b><ul>{''.join(items)}</ul>"
+            f"{leftovers_html(self.leftovers[:50])}</div>"
+        )
+
+
+# ---------------------------------------------------------------- the plan
