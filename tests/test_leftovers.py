@@ -371,3 +371,26 @@ def test_scan_groups_and_reach_by_root():
     reach = found.reach_by_root()
     assert {root.key for root in reach if root.kind == VARIABLE} == {"base", "view", "other"}
     assert reach[next(root for root in reach if root.key == "view")] == {group.key}
+
+
+def test_one_table_for_every_view_of_the_leftovers():
+    """The leftovers list, gpu_reset's report, the status snapshot and the panel show the
+    same table (one renderer), with the shared names as a column and every name escaped."""
+    from colab_gpu_guard.leftovers.html import leftovers_table
+    from colab_gpu_guard.status import gpu_status, panel_html
+
+    base = torch.zeros(64, 64)
+    namespace = {"base": base, "view<b>": base[1:], "small": torch.ones(3)}
+    found = find_leftovers(namespace=namespace)
+    table = leftovers_table(list(found))
+    assert '<th style="text-align:left;padding:0 8px 0 0">also reached as</th>' in table
+    assert "view&lt;b&gt;" in table
+    assert "<b>" not in table
+    assert table in found._repr_html_()
+    report = reset.gpu_reset(namespace=namespace, dry_run=True)
+    assert leftovers_table(report.leftovers[:50]) in report._repr_html_()
+    status = gpu_status(namespace=namespace, history=False)
+    shown = leftovers_table(status.leftovers)
+    assert shown in status._repr_html_()
+    assert shown in panel_html.render_leftovers(status)
+    assert [entry.name for entry in status.leftovers] == [item.name for item in found]

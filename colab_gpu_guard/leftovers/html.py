@@ -1,30 +1,60 @@
-"""The one leftovers table renderer (HTML); every name in it is escaped."""
+"""The one leftovers table renderer (HTML), for the leftovers list, gpu_reset's report, the
+status snapshot and the panel. Every name in it is escaped."""
 
 from __future__ import annotations
 
 import html
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
+from typing import Any
 
 from ..units import format_bytes
 
+_CELL = 'style="padding:0 8px 0 0"'
+_SIZE_CELL = 'style="padding:0 8px 0 0;text-align:right"'
+COLUMNS = ("name", "held by", "shape", "dtype", "device", "size")
+
+
+def _e(value: Any) -> str:
+    return html.escape(str(value), quote=True)
+
+
+def shape_text(shape: Any) -> str:
+    """(256, 1024) as '(256, 1024)'; a scalar as '()'; unknown as ''."""
+    return "" if shape is None else "(" + ", ".join(str(n) for n in shape) + ")"
+
+
+def leftovers_table(entries: Sequence[Any]) -> str:
+    """A table of leftovers (a `Leftover` or the status snapshot's entries), one row each,
+    biggest first as given. Names that reach the same memory are the row's tooltip, and a
+    last column when any row has them."""
+    shared = any(entry.shared_with for entry in entries)
+    columns = COLUMNS + (("also reached as",) if shared else ())
+    rows = [
+        '<table class="cgg-leftovers-table" style="border-collapse:collapse"><tr>'
+        + "".join(f'<th style="text-align:left;padding:0 8px 0 0">{h}</th>' for h in columns)
+        + "</tr>"
+    ]
+    for entry in entries:
+        also = ", ".join(entry.shared_with)
+        title = f' title="also reached as: {_e(also)}"' if also else ""
+        rows.append(
+            f"<tr{title}><td {_CELL}><code>{_e(entry.name)}</code></td>"
+            f"<td {_CELL}>{_e(entry.holder or '')}</td>"
+            f"<td {_CELL}>{_e(shape_text(entry.shape))}</td>"
+            f"<td {_CELL}>{_e(entry.dtype or '')}</td>"
+            f"<td {_CELL}>{_e(entry.device or '')}</td>"
+            f"<td {_SIZE_CELL}>{_e(format_bytes(entry.nbytes))}</td>"
+            + (f"<td {_CELL}>{_e(also)}</td>" if shared else "")
+            + "</tr>"
+        )
+    rows.append("</table>")
+    return "".join(rows)
+
 
 def leftovers_html(items: Iterable, gaps: Iterable = (), notes: Iterable[str] = ()) -> str:
-    """An HTML table of leftovers; every name is escaped."""
-    esc = html.escape
-    rows = []
-    for item in items:
-        shape = esc("x".join(str(size) for size in item.shape) or "scalar")
-        rows.append(
-            f"<tr><td>{esc(format_bytes(item.nbytes))}</td><td><code>{esc(item.name)}</code>"
-            f"</td><td>{esc(item.holder)}</td><td>{esc(item.dtype)} [{shape}]</td>"
-            f"<td>{esc(item.device)}</td><td>{esc(', '.join(item.shared_with))}</td></tr>"
-        )
-    if not rows:
-        rows.append("<tr><td colspan=6>no arrays held</td></tr>")
-    extra = "".join(f"<li>{esc(str(gap))}</li>" for gap in gaps)
-    extra += "".join(f"<li>{esc(note)}</li>" for note in notes)
-    return (
-        "<table><tr><th>bytes</th><th>name</th><th>holder</th><th>array</th>"
-        f"<th>device</th><th>shared with</th></tr>{''.join(rows)}</table>"
-        + (f"<ul>{extra}</ul>" if extra else "")
-    )
+    """The leftovers table, then the allocator gaps and notes as a list."""
+    entries = list(items)
+    table = leftovers_table(entries) if entries else "<div>no arrays held</div>"
+    extra = "".join(f"<li>{_e(gap)}</li>" for gap in gaps)
+    extra += "".join(f"<li>{_e(note)}</li>" for note in notes)
+    return table + (f"<ul>{extra}</ul>" if extra else "")

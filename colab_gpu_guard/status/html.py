@@ -6,6 +6,7 @@ from __future__ import annotations
 import html
 from typing import TYPE_CHECKING, Any
 
+from ..leftovers.html import leftovers_table
 from ..nvml import NvmlDevice
 from ..units import format_bytes
 from .text import (
@@ -83,20 +84,7 @@ def render_html(status: GpuStatus) -> str:
     if status.leftovers is not None:
         parts.append(f"<div><b>{_e(leftovers_heading(status))}</b></div>")
         if status.leftovers:
-            parts.append(
-                "<table><tr><th>name</th><th>size</th><th>device</th><th>dtype</th>"
-                "<th>shape</th><th>held by</th><th>shares memory with</th></tr>"
-            )
-            for entry in status.leftovers:
-                shape = "" if entry.shape is None else str(tuple(entry.shape))
-                parts.append(
-                    f"<tr><td><code>{_e(entry.name)}</code></td>"
-                    f"<td>{_e(format_bytes(entry.nbytes))}</td><td>{_e(entry.device or '')}</td>"
-                    f"<td>{_e(entry.dtype or '')}</td><td>{_e(shape)}</td>"
-                    f"<td>{_e(entry.holder or '')}</td>"
-                    f"<td>{_e(', '.join(entry.shared_with))}</td></tr>"
-                )
-            parts.append("</table>")
+            parts.append(leftovers_table(status.leftovers))
     elif status.leftovers_note and status.leftovers_note != "not collected":
         parts.append(f'<div class="cgg-na">leftovers: {_e(status.leftovers_note)}</div>')
     if status.history is not None or status.history_note:

@@ -11,6 +11,7 @@ from __future__ import annotations
 import time
 from typing import TYPE_CHECKING, Any, Optional
 
+from ..leftovers.html import leftovers_table
 from ..units import USER_VARIABLE, format_bytes
 from .html import escape as _e
 from .text import host_ram
@@ -260,38 +261,14 @@ def render_leftovers(status: GpuStatus, top: int = TOP_LEFTOVERS) -> str:
         stale = f'<div class="cgg-stale" style="{_MUTED}">{_e(status.leftovers_note)}</div>'
     if not entries:
         return f"{head}{title} &middot; nothing held between runs{stale}</div>"
-    rows = [
-        '<table style="border-collapse:collapse"><tr>'
-        + "".join(
-            f'<th style="text-align:left;padding:0 8px 0 0">{h}</th>'
-            for h in ("name", "held by", "shape", "dtype", "device", "size")
-        )
-        + "</tr>"
-    ]
-    for entry in entries[:top]:
-        shape = "" if entry.shape is None else "(" + ", ".join(str(n) for n in entry.shape) + ")"
-        shared = (
-            f' title="also reached as: {_e(", ".join(entry.shared_with))}"'
-            if (entry.shared_with)
-            else ""
-        )
-        rows.append(
-            f'<tr{shared}><td style="padding:0 8px 0 0"><code>{_e(entry.name)}</code></td>'
-            f'<td style="padding:0 8px 0 0">{_e(entry.holder or "")}</td>'
-            f'<td style="padding:0 8px 0 0">{_e(shape)}</td>'
-            f'<td style="padding:0 8px 0 0">{_e(entry.dtype or "")}</td>'
-            f'<td style="padding:0 8px 0 0">{_e(entry.device or "")}</td>'
-            f'<td style="padding:0 8px 0 0;text-align:right">{_e(format_bytes(entry.nbytes))}</td>'
-            "</tr>"
-        )
-    rows.append("</table>")
+    table = leftovers_table(entries[:top])
     reset_line = (
         f'<div class="cgg-freeable">held by output history / tracebacks: '
         f"<b>{_e(format_bytes(freeable))}</b>"
         + (" &middot; &quot;Free memory&quot; (%gpu_reset) releases it" if freeable else "")
         + "</div>"
     )
-    return f"{head}{title}{''.join(rows)}{reset_line}{stale}</div>"
+    return f"{head}{title}{table}{reset_line}{stale}</div>"
 
 
 def render_footer(status: GpuStatus) -> str:
