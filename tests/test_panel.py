@@ -22,14 +22,13 @@ from colab_gpu_guard import cuda_health, nvml  # noqa: E402
 from colab_gpu_guard.ipython import panel as panel_module  # noqa: E402
 from colab_gpu_guard.ipython.panel import refresh as panel_refresh  # noqa: E402
 from colab_gpu_guard.status import (  # noqa: E402
-    CellRecord,
     DeviceMemory,
-    LeftoverEntry,
     chart,
     panel_html,
 )
 from tests import fake_pynvml  # noqa: E402
 from tests.fake_pynvml import GiB, MiB  # noqa: E402
+from tests.records import cell_memory, leftover  # noqa: E402
 
 HOSTILE = '<img src=x onerror="alert(1)"><script>alert(2)</script>'
 RAW_MARKERS = ("<img", "<script", 'onerror="')
@@ -633,10 +632,10 @@ def test_hostile_names_are_escaped_everywhere(ip, run_cell, world, show, torch):
     assert "&lt;img src=x onerror=&quot;alert(1)&quot;&gt;" in instance.header.value
     assert "&lt;script&gt;" in instance.devices.children[0].value
     assert_escaped(text)
-    record = CellRecord(
+    record = cell_memory(
         cell=HOSTILE, allocated_after=GiB, peak=2 * GiB, rerun_leak=True, leak_bytes=MiB
     )
-    entry = LeftoverEntry(
+    entry = leftover(
         name=HOSTILE,
         holder=HOSTILE,
         shape=(1,),
@@ -668,7 +667,7 @@ def test_hostile_names_are_escaped_everywhere(ip, run_cell, world, show, torch):
 def test_leftovers_show_the_top_ten_and_the_freeable_total(show):
     instance = show()
     entries = tuple(
-        LeftoverEntry(
+        leftover(
             name=f"t{index}",
             holder="output history" if index % 2 else "user variable",
             shape=(index + 1, 4),
@@ -706,7 +705,7 @@ def test_leftovers_show_the_top_ten_and_the_freeable_total(show):
 def test_history_chart_marks_peaks_leaks_and_cells(show):
     instance = show()
     records = tuple(
-        CellRecord(
+        cell_memory(
             cell=number,
             allocated_before=0,
             allocated_after=number * 100 * MiB,
@@ -736,7 +735,7 @@ def test_history_chart_marks_peaks_leaks_and_cells(show):
 
 def test_history_without_gpu_figures_says_so(show):
     instance = show()
-    records = (CellRecord(cell=1), CellRecord(cell=2))
+    records = (cell_memory(cell=1), cell_memory(cell=2))
     status = dataclasses.replace(instance.last_status, history=records, history_note=None)
     text = chart.render_history(status)
     assert "2 cells, no GPU memory figures" in text and "<svg" not in text

@@ -7,7 +7,6 @@ import json
 import os
 import sys
 import types
-from dataclasses import dataclass
 
 import pytest
 from hypothesis import given, settings
@@ -15,8 +14,10 @@ from hypothesis import strategies as st
 
 from colab_gpu_guard import cuda_health, nvml, status
 from colab_gpu_guard.frameworks import torch as torch_support
+from colab_gpu_guard.leftovers import Leftover
 from colab_gpu_guard.serialize import from_data, to_data
-from colab_gpu_guard.status import CellRecord, GpuStatus, LeftoverEntry, gpu_status
+from colab_gpu_guard.status import GpuStatus, gpu_status
+from colab_gpu_guard.tracker import CellMemory
 from tests import fake_pynvml
 from tests.conftest import flush_output_history
 from tests.fake_pynvml import GiB, MiB
@@ -91,21 +92,6 @@ def cuda_torch(monkeypatch):
     return use
 
 
-@dataclass(frozen=True)
-class StubLeftover:
-    name: str
-    holder: str
-    shape: tuple
-    dtype: str
-    device: str
-    nbytes: int
-    storage_id: int
-    shared_with: tuple = ()
-
-    def __str__(self):
-        return self.name
-
-
 @pytest.fixture
 def leftovers_module(monkeypatch):
     """use(items or an exception) installs colab_gpu_guard.leftovers with find_leftovers."""
@@ -127,27 +113,13 @@ def leftovers_module(monkeypatch):
     return use
 
 
-@dataclass(frozen=True)
-class StubCell:
-    cell: int
-    allocated_before: int
-    allocated_after: int
-    peak: int
-    reserved_after: int
-    ooms: int
-    nvml_used_after: object
-    rerun_leak: bool
-    leak_bytes: int
-    duration_s: float
-
-
 @pytest.fixture
 def tracker_module(monkeypatch):
+    """use(cells): the tracker's history is `cells`."""
+    from colab_gpu_guard import tracker
+
     def use(cells):
-        module = types.ModuleType("colab_gpu_guard.tracker")
-        module.memory_history = lambda: list(cells)
-        module.format_history = lambda history, limit=None: "unused"
-        monkeypatch.setitem(sys.modules, "colab_gpu_guard.tracker", module)
+        monkeypatch.setattr(tracker, "history_tail", lambda last: (list(cells)[-last:], len(cells)))
 
     return use
 
@@ -279,12 +251,10 @@ def test_broken_context_is_not_asked_for_properties(fake, cuda_torch):
 def test_leftovers_plug_in(fake, leftovers_module):
     fake(fake_pynvml.zero_gpus())
     items = [
-        StubLeftover(f"t{i}", "user namespace", (i, 4), "float32", "cuda:0", i * MiB, i)
+        Leftover(f"t{i}", "user namespace", (i, 4), "float32", "cuda:0", i * MiB, i)
         for i in range(1, 13)
     ]
-    items.append(
-        StubLeftover("view_of_t12", "list l[0]", (12, 4), "float32", "cuda:0", 12 * MiB, 12)
-    )
+    items.append(Leftover("view_of_t12", "list l[0]", (12, 4), "float32", "cuda:0", 12 * MiB, 12))
     calls = leftovers_module(items)
     namespace = {"x": 1}
     snap = gpu_status(namespace=namespace, top=3)
@@ -293,13 +263,13 @@ def test_leftovers_plug_in(fake, leftovers_module):
     assert len(snap.leftovers) == 3 and snap.leftovers_count == 13
     assert snap.leftovers_bytes == sum(range(1, 13)) * MiB  # the view's storage counted once
     assert snap.leftovers_freeable_bytes == snap.leftovers_bytes  # no "user variable" holder
-    assert snap.leftovers[0] == LeftoverEntry(
+    assert snap.leftovers[0] == Leftover(
         "t12", "user namespace", (12, 4), "float32", "cuda:0", 12 * MiB, 12, ()
     )
     text = snap.to_text()
     assert "leftovers (3 of 13, 78 MiB in all)" in text
     assert "t12 | 12 MiB | cuda:0 | float32 | (12, 4) | held by user namespace" in text
-    assert snap.leftovers[0].framework is None
+    assert snap.leftovers[0].framework == ""
 
 
 def test_leftovers_from_the_real_scan_top_count_and_total(fake, monkeypatch):
@@ -369,7 +339,7 @@ def test_no_leftovers_does_not_look(fake, leftovers_module):
 def test_history_plug_in(fake, tracker_module):
     fake(fake_pynvml.zero_gpus())
     cells = [
-        StubCell(n, 0, n * MiB, 2 * n * MiB, 4 * MiB, 0, None, n == 3, MiB if n == 3 else 0, 0.5)
+        CellMemory(n, 0, n * MiB, 2 * n * MiB, 4 * MiB, 0, None, n == 3, MiB if n == 3 else 0, 0.5)
         for n in range(1, 4)
     ]
     tracker_module(cells)
@@ -456,9 +426,9 @@ def test_html_escapes_every_outside_name(fake, leftovers_module, tracker_module)
     world.gpus[0].name = "<img src=x onerror=alert(1)>"
     world.gpus[0].processes[0].name = SCRIPT  # NVML's name: psutil cannot see that PID
     leftovers_module(
-        [StubLeftover(SCRIPT, f"dict key {SCRIPT}", (2,), "<dtype>", "cuda:0", 8, 1, (SCRIPT,))]
+        [Leftover(SCRIPT, f"dict key {SCRIPT}", (2,), "<dtype>", "cuda:0", 8, 1, (SCRIPT,))]
     )
-    tracker_module([StubCell(1, 0, 0, 0, 0, 0, None, False, 0, 0.1)])
+    tracker_module([CellMemory(1, 0, 0, 0, 0, 0, None, False, 0, 0.1)])
     snap = gpu_status(history=True)
     html = snap.to_html()
     assert "<script" not in html.lower() and "<img" not in html.lower()
@@ -473,8 +443,8 @@ def test_html_escapes_every_outside_name(fake, leftovers_module, tracker_module)
 
 def full_snapshot(fake, world, leftovers_module, tracker_module):
     fake(world)
-    leftovers_module([StubLeftover("a", "user namespace", (3,), "int64", "cpu", 24, 7, ("b",))])
-    tracker_module([StubCell(5, 0, 1, 2, 3, 0, 9, False, 0, 0.25)])
+    leftovers_module([Leftover("a", "user namespace", (3,), "int64", "cpu", 24, 7, ("b",))])
+    tracker_module([CellMemory(5, 0, 1, 2, 3, 0, 9, False, 0, 0.25)])
     return gpu_status(history=True)
 
 
@@ -533,22 +503,35 @@ names = st.text(max_size=20)
 @settings(max_examples=60, deadline=None)
 @given(
     entry=st.builds(
-        LeftoverEntry,
+        Leftover,
         name=names,
-        holder=st.none() | names,
-        shape=st.none() | st.tuples(st.integers(0, 10**6), st.integers(0, 10**6)),
-        dtype=st.none() | names,
-        device=st.none() | names,
+        holder=names,
+        shape=st.lists(st.integers(0, 10**6), max_size=4).map(tuple),
+        dtype=names,
+        device=names,
         nbytes=st.integers(0, 2**50),
-        storage_id=st.none() | st.integers(0, 2**63),
+        storage_id=st.integers(0, 2**63),
         shared_with=st.lists(names, max_size=3).map(tuple),
+        framework=names,
+        array_nbytes=st.integers(0, 2**50),
+        holders=st.lists(names, max_size=3).map(tuple),
     ),
     cell=st.builds(
-        CellRecord,
-        cell=st.integers(0, 10**6) | names,
-        allocated_before=st.none() | st.integers(0, 2**50),
-        duration_s=st.none() | finite,
-        rerun_leak=st.none() | st.booleans(),
+        CellMemory,
+        cell=st.none() | st.integers(0, 10**6),
+        allocated_before=st.integers(0, 2**50),
+        allocated_after=st.integers(0, 2**50),
+        peak=st.integers(0, 2**50),
+        reserved_after=st.integers(0, 2**50),
+        ooms=st.integers(0, 100),
+        nvml_used_after=st.none() | st.integers(0, 2**50),
+        rerun_leak=st.booleans(),
+        leak_bytes=st.integers(0, 2**50),
+        duration_s=finite,
+        rss_after=st.none() | st.integers(0, 2**50),
+        devices=st.integers(0, 8),
+        leak_kind=names,
+        rerun_of=st.none() | st.integers(0, 10**6),
     ),
 )
 def test_records_round_trip(entry, cell):
@@ -608,7 +591,7 @@ def test_magic_passes_the_user_namespace_and_flags(ip, fake, leftovers_module, c
 
 def test_magic_history_flag(ip, fake, tracker_module, capsys):
     fake(fake_pynvml.zero_gpus())
-    tracker_module([StubCell(1, 0, 0, 0, 0, 0, None, False, 0, 0.1)])
+    tracker_module([CellMemory(1, 0, 0, 0, 0, 0, None, False, 0, 0.1)])
     ip.run_line_magic("gpu_status", "--json --no-leftovers --history")
     snap = GpuStatus.from_json(capsys.readouterr().out)
     assert snap.history is not None and snap.history[0].cell == 1

@@ -28,7 +28,7 @@ class Leftover:
 
     name: str
     holder: str
-    shape: tuple
+    shape: tuple[int, ...]
     dtype: str
     device: str
     nbytes: int

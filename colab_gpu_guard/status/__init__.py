@@ -35,11 +35,9 @@ from .collect import COLAB_NO_GPU, DEFAULT_HISTORY_LIMIT, DEFAULT_TOP, detect_ru
 from .snapshot import (
     DEFAULT_PROCESS_LIMIT,
     SCHEMA_VERSION,
-    CellRecord,
     DeviceMemory,
     GpuStatus,
     HostInfo,
-    LeftoverEntry,
     TorchInfo,
     json_schema,
 )
@@ -50,11 +48,9 @@ __all__ = [
     "DEFAULT_PROCESS_LIMIT",
     "DEFAULT_TOP",
     "SCHEMA_VERSION",
-    "CellRecord",
     "DeviceMemory",
     "GpuStatus",
     "HostInfo",
-    "LeftoverEntry",
     "TorchInfo",
     "detect_runtime",
     "gpu_status",

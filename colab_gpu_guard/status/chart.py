@@ -10,11 +10,12 @@ from .html import escape as _e
 from .panel_html import _FONT, _WARN
 
 if TYPE_CHECKING:
-    from .snapshot import CellRecord, GpuStatus
+    from ..tracker import CellMemory
+    from .snapshot import GpuStatus
 
 
 def _history_values(
-    status: GpuStatus, records: list[CellRecord]
+    status: GpuStatus, records: list[CellMemory]
 ) -> tuple[str, list[Optional[int]], list[Optional[int]]]:
     """What to chart: torch's allocated bytes once CUDA is in use, else NVML's used bytes
     when recorded, else nothing (the tracker records 0 allocated without CUDA)."""

@@ -6,15 +6,12 @@ Nothing here initialises CUDA, imports torch, IPython or NumPy. Every part may b
 
 from __future__ import annotations
 
-import dataclasses
-import functools
 import heapq
 import importlib
 import os
 import platform
 import sys
 import time
-import typing
 from collections.abc import Sequence
 from typing import Any, Optional
 
@@ -25,11 +22,9 @@ from .matching import match_device, used_by_this_process
 from .snapshot import (
     DEFAULT_PROCESS_LIMIT,
     SCHEMA_VERSION,
-    CellRecord,
     DeviceMemory,
     GpuStatus,
     HostInfo,
-    LeftoverEntry,
     TorchInfo,
 )
 
@@ -214,7 +209,7 @@ def _leftovers(namespace: Optional[dict[str, Any]], top: int) -> dict[str, Any]:
         total = sum(sizes.values())
         biggest = heapq.nlargest(max(0, top), found, key=_nbytes)
     return {
-        "leftovers": tuple(_leftover_entry(item) for item in biggest),
+        "leftovers": tuple(biggest),
         "leftovers_count": len(found),
         "leftovers_bytes": total,
         "leftovers_freeable_bytes": freeable,
@@ -223,27 +218,6 @@ def _leftovers(namespace: Optional[dict[str, Any]], top: int) -> dict[str, Any]:
 
 def _nbytes(item: Any) -> int:
     return int(getattr(item, "nbytes", 0) or 0)
-
-
-def _leftover_entry(item: Any) -> LeftoverEntry:
-    shape = getattr(item, "shape", None)
-    try:
-        shape = tuple(int(n) for n in shape) if shape is not None else None
-    except (TypeError, ValueError):
-        shape = None
-    storage = getattr(item, "storage_id", None)
-    shared = getattr(item, "shared_with", ()) or ()
-    return LeftoverEntry(
-        name=str(getattr(item, "name", item)),
-        holder=_optional_text(getattr(item, "holder", None)),
-        shape=shape,
-        dtype=_optional_text(getattr(item, "dtype", None)),
-        device=_optional_text(getattr(item, "device", None)),
-        nbytes=int(getattr(item, "nbytes", 0) or 0),
-        storage_id=int(storage) if isinstance(storage, int) else None,
-        shared_with=tuple(str(name) for name in shared),
-        framework=_optional_text(getattr(item, "framework", None)) or None,
-    )
 
 
 def _history(limit: int) -> dict[str, Any]:
@@ -260,38 +234,11 @@ def _history(limit: int) -> dict[str, Any]:
             total = len(cells)
     except Exception as error:
         return {"history_note": f"could not be read: {type(error).__name__}: {error}"}
-    records = tuple(_cell_record(cell) for cell in cells[-max(0, limit) :] if limit > 0)
+    records = tuple(cells[-limit:]) if limit > 0 else ()
     note = None if records else "no cells recorded yet"
     if total > len(records):
         note = f"last {len(records)} of {total} cells"
     return {"history": records, "history_note": note}
-
-
-@functools.cache
-def _cell_fields() -> tuple[tuple[str, Any], ...]:
-    """(name, kind) of each CellRecord field, kind from ``Optional[kind]``."""
-    hints = typing.get_type_hints(CellRecord)
-    return tuple(
-        (f.name, typing.get_args(hints[f.name])[0] if f.name != "cell" else None)
-        for f in dataclasses.fields(CellRecord)
-    )
-
-
-def _cell_record(cell: Any) -> CellRecord:
-    values: dict[str, Any] = {}
-    for name, kind in _cell_fields():
-        value = getattr(cell, name, None)
-        if name == "cell":
-            if value is None or isinstance(value, (int, str)):
-                values["cell"] = value
-            else:
-                values["cell"] = str(value)
-        elif value is not None:
-            try:
-                values[name] = kind(value)
-            except (TypeError, ValueError):
-                values[name] = None
-    return CellRecord(**values)
 
 
 def _notes(
@@ -329,5 +276,3 @@ def _notes(
     return notes
 
 
-def _optional_text(value: Any) -> Optional[str]:
-    return None if value is None else str(value)

@@ -17,8 +17,9 @@ from .html import escape as _e
 from .text import host_ram
 
 if TYPE_CHECKING:
+    from ..leftovers.records import Leftover
     from ..nvml import NvmlDevice
-    from .snapshot import GpuStatus, LeftoverEntry
+    from .snapshot import GpuStatus
 
 TOP_LEFTOVERS = 10  # the leftovers the panel lists
 
@@ -227,7 +228,7 @@ def render_notes(status: GpuStatus) -> str:
     return f'<ul class="cgg-notes" style="{_FONT};{_WARN};margin:2px 0">{items}</ul>'
 
 
-def _freeable(entry: LeftoverEntry) -> bool:
+def _freeable(entry: Leftover) -> bool:
     """Held only by output history / traceback frames / the last exception: what
     ``gpu_reset()`` (without ``--all``) releases. User variables are never touched."""
     return (entry.holder or "") != USER_VARIABLE

@@ -9,11 +9,13 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass
-from typing import Any, Optional, Union
+from typing import Any, Optional
 
+from ..leftovers.records import Leftover
 from ..nvml import NvmlSnapshot
 from ..serialize import from_data, to_data
 from ..serialize import json_schema as _json_schema
+from ..tracker import CellMemory
 from .html import render_html
 from .text import render_text
 
@@ -68,35 +70,6 @@ class DeviceMemory:
 
 
 @dataclass(frozen=True)
-class LeftoverEntry:
-    name: str
-    holder: Optional[str] = None
-    shape: Optional[tuple[int, ...]] = None
-    dtype: Optional[str] = None
-    device: Optional[str] = None
-    nbytes: int = 0
-    storage_id: Optional[int] = None
-    shared_with: tuple[str, ...] = ()
-    framework: Optional[str] = None
-
-
-@dataclass(frozen=True)
-class CellRecord:
-    cell: Optional[Union[int, str]]  # the execution count (None: run without history)
-    allocated_before: Optional[int] = None
-    allocated_after: Optional[int] = None
-    peak: Optional[int] = None
-    reserved_after: Optional[int] = None
-    ooms: Optional[int] = None
-    nvml_used_after: Optional[int] = None
-    rerun_leak: Optional[bool] = None
-    leak_bytes: Optional[int] = None
-    duration_s: Optional[float] = None
-    rerun_of: Optional[int] = None
-    rss_after: Optional[int] = None
-
-
-@dataclass(frozen=True)
 class GpuStatus:
     """One snapshot; every view (text, HTML, JSON, the panel) renders from it."""
 
@@ -107,14 +80,14 @@ class GpuStatus:
     torch: TorchInfo
     nvml: NvmlSnapshot
     memory: tuple[DeviceMemory, ...] = ()
-    leftovers: Optional[tuple[LeftoverEntry, ...]] = None  # None: not collected
+    leftovers: Optional[tuple[Leftover, ...]] = None  # None: not collected; the biggest
     leftovers_count: int = 0  # all found, before the top-N cut
     leftovers_bytes: int = 0  # all found, each storage counted once
     # of those, what no user variable holds (output history, tracebacks): what
     # gpu_reset() without --all releases; None: not computed (older documents)
     leftovers_freeable_bytes: Optional[int] = None
     leftovers_note: Optional[str] = None
-    history: Optional[tuple[CellRecord, ...]] = None
+    history: Optional[tuple[CellMemory, ...]] = None  # the last cells, oldest first
     history_note: Optional[str] = None
     notes: tuple[str, ...] = ()
     process_limit: Optional[int] = DEFAULT_PROCESS_LIMIT  # processes listed per GPU; None: all

@@ -10,7 +10,9 @@ from ..nvml import MigInstance, NvmlDevice, NvmlProcess
 from ..units import NA, format_bytes
 
 if TYPE_CHECKING:
-    from .snapshot import CellRecord, DeviceMemory, GpuStatus, HostInfo, LeftoverEntry
+    from ..leftovers.records import Leftover
+    from ..tracker import CellMemory
+    from .snapshot import DeviceMemory, GpuStatus, HostInfo
 
 
 def render_text(status: GpuStatus) -> str:
@@ -207,7 +209,7 @@ def reasons(record: Any) -> str:
     return ", ".join(f"{name} ({why})" for name, why in record.unavailable)
 
 
-def _leftover_line(entry: LeftoverEntry) -> str:
+def _leftover_line(entry: Leftover) -> str:
     parts = [entry.name, format_bytes(entry.nbytes)]
     if entry.device:
         parts.append(entry.device)
@@ -222,7 +224,7 @@ def _leftover_line(entry: LeftoverEntry) -> str:
     return " | ".join(parts)
 
 
-def cell_line(record: CellRecord) -> str:
+def cell_line(record: CellMemory) -> str:
     change = None
     if record.allocated_before is not None and record.allocated_after is not None:
         change = record.allocated_after - record.allocated_before

@@ -1,0 +1,39 @@
+"""Records for tests: the tracker's and the leftovers scan's, with plain defaults."""
+
+from __future__ import annotations
+
+from colab_gpu_guard.leftovers import Leftover
+from colab_gpu_guard.tracker import CellMemory
+
+
+def cell_memory(**fields) -> CellMemory:
+    """A tracker record with the given fields, the rest zero (a cell without CUDA)."""
+    values = dict(
+        cell=None,
+        allocated_before=0,
+        allocated_after=0,
+        peak=0,
+        reserved_after=0,
+        ooms=0,
+        nvml_used_after=None,
+        rerun_leak=False,
+        leak_bytes=0,
+        duration_s=0.0,
+    )
+    values.update(fields)
+    return CellMemory(**values)
+
+
+def leftover(**fields) -> Leftover:
+    """A leftovers entry with the given fields, the rest plain."""
+    values = dict(
+        name="x",
+        holder="user variable",
+        shape=(),
+        dtype="float32",
+        device="cpu",
+        nbytes=0,
+        storage_id=0,
+    )
+    values.update(fields)
+    return Leftover(**values)
