@@ -53,3 +53,29 @@ def test_bench_runs_in_smoke_mode(tmp_path):
     ):
         assert expected in names
     assert "benchmark" in done.stdout and "JSON:" in done.stdout
+
+
+@pytest.mark.slow
+def test_bench_versions_compares_this_checkout_with_a_commit(tmp_path):
+    out = tmp_path / "versions.json"
+    env = dict(os.environ, PYTHONPATH=str(ROOT))
+    done = subprocess.run(
+        [sys.executable, "bench/bench_versions.py", "--against", "HEAD", "--smoke"]
+        + ["--json", str(out)],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    rows = json.loads(out.read_text())["rows"]
+    assert [row["name"].split(",")[0] for row in rows] == [
+        "%load_ext colab_gpu_guard",
+        "per cell added by the hooks",
+        "find_leftovers()",
+        "gpu_status() as text",
+    ]
+    for row in rows:
+        assert row["ours"] is not None and row["baseline_or_peer"] is not None, row
+        assert row["baseline"] == "commit HEAD"

@@ -88,3 +88,24 @@ def test_load_ext_imports_no_heavy_module():
         [sys.executable, "-c", script], capture_output=True, text=True, check=True
     ).stdout
     assert out.split("HEAVY:", 1)[1].strip() == "[]"
+
+
+def test_load_ext_leaves_the_rest_of_the_package_for_first_use():
+    """%load_ext imports the IPython layer and the per-cell engine, and not NVML, the
+    advisor, the leftovers scan, the status views or seeding: those come when first used."""
+    script = textwrap.dedent(
+        """
+        import sys
+        from IPython.testing.globalipapp import start_ipython
+        ip = start_ipython()
+        ip.run_line_magic("load_ext", "colab_gpu_guard")
+        ours = {name.split(".")[1] for name in sys.modules if name.startswith("colab_gpu_guard.")}
+        print("ROOMS:", " ".join(sorted(ours)))
+        """
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", script], capture_output=True, text=True, check=True
+    ).stdout
+    rooms = set(out.split("ROOMS:", 1)[1].split())
+    assert "ipython" in rooms and "tracker" in rooms
+    assert not rooms & {"nvml", "advisor", "leftovers", "status", "seeding", "reset"}, rooms

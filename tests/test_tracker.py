@@ -12,6 +12,7 @@ from IPython.utils.capture import capture_output
 from colab_gpu_guard import host_memory, nvml, tracker
 from colab_gpu_guard.frameworks import torch as torch_support
 from colab_gpu_guard.tracker import CellMemory, MemoryTracker, format_history, memory_history
+from tests.records import cell_memory
 
 
 def _ours(shell, event: str) -> list:
@@ -235,22 +236,7 @@ def test_history_tail_is_the_end_of_the_history(ip, run_cell):
 
 def test_format_history_and_limit():
     assert "no cells recorded" in format_history([])
-    records = [
-        CellMemory(
-            cell=n,
-            allocated_before=0,
-            allocated_after=0,
-            peak=0,
-            reserved_after=0,
-            ooms=0,
-            nvml_used_after=None,
-            rerun_leak=False,
-            leak_bytes=0,
-            duration_s=0.5,
-            rss_after=2**30,
-        )
-        for n in range(1, 6)
-    ]
+    records = [cell_memory(cell=n, duration_s=0.5, rss_after=2**30) for n in range(1, 6)]
     text = format_history(records, limit=2)
     assert "[4]" in text and "[5]" in text and "[3]" not in text
     assert "1 GiB" in text

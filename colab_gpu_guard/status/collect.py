@@ -274,5 +274,3 @@ def _notes(
                 "NVML reports host PIDs, so per-process figures cannot be matched"
             )
     return notes
-
-
