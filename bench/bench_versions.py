@@ -11,7 +11,6 @@ Only the public API is used, so any two versions compare.
 
 from __future__ import annotations
 
-import json
 import os
 import statistics
 import subprocess
