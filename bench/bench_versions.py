@@ -51,6 +51,21 @@ SCRIPTS = {
         loaded = min(per_cell() for _ in range(3))
         print((loaded - bare) * 1e6)
     """,
+    "the tracker's pre_run_cell + post_run_cell alone (us)": """
+        import time, types, torch
+        from colab_gpu_guard.tracker import MemoryTracker
+        tracker = MemoryTracker(nvml=False)
+        info = types.SimpleNamespace(raw_cell="x = 1\\n")
+        result = types.SimpleNamespace(execution_count=1)
+        def per_cell():
+            start = time.perf_counter()
+            for _ in range({cells}):
+                tracker.pre_run_cell(info)
+                tracker.post_run_cell(result)
+            return (time.perf_counter() - start) / {cells}
+        per_cell()
+        print(min(per_cell() for _ in range(5)) * 1e6)
+    """,
     "find_leftovers(), {tensors} CPU tensors (ms)": """
         import gc, time, torch
         import colab_gpu_guard

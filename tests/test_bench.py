@@ -73,6 +73,7 @@ def test_bench_versions_compares_this_checkout_with_a_commit(tmp_path):
     assert [row["name"].split(",")[0] for row in rows] == [
         "%load_ext colab_gpu_guard",
         "per cell added by the hooks",
+        "the tracker's pre_run_cell + post_run_cell alone",
         "find_leftovers()",
         "gpu_status() as text",
     ]
