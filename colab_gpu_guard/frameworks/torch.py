@@ -296,7 +296,8 @@ def array_infos(tensors: list) -> list[ArrayInfo]:
     device_names = {device: str(device) for device in set(devices)}
     if "meta" in device_names.values():
         raise ValueError("meta tensors")  # array_info handles them
-    dtype_names = {dtype: _dtype_name(dtype) for dtype in set(map(_DTYPE, tensors))}
+    dtypes = list(map(_DTYPE, tensors))
+    dtype_names = {dtype: _dtype_name(dtype) for dtype in set(dtypes)}
     shapes = list(map(_SHAPE, tensors))  # torch.Size: a tuple already
     nbytes = list(map(_NBYTES, tensors))  # numel() * element_size(), in C
     storages = list(map(_UNTYPED_STORAGE, tensors))
@@ -309,7 +310,7 @@ def array_infos(tensors: list) -> list[ArrayInfo]:
             _NEW_INFO,
             zip(
                 shapes,
-                map(dtype_names.__getitem__, map(_DTYPE, tensors)),
+                map(dtype_names.__getitem__, dtypes),
                 device_texts,
                 nbytes,
                 zip(device_texts, pointers),
