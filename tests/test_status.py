@@ -7,6 +7,7 @@ import json
 import os
 import sys
 import types
+from pathlib import Path
 
 import pytest
 from hypothesis import given, settings
@@ -708,3 +709,21 @@ def test_a_failed_device_count_is_not_called_no_gpu(fake):
     nvml.reset()
     world.gpus = []
     assert "no GPU visible to NVML" in gpu_status(leftovers=False).to_text()
+
+
+def test_a_snapshot_written_before_the_house_move_still_reads():
+    """A `%gpu_status --json` document written by the version before the leftovers and
+    history entries became the scan's `Leftover` and the tracker's `CellMemory` (schema 1,
+    fields then a subset) reads back, and the same entries write the same fields again."""
+    path = Path(__file__).parent / "fixtures" / "gpu_status_before_the_house.json"
+    old = json.loads(path.read_text())
+    snap = GpuStatus.from_json(path.read_text())
+    assert [entry.name for entry in snap.leftovers] == ["weights", "Out[2]"]
+    assert snap.leftovers[0].shared_with == ("view",) and snap.leftovers[0].shape == (256, 1024)
+    assert [record.cell for record in snap.history] == [1, 2, 3]
+    again = json.loads(snap.to_json())
+    for kind in ("leftovers", "history"):
+        for before, now in zip(old[kind], again[kind]):
+            assert {key: now[key] for key in before} == before  # the old fields, unchanged
+    assert set(again["leftovers"][0]) - set(old["leftovers"][0]) == {"array_nbytes", "holders"}
+    assert set(again["history"][0]) - set(old["history"][0]) == {"devices", "leak_kind"}
