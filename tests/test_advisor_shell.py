@@ -342,8 +342,18 @@ def test_gpu_advice_toggles(ip, capsys):
 
 @pytest.mark.parametrize("line", ["maybe", "on off", "--on", "1"])
 def test_gpu_advice_bad_arguments(ip, line):
-    with pytest.raises(UsageError, match=r"Usage: %gpu_advice \[on\|off\]"):
+    before = shell_advisor(ip).enabled
+    with pytest.raises(UsageError, match=r"Usage: %gpu_advice \[on\|off\]") as raised:
         ip.run_line_magic("gpu_advice", line)
+    assert str(raised.value).startswith(f"expected 'on' or 'off', got {line!r}")
+    assert shell_advisor(ip).enabled == before  # nothing changed
+
+
+def test_gpu_advice_takes_any_case(ip):
+    with capture_output() as captured:
+        ip.run_line_magic("gpu_advice", "OFF")
+        ip.run_line_magic("gpu_advice", "On")
+    assert captured.stdout.splitlines() == ["gpu_advice: off", "gpu_advice: on"]
 
 
 def test_gpu_advice_help_is_useful(ip):

@@ -6,6 +6,7 @@ from typing import TYPE_CHECKING, Optional
 
 from IPython.core.error import UsageError
 from IPython.core.magic import line_magic, magics_class
+from IPython.core.magic_arguments import argument, magic_arguments, parse_argstring
 
 from .base import GuardMagics
 
@@ -33,6 +34,14 @@ class AdvisorMagics(GuardMagics):
         self.advisor.install()
         self.registration.add_cleanup(self.advisor.uninstall)
 
+    @magic_arguments()
+    @argument(
+        "state",
+        nargs="?",
+        type=str.lower,
+        choices=("on", "off"),
+        help="on: diagnose CUDA errors; off: plain tracebacks; none: say which it is",
+    )
     @line_magic
     def gpu_advice(self, line: str = "") -> None:
         """Turn the CUDA error advisor on or off, or show whether it is on.
@@ -54,13 +63,14 @@ class AdvisorMagics(GuardMagics):
         Any other error is shown exactly as without the extension, and %debug works as
         usual. Outside notebooks: ``colab_gpu_guard.advise(exc)``.
         """
-        words = line.split()
-        if len(words) > 1 or (words and words[0].lower() not in ("on", "off")):
+        try:
+            state = parse_argstring(self.gpu_advice, line).state
+        except UsageError:
             raise UsageError(
                 f"expected 'on' or 'off', got {line.strip()!r}\nUsage: {GPU_ADVICE_USAGE}"
-            )
-        if words and words[0].lower() == "on":
+            ) from None
+        if state == "on":
             self.advisor.install()
-        elif words:
+        elif state == "off":
             self.advisor.uninstall()
         print(f"gpu_advice: {'on' if self.advisor.enabled else 'off'}")
