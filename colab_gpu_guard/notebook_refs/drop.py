@@ -6,7 +6,7 @@ from __future__ import annotations
 import contextlib
 import sys
 import types
-from collections.abc import Collection
+from collections.abc import Collection, Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -199,14 +199,8 @@ def plan_drop(
 
 
 def _plan_output(plan: DropPlan, shell: Any, namespace: dict, holding: Collection) -> None:
-    for key in list(output_history(shell)):
-        if RootKey(OUT, key) in holding:
-            plan.out_keys.append(key)
-            plan.roots.add(RootKey(OUT, key))
-    for name in managed_underscores(shell):
-        if RootKey(UNDERSCORE, name) in holding:
-            plan.underscores.append(name)
-            plan.roots.add(RootKey(UNDERSCORE, name))
+    _take(plan, holding, OUT, list(output_history(shell)), plan.out_keys)
+    _take(plan, holding, UNDERSCORE, managed_underscores(shell), plan.underscores)
     hook_values = displayhook_values(shell)
     for name in UNDERSCORES:
         value = hook_values.get(name)
@@ -218,18 +212,10 @@ def _plan_output(plan: DropPlan, shell: Any, namespace: dict, holding: Collectio
         ):
             plan.hook_attributes.append(name)
             plan.roots.add(RootKey(DISPLAYHOOK, name))
-    for name in stale_hidden_underscores(shell):
-        if RootKey(HIDDEN_UNDERSCORE, name) in holding:
-            plan.hidden_underscores.append(name)
-            plan.roots.add(RootKey(HIDDEN_UNDERSCORE, name))
-    for name in list(hidden_namespace(shell)):
-        if (
-            isinstance(name, str)
-            and is_output_name(name)
-            and RootKey(OUTPUT_NAME_KIND, name) in holding
-        ):
-            plan.output_names.append(name)
-            plan.roots.add(RootKey(OUTPUT_NAME_KIND, name))
+    hidden = stale_hidden_underscores(shell)
+    _take(plan, holding, HIDDEN_UNDERSCORE, hidden, plan.hidden_underscores)
+    names = [name for name in list(hidden_namespace(shell)) if isinstance(name, str)]
+    _take(plan, holding, OUTPUT_NAME_KIND, filter(is_output_name, names), plan.output_names)
     if RootKey(LAST_RESULT) in holding:
         plan.last_result = True
         plan.roots.add(RootKey(LAST_RESULT))
@@ -239,6 +225,15 @@ def _plan_output(plan: DropPlan, shell: Any, namespace: dict, holding: Collectio
     if debugger is not None and _debugger_holds_state(debugger):
         plan.debugger = debugger
         plan.roots.add(RootKey(DEBUGGER))
+
+
+def _take(plan: DropPlan, holding: Collection, kind: str, keys: Iterable, into: list) -> None:
+    """Plan to drop each of `keys` (roots of `kind`) that holds arrays: list it in `into`."""
+    for key in keys:
+        root = RootKey(kind, key)
+        if root in holding:
+            into.append(key)
+            plan.roots.add(root)
 
 
 def _finish_reset_out(shell: Any, namespace: dict, done: Dropped) -> None:

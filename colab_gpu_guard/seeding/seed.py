@@ -13,7 +13,7 @@ import hashlib
 import numbers
 import os
 import re
-from typing import Optional
+from typing import Any, Optional
 
 from ..frameworks import cupy as cupy_support
 from ..frameworks import jax as jax_support
@@ -127,6 +127,17 @@ def _torch_for_seeding(report: SeedReport):
         return None
 
 
+def _seed_framework(framework: Any, value: int, report: SeedReport) -> bool:
+    """Seed one framework's global RNG and record it as seeded, or as skipped with why."""
+    try:
+        how = framework.seed(value)
+    except Exception as error:  # a broken framework must not stop the other RNGs
+        report.skipped.append(SkippedRng(framework.NAME, f"could not be seeded: {error}"))
+        return False
+    report.seeded.append(SeededRng(framework.NAME, framework.version(), how))
+    return True
+
+
 def _seed_python_and_numpy(value: int, report: SeedReport) -> None:
     report.seeded.append(
         SeededRng(python_random.NAME, python_random.version(), python_random.seed(value))
@@ -134,12 +145,8 @@ def _seed_python_and_numpy(value: int, report: SeedReport) -> None:
     if not numpy_support.installed():
         report.skipped.append(SkippedRng(numpy_support.NAME, "not installed"))
         return
-    try:
-        how = numpy_support.seed(value)
-    except Exception as error:
-        report.skipped.append(SkippedRng(numpy_support.NAME, f"could not be seeded: {error}"))
+    if not _seed_framework(numpy_support, value, report):
         return
-    report.seeded.append(SeededRng(numpy_support.NAME, numpy_support.version(), how))
     report.notes.append(
         "numpy.random.default_rng() generators do not use the global RNG: "
         "create them with default_rng(seed)"
@@ -194,12 +201,7 @@ def _seed_imported_only(value: int, report: SeedReport) -> None:
                     )
                 )
             continue
-        try:
-            how = framework.seed(value)
-        except Exception as error:
-            report.skipped.append(SkippedRng(framework.NAME, f"could not be seeded: {error}"))
-            continue
-        report.seeded.append(SeededRng(framework.NAME, framework.version(), how))
+        _seed_framework(framework, value, report)
     if jax_support.loaded() is not None or jax_support.installed():
         report.skipped.append(
             SkippedRng(
