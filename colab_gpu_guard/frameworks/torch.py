@@ -62,6 +62,28 @@ def cuda_device_count(torch: Optional[ModuleType] = None) -> int:
         return 0
 
 
+def devices_with_context(torch: Optional[ModuleType] = None) -> list[int]:
+    """The CUDA devices on which this process already has a primary context.
+
+    Anything that selects a device (``torch.cuda.synchronize(i)`` enters
+    ``torch.cuda.device(i)``) creates a context there under CUDA 12+, a few hundred MB on a
+    GPU the user never touched; so whatever visits devices visits only these. Asks the
+    driver (``torch._C._cuda_hasPrimaryContext``), which creates nothing; where that is
+    missing, only the current device.
+    """
+    torch = torch or loaded()
+    if torch is None or not cuda_initialized(torch):
+        return []
+    count = cuda_device_count(torch)
+    has_context = getattr(torch._C, "_cuda_hasPrimaryContext", None)
+    try:
+        if has_context is None:
+            return [int(torch.cuda.current_device())] if count else []
+        return [index for index in range(count) if has_context(index)]
+    except Exception:
+        return []
+
+
 def mps_available(torch: ModuleType) -> bool:
     mps = getattr(getattr(torch, "backends", None), "mps", None)
     try:
