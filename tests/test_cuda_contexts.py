@@ -44,3 +44,129 @@ def test_gpu_context_only_where_a_tensor_was_made():
     devices, count = done.stdout.split("]")
     assert devices.strip() == "[0"
     assert int(count) >= 1
+
+
+# ---------------------------------------------------------------- torch: seeding and caches
+# No CUDA here: torch's CUDA entry points are replaced by stand-ins that record what they are
+# asked, with CPU generators in place of the devices' generators (a CUDA generator's seed is
+# host-side state too). Which device has a context is the only input.
+
+
+class FakeCuda:
+    """What torch.cuda would answer on a two-GPU machine with contexts on `contexts`."""
+
+    def __init__(self, monkeypatch, torch, contexts, current=0, count=2):
+        self.contexts = set(contexts)
+        self.current = current
+        self.entered: list[int] = []
+        self.emptied = self.collected = 0
+        self.generators = tuple(torch.Generator() for _ in range(count))
+        cuda = torch.cuda
+        monkeypatch.setattr(torch.version, "cuda", "12.8")
+        monkeypatch.setattr(cuda, "is_initialized", lambda: True)
+        monkeypatch.setattr(cuda, "device_count", lambda: count)
+        monkeypatch.setattr(cuda.random, "device_count", lambda: count)  # manual_seed_all's
+        monkeypatch.setattr(cuda, "current_device", lambda: self.current)
+        monkeypatch.setattr(cuda, "default_generators", self.generators)
+        monkeypatch.setattr(cuda, "device", self.device)
+        monkeypatch.setattr(cuda, "empty_cache", self.empty_cache)
+        monkeypatch.setattr(cuda, "ipc_collect", self.ipc_collect)
+        monkeypatch.setattr(
+            torch._C, "_cuda_hasPrimaryContext", self.contexts.__contains__, raising=False
+        )
+
+    def device(self, index):
+        fake = self
+
+        class Device:
+            def __enter__(self):
+                assert index in fake.contexts, "made a device without a context current"
+                fake.entered.append(index)
+                fake.previous, fake.current = fake.current, index
+
+            def __exit__(self, *exc):
+                fake.current = fake.previous  # MaybeExchangeDevice: creates no context
+
+        return Device()
+
+    def empty_cache(self):
+        self.emptied += 1
+
+    def ipc_collect(self):
+        self.collected += 1
+
+
+@pytest.mark.parametrize(
+    "contexts, current, entered",
+    [
+        ({0}, 0, []),  # the usual case: the current device has a context, stay put
+        ({1}, 0, [1]),  # current device without one: seed from a device that has one
+        (set(), 0, []),  # no context anywhere: nothing to borrow, nothing is switched
+    ],
+)
+def test_cuda_generators_are_all_seeded_from_a_device_with_a_context(
+    monkeypatch, contexts, current, entered
+):
+    torch = pytest.importorskip("torch")
+    fake = FakeCuda(monkeypatch, torch, contexts, current)
+    torch_support.seed_cuda_generators(torch, 1234)
+    assert [g.initial_seed() for g in fake.generators] == [1234, 1234]
+    assert fake.entered == entered
+    assert fake.current == current
+
+
+def test_seed_all_reports_which_devices_use_the_seed_at_first_use(monkeypatch):
+    torch = pytest.importorskip("torch")
+    from colab_gpu_guard import seed_all
+
+    fake = FakeCuda(monkeypatch, torch, contexts={0})
+    report = seed_all(77)
+    assert [g.initial_seed() for g in fake.generators] == [77, 77]
+    (cuda,) = [rng for rng in report.seeded if rng.name.startswith("PyTorch CUDA")]
+    assert "applied now (cuda:0); cuda:1 (no CUDA context yet) use the seed when first" in (
+        cuda.how
+    )
+    assert "created" not in cuda.how
+
+    fake.contexts.clear()
+    (cuda,) = [rng for rng in seed_all(78).seeded if rng.name.startswith("PyTorch CUDA")]
+    assert "no device has a CUDA context yet" in cuda.how
+
+
+def test_seed_all_says_so_if_seeding_created_a_context(monkeypatch):
+    """Should a torch create a context while seeding, the report says where."""
+    torch = pytest.importorskip("torch")
+    from colab_gpu_guard import seed_all
+
+    fake = FakeCuda(monkeypatch, torch, contexts=set())
+    generator = fake.generators[0]
+
+    class Creating:
+        def manual_seed(self, value):
+            fake.contexts.add(0)
+            return generator.manual_seed(value)
+
+    monkeypatch.setattr(torch.cuda, "default_generators", (Creating(), fake.generators[1]))
+    (cuda,) = [rng for rng in seed_all(5).seeded if rng.name.startswith("PyTorch CUDA")]
+    assert "this torch created a CUDA context on cuda:0 while seeding" in cuda.how
+
+
+def test_every_cell_reseed_switches_no_device_without_a_context(monkeypatch):
+    torch = pytest.importorskip("torch")
+    from colab_gpu_guard import seeding
+
+    fake = FakeCuda(monkeypatch, torch, contexts={1}, current=0)
+    seeding.reseed_loaded(4321)
+    assert [g.initial_seed() for g in fake.generators] == [4321, 4321]
+    assert fake.entered == [1] and fake.current == 0
+
+
+def test_cache_release_names_the_devices_with_a_context(monkeypatch):
+    torch = pytest.importorskip("torch")
+    fake = FakeCuda(monkeypatch, torch, contexts={1})
+    steps = torch_support.release_cuda_caches(torch)
+    assert (fake.emptied, fake.collected) == (1, 1)
+    assert steps[0] == "torch.cuda.empty_cache() (cuda:1: the devices with a CUDA context)"
+    fake.contexts.clear()
+    assert torch_support.release_cuda_caches(torch) == []
+    assert fake.emptied == 1  # nothing cached anywhere: not called

@@ -6,6 +6,8 @@ be seeded and it is installed). Allocator queries never initialise CUDA.
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from contextlib import contextmanager
 from functools import partial
 from operator import attrgetter, methodcaller
 from types import ModuleType
@@ -144,6 +146,49 @@ def queue_cuda_seed_all(torch: ModuleType, value: int) -> None:
             seed_every_device()
         else:
             tracker.queue_seed_all(seed_every_device, _QUEUED_BY)
+
+
+def _device_to_seed_from(torch: ModuleType) -> Optional[int]:
+    """A device with a context to make current while seeding, or None to stay put.
+
+    A CUDA generator's seed is host-side state: seeding device i's generator touches no
+    GPU, except that torch first asks whether the *current* device's stream is being
+    captured into a CUDA graph. Released torch asks only where that device already has a
+    context (``at::cuda::currentStreamCaptureStatus``); newer code asks unconditionally
+    (``c10::cuda::currentStreamCaptureIdMayInitCtx``), which would create a context on a
+    current device that has none. So when the current device has no context and another
+    has, seeding runs with that one current.
+    """
+    has_context = getattr(torch._C, "_cuda_hasPrimaryContext", None)
+    if has_context is None or not cuda_initialized(torch):
+        return None
+    try:
+        if has_context(int(torch.cuda.current_device())):
+            return None
+        return next(iter(devices_with_context(torch)), None)
+    except Exception:
+        return None
+
+
+@contextmanager
+def seeding_device(torch: ModuleType) -> Iterator[None]:
+    """Run CUDA seeding (``torch.manual_seed``, a device generator's ``manual_seed``) so
+    that it creates no CUDA context: see `_device_to_seed_from`. Restoring the previous
+    device on exit (``torch.cuda.device``, i.e. ``MaybeExchangeDevice``) creates none."""
+    index = _device_to_seed_from(torch)
+    if index is None:
+        yield
+        return
+    with torch.cuda.device(index):
+        yield
+
+
+def seed_cuda_generators(torch: ModuleType, value: int) -> None:
+    """Seed every CUDA device's default generator now (CUDA initialised), creating no
+    context: a device without one keeps the seed until its first use."""
+    with seeding_device(torch):
+        for generator in torch.cuda.default_generators:
+            generator.manual_seed(value)
 
 
 # ---------------------------------------------------------------- allocator figures
@@ -360,15 +405,21 @@ def has_accelerator(torch: Optional[ModuleType] = None) -> bool:
 def release_cuda_caches(torch: ModuleType) -> list[str]:
     """Return cached allocator blocks to the driver; call only on a healthy context, after
     synchronising. ``empty_cache`` empties every device's cache in one call (the caching
-    allocator loops over its per-device allocators), so it is called once.
+    allocator loops over its per-device allocators); a device's allocator calls CUDA only
+    for the blocks and events it holds, so a device without a context (which holds none)
+    is not touched and gets none. ``ipc_collect`` frees what this process shared with
+    others, on the devices it came from.
     """
-    done = []
-    count = cuda_device_count(torch)
+    devices = devices_with_context(torch)
+    if not devices:
+        return []
+    names = ", ".join(f"cuda:{index}" for index in devices)
     torch.cuda.empty_cache()
-    done.append(f"torch.cuda.empty_cache() (every device, {count} visible)")
     torch.cuda.ipc_collect()
-    done.append("torch.cuda.ipc_collect()")
-    return done
+    return [
+        f"torch.cuda.empty_cache() ({names}: the devices with a CUDA context)",
+        "torch.cuda.ipc_collect()",
+    ]
 
 
 def release_other_caches(torch: ModuleType) -> list[str]:

@@ -43,8 +43,9 @@ def reseed_loaded(value: int) -> None:
 
     The per-cell fast path, with what `seed_all` seeds: for torch the CPU generator and,
     once CUDA is up, each device's generator directly (what `torch.manual_seed` does minus
-    its ~150 us of lazy-call bookkeeping); before CUDA starts, a deferred seed queued in
-    torch's own slot for it.
+    its ~150 us of lazy-call bookkeeping; no CUDA context is created, a device without one
+    keeps the seed until its first use); before CUDA starts, a deferred seed queued in
+    torch's own slot for it. CuPy: see `frameworks.cupy.seed`.
     """
     python_random.seed_fast(value)
     modules = sys.modules
@@ -55,8 +56,7 @@ def reseed_loaded(value: int) -> None:
     if torch is not None and hasattr(torch, "default_generator"):
         torch.default_generator.manual_seed(value)
         if torch_support.cuda_initialized(torch):
-            for generator in torch.cuda.default_generators:
-                generator.manual_seed(value)
+            torch_support.seed_cuda_generators(torch, value)
         elif torch_support.cuda_version(torch) is not None or getattr(torch.version, "hip", None):
             torch_support.queue_cuda_seed_all(torch, value)
         accelerators = torch_support.other_accelerators(torch)

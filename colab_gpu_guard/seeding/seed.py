@@ -155,10 +155,13 @@ def _seed_python_and_numpy(value: int, report: SeedReport) -> None:
 
 def _seed_torch(torch, value: int, report: SeedReport) -> None:
     version = str(torch.__version__)
-    torch.manual_seed(value)
+    devices = torch_support.cuda_device_count(torch)
+    initialised = torch_support.cuda_initialized(torch)
+    contexts_before = torch_support.devices_with_context(torch)
+    with torch_support.seeding_device(torch):
+        torch.manual_seed(value)
     report.seeded.append(SeededRng("PyTorch CPU", version, "torch.manual_seed"))
 
-    devices = torch_support.cuda_device_count(torch)
     if torch_support.cuda_version(torch) is None:
         report.skipped.append(SkippedRng("PyTorch CUDA", "this torch build has no CUDA"))
     elif devices == 0:
@@ -171,22 +174,48 @@ def _seed_torch(torch, value: int, report: SeedReport) -> None:
             )
         )
     else:
-        when = (
-            "applied now"
-            if torch_support.cuda_initialized(torch)
-            else "queued by torch until CUDA initialises, so seeding first is fine"
-        )
+        how = "by torch.manual_seed itself (torch.cuda.manual_seed_all), "
+        if initialised:
+            how += _cuda_seeding_applied(torch, devices, contexts_before)
+        else:
+            how += "queued by torch until CUDA initialises, so seeding first is fine"
         report.seeded.append(
             SeededRng(
                 f"PyTorch CUDA ({devices} device{'s' if devices != 1 else ''})",
                 f"CUDA {torch_support.cuda_version(torch)}",
-                f"by torch.manual_seed itself (torch.cuda.manual_seed_all), {when}",
+                how,
             )
         )
     if torch_support.mps_available(torch):
         report.seeded.append(SeededRng("PyTorch MPS", version, "by torch.manual_seed itself"))
     if torch_support.xpu_available(torch):
         report.seeded.append(SeededRng("PyTorch XPU", version, "by torch.manual_seed itself"))
+
+
+def _device_names(indices) -> str:
+    return ", ".join(f"cuda:{index}" for index in indices)
+
+
+def _cuda_seeding_applied(torch, devices: int, contexts_before: list[int]) -> str:
+    """What seeding did on each device, CUDA being initialised: every device's generator
+    holds the seed now; those without a context use it when first touched."""
+    waiting = [index for index in range(devices) if index not in contexts_before]
+    if not waiting:
+        text = "applied now"
+    elif not contexts_before:
+        text = (
+            "applied now to every device's generator; no device has a CUDA context yet, "
+            "each uses the seed when first touched"
+        )
+    else:
+        text = (
+            f"applied now ({_device_names(contexts_before)}); {_device_names(waiting)} "
+            "(no CUDA context yet) use the seed when first touched"
+        )
+    created = [i for i in torch_support.devices_with_context(torch) if i not in contexts_before]
+    if created:
+        text += f"; this torch created a CUDA context on {_device_names(created)} while seeding"
+    return text
 
 
 def _seed_imported_only(value: int, report: SeedReport) -> None:
