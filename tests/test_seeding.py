@@ -438,6 +438,57 @@ def test_installed_torch_library_is_scanned_for_real():
     assert requirement.needed is (torch.__version__ < "2.10")
 
 
+@pytest.mark.parametrize(
+    "version, needed",
+    [
+        ("2.10.0", False),  # the first release without the check (pytorch/pytorch#161749)
+        ("2.10.0+cu128", False),
+        ("2.10.0rc3", False),  # release candidates are built from the release branch
+        ("2.11.0+cu130", False),
+        ("2.13.0+cpu", False),
+        ("2.12.0a0+git1234abc", False),  # main after 2.10's branch cut
+        ("2.12.0.dev20260301+cu130", False),
+        ("3.0.0", False),
+        ("2.9.1+cu128", True),  # Colab's torch is older than 2.10
+        ("2.8.0+cu126", True),
+        ("2.5.1", True),
+        ("1.13.1+cu117", True),
+        ("2.8.0a0+5228986c39.nv25.05", True),  # a vendor build of main before 2.9's cut
+        ("2.9.0a0+gitabcdef", None),  # main around the change: only the library can tell
+        ("2.10.0a0+git1234567", None),
+        ("2.10.0.dev20250915+cu128", None),
+        ("not-a-version", None),
+    ],
+)
+def test_cublas_requirement_from_version(version, needed):
+    requirement = determinism.cublas_requirement_from_version(version)
+    if needed is None:
+        assert requirement is None
+    else:
+        assert requirement.needed is needed and version in requirement.evidence
+
+
+def test_cublas_requirement_reads_no_library_where_the_version_decides(monkeypatch):
+    def no_scan(_torch):
+        raise AssertionError("scanned the library")
+
+    monkeypatch.setattr(determinism, "_torch_libraries", no_scan)
+    monkeypatch.setattr(torch.version, "cuda", "12.8")  # this CPU build posing as CUDA
+    for version, needed in (("2.9.1+cu128", True), ("2.11.0+cu130", False)):
+        monkeypatch.setattr(torch, "__version__", version)
+        assert determinism.cublas_requirement(torch).needed is needed
+
+
+def test_cublas_requirement_scans_the_library_where_the_version_cannot_tell(monkeypatch):
+    scanned = []
+    monkeypatch.setattr(determinism, "_torch_libraries", lambda _torch: scanned.append(1) or [])
+    monkeypatch.setattr(torch.version, "cuda", "12.8")
+    monkeypatch.setattr(torch, "__version__", "2.10.0a0+git0000000")
+    monkeypatch.setattr(torch, "__file__", "/nowhere/torch/__init__.py")  # a fresh cache key
+    assert determinism.cublas_requirement(torch).needed is None  # no library found
+    assert scanned == [1]
+
+
 @pytest.mark.parametrize("needed", [True, False])
 def test_cublas_env_var_follows_detection(monkeypatch, needed):
     requirement = determinism.CublasRequirement(needed, "test")
@@ -474,7 +525,21 @@ def test_cublas_late_warning_when_cuda_already_initialised(monkeypatch):
     monkeypatch.delenv("CUBLAS_WORKSPACE_CONFIG", raising=False)
     report = seed_all(1, deterministic=True)
     seed_all(1)
-    assert any("restart the runtime" in w for w in report.warnings)
+    (warning,) = [w for w in report.warnings if "CUBLAS_WORKSPACE_CONFIG" in w]
+    assert "torch reads CUBLAS_WORKSPACE_CONFIG at the first one" in warning
+    assert "restart the runtime" in warning and "before any CUDA matmul" in warning
+    assert "before CUDA" not in warning
+
+
+def test_cublas_no_late_warning_when_the_value_was_already_right(monkeypatch):
+    requirement = determinism.CublasRequirement(True, "test")
+    monkeypatch.setattr(determinism, "cublas_requirement", lambda _torch: requirement)
+    monkeypatch.setattr(torch_support, "cuda_initialized", lambda _torch=None: True)
+    monkeypatch.setenv("CUBLAS_WORKSPACE_CONFIG", ":16:8")
+    report = seed_all(1, deterministic=True)
+    seed_all(1)
+    assert not any("CUBLAS" in w for w in report.warnings)
+    assert "CUBLAS_WORKSPACE_CONFIG already ':16:8'" in report.notes
 
 
 # ---------------------------------------------------------------- frameworks not imported

@@ -222,7 +222,8 @@ def _enrich_cublas(diagnosis: Diagnosis, namespace: Optional[dict]) -> None:
         diagnosis.fixes.insert(
             0,
             f"CUBLAS_WORKSPACE_CONFIG is {value!r}, which cuBLAS does not accept for "
-            f"determinism: it must be {' or '.join(accepted)} (set before CUDA starts).",
+            f"determinism: it must be {' or '.join(accepted)}, set before the first cuBLAS "
+            "matmul of the process.",
         )
     torch = torch_support.loaded()
     if torch is not None:

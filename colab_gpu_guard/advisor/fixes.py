@@ -137,20 +137,23 @@ def _forked(details: dict[str, Any]) -> Advice:
 
 
 def _cublas(details: dict[str, Any]) -> Advice:
+    # torch < 2.10 reads the variable once, at the process's first cuBLAS matmul, into a
+    # function-local static (ATen Context::alertCuBLASConfigNotDeterministic); warn_only is
+    # read at every call.
     summary = (
-        "Deterministic mode is on and this torch refuses cuBLAS calls unless "
-        "CUBLAS_WORKSPACE_CONFIG was set before CUDA started; it is read once per process, "
-        "so setting it now does not help."
+        "Deterministic mode is on and this torch still checks cuBLAS (releases before 2.10 "
+        "do): it refuses cuBLAS matmuls unless CUBLAS_WORKSPACE_CONFIG was :4096:8 or :16:8 "
+        "at the first cuBLAS matmul of this process. torch read it then and keeps that "
+        "value, so setting it now does not help."
     )
     fixes = [
-        f"Restart the runtime ({RESTART_SESSION}) and make the first cell "
-        "`%load_ext colab_gpu_guard` then `%seed_all SEED --deterministic`: it sets "
-        "CUBLAS_WORKSPACE_CONFIG=:4096:8 before CUDA starts.",
-        "Or `%seed_all SEED --warn-only`: ops that cannot be deterministic warn instead of "
-        "raising.",
-        "torch builds that include pytorch/pytorch#161749 no longer check for the variable "
-        "(the facts above say whether this torch still does); upgrading torch also removes "
-        "this error.",
+        f"Restart the runtime ({RESTART_SESSION}) and run `%load_ext colab_gpu_guard` then "
+        "`%seed_all SEED --deterministic` before any CUDA matmul (the first cell is "
+        "simplest): it sets CUBLAS_WORKSPACE_CONFIG=:4096:8 before torch reads it.",
+        "Or, without restarting, `%seed_all SEED --warn-only`: ops that cannot be "
+        "deterministic, this one included, warn instead of raising.",
+        "torch 2.10 and later no longer check the variable (pytorch/pytorch#161749; the facts "
+        "above say whether this torch still does): upgrading torch also removes this error.",
     ]
     return Advice(CUBLAS_DETERMINISM, summary, {}, fixes)
 

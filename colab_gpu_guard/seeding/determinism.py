@@ -2,7 +2,11 @@
 requirement, the env vars libraries read, and how to switch it all on and back off.
 
 ``CUBLAS_WORKSPACE_CONFIG`` matters only for torch builds that still carry the cuBLAS
-workspace check (before pytorch/pytorch#161749); such builds read it once per process.
+workspace check, torch before 2.10.0 (pytorch/pytorch#161749 removed it). Such a build
+reads the variable at the first cuBLAS matmul in the process, deterministic mode on or off
+(``Context::alertCuBLASConfigNotDeterministic`` keeps it in a function-local static), and
+keeps that value for the life of the process: setting it after CUDA started is fine, after
+the first CUDA matmul it is too late.
 """
 
 from __future__ import annotations
@@ -10,6 +14,7 @@ from __future__ import annotations
 import functools
 import mmap
 import os
+import re
 from dataclasses import dataclass
 from pathlib import Path
 from types import ModuleType
@@ -124,9 +129,45 @@ def _cublas_requirement_cached(torch_file: str) -> CublasRequirement:
     return cublas_requirement_from_libraries(_torch_libraries(torch))
 
 
+FIRST_RELEASE_WITHOUT_CHECK = (2, 10)
+_VERSION = re.compile(r"(\d+)\.(\d+)(?:\.\d+)?(?P<pre>(?:a|b|rc|\.dev|\.post)\d*)?(?:\+.*)?")
+
+
+def cublas_requirement_from_version(version: str) -> Optional[CublasRequirement]:
+    """Decide from torch's version where it is conclusive, else None.
+
+    A release or release candidate is built from its release branch: 2.10 and later have
+    no check, older ones have it. A development build (``2.10.0a0+git...``, a nightly
+    ``2.10.0.dev...``, a vendor's ``a0`` build) is a snapshot of the main branch: one of
+    2.9 or 2.10 may predate or follow the change, so only its library can tell.
+    """
+    match = _VERSION.fullmatch(version.strip())
+    if match is None:
+        return None
+    release = (int(match.group(1)), int(match.group(2)))
+    pre = match.group("pre") or ""
+    development = pre.startswith(("a", "b", ".dev"))
+    if development and (2, 9) <= release <= FIRST_RELEASE_WITHOUT_CHECK:
+        return None
+    if release >= FIRST_RELEASE_WITHOUT_CHECK:
+        return CublasRequirement(
+            False,
+            f"torch {version} is 2.10 or later, which has no such check (pytorch/pytorch#161749)",
+        )
+    return CublasRequirement(
+        True, f"torch {version} is older than 2.10, the first release without the check"
+    )
+
+
 def cublas_requirement(torch: ModuleType) -> CublasRequirement:
+    """Whether this torch needs CUBLAS_WORKSPACE_CONFIG: from its version where that
+    decides (a string compare), else from its compiled library (a scan of libtorch_cpu,
+    ~0.1 s from the page cache, ~0.6 s from disk for 430 MB; once per process)."""
     if torch_support.cuda_version(torch) is None:
         return CublasRequirement(False, "this torch build has no CUDA, so no cuBLAS")
+    by_version = cublas_requirement_from_version(str(torch.__version__))
+    if by_version is not None:
+        return by_version
     return _cublas_requirement_cached(str(torch.__file__))
 
 
@@ -194,6 +235,9 @@ def enable(torch, warn_only: bool, report: SeedReport) -> None:
             )
 
 
+CUBLAS_READER = "torch, at the first cuBLAS matmul"
+
+
 def _configure_cublas(torch, report: SeedReport) -> None:
     requirement = cublas_requirement(torch)
     name = "CUBLAS_WORKSPACE_CONFIG"
@@ -207,19 +251,20 @@ def _configure_cublas(torch, report: SeedReport) -> None:
         )
     if current in CUBLAS_DETERMINISTIC_CONFIGS:
         report.notes.append(f"{name} already {current!r}")
-    elif current is not None:
+        return
+    if current is not None:
         report.warnings.append(
             f"{name}={current!r} is not one cuBLAS accepts for determinism "
             f"({' or '.join(CUBLAS_DETERMINISTIC_CONFIGS)}); left as it is"
         )
         return
-    else:
-        _set_env(name, CUBLAS_DETERMINISTIC_CONFIGS[0], report, "cuBLAS")
+    _set_env(name, CUBLAS_DETERMINISTIC_CONFIGS[0], report, CUBLAS_READER)
     if torch_support.cuda_initialized(torch):
         report.warnings.append(
-            f"CUDA is already initialised in this process, so {name} may be set too late "
-            "(cuBLAS reads it once per process). If you get the CuBLAS determinism error, "
-            "restart the runtime and run %seed_all SEED --deterministic in the first cell"
+            f"CUDA is already initialised, so a cuBLAS matmul may have run: torch reads {name} "
+            "at the first one and keeps that value. If a CUDA matmul now fails with the "
+            "CuBLAS determinism error, restart the runtime and run %seed_all SEED "
+            "--deterministic before any CUDA matmul"
         )
 
 
