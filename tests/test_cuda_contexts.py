@@ -170,3 +170,104 @@ def test_cache_release_names_the_devices_with_a_context(monkeypatch):
     fake.contexts.clear()
     assert torch_support.release_cuda_caches(torch) == []
     assert fake.emptied == 1  # nothing cached anywhere: not called
+
+
+# ---------------------------------------------------------------- GPU truth
+# Each in a fresh process: which contexts exist depends on everything the process did.
+
+
+def _run(body: str, env: dict | None = None) -> dict:
+    """Run `body` in a fresh interpreter with this checkout importable; it prints one JSON
+    line last."""
+    import json
+
+    environment = dict(env if env is not None else os.environ)
+    environment["PYTHONPATH"] = str(ROOT) + os.pathsep + environment.get("PYTHONPATH", "")
+    done = subprocess.run(
+        [sys.executable, "-c", textwrap.dedent(body)],
+        capture_output=True,
+        text=True,
+        env=environment,
+        timeout=300,
+        cwd=ROOT,
+    )
+    assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-4000:]
+    return json.loads(done.stdout.strip().splitlines()[-1])
+
+
+_REFERENCE_DRAW = """
+    import json, torch
+    from colab_gpu_guard import seed_all
+    seed_all({seed})  # before CUDA starts: torch queues it for every device
+    print(json.dumps(torch.rand(4, device="cuda:{device}").tolist()))
+"""
+
+
+@pytest.mark.gpu
+def test_gpu_seeding_after_cuda_init_says_what_it_did_and_applies_at_first_use():
+    """CUDA initialised but no context yet (what `torch.cuda.get_device_name()` leaves):
+    seed_all seeds the generator without creating a context (or says that torch did), and
+    the first draw is the draw of a process seeded before CUDA started."""
+    torch = pytest.importorskip("torch")
+    if not torch.cuda.is_available():
+        pytest.skip("needs CUDA")
+    result = _run(
+        """
+        import json, torch
+        from colab_gpu_guard import seed_all, seeding
+        has_context = torch._C._cuda_hasPrimaryContext
+        torch.cuda.init()
+        before = has_context(0)
+        report = seed_all(11)
+        after_seed_all = has_context(0)
+        seeding.reseed_loaded(11)  # the per-cell path, as --every-cell runs it
+        after_reseed = has_context(0)
+        how = [r.how for r in report.seeded if r.name.startswith("PyTorch CUDA")][0]
+        draw = torch.rand(4, device="cuda:0").tolist()
+        print(json.dumps(dict(before=before, after_seed_all=after_seed_all,
+                              after_reseed=after_reseed, how=how, draw=draw)))
+        """
+    )
+    if result["before"]:
+        pytest.skip("this torch creates a context when CUDA initialises")
+    said_created = "created a CUDA context on cuda:0" in result["how"]
+    assert said_created == result["after_seed_all"], result
+    assert result["after_reseed"] == result["after_seed_all"], result
+    assert "no device has a CUDA context yet" in result["how"], result
+    assert result["draw"] == _run(_REFERENCE_DRAW.format(seed=11, device=0))
+
+
+@pytest.mark.gpu
+def test_gpu_no_context_on_an_untouched_device():
+    """On cuda:0 only: seeding (plain, deterministic, per cell), %gpu_reset's release and a
+    probing %gpu_status leave cuda:1 without a context; cuda:1 still draws from the seed
+    when the user first uses it."""
+    torch = pytest.importorskip("torch")
+    if not torch.cuda.is_available() or torch.cuda.device_count() < 2:
+        pytest.skip("needs two CUDA devices")
+    result = _run(
+        """
+        import json, torch
+        from colab_gpu_guard import gpu_reset, gpu_status, seed_all, seeding
+        has_context = torch._C._cuda_hasPrimaryContext
+        ns = {"x": torch.ones(1 << 20, device="cuda:0")}
+        (ns["x"] @ ns["x"]).item()
+        steps = {"start": has_context(1)}
+        seed_all(9)
+        seed_all(9, deterministic=True)
+        seed_all(9)
+        steps["seed_all"] = has_context(1)
+        seeding.reseed_loaded(9)
+        steps["reseed"] = has_context(1)
+        released = gpu_reset("x", namespace=ns)
+        steps["gpu_reset"] = has_context(1)
+        gpu_status(leftovers=False, probe=True)
+        steps["gpu_status"] = has_context(1)
+        seeding.reseed_loaded(5)
+        draw = torch.rand(4, device="cuda:1").tolist()
+        print(json.dumps(dict(steps=steps, released=released.steps, draw=draw)))
+        """
+    )
+    assert not any(result["steps"].values()), result
+    assert any("cuda:0: the devices with a CUDA context" in s for s in result["released"])
+    assert result["draw"] == _run(_REFERENCE_DRAW.format(seed=5, device=1))
