@@ -27,11 +27,15 @@ In order:
 2. Named user variables: only those named, or with ``all_vars`` every user variable that
    holds accelerator memory (torch/CuPy/JAX arrays on a GPU; CPU torch/JAX tensors when no
    accelerator is visible). NumPy arrays never count as accelerator memory.
-3. ``gc.collect()``, then for each framework imported: torch: synchronise every device
-   (bounded, in a helper thread), ``cuda.empty_cache()``, ``cuda.ipc_collect()``; MPS
-   ``empty_cache``; CuPy's default pools ``free_all_blocks()``; ``jax.clear_caches()``.
-   A broken CUDA context (sticky error) is detected by the synchronise; the CUDA steps are
-   then skipped and the report says the runtime must be restarted.
+3. ``gc.collect()``, then for each framework imported: torch: synchronise (bounded, in a
+   helper thread), ``cuda.empty_cache()``, ``cuda.ipc_collect()``; MPS ``empty_cache``;
+   CuPy's default pools ``free_all_blocks()``; ``jax.clear_caches()``.
+   Only devices that already have a CUDA context are synchronised. A synchronise that
+   outlasts its time means the GPU is busy with queued work: the cache is then left alone
+   (emptying it would wait for that work) and the report says to run %gpu_reset again. A
+   CUDA error raised by the synchronise itself is a broken context (sticky error): the CUDA
+   steps are skipped and the report says the runtime must be restarted. In a process forked
+   after CUDA started, CUDA cannot be used and the report says so.
 4. The report: per device allocated/reserved before and after (torch), NVML used before and
    after, bytes freed, what was dropped by kind, and the leftovers still alive.
 
@@ -53,6 +57,10 @@ from .leftovers import Scan, find_leftovers, scan
 from .release_report import DeviceRelease, ReleaseReport
 
 SYNC_TIMEOUT_S = 5.0
+BUSY_WARNING = (
+    "the GPU is still running CUDA work queued by the last cell ({detail}), so the cached "
+    "memory was not emptied; run %gpu_reset again when that work finishes"
+)
 
 
 def _validate(names: tuple, all_vars: object, dry_run: object, namespace: dict, shell) -> None:
@@ -141,48 +149,49 @@ def _device_figures(torch) -> list[tuple[str, int, int]]:
 
 
 def _release_caches(report: ReleaseReport, torch) -> None:
+    busy = False
     if torch is not None:
         try:
             report.steps += torch_support.release_other_caches(torch)
         except Exception as error:
             report.warnings.append(f"torch MPS cache: {type(error).__name__}: {error}")
-        health = cuda_health.health()
-        report.cuda_state = health.state
-        if health.broken:
-            report.restart_required = True
-            report.warnings.append(
-                f"CUDA steps skipped: {health.detail}; {cuda_health.RESTART_ADVICE}"
-            )
-        elif health.state == "ok":
-            error = cuda_health.synchronize_all(torch, SYNC_TIMEOUT_S)
-            if error is not None:
-                report.cuda_state = "broken"
-                report.restart_required = True
-                report.warnings.append(
-                    f"torch.cuda.synchronize() failed ({error}); CUDA steps skipped: "
-                    f"{cuda_health.RESTART_ADVICE}"
-                )
-            else:
-                report.steps.append(
-                    f"torch.cuda.synchronize() on {torch_support.cuda_device_count(torch)} "
-                    "device(s)"
-                )
-                try:
-                    report.steps += torch_support.release_cuda_caches(torch)
-                except Exception as error:
-                    report.warnings.append(
-                        f"emptying torch's CUDA cache failed: {type(error).__name__}: {error}"
-                    )
-        elif health.state == "not initialised":
-            report.notes.append("torch has not initialised CUDA: no CUDA cache to empty")
+        busy = _release_torch_cuda(report, torch)
     for name, release in (
         ("CuPy", cupy_support.release_caches),
         ("JAX", jax_support.release_caches),
     ):
+        if busy and name == "CuPy":  # freeing device memory would wait for the queued work
+            report.notes.append("CuPy's memory pools were not emptied either (the GPU is busy)")
+            continue
         try:
             report.steps += release()
         except Exception as error:
             report.warnings.append(f"{name}: {type(error).__name__}: {error}")
+
+
+def _release_torch_cuda(report: ReleaseReport, torch) -> bool:
+    """Synchronise (bounded), then empty torch's CUDA cache; say why not when it cannot.
+    Returns whether the GPU was still busy."""
+    health = cuda_health.health(probe=True, timeout=SYNC_TIMEOUT_S)
+    report.cuda_state = health.state
+    if health.broken:
+        report.restart_required = True
+        report.warnings.append(f"CUDA steps skipped: {health.detail}; {cuda_health.RESTART_ADVICE}")
+    elif health.busy:
+        report.warnings.append(BUSY_WARNING.format(detail=health.detail))
+    elif health.state == cuda_health.FORKED:
+        report.notes.append(f"no CUDA cache to empty: {health.detail}")
+    elif health.state == cuda_health.NOT_INITIALISED:
+        report.notes.append("torch has not initialised CUDA: no CUDA cache to empty")
+    elif health.state == cuda_health.OK:
+        report.steps.append(f"torch.cuda.synchronize() on {cuda_health.synchronized_devices()}")
+        try:
+            report.steps += torch_support.release_cuda_caches(torch)
+        except Exception as error:
+            report.warnings.append(
+                f"emptying torch's CUDA cache failed: {type(error).__name__}: {error}"
+            )
+    return health.busy
 
 
 # ---------------------------------------------------------------- the API
@@ -215,7 +224,7 @@ def gpu_reset(
     torch = torch_support.loaded()
     health = cuda_health.health()
     report.cuda_state = health.state
-    before = _device_figures(torch) if not health.broken else []
+    before = _device_figures(torch)  # host-side allocator bookkeeping: no CUDA call
     report.nvml_used_before = nvml.used_per_device()
 
     found = scan(namespace=namespace, shell=shell, keep_refs=not dry_run)
@@ -234,6 +243,13 @@ def gpu_reset(
         if health.broken:
             report.restart_required = True
             report.warnings.append(f"{health.detail}; {cuda_health.RESTART_ADVICE}")
+        elif health.busy:
+            report.notes.append(
+                f"the GPU is still running CUDA work queued by the last cell ({health.detail});"
+                f" %gpu_reset waits up to {SYNC_TIMEOUT_S:g} s for it before emptying the cache"
+            )
+        elif health.state == cuda_health.FORKED:
+            report.notes.append(f"no CUDA cache to empty: {health.detail}")
         _add_history_notes(report)
         return report
 

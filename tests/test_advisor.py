@@ -18,11 +18,20 @@ import pytest
 
 import colab_gpu_guard
 from colab_gpu_guard import advisor, cuda_health, notebook_refs, nvml
-from colab_gpu_guard.advisor import enrich
+from colab_gpu_guard.advisor import enrich, origin
 from tests import fake_pynvml
 
 FIXTURE = Path(__file__).parent / "fixtures" / "cuda_error_messages.json"
 MESSAGES = json.loads(FIXTURE.read_text())["messages"]
+
+
+class ProcessException(Exception):
+    """torch.multiprocessing.spawn.ProcessException as torch defines it."""
+
+    def __init__(self, msg: str, error_index: int, error_pid: int) -> None:
+        super().__init__(msg)
+        self.msg, self.error_index, self.error_pid = msg, error_index, error_pid
+
 
 # Base classes of the real exception types, for types whose framework is not installed here.
 BASES = {
@@ -35,6 +44,7 @@ BASES = {
     "torch.OutOfMemoryError": RuntimeError,
     "torch.cuda.OutOfMemoryError": RuntimeError,
     "torch.AcceleratorError": RuntimeError,
+    "torch.multiprocessing.spawn.ProcessRaisedException": ProcessException,
 }
 HAVE_TORCH = importlib.util.find_spec("torch") is not None
 
@@ -46,17 +56,12 @@ def exception_type(path: str) -> type:
         return getattr(__import__("builtins"), path)
     module, _, name = path.rpartition(".")
     if module.split(".")[0] == "torch" and HAVE_TORCH:
-        import torch
-
-        found = torch
-        for part in path.split(".")[1:]:
-            found = getattr(found, part)
-        return found
+        return getattr(importlib.import_module(module), name)
     return type(name, (BASES[path],), {"__module__": module})
 
 
 def make(item: dict) -> BaseException:
-    return exception_type(item["type"])(item["message"])
+    return exception_type(item["type"])(item["message"], *item.get("args", ()))
 
 
 def entry(kind: str, index: int = 0) -> dict:
@@ -213,9 +218,118 @@ def test_oom_summary_states_requested_and_free():
 
 
 def test_oom_with_other_processes_says_so():
-    diagnosis = advisor.classify(make(entry("out_of_memory", 1)))
-    assert diagnosis.facts["other processes"] == "pid 20398 (14.5 GiB)"
+    diagnosis = advisor.classify(make(entry("out_of_memory", 3)))
+    assert diagnosis.facts["this process uses"] == "15.3 GiB"  # 'this process has 15.32 GiB'
+    assert diagnosis.facts["other processes"] == "pid 1246069 (577 MiB)"
     assert any("Other processes" in fix for fix in diagnosis.fixes)
+
+
+# Real messages where this kernel is listed as 'Process N' (NVML reports host PIDs in a
+# container). ISSUE: the container message quoted in issue 15. KAGGLE: a Kaggle notebook
+# (/tmp/ipykernel_55 in its traceback), one process. MLPERF: an MLPerf llama2-70b LoRA run
+# in `docker run --gpus all` on 2 x H100 (a README in a public repository): GPU 1 lists
+# rank 0's 1.46 GiB and this rank's 77.26 GiB.
+ISSUE_OOM = (
+    "CUDA out of memory. Tried to allocate 2.00 GiB. GPU 0 has a total capacity of 14.74 GiB "
+    "of which 1.02 GiB is free. Process 1 has 11.32 GiB memory in use. Of the allocated "
+    "memory 8.40 GiB is allocated by PyTorch, and 2.80 GiB is reserved by PyTorch but "
+    "unallocated."
+)
+KAGGLE_OOM = (
+    "CUDA out of memory. Tried to allocate 204.00 MiB. GPU 0 has a total capacity of 47.53 GiB "
+    "of which 94.88 MiB is free. Process 1381433 has 47.43 GiB memory in use. Of the allocated "
+    "memory 47.03 GiB is allocated by PyTorch, and 83.38 MiB is reserved by PyTorch but "
+    "unallocated. If reserved but unallocated memory is large try setting "
+    "PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True to avoid fragmentation."
+)
+MLPERF_OOM = (
+    "CUDA out of memory. Tried to allocate 448.00 MiB. GPU 1 has a total capacty of 79.10 GiB "
+    "of which 364.31 MiB is free. Process 175080 has 1.46 GiB memory in use. Process 175356 "
+    "has 77.26 GiB memory in use. Of the allocated memory 72.12 GiB is allocated by PyTorch, "
+    "and 3.78 GiB is reserved by PyTorch but unallocated. If reserved but unallocated memory "
+    "is large try setting max_split_size_mb to avoid fragmentation."
+)
+
+
+def test_lone_process_covering_pytorch_memory_is_this_process():
+    diagnosis = advisor.classify(exception_type("torch.OutOfMemoryError")(ISSUE_OOM))
+    details = diagnosis.details
+    assert details["process_pid"] == 1 and details["process_matched_by"] == "memory"
+    assert details["process_bytes"] == round(11.32 * 2**30)
+    assert details["pytorch_bytes"] == round(8.40 * 2**30) + round(2.80 * 2**30)
+    assert "other_processes" not in details
+    assert diagnosis.facts["this process uses"] == (
+        "11.3 GiB (listed as process 1, the only process listed; its memory covers the "
+        "11.2 GiB PyTorch holds; inside a container NVML reports host PIDs)"
+    )
+    assert "other processes" not in diagnosis.facts
+    assert not any("stop" in fix for fix in diagnosis.fixes)
+
+
+def test_covering_allows_for_the_rounding_of_printed_sizes():
+    # 47.03 GiB + 83.38 MiB = 47.11 GiB <= 47.43 GiB
+    diagnosis = advisor.classify(RuntimeError(KAGGLE_OOM))
+    assert diagnosis.details["process_pid"] == 1381433
+    assert diagnosis.facts["this process uses"].startswith("47.4 GiB (listed as process 1381433")
+    assert "47.1 GiB PyTorch holds" in diagnosis.facts["this process uses"]
+    # a figure short by less than the rounding of the three printed sizes still covers
+    edge = (
+        "CUDA out of memory. Tried to allocate 2.00 GiB. GPU 0 has a total capacity of 15.00 "
+        "GiB of which 0 bytes is free. Process 7 has 10.00 GiB memory in use. Of the allocated "
+        "memory 9.00 GiB is allocated by PyTorch, and 1.01 GiB is reserved by PyTorch but "
+        "unallocated."
+    )
+    assert advisor.classify(RuntimeError(edge)).details["process_pid"] == 7
+    short = edge.replace("1.01 GiB is reserved", "1.03 GiB is reserved")
+    details = advisor.classify(RuntimeError(short)).details
+    assert "process_pid" not in details and details["other_processes"] == [(7, 10 * 2**30)]
+
+
+def test_one_of_several_processes_covering_pytorch_memory_is_this_process():
+    diagnosis = advisor.classify(RuntimeError(MLPERF_OOM))
+    assert diagnosis.details["device"] == 1
+    assert diagnosis.details["process_pid"] == 175356
+    assert diagnosis.details["other_processes"] == [(175080, round(1.46 * 2**30))]
+    assert diagnosis.facts["this process uses"] == (
+        "77.3 GiB (listed as process 175356, the only listed process whose memory covers "
+        "the 75.9 GiB PyTorch holds; inside a container NVML reports host PIDs)"
+    )
+    assert diagnosis.facts["other processes"] == "pid 175080 (1.46 GiB)"
+    assert any(fix.startswith("Other processes hold memory") for fix in diagnosis.fixes)
+
+
+def test_several_processes_covering_pytorch_memory_leave_it_open():
+    message = MLPERF_OOM.replace("Process 175080 has 1.46 GiB", "Process 175080 has 76.00 GiB")
+    diagnosis = advisor.classify(RuntimeError(message))
+    assert "process_bytes" not in diagnosis.details
+    assert diagnosis.details["this_process_among"] == [175080, 175356]
+    assert "this process uses" not in diagnosis.facts
+    assert diagnosis.facts["GPU processes"] == (
+        "pid 175080 (76 GiB), pid 175356 (77.3 GiB); one of them is this process"
+    )
+    assert not any(fix.startswith("Other processes") for fix in diagnosis.fixes)
+    assert any("one of them is this one" in fix for fix in diagnosis.fixes)
+
+
+def test_process_named_by_pid_keeps_the_others_as_others():
+    # torch wrote 'this process' (the PID matched): a covering 'Process N' is another one
+    message = MLPERF_OOM.replace(
+        "Process 175356 has", "Including non-PyTorch memory, this process has"
+    )
+    diagnosis = advisor.classify(RuntimeError(message))
+    assert diagnosis.details["process_bytes"] == round(77.26 * 2**30)
+    assert "process_matched_by" not in diagnosis.details
+    assert diagnosis.facts["this process uses"] == "77.3 GiB"
+    assert diagnosis.details["other_processes"] == [(175080, round(1.46 * 2**30))]
+
+
+def test_nvml_not_available_size_is_not_taken_for_a_size():
+    # NVML's NVML_VALUE_NOT_AVAILABLE (2**64 - 1) through torch's format_size
+    message = ISSUE_OOM.replace("11.32 GiB memory", "17179869184.00 GiB memory")
+    diagnosis = advisor.classify(RuntimeError(message))
+    assert diagnosis.details["other_processes"] == [(1, None)]
+    assert "process_bytes" not in diagnosis.details
+    assert diagnosis.facts["other processes"] == "pid 1 (n/a)"
 
 
 def test_fragmentation_fix_only_when_cache_is_large():
@@ -507,6 +621,11 @@ def test_advise_releases_only_when_asked_and_only_for_memory_errors(no_nvml):
 
 def test_sticky_error_marks_context_broken_without_calling_cuda(monkeypatch, no_nvml):
     torch = pytest.importorskip("torch")
+    from colab_gpu_guard.frameworks import torch as torch_support
+
+    # as in a CUDA build that has started CUDA: the error is this process's own
+    monkeypatch.setattr(torch_support, "cuda_initialized", lambda torch=None: True)
+    monkeypatch.setattr(torch_support, "cuda_version", lambda torch: "12.1")
 
     def forbidden(*args, **kwargs):
         raise AssertionError("CUDA must not be called after a sticky error")
@@ -540,8 +659,154 @@ def test_forked_facts(no_nvml):
 
     diagnosis = advisor.advise(make(entry("forked_cuda")))
     method = multiprocessing.get_start_method(allow_none=True)
-    assert diagnosis.facts["start method"].startswith(method or "not chosen")
+    default = multiprocessing.get_all_start_methods()[0]
+    assert diagnosis.facts["start method"] == (
+        method or f"not chosen yet (the default here is {default})"
+    )
     assert diagnosis.facts["CUDA initialised here"] == "no"
+
+
+def test_default_start_method_is_what_multiprocessing_really_uses():
+    # get_start_method() fixes the start method for good: ask it in a fresh interpreter
+    import subprocess
+
+    code = "import multiprocessing as m; print(m.get_start_method())"
+    real = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert origin.default_start_method() == real.stdout.strip()
+    if sys.platform.startswith("linux"):
+        assert real.stdout.strip() == ("forkserver" if sys.version_info >= (3, 14) else "fork")
+
+
+# ---------------------------------------------------------------- whose sticky error
+
+
+def _raise_in_child(message: str) -> None:
+    raise RuntimeError(message)
+
+
+def test_sticky_error_seen_while_cuda_never_started_here_is_not_this_kernels(no_nvml):
+    pytest.importorskip("torch")  # a CPU build: CUDA never starts here
+    diagnosis = advisor.advise(make(entry("sticky_error", 2)))
+    assert diagnosis.kind == advisor.STICKY_ERROR_ELSEWHERE
+    assert diagnosis.title == "a CUDA error in another process - this kernel's CUDA is not affected"
+    assert not diagnosis.restart_required
+    assert cuda_health.broken_reason() is None
+    assert cuda_health.health().state == "not initialised"
+    assert diagnosis.summary.startswith(
+        "The error says 'an illegal memory access was encountered', but PyTorch has not "
+        "started CUDA in this kernel"
+    )
+    assert diagnosis.facts["this kernel's CUDA"] == "not started"
+    assert diagnosis.fixes[0].startswith("No restart is needed for this kernel")
+    assert "Restart session" not in str(diagnosis)
+    assert not any("marked broken" in note for note in diagnosis.notes)
+
+
+def test_sticky_error_without_torch_is_not_this_kernels(monkeypatch, no_nvml):
+    from colab_gpu_guard.frameworks import torch as torch_support
+
+    monkeypatch.setattr(torch_support, "loaded", lambda: None)
+    monkeypatch.delenv("CUDA_LAUNCH_BLOCKING", raising=False)
+    diagnosis = advisor.advise(make(entry("sticky_error")))
+    assert diagnosis.kind == advisor.STICKY_ERROR_ELSEWHERE
+    assert diagnosis.facts["this kernel's CUDA"] == "not started (torch not imported)"
+    assert diagnosis.facts["CUDA_LAUNCH_BLOCKING"] == (
+        "unset in this kernel (child processes inherit its environment)"
+    )
+    assert cuda_health.health().state == "no torch"
+
+
+def test_child_process_error_never_marks_this_kernel(monkeypatch, no_nvml):
+    pytest.importorskip("torch")
+    from torch.multiprocessing.spawn import ProcessRaisedException
+
+    from colab_gpu_guard.frameworks import torch as torch_support
+
+    # even with CUDA started here, mp.spawn's child error is the child's
+    monkeypatch.setattr(torch_support, "cuda_initialized", lambda torch=None: True)
+    monkeypatch.setenv("CUDA_LAUNCH_BLOCKING", "1")
+    item = entry("sticky_error_elsewhere")
+    error = make(item)
+    assert type(error) is ProcessRaisedException and error.error_pid == 4242
+    diagnosis = advisor.advise(error)
+    assert diagnosis.kind == advisor.STICKY_ERROR_ELSEWHERE and not diagnosis.restart_required
+    assert cuda_health.broken_reason() is None
+    assert diagnosis.facts["raised in"] == "process 1 (pid 4242)"
+    assert (
+        diagnosis.facts["CUDA_LAUNCH_BLOCKING"]
+        == "'1' in this kernel (child processes inherit its environment)"
+    )
+    assert diagnosis.summary.startswith(
+        "Process 1 (pid 4242) hit 'device-side assert triggered', and the error was raised "
+        "again here."
+    )
+    assert "this kernel's own CUDA context is separate and is not affected" in diagnosis.summary
+    text = " ".join(diagnosis.fixes)
+    assert "os.environ['CUDA_LAUNCH_BLOCKING'] = '1'" in text and "CrossEntropyLoss" in text
+    # accelerate's notebook_launcher wraps it in a RuntimeError; the text still says so
+    wrapped = advisor.advise(make(entry("sticky_error_elsewhere", 1)))
+    assert wrapped.facts["raised in"] == "process 1"
+    try:
+        try:
+            raise error
+        except ProcessRaisedException as inner:
+            raise RuntimeError("launch failed") from inner
+    except RuntimeError as outer:
+        chained = advisor.advise(outer)
+    assert chained.kind == advisor.STICKY_ERROR_ELSEWHERE
+    assert cuda_health.broken_reason() is None
+
+
+def test_pool_worker_error_is_the_workers(monkeypatch, no_nvml):
+    """A real multiprocessing.Pool re-raises the worker's exception here with the worker's
+    traceback as its __cause__ (a RemoteTraceback)."""
+    import multiprocessing
+
+    from colab_gpu_guard.frameworks import torch as torch_support
+
+    monkeypatch.setattr(torch_support, "cuda_initialized", lambda torch=None: True)
+    message = entry("sticky_error")["message"]
+    pool = multiprocessing.get_context("spawn").Pool(1)
+    try:
+        with pytest.raises(RuntimeError) as caught:
+            pool.apply(_raise_in_child, (message,))
+    finally:
+        pool.terminate()
+        pool.join()
+    assert type(caught.value.__cause__).__name__ == "RemoteTraceback"
+    diagnosis = advisor.advise(caught.value)
+    assert diagnosis.kind == advisor.STICKY_ERROR_ELSEWHERE
+    assert diagnosis.facts["raised in"] == "a child process"
+    assert cuda_health.broken_reason() is None
+
+
+def test_dataloader_worker_error_names_the_worker(no_nvml):
+    diagnosis = advisor.advise(make(entry("forked_cuda", 1)))
+    assert diagnosis.kind == advisor.FORKED_CUDA
+    assert diagnosis.details["child"] == "DataLoader worker process 0"
+    assert "Raised in DataLoader worker process 0 and raised again here." in diagnosis.notes
+
+
+def test_cupy_error_is_this_processs_own(no_nvml):
+    pytest.importorskip("torch")  # CPU-only: there is no torch context to mark
+    diagnosis = advisor.advise(make(entry("sticky_error", 4)))  # CuPy's CUDARuntimeError
+    assert diagnosis.kind == advisor.STICKY_ERROR and diagnosis.restart_required
+    assert cuda_health.broken_reason() is None
+    assert not any("marked broken" in note for note in diagnosis.notes)
+
+
+def test_child_out_of_memory_says_whose_figures_they_are(no_nvml):
+    pytest.importorskip("torch")
+    from torch.multiprocessing.spawn import ProcessRaisedException
+
+    text = "\n\n-- Process 0 terminated with the following error:\n" + ISSUE_OOM
+    diagnosis = advisor.advise(ProcessRaisedException(text, 0, 77))
+    assert diagnosis.kind == advisor.OUT_OF_MEMORY
+    assert "the failing process uses" in diagnosis.facts
+    assert (
+        "Raised in process 0 (pid 77) and raised again here: the figures in its message are "
+        "that process's." in diagnosis.notes
+    )
 
 
 def test_cublas_facts_come_from_this_torch(monkeypatch, no_nvml):

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import sys
 import textwrap
@@ -67,8 +68,14 @@ def test_real_device_side_assert_says_restart_and_status_reports_broken_quickly(
             snapshot = status.gpu_status(leftovers=False)
             status_health, status_text = snapshot.torch.health, str(snapshot)
         elapsed = time.monotonic() - started
+        probed = cuda_health.health(probe=True, timeout=5.0)  # a broken context fails it
+        from IPython.utils.capture import capture_output
+        with capture_output() as captured:
+            ip.run_line_magic("gpu_reset", "")
         report(state=state, status_health=status_health, status_text=status_text,
-               elapsed=elapsed, error=type(sys.last_value).__name__)
+               elapsed=elapsed, error=type(sys.last_value).__name__,
+               probed=[probed.state, probed.detail], reset_text=captured.stdout,
+               total=time.monotonic() - started)
         """
     )
     assert "device-side assert triggered" in output
@@ -80,6 +87,11 @@ def test_real_device_side_assert_says_restart_and_status_reports_broken_quickly(
         assert result["status_health"] == "broken"
         assert "broken" in result["status_text"].lower()
     assert result["elapsed"] < 10.0
+    assert result["probed"][0] == "broken", result["probed"]  # the probe keeps the mark
+    assert "device-side assert triggered" in result["probed"][1]
+    assert "CUDA steps skipped" in result["reset_text"]
+    assert "restart the runtime" in result["reset_text"]
+    assert result["total"] < 30.0
 
 
 def test_real_cross_entropy_label_out_of_range_is_a_sticky_error():
@@ -108,6 +120,7 @@ def test_real_oom_gets_diagnosis_and_memory_returns_to_its_prior_level():
         torch.zeros(1, device="cuda")  # start CUDA before the baseline
         base = torch.cuda.memory_allocated()
         cell = (
+            "import torch\\n"  # the cell runs in the shell's namespace, not this script's
             "def step():\\n"
             "    kept = torch.empty(256 * 2**20, dtype=torch.uint8, device='cuda')\\n"
             "    huge = torch.empty(2**50, dtype=torch.uint8, device='cuda')\\n"
@@ -126,5 +139,61 @@ def test_real_oom_gets_diagnosis_and_memory_returns_to_its_prior_level():
     assert "CUDA advisor: GPU out of memory" in output
     assert "requested" in output and "1024 TiB" in output
     assert "Released the failed cell's traceback frames" in output
+    # the kernel is the only process on the GPU: listed as 'this process', or as 'Process N'
+    # inside a container, it is never filed under other processes
+    assert "stop them" not in output, output[-3000:]
     assert result["after"] == result["base"]
     assert result["after_plain"] >= result["base"] + 256 * 2**20
+
+
+def test_real_forked_cuda_error_is_diagnosed_and_the_kernel_stays_ok():
+    result, output = run_script(
+        """
+        ip.run_cell(
+            "import multiprocessing, torch\\n"
+            "x = torch.ones(1, device='cuda')  # CUDA starts in the kernel\\n"
+            "def touch(_):\\n"
+            "    return torch.zeros(1, device='cuda').item()\\n"
+            "with multiprocessing.get_context('fork').Pool(1) as pool:\\n"
+            "    pool.map(touch, [0])\\n",
+            store_history=True,
+        )
+        from colab_gpu_guard import cuda_health
+        report(error=type(sys.last_value).__name__, cause=type(sys.last_value.__cause__).__name__,
+               state=cuda_health.health(probe=True, timeout=5.0).state)
+        """
+    )
+    assert result["error"] == "RuntimeError" and result["cause"] == "RemoteTraceback"
+    assert "Cannot re-initialize CUDA in forked subprocess" in output
+    assert "CUDA advisor: CUDA used in a forked subprocess" in output
+    assert re.search(r"start method +not chosen yet \(the default here is \w+\)", output)
+    assert re.search(r"CUDA initialised here +yes", output)
+    assert "Raised in a child process and raised again here." in output
+    assert result["state"] == "ok"  # the kernel's own context is fine
+
+
+def test_real_illegal_address_is_a_sticky_error_of_this_process():
+    result, output = run_script(
+        """
+        ip.run_cell(
+            "import torch\\n"
+            "base = torch.zeros(1024, device='cuda')\\n"
+            "class FarOff:  # element 1 lies 64 GiB past a 4 KiB allocation\\n"
+            "    __cuda_array_interface__ = {'shape': (2,), 'typestr': '<f4', 'version': 2,\\n"
+            "        'data': (base.data_ptr(), False), 'strides': (2**36,)}\\n"
+            "far = torch.as_tensor(FarOff(), device='cuda')\\n"
+            "(far * 2).cpu()\\n",
+            store_history=True,
+        )
+        from colab_gpu_guard import cuda_health
+        error = getattr(sys, "last_value", None)
+        report(error=type(error).__name__ if error is not None else None,
+               message=str(error), state=cuda_health.health().state)
+        """
+    )
+    if result["error"] is None:
+        pytest.skip("the out-of-range read did not fault on this GPU")
+    assert "an illegal memory access was encountered" in result["message"], result
+    assert "CUDA advisor: the CUDA context is broken - restart required" in output
+    assert re.search(r"CUDA error +an illegal memory access was encountered", output)
+    assert result["state"] == "broken"

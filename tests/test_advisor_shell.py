@@ -173,7 +173,17 @@ def test_other_errors_look_exactly_as_without_the_extension(ip, capsys, cell):
 # ---------------------------------------------------------------- sticky errors
 
 
-def test_sticky_error_says_restart_and_marks_the_context_broken(ip, run):
+@pytest.fixture
+def cuda_started(monkeypatch):
+    """As in a CUDA build of torch that has started CUDA in this kernel."""
+    pytest.importorskip("torch")
+    from colab_gpu_guard.frameworks import torch as torch_support
+
+    monkeypatch.setattr(torch_support, "cuda_initialized", lambda torch=None: True)
+    monkeypatch.setattr(torch_support, "cuda_version", lambda torch: "12.1")
+
+
+def test_sticky_error_says_restart_and_marks_the_context_broken(ip, run, cuda_started):
     result, out = run(STICKY_CELL)
     assert "RuntimeError: CUDA error: device-side assert triggered" in out
     assert "CUDA advisor: the CUDA context is broken - restart required" in out
@@ -186,6 +196,37 @@ def test_sticky_error_says_restart_and_marks_the_context_broken(ip, run):
     while tb.tb_next is not None:
         tb = tb.tb_next
     assert tb.tb_frame.f_locals["logits"] == [1, 2]
+
+
+def test_sticky_error_while_cuda_never_started_here_does_not_mark_or_say_restart(ip, run):
+    pytest.importorskip("torch")  # a CPU build: CUDA never starts in this kernel
+    result, out = run(STICKY_CELL)
+    assert "RuntimeError: CUDA error: device-side assert triggered" in out
+    assert (
+        "CUDA advisor: a CUDA error in another process - this kernel's CUDA is not affected" in out
+    )
+    assert "No restart is needed for this kernel" in out
+    assert "Restart session" not in out
+    assert cuda_health.broken_reason() is None
+    from colab_gpu_guard import status
+
+    text = status.gpu_status(leftovers=False).to_text()
+    assert "CUDA context: broken" not in text
+    assert "CPU-only build | CUDA context: not initialised" in text
+
+
+def test_child_process_error_in_a_cell_does_not_mark_this_kernel(ip, run, cuda_started):
+    cell = (
+        "from torch.multiprocessing.spawn import ProcessRaisedException\n"
+        "raise ProcessRaisedException('\\n\\n-- Process 0 terminated with the following "
+        "error:\\nTraceback (most recent call last):\\ntorch.AcceleratorError: CUDA error: "
+        "device-side assert triggered\\n', 0, 321)\n"
+    )
+    result, out = run(cell)
+    assert type(result.error_in_exec).__name__ == "ProcessRaisedException"
+    assert "this kernel's CUDA is not affected" in out
+    assert "raised in" in out and "process 0 (pid 321)" in out
+    assert cuda_health.broken_reason() is None
 
 
 # ---------------------------------------------------------------- notebook display

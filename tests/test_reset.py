@@ -7,6 +7,7 @@ from __future__ import annotations
 import gc
 import io
 import json
+import re
 import sys
 import traceback
 import weakref
@@ -19,6 +20,7 @@ torch = pytest.importorskip("torch")
 
 from colab_gpu_guard import cuda_health, notebook_refs, reset  # noqa: E402
 from colab_gpu_guard.leftovers import find_leftovers  # noqa: E402
+from tests.test_cuda_health import fake_torches  # noqa: E402
 
 N = 250_000  # 1 MB of float32 per tensor
 
@@ -484,6 +486,79 @@ def test_broken_context_skips_cuda_steps_and_says_restart(shell, run_cell):
     assert not any("empty_cache" in step for step in report.steps)
     assert "restart the runtime" in captured.stdout
     assert not alive(shell, "out"), "the device-agnostic steps still ran"
+
+
+@pytest.fixture
+def fake_torch(monkeypatch):
+    """A torch stand-in whose CUDA has started (see tests/test_cuda_health.py)."""
+    with fake_torches(monkeypatch) as use:
+        yield use
+
+
+def test_busy_gpu_waits_then_says_run_again_and_never_restart(shell, fake_torch, monkeypatch):
+    stub = fake_torch()
+    monkeypatch.setattr(reset, "SYNC_TIMEOUT_S", 0.2)
+    stub.cuda.release.clear()  # a long kernel queued by the last cell is still running
+    with capture_output() as captured:
+        shell.run_line_magic("gpu_reset", "")
+    text = captured.stdout
+    assert re.search(
+        r"WARNING: the GPU is still running CUDA work queued by the last cell "
+        r"\(torch\.cuda\.synchronize\(\) on cuda:0 has not returned after 0\.\d s\), so the "
+        r"cached memory was not emptied; run %gpu_reset again when that work finishes",
+        text,
+    ), text
+    assert "restart" not in text.lower() and stub.cuda.emptied == 0
+    report = reset.gpu_reset(shell=shell)
+    assert report.cuda_state == "busy" and not report.restart_required
+    assert stub.cuda.synced == [0]  # one synchronise, still the first
+    dry = reset.gpu_reset(dry_run=True, shell=shell)
+    assert any(
+        note.endswith("; %gpu_reset waits up to 0.2 s for it before emptying the cache")
+        for note in dry.notes
+    ), dry.notes
+    stub.cuda.release.set()  # the kernel finishes
+    assert cuda_health._running.done.wait(5)
+    done = reset.gpu_reset(shell=shell)
+    assert done.cuda_state == "ok" and not done.warnings
+    assert "torch.cuda.synchronize() on cuda:0" in done.steps
+    assert "torch.cuda.empty_cache() (every device, 1 visible)" in done.steps
+    assert stub.cuda.emptied == 1 and cuda_health.broken_reason() is None
+
+
+def test_reset_synchronises_only_devices_with_a_context(shell, fake_torch):
+    stub = fake_torch(count=2, contexts=(1,))
+    report = reset.gpu_reset(shell=shell)
+    assert stub.cuda.synced == [1]
+    assert "torch.cuda.synchronize() on cuda:1" in report.steps
+
+
+def test_reset_clears_a_mark_the_context_proves_wrong(shell, fake_torch):
+    stub = fake_torch()
+    cuda_health.mark_broken("CUDA error: device-side assert triggered (from a child process)")
+    report = reset.gpu_reset(shell=shell)
+    assert report.cuda_state == "ok" and not report.restart_required
+    assert stub.cuda.emptied == 1 and cuda_health.broken_reason() is None
+
+
+def test_reset_on_a_real_sticky_error_says_restart(shell, fake_torch):
+    stub = fake_torch()
+    stub.cuda.error = RuntimeError("CUDA error: an illegal memory access was encountered")
+    report = reset.gpu_reset(shell=shell)
+    assert report.cuda_state == "broken" and report.restart_required
+    assert report.warnings == [
+        "CUDA steps skipped: RuntimeError: CUDA error: an illegal memory access was "
+        f"encountered; {cuda_health.RESTART_ADVICE}"
+    ]
+    assert stub.cuda.emptied == 0
+
+
+def test_reset_in_a_forked_child_says_so(shell, fake_torch):
+    stub = fake_torch(bad_fork=True)
+    report = reset.gpu_reset(shell=shell)
+    assert report.cuda_state == "forked" and not report.restart_required
+    assert f"no CUDA cache to empty: {cuda_health.FORKED_DETAIL}" in report.notes
+    assert stub.cuda.synced == [] and stub.cuda.emptied == 0
 
 
 def test_report_text_html_and_json(shell, run_cell):

@@ -22,6 +22,7 @@ from colab_gpu_guard.tracker import CellMemory
 from tests import fake_pynvml
 from tests.conftest import flush_output_history
 from tests.fake_pynvml import GiB, MiB
+from tests.test_cuda_health import fake_torches
 
 T4_UUID = "11111111-2222-3333-4444-555555555555"  # as CUDA prints it: no GPU- prefix
 SCRIPT = '<script>alert("x")</script>'
@@ -177,6 +178,50 @@ def test_broken_cuda_context_is_reported(fake):
     assert snap.torch.health == "broken"
     assert cuda_health.RESTART_ADVICE in snap.notes
     assert "device-side assert triggered" in snap.to_text()
+
+
+@pytest.fixture
+def fake_torch(monkeypatch):
+    """A torch stand-in whose CUDA has started (see tests/test_cuda_health.py)."""
+    with fake_torches(monkeypatch) as use:
+        yield use
+
+
+def test_busy_gpu_is_reported_busy_not_broken(fake, fake_torch):
+    fake(fake_pynvml.one_gpu())
+    stub = fake_torch()
+    stub.cuda.release.clear()  # a long kernel still running
+    assert cuda_health.health(probe=True, timeout=0.05).busy
+    snap = gpu_status(leftovers=False)
+    assert snap.torch.health == "busy"
+    assert snap.torch.health_detail.startswith(
+        "torch.cuda.synchronize() on cuda:0 has not returned after "
+    )
+    assert cuda_health.RESTART_ADVICE not in snap.notes
+    assert (
+        "the GPU is still running queued CUDA work: busy, not broken (%gpu_reset waits for it "
+        "before emptying the cache)" in snap.notes
+    )
+    text = snap.to_text()
+    assert "CUDA context: busy (torch.cuda.synchronize() on cuda:0 has not returned" in text
+    assert "restart" not in text.lower()
+    from colab_gpu_guard.status.panel_html import render_header
+
+    header = render_header(snap)
+    assert "cgg-health-busy" in header and "GPU busy: queued CUDA work still running" in header
+    stub.cuda.release.set()
+    assert cuda_health._running.done.wait(5)
+    assert gpu_status(leftovers=False, probe=True).torch.health == "ok"
+
+
+def test_forked_child_is_reported_as_forked(fake, fake_torch):
+    fake(fake_pynvml.one_gpu())
+    fake_torch(bad_fork=True)
+    snap = gpu_status(leftovers=False, probe=True)
+    assert snap.torch.health == "forked" and not snap.torch.cuda_initialized
+    assert cuda_health.FORKED_DETAIL in snap.notes
+    assert not any("not initialised" in note for note in snap.notes)
+    assert "CUDA context: forked (this process was forked" in snap.to_text()
 
 
 # ---------------------------------------------------------------- allocator beside NVML

@@ -5,7 +5,8 @@
 alone (recognise.py parses it, fixes.py writes the prose), or ``None`` for anything that is
 not a recognised CUDA error. ``advise(exc)`` (enrich.py) adds what can be learned safely from
 this process (leftover tensors by name, NVML's list of GPU processes, driver and build
-versions), marks the CUDA context broken after a sticky error, and can release the failed
+versions), marks the CUDA context broken after a sticky error raised by this process's own
+CUDA call (not one carried from a child process: see origin.py), and can release the failed
 call's traceback frames after an out-of-memory error. Both work outside notebooks; the
 IPython exception hook is ``colab_gpu_guard.ipython.shell_advisor``.
 
@@ -28,6 +29,7 @@ from .kinds import (
     NONDETERMINISTIC_OP,
     OUT_OF_MEMORY,
     STICKY_ERROR,
+    STICKY_ERROR_ELSEWHERE,
     TITLES,
 )
 from .recognise import STICKY_ERRORS, Recognised, parse_oom_message, parse_size, recognise
@@ -45,6 +47,7 @@ __all__ = [
     "OUT_OF_MEMORY",
     "RESTART_SESSION",
     "STICKY_ERROR",
+    "STICKY_ERROR_ELSEWHERE",
     "STICKY_ERRORS",
     "TITLES",
     "Advice",

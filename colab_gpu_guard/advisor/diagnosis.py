@@ -14,8 +14,8 @@ from typing import Any, Optional
 
 from .. import notebook_refs
 from .fixes import BUILDERS
-from .kinds import TITLES
-from .recognise import first_line, recognise
+from .kinds import STICKY_ERROR, TITLES
+from .recognise import child_process, first_line, recognise
 
 
 @dataclass
@@ -98,14 +98,38 @@ def classify(exc: BaseException) -> Optional[Diagnosis]:
     __context__ chain), or None if it is not a recognised CUDA error. Never raises, makes
     no CUDA or NVML call."""
     try:
-        for link in notebook_refs.exception_chain(exc):
+        links = list(notebook_refs.exception_chain(exc))
+        for link in links:
             found = recognise(link.exception)
             if found is not None:
                 found.details["found_in"] = link.via
+                child = next(filter(None, (child_process(item.exception) for item in links)), None)
+                if child is not None:  # another process's error, raised again here
+                    found.details["child"] = child
+                    if found.kind == STICKY_ERROR:
+                        found.details["origin"] = "child"
                 return _build(found.kind, found.details, link.exception)
     except Exception:
         return None
     return None
+
+
+def rebuild(diagnosis: Diagnosis, **details: Any) -> Diagnosis:
+    """The same error diagnosed again with `details` only this process knows (advise uses
+    it when a sticky error turns out not to be this process's)."""
+    merged = {**diagnosis.details, **details}
+    advice = BUILDERS[diagnosis.kind](merged)
+    return Diagnosis(
+        advice.kind,
+        advice.summary,
+        advice.facts,
+        advice.fixes,
+        notes=list(diagnosis.notes),
+        error=diagnosis.error,
+        restart_required=advice.restart_required,
+        frames_released=diagnosis.frames_released,
+        details=merged,
+    )
 
 
 def _build(kind: str, details: dict[str, Any], exc: BaseException) -> Diagnosis:

@@ -25,7 +25,8 @@ from .. import cuda_health, notebook_refs, nvml
 from ..frameworks import torch as torch_support
 from ..seeding import determinism
 from ..units import format_bytes
-from .diagnosis import Diagnosis, classify
+from . import origin
+from .diagnosis import Diagnosis, classify, rebuild
 from .kinds import (
     CUBLAS_DETERMINISM,
     CUDA_DRIVER_OOM,
@@ -36,6 +37,7 @@ from .kinds import (
     NONDETERMINISTIC_OP,
     OUT_OF_MEMORY,
     STICKY_ERROR,
+    STICKY_ERROR_ELSEWHERE,
 )
 
 # ---------------------------------------------------------------- facts from this process
@@ -188,26 +190,13 @@ def _enrich_oom(diagnosis: Diagnosis, namespace: Optional[dict]) -> None:
                 )
 
 
-def _enrich_sticky(diagnosis: Diagnosis, namespace: Optional[dict]) -> None:
-    reason = diagnosis.error or diagnosis.details.get("cuda_error", "sticky CUDA error")
-    cuda_health.mark_broken(reason)
-    diagnosis.notes.append(
-        "The CUDA context is marked broken: `%gpu_status` and `%gpu_reset` report it "
-        "without calling into CUDA."
-    )
-    blocking = os.environ.get("CUDA_LAUNCH_BLOCKING")
-    diagnosis.facts["CUDA_LAUNCH_BLOCKING"] = repr(blocking) if blocking is not None else "unset"
-    if blocking == "1":
-        diagnosis.notes.append(
-            "CUDA_LAUNCH_BLOCKING=1 is set, so the traceback points at the kernel that failed."
-        )
-
-
 def _enrich_forked(diagnosis: Diagnosis, namespace: Optional[dict]) -> None:
     import multiprocessing
 
     method = multiprocessing.get_start_method(allow_none=True)
-    diagnosis.facts["start method"] = method or "not chosen yet (fork on Linux)"
+    diagnosis.facts["start method"] = (
+        method or f"not chosen yet (the default here is {origin.default_start_method()})"
+    )
     torch = torch_support.loaded()
     if torch is not None:
         initialised = torch_support.cuda_initialized(torch)
@@ -330,7 +319,8 @@ def _enrich_no_gpu(diagnosis: Diagnosis, namespace: Optional[dict]) -> None:
 
 _ENRICHERS: dict[str, tuple[Callable[[Diagnosis, Optional[dict]], None], ...]] = {
     OUT_OF_MEMORY: (_enrich_oom,),
-    STICKY_ERROR: (_enrich_sticky,),
+    STICKY_ERROR: (origin.enrich_sticky,),
+    STICKY_ERROR_ELSEWHERE: (origin.enrich_elsewhere,),
     FORKED_CUDA: (_enrich_forked,),
     CUBLAS_DETERMINISM: (_enrich_cublas,),
     NONDETERMINISTIC_OP: (_enrich_nondet,),
@@ -352,7 +342,9 @@ def advise(
     """Diagnose a CUDA error: the cause, the facts that show it, and what to do.
 
     Returns None for anything that is not a recognised CUDA error. Side effects: a sticky
-    error marks the CUDA context broken (see cuda_health); with `release_frames`, an
+    error raised by this process's own CUDA call marks the CUDA context broken (see
+    cuda_health); one carried from a child process, or seen while PyTorch never started
+    CUDA here, does not, and is advised as another process's error; with `release_frames`, an
     out-of-memory error's traceback frames are cleared so the tensors they held are freed
     (the exception's traceback then shows no local variables; not done when the
     out-of-memory error is only the implicit __context__ of another error, whose frames stay
@@ -363,6 +355,8 @@ def advise(
         diagnosis = classify(exc)
         if diagnosis is None:
             return None
+        if diagnosis.kind == STICKY_ERROR and not origin.own_sticky_error(diagnosis):
+            diagnosis = rebuild(diagnosis, origin="not started here")
     except Exception:
         return None
     try:
@@ -385,4 +379,12 @@ def advise(
         pass
     with contextlib.suppress(Exception):
         _enrich(diagnosis, namespace)
+    child = diagnosis.details.get("child")
+    if child and diagnosis.kind != STICKY_ERROR_ELSEWHERE:
+        figures = (
+            ": the figures in its message are that process's"
+            if (diagnosis.kind in MEMORY_KINDS)
+            else ""
+        )
+        diagnosis.notes.append(f"Raised in {child} and raised again here{figures}.")
     return diagnosis

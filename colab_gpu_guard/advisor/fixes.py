@@ -15,6 +15,7 @@ from .kinds import (
     NONDETERMINISTIC_OP,
     OUT_OF_MEMORY,
     STICKY_ERROR,
+    STICKY_ERROR_ELSEWHERE,
 )
 
 RESTART_SESSION = "Colab: Runtime > Restart session; Jupyter: Kernel > Restart"
@@ -45,18 +46,22 @@ def _oom(details: dict[str, Any]) -> Advice:
         )
     elif total is not None:
         facts[f"{where} capacity"] = format_bytes(total)
+    others = details.get("other_processes") or []
+    among = details.get("this_process_among") or []
     if "process_bytes" in details:
-        facts["this process uses"] = format_bytes(details["process_bytes"])
+        label = "the failing process uses" if details.get("child") else "this process uses"
+        facts[label] = format_bytes(details["process_bytes"]) + _matched_by_memory(details)
     if "allocated_bytes" in details:
         facts["held by live tensors"] = format_bytes(details["allocated_bytes"])
     unallocated = details.get("reserved_unallocated_bytes")
     if unallocated is not None:
         facts["cached, unused"] = format_bytes(unallocated)
-    others = details.get("other_processes") or []
     if others:
-        facts["other processes"] = ", ".join(
-            f"pid {pid} ({format_bytes(size)})" for pid, size in others
-        )
+        listed = ", ".join(f"pid {pid} ({format_bytes(size)})" for pid, size in others)
+        if among:
+            facts["GPU processes"] = f"{listed}; one of them is this process"
+        else:
+            facts["other processes"] = listed
     if requested is not None and free is not None:
         summary = (
             f"The allocation asked for {format_bytes(requested)} but only {format_bytes(free)} "
@@ -80,7 +85,13 @@ def _oom(details: dict[str, Any]) -> Advice:
             "`%env PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True` in the first cell, "
             "before CUDA starts."
         )
-    if others:
+    if among:
+        fixes.append(
+            "Several processes hold memory on this GPU and one of them is this one (NVML "
+            "reports host PIDs here, so the message cannot say which): stop the others "
+            "(another notebook's kernel, a previous run) - see the process list."
+        )
+    elif others:
         fixes.append(
             "Other processes hold memory on this GPU: stop them (another notebook's kernel, "
             "a previous run) - see the process list."
@@ -88,8 +99,42 @@ def _oom(details: dict[str, Any]) -> Advice:
     return Advice(OUT_OF_MEMORY, summary, facts, fixes)
 
 
+def _matched_by_memory(details: dict[str, Any]) -> str:
+    """Why a 'Process N' of the message is this process (see recognise._listed_processes)."""
+    if details.get("process_matched_by") != "memory":
+        return ""
+    which = (
+        "the only listed process whose memory covers"
+        if details.get("other_processes")
+        else "the only process listed; its memory covers"
+    )
+    return (
+        f" (listed as process {details['process_pid']}, {which} the "
+        f"{format_bytes(details['pytorch_bytes'])} PyTorch holds; inside a container NVML "
+        "reports host PIDs)"
+    )
+
+
+def _culprits(error: str) -> str:
+    if error == "device-side assert triggered":
+        return (
+            "Usual culprit: a class label outside [0, num_classes) for `CrossEntropyLoss` / "
+            "`nll_loss` (compare `labels.min()`, `labels.max()` with the number of logits; "
+            "-1 or 1-based labels are common), or an index >= `num_embeddings` in "
+            "`nn.Embedding` (token ids vs vocabulary size); BCE targets outside [0, 1] also "
+            "assert. Running the same step on CPU gives a readable error."
+        )
+    return (
+        "Usual culprits: an out-of-range index, tensors on different devices passed to a "
+        "custom CUDA op or extension, or a bug in a custom kernel. Running the same step on "
+        "CPU (or with CUDA_LAUNCH_BLOCKING=1) shows where."
+    )
+
+
 def _sticky(details: dict[str, Any]) -> Advice:
     error = details.get("cuda_error", "a sticky CUDA error")
+    if details.get("origin") is not None:
+        return _sticky_elsewhere(error, details)
     summary = (
         f"CUDA reported '{error}'. After this error the CUDA context of this process is "
         "unusable: every later CUDA call fails, and nothing but restarting the runtime helps."
@@ -100,22 +145,48 @@ def _sticky(details: dict[str, Any]) -> Advice:
         "To find the line that really failed, make the first cell "
         "`%env CUDA_LAUNCH_BLOCKING=1` (it must be set before CUDA initialises) and rerun: "
         "kernel errors are otherwise reported later, at an unrelated line.",
+        _culprits(error),
     ]
-    if error == "device-side assert triggered":
-        fixes.append(
-            "Usual culprit: a class label outside [0, num_classes) for `CrossEntropyLoss` / "
-            "`nll_loss` (compare `labels.min()`, `labels.max()` with the number of logits; "
-            "-1 or 1-based labels are common), or an index >= `num_embeddings` in "
-            "`nn.Embedding` (token ids vs vocabulary size); BCE targets outside [0, 1] also "
-            "assert. Running the same step on CPU gives a readable error."
+    return Advice(STICKY_ERROR, summary, {"CUDA error": error}, fixes, restart_required=True)
+
+
+def _sticky_elsewhere(error: str, details: dict[str, Any]) -> Advice:
+    """A sticky error that is not this kernel's: raised in a child process (origin
+    'child'), or seen while this kernel's PyTorch never started CUDA ('not started here')."""
+    facts = {"CUDA error": error}
+    if details["origin"] == "child":
+        child = details.get("child", "a child process")
+        facts["raised in"] = child
+        summary = (
+            f"{child[0].upper()}{child[1:]} hit '{error}', and the error was raised again "
+            "here. The CUDA context of that process is unusable from now on (it ends with "
+            "that process); this kernel's own CUDA context is separate and is not affected: "
+            "it is broken only if a CUDA call in this kernel fails."
+        )
+        first = (
+            "No restart is needed for this kernel: fix the cause and launch the processes "
+            "again (each new process gets a new CUDA context). A pool whose worker hit it "
+            "(`multiprocessing.Pool`, `ProcessPoolExecutor`) must be closed and made again. "
+            "The child's own traceback is in the error text above."
         )
     else:
-        fixes.append(
-            "Usual culprits: an out-of-range index, tensors on different devices passed to a "
-            "custom CUDA op or extension, or a bug in a custom kernel. Running the same step on "
-            "CPU (or with CUDA_LAUNCH_BLOCKING=1) shows where."
+        summary = (
+            f"The error says '{error}', but PyTorch has not started CUDA in this kernel, so "
+            "no CUDA context of this kernel is broken: the message came from another process "
+            "(a subprocess, a worker, a launcher) and was raised again here."
         )
-    return Advice(STICKY_ERROR, summary, {"CUDA error": error}, fixes, restart_required=True)
+        first = (
+            "No restart is needed for this kernel: find the process that failed in the "
+            "traceback above and fix the cause there."
+        )
+    fixes = [
+        first,
+        "To see the line that really failed, run `os.environ['CUDA_LAUNCH_BLOCKING'] = '1'` "
+        "in this kernel before launching: child processes inherit the environment and read "
+        "it when their CUDA starts (this kernel's CUDA, if already started, is unchanged).",
+        _culprits(error),
+    ]
+    return Advice(STICKY_ERROR_ELSEWHERE, summary, facts, fixes)
 
 
 def _forked(details: dict[str, Any]) -> Advice:
@@ -277,6 +348,7 @@ def _no_gpu(details: dict[str, Any]) -> Advice:
 BUILDERS: dict[str, Callable[[dict[str, Any]], Advice]] = {
     OUT_OF_MEMORY: _oom,
     STICKY_ERROR: _sticky,
+    STICKY_ERROR_ELSEWHERE: _sticky,
     FORKED_CUDA: _forked,
     CUBLAS_DETERMINISM: _cublas,
     NONDETERMINISTIC_OP: _nondet,

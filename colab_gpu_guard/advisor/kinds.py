@@ -4,6 +4,7 @@ from __future__ import annotations
 
 OUT_OF_MEMORY = "out_of_memory"
 STICKY_ERROR = "sticky_error"
+STICKY_ERROR_ELSEWHERE = "sticky_error_elsewhere"
 FORKED_CUDA = "forked_cuda"
 CUBLAS_DETERMINISM = "cublas_determinism"
 NONDETERMINISTIC_OP = "nondeterministic_op"
@@ -14,6 +15,7 @@ NO_GPU = "no_gpu"
 KINDS = (
     OUT_OF_MEMORY,
     STICKY_ERROR,
+    STICKY_ERROR_ELSEWHERE,
     FORKED_CUDA,
     CUBLAS_DETERMINISM,
     NONDETERMINISTIC_OP,
@@ -28,6 +30,7 @@ MEMORY_KINDS = (OUT_OF_MEMORY, CUDA_DRIVER_OOM)
 TITLES = {
     OUT_OF_MEMORY: "GPU out of memory",
     STICKY_ERROR: "the CUDA context is broken - restart required",
+    STICKY_ERROR_ELSEWHERE: "a CUDA error in another process - this kernel's CUDA is not affected",
     FORKED_CUDA: "CUDA used in a forked subprocess",
     CUBLAS_DETERMINISM: "cuBLAS determinism needs CUBLAS_WORKSPACE_CONFIG",
     NONDETERMINISTIC_OP: "operation without a deterministic implementation",

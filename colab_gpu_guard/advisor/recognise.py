@@ -106,15 +106,87 @@ def parse_oom_message(text: str) -> dict[str, Any]:
     if match:
         put("device", int(match.group(1)))
 
-    others = [
-        (int(pid), parse_size(size))
-        for pid, size in re.findall(r"Process (\d+) has (\S+ \S+) memory in use", text)
-    ]
-    if others:
-        facts["other_processes"] = others
     if "total_bytes" in facts and "reserved_bytes" in facts and "allocated_bytes" in facts:
         put("reserved_unallocated_bytes", facts["reserved_bytes"] - facts["allocated_bytes"])
+    _listed_processes(text, facts)
     return facts
+
+
+def _size_and_slack(text: str) -> Optional[tuple[int, float]]:
+    """A printed size in bytes, and how far the true size may be from it: torch prints
+    two decimals of its unit (``format_size``), so up to half of the last digit."""
+    match = re.search(_SIZE, text, re.IGNORECASE)
+    if not match:
+        return None
+    number = match.group(1).replace(",", "")
+    unit = _UNITS[match.group(2).lower()]
+    decimals = len(number.partition(".")[2])
+    return int(round(float(number) * unit)), 0.5 * 10**-decimals * unit
+
+
+def _listed_processes(text: str, facts: dict[str, Any]) -> None:
+    """The 'Process N has X memory in use.' entries torch (>= 2.1) adds from NVML's process
+    list (c10/cuda/CUDACachingAllocator.cpp, reportProcessMemoryInfo). This process is
+    written 'this process has X' only when its PID matches; inside a PID namespace (Docker,
+    Kubernetes, Kaggle) NVML reports host PIDs, so the kernel itself is listed as
+    'Process N'. Any process with PyTorch memory on the GPU is listed, and its in-use figure
+    includes everything its allocator reserved: so when exactly one entry covers PyTorch's
+    allocated + reserved-but-unallocated figures of the same message, that entry is this
+    process (matched by memory); when several do, one of them is, but which cannot be told.
+    """
+    entries = []
+    for pid, size_text in re.findall(r"Process (\d+) has (\S+ \S+) memory in use", text):
+        sized = _size_and_slack(size_text)
+        size, slack = sized if sized is not None else (None, 0.0)
+        if size is not None and facts.get("total_bytes") and size > facts["total_bytes"]:
+            size = None  # NVML's "not available" (2**64 - 1) printed as a size
+        entries.append((int(pid), size, slack))
+    if not entries:
+        return
+    others = [(pid, size) for pid, size, _ in entries]
+    if "process_bytes" not in facts:
+        candidates = _could_be_this_process(text, entries)
+        if len(candidates) == 1:
+            pid, size = candidates[0]
+            facts["process_bytes"] = size
+            facts["process_pid"] = pid
+            facts["process_matched_by"] = "memory"
+            facts["pytorch_bytes"] = _pytorch_bytes(text)[0]
+            others = [entry for entry in others if entry[0] != pid]
+        elif len(candidates) > 1:
+            facts["this_process_among"] = [pid for pid, _ in candidates]
+    if others:
+        facts["other_processes"] = others
+
+
+def _pytorch_bytes(text: str) -> tuple[Optional[int], float]:
+    """What this process's allocator reserved, as the message states it: allocated plus
+    reserved-but-unallocated (torch >= 2.1), or 'reserved in total' (older); and the
+    rounding slack of those printed figures."""
+    allocated = re.search(rf"Of the allocated memory ({_SIZE})", text, re.IGNORECASE)
+    unallocated = re.search(rf"and ({_SIZE}) is reserved by PyTorch", text, re.IGNORECASE)
+    if allocated and unallocated:
+        parts = [_size_and_slack(allocated.group(1)), _size_and_slack(unallocated.group(1))]
+    else:
+        reserved = re.search(rf"({_SIZE}) reserved in total by PyTorch", text, re.IGNORECASE)
+        parts = [_size_and_slack(reserved.group(1))] if reserved else []
+    known = [part for part in parts if part is not None]
+    if not known:
+        return None, 0.0
+    return sum(size for size, _ in known), sum(slack for _, slack in known)
+
+
+def _could_be_this_process(
+    text: str, entries: list[tuple[int, Optional[int], float]]
+) -> list[tuple[int, int]]:
+    needed, slack = _pytorch_bytes(text)
+    if needed is None:
+        return []
+    return [
+        (pid, size)
+        for pid, size, own_slack in entries
+        if size is not None and size + own_slack + slack >= needed
+    ]
 
 
 # ---------------------------------------------------------------- recognising the classes
@@ -212,6 +284,41 @@ def _is_device_oom_type(exc: BaseException) -> bool:
     return any(
         klass.__name__ == "OutOfMemoryError" and module in _OOM_MODULES for klass in cls.__mro__
     )
+
+
+# Exceptions that carry another process's error into this one: torch.multiprocessing.spawn
+# (mp.spawn, start_processes: "-- Process N terminated with the following error:" and the
+# child's traceback), torchelastic's ChildFailedError (torchrun, accelerate's
+# notebook_launcher: "Root Cause (first observed failure):"), and the traceback text that
+# multiprocessing.Pool (RemoteTraceback) and ProcessPoolExecutor (_RemoteTraceback) attach
+# as the __cause__ of the child's exception, re-raised here; DataLoader re-raises a worker's
+# error as "Caught X in DataLoader worker process N" (torch/_utils.py ExceptionWrapper).
+_CHILD_TYPES = ("ProcessRaisedException", "ChildFailedError", "RemoteTraceback", "_RemoteTraceback")
+_SPAWN_CHILD = re.compile(
+    r"-- Process (?P<spawned>\d+) terminated with the following error:|"
+    r"Caught \w+ in DataLoader worker process (?P<worker>\d+)"
+)
+_ELASTIC_CHILD = re.compile(r"Root Cause \(first observed failure\):")
+
+
+def child_process(exc: BaseException) -> Optional[str]:
+    """'process 1 (pid 4242)', 'DataLoader worker process 0' or 'a child process' when
+    `exc` carries the error of another process; None otherwise. From the type and message
+    only."""
+    name = type(exc).__name__
+    message = _message(exc)
+    match = _SPAWN_CHILD.search(message)
+    if name in _CHILD_TYPES or match or _ELASTIC_CHILD.search(message):
+        index = getattr(exc, "error_index", None)
+        pid = getattr(exc, "error_pid", None)
+        if isinstance(index, int) and isinstance(pid, int):
+            return f"process {index} (pid {pid})"
+        if match and match.group("worker") is not None:
+            return f"DataLoader worker process {match.group('worker')}"
+        if match:
+            return f"process {match.group('spawned')}"
+        return "a child process"
+    return None
 
 
 class Recognised(NamedTuple):

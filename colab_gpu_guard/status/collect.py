@@ -55,7 +55,8 @@ def gpu_status(
     history: add the last `history_limit` cells' memory history (``memory_history``).
     processes: list the processes on each GPU (needed for "this kernel" NVML figures).
     process_limit: how many processes per GPU the text and HTML views list (None: all).
-    probe: synchronise every device (bounded) to find a broken CUDA context.
+    probe: synchronise the devices this process has a CUDA context on (bounded) to tell a
+        busy GPU from a broken context (and clear a broken mark the context proves wrong).
     """
     started = time.perf_counter()
     taken_at = time.time()
@@ -252,10 +253,19 @@ def _notes(
             notes.append(COLAB_NO_GPU)
         elif view.available and view.reason("devices") is None:
             notes.append("NVML works but lists no GPU")
-    if torch_info.health == "broken":
+    if torch_info.health == cuda_health.BROKEN:
         notes.append(cuda_health.RESTART_ADVICE)
+    elif torch_info.health == cuda_health.BUSY:
+        notes.append(
+            "the GPU is still running queued CUDA work: busy, not broken (%gpu_reset waits "
+            "for it before emptying the cache)"
+        )
+    elif torch_info.health == cuda_health.FORKED:
+        notes.append(cuda_health.FORKED_DETAIL)
     if torch_info.version is not None and torch_info.cuda_runtime is None:
         notes.append(f"torch {torch_info.version} is a CPU-only build: it cannot use a GPU")
+    elif torch_info.health == cuda_health.FORKED:
+        pass  # said above: CUDA cannot start in this process at all
     elif torch_info.cuda_runtime is not None and not torch_info.cuda_initialized:
         notes.append("CUDA is not initialised in this kernel yet: no allocator figures")
     for item in memory:

@@ -40,6 +40,8 @@ BADGES = {
     "not initialised": ("CUDA not initialised", "#7f7f7f"),
     "no torch": ("torch not imported", "#7f7f7f"),
     "broken": ("CUDA context broken: restart the runtime", "#d62728"),
+    "busy": ("GPU busy: queued CUDA work still running", "#e6a100"),
+    "forked": ("forked process: CUDA cannot be used here", "#7f7f7f"),
 }
 
 _FONT = "font-family:var(--jp-ui-font-family,sans-serif);font-size:13px;line-height:1.4"

@@ -7,6 +7,7 @@ from typing import TYPE_CHECKING, Any, Callable, Optional
 
 import ipywidgets as widgets
 
+from colab_gpu_guard.cuda_health import BUSY
 from colab_gpu_guard.status.panel_html import release_summary, render_message
 
 from .refresh import PanelRefresh
@@ -15,6 +16,11 @@ if TYPE_CHECKING:
     from IPython.core.interactiveshell import InteractiveShell
 
     from colab_gpu_guard.status import GpuStatus
+
+BUSY_MESSAGE = (
+    "the GPU is still running CUDA work queued by the last cell, so its cached memory was "
+    "not emptied: press Free memory again when that work finishes"
+)
 
 
 class PanelActions(PanelRefresh):
@@ -66,7 +72,10 @@ class PanelActions(PanelRefresh):
         from colab_gpu_guard.reset import gpu_reset
 
         report = gpu_reset(shell=self.shell)  # not all_vars: user variables stay
-        return release_summary(report), str(report)
+        text = release_summary(report)
+        if getattr(report, "cuda_state", None) == BUSY:  # busy, not broken: no restart
+            text = f"{BUSY_MESSAGE}; {text}"
+        return text, str(report)
 
     def _seed(self) -> tuple[str, str]:
         from colab_gpu_guard.seeding import seed_all
