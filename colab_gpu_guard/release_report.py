@@ -8,6 +8,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Any, Optional
 
 from .leftovers import Leftover, leftovers_html
+from .nvml import INCLUDES_RESERVED, V1
 from .units import format_bytes
 
 
@@ -45,7 +46,9 @@ class ReleaseReport:
         before; blocks also held from elsewhere are not counted.
     released_bytes: memory of the blocks seen before that are gone now (proven by weakrefs;
         0 for a dry run).
-    devices: torch CUDA allocator figures per device; nvml_used_*: NVML used per GPU.
+    devices: torch CUDA allocator figures per device; nvml_used_*: NVML used per GPU (all
+        processes), from the memory call nvml_used_call names: "v2" (driver-reserved
+        memory left out) or "v1" (included).
     leftovers: what is still held afterwards (for a dry run: what would still be held).
     """
 
@@ -59,6 +62,7 @@ class ReleaseReport:
     devices: list[DeviceRelease] = field(default_factory=list)
     nvml_used_before: Optional[list[int]] = None
     nvml_used_after: Optional[list[int]] = None
+    nvml_used_call: Optional[str] = None
     gc_collected: Optional[int] = None
     steps: list[str] = field(default_factory=list)
     cuda_state: str = "no torch"
@@ -119,6 +123,8 @@ class ReleaseReport:
                 text = f"  GPU {index} (NVML, all processes): used {format_bytes(before)}"
                 if now is not None:
                     text += f" -> {format_bytes(now)}"
+                if self.nvml_used_call == V1:
+                    text += f" ({INCLUDES_RESERVED})"
                 lines.append(text)
         if self.gc_collected is not None:
             lines.append(f"  gc.collect(): {self.gc_collected} objects")

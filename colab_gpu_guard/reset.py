@@ -225,7 +225,10 @@ def gpu_reset(
     health = cuda_health.health()
     report.cuda_state = health.state
     before = _device_figures(torch)  # host-side allocator bookkeeping: no CUDA call
-    report.nvml_used_before = nvml.used_per_device()
+    used = nvml.used_memory()  # the v2 memory call, else v1: the call is reported
+    if used is not None:
+        report.nvml_used_before = list(used.per_device)
+        report.nvml_used_call = used.call
 
     found = scan(namespace=namespace, shell=shell, keep_refs=not dry_run)
     plan, reach = _build_plan(found, shell, namespace, names, all_vars)
@@ -280,7 +283,8 @@ def gpu_reset(
         if not any(device.device == name for device in report.devices):
             report.devices.append(DeviceRelease(name, 0, 0, alloc, res))
     if report.nvml_used_before is not None:
-        report.nvml_used_after = nvml.used_per_device()
+        used = nvml.used_memory()
+        report.nvml_used_after = None if used is None else list(used.per_device)
     report.leftovers = list(find_leftovers(namespace=namespace, shell=shell))
     if report.dropped.get("exceptions"):
         report.notes.append("the last exception is gone: %debug and %tb have nothing to show")

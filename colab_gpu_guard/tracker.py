@@ -9,9 +9,10 @@ What is measured for each cell:
   reading them makes no CUDA call and never synchronises.
 - Host: the process's resident set size after the cell (one ``pread`` of
   ``/proc/self/statm``; Linux only, else None).
-- NVML: the GPUs' used memory after the cell, read by a background thread (an NVML call can
-  take milliseconds), so it appears in the history a moment after the cell ends; None when
-  NVML is not available.
+- NVML: the GPUs' used memory after the cell (``nvml.used_memory``: the v2 memory call,
+  which leaves out what the driver reserves, else v1, which counts it; the record says
+  which), read by a background thread (an NVML call can take milliseconds), so it appears
+  in the history a moment after the cell ends; None when NVML is not available.
 
 Rerun leaks: when a cell with the same source runs again and ends with more memory than the
 previous run of it ended with, the record is flagged (the judgement: ``cell_reruns``).
@@ -48,6 +49,8 @@ class CellMemory:
         figures; 0 when torch has not initialised CUDA (``devices`` is then 0).
     ooms: how many CUDA out-of-memory errors the allocator raised during the cell.
     nvml_used_after: NVML "used" memory over all GPUs after the cell (all processes).
+    nvml_used_call: the NVML memory call it came from: "v2" (driver-reserved memory left
+        out) or "v1" (an older driver or nvidia-ml-py: driver-reserved memory included).
     rerun_leak / leak_bytes / leak_kind: this source ran before and ended with less memory
         then; leak_kind says which measure grew ("cuda allocated" or "host memory").
     rerun_of: the cell number of the previous run of the same source.
@@ -68,6 +71,7 @@ class CellMemory:
     devices: int = 0
     leak_kind: str = ""
     rerun_of: Optional[int] = None
+    nvml_used_call: Optional[str] = None
 
     @property
     def delta(self) -> int:
@@ -81,11 +85,13 @@ class CellMemory:
 
 
 class _NvmlSampler:
-    """Reads NVML used memory after a cell in a daemon thread, off the hot path."""
+    """Reads NVML used memory after a cell in a daemon thread, off the hot path. `call` is
+    the NVML memory call the readings came from ("v2" or "v1"; one per process)."""
 
     def __init__(self, sink: dict) -> None:
         self.sink = sink
         self.available: Optional[bool] = None  # None: not known yet
+        self.call: Optional[str] = None
         self._queue: queue.SimpleQueue = queue.SimpleQueue()
         self._thread: Optional[threading.Thread] = None
 
@@ -111,12 +117,13 @@ class _NvmlSampler:
             seq = self._queue.get()
             if seq is None:
                 return
-            used = nvml.used_per_device()
+            used = nvml.used_memory()
             if used is None:
                 self.available = False
                 return
             self.available = True
-            self.sink[seq] = sum(used)
+            self.call = used.call
+            self.sink[seq] = used.total
 
     def wait_idle(self, timeout: float = 2.0) -> None:
         """For tests and readers: let queued readings land (bounded)."""
@@ -255,6 +262,7 @@ class MemoryTracker:
                 nvml_used.pop(seq, None)
         if last is not None:
             records = records[-last:] if last > 0 else []
+        call = self._nvml.call if self._nvml is not None else None
         return [
             CellMemory(
                 cell=record[1],
@@ -271,6 +279,7 @@ class MemoryTracker:
                 devices=record[11],
                 leak_kind=record[12],
                 rerun_of=record[13],
+                nvml_used_call=call if record[0] in nvml_used else None,
             )
             for record in records
         ]
@@ -336,6 +345,14 @@ def rerun_leaks(history: Optional[list[CellMemory]] = None) -> list[CellMemory]:
     return [record for record in history if record.rerun_leak]
 
 
+def _nvml_header(history: list[CellMemory]) -> str:
+    from .nvml import INCLUDES_RESERVED, V1
+
+    if any(record.nvml_used_call == V1 for record in history):
+        return f"NVML used ({INCLUDES_RESERVED})"
+    return "NVML used"
+
+
 def format_history(history: list[CellMemory], limit: Optional[int] = None) -> str:
     """A text table of `history` (the last `limit` records if given)."""
     if limit is not None:
@@ -348,7 +365,7 @@ def format_history(history: list[CellMemory], limit: Optional[int] = None) -> st
     header = ["cell", "time"]
     if cuda:
         header += ["allocated before", "after", "change", "peak", "reserved", "OOMs"]
-    header += ["NVML used", "host RSS", "rerun"]
+    header += [_nvml_header(history), "host RSS", "rerun"]
     rows = []
     for record in history:
         row = [

@@ -8,10 +8,14 @@ nvidia-ml-py with a compatible signature, equal constant values and the same str
 fields, and that every NVML name ``colab_gpu_guard/nvml.py`` uses exists here.
 
 Modelled: 0, 1 and 2 GPUs; MIG (instances, empty slots, per-instance processes); any call
-failing with any NVML error on one GPU (NotSupported, NoPermission...); a lost GPU (at its
+failing with any NVML error on one GPU (NotSupported, NoPermission, ArgumentVersionMismatch
+for a versioned call the driver has in another structure version...); a lost GPU (at its
 handle or at every call); functions missing from the driver (FunctionNotFound, and the
-binding's NVMLLibraryMismatchError for the unversioned process calls) or from the binding
-(attribute absent); init failing with LibraryNotFound or DriverNotLoaded. Calls before
+binding's NVMLLibraryMismatchError for the unversioned process calls; the v2 memory call
+is "nvmlDeviceGetMemoryInfo_v2" in ``driver_lacks`` and ``fail``) or from the binding
+(attribute absent); init failing with LibraryNotFound, DriverNotLoaded or GpuIsLost. The
+device-level ``used`` is v2's (without ``reserved``); the v1 call adds ``reserved``, as the
+driver does. Calls before
 ``nvmlInit`` raise ``NVMLError_Uninitialized`` like the real library.
 """
 

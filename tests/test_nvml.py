@@ -10,6 +10,7 @@ import shutil
 import subprocess
 import sys
 import threading
+import time
 
 import pytest
 
@@ -332,6 +333,7 @@ def test_memory_v2_missing_falls_back_to_v1(fake):
     world = fake(fake_pynvml.one_gpu())
     world.driver_lacks.add("nvmlDeviceGetMemoryInfo_v2")
     gpu = nvml.snapshot().devices[0]
+    assert gpu.memory_call == "v1"
     assert gpu.memory_total == 15360 * MiB
     assert gpu.memory_used == 3750 * MiB + 256 * MiB  # v1 counts the reserved part as used
     assert gpu.memory_reserved is None and "v2" in gpu.reason("memory_reserved")
@@ -346,13 +348,32 @@ def test_binding_without_memory_v2_uses_v1(fake):
     assert "nvmlDeviceGetMemoryInfo_v2" not in world.calls
 
 
-@pytest.mark.parametrize("where", ["driver", "binding"])
+@pytest.mark.parametrize("where", ["driver", "binding", "version"])
 def test_temperature_v_missing_falls_back(fake, where):
     world = fake_pynvml.one_gpu()
-    getattr(world, f"{where}_lacks").add("nvmlDeviceGetTemperatureV")
+    if where == "version":  # the driver has the call, in another structure version
+        world.gpus[0].fail["nvmlDeviceGetTemperatureV"] = (
+            fake_pynvml.NVML_ERROR_ARGUMENT_VERSION_MISMATCH
+        )
+    else:
+        getattr(world, f"{where}_lacks").add("nvmlDeviceGetTemperatureV")
     fake(world)
     gpu = nvml.snapshot().devices[0]
     assert gpu.temperature_c == 51 and "nvmlDeviceGetTemperature" in world.calls
+    assert gpu.reason("temperature_c") is None
+
+
+def test_real_binding_raises_a_version_mismatch_that_counts_as_missing():
+    """nvidia-ml-py raises NVML_ERROR_ARGUMENT_VERSION_MISMATCH (25) as
+    NVMLError_ArgumentVersionMismatch: for a structure version it does not know itself
+    (checked in Python, no driver needed) and for one the driver does not know."""
+    pynvml = pytest.importorskip("pynvml")
+    with pytest.raises(pynvml.NVMLError) as raised:
+        pynvml.nvmlDeviceGetTemperatureV(None, pynvml.NVML_TEMPERATURE_GPU, version=1)
+    assert raised.value.value == pynvml.NVML_ERROR_ARGUMENT_VERSION_MISMATCH == 25
+    assert type(raised.value).__name__ == "NVMLError_ArgumentVersionMismatch"
+    assert type(raised.value).__name__ in nvml.lib.MISSING
+    assert nvml.reason_for(raised.value) == "this version of the call is not in this driver"
 
 
 def test_temperature_not_supported_is_not_retried(fake):
@@ -464,31 +485,163 @@ def test_from_data_rejects_wrong_shapes():
 # ---------------------------------------------------------------- a real GPU
 
 
-def test_used_per_device_is_nvml_v1_used_figure(fake):
+# ---------------------------------------------------------------- "NVML used": one figure
+
+
+def test_used_memory_is_the_snapshots_v2_used_figure(fake):
     world = fake(fake_pynvml.two_gpus())
     view = nvml.snapshot(processes=False)
+    assert [d.memory_call for d in view.devices] == ["v2", "v2"]
+    reading = nvml.used_memory()
+    # the figure %gpu_status shows: v2 "used", without what the driver reserves
+    assert reading == nvml.UsedMemory((12 * GiB, 6 * GiB), "v2")
+    assert reading.per_device == tuple(d.memory_used for d in view.devices)
+    assert reading.total == 18 * GiB
     calls = len(world.calls)
-    # the v1 memory call: "used" counts what the driver reserves (v2 splits it out)
-    assert nvml.used_per_device() == [
-        device.memory_used + device.memory_reserved for device in view.devices
-    ]
-    # the per-cell reading asks for nothing but the count, the handles and the memory
-    assert set(world.calls[calls:]) == {
-        "nvmlDeviceGetCount",
-        "nvmlDeviceGetHandleByIndex",
-        "nvmlDeviceGetMemoryInfo",
-    }
+    assert nvml.used_memory() == reading
+    # after the first reading: one memory call per GPU, the handles are kept
+    assert world.calls[calls:] == ["nvmlDeviceGetMemoryInfo_v2"] * 2
 
 
-def test_used_per_device_is_none_without_nvml_or_with_a_lost_gpu(fake):
+@pytest.mark.parametrize(
+    "lacks",
+    [
+        ("driver", "nvmlDeviceGetMemoryInfo_v2"),  # FunctionNotFound
+        ("binding", "nvmlMemory_v2"),  # an nvidia-ml-py before the v2 call
+        ("version", fake_pynvml.NVML_ERROR_ARGUMENT_VERSION_MISMATCH),  # another struct version
+    ],
+)
+def test_without_the_v2_call_every_figure_is_v1_and_says_so(fake, lacks):
+    where, what = lacks
+    world = fake_pynvml.two_gpus()
+    if where == "version":
+        world.fail["nvmlDeviceGetMemoryInfo_v2"] = what
+    else:
+        getattr(world, f"{where}_lacks").add(what)
+    fake(world)
+    view = nvml.snapshot(processes=False)
+    # v1 counts what the driver reserves as used (R515 and later)
+    expected = (12 * GiB + 512 * MiB, 6 * GiB + 1 * GiB)
+    assert tuple(d.memory_used for d in view.devices) == expected
+    assert [d.memory_call for d in view.devices] == ["v1", "v1"]
+    assert all(d.memory_reserved is None for d in view.devices)
+    assert nvml.used_memory() == nvml.UsedMemory(expected, "v1")
+    calls = len(world.calls)
+    nvml.used_memory()
+    assert world.calls[calls:] == ["nvmlDeviceGetMemoryInfo"] * 2  # v2 is not tried again
+
+
+def test_v2_refused_for_another_reason_is_tried_again(fake):
+    world = fake(fake_pynvml.one_gpu())
+    world.fail["nvmlDeviceGetMemoryInfo_v2"] = NOT_SUPPORTED
+    assert nvml.used_memory() == nvml.UsedMemory((3750 * MiB + 256 * MiB,), "v1")
+    del world.fail["nvmlDeviceGetMemoryInfo_v2"]
+    assert nvml.used_memory() == nvml.UsedMemory((3750 * MiB,), "v2")
+
+
+def test_used_memory_is_none_without_nvml_or_with_a_lost_gpu(fake):
     fake(fake_pynvml.no_library())
-    assert nvml.used_per_device() is None
+    assert nvml.used_memory() is None
     world = fake_pynvml.two_gpus()
     world.gpus[1].lost = "calls"
     fake(world)
-    assert nvml.used_per_device() is None
+    assert nvml.used_memory() is None
+    world.gpus[1].lost = None  # back (a test-only recovery): the handles are looked up again
+    calls = len(world.calls)
+    assert nvml.used_memory() == nvml.UsedMemory((12 * GiB, 6 * GiB), "v2")
+    assert "nvmlDeviceGetHandleByIndex" in world.calls[calls:]
     fake(fake_pynvml.zero_gpus())
-    assert nvml.used_per_device() == []
+    assert nvml.used_memory() == nvml.UsedMemory((), "v2")
+
+
+def test_used_memory_looks_handles_up_again_after_nvml_starts_again(fake):
+    world = fake(fake_pynvml.one_gpu())
+    nvml.used_memory()
+    nvml.reset()  # shut down: its handles are no longer valid
+    calls = len(world.calls)
+    assert nvml.used_memory() == nvml.UsedMemory((3750 * MiB,), "v2")
+    assert world.calls[calls:] == [
+        "nvmlInit",
+        "nvmlDeviceGetCount",
+        "nvmlDeviceGetHandleByIndex",
+        "nvmlDeviceGetMemoryInfo_v2",
+    ]
+    fake_pynvml.nvmlShutdown()  # another library shuts NVML down behind our back
+    assert nvml.used_memory() == nvml.UsedMemory((3750 * MiB,), "v2")
+    assert world.init_count == 3
+
+
+def test_used_memory_costs_no_more_than_the_old_v1_reading(fake):
+    """The per-cell reading (the tracker's thread, after every cell) did not get slower:
+    timed against the reading it replaced (count, handle and v1 memory call per GPU, each
+    through a Query), both on the fake's calls. The real calls' cost is NVML's own (the
+    v1 and v2 calls fill a structure each); the GPU suite has the real figures."""
+    import timeit
+
+    from colab_gpu_guard.nvml.lib import Query, ulonglong
+
+    world = fake(fake_pynvml.two_gpus())
+
+    def old_reading():
+        module, _ = nvml.initialised()
+        query = Query(module)
+        count = query.call("devices", "nvmlDeviceGetCount")
+        used = []
+        for index in range(int(count or 0)):
+            handle = query.call("handle", "nvmlDeviceGetHandleByIndex", index)
+            memory = query.call("memory", "nvmlDeviceGetMemoryInfo", handle)
+            used.append(ulonglong(memory.used))
+        return used
+
+    assert nvml.used_memory().total == 18 * GiB and sum(old_reading()) == 19.5 * GiB
+    new = min(timeit.repeat(nvml.used_memory, number=2000, repeat=7))
+    old = min(timeit.repeat(old_reading, number=2000, repeat=7))
+    del world.calls[:]
+    assert new < 1.25 * old, f"used_memory {new / 2:.2f} ms vs {old / 2:.2f} ms per 1000"
+
+
+@pytest.mark.parametrize("v2", [True, False])
+def test_gpu_reset_reports_the_same_figure_and_says_which(fake, v2):
+    import colab_gpu_guard
+
+    world = fake_pynvml.two_gpus()
+    if not v2:
+        world.driver_lacks.add("nvmlDeviceGetMemoryInfo_v2")
+    fake(world)
+    shown = [d.memory_used for d in nvml.snapshot(processes=False).devices]
+    report = colab_gpu_guard.gpu_reset(namespace={})
+    assert report.nvml_used_before == report.nvml_used_after == shown  # %gpu_status's figure
+    assert report.nvml_used_call == ("v2" if v2 else "v1")
+    line = next(line for line in str(report).splitlines() if "GPU 0 (NVML" in line)
+    assert line.endswith("(including driver-reserved memory)") != v2
+    assert report.to_dict()["nvml_used_call"] == report.nvml_used_call
+
+
+@pytest.mark.parametrize("v2", [True, False])
+def test_the_per_cell_history_records_the_same_figure_and_says_which(fake, v2):
+    import types
+
+    from colab_gpu_guard.tracker import MemoryTracker, format_history
+
+    world = fake_pynvml.two_gpus()
+    if not v2:
+        world.binding_lacks.add("nvmlMemory_v2")
+    fake(world)
+    shown = sum(d.memory_used for d in nvml.snapshot(processes=False).devices)
+    tracker = MemoryTracker()
+    try:
+        tracker.pre_run_cell(types.SimpleNamespace(raw_cell="x = 1"))
+        tracker.post_run_cell(types.SimpleNamespace(execution_count=1))
+        deadline = time.monotonic() + 5
+        while tracker.history()[0].nvml_used_after is None and time.monotonic() < deadline:
+            time.sleep(0.005)  # the reading lands from the tracker's thread
+        (record,) = tracker.history()
+    finally:
+        tracker.close()
+    assert record.nvml_used_after == shown == (18 * GiB if v2 else 19.5 * GiB)
+    assert record.nvml_used_call == ("v2" if v2 else "v1")
+    header = format_history([record]).splitlines()[1]
+    assert ("NVML used (including driver-reserved memory)" in header) != v2
 
 
 @pytest.fixture
@@ -507,13 +660,129 @@ def _nvml_entity_for_cuda0(view, torch):
     return entity
 
 
+def _gpu_of_cuda0(view, torch):
+    """The physical GPU (NvmlDevice) cuda:0 is, or is a MIG instance of."""
+    entity = _nvml_entity_for_cuda0(view, torch)
+    if isinstance(entity, nvml.NvmlDevice):
+        return entity
+    return next(d for d in view.devices if entity in d.mig_instances)
+
+
 @pytest.mark.gpu
-def test_gpu_nvml_total_memory_equals_torch(cuda_torch):
+def test_gpu_nvml_total_less_driver_reserved_is_torchs_total(cuda_torch):
+    """NVML's total is the whole memory; cudaMemGetInfo's (torch.cuda.mem_get_info) leaves
+    out what the driver reserves. Seen on an H100, driver 580: 85520809984 - 503316480 ==
+    85017493504 (nvidia-smi 81559 MiB, torch 79.2 GiB)."""
     nvml.set_pynvml(None)
-    view = nvml.snapshot()
+    view = nvml.snapshot(processes=False)
     assert view.available, view.error
+    entity = _nvml_entity_for_cuda0(view, cuda_torch)
     _, total = cuda_torch.cuda.mem_get_info(0)
-    assert _nvml_entity_for_cuda0(view, cuda_torch).memory_total == total
+    assert total <= entity.memory_total
+    if not isinstance(entity, nvml.NvmlDevice) or entity.memory_reserved is None:
+        pytest.skip("no driver-reserved figure here (a MIG instance, or NVML's v1 call)")
+    assert entity.memory_total - entity.memory_reserved == total, (
+        entity.memory_total,
+        entity.memory_reserved,
+        total,
+    )
+
+
+@pytest.mark.gpu
+def test_gpu_nvml_v2_used_reserved_and_free_add_up_to_total(cuda_torch):
+    nvml.set_pynvml(None)
+    view = nvml.snapshot(processes=False)
+    for device in view.devices:
+        if device.memory_call != "v2":
+            pytest.skip(f"GPU {device.index}: no v2 memory call ({device.memory_call})")
+        parts = (device.memory_used, device.memory_reserved, device.memory_free)
+        assert sum(parts) == device.memory_total, (parts, device.memory_total)
+
+
+@pytest.mark.gpu
+def test_gpu_per_cell_reading_is_the_snapshots_used_figure(cuda_torch):
+    nvml.set_pynvml(None)
+    before = nvml.snapshot(processes=False)
+    reading = nvml.used_memory()
+    after = nvml.snapshot(processes=False)
+    assert reading is not None and len(reading.per_device) == len(before.devices)
+    assert {reading.call} == {d.memory_call for d in before.devices}
+    slack = 64 * MiB  # other processes on the machine may change meanwhile
+    for used, first, second in zip(reading.per_device, before.devices, after.devices):
+        low, high = sorted((first.memory_used, second.memory_used))
+        assert low - slack <= used <= high + slack
+
+
+@pytest.mark.gpu
+def test_gpu_nvml_memory_agrees_with_nvidia_smi(cuda_torch):
+    """nvidia-smi (MiB, rounded) shows NVML's v2 figures: total, reserved, used, free."""
+    nvml.set_pynvml(None)
+    smi = shutil.which("nvidia-smi")
+    if smi is None:
+        pytest.skip("nvidia-smi not found")
+    fields = "uuid,memory.total,memory.reserved,memory.used,memory.free"
+    before = nvml.snapshot(processes=False)
+    done = subprocess.run(
+        [smi, f"--query-gpu={fields}", "--format=csv,noheader,nounits"],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    after = nvml.snapshot(processes=False)
+    if done.returncode != 0:
+        pytest.skip(f"nvidia-smi cannot query {fields}: {done.stdout}{done.stderr}")
+
+    def mib(text):
+        try:
+            return float(text)
+        except ValueError:  # [N/A]
+            return None
+
+    rows = [[part.strip() for part in line.split(",")] for line in done.stdout.splitlines()]
+    assert len(rows) == len(before.devices), done.stdout
+    for uuid, *values in rows:
+        total, reserved, used, free = (mib(value) for value in values)
+        first, second = before.device_by_uuid(uuid), after.device_by_uuid(uuid)
+        assert first is not None and second is not None, uuid
+        assert abs(total - first.memory_total / MiB) <= 1
+        if reserved is not None and first.memory_reserved is not None:
+            assert abs(reserved - first.memory_reserved / MiB) <= 1
+        if first.memory_call == "v1" and reserved is not None:
+            used += reserved  # NVML's v1 "used" counts the reserved part
+        for shown, name in ((used, "memory_used"), (free, "memory_free")):
+            low, high = sorted((getattr(first, name) / MiB, getattr(second, name) / MiB))
+            assert low - 1 <= shown <= high + 1, (name, shown, low, high)
+
+
+@pytest.mark.gpu
+def test_gpu_compute_capability_is_torchs(cuda_torch):
+    nvml.set_pynvml(None)
+    view = nvml.snapshot(processes=False)
+    major, minor = cuda_torch.cuda.get_device_capability(0)
+    assert _gpu_of_cuda0(view, cuda_torch).compute_capability == f"{major}.{minor}"
+
+
+@pytest.mark.gpu
+def test_gpu_reset_lowers_reserved_and_nvml_used(cuda_torch):
+    """Freeing a 2 GiB tensor with %gpu_reset's API returns it to the driver: torch's
+    reserved bytes and NVML's used figure (the same one %gpu_status shows) both drop."""
+    import colab_gpu_guard
+
+    nvml.set_pynvml(None)
+    size = 2 << 30
+    cuda_torch.cuda.synchronize()
+    cuda_torch.cuda.empty_cache()  # nothing cached before: what drops is the tensor
+    namespace = {"big": cuda_torch.empty(size, dtype=cuda_torch.uint8, device="cuda")}
+    namespace["big"].fill_(1)
+    cuda_torch.cuda.synchronize()
+    report = colab_gpu_guard.gpu_reset("big", namespace=namespace)
+    assert "big" not in namespace
+    (device,) = [d for d in report.devices if d.device == "cuda:0"]
+    assert device.reserved_before - device.reserved_after >= size, device
+    gpu = _gpu_of_cuda0(nvml.snapshot(processes=False), cuda_torch)
+    assert report.nvml_used_call == gpu.memory_call
+    before, after = report.nvml_used_before[gpu.index], report.nvml_used_after[gpu.index]
+    assert before - after >= size - 64 * MiB, (before, after)  # others may change a little
 
 
 @pytest.mark.gpu

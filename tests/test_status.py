@@ -5,6 +5,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import os
+import subprocess
 import sys
 import types
 from pathlib import Path
@@ -270,12 +271,201 @@ def test_allocator_on_a_mig_instance(fake, cuda_torch):
     assert (memory.nvml_index, memory.mig_index, memory.uuid) == (0, 2, mig_uuid)
 
 
-def test_container_pid_mismatch_is_explained(fake, cuda_torch):
-    fake(fake_pynvml.one_gpu(this_pid=fake_pynvml.OTHER_PID_2))  # NVML sees a host PID
-    cuda_torch([(types.SimpleNamespace(uuid=T4_UUID), stats(1 * GiB, 1 * GiB))])
+# ---------------------------------------------------------------- this kernel, by PID or memory
+
+
+def in_a_container(other_used=5 * GiB):
+    """one_gpu() seen from a container: NVML lists this kernel under a host PID, beside
+    another process using `other_used`."""
+    world = fake_pynvml.one_gpu(this_pid=fake_pynvml.OTHER_PID_2)
+    world.gpus[0].processes[0].used = other_used
+    world.gpus[0].used = other_used + 1280 * MiB
+    return world
+
+
+def test_kernel_matched_by_pid_says_so(fake, cuda_torch):
+    fake(fake_pynvml.one_gpu())
+    cuda_torch([(types.SimpleNamespace(uuid=T4_UUID), stats(GiB, GiB))])
     snap = gpu_status(leftovers=False)
-    assert snap.memory[0].nvml_used_by_this_process is None
-    assert any("NVML reports host PIDs" in note for note in snap.notes)
+    assert snap.memory[0].nvml_identified_by == "pid"
+    assert "matched by memory" not in snap.to_text() + snap.to_html()
+
+
+def test_kernel_matched_by_memory_in_a_container(fake, cuda_torch):
+    fake(in_a_container())
+    cuda_torch([(types.SimpleNamespace(uuid=T4_UUID), stats(GiB, GiB))])
+    snap = gpu_status(leftovers=False)
+    (memory,) = snap.memory
+    assert memory.nvml_identified_by == "memory"
+    # its 1.25 GiB fits torch's 1 GiB reserved + a context; the other's 5 GiB does not
+    assert memory.nvml_used_by_this_process == 1280 * MiB
+    assert memory.context_and_other == 256 * MiB
+    mine = snap.nvml.devices[0].this_process()
+    assert mine.pid == fake_pynvml.OTHER_PID_2 and mine.matched_by_memory
+    assert snap.nvml.devices[0].other_processes()[0].pid == fake_pynvml.OTHER_PID
+    (note,) = snap.notes
+    assert f"no process with this kernel's PID {os.getpid()}" in note
+    assert f"matched by memory: PID {fake_pynvml.OTHER_PID_2}, the one process using" in note
+    assert "1.25 GiB, between torch's 1 GiB reserved and that + 1.5 GiB for the CUDA" in note
+    text = snap.to_text()
+    assert "NVML 1.25 GiB (matched by memory) -> CUDA context + other libraries 256 MiB" in text
+    assert f"{fake_pynvml.OTHER_PID_2}    1.25 GiB  python3  <- this kernel (matched by" in text
+    html = snap.to_html()
+    assert "this kernel (matched by memory)" in html and 'class="cgg-me"' in html
+    data = json.loads(snap.to_json())
+    assert data["memory"][0]["nvml_identified_by"] == "memory"
+    flagged = [p for p in data["nvml"]["devices"][0]["processes"] if p["matched_by_memory"]]
+    assert [p["pid"] for p in flagged] == [fake_pynvml.OTHER_PID_2]
+    assert GpuStatus.from_json(snap.to_json()) == snap
+    # the panel: the match is this kernel's context, not "other processes"
+    from colab_gpu_guard.status import panel_html
+
+    segments = dict(panel_html.device_segments(snap, snap.nvml.devices[0]))
+    assert segments["context"] == 256 * MiB and segments["others"] == 5 * GiB
+    device = panel_html.render_device(snap, snap.nvml.devices[0])
+    assert "other_trainer" in device and "python3" not in device.split("other processes:")[1]
+
+
+@pytest.mark.parametrize(
+    "other_used, reserved, why",
+    [
+        (2560 * MiB, GiB, "both fit: 1.25 GiB and 2.5 GiB lie in 1 GiB .. 1 GiB + 1.5 GiB"),
+        (5 * GiB, 3 * GiB, "neither fits: nobody uses 3 GiB or more but 5 GiB, over the margin"),
+    ],
+)
+def test_kernel_not_identified_when_the_fit_is_not_unique(
+    fake, cuda_torch, other_used, reserved, why
+):
+    fake(in_a_container(other_used))
+    cuda_torch([(types.SimpleNamespace(uuid=T4_UUID), stats(reserved, reserved))])
+    snap = gpu_status(leftovers=False)
+    (memory,) = snap.memory
+    assert memory.nvml_identified_by == "not identified", why
+    assert memory.nvml_used_by_this_process is None
+    assert snap.nvml.devices[0].this_process() is None
+    (note,) = snap.notes
+    assert "could not be identified by memory either (exactly one process must use" in note
+    assert "NVML reports host PIDs" in note
+    text = snap.to_text()
+    assert "processes    2, " in text and "(this kernel is among them, not identified" in text
+    assert "NVML figure n/a: this kernel not identified among NVML's processes" in text
+    assert "this kernel is among them, not identified" in snap.to_html()
+    from colab_gpu_guard.status import panel_html
+
+    device = panel_html.render_device(snap, snap.nvml.devices[0])
+    assert "other processes:" not in device  # not "all other processes": this kernel is there
+    assert "processes (this kernel is among them, not identified" in device
+    assert "other processes + this kernel&#x27;s CUDA context" in device
+
+
+def test_a_process_of_unknown_size_could_be_this_kernel(fake, cuda_torch):
+    world = fake(in_a_container())
+    world.gpus[0].processes[0].used = None  # NVML does not say how much it uses
+    cuda_torch([(types.SimpleNamespace(uuid=T4_UUID), stats(GiB, GiB))])
+    assert gpu_status(leftovers=False).memory[0].nvml_identified_by == "not identified"
+
+
+def test_only_compute_processes_can_be_this_kernel(fake, cuda_torch):
+    world = fake(in_a_container())
+    world.gpus[0].processes[1].compute = False  # a graphics-only process (a display server)
+    world.gpus[0].processes[1].graphics = True
+    cuda_torch([(types.SimpleNamespace(uuid=T4_UUID), stats(GiB, GiB))])
+    assert gpu_status(leftovers=False).memory[0].nvml_identified_by == "not identified"
+
+
+def two_t4s_in_a_container():
+    """GPU 0: two processes fit this kernel's figures; GPU 1: one of them, under the same
+    host PID (a process has one PID on every GPU), and a big one."""
+    a, b, c = 5_000_010, 5_000_011, 5_000_012
+    first = fake_pynvml.FakeGpu(
+        used=2500 * MiB,
+        processes=[fake_pynvml.FakeProcess(a, 1200 * MiB), fake_pynvml.FakeProcess(b, 1300 * MiB)],
+    )
+    second = fake_pynvml.FakeGpu(
+        uuid="GPU-22222222-2222-3333-4444-555555555555",
+        bus_id="00000000:00:05.0",
+        used=5 * GiB,
+        processes=[fake_pynvml.FakeProcess(b, 1100 * MiB), fake_pynvml.FakeProcess(c, 4 * GiB)],
+    )
+    return fake_pynvml.FakeWorld(gpus=[first, second]), b
+
+
+def test_the_same_host_pid_must_fit_on_every_gpu_with_a_context(fake, cuda_torch):
+    world, kernel = two_t4s_in_a_container()
+    fake(world)
+    second = "22222222-2222-3333-4444-555555555555"
+    cuda_torch(
+        [
+            (types.SimpleNamespace(uuid=T4_UUID), stats(GiB, GiB)),
+            (types.SimpleNamespace(uuid=second), stats(GiB, GiB)),
+        ]
+    )
+    snap = gpu_status(leftovers=False)
+    assert [m.nvml_identified_by for m in snap.memory] == ["memory", "memory"]
+    assert [d.this_process().pid for d in snap.nvml.devices] == [kernel, kernel]
+    assert [m.context_and_other for m in snap.memory] == [276 * MiB, 76 * MiB]
+
+
+def test_gpus_without_a_context_are_not_searched(fake, cuda_torch):
+    world, kernel = two_t4s_in_a_container()
+    world.gpus[0].processes.pop()  # GPU 0 runs another job only: this kernel is not there
+    world.gpus[0].used = 1200 * MiB
+    fake(world)
+    second = "22222222-2222-3333-4444-555555555555"
+    stub = cuda_torch(
+        [
+            (types.SimpleNamespace(uuid=T4_UUID), stats(0, 0)),
+            (types.SimpleNamespace(uuid=second), stats(GiB, GiB)),
+        ]
+    )
+    # the driver says this process has a context on cuda:1 only (it creates none asking)
+    stub._C = types.SimpleNamespace(_cuda_hasPrimaryContext=lambda index: index == 1)
+    snap = gpu_status(leftovers=False)
+    assert [m.nvml_identified_by for m in snap.memory] == ["", "memory"]
+    assert snap.nvml.devices[1].this_process().pid == kernel
+    assert snap.nvml.devices[0].this_process() is None
+    # were GPU 0 searched, its job (1.17 GiB, within 0 B + a context) would have to be this
+    # kernel too, under another PID: no one process fits both, so nothing is matched
+    stub._C = types.SimpleNamespace(_cuda_hasPrimaryContext=lambda index: True)
+    snap = gpu_status(leftovers=False)
+    assert [m.nvml_identified_by for m in snap.memory] == ["not identified", "not identified"]
+
+
+def test_kernel_on_a_mig_instance_is_matched_among_that_instances_processes(fake, cuda_torch):
+    fake(fake_pynvml.two_gpus(this_pid=fake_pynvml.OTHER_PID_2 + 1))  # a container
+    mig_uuid = "MIG-aaaaaaaa-1111-1111-1111-111111111111"  # slot 0: mig_job_a uses 8 GiB
+    cuda_torch([(types.SimpleNamespace(uuid=mig_uuid), stats(7 * GiB, 7 * GiB))])
+    snap = gpu_status(leftovers=False)
+    (memory,) = snap.memory
+    # mig_job_b (its size unknown) runs on the other instance: it cannot be this kernel
+    assert memory.mig_index == 0 and memory.nvml_identified_by == "memory"
+    assert memory.nvml_used_by_this_process == 8 * GiB
+    assert snap.nvml.devices[0].this_process().pid == fake_pynvml.OTHER_PID
+
+
+def test_a_gpu_where_nvml_lists_no_process_at_all_says_so(fake, cuda_torch):
+    from colab_gpu_guard.status import panel_html
+
+    world = fake(fake_pynvml.one_gpu())
+    world.gpus[0].processes = []  # NVML lists none, though this kernel has a context there
+    cuda_torch([(types.SimpleNamespace(uuid=T4_UUID), stats(GiB, GiB))])
+    snap = gpu_status(leftovers=False)
+    assert snap.memory[0].nvml_identified_by == "not listed"
+    (note,) = snap.notes
+    assert note.startswith("NVML lists no process on GPU 0, not even this kernel")
+    text = snap.to_text()
+    assert "processes    none (NVML lists not even this kernel" in text
+    assert "NVML figure n/a: NVML lists no process on this GPU" in text
+    assert "processes: none (NVML lists not even this kernel" in snap.to_html()
+    assert "NVML lists not even this kernel" in panel_html.render_device(snap, snap.nvml.devices[0])
+
+
+def test_real_cpu_torch_has_nothing_to_identify(fake):
+    pytest.importorskip("torch")
+    fake(in_a_container())
+    snap = gpu_status(leftovers=False)
+    assert snap.memory == () and not any("PID" in note for note in snap.notes)
+    assert snap.nvml.devices[0].this_process() is None
 
 
 def test_broken_context_is_not_asked_for_properties(fake, cuda_torch):
@@ -441,11 +631,78 @@ def test_unavailable_fields_are_shown_with_reasons(fake):
     assert "power_draw_w (not supported)" in snap.to_html()
 
 
-def test_lost_gpu_is_flagged(fake):
+def test_lost_gpu_is_a_banner_with_the_fix_in_every_view(fake):
+    from colab_gpu_guard.status import panel_html
+
     world = fake(fake_pynvml.two_gpus())
     world.gpus[1].lost = "calls"
-    text = gpu_status(leftovers=False).to_text()
+    snap = gpu_status(leftovers=False)
+    text = snap.to_text()
     assert "GPU IS LOST" in text and "NVIDIA A100-SXM4-40GB" in text
+    banner = next(line for line in text.splitlines() if line.startswith("!! "))
+    # first, above the devices, with NVML's meaning and the fix for this runtime
+    assert text.index(banner) < text.index("\nGPU 0 |")
+    assert "GPU 1 is lost: it has fallen off the bus or otherwise become inaccessible" in banner
+    assert "(NVML error 15, GPU_IS_LOST)" in banner
+    assert "Fix: the machine needs a reboot" in banner and "restarting the kernel is not" in banner
+    # the lost GPU's own section: one line, not a list of fields each "n/a (GPU is lost)"
+    assert "  lost         NVML answers nothing more about it: see the fix above" in text
+    assert "(GPU is lost)" not in text
+    html = snap.to_html()
+    assert html.index('class="cgg-banner"') < html.index("GPU 0 |")
+    assert "Fix: the machine needs a reboot" in html
+    lost = snap.nvml.devices[1]
+    device = panel_html.render_device(snap, lost)
+    assert 'class="cgg-banner"' in device and "Fix: the machine needs a reboot" in device
+    assert 'class="cgg-banner"' not in panel_html.render_device(snap, snap.nvml.devices[0])
+    assert "GPU is lost" not in str(snap.notes)  # a banner, not a line in the notes
+
+
+def test_lost_gpu_fix_on_colab_is_a_new_runtime(fake, monkeypatch):
+    world = fake(fake_pynvml.one_gpu())
+    world.gpus[0].lost = "handle"
+    monkeypatch.setenv("COLAB_RELEASE_TAG", "release-colab-20240101")
+    text = gpu_status(leftovers=False).to_text()
+    assert "!! GPU 0 is lost" in text  # its name is unknown: lost at the handle
+    assert "Fix: Runtime > Disconnect and delete runtime, then connect again" in text
+
+
+def test_nvml_failing_to_start_on_a_lost_gpu_is_a_banner_too(fake):
+    from colab_gpu_guard.status import panel_html
+
+    fake(fake_pynvml.FakeWorld(init_error=fake_pynvml.NVML_ERROR_GPU_IS_LOST))
+    snap = gpu_status(leftovers=False)
+    assert snap.nvml.error_kind == "NVMLError_GpuIsLost"
+    assert "!! a GPU is lost: it has fallen off the bus" in snap.to_text()
+    assert 'class="cgg-banner"' in snap.to_html()
+    assert "a GPU is lost" in panel_html.render_no_gpu(snap)
+
+
+def test_a_v1_used_figure_says_it_includes_driver_reserved_memory(fake):
+    from colab_gpu_guard.status import panel_html
+    from colab_gpu_guard.status.chart import render_history
+
+    world = fake(fake_pynvml.one_gpu())
+    world.driver_lacks.add("nvmlDeviceGetMemoryInfo_v2")
+    snap = gpu_status(leftovers=False)
+    text = snap.to_text()
+    assert (
+        "3.91 GiB used (including driver-reserved memory: NVML v1 memory call) / 15 GiB total"
+        in text
+    )
+    device = snap.nvml.devices[0]
+    segments = dict(panel_html.device_segments(snap, device))
+    assert "driver" not in segments  # inside NVML's v1 "used", and labelled so
+    assert segments["others+driver"] == 3750 * MiB + 256 * MiB - 1280 * MiB
+    assert "other processes (including driver-reserved memory)" in panel_html.render_device(
+        snap, device
+    )
+    record = dataclasses.replace(
+        CellMemory(1, 0, 0, 0, 0, 0, 5 * GiB, False, 0, 0.1), nvml_used_call="v1"
+    )
+    snap = dataclasses.replace(snap, history=(record,))
+    assert "NVML 5 GiB (including driver-reserved memory)" in snap.to_text()
+    assert "NVML used (including driver-reserved memory) after the last 1" in render_history(snap)
 
 
 def test_views_render_the_snapshot_without_querying_again(fake):
@@ -737,10 +994,80 @@ def test_gpu_allocator_beside_real_nvml():
     assert memory.matched_by == "uuid", memory
     assert memory.reserved >= 256 << 20
     assert snap.nvml.devices[memory.nvml_index].memory_total is not None
-    if memory.nvml_used_by_this_process is None:
-        pytest.skip("NVML does not list this PID here (a container's PID namespace)")
+    if memory.nvml_identified_by != "pid":  # this process may hold CuPy/JAX pools too
+        pytest.skip(
+            "NVML does not list this PID here (a container's PID namespace): the "
+            "by-memory match is tested in a fresh process below"
+        )
     assert memory.context_and_other is not None and memory.context_and_other > 0
     del block
+
+
+_FIND_ME = """
+import dataclasses, json, os, torch
+from colab_gpu_guard import nvml
+from colab_gpu_guard.status import gpu_status, matching
+
+device = torch.device("cuda", 0)
+# a size no other process here is likely to be near (the pytest process has a context too)
+free, _ = torch.cuda.mem_get_info(0)
+held = torch.empty(min(10 << 30, free // 4), dtype=torch.uint8, device=device)
+a = torch.randn(1024, 1024, device=device)
+(a @ a).sum().item()  # cuBLAS kernels load into the context
+image = torch.randn(8, 3, 64, 64, device=device)
+torch.nn.functional.conv2d(image, torch.randn(16, 3, 3, 3, device=device)).sum().item()  # cuDNN
+torch.cuda.synchronize()
+snap = gpu_status(leftovers=False)
+memory = snap.memory[0]
+gpu = snap.nvml.devices[memory.nvml_index]
+mine = gpu.this_process()
+hidden = dataclasses.replace(snap.nvml, devices=tuple(
+    dataclasses.replace(d, processes=tuple(
+        dataclasses.replace(p, this_process=False, matched_by_memory=False)
+        for p in d.processes or ()))
+    for d in snap.nvml.devices))
+target = gpu
+if memory.mig_index is not None:
+    target = next(m for m in gpu.mig_instances if m.index == memory.mig_index)
+place = matching.KernelOn(memory.nvml_index, target, memory.reserved)
+found = matching.find_by_memory(hidden, [place])
+print("RESULT:" + json.dumps(dict(
+    pid=os.getpid(), identified_by=memory.nvml_identified_by, reserved=memory.reserved,
+    used=memory.nvml_used_by_this_process, context=memory.context_and_other,
+    margin=matching.CONTEXT_MARGIN, mine=None if mine is None else mine.pid,
+    listed=[p.pid for p in gpu.processes or ()], found=found, notes=list(snap.notes),
+    torch=torch.__version__, cudnn=torch.backends.cudnn.version())))
+"""
+
+
+@pytest.mark.gpu
+def test_gpu_this_kernel_found_by_pid_is_the_one_found_by_memory():
+    """In a fresh process (no other framework's allocator), after cuBLAS and cuDNN work on
+    the real GPU: NVML charges the kernel torch's reserved bytes plus less than
+    CONTEXT_MARGIN, and the by-memory matcher, given the snapshot with every PID hidden,
+    picks the process NVML lists under this kernel's PID. In a container (no PID matches)
+    gpu_status itself must have matched it by memory."""
+    pytest.importorskip("torch")
+    root = Path(__file__).resolve().parent.parent
+    env = dict(os.environ, PYTHONPATH=str(root) + os.pathsep + os.environ.get("PYTHONPATH", ""))
+    done = subprocess.run(
+        [sys.executable, "-c", _FIND_ME],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        cwd=root,
+        env=env,
+    )
+    lines = [line for line in done.stdout.splitlines() if line.startswith("RESULT:")]
+    assert lines, done.stdout[-3000:] + done.stderr[-3000:]
+    result = json.loads(lines[-1][len("RESULT:") :])
+    print(f"\nNVML charges the kernel torch's reserved + context and libraries: {result}")
+    assert result["identified_by"] in ("pid", "memory"), result
+    assert 0 < result["context"] <= result["margin"], result
+    if result["identified_by"] == "memory":  # a container: NVML lists host PIDs
+        assert result["pid"] not in result["listed"] and result["mine"] == result["found"]
+    else:
+        assert result["mine"] == result["pid"] == result["found"], result
 
 
 def test_a_failed_device_count_is_not_called_no_gpu(fake):
@@ -771,4 +1098,5 @@ def test_a_snapshot_written_before_the_house_move_still_reads():
         for before, now in zip(old[kind], again[kind]):
             assert {key: now[key] for key in before} == before  # the old fields, unchanged
     assert set(again["leftovers"][0]) - set(old["leftovers"][0]) == {"array_nbytes", "holders"}
-    assert set(again["history"][0]) - set(old["history"][0]) == {"devices", "leak_kind"}
+    added = {"devices", "leak_kind", "nvml_used_call"}
+    assert set(again["history"][0]) - set(old["history"][0]) == added

@@ -176,12 +176,14 @@ def test_broken_context_is_not_queried(monkeypatch):
 
 def test_nvml_used_is_read_off_the_hot_path(monkeypatch):
     monkeypatch.setattr(nvml, "known_unavailable", lambda: False)
-    monkeypatch.setattr(nvml, "used_per_device", lambda: [2**30, 2**29])
+    monkeypatch.setattr(nvml, "used_memory", lambda: nvml.UsedMemory((2**30, 2**29), "v1"))
     sampled = MemoryTracker()
     sampled.pre_run_cell(types.SimpleNamespace(raw_cell="x"))
     sampled.post_run_cell(types.SimpleNamespace(execution_count=1))
     sampled._nvml.wait_idle()
     assert sampled.history()[0].nvml_used_after == 2**30 + 2**29
+    assert sampled.history()[0].nvml_used_call == "v1"
+    assert "NVML used (including driver-reserved memory)" in format_history(sampled.history())
     sampled.close()
 
 
@@ -208,7 +210,7 @@ def test_no_nvml_known_at_start_means_no_reader_thread():
 
 def test_no_nvml_means_none_and_sampling_stops(monkeypatch):
     monkeypatch.setattr(nvml, "known_unavailable", lambda: False)
-    monkeypatch.setattr(nvml, "used_per_device", lambda: None)
+    monkeypatch.setattr(nvml, "used_memory", lambda: None)
     sampled = MemoryTracker()
     for number in range(3):
         sampled.pre_run_cell(types.SimpleNamespace(raw_cell="x"))

@@ -33,6 +33,7 @@ _REASONS = {
     "NVMLError_GpuIsLost": "GPU is lost",
     "NVMLError_FunctionNotFound": "not in this driver",
     "NVMLLibraryMismatchError": "not in this driver",
+    "NVMLError_ArgumentVersionMismatch": "this version of the call is not in this driver",
     "NVMLError_Uninitialized": "NVML not initialised",
     "NVMLError_NotFound": "not found",
     "NVMLError_NoData": "no data",
@@ -41,8 +42,15 @@ _REASONS = {
     "NVMLError_InvalidArgument": "invalid argument",
     "NVMLError_Unknown": "unknown error",
 }
-# Errors meaning "this call does not exist here": try an older version of it.
-MISSING = ("NVMLError_FunctionNotFound", "NVMLLibraryMismatchError")
+# Errors meaning "this call does not exist here": try an older version of it. A versioned
+# call (nvmlDeviceGetTemperatureV, the v2 memory call) that the driver has in another
+# structure version fails with NVML_ERROR_ARGUMENT_VERSION_MISMATCH (25), which nvidia-ml-py
+# raises as NVMLError_ArgumentVersionMismatch: for us that version of the call is missing.
+MISSING = (
+    "NVMLError_FunctionNotFound",
+    "NVMLLibraryMismatchError",
+    "NVMLError_ArgumentVersionMismatch",
+)
 LOST = ("NVMLError_GpuIsLost",)
 
 # Why NVML could not be initialised at all, by exception class name.
@@ -157,6 +165,12 @@ def forget() -> None:
     global _state
     with _lock:
         _state = None
+
+
+def token() -> object:
+    """An object that is replaced whenever NVML is initialised again (after `reset`,
+    `forget`, a fork, another pynvml): what caches NVML handles check they belong to."""
+    return _state
 
 
 def known_unavailable() -> bool:

@@ -33,7 +33,9 @@ class NvmlProcess:
     used_memory is None where NVML does not report it (Windows WDDM; MIG without
     privileges). kinds is ("compute",), ("graphics",) or both. The instance ids are set on
     MIG devices only. this_process is True for the process that took the snapshot; in a
-    container NVML may report host PIDs, so no process may match.
+    container NVML reports host PIDs, so no process may match by PID. `gpu_status` then
+    identifies this kernel by its memory (``status.matching.find_by_memory``) and marks
+    that entry this_process with matched_by_memory; `nvml.snapshot()` never does.
     """
 
     pid: int
@@ -43,6 +45,7 @@ class NvmlProcess:
     gpu_instance_id: Optional[int] = None
     compute_instance_id: Optional[int] = None
     this_process: bool = False
+    matched_by_memory: bool = False
 
 
 @dataclass(frozen=True)
@@ -64,8 +67,11 @@ class MigInstance(_Reasons):
 class NvmlDevice(_Reasons):
     """One physical GPU. Memory in bytes, power in watts, temperature in degrees C,
     utilisation in percent over NVML's last sample period. memory_used is what NVML calls
-    used (with the v2 call, not counting memory_reserved, which the driver and firmware set
-    aside). processes is None when they were not asked for or could not be listed."""
+    used; memory_call says which call gave it: "v2" (not counting memory_reserved, which
+    the driver and firmware set aside) or "v1" (an older driver or nvidia-ml-py: used then
+    includes that reserved memory, and memory_reserved is None). processes is None when
+    they were not asked for or could not be listed. lost: NVML said the GPU is lost
+    (NVML_ERROR_GPU_IS_LOST: fallen off the bus or otherwise inaccessible)."""
 
     index: int
     name: Optional[str] = None
@@ -75,6 +81,7 @@ class NvmlDevice(_Reasons):
     memory_used: Optional[int] = None
     memory_free: Optional[int] = None
     memory_reserved: Optional[int] = None
+    memory_call: Optional[str] = None
     utilization_gpu: Optional[int] = None
     utilization_memory: Optional[int] = None
     temperature_c: Optional[int] = None
@@ -132,6 +139,11 @@ class NvmlSnapshot(_Reasons):
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> NvmlSnapshot:
         return from_data(cls, data)
+
+    @property
+    def lost_at_start(self) -> bool:
+        """NVML could not even start because a GPU is lost (fallen off the bus)."""
+        return not self.available and self.error_kind == "NVMLError_GpuIsLost"
 
     def device_by_uuid(self, uuid: str) -> Optional[Union[NvmlDevice, MigInstance]]:
         """The device or MIG instance with this UUID (with or without its GPU-/MIG- prefix)."""

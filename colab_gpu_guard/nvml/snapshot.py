@@ -1,15 +1,14 @@
-"""`snapshot()`: NVML's view of this machine at one moment, and `used_per_device()`, the
-cheap per-cell reading.
+"""`snapshot()`: NVML's view of this machine at one moment.
 
 A snapshot holds the driver, CUDA driver and NVML versions, and per device its name, UUID,
 PCI bus id, memory (total / used / free, and what the driver reserves where the v2 memory
-call exists), utilisation, temperature, power draw and limit, compute mode, compute
-capability, MIG mode and MIG instances, ECC mode and volatile uncorrected errors, and the
-processes using it (compute and graphics; pid, name, used memory, and which one is this
-process). A call that raises (not supported on this GPU, no permission, function not in
-this driver, GPU lost...) leaves that field ``None`` with its reason, without failing the
-rest; a lost GPU stops the queries for that device only. ``psutil`` is imported on first
-use.
+call exists; read by `memory.read`, the one source of "NVML used"), utilisation,
+temperature, power draw and limit, compute mode, compute capability, MIG mode and MIG
+instances, ECC mode and volatile uncorrected errors, and the processes using it (compute
+and graphics; pid, name, used memory, and which one is this process). A call that raises
+(not supported on this GPU, no permission, function not in this driver, GPU lost...)
+leaves that field ``None`` with its reason, without failing the rest; a lost GPU stops the
+queries for that device only. ``psutil`` is imported on first use.
 """
 
 from __future__ import annotations
@@ -19,7 +18,7 @@ from types import ModuleType
 from typing import Any, Optional
 
 from ..units import cuda_version_text
-from . import lib
+from . import lib, memory
 from .lib import Query, text, uint, ulonglong, watts
 from .records import MigInstance, NvmlDevice, NvmlProcess, NvmlSnapshot
 
@@ -36,13 +35,6 @@ GRAPHICS_PROCESS_CALLS = (
     "nvmlDeviceGetGraphicsRunningProcesses_v2",
     "nvmlDeviceGetGraphicsRunningProcesses",
 )
-
-COMPUTE_MODES = {
-    0: "Default",
-    1: "Exclusive Thread",
-    2: "Prohibited",
-    3: "Exclusive Process",
-}
 
 COMPUTE_MODES = {
     0: "Default",
@@ -153,36 +145,31 @@ def _device(
     return NvmlDevice(index=index, lost=query.lost, unavailable=query.unavailable(), **fields)
 
 
-def _memory(query: Query, handle: Any, with_reserved: bool) -> dict[str, Optional[int]]:
-    memory = None
-    version = getattr(query.module, "nvmlMemory_v2", None)
-    if with_reserved and version is not None:
-        # v2 splits out what the driver reserves; older bindings (no `version` parameter:
-        # TypeError) and older drivers (FunctionNotFound) fall back to v1.
-        ok, memory, _ = query.attempt("nvmlDeviceGetMemoryInfo", handle, version=version)
-        if not ok:
-            memory = None
-    if memory is None:
-        memory = query.call("memory", "nvmlDeviceGetMemoryInfo", handle)
-    if memory is None:
+def _memory(query: Query, handle: Any, with_reserved: bool) -> dict[str, Any]:
+    figures, call, _ = memory.read(query, handle)
+    if figures is None:
         return {}
-    values = {
-        "memory_total": ulonglong(memory.total),
-        "memory_used": ulonglong(memory.used),
-        "memory_free": ulonglong(memory.free),
+    values: dict[str, Any] = {
+        "memory_total": ulonglong(figures.total),
+        "memory_used": ulonglong(figures.used),
+        "memory_free": ulonglong(figures.free),
     }
-    reserved = getattr(memory, "reserved", None)
     if with_reserved:
-        if reserved is None:
-            query.fail("memory_reserved", "needs the v2 memory call (newer driver)")
-        values["memory_reserved"] = ulonglong(reserved)
+        values["memory_call"] = call
+        if call == memory.V1:
+            query.fail(
+                "memory_reserved", "needs the v2 memory call (a newer driver or nvidia-ml-py)"
+            )
+        else:
+            values["memory_reserved"] = ulonglong(figures.reserved)
     return values
 
 
 def _temperature(query: Query, handle: Any) -> Optional[int]:
     sensor = query.module.NVML_TEMPERATURE_GPU
     # nvmlDeviceGetTemperature is deprecated in favour of nvmlDeviceGetTemperatureV, which
-    # older drivers and bindings lack.
+    # older bindings lack (AttributeError) and older drivers lack (FunctionNotFound) or have
+    # in another structure version (ArgumentVersionMismatch): all three mean "missing".
     ok, value, kind = query.attempt("nvmlDeviceGetTemperatureV", handle, sensor)
     if ok:
         return uint(value)
@@ -311,23 +298,3 @@ class _ProcessNames:
             return text(self.module.nvmlSystemGetProcessName(pid)) or None
         except Exception:
             return None
-
-
-def used_per_device() -> Optional[list[int]]:
-    """NVML's "used" bytes per GPU (every process's memory), or None without NVML: the
-    cheap reading taken after each cell (a handle and a memory call per GPU, nothing else).
-    """
-    module, _failure = lib.initialised()
-    if module is None:
-        return None
-    query = Query(module)
-    count = query.call("devices", "nvmlDeviceGetCount")
-    used = []
-    for index in range(int(count or 0)):
-        handle = query.call("handle", "nvmlDeviceGetHandleByIndex", index)
-        memory = query.call("memory", "nvmlDeviceGetMemoryInfo", handle) if handle else None
-        value = ulonglong(getattr(memory, "used", None))
-        if value is None:
-            return None
-        used.append(value)
-    return None if count is None else used

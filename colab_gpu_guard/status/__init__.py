@@ -8,8 +8,9 @@ A `GpuStatus` combines:
 - ``torch``: torch version, CUDA runtime it was built with, whether CUDA is initialised,
   and the CUDA context's health (`colab_gpu_guard.cuda_health`);
 - ``memory``: per CUDA device of this kernel, the caching allocator's allocated / reserved
-  bytes beside the bytes NVML charges to this process; the difference is the CUDA context
-  plus other libraries (cuBLAS/cuDNN workspaces, other allocators);
+  bytes beside the bytes NVML charges to this process (its entry found by PID, or in a
+  container's PID namespace by memory, and saying which); the difference is the CUDA
+  context plus other libraries (their kernels, other allocators);
 - ``host``: runtime (Colab, Kaggle, local), host RAM and this process's resident memory;
 - ``leftovers``: the biggest arrays still held between runs (`find_leftovers`), and
   ``history``: per-cell memory history (`memory_history`), when those modules exist;
@@ -20,7 +21,8 @@ Nothing here initialises CUDA, imports torch, IPython or NumPy. Every part may b
 ("not available" with a reason) without failing the rest.
 
 Modules: `snapshot` (the records, JSON), `collect` (taking one), `matching` (which NVML
-device is which torch device), `text` and `html` (the views), `panel_html` and `chart` (the
+device is which torch device, which NVML process is this kernel), `text` and `html` (the
+views; a lost GPU is a banner with its fix in each), `panel_html` and `chart` (the
 widget panel's sections).
 
 JSON (``to_dict()`` / ``to_json()``; ``GpuStatus.from_dict`` reads it back equal) follows

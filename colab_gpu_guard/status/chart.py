@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Optional
 
+from ..nvml import INCLUDES_RESERVED, V1
 from ..units import format_bytes
 from .html import escape as _e
 from .panel_html import _FONT, _WARN
@@ -25,7 +26,9 @@ def _history_values(
         return "allocated", allocated, [r.peak for r in records]
     used = [r.nvml_used_after for r in records]
     if any(value is not None for value in used):
-        return "NVML used", used, [None] * len(records)
+        v1 = any(r.nvml_used_call == V1 for r in records)
+        kind = f"NVML used ({INCLUDES_RESERVED})" if v1 else "NVML used"
+        return kind, used, [None] * len(records)
     return "", [], []
 
 

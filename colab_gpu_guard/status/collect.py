@@ -6,6 +6,7 @@ Nothing here initialises CUDA, imports torch, IPython or NumPy. Every part may b
 
 from __future__ import annotations
 
+import dataclasses
 import heapq
 import importlib
 import os
@@ -16,9 +17,16 @@ from collections.abc import Sequence
 from typing import Any, Optional
 
 from .. import host_memory, nvml
-from ..nvml import NvmlSnapshot
-from ..units import USER_VARIABLE
-from .matching import match_device, used_by_this_process
+from ..nvml import NvmlDevice, NvmlSnapshot
+from ..units import USER_VARIABLE, format_bytes
+from .matching import (
+    CONTEXT_MARGIN,
+    KernelOn,
+    find_by_memory,
+    mark_by_memory,
+    match_device,
+    used_by_this_process,
+)
 from .snapshot import (
     DEFAULT_PROCESS_LIMIT,
     SCHEMA_VERSION,
@@ -65,6 +73,7 @@ def gpu_status(
     host = _host()
     torch_info, torch = _torch(probe)
     memory = _memory(torch, torch_info, nvml_view, notes)
+    nvml_view, memory = _identify_kernel(torch, torch_info, nvml_view, memory)
     found: dict[str, Any] = {}
     if leftovers:
         found = _leftovers(namespace, top)
@@ -174,9 +183,80 @@ def _memory(
                 matched_by=matched_by,
                 nvml_used_by_this_process=used,
                 context_and_other=None if used is None else used - stat.reserved,
+                nvml_identified_by="pid" if used is not None else "",
             )
         )
     return tuple(result)
+
+
+def _identify_kernel(
+    torch: Any, torch_info: TorchInfo, view: NvmlSnapshot, memory: tuple[DeviceMemory, ...]
+) -> tuple[NvmlSnapshot, tuple[DeviceMemory, ...]]:
+    """When NVML lists no process with this kernel's PID (a container's PID namespace),
+    find it by memory on the GPUs where it has a CUDA context, and mark it so; else mark
+    those GPUs "not identified". The view is returned with the match marked."""
+    if not memory or not view.processes_queried:
+        return view, memory
+    if any(p.this_process for device in view.devices for p in device.processes or ()):
+        return view, memory  # found by PID
+    with_context = _devices_with_context(torch, torch_info, memory)
+    places = {}
+    unlisted = set()
+    for item in memory:
+        if item.device not in with_context or item.nvml_index is None:
+            continue
+        device = view.devices[item.nvml_index]
+        if device.processes is None:
+            continue  # could not be listed: the views say why
+        if not device.processes:
+            unlisted.add(item.device)  # listed, and none: not even this kernel
+            continue
+        target: Any = device
+        if item.mig_index is not None:
+            target = next((m for m in device.mig_instances if m.index == item.mig_index), None)
+            if target is None:
+                continue
+        places[item.device] = KernelOn(item.nvml_index, target, item.reserved)
+    pid = find_by_memory(view, list(places.values()))
+    if pid is not None:
+        view = mark_by_memory(view, pid)
+    result = []
+    for item in memory:
+        place = places.get(item.device)
+        if place is None:
+            if item.device in unlisted:
+                item = dataclasses.replace(item, nvml_identified_by="not listed")
+            result.append(item)
+            continue
+        used = None
+        if pid is not None:
+            parent = view.devices[place.nvml_index]  # as marked
+            target = parent if isinstance(place.target, NvmlDevice) else place.target
+            used = used_by_this_process(parent, target)
+        result.append(
+            dataclasses.replace(
+                item,
+                nvml_used_by_this_process=used,
+                context_and_other=None if used is None else used - item.reserved,
+                nvml_identified_by="memory" if used is not None else "not identified",
+            )
+        )
+    return view, tuple(result)
+
+
+def _devices_with_context(
+    torch: Any, torch_info: TorchInfo, memory: tuple[DeviceMemory, ...]
+) -> set[int]:
+    """The CUDA devices this kernel has a context on (the driver says, creating nothing);
+    with a broken context, or a torch that cannot say, those where torch reserved memory."""
+    from ..frameworks import torch as torch_support
+
+    if torch_info.health != "broken":
+        try:
+            return set(torch_support.devices_with_context(torch))
+        except Exception:
+            pass
+    return {item.device for item in memory if item.reserved > 0}
 
 
 def _leftovers(namespace: Optional[dict[str, Any]], top: int) -> dict[str, Any]:
@@ -271,16 +351,31 @@ def _notes(
     for item in memory:
         if item.matched_by == "none" and view.available and view.devices:
             notes.append(f"cuda:{item.device} could not be matched to an NVML GPU")
-    unmatched = [
-        m.device
-        for m in memory
-        if m.matched_by != "none" and m.reserved > 0 and m.nvml_used_by_this_process is None
-    ]
-    if unmatched and view.processes_queried:
-        mine = any(p.this_process for device in view.devices for p in device.processes or ())
-        if not mine:
+    pid_note = (
+        f"NVML lists no process with this kernel's PID {host.pid}: inside a container "
+        "NVML reports host PIDs"
+    )
+    for item in memory:
+        fit = (
+            f"between torch's {format_bytes(item.reserved)} reserved and that + "
+            f"{format_bytes(CONTEXT_MARGIN)} for the CUDA context"
+        )
+        if item.nvml_identified_by == "memory" and item.nvml_index is not None:
+            pids = {p.pid for p in view.devices[item.nvml_index].processes or () if p.this_process}
             notes.append(
-                f"NVML lists no process with this kernel's PID {host.pid}: inside a container "
-                "NVML reports host PIDs, so per-process figures cannot be matched"
+                f"{pid_note}; on GPU {item.nvml_index} this kernel was matched by memory: "
+                f"PID {', '.join(map(str, sorted(pids)))}, the one process using "
+                f"{format_bytes(item.nvml_used_by_this_process)}, {fit}"
+            )
+        elif item.nvml_identified_by == "not identified":
+            notes.append(
+                f"{pid_note}; on GPU {item.nvml_index} this kernel could not be identified "
+                f"by memory either (exactly one process must use {fit}; here none or several "
+                "do): its memory is among the processes listed"
+            )
+        elif item.nvml_identified_by == "not listed":
+            notes.append(
+                f"NVML lists no process on GPU {item.nvml_index}, not even this kernel, which "
+                "has a CUDA context there: per-process figures are not available"
             )
     return notes

@@ -10,12 +10,18 @@ from ..leftovers.html import leftovers_table
 from ..nvml import NvmlDevice
 from ..units import format_bytes
 from .text import (
+    KERNEL_AMONG,
+    KERNEL_UNLISTED,
+    LOST_ROW,
     cell_line,
     device_title,
     host_ram,
     kernel_line,
+    kernel_not_identified,
+    kernel_not_listed,
     leftovers_heading,
     load_line,
+    lost_banners,
     memory_line,
     mig_line,
     mode_line,
@@ -34,7 +40,9 @@ _STYLE = (
     ".cgg-status table{border-collapse:collapse;margin:2px 0 8px 0}"
     ".cgg-status td,.cgg-status th{padding:1px 8px;text-align:left;vertical-align:top}"
     ".cgg-status th{font-weight:600}.cgg-status .cgg-na{opacity:.6}"
-    ".cgg-status .cgg-me{font-weight:600}.cgg-status .cgg-warn{color:#b00020}</style>"
+    ".cgg-status .cgg-me{font-weight:600}.cgg-status .cgg-warn{color:#b00020}"
+    ".cgg-status .cgg-banner{border:2px solid #b00020;border-radius:3px;padding:4px 8px;"
+    "margin:4px 0;color:#b00020;font-weight:600}</style>"
 )
 
 
@@ -59,6 +67,7 @@ def render_html(status: GpuStatus) -> str:
     parts.append("<table>")
     parts += [f"<tr><td>{_e(line)}</td></tr>" for line in version_lines(status)]
     parts.append("</table>")
+    parts += [f'<div class="cgg-banner">{_e(banner)}</div>' for banner in lost_banners(status)]
     view = status.nvml
     if view.available and not view.devices and view.reason("devices") is None:
         parts.append("<div>no GPU visible to NVML</div>")
@@ -66,6 +75,11 @@ def render_html(status: GpuStatus) -> str:
         parts.append(f'<div class="cgg-na">not available: {_e(reasons(view))}</div>')
     for device in view.devices:
         parts.append(f"<div><b>{_e(device_title(status, device))}</b></div><table>")
+        if device.lost:  # every field would read "n/a (GPU is lost)": the banner says it
+            parts.append(_row("lost", LOST_ROW))
+            parts += [_row("this kernel", kernel_line(m)) for m in status.memory_for(device.index)]
+            parts.append("</table>")
+            continue
         parts.append(_row("memory", memory_line(device)))
         parts.append(_row("load", load_line(device)))
         parts.append(_row("modes", mode_line(device)))
@@ -107,9 +121,14 @@ def _process_html(status: GpuStatus, device: NvmlDevice) -> str:
         why = device.reason("processes") or "not listed"
         return f'<div class="cgg-na">processes: n/a ({_e(why)})</div>'
     if not device.processes:
+        if kernel_not_listed(status, device):
+            return f"<div>processes: none ({_e(KERNEL_UNLISTED)})</div>"
         return "<div>processes: none</div>"
     shown, hidden = shown_processes(status, device)
-    rows = ["<table><tr><th>PID</th><th>memory</th><th>name</th></tr>"]
+    rows = []
+    if kernel_not_identified(status, device):
+        rows.append(f"<div>processes: {_e(KERNEL_AMONG)}</div>")
+    rows.append("<table><tr><th>PID</th><th>memory</th><th>name</th></tr>")
     for process in shown:
         css = ' class="cgg-me"' if process.this_process else ""
         rows.append(

@@ -12,9 +12,17 @@ import time
 from typing import TYPE_CHECKING, Any, Optional
 
 from ..leftovers.html import leftovers_table
+from ..nvml import INCLUDES_RESERVED, V1
 from ..units import USER_VARIABLE, format_bytes
 from .html import escape as _e
-from .text import host_ram
+from .text import (
+    KERNEL_AMONG,
+    KERNEL_UNLISTED,
+    host_ram,
+    kernel_not_identified,
+    kernel_not_listed,
+    lost_banner,
+)
 
 if TYPE_CHECKING:
     from ..leftovers.records import Leftover
@@ -31,6 +39,12 @@ SEGMENTS = {
     "kernel": ("this kernel (NVML; no allocator figures)", "#6a51a3"),
     "others": ("other processes", "#ff7f0e"),
     "others+context": ("other processes + this kernel's CUDA context", "#ff7f0e"),
+    # with NVML's v1 memory call "used" includes what the driver reserves
+    "others+driver": (f"other processes ({INCLUDES_RESERVED})", "#ff7f0e"),
+    "others+context+driver": (
+        f"other processes + this kernel's CUDA context ({INCLUDES_RESERVED})",
+        "#ff7f0e",
+    ),
     "driver": ("reserved by the driver", "#7f7f7f"),
     "free": ("free", "#e5f5e0"),
 }
@@ -99,7 +113,9 @@ def device_segments(status: GpuStatus, device: NvmlDevice) -> list[tuple[str, in
     tensors = allocated and cache = reserved - allocated come from this kernel's caching
     allocator (CUDA devices of this kernel on that GPU); context = what NVML charges to this
     process beyond the allocator's reserved bytes; others = NVML's used bytes not charged to
-    this process; driver = what the driver sets aside (NVML v2 memory call); free = NVML.
+    this process; driver = what the driver sets aside (NVML v2 memory call; with v1 it is
+    inside NVML's used, and the others segment says so); free = NVML. This kernel's NVML
+    figure is its entry matched by PID, or by memory in a container (`gpu_status`).
     """
     mine = status.memory_for(device.index)
     used = device.memory_used
@@ -116,12 +132,13 @@ def device_segments(status: GpuStatus, device: NvmlDevice) -> list[tuple[str, in
     elif nvml_mine is not None:
         segments.append(("kernel", nvml_mine))
     if used is not None:
+        v1 = "+driver" if device.memory_call == V1 else ""
         if nvml_mine is not None:
-            segments.append(("others", max(0, used - nvml_mine)))
+            segments.append(("others" + v1, max(0, used - nvml_mine)))
         elif mine:
-            segments.append(("others+context", max(0, used - reserved)))
+            segments.append(("others+context" + v1, max(0, used - reserved)))
         else:
-            segments.append(("others", used))
+            segments.append(("others" + v1, used))
     if device.memory_reserved:
         segments.append(("driver", device.memory_reserved))
     if device.memory_free is not None:
@@ -171,9 +188,10 @@ def render_device(status: GpuStatus, device: NvmlDevice) -> str:
     other processes using it."""
     cuda = ", ".join(f"cuda:{m.device}" for m in status.memory_for(device.index))
     title = f"GPU {device.index}: {device.name or 'name n/a'}" + (f" ({cuda})" if cuda else "")
-    parts = [f'<div class="cgg-device" style="{_FONT};margin-bottom:6px"><b>{_e(title)}</b>']
-    if device.lost:
-        parts.append(f' <span style="{_WARN}">GPU is lost (fell off the bus)</span>')
+    parts = [f'<div class="cgg-device" style="{_FONT};margin-bottom:6px">']
+    if device.lost:  # the banner, not a bar and a line of n/a
+        return "".join(parts) + _banner(lost_banner(status, device)) + f"<b>{_e(title)}</b></div>"
+    parts.append(f"<b>{_e(title)}</b>")
     if device.memory_total is not None:
         parts.append(
             f" &middot; {_e(format_bytes(device.memory_used))} used of "
@@ -193,6 +211,7 @@ def render_device(status: GpuStatus, device: NvmlDevice) -> str:
         f"power {_e(power)}</div>"
     )
     others = device.other_processes()
+    among = kernel_not_identified(status, device)
     if others:
         shown = sorted(others, key=lambda p: -(p.used_memory or 0))[:5]
         items = ", ".join(
@@ -200,7 +219,10 @@ def render_device(status: GpuStatus, device: NvmlDevice) -> str:
             for p in shown
         )
         more = f" and {len(others) - len(shown)} more" if len(others) > len(shown) else ""
-        parts.append(f'<div class="cgg-processes">other processes: {items}{more}</div>')
+        heading = f"processes ({_e(KERNEL_AMONG)})" if among else "other processes"
+        parts.append(f'<div class="cgg-processes">{heading}: {items}{more}</div>')
+    elif kernel_not_listed(status, device):
+        parts.append(f'<div style="{_MUTED}">processes: none ({_e(KERNEL_UNLISTED)})</div>')
     elif device.processes is None and status.nvml.processes_queried:
         why = device.reason("processes") or "not listed"
         parts.append(f'<div style="{_MUTED}">processes n/a ({_e(why)})</div>')
@@ -208,9 +230,18 @@ def render_device(status: GpuStatus, device: NvmlDevice) -> str:
     return "".join(parts)
 
 
+def _banner(text: str) -> str:
+    return (
+        f'<div class="cgg-banner" style="border:2px solid #b00020;border-radius:3px;'
+        f'padding:4px 8px;margin:4px 0;{_WARN};font-weight:600">{_e(text)}</div>'
+    )
+
+
 def render_no_gpu(status: GpuStatus) -> str:
     """Why there is no GPU (NVML's message), and the host RAM."""
     view = status.nvml
+    if view.lost_at_start:
+        return f'<div class="cgg-no-gpu" style="{_FONT}">{_banner(lost_banner(status, None))}</div>'
     if not view.available:
         why = f"No GPU: {view.error or 'NVML is not available'}"
     else:

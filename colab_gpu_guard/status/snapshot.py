@@ -54,6 +54,12 @@ class DeviceMemory:
 
     context_and_other = NVML's figure for this process - allocator reserved: the CUDA
     context, library workspaces and any other allocator in the process.
+    nvml_identified_by: how this kernel was found in NVML's process list on that GPU:
+    "pid"; "memory" (no PID matched - a container's PID namespace - and one process's
+    memory fits this kernel's, see `matching.find_by_memory`); "not identified" (no PID
+    matched and no single process fits); "not listed" (NVML lists no process at all on a
+    GPU where this kernel has a context); "" (not looked for: no context there, processes
+    not asked for or not available, GPU not matched).
     """
 
     device: int  # torch's index: cuda:N
@@ -67,6 +73,7 @@ class DeviceMemory:
     matched_by: str = "none"  # "uuid", "pci bus id", "index (assumed)" or "none"
     nvml_used_by_this_process: Optional[int] = None
     context_and_other: Optional[int] = None
+    nvml_identified_by: str = ""
 
 
 @dataclass(frozen=True)

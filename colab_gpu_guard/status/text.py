@@ -6,7 +6,7 @@ from __future__ import annotations
 import time
 from typing import TYPE_CHECKING, Any, Optional
 
-from ..nvml import MigInstance, NvmlDevice, NvmlProcess
+from ..nvml import INCLUDES_RESERVED, V1, MigInstance, NvmlDevice, NvmlProcess
 from ..units import NA, format_bytes
 
 if TYPE_CHECKING:
@@ -18,6 +18,7 @@ if TYPE_CHECKING:
 def render_text(status: GpuStatus) -> str:
     lines = [f"GPU status | {status.host.runtime} | {when(status)} | {status.duration_ms:.1f} ms"]
     lines += [f"  {line}" for line in version_lines(status)]
+    lines += [f"!! {banner}" for banner in lost_banners(status)]
     view = status.nvml
     if view.available and not view.devices and view.reason("devices") is None:
         lines.append("  no GPU visible to NVML")
@@ -25,6 +26,12 @@ def render_text(status: GpuStatus) -> str:
         lines.append(f"  not available: {reasons(view)}")
     for device in view.devices:
         lines.append(device_title(status, device))
+        if device.lost:  # every field would read "n/a (GPU is lost)": the banner says it
+            lines.append(f"  lost         {LOST_ROW}")
+            lines += [
+                f"  this kernel  {kernel_line(item)}" for item in status.memory_for(device.index)
+            ]
+            continue
         lines.append(f"  memory       {memory_line(device)}")
         lines.append(f"  load         {load_line(device)}")
         lines.append(f"  modes        {mode_line(device)}")
@@ -59,9 +66,14 @@ def _process_text(status: GpuStatus, device: NvmlDevice) -> list[str]:
             return [f"  processes    {NA} ({device.reason('processes') or 'not listed'})"]
         return []
     if not device.processes:
+        if kernel_not_listed(status, device):
+            return [f"  processes    none ({KERNEL_UNLISTED})"]
         return ["  processes    none"]
     total = sum(p.used_memory or 0 for p in device.processes)
-    lines = [f"  processes    {len(device.processes)}, {format_bytes(total)} in all"]
+    lines = [
+        f"  processes    {len(device.processes)}, {format_bytes(total)} in all"
+        + (f" ({KERNEL_AMONG})" if kernel_not_identified(status, device) else "")
+    ]
     shown, hidden = shown_processes(status, device)
     lines.append(f"  {'':1} {'PID':>9}  {'memory':>10}  name")
     for process in shown:
@@ -113,6 +125,61 @@ def version_lines(status: GpuStatus) -> list[str]:
     return lines
 
 
+# What to do about a lost GPU (NVML_ERROR_GPU_IS_LOST: "The GPU has fallen off the bus or
+# has otherwise become inaccessible"), by runtime: nothing in this machine's software
+# state brings it back; restarting the kernel or the Python process does not.
+LOST_FIX = {
+    "Colab": (
+        "Runtime > Disconnect and delete runtime, then connect again: that gives a new "
+        "machine (restarting the session keeps this one); then rerun your notebook"
+    ),
+    "Kaggle": "stop this session and start a new one (a new machine), then rerun your notebook",
+    "local": (
+        "the machine needs a reboot (or the GPU a reset by an administrator, "
+        "`nvidia-smi --gpu-reset`, where the driver still reaches it); restarting the "
+        "kernel is not enough"
+    ),
+}
+
+
+LOST_ROW = "NVML answers nothing more about it: see the fix above"
+
+
+def lost_banners(status: GpuStatus) -> list[str]:
+    """One banner per lost GPU, with the fix for this runtime (the views show them first)."""
+    view = status.nvml
+    if view.lost_at_start:
+        return [lost_banner(status, None)]  # NVML could not even start
+    return [lost_banner(status, device) for device in view.devices if device.lost]
+
+
+def lost_banner(status: GpuStatus, device: Optional[NvmlDevice]) -> str:
+    what = "a GPU" if device is None else f"GPU {device.index}"
+    if device is not None and device.name:
+        what += f" ({device.name})"
+    fix = LOST_FIX.get(status.host.runtime, LOST_FIX["local"])
+    return (
+        f"{what} is lost: it has fallen off the bus or otherwise become inaccessible "
+        f"(NVML error 15, GPU_IS_LOST). No process can use it, and what CUDA held on it is "
+        f"gone. Fix: {fix}."
+    )
+
+
+# How the views say that this kernel has memory on a GPU but no NVML process is known to be it.
+KERNEL_AMONG = "this kernel is among them, not identified: no PID matches (PID namespace)"
+
+
+KERNEL_UNLISTED = "NVML lists not even this kernel, which has a CUDA context here"
+
+
+def kernel_not_identified(status: GpuStatus, device: NvmlDevice) -> bool:
+    return any(m.nvml_identified_by == "not identified" for m in status.memory_for(device.index))
+
+
+def kernel_not_listed(status: GpuStatus, device: NvmlDevice) -> bool:
+    return any(m.nvml_identified_by == "not listed" for m in status.memory_for(device.index))
+
+
 def device_title(status: GpuStatus, device: NvmlDevice) -> str:
     cuda = ", ".join(f"cuda:{m.device}" for m in status.memory_for(device.index))
     parts = [f"GPU {device.index}", device.name or NA]
@@ -129,6 +196,8 @@ def device_title(status: GpuStatus, device: NvmlDevice) -> str:
 
 def memory_line(device: NvmlDevice) -> str:
     line = f"{format_bytes(device.memory_used)} used"
+    if device.memory_call == V1:
+        line += f" ({INCLUDES_RESERVED}: NVML v1 memory call)"
     if device.memory_reserved is not None:
         line += f" + {format_bytes(device.memory_reserved)} reserved by the driver"
     return (
@@ -171,10 +240,15 @@ def kernel_line(item: DeviceMemory) -> str:
     if item.num_ooms:
         line += f" | {item.num_ooms} OOM(s)"
     if item.nvml_used_by_this_process is not None:
+        how = " (matched by memory)" if item.nvml_identified_by == "memory" else ""
         line += (
-            f" | NVML {format_bytes(item.nvml_used_by_this_process)} -> CUDA context + "
+            f" | NVML {format_bytes(item.nvml_used_by_this_process)}{how} -> CUDA context + "
             f"other libraries {format_bytes(item.context_and_other)}"
         )
+    elif item.nvml_identified_by == "not identified":
+        line += " | NVML figure n/a: this kernel not identified among NVML's processes"
+    elif item.nvml_identified_by == "not listed":
+        line += " | NVML figure n/a: NVML lists no process on this GPU"
     else:
         line += " | NVML figure for this kernel n/a"
     return line
@@ -201,7 +275,7 @@ def process_label(process: NvmlProcess) -> str:
     if extra:
         label += f" [{', '.join(extra)}]"
     if process.this_process:
-        label += "  <- this kernel"
+        label += "  <- this kernel" + (" (matched by memory)" if process.matched_by_memory else "")
     return label
 
 
@@ -236,6 +310,8 @@ def cell_line(record: CellMemory) -> str:
     )
     if record.nvml_used_after is not None:
         line += f" | NVML {format_bytes(record.nvml_used_after)}"
+        if record.nvml_used_call == V1:
+            line += f" ({INCLUDES_RESERVED})"
     if record.duration_s is not None:
         line += f" | {record.duration_s:.2f} s"
     if record.ooms:
