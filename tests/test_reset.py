@@ -522,7 +522,7 @@ def test_busy_gpu_waits_then_says_run_again_and_never_restart(shell, fake_torch,
     done = reset.gpu_reset(shell=shell)
     assert done.cuda_state == "ok" and not done.warnings
     assert "torch.cuda.synchronize() on cuda:0" in done.steps
-    assert "torch.cuda.empty_cache() (every device, 1 visible)" in done.steps
+    assert "torch.cuda.empty_cache() (cuda:0: the devices with a CUDA context)" in done.steps
     assert stub.cuda.emptied == 1 and cuda_health.broken_reason() is None
 
 

@@ -229,8 +229,14 @@ def main() -> None:
     capture("%gpu_reset after the OOM", magic(shell, "%gpu_reset"))
     for name, message in _advisor_messages():
         advice_only(name, shell, f"raise RuntimeError({message!r})")
-    capture("%gpu_status (after sticky-error messages; CUDA never started here)", magic(shell, "%gpu_status --no-leftovers"))
-    capture("%gpu_reset (after sticky-error messages; CUDA never started here)", magic(shell, "%gpu_reset --dry-run"))
+    capture(
+        "%gpu_status (after sticky-error messages; CUDA never started here)",
+        magic(shell, "%gpu_status --no-leftovers"),
+    )
+    capture(
+        "%gpu_reset (after sticky-error messages; CUDA never started here)",
+        magic(shell, "%gpu_reset --dry-run"),
+    )
     from colab_gpu_guard import cuda_health
 
     cuda_health.clear()
