@@ -27,15 +27,16 @@ In order:
 2. Named user variables: only those named, or with ``all_vars`` every user variable that
    holds accelerator memory (torch/CuPy/JAX arrays on a GPU; CPU torch/JAX tensors when no
    accelerator is visible). NumPy arrays never count as accelerator memory.
-3. ``gc.collect()``; when ``torch._dynamo`` is imported and has compiled something,
-   ``torch._dynamo.reset()`` and the CUDA-graph trees, then ``gc.collect()`` again: the
-   graphs, guards and CUDA-graph pools torch.compile keeps after the model is gone (the
-   step says what that freed; compiled code compiles again on its next call;
-   ``frameworks/torch_compile``). Then for each framework imported: torch: synchronise every device
+3. ``gc.collect()``, then for each framework imported: torch: synchronise every device
    (bounded, in a helper thread), ``cuda.empty_cache()``, ``cuda.ipc_collect()``; MPS
    ``empty_cache``; CuPy's default pools ``free_all_blocks()``; ``jax.clear_caches()``.
    A broken CUDA context (sticky error) is detected by the synchronise; the CUDA steps are
    then skipped and the report says the runtime must be restarted.
+   Between the two, when ``torch._dynamo`` is imported and has compiled something:
+   ``torch._dynamo.reset()`` and the CUDA-graph trees, then ``gc.collect()`` again, for
+   the graphs, guards and CUDA-graph pools torch.compile keeps after the model is gone
+   (``frameworks/torch_compile``; the step says what that freed, and that compiled code
+   compiles again on its next call).
 4. The report: per device allocated/reserved before and after (torch), NVML used before and
    after, bytes freed, what was dropped by kind, and the leftovers still alive.
 

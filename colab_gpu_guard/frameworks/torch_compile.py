@@ -11,8 +11,9 @@ compiled optimizers mark theirs; constants), and inductor's CUDA-graph trees
 (``mode="reduce-overhead"``) keep memory pools per device on the thread that ran them.
 Deleting the model frees none of that (pytorch issues 104095, 105181, 119607); the fix is
 ``torch._dynamo.reset()``, which clears every in-memory cache of dynamo. torch 2.13's also
-resets the CUDA-graph trees (when CUDA is available); older ones reset them only through a
-backend compiled with cudagraphs on, so they are reset here too when their module is loaded.
+resets the CUDA-graph trees (when CUDA is available; added by pytorch PR 171879, January
+2026); before that, only a backend compiled with cudagraphs on reset them, so they are
+reset here too when their module is loaded.
 
 Nothing here imports dynamo: it is looked up in ``sys.modules``, and only what dynamo has
 compiled is reset. Compiled graphs are found without calling anything of theirs.
@@ -268,8 +269,9 @@ def reset_caches(torch, namespace: Optional[dict] = None, cuda_usable: bool = Tr
 
 
 def _reset_cudagraph_trees() -> bool:
-    """Reset inductor's CUDA-graph trees on this thread (torch 2.13's dynamo reset does it
-    itself; older ones did not), if their module is loaded."""
+    """Reset inductor's CUDA-graph trees on this thread (they live in thread-local
+    storage; torch 2.13's dynamo reset does it too, older ones did not), if their module is
+    loaded."""
     trees = sys.modules.get(CUDAGRAPH_TREES)
     reset = getattr(trees, "reset_cudagraph_trees", None)
     if reset is None:
