@@ -76,9 +76,10 @@ def compiled_graphs(namespace: Optional[dict] = None) -> list[CompiledGraph]:
     codes = compiled_codes()
     if not codes:
         return []
-    torch = torch_support.loaded()
-    module_type = torch_support.module_type(torch)
-    if module_type is None:
+    # a compiled graph is an FX GraphModule: a user's module a wrapper may also reach
+    # (torch.compile(model) keeps it in a closure) is named from the user's own names
+    module_type = getattr(sys.modules.get("torch.fx"), "GraphModule", None)
+    if not isinstance(module_type, type):
         return []
     label_of: dict[str, tuple[str, str]] = {}  # installed name -> (its label, its file)
     own_files = os.path.dirname(getattr(loaded(), "__file__", None) or "") or None
