@@ -36,6 +36,11 @@ In order:
    CUDA error raised by the synchronise itself is a broken context (sticky error): the CUDA
    steps are skipped and the report says the runtime must be restarted. In a process forked
    after CUDA started, CUDA cannot be used and the report says so.
+   After ``gc.collect()`` and before the torch steps, when ``torch._dynamo`` is imported and
+   has compiled something: ``torch._dynamo.reset()`` and the CUDA-graph trees, then
+   ``gc.collect()`` again, for the graphs, guards and CUDA-graph pools torch.compile keeps
+   after the model is gone (``frameworks/torch_compile``; the step says what that freed,
+   and that compiled code compiles again on its next call).
 4. The report: per device allocated/reserved before and after (torch), NVML used before and
    after, bytes freed, what was dropped by kind, and the leftovers still alive.
 
@@ -53,7 +58,9 @@ from . import tracker as _tracker
 from .frameworks import cupy as cupy_support
 from .frameworks import jax as jax_support
 from .frameworks import torch as torch_support
+from .frameworks import torch_compile
 from .leftovers import Scan, find_leftovers, scan
+from .leftovers.scan import COMPILED_GRAPH
 from .release_report import DeviceRelease, ReleaseReport
 
 SYNC_TIMEOUT_S = 5.0
@@ -115,7 +122,9 @@ def _build_plan(found: Scan, shell, namespace: dict, names: tuple, all_vars: boo
     reach = found.reach_by_root()
     holding = {root for root, keys in reach.items() if keys}
     variables = _variables_holding_accelerator_memory(found, reach) if all_vars else list(names)
-    return notebook_refs.plan_drop(shell, namespace, holding, variables), reach
+    plan = notebook_refs.plan_drop(shell, namespace, holding, variables)
+    plan.roots.update(root for root in holding if root.kind == COMPILED_GRAPH)  # dynamo's reset
+    return plan, reach
 
 
 def _estimate(found: Scan, plan: notebook_refs.DropPlan, reach: dict) -> tuple[int, set]:
@@ -146,6 +155,19 @@ def _device_figures(torch) -> list[tuple[str, int, int]]:
         ]
     except Exception:
         return []
+
+
+def _reset_compiled(report: ReleaseReport, torch, namespace: dict) -> None:
+    """torch.compile's caches, when dynamo is imported and has compiled something: reset,
+    reported as a step with what that freed (before the CUDA cache is emptied, so the
+    freed blocks are returned too)."""
+    try:
+        done = torch_compile.reset_caches(torch, namespace, not cuda_health.health().broken)
+    except Exception as error:
+        report.warnings.append(f"torch._dynamo.reset() failed: {type(error).__name__}: {error}")
+        return
+    if done is not None:
+        report.steps.append(str(done))
 
 
 def _release_caches(report: ReleaseReport, torch) -> None:
@@ -253,6 +275,12 @@ def gpu_reset(
             )
         elif health.state == cuda_health.FORKED:
             report.notes.append(f"no CUDA cache to empty: {health.detail}")
+        frames = len(torch_compile.compiled_codes())
+        if frames:
+            report.notes.append(
+                f"would run torch._dynamo.reset(): {frames} compiled frame(s); "
+                f"{torch_compile.RECOMPILE_NOTE}"
+            )
         _add_history_notes(report)
         return report
 
@@ -266,6 +294,7 @@ def gpu_reset(
     report.notes += done.notes
     del plan
     report.gc_collected = gc.collect()
+    _reset_compiled(report, torch, namespace)
     _release_caches(report, torch)
 
     report.released_bytes = sum(

@@ -3,10 +3,12 @@
 What is measured for each cell:
 
 - CUDA (torch, once torch has initialised CUDA): allocated bytes before and after the
-  cell, the peak during it (``reset_peak_memory_stats`` before, the allocator's peak after,
-  per device, summed over devices), reserved bytes after, and the change in ``num_ooms``
-  (a cheap out-of-memory detector). These are the caching allocator's host-side counters:
-  reading them makes no CUDA call and never synchronises.
+  cell, the peak during it (per device, summed over devices), reserved bytes after, and
+  the change in ``num_ooms`` (a cheap out-of-memory detector). These are the caching
+  allocator's host-side counters: reading them makes no CUDA call and never synchronises.
+  Peaks are left alone (``torch.cuda.max_memory_allocated()`` stays the process's peak):
+  a cell's peak is derived (``cell_peaks``), exact or shown as a bound "<= X";
+  ``reset_peaks=True`` (``%gpu_history --reset-peaks on``) resets them before every cell.
 - Host: the process's resident set size after the cell (one ``pread`` of
   ``/proc/self/statm``; Linux only, else None).
 - NVML: the GPUs' used memory after the cell (``nvml.used_memory``: the v2 memory call,
@@ -16,9 +18,6 @@ What is measured for each cell:
 
 Rerun leaks: when a cell with the same source runs again and ends with more memory than the
 previous run of it ended with, the record is flagged (the judgement: ``cell_reruns``).
-
-Note: resetting the peak statistics before each cell means ``torch.cuda.max_memory_allocated``
-reads the peak of the current cell while the tracker is loaded.
 """
 
 from __future__ import annotations
@@ -32,12 +31,18 @@ from dataclasses import asdict, dataclass
 from typing import Any, Optional
 
 from . import cuda_health
+from .cell_peaks import EXACT, cell_peak
 from .cell_reruns import RSS_NOISE_FLOOR, RerunLeakCheck
 from .frameworks import torch as torch_support
 from .host_memory import RssReader as _RssReader
 from .units import format_bytes, signed_bytes
 
 DEFAULT_MAXLEN = 500
+PEAK_BOUND_NOTE = (
+    "peak '<= X': the cell stayed below an earlier peak ('>= X': it reset torch's peak "
+    "itself), so only a bound is known; %gpu_history --reset-peaks on gives exact per-cell "
+    "peaks (it resets torch's peak counters before every cell)"
+)
 
 
 @dataclass(frozen=True)
@@ -45,8 +50,11 @@ class CellMemory:
     """The memory effect of one cell. Byte counts are summed over CUDA devices.
 
     cell: the execution count (None for cells run without storing history).
-    allocated_before / allocated_after / peak / reserved_after: torch CUDA caching allocator
+    allocated_before / allocated_after / reserved_after: torch CUDA caching allocator
         figures; 0 when torch has not initialised CUDA (``devices`` is then 0).
+    peak / peak_bound: the most allocated during the cell; peak_bound "" when exact, "<="
+        when ``peak`` is an upper bound (the cell stayed below an earlier peak), ">=" when
+        a lower bound (the cell reset torch's peak itself); see ``cell_peaks``.
     ooms: how many CUDA out-of-memory errors the allocator raised during the cell.
     nvml_used_after: NVML "used" memory over all GPUs after the cell (all processes).
     nvml_used_call: the NVML memory call it came from: "v2" (driver-reserved memory left
@@ -71,11 +79,23 @@ class CellMemory:
     devices: int = 0
     leak_kind: str = ""
     rerun_of: Optional[int] = None
+    peak_bound: str = EXACT
     nvml_used_call: Optional[str] = None
 
     @property
     def delta(self) -> int:
         return self.allocated_after - self.allocated_before
+
+    @property
+    def peak_text(self) -> str:
+        """The peak as shown: '1.2 GiB', or '<= 1.2 GiB' for an upper bound."""
+        text = format_bytes(self.peak)
+        return f"{self.peak_bound} {text}" if self.peak_bound else text
+
+    @property
+    def exact_peak(self) -> Optional[int]:
+        """The peak when known exactly, else None."""
+        return self.peak if not self.peak_bound else None
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -138,26 +158,25 @@ class _NvmlSampler:
             self._thread = None
 
 
-def _cuda_totals(reset_peaks: bool = False) -> tuple[int, int, int, int, int]:
-    """(devices, allocated, reserved, peak, ooms) summed over CUDA devices; zeros until torch
-    has initialised CUDA, and when the context is broken (no CUDA call is made then)."""
+_NO_CUDA: tuple = (0, ())
+
+
+def _cuda_stats(reset_peaks: bool = False) -> tuple[int, tuple]:
+    """(devices, per-device `AllocatorStats`); (0, ()) until torch has initialised CUDA,
+    and when the context is broken (no CUDA call is made then). `reset_peaks`: reset the
+    allocator's peaks after reading them (the opt-in per-cell peaks)."""
     torch = sys.modules.get("torch")
     if (
         torch is None
         or cuda_health.broken_reason() is not None
         or not torch_support.cuda_initialized(torch)
     ):
-        return 0, 0, 0, 0, 0
+        return _NO_CUDA
     devices = torch_support.cuda_device_count(torch)
-    allocated = reserved = peak = ooms = 0
-    for stats in torch_support.allocator_stats(torch, devices):
-        allocated += stats.allocated
-        reserved += stats.reserved
-        peak += stats.peak_allocated
-        ooms += stats.num_ooms
+    stats = tuple(torch_support.allocator_stats(torch, devices))
     if reset_peaks:
         torch_support.reset_peaks(torch, devices)
-    return devices, allocated, reserved, peak, ooms
+    return devices, stats
 
 
 # ---------------------------------------------------------------- the tracker
@@ -172,10 +191,14 @@ class MemoryTracker:
         maxlen: int = DEFAULT_MAXLEN,
         rss_noise_floor: int = RSS_NOISE_FLOOR,
         nvml: bool = True,
+        reset_peaks: bool = False,
     ) -> None:
         if not isinstance(maxlen, int) or maxlen < 1:
             raise ValueError("maxlen must be a positive integer")
         self.maxlen = maxlen
+        # True: reset torch's peak counters before every cell (exact per-cell peaks, but
+        # the user's max_memory_allocated() then covers the current cell only)
+        self.reset_peaks = bool(reset_peaks)
         self._records: collections.deque = collections.deque(maxlen=maxlen)
         self._reruns = RerunLeakCheck(maxlen, rss_noise_floor)
         self._pending: Optional[tuple] = None
@@ -188,13 +211,13 @@ class MemoryTracker:
     # -- the hot path: no allocation-heavy work, no object walks, no CUDA calls
     def pre_run_cell(self, info: Any = None) -> None:
         try:
-            devices, allocated, _reserved, _peak, ooms = _cuda_totals(reset_peaks=True)
+            reset = self.reset_peaks
+            devices, stats = _cuda_stats(reset)
             self._pending = (
                 getattr(info, "raw_cell", None),
                 time.perf_counter(),
-                devices,
-                allocated,
-                ooms,
+                stats,
+                reset,
                 None if devices else self._rss_before(),
             )
         except Exception:
@@ -217,9 +240,18 @@ class MemoryTracker:
             pass
 
     def _record(self, pending: tuple, result: Any) -> None:
-        source, started, _devices_before, allocated_before, ooms_before, rss_before = pending
+        source, started, stats_before, reset, rss_before = pending
         duration = time.perf_counter() - started
-        devices, allocated, reserved, peak, ooms = _cuda_totals()
+        devices, stats = _cuda_stats()
+        allocated_before = ooms_before = allocated = reserved = ooms = 0
+        for before in stats_before:
+            allocated_before += before.allocated
+            ooms_before += before.num_ooms
+        for after in stats:
+            allocated += after.allocated
+            reserved += after.reserved
+            ooms += after.num_ooms
+        peak, peak_bound = cell_peak(stats_before, stats, reset) if devices else (0, EXACT)
         rss = self._last_rss = self._rss.read()
         cell = getattr(result, "execution_count", None)
 
@@ -245,6 +277,7 @@ class MemoryTracker:
                 devices,
                 leak_kind,
                 rerun_of,
+                peak_bound,
             )
         )
         nvml = self._nvml
@@ -263,22 +296,12 @@ class MemoryTracker:
         if last is not None:
             records = records[-last:] if last > 0 else []
         call = self._nvml.call if self._nvml is not None else None
+        # a record is (seq, CellMemory's fields in order without nvml_used_after)
         return [
             CellMemory(
-                cell=record[1],
-                allocated_before=record[2],
-                allocated_after=record[3],
-                peak=record[4],
-                reserved_after=record[5],
-                ooms=record[6],
-                nvml_used_after=nvml_used.get(record[0]),
-                rerun_leak=record[7],
-                leak_bytes=record[8],
-                duration_s=record[9],
-                rss_after=record[10],
-                devices=record[11],
-                leak_kind=record[12],
-                rerun_of=record[13],
+                *record[1:7],
+                nvml_used.get(record[0]),
+                *record[7:],
                 nvml_used_call=call if record[0] in nvml_used else None,
             )
             for record in records
@@ -378,7 +401,7 @@ def format_history(history: list[CellMemory], limit: Optional[int] = None) -> st
                     format_bytes(record.allocated_before),
                     format_bytes(record.allocated_after),
                     signed_bytes(record.delta),
-                    format_bytes(record.peak),
+                    record.peak_text,
                     format_bytes(record.reserved_after),
                     str(record.ooms) if not record.ooms else f"{record.ooms} OOM!",
                 ]
@@ -408,4 +431,7 @@ def format_history(history: list[CellMemory], limit: Optional[int] = None) -> st
     if leaks:
         cells = ", ".join(f"[{record.cell}]" for record in leaks)
         title += f"; grew on rerun: {cells}"
-    return "\n".join([title, *lines])
+    footer = []
+    if any(record.devices and record.peak_bound for record in history):
+        footer.append(PEAK_BOUND_NOTE)
+    return "\n".join([title, *lines, *footer])

@@ -10,7 +10,9 @@ from IPython.core.error import UsageError
 from IPython.utils.capture import capture_output
 
 from colab_gpu_guard import host_memory, nvml, tracker
+from colab_gpu_guard.cell_peaks import AT_LEAST, AT_MOST, EXACT, cell_peak, device_peak_bounds
 from colab_gpu_guard.frameworks import torch as torch_support
+from colab_gpu_guard.frameworks.torch import AllocatorStats
 from colab_gpu_guard.tracker import CellMemory, MemoryTracker, format_history, memory_history
 from tests.records import cell_memory
 
@@ -99,61 +101,172 @@ def test_post_without_pre_records_nothing_and_hooks_never_raise():
     quiet.close()
 
 
-class _FakeAllocator:
-    """Stands in for torch's CUDA allocator counters (one device)."""
+GiB = 2**30
+MiB = 2**20
+
+
+def stats(allocated, peak, total, device=0, ooms=0, reserved=None) -> AllocatorStats:
+    """One device's allocator counters as torch reports them (c10 ``Stat``: current, peak,
+    accumulated allocated), in bytes."""
+    reserved = allocated + 2 * MiB if reserved is None else reserved
+    return AllocatorStats(device, allocated, reserved, peak, ooms, total)
+
+
+# (before, after) counters of one device -> the cell's peak and what the figure is
+PEAK_CASES = {
+    "set a new process peak: exact": (
+        stats(1 * GiB, 2 * GiB, 10 * GiB),
+        stats(1 * GiB, 3 * GiB, 12 * GiB),
+        (3 * GiB, EXACT),
+    ),
+    "only allocated, below an earlier peak: exact": (
+        stats(1 * GiB, 5 * GiB, 10 * GiB),
+        stats(2 * GiB, 5 * GiB, 11 * GiB),
+        (2 * GiB, EXACT),
+    ),
+    "touched nothing: exact": (
+        stats(1 * GiB, 5 * GiB, 10 * GiB),
+        stats(1 * GiB, 5 * GiB, 10 * GiB),
+        (1 * GiB, EXACT),
+    ),
+    "allocated and freed 1 GiB below an earlier 5 GiB peak: at most start + 1 GiB": (
+        stats(1 * GiB, 5 * GiB, 10 * GiB),
+        stats(1 * GiB, 5 * GiB, 11 * GiB),
+        (2 * GiB, AT_MOST),
+    ),
+    "allocated much more than it held: at most the earlier peak": (
+        stats(1 * GiB, 5 * GiB, 10 * GiB),
+        stats(1 * GiB, 5 * GiB, 30 * GiB),
+        (5 * GiB, AT_MOST),
+    ),
+    "the cell reset the peak itself: the bytes it allocated still bound it": (
+        stats(1 * GiB, 5 * GiB, 10 * GiB),
+        stats(1 * GiB, GiB + GiB // 2, 12 * GiB),
+        (3 * GiB, AT_MOST),
+    ),
+    "the cell reset the peak and the accumulated counters: only a lower bound": (
+        stats(1 * GiB, 5 * GiB, 10 * GiB),
+        stats(1 * GiB, GiB + GiB // 2, 2 * GiB),
+        (GiB + GiB // 2, AT_LEAST),
+    ),
+    "accumulated counters reset, peak unchanged: at most the earlier peak": (
+        stats(1 * GiB, 5 * GiB, 10 * GiB),
+        stats(2 * GiB, 5 * GiB, 1 * GiB),
+        (5 * GiB, AT_MOST),
+    ),
+}
+
+
+@pytest.mark.parametrize("case", sorted(PEAK_CASES))
+def test_cell_peak_from_counters_left_alone(case):
+    before, after, expected = PEAK_CASES[case]
+    assert cell_peak([before], [after]) == expected
+    low, high = device_peak_bounds(before, after)
+    value, bound = expected
+    if bound == EXACT:
+        assert low == high == value
+    elif bound == AT_MOST:
+        assert high == value and low < high
+    else:
+        assert high is None and low == value
+
+
+def test_cell_peak_with_the_opt_in_reset_is_the_allocators_peak():
+    # the tracker reset the peak right after reading `before`: peak after is the cell's own
+    before = stats(1 * GiB, 5 * GiB, 10 * GiB)
+    after = stats(1 * GiB, GiB + 300 * MiB, 11 * GiB)
+    assert cell_peak([before], [after], reset_before=True) == (GiB + 300 * MiB, EXACT)
+
+
+def test_cell_peak_device_first_used_in_the_cell_and_several_devices():
+    # CUDA started during the cell: nothing before, every counter started at 0
+    assert cell_peak([], [stats(GiB, 2 * GiB, 3 * GiB)]) == (2 * GiB, EXACT)
+    exact = (stats(GiB, GiB, GiB, device=0), stats(GiB, 2 * GiB, 2 * GiB, device=0))
+    at_most = (stats(GiB, 5 * GiB, 9 * GiB, device=1), stats(GiB, 5 * GiB, 10 * GiB, device=1))
+    at_least = (stats(GiB, 5 * GiB, 9 * GiB, device=1), stats(GiB, 2 * GiB, 0, device=1))
+    pair = list(zip(exact, at_most))
+    assert cell_peak(pair[0], pair[1]) == (2 * GiB + 2 * GiB, AT_MOST)
+    pair = list(zip(exact, at_least))
+    assert cell_peak(pair[0], pair[1]) == (2 * GiB + 2 * GiB, AT_LEAST)
+
+
+class _Readings:
+    """Replays recorded allocator counters (one device) to the tracker's hooks: each
+    ``allocator_stats`` call returns the next reading. No CUDA here, so the numbers stand in
+    for torch's; the GPU tests check the same flow against a real device."""
 
     def __init__(self) -> None:
-        self.allocated = 0
-        self.peak = 0
-        self.ooms = 0
+        self.readings: list[AllocatorStats] = []
         self.resets = 0
 
-    def totals(self, torch=None, count=None):
-        return [
-            torch_support.AllocatorStats(
-                0, self.allocated, self.allocated + 2**20, self.peak, self.ooms
-            )
-        ]
+    def allocator_stats(self, torch=None, count=None):
+        return [self.readings.pop(0)]
 
     def reset(self, torch, count):
         self.resets += 1
-        self.peak = self.allocated
 
 
 def test_cuda_figures_peak_ooms_and_leak(monkeypatch):
     torch = pytest.importorskip("torch")
-    allocator = _FakeAllocator()
+    readings = _Readings()
     monkeypatch.setattr(torch_support, "cuda_initialized", lambda torch=None: True)
     monkeypatch.setattr(torch_support, "cuda_device_count", lambda torch=None: 1)
-    monkeypatch.setattr(torch_support, "allocator_stats", allocator.totals)
-    monkeypatch.setattr(torch_support, "reset_peaks", allocator.reset)
+    monkeypatch.setattr(torch_support, "allocator_stats", readings.allocator_stats)
+    monkeypatch.setattr(torch_support, "reset_peaks", readings.reset)
     assert torch is not None
     cuda_tracker = MemoryTracker(nvml=False)
+    counters = {"allocated": 0, "peak": 0, "total": 0, "ooms": 0}
 
-    def run(source: str, number: int, grow: int, peak_extra: int = 0, ooms: int = 0) -> None:
+    def run(source: str, number: int, grow: int, transient: int = 0, ooms: int = 0) -> None:
+        """A cell that allocates `transient` bytes and frees them, and keeps `grow` more."""
+        readings.readings.append(
+            stats(counters["allocated"], counters["peak"], counters["total"], ooms=counters["ooms"])
+        )
         cuda_tracker.pre_run_cell(types.SimpleNamespace(raw_cell=source))
-        allocator.peak = allocator.allocated + grow + peak_extra
-        allocator.allocated += grow
-        allocator.ooms += ooms
+        counters["peak"] = max(counters["peak"], counters["allocated"] + grow + transient)
+        counters["allocated"] += grow
+        counters["total"] += grow + transient
+        counters["ooms"] += ooms
+        readings.readings.append(
+            stats(counters["allocated"], counters["peak"], counters["total"], ooms=counters["ooms"])
+        )
         cuda_tracker.post_run_cell(types.SimpleNamespace(execution_count=number))
 
-    run("model = build()", 1, grow=100 * 2**20, peak_extra=50 * 2**20)
-    run("outputs.append(model(x))", 2, grow=10 * 2**20)
-    run("outputs.append(model(x))", 3, grow=10 * 2**20, ooms=1)
+    run("model = build()", 1, grow=100 * MiB, transient=50 * MiB)
+    run("outputs.append(model(x))", 2, grow=10 * MiB)
+    run("outputs.append(model(x))", 3, grow=10 * MiB, transient=5 * MiB, ooms=1)
     run("y = 1", 4, grow=0)
     run("y = 1", 5, grow=0)
     first, second, third, fourth, fifth = cuda_tracker.history()
+    assert readings.readings == []
     assert first.devices == 1 and first.allocated_before == 0
-    assert first.allocated_after == 100 * 2**20 and first.peak == 150 * 2**20
-    assert first.reserved_after == first.allocated_after + 2**20
+    assert first.allocated_after == 100 * MiB and first.peak == 150 * MiB
+    assert first.peak_bound == EXACT and first.peak_text == "150 MiB"
+    assert second.peak == 110 * MiB and second.peak_bound == EXACT  # only allocated
+    assert third.peak == 125 * MiB and third.peak_bound == AT_MOST  # below the 150 MiB peak
+    assert third.peak_text == "<= 125 MiB" and third.exact_peak is None
+    assert first.reserved_after == first.allocated_after + 2 * MiB
     assert third.ooms == 1 and second.ooms == 0
-    assert third.rerun_leak and third.leak_bytes == 10 * 2**20 and third.rerun_of == 2
+    assert third.rerun_leak and third.leak_bytes == 10 * MiB and third.rerun_of == 2
     assert third.leak_kind == "cuda allocated"
     assert not second.rerun_leak and not fifth.rerun_leak and fifth.rerun_of == 4
-    assert fourth.delta == 0
-    assert allocator.resets == 5  # peak stats reset before every cell
+    assert fourth.delta == 0 and fourth.peak_bound == EXACT
+    assert readings.resets == 0  # the user's peak counters are left alone
     text = format_history(cuda_tracker.history())
     assert "1 OOM!" in text and "LEAK" in text and "grew on rerun: [3]" in text
+    assert "<= 125 MiB" in text and tracker.PEAK_BOUND_NOTE in text
+    assert tracker.PEAK_BOUND_NOTE not in format_history(cuda_tracker.history()[:2])
+
+    cuda_tracker.reset_peaks = True  # the opt-in: reset before every cell, exact peaks
+    readings.readings += [
+        stats(110 * MiB, 150 * MiB, 200 * MiB),
+        stats(110 * MiB, 111 * MiB, 201 * MiB),
+    ]
+    cuda_tracker.pre_run_cell(types.SimpleNamespace(raw_cell="z = f(x)"))
+    cuda_tracker.post_run_cell(types.SimpleNamespace(execution_count=6))
+    assert readings.resets == 1
+    last = cuda_tracker.history()[-1]
+    assert (last.peak, last.peak_bound) == (111 * MiB, EXACT)
     cuda_tracker.close()
 
 
@@ -255,3 +368,25 @@ def test_gpu_history_magic(ip, run_cell):
         with pytest.raises(UsageError):
             ip.run_line_magic("gpu_history", bad)
     assert "Examples" in ip.find_line_magic("gpu_history").__doc__
+
+
+def test_gpu_history_reset_peaks_is_opt_in_and_says_what_it_changes(ip, run_cell):
+    history_tracker = tracker.active_tracker(ip)
+    assert history_tracker.reset_peaks is False  # the user's peak counters are left alone
+    doc = ip.find_line_magic("gpu_history").__doc__
+    assert "max_memory_allocated()" in doc and "--reset-peaks on" in doc and "<= X" in doc
+    try:
+        with capture_output() as captured:
+            ip.run_line_magic("gpu_history", "--reset-peaks ON")
+        assert history_tracker.reset_peaks is True
+        assert "reset before every cell" in captured.stdout
+        assert "covers the current cell only" in captured.stdout
+        with capture_output() as captured:
+            ip.run_line_magic("gpu_history", "--reset-peaks off")
+        assert history_tracker.reset_peaks is False
+        assert "left alone" in captured.stdout and "whole process" in captured.stdout
+        with pytest.raises(UsageError, match="Usage: %gpu_history"):
+            ip.run_line_magic("gpu_history", "--reset-peaks maybe")
+        assert history_tracker.reset_peaks is False
+    finally:
+        history_tracker.reset_peaks = False

@@ -195,13 +195,16 @@ def seed_cuda_generators(torch: ModuleType, value: int) -> None:
 
 
 class AllocatorStats(NamedTuple):
-    """What this process's caching allocator holds on one device, in bytes."""
+    """What this process's caching allocator holds on one device, in bytes.
+    ``allocated_total``: bytes ever allocated (torch's accumulated ``allocated`` counter,
+    which ``reset_peak_memory_stats`` leaves alone)."""
 
     device: int
     allocated: int
     reserved: int
     peak_allocated: int
     num_ooms: int
+    allocated_total: int = 0
 
 
 def allocator_stats(
@@ -227,13 +230,19 @@ def allocator_stats(
             raw = raw_stats(index)
             allocated = raw["allocated_bytes"]["all"]
             reserved = raw["reserved_bytes"]["all"]
-            figures = (allocated["current"], reserved["current"], allocated["peak"])
+            figures = (
+                allocated["current"],
+                reserved["current"],
+                allocated["peak"],
+                allocated["allocated"],
+            )
         else:
             flat = torch.cuda.memory_stats(index)
             figures = (
                 flat.get("allocated_bytes.all.current", 0),
                 flat.get("reserved_bytes.all.current", 0),
                 flat.get("allocated_bytes.all.peak", 0),
+                flat.get("allocated_bytes.all.allocated", 0),
             )
             raw = flat
         stats.append(
@@ -243,6 +252,7 @@ def allocator_stats(
                 int(figures[1]),
                 int(figures[2]),
                 int(raw.get("num_ooms", 0)),
+                int(figures[3]),
             )
         )
     return stats

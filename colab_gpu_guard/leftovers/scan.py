@@ -12,12 +12,16 @@ from dataclasses import dataclass, field
 from typing import Any, NamedTuple, Optional
 
 from .. import notebook_refs
+from ..frameworks import torch_compile
+from ..units import OTHER
 from .blocks import Blocks
 from .deep import allocator_gaps, scan_unnamed
 from .found import Ref
 from .naming import PathNames, best_paths
 from .records import DeviceGap, LeftoverList
 from .walker import DEFAULT_MAX_DEPTH, Walker, reach_by_root
+
+COMPILED_GRAPH = "compiled graph"  # a root kind: a graph torch.compile installed
 
 
 class Group(NamedTuple):
@@ -99,6 +103,10 @@ def _device_matches(device: str, wanted) -> bool:
 def _scan_roots(walker: Walker, shell, namespace: Optional[dict]) -> None:
     for root in notebook_refs.roots(shell, namespace if namespace is not None else {}):
         walker.visit_root(root.label, root.value, root.holder, root.key, root.depth)
+    # what torch.compile's caches hold: never a user variable, freed by dynamo's reset
+    for graph in torch_compile.compiled_graphs(namespace):
+        key = notebook_refs.RootKey(COMPILED_GRAPH, graph.label)
+        walker.visit_root(graph.label, graph.value, OTHER, key)
 
 
 def scan(

@@ -23,7 +23,7 @@ def _history_values(
     allocated = [r.allocated_after for r in records]
     cuda = bool(getattr(status.torch, "cuda_initialized", False))
     if any(value for value in allocated) or (cuda and any(v is not None for v in allocated)):
-        return "allocated", allocated, [r.peak for r in records]
+        return "allocated", allocated, [r.exact_peak for r in records]  # no outline at a bound
     used = [r.nvml_used_after for r in records]
     if any(value is not None for value in used):
         v1 = any(r.nvml_used_call == V1 for r in records)
@@ -80,8 +80,8 @@ def render_history(status: GpuStatus, width: int = 560, height: int = 120) -> st
         bar_h = plot_h * value / top
         colour = "#d62728" if record.rerun_leak else "#1f77b4"
         tip = f"cell [{record.cell}]: {kind} {format_bytes(values[index])}"
-        if peak is not None:
-            tip += f", peak {format_bytes(peak)}"
+        if kind == "allocated":
+            tip += f", peak {record.peak_text}"
         if record.reserved_after is not None:
             tip += f", reserved {format_bytes(record.reserved_after)}"
         if record.rerun_leak:

@@ -306,7 +306,7 @@ def cell_line(record: CellMemory) -> str:
     line = (
         f"[{cell}] allocated {format_bytes(record.allocated_after)} "
         f"({'+' if (change or 0) >= 0 else ''}{format_bytes(change)}) | peak "
-        f"{format_bytes(record.peak)} | reserved {format_bytes(record.reserved_after)}"
+        f"{record.peak_text} | reserved {format_bytes(record.reserved_after)}"
     )
     if record.nvml_used_after is not None:
         line += f" | NVML {format_bytes(record.nvml_used_after)}"

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Optional
 
+from IPython.core.error import UsageError
 from IPython.core.magic import line_magic, magics_class
 from IPython.core.magic_arguments import argument, magic_arguments, parse_argstring
 
@@ -15,7 +16,7 @@ if TYPE_CHECKING:
     from ...tracker import MemoryTracker
     from ..registration import Registration
 
-GPU_HISTORY_USAGE = "%gpu_history [--limit N]"
+GPU_HISTORY_USAGE = "%gpu_history [--limit N] [--reset-peaks on|off]"
 
 
 @magics_class
@@ -37,6 +38,16 @@ class HistoryMagics(GuardMagics):
         metavar="N",
         help="show only the last N cells (default: all recorded, at most 500)",
     )
+    @argument(
+        "--reset-peaks",
+        type=str.lower,
+        choices=("on", "off"),
+        default=None,
+        metavar="on|off",
+        help="on: reset torch's peak memory counters before every cell (exact per-cell "
+        "peaks; torch.cuda.max_memory_allocated() then covers the current cell only); "
+        "off (the default): leave them alone",
+    )
     @line_magic
     def gpu_history(self, line: str = "") -> None:
         """Show each cell's memory effect since the extension was loaded.
@@ -45,18 +56,50 @@ class HistoryMagics(GuardMagics):
         reserved, CUDA out-of-memory errors, NVML used, host RSS, and LEAK when the same
         cell source, run again, ended with more memory than its previous run did.
 
+        Peaks: torch's peak counters are left alone, so your own
+        ``torch.cuda.max_memory_allocated()`` keeps covering the whole process. A cell's
+        peak is then exact when the cell set a new process peak, or only allocated;
+        otherwise the cell stayed below an earlier peak and the column shows an upper bound,
+        "<= X" (the smaller of that earlier peak and what the cell started with plus all it
+        allocated). ``--reset-peaks on`` resets torch's peak counters before every cell
+        instead: every peak is exact, and ``max_memory_allocated()`` then covers only the
+        current cell; ``--reset-peaks off`` leaves them alone again.
+
         Examples::
 
-          %gpu_history              # every recorded cell (the last 500 at most)
-          %gpu_history --limit 10   # the last 10
+          %gpu_history                  # every recorded cell (the last 500 at most)
+          %gpu_history --limit 10       # the last 10
+          %gpu_history --reset-peaks on # exact per-cell peaks from the next cell on
 
         From code: ``colab_gpu_guard.memory_history()`` (dataclasses) and
         ``colab_gpu_guard.format_history(...)``.
         """
         from ... import tracker
 
-        args = parse_argstring(self.gpu_history, line)
+        try:
+            args = parse_argstring(self.gpu_history, line)
+        except UsageError as error:
+            raise usage_error(error, GPU_HISTORY_USAGE) from None
         if args.limit is not None and args.limit < 0:
             raise usage_error(ValueError("--limit must be 0 or more"), GPU_HISTORY_USAGE)
+        if args.reset_peaks is not None:
+            if self.tracker is not None:
+                self.tracker.reset_peaks = args.reset_peaks == "on"
+            print(_peaks_state(self.tracker))
+            return
         history = self.tracker.history() if self.tracker is not None else []
         print(tracker.format_history(history, limit=args.limit))
+
+
+def _peaks_state(recorder: Optional[MemoryTracker]) -> str:
+    if recorder is not None and recorder.reset_peaks:
+        return (
+            "gpu_history: torch's peak memory counters are reset before every cell: exact "
+            "per-cell peaks; torch.cuda.max_memory_allocated() covers the current cell only "
+            "(--reset-peaks off to stop)"
+        )
+    return (
+        "gpu_history: torch's peak memory counters are left alone "
+        "(torch.cuda.max_memory_allocated() covers the whole process); a cell below an "
+        "earlier peak shows '<= X' (--reset-peaks on for exact per-cell peaks)"
+    )
