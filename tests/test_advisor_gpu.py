@@ -68,12 +68,13 @@ def test_real_device_side_assert_says_restart_and_status_reports_broken_quickly(
             snapshot = status.gpu_status(leftovers=False)
             status_health, status_text = snapshot.torch.health, str(snapshot)
         elapsed = time.monotonic() - started
+        error = type(sys.last_value).__name__  # %gpu_reset below drops sys.last_value
         probed = cuda_health.health(probe=True, timeout=5.0)  # a broken context fails it
         from IPython.utils.capture import capture_output
         with capture_output() as captured:
             ip.run_line_magic("gpu_reset", "")
         report(state=state, status_health=status_health, status_text=status_text,
-               elapsed=elapsed, error=type(sys.last_value).__name__,
+               elapsed=elapsed, error=error,
                probed=[probed.state, probed.detail], reset_text=captured.stdout,
                total=time.monotonic() - started)
         """
@@ -150,12 +151,12 @@ def test_real_forked_cuda_error_is_diagnosed_and_the_kernel_stays_ok():
     result, output = run_script(
         """
         ip.run_cell(
-            "import multiprocessing, torch\\n"
+            "import functools, multiprocessing, torch\\n"
             "x = torch.ones(1, device='cuda')  # CUDA starts in the kernel\\n"
-            "def touch(_):\\n"
-            "    return torch.zeros(1, device='cuda').item()\\n"
+            "# a function the pool can pickle (one defined in a cell is not importable)\\n"
+            "touch = functools.partial(torch.ones, device='cuda')\\n"
             "with multiprocessing.get_context('fork').Pool(1) as pool:\\n"
-            "    pool.map(touch, [0])\\n",
+            "    pool.map(touch, [1])\\n",
             store_history=True,
         )
         from colab_gpu_guard import cuda_health
