@@ -176,3 +176,9 @@ def bench_parser(description: str, quick_help: str) -> argparse.ArgumentParser:
     parser.add_argument("--smoke", action="store_true", help="tiny sizes (test suite)")
     parser.add_argument("--json", metavar="PATH", help="also write the result rows as JSON")
     return parser
+
+
+def path_first(root: str) -> str:
+    """PYTHONPATH for a child interpreter: `root` first, then whatever the parent had (where
+    IPython itself may come from a PYTHONPATH entry, as on the lent GPU machine)."""
+    return os.pathsep.join(part for part in (root, os.environ.get("PYTHONPATH")) if part)

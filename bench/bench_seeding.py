@@ -21,7 +21,7 @@ ROOT = Path(__file__).resolve().parent.parent
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
-from bench._common import bench_parser, print_rows, row, write_json  # noqa: E402
+from bench._common import bench_parser, path_first, print_rows, row, write_json  # noqa: E402
 
 LOAD_SCRIPT = textwrap.dedent(
     """
@@ -44,7 +44,7 @@ LOAD_SCRIPT = textwrap.dedent(
 def compiled_env() -> dict:
     """Fresh interpreters that reuse compiled bytecode, as an installed package does (this
     checkout may run with PYTHONDONTWRITEBYTECODE=1, which would time the compiler)."""
-    env = dict(os.environ, PYTHONPATH=str(ROOT))
+    env = dict(os.environ, PYTHONPATH=path_first(str(ROOT)))
     env.pop("PYTHONDONTWRITEBYTECODE", None)
     env["PYTHONPYCACHEPREFIX"] = os.path.join(tempfile.gettempdir(), "colab_gpu_guard_bench")
     return env

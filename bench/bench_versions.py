@@ -23,7 +23,7 @@ ROOT = Path(__file__).resolve().parent.parent
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
-from bench._common import bench_parser, print_rows, row, write_json  # noqa: E402
+from bench._common import bench_parser, path_first, print_rows, row, write_json  # noqa: E402
 
 # Each script prints one number: milliseconds (or microseconds per cell) of one sample.
 SCRIPTS = {
@@ -88,7 +88,7 @@ SCRIPTS = {
 
 
 def sample(tree: Path, script: str) -> float:
-    env = dict(os.environ, PYTHONPATH=str(tree))
+    env = dict(os.environ, PYTHONPATH=path_first(str(tree)))
     env.pop("PYTHONDONTWRITEBYTECODE", None)
     env["PYTHONPYCACHEPREFIX"] = os.path.join(tempfile.gettempdir(), "cgg_bench_versions")
     done = subprocess.run(

@@ -1,4 +1,5 @@
-"""Shared fixtures: a real IPython shell with the extension loaded, and the gpu marker."""
+"""Shared fixtures: a real IPython shell with the extension loaded, and the gpu and cpu_only
+markers."""
 
 from __future__ import annotations
 
@@ -21,13 +22,29 @@ def _cuda_available() -> bool:
     return bool(torch.cuda.is_available())
 
 
+def _torch_has_cuda() -> bool:
+    if importlib.util.find_spec("torch") is None:
+        return False
+    import torch
+
+    return torch.version.cuda is not None
+
+
 def pytest_collection_modifyitems(config, items):
     if _cuda_available():
+        skip_cpu = pytest.mark.skip(reason="describes a CPU-only machine (this one has CUDA)")
+        for item in items:
+            if "cpu_only" in item.keywords:
+                item.add_marker(skip_cpu)
         return
     skip = pytest.mark.skip(reason="needs a CUDA device (none here)")
+    cuda_build = _torch_has_cuda()
+    skip_build = pytest.mark.skip(reason="describes a CPU-only torch build (this torch has CUDA)")
     for item in items:
         if "gpu" in item.keywords:
             item.add_marker(skip)
+        elif cuda_build and "cpu_only" in item.keywords:
+            item.add_marker(skip_build)
 
 
 def global_shell():

@@ -23,6 +23,9 @@ from tests import fake_pynvml
 
 FIXTURE = Path(__file__).parent / "fixtures" / "cuda_error_messages.json"
 MESSAGES = json.loads(FIXTURE.read_text())["messages"]
+# a PID above Linux's largest pid_max (2**22): no local process can have it, so no name lookup
+# on the machine running the tests answers for it
+UNUSED_PID = 2**22 + 77
 
 
 class ProcessException(Exception):
@@ -787,6 +790,7 @@ def test_dataloader_worker_error_names_the_worker(no_nvml):
     assert "Raised in DataLoader worker process 0 and raised again here." in diagnosis.notes
 
 
+@pytest.mark.cpu_only
 def test_cupy_error_is_this_processs_own(no_nvml):
     pytest.importorskip("torch")  # CPU-only: there is no torch context to mark
     diagnosis = advisor.advise(make(entry("sticky_error", 4)))  # CuPy's CUDARuntimeError
@@ -887,7 +891,7 @@ def test_driver_facts_and_processes_come_from_the_one_nvml_client(fake_nvml):
                 fake_pynvml.FakeGpu(
                     name="NVIDIA A100",
                     capability=(8, 0),
-                    processes=[fake_pynvml.FakeProcess(77, None, "trainer")],
+                    processes=[fake_pynvml.FakeProcess(UNUSED_PID, None, "trainer")],
                 )
             ],
             cuda_driver_version=11040,
@@ -896,7 +900,7 @@ def test_driver_facts_and_processes_come_from_the_one_nvml_client(fake_nvml):
     facts = advisor.driver_facts()
     assert facts["driver_cuda"] == "11.4" and facts["driver_version"] == "550.54.15"
     assert facts["devices"] == [{"index": 0, "name": "NVIDIA A100", "capability": (8, 0)}]
-    assert advisor.gpu_processes() == [advisor.GpuProcess(77, "trainer", None, 0)]
+    assert advisor.gpu_processes() == [advisor.GpuProcess(UNUSED_PID, "trainer", None, 0)]
     assert world.init_count == 1  # initialised once, kept for the process
 
 
@@ -945,6 +949,7 @@ def test_arch_supports(arch_list, capability, expected):
     assert advisor.arch_supports(arch_list, capability) is expected
 
 
+@pytest.mark.cpu_only
 def test_no_gpu_facts(monkeypatch, no_nvml):
     monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "7")
     diagnosis = advisor.advise(make(entry("no_gpu")))

@@ -198,6 +198,7 @@ def test_sticky_error_says_restart_and_marks_the_context_broken(ip, run, cuda_st
     assert tb.tb_frame.f_locals["logits"] == [1, 2]
 
 
+@pytest.mark.cpu_only
 def test_sticky_error_while_cuda_never_started_here_does_not_mark_or_say_restart(ip, run):
     pytest.importorskip("torch")  # a CPU build: CUDA never starts in this kernel
     result, out = run(STICKY_CELL)

@@ -110,6 +110,7 @@ def assert_escaped(text: str) -> None:
 # ---------------------------------------------------------------- the widget tree
 
 
+@pytest.mark.cpu_only
 def test_no_gpu_tree_says_why_and_stays_useful(ip, run_cell, show, torch):
     run_cell("import torch\nweights_on_cpu = torch.ones(256, 1024)")
     instance = show()

@@ -359,6 +359,7 @@ def test_reset_without_names_deletes_no_variable(shell, run_cell):
     assert alive(shell, "keep")
 
 
+@pytest.mark.cpu_only
 def test_all_deletes_tensor_variables_only(shell, run_cell):
     np = pytest.importorskip("numpy")
     assert np is not None

@@ -48,7 +48,10 @@ def test_reset_works_without_torch_or_numpy():
         text=True,
         timeout=120,
         cwd=ROOT,
-        env={**os.environ, "PYTHONPATH": ROOT},
+        env={
+            **os.environ,
+            "PYTHONPATH": os.pathsep.join(filter(None, (ROOT, os.environ.get("PYTHONPATH")))),
+        },
     )
     assert "OK []" in done.stdout, done.stdout + done.stderr
     assert "gpu_reset --dry-run" in done.stdout and "memory history" in done.stdout

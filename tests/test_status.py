@@ -460,6 +460,7 @@ def test_a_gpu_where_nvml_lists_no_process_at_all_says_so(fake, cuda_torch):
     assert "NVML lists not even this kernel" in panel_html.render_device(snap, snap.nvml.devices[0])
 
 
+@pytest.mark.cpu_only
 def test_real_cpu_torch_has_nothing_to_identify(fake):
     pytest.importorskip("torch")
     fake(in_a_container())
