@@ -23,9 +23,7 @@ previous run of it ended with, the record is flagged (the judgement: ``cell_reru
 from __future__ import annotations
 
 import collections
-import queue
 import sys
-import threading
 import time
 from dataclasses import asdict, dataclass
 from typing import Any, Optional
@@ -35,6 +33,7 @@ from .cell_peaks import EXACT, cell_peak
 from .cell_reruns import RSS_NOISE_FLOOR, RerunLeakCheck
 from .frameworks import torch as torch_support
 from .host_memory import RssReader as _RssReader
+from .nvml_sampler import NvmlSampler
 from .units import format_bytes, signed_bytes
 
 DEFAULT_MAXLEN = 500
@@ -101,63 +100,6 @@ class CellMemory:
         return asdict(self)
 
 
-# ---------------------------------------------------------------- NVML after a cell
-
-
-class _NvmlSampler:
-    """Reads NVML used memory after a cell in a daemon thread, off the hot path. `call` is
-    the NVML memory call the readings came from ("v2" or "v1"; one per process)."""
-
-    def __init__(self, sink: dict) -> None:
-        self.sink = sink
-        self.available: Optional[bool] = None  # None: not known yet
-        self.call: Optional[str] = None
-        self._queue: queue.SimpleQueue = queue.SimpleQueue()
-        self._thread: Optional[threading.Thread] = None
-
-    def request(self, seq: int) -> None:
-        if self._thread is None:
-            from . import nvml  # once: %load_ext does not pay for NVML
-
-            if nvml.known_unavailable():
-                # A thread woken after every cell only to find no NVML would take the GIL
-                # from the cells it is meant to stay out of the way of.
-                self.available = False
-                return
-            self._thread = threading.Thread(
-                target=self._run, name="colab_gpu_guard-nvml", daemon=True
-            )
-            self._thread.start()
-        self._queue.put(seq)
-
-    def _run(self) -> None:
-        from . import nvml
-
-        while True:
-            seq = self._queue.get()
-            if seq is None:
-                return
-            used = nvml.used_memory()
-            if used is None:
-                self.available = False
-                return
-            self.available = True
-            self.call = used.call
-            self.sink[seq] = used.total
-
-    def wait_idle(self, timeout: float = 2.0) -> None:
-        """For tests and readers: let queued readings land (bounded)."""
-        deadline = time.monotonic() + timeout
-        while not self._queue.empty() and time.monotonic() < deadline:
-            time.sleep(0.001)
-        time.sleep(0.002)
-
-    def stop(self) -> None:
-        if self._thread is not None:
-            self._queue.put(None)
-            self._thread = None
-
-
 _NO_CUDA: tuple = (0, ())
 
 
@@ -206,7 +148,7 @@ class MemoryTracker:
         self._nvml_used: dict[int, int] = {}
         self._rss = _RssReader()
         self._last_rss: Optional[int] = None
-        self._nvml = _NvmlSampler(self._nvml_used) if nvml else None
+        self._nvml = NvmlSampler(self._nvml_used) if nvml else None
 
     # -- the hot path: no allocation-heavy work, no object walks, no CUDA calls
     def pre_run_cell(self, info: Any = None) -> None:

@@ -1,0 +1,129 @@
+"""PyTorch tensors' metadata for the leftovers scan: shape, dtype, device, bytes and the
+storage they share, one tensor at a time or many in one C-level pass.
+
+Part of ``frameworks.torch`` (which exports `array_info` and `array_infos` under the
+Framework protocol's names); never imports torch.
+"""
+
+from __future__ import annotations
+
+from functools import partial
+from operator import attrgetter, methodcaller
+from typing import Optional
+
+from .base import ArrayInfo
+
+
+def _dense_nbytes(tensor) -> int:
+    try:
+        return tensor.numel() * tensor.element_size()
+    except Exception:
+        return 0
+
+
+_DTYPE_NAMES: dict = {}
+_CUDA_NAMES: dict = {}
+
+
+def _dtype_name(dtype) -> str:
+    name = _DTYPE_NAMES.get(dtype)
+    if name is None:
+        name = _DTYPE_NAMES[dtype] = str(dtype).replace("torch.", "")
+    return name
+
+
+def _device_name(tensor) -> str:
+    index = tensor.get_device()  # -1 on CPU; no torch.device object is built
+    if index >= 0 and tensor.is_cuda:
+        name = _CUDA_NAMES.get(index)
+        if name is None:
+            name = _CUDA_NAMES[index] = f"cuda:{index}"
+        return name
+    if index < 0 and tensor.is_cpu:
+        return "cpu"
+    return str(tensor.device)
+
+
+def array_info(tensor) -> ArrayInfo:
+    """A tensor's metadata. Views share their base's untyped storage, so they share its
+    key. Tensors without a storage (sparse, nested) count their own bytes under a key of
+    their own; meta tensors hold no memory and count 0 bytes.
+    """
+    shape = tuple(tensor.shape)
+    dtype = _dtype_name(tensor.dtype)
+    device = _device_name(tensor)
+    if device == "meta":
+        return ArrayInfo(shape, dtype, device, 0, ("meta", id(tensor)), 0, id(tensor))
+    nbytes = _dense_nbytes(tensor)
+    try:
+        storage = tensor.untyped_storage()
+        storage_nbytes = storage.nbytes()
+        pointer = storage.data_ptr()
+    except Exception:  # sparse / nested / functional tensors have no plain storage
+        layout_bytes = _sparse_nbytes(tensor)
+        nbytes = layout_bytes if layout_bytes is not None else nbytes
+        return ArrayInfo(shape, dtype, device, nbytes, ("tensor", id(tensor)), nbytes, id(tensor))
+    if storage_nbytes == 0 or pointer == 0:
+        key = ("tensor", id(tensor))
+        return ArrayInfo(shape, dtype, device, nbytes, key, storage_nbytes, id(tensor))
+    return ArrayInfo(shape, dtype, device, nbytes, (device, pointer), storage_nbytes, pointer)
+
+
+def _sparse_nbytes(tensor) -> Optional[int]:
+    try:
+        if tensor.is_sparse:
+            return _dense_nbytes(tensor._values()) + _dense_nbytes(tensor._indices())
+    except Exception:
+        return None
+    return None
+
+
+_SHAPE = attrgetter("shape")
+_DTYPE = attrgetter("dtype")
+_DEVICE = attrgetter("device")
+_NBYTES = attrgetter("nbytes")
+_UNTYPED_STORAGE = methodcaller("untyped_storage")
+_STORAGE_NBYTES = methodcaller("nbytes")
+_DATA_PTR = methodcaller("data_ptr")
+_NEW_INFO = partial(tuple.__new__, ArrayInfo)
+
+
+def array_infos(tensors: list) -> list[ArrayInfo]:
+    """``array_info`` of many tensors, one C-level pass per attribute (``map`` with
+    ``attrgetter``/``methodcaller``; a notebook may hold 10^5 tensors). Raises where any
+    tensor is unusual (meta, sparse or nested, an attribute that raises): the caller then
+    reads them one at a time with ``array_info``.
+    """
+    devices = list(map(_DEVICE, tensors))
+    device_names = {device: str(device) for device in set(devices)}
+    if "meta" in device_names.values():
+        raise ValueError("meta tensors")  # array_info handles them
+    dtypes = list(map(_DTYPE, tensors))
+    dtype_names = {dtype: _dtype_name(dtype) for dtype in set(dtypes)}
+    shapes = list(map(_SHAPE, tensors))  # torch.Size: a tuple already
+    nbytes = list(map(_NBYTES, tensors))  # numel() * element_size(), in C
+    storages = list(map(_UNTYPED_STORAGE, tensors))
+    storage_nbytes = list(map(_STORAGE_NBYTES, storages))
+    pointers = list(map(_DATA_PTR, storages))
+    del storages
+    device_texts = list(map(device_names.__getitem__, devices))
+    infos = list(
+        map(
+            _NEW_INFO,
+            zip(
+                shapes,
+                map(dtype_names.__getitem__, dtypes),
+                device_texts,
+                nbytes,
+                zip(device_texts, pointers),
+                storage_nbytes,
+                pointers,
+            ),
+        )
+    )
+    if 0 in pointers or 0 in storage_nbytes:  # empty storages: a key of their own
+        for index, info in enumerate(infos):
+            if info.storage_nbytes == 0 or info.storage_id == 0:
+                ident = id(tensors[index])
+                infos[index] = info._replace(storage_key=("tensor", ident), storage_id=ident)
+    return infos
