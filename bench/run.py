@@ -26,7 +26,7 @@ ROOT = HERE.parent
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
-from bench._common import SEE_OUTPUT, machine, print_rows, row  # noqa: E402
+from bench._common import SEE_OUTPUT, machine, path_first, print_rows, row  # noqa: E402
 
 # (name, script, what it covers in issue 8)
 BENCHES = (
@@ -62,8 +62,7 @@ def run_one(name: str, script: str, mode: str, scratch: str) -> dict:
     if accepts(path, "--json"):
         out_json = os.path.join(scratch, f"{name}.json")
         argv += ["--json", out_json]
-    env = dict(os.environ)
-    env["PYTHONPATH"] = os.pathsep.join(filter(None, (str(ROOT), env.get("PYTHONPATH"))))
+    env = dict(os.environ, PYTHONPATH=path_first(str(ROOT)))
     start = time.perf_counter()
     try:
         done = subprocess.run(

@@ -14,6 +14,8 @@ from pathlib import Path
 
 import pytest
 
+from bench._common import path_first
+
 ROOT = Path(__file__).resolve().parent.parent
 FIELDS = ("name", "ours", "baseline_or_peer", "unit", "ratio", "target", "result", "note")
 BENCHES = ("seeding", "tracker", "leftovers", "reset", "status", "panel")
@@ -24,7 +26,7 @@ pytest.importorskip("torch")
 @pytest.mark.slow
 def test_bench_runs_in_smoke_mode(tmp_path):
     out = tmp_path / "bench.json"
-    env = dict(os.environ, PYTHONPATH=str(ROOT))
+    env = dict(os.environ, PYTHONPATH=path_first(str(ROOT)))
     done = subprocess.run(
         [sys.executable, "-m", "bench", "--quick", "--smoke", "--json", str(out)],
         cwd=ROOT,
@@ -58,7 +60,7 @@ def test_bench_runs_in_smoke_mode(tmp_path):
 @pytest.mark.slow
 def test_bench_versions_compares_this_checkout_with_a_commit(tmp_path):
     out = tmp_path / "versions.json"
-    env = dict(os.environ, PYTHONPATH=str(ROOT))
+    env = dict(os.environ, PYTHONPATH=path_first(str(ROOT)))
     done = subprocess.run(
         [sys.executable, "bench/bench_versions.py", "--against", "HEAD", "--smoke"]
         + ["--json", str(out)],

@@ -9,6 +9,8 @@ import sys
 
 import pytest
 
+from bench._common import path_first
+
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 SCRIPT = r"""
@@ -50,7 +52,7 @@ def test_reset_works_without_torch_or_numpy():
         cwd=ROOT,
         env={
             **os.environ,
-            "PYTHONPATH": os.pathsep.join(filter(None, (ROOT, os.environ.get("PYTHONPATH")))),
+            "PYTHONPATH": path_first(ROOT),
         },
     )
     assert "OK []" in done.stdout, done.stdout + done.stderr
