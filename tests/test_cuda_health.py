@@ -350,7 +350,10 @@ if pid == 0:
         health = cuda_health.health(probe=True, timeout=2.0)
         snap = status.gpu_status(leftovers=False)
         report = reset.gpu_reset(namespace={})
-        data = dict(health=health.state, detail=health.detail, status=snap.torch.health,
+        from colab_gpu_guard.seeding import seed_all
+        seeded = str(seed_all(7))
+        data = dict(seeded=seeded, health=health.state, detail=health.detail,
+                    status=snap.torch.health,
                     notes=list(snap.notes), status_text=snap.to_text(),
                     reset_state=report.cuda_state, reset_text=str(report),
                     restart=report.restart_required, elapsed=time.monotonic() - started)
@@ -397,5 +400,9 @@ def test_gpu_fork_after_cuda_started_child_says_so_and_does_not_hang():
     assert "CUDA context: forked" in result["status_text"]
     assert result["reset_state"] == "forked" and not result["restart"]
     assert f"no CUDA cache to empty: {cuda_health.FORKED_DETAIL}" in result["reset_text"]
+    assert (
+        "PyTorch CUDA: this process was forked after CUDA initialised; CUDA cannot be used here"
+        in " ".join(result["seeded"].split())
+    ), result["seeded"]
     assert result["elapsed"] < 60
     assert result["parent"] == "ok"  # the parent's context is untouched
