@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 
 from colab_gpu_guard.frameworks import torch as torch_support
+from tests.child import run_python
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -177,22 +178,8 @@ def test_cache_release_names_the_devices_with_a_context(monkeypatch):
 
 
 def _run(body: str, env: dict | None = None) -> dict:
-    """Run `body` in a fresh interpreter with this checkout importable; it prints one JSON
-    line last."""
-    import json
-
-    environment = dict(env if env is not None else os.environ)
-    environment["PYTHONPATH"] = str(ROOT) + os.pathsep + environment.get("PYTHONPATH", "")
-    done = subprocess.run(
-        [sys.executable, "-c", textwrap.dedent(body)],
-        capture_output=True,
-        text=True,
-        env=environment,
-        timeout=300,
-        cwd=ROOT,
-    )
-    assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-4000:]
-    return json.loads(done.stdout.strip().splitlines()[-1])
+    """`body` in a fresh interpreter; it prints one JSON line last."""
+    return run_python(body, env)
 
 
 _REFERENCE_DRAW = """

@@ -6,12 +6,8 @@ stand-in whose synchronize blocks or raises on demand; the gpu tests use the rea
 from __future__ import annotations
 
 import contextlib
-import json
 import os
 import re
-import subprocess
-import sys
-import textwrap
 import threading
 import types
 from pathlib import Path
@@ -20,6 +16,7 @@ import pytest
 
 from colab_gpu_guard import cuda_health
 from colab_gpu_guard.frameworks import torch as torch_support
+from tests.child import run_python
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -381,18 +378,7 @@ print("HEALTH-RESULT:" + json.dumps(child))
 
 @pytest.mark.gpu
 def test_gpu_fork_after_cuda_started_child_says_so_and_does_not_hang():
-    env = dict(os.environ, PYTHONPATH=str(ROOT) + os.pathsep + os.environ.get("PYTHONPATH", ""))
-    done = subprocess.run(
-        [sys.executable, "-c", textwrap.dedent(FORK_SCRIPT)],
-        capture_output=True,
-        text=True,
-        timeout=240,
-        cwd=ROOT,
-        env=env,
-    )
-    lines = [line for line in done.stdout.splitlines() if line.startswith("HEALTH-RESULT:")]
-    assert lines, f"no result (exit {done.returncode}):\n{(done.stdout + done.stderr)[-4000:]}"
-    result = json.loads(lines[-1][len("HEALTH-RESULT:") :])
+    result = run_python(FORK_SCRIPT, marker="HEALTH-RESULT:", timeout=240)
     assert not result.get("hung"), "status/reset hung in the forked child"
     assert "error" not in result, result
     assert result["health"] == "forked" and result["detail"] == cuda_health.FORKED_DETAIL

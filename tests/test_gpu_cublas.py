@@ -8,14 +8,13 @@ fresh interpreter, since the first matmul fixes the answer for the rest of the p
 
 from __future__ import annotations
 
-import json
 import os
-import subprocess
-import sys
 import textwrap
 from pathlib import Path
 
 import pytest
+
+from tests.child import run_python
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -38,18 +37,7 @@ def matmul():
 
 def run(body: str) -> dict:
     env = {k: v for k, v in os.environ.items() if k != "CUBLAS_WORKSPACE_CONFIG"}
-    env["PYTHONPATH"] = str(ROOT) + os.pathsep + env.get("PYTHONPATH", "")
-    script = "import json, os, torch\n" + MATMUL + textwrap.dedent(body)
-    done = subprocess.run(
-        [sys.executable, "-c", script],
-        capture_output=True,
-        text=True,
-        env=env,
-        timeout=300,
-        cwd=ROOT,
-    )
-    assert done.returncode == 0, done.stderr[-4000:]
-    return json.loads(done.stdout.strip().splitlines()[-1])
+    return run_python("import json, os, torch\n" + MATMUL + textwrap.dedent(body), env)
 
 
 @pytest.fixture(scope="module")

@@ -6,16 +6,13 @@ as it needs it rather than 75% of the GPU at start."""
 from __future__ import annotations
 
 import importlib.util
-import json
 import os
-import subprocess
-import sys
-import textwrap
 from pathlib import Path
 
 import pytest
 
 from colab_gpu_guard.frameworks import cupy as cupy_support
+from tests.child import run_python
 
 ROOT = Path(__file__).resolve().parent.parent
 MiB = 2**20
@@ -26,17 +23,7 @@ pytestmark = pytest.mark.gpu
 def run(body: str, **env_changes: str) -> dict:
     env = dict(os.environ, **env_changes)
     env.pop(cupy_support.SEED_VARIABLE, None)
-    env["PYTHONPATH"] = str(ROOT) + os.pathsep + env.get("PYTHONPATH", "")
-    done = subprocess.run(
-        [sys.executable, "-c", textwrap.dedent(body)],
-        capture_output=True,
-        text=True,
-        env=env,
-        timeout=300,
-        cwd=ROOT,
-    )
-    assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-4000:]
-    return json.loads(done.stdout.strip().splitlines()[-1])
+    return run_python(body, env)
 
 
 # ---------------------------------------------------------------- CuPy

@@ -21,6 +21,7 @@ from colab_gpu_guard.serialize import from_data, to_data
 from colab_gpu_guard.status import GpuStatus, gpu_status
 from colab_gpu_guard.tracker import CellMemory
 from tests import fake_pynvml
+from tests.child import run_python
 from tests.conftest import flush_output_history
 from tests.fake_pynvml import GiB, MiB
 from tests.test_cuda_health import fake_torches
@@ -970,7 +971,6 @@ def test_real_leftovers_and_history_plug_in(ip, run_cell, capsys):
 
 
 def test_core_modules_import_no_front_end_or_framework():
-    import subprocess
 
     code = (
         "import sys; import colab_gpu_guard.status, colab_gpu_guard.nvml; "
@@ -1049,19 +1049,7 @@ def test_gpu_this_kernel_found_by_pid_is_the_one_found_by_memory():
     picks the process NVML lists under this kernel's PID. In a container (no PID matches)
     gpu_status itself must have matched it by memory."""
     pytest.importorskip("torch")
-    root = Path(__file__).resolve().parent.parent
-    env = dict(os.environ, PYTHONPATH=str(root) + os.pathsep + os.environ.get("PYTHONPATH", ""))
-    done = subprocess.run(
-        [sys.executable, "-c", _FIND_ME],
-        capture_output=True,
-        text=True,
-        timeout=300,
-        cwd=root,
-        env=env,
-    )
-    lines = [line for line in done.stdout.splitlines() if line.startswith("RESULT:")]
-    assert lines, done.stdout[-3000:] + done.stderr[-3000:]
-    result = json.loads(lines[-1][len("RESULT:") :])
+    result = run_python(_FIND_ME, marker="RESULT:")
     print(f"\nNVML charges the kernel torch's reserved + context and libraries: {result}")
     assert result["identified_by"] in ("pid", "memory"), result
     assert 0 < result["context"] <= result["margin"], result

@@ -5,15 +5,12 @@ allocator says is allocated. Skipped without a CUDA device."""
 
 from __future__ import annotations
 
-import json
 import os
-import subprocess
-import sys
-import textwrap
 
 import pytest
 
 from colab_gpu_guard import tracker
+from tests.child import run_python
 
 pytestmark = pytest.mark.gpu
 
@@ -160,18 +157,7 @@ def _round_to_block(size: int) -> int:
 
 
 def test_leftovers_add_up_to_what_the_allocator_has_allocated():
-    env = dict(os.environ, PYTHONPATH=ROOT + os.pathsep + os.environ.get("PYTHONPATH", ""))
-    done = subprocess.run(
-        [sys.executable, "-c", textwrap.dedent(LEFTOVERS_SCRIPT)],
-        capture_output=True,
-        text=True,
-        env=env,
-        timeout=300,
-        cwd=ROOT,
-    )
-    lines = [line for line in done.stdout.splitlines() if line.startswith("RESULT")]
-    assert lines, (done.stdout + done.stderr)[-4000:]
-    result = json.loads(lines[-1][len("RESULT") :])
+    result = run_python(LEFTOVERS_SCRIPT, marker="RESULT")
     sizes, names = result["sizes"], result["names"]
     assert sorted(size for size in sizes if size) == sorted([3, 20, 4000, 2**20 + 1, 64 * MiB])
     assert "view" not in names and "a" in names  # one entry per block

@@ -1,0 +1,42 @@
+"""Run a script in a fresh interpreter with this checkout first on PYTHONPATH, and read the
+JSON it prints: what GPU tests need when the process's CUDA state must start clean."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+from typing import Optional
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def run_python(
+    code: str, env: Optional[dict] = None, marker: str = "", timeout: float = 300
+) -> dict:
+    """The JSON on the last line of stdout starting with `marker`. Without a marker, the
+    last line, and the script must exit cleanly. `env` replaces os.environ (PYTHONPATH
+    keeps its entries after this checkout's root)."""
+    environment = dict(os.environ if env is None else env)
+    environment["PYTHONPATH"] = os.pathsep.join(
+        part for part in (str(ROOT), environment.get("PYTHONPATH")) if part
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", textwrap.dedent(code)],
+        capture_output=True,
+        text=True,
+        env=environment,
+        timeout=timeout,
+        cwd=ROOT,
+    )
+    output = f"(exit {done.returncode})\n{done.stdout[-2000:]}{done.stderr[-4000:]}"
+    if marker:
+        lines = [line for line in done.stdout.splitlines() if line.startswith(marker)]
+    else:
+        assert done.returncode == 0, output
+        lines = done.stdout.strip().splitlines()[-1:]
+    assert lines, f"no result {output}"
+    return json.loads(lines[-1][len(marker) :])
