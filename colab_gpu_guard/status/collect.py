@@ -26,6 +26,7 @@ from .matching import (
     mark_by_memory,
     match_device,
     used_by_this_process,
+    without_process_names,
 )
 from .snapshot import (
     DEFAULT_PROCESS_LIMIT,
@@ -217,6 +218,10 @@ def _identify_kernel(
             if target is None:
                 continue
         places[item.device] = KernelOn(item.nvml_index, target, item.reserved)
+    if places:
+        # NVML lists host PIDs; looked up here, a number names this container's process of
+        # that number, or none: the names would be wrong, so none are shown.
+        view = without_process_names(view)
     pid = find_by_memory(view, list(places.values()))
     if pid is not None:
         view = mark_by_memory(view, pid)
@@ -355,11 +360,18 @@ def _notes(
         f"NVML lists no process with this kernel's PID {host.pid}: inside a container "
         "NVML reports host PIDs"
     )
+    names_note = False
     for item in memory:
         fit = (
             f"between torch's {format_bytes(item.reserved)} reserved and that + "
             f"{format_bytes(CONTEXT_MARGIN)} for the CUDA context"
         )
+        if item.nvml_identified_by in ("memory", "not identified") and not names_note:
+            names_note = True
+            notes.append(
+                "process names are not shown: NVML's PIDs are the host's, and in this "
+                "container they name other processes or none"
+            )
         if item.nvml_identified_by == "memory" and item.nvml_index is not None:
             pids = {p.pid for p in view.devices[item.nvml_index].processes or () if p.this_process}
             notes.append(

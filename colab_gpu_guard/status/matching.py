@@ -187,3 +187,16 @@ def mark_by_memory(view: NvmlSnapshot, pid: int) -> NvmlSnapshot:
             device = dataclasses.replace(device, processes=processes)
         devices.append(device)
     return dataclasses.replace(view, devices=tuple(devices))
+
+
+def without_process_names(view: NvmlSnapshot) -> NvmlSnapshot:
+    """`view` with every process's name dropped (names looked up in another PID namespace)."""
+    devices = tuple(
+        dataclasses.replace(
+            device, processes=tuple(dataclasses.replace(p, name=None) for p in device.processes)
+        )
+        if device.processes
+        else device
+        for device in view.devices
+    )
+    return dataclasses.replace(view, devices=devices)
