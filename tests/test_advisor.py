@@ -878,6 +878,33 @@ def test_driver_oom_lists_other_processes_from_nvml(fake_nvml):
     assert "kill PID" in " ".join(diagnosis.fixes)
 
 
+def test_driver_oom_in_a_container_lists_host_pids_without_names(fake_nvml, monkeypatch):
+    """NVML lists host PIDs: with a CUDA context here (no real one can exist on this
+    machine, so the driver's answer is stood in for) and no listed PID of ours, the kernel
+    is among the listed processes and their local names would be wrong."""
+    from colab_gpu_guard.frameworks import torch as torch_support
+
+    fake_nvml(
+        fake_pynvml.FakeWorld(
+            gpus=[
+                fake_pynvml.FakeGpu(
+                    processes=[
+                        fake_pynvml.FakeProcess(UNUSED_PID, 3 * fake_pynvml.GiB, "python3"),
+                    ]
+                )
+            ]
+        )
+    )
+    monkeypatch.setattr(torch_support, "devices_with_context", lambda torch=None: [0])
+    diagnosis = advisor.advise(make(entry("cuda_driver_oom")))
+    assert "other GPU processes" not in diagnosis.facts
+    assert diagnosis.facts["GPU processes"] == f"pid {UNUSED_PID} on GPU 0 (3 GiB)"
+    assert any("this kernel is one of the GPU processes listed" in note for note in diagnosis.notes)
+    monkeypatch.setattr(torch_support, "devices_with_context", lambda torch=None: [])
+    diagnosis = advisor.advise(make(entry("cuda_driver_oom")))  # no context here: others
+    assert f"pid {UNUSED_PID} python3 on GPU 0" in diagnosis.facts["other GPU processes"]
+
+
 def test_driver_oom_without_nvml_says_so(fake_nvml):
     fake_nvml(fake_pynvml.FakeWorld(init_error=fake_pynvml.NVML_ERROR_LIBRARY_NOT_FOUND))
     diagnosis = advisor.advise(make(entry("cuda_driver_oom")))

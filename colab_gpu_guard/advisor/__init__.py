@@ -16,7 +16,7 @@ Nothing here imports IPython, torch or numpy.
 from __future__ import annotations
 
 from .diagnosis import Diagnosis, classify
-from .enrich import GpuProcess, advise, arch_supports, driver_facts, gpu_processes, torch_arch_list
+from .enrich import advise
 from .fixes import DETERMINISTIC_ALTERNATIVES, RESTART_SESSION, Advice
 from .kinds import (
     CUBLAS_DETERMINISM,
@@ -32,6 +32,7 @@ from .kinds import (
     STICKY_ERROR_ELSEWHERE,
     TITLES,
 )
+from .machine import GpuProcess, arch_supports, driver_facts, gpu_processes, torch_arch_list
 from .recognise import STICKY_ERRORS, Recognised, parse_oom_message, parse_size, recognise
 
 __all__ = [

@@ -17,11 +17,10 @@ from __future__ import annotations
 import contextlib
 import gc
 import os
-import re
-from dataclasses import asdict, dataclass
+from dataclasses import asdict
 from typing import Any, Callable, Optional
 
-from .. import cuda_health, notebook_refs, nvml
+from .. import cuda_health, notebook_refs
 from ..frameworks import torch as torch_support
 from ..seeding import determinism
 from ..units import format_bytes
@@ -39,97 +38,14 @@ from .kinds import (
     STICKY_ERROR,
     STICKY_ERROR_ELSEWHERE,
 )
+from .machine import (
+    arch_supports,
+    driver_facts,
+    gpu_processes,
+    torch_arch_list,
+)
 
 # ---------------------------------------------------------------- facts from this process
-
-
-@dataclass(frozen=True)
-class GpuProcess:
-    pid: int
-    name: str
-    used_bytes: Optional[int]
-    device: int
-
-
-def _nvml_snapshot() -> Optional[nvml.NvmlSnapshot]:
-    """NVML's snapshot, or None when NVML is not available (no CUDA context needed)."""
-    try:
-        snapshot = nvml.snapshot(processes=True)
-    except Exception:
-        return None
-    return snapshot if snapshot.available else None
-
-
-def _capability(text: Any) -> Optional[tuple[int, int]]:
-    match = re.fullmatch(r"(\d+)\.(\d+)", str(text or ""))
-    return (int(match.group(1)), int(match.group(2))) if match else None
-
-
-def gpu_processes() -> Optional[list[GpuProcess]]:
-    """Processes on every GPU as NVML sees them, or None if NVML is unavailable."""
-    snapshot = _nvml_snapshot()
-    if snapshot is None:
-        return None
-    return [
-        GpuProcess(int(process.pid), process.name or "?", process.used_memory, device.index)
-        for device in snapshot.devices
-        for process in device.processes or ()
-    ]
-
-
-def driver_facts() -> dict[str, Any]:
-    """Driver version, the CUDA version the driver supports, and each GPU's name and compute
-    capability, from NVML (no CUDA context needed). Missing keys were not available."""
-    snapshot = _nvml_snapshot()
-    if snapshot is None:
-        return {}
-    facts: dict[str, Any] = {}
-    if snapshot.driver_version:
-        facts["driver_version"] = snapshot.driver_version
-    if snapshot.cuda_driver_version:
-        facts["driver_cuda"] = snapshot.cuda_driver_version
-    facts["devices"] = [
-        {
-            "index": device.index,
-            "name": device.name,
-            "capability": _capability(device.compute_capability),
-        }
-        for device in snapshot.devices
-    ]
-    return facts
-
-
-def torch_arch_list(torch: Any) -> Optional[list[str]]:
-    """The GPU architectures this torch was compiled for (compile-time data, no CUDA call)."""
-    try:
-        if torch_support.cuda_version(torch) is None:
-            return []
-        flags = getattr(torch._C, "_cuda_getArchFlags", None)
-        if flags is not None:
-            text = flags()
-            return text.split() if text else []
-        return list(torch.cuda.get_arch_list())
-    except Exception:
-        return None
-
-
-def arch_supports(arch_list: list[str], capability: tuple[int, int]) -> Optional[bool]:
-    """Whether code compiled for `arch_list` runs on a GPU of `capability`: a cubin for the
-    same major version and a lower or equal minor (binary compatibility), or PTX for an
-    equal or lower capability (JIT-compiled). None when the list is empty."""
-    if not arch_list:
-        return None
-    major, minor = capability
-    for arch in arch_list:
-        match = re.fullmatch(r"(sm|compute)_(\d+)", arch)
-        if not match:
-            continue  # arch-specific variants such as sm_90a run only on that exact GPU
-        arch_major, arch_minor = divmod(int(match.group(2)), 10)
-        if match.group(1) == "sm" and arch_major == major and arch_minor <= minor:
-            return True
-        if match.group(1) == "compute" and (arch_major, arch_minor) <= (major, minor):
-            return True
-    return False
 
 
 def _context_usable() -> bool:
@@ -291,6 +207,18 @@ def _enrich_processes(diagnosis: Diagnosis, namespace: Optional[dict]) -> None:
     others = [p for p in processes if p.pid != own]
     mine = [p for p in processes if p.pid == own]
     diagnosis.details["gpu_processes"] = [asdict(p) for p in processes]
+    if others and not mine and _has_cuda_context():
+        # A PID namespace (a container): NVML lists host PIDs, so this kernel is one of
+        # them, and a host PID looked up here names another process or none.
+        diagnosis.facts["GPU processes"] = "; ".join(
+            f"pid {p.pid} on GPU {p.device} ({format_bytes(p.used_bytes)})" for p in others
+        )
+        diagnosis.notes.append(
+            "NVML lists no process with this kernel's PID: inside a container it reports "
+            "the host's PIDs, so this kernel is one of the GPU processes listed (their names "
+            "are left out: looked up here, those PIDs name other processes)."
+        )
+        return
     if others:
         diagnosis.facts["other GPU processes"] = "; ".join(
             f"pid {p.pid} {p.name} on GPU {p.device} ({format_bytes(p.used_bytes)})" for p in others
@@ -301,6 +229,13 @@ def _enrich_processes(diagnosis: Diagnosis, namespace: Optional[dict]) -> None:
         diagnosis.facts["this process"] = "; ".join(
             f"GPU {p.device}: {format_bytes(p.used_bytes)}" for p in mine
         )
+
+
+def _has_cuda_context() -> bool:
+    try:
+        return bool(torch_support.devices_with_context(torch_support.loaded()))
+    except Exception:
+        return False
 
 
 def _enrich_no_gpu(diagnosis: Diagnosis, namespace: Optional[dict]) -> None:
