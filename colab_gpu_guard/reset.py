@@ -325,4 +325,4 @@ def _add_history_notes(report: ReleaseReport) -> None:
     leaks = _tracker.rerun_leaks()
     if leaks:
         cells = ", ".join(f"[{record.cell}]" for record in leaks[-10:])
-        report.notes.append(f"cells whose memory grew when rerun: {cells} (see %gpu_history)")
+        report.notes.append(f"cells that kept memory again when rerun: {cells} (see %gpu_history)")

@@ -16,8 +16,9 @@ What is measured for each cell:
   which), read by a background thread (an NVML call can take milliseconds), so it appears
   in the history a moment after the cell ends; None when NVML is not available.
 
-Rerun leaks: when a cell with the same source runs again and ends with more memory than the
-previous run of it ended with, the record is flagged (the judgement: ``cell_reruns``).
+Rerun leaks: when a cell with the same source runs again and keeps memory again (what it
+added during its own run, as its previous run did), the record is flagged (the judgement:
+``cell_reruns``).
 """
 
 from __future__ import annotations
@@ -58,8 +59,9 @@ class CellMemory:
     nvml_used_after: NVML "used" memory over all GPUs after the cell (all processes).
     nvml_used_call: the NVML memory call it came from: "v2" (driver-reserved memory left
         out) or "v1" (an older driver or nvidia-ml-py: driver-reserved memory included).
-    rerun_leak / leak_bytes / leak_kind: this source ran before and ended with less memory
-        then; leak_kind says which measure grew ("cuda allocated" or "host memory").
+    rerun_leak / leak_bytes / leak_kind: this source ran before and both runs kept memory
+        (its previous objects are still held); leak_bytes is what this run kept, leak_kind
+        the measure ("cuda allocated" or "host memory").
     rerun_of: the cell number of the previous run of the same source.
     rss_after: the process's resident set size after the cell (Linux), else None.
     """
@@ -155,12 +157,15 @@ class MemoryTracker:
         try:
             reset = self.reset_peaks
             devices, stats = _cuda_stats(reset)
+            source = getattr(info, "raw_cell", None)
+            host = not devices
             self._pending = (
-                getattr(info, "raw_cell", None),
+                source,
                 time.perf_counter(),
                 stats,
                 reset,
-                None if devices else self._rss_before(),
+                self._rss_before() if host else None,
+                self._reruns.malloc_before(source) if host else None,
             )
         except Exception:
             self._pending = None
@@ -182,7 +187,7 @@ class MemoryTracker:
             pass
 
     def _record(self, pending: tuple, result: Any) -> None:
-        source, started, stats_before, reset, rss_before = pending
+        source, started, stats_before, reset, rss_before, malloc_before = pending
         duration = time.perf_counter() - started
         devices, stats = _cuda_stats()
         allocated_before = ooms_before = allocated = reserved = ooms = 0
@@ -198,7 +203,7 @@ class MemoryTracker:
         cell = getattr(result, "execution_count", None)
 
         leak, leak_bytes, leak_kind, rerun_of = self._reruns.judge(
-            source, devices, allocated, rss, rss_before, cell
+            source, devices, allocated_before, allocated, rss_before, rss, malloc_before, cell
         )
 
         self._seq += 1
@@ -355,7 +360,9 @@ def format_history(history: list[CellMemory], limit: Optional[int] = None) -> st
         ]
         if record.rerun_leak:
             leak = signed_bytes(record.leak_bytes)
-            row.append(f"LEAK: {leak} {record.leak_kind} since [{record.rerun_of}]")
+            row.append(
+                f"LEAK: kept {leak} {record.leak_kind} again (run before: [{record.rerun_of}])"
+            )
         elif record.rerun_of is not None:
             row.append(f"rerun of [{record.rerun_of}]")
         else:
@@ -372,7 +379,7 @@ def format_history(history: list[CellMemory], limit: Optional[int] = None) -> st
         title += " (CUDA not initialised: host memory only)"
     if leaks:
         cells = ", ".join(f"[{record.cell}]" for record in leaks)
-        title += f"; grew on rerun: {cells}"
+        title += f"; kept memory again on rerun: {cells}"
     footer = []
     if any(record.devices and record.peak_bound for record in history):
         footer.append(PEAK_BOUND_NOTE)

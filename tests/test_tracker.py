@@ -14,6 +14,7 @@ from colab_gpu_guard.cell_peaks import AT_LEAST, AT_MOST, EXACT, cell_peak, devi
 from colab_gpu_guard.frameworks import torch as torch_support
 from colab_gpu_guard.frameworks.torch import AllocatorStats
 from colab_gpu_guard.tracker import CellMemory, MemoryTracker, format_history, memory_history
+from colab_gpu_guard.units import signed_bytes
 from tests.records import cell_memory
 
 
@@ -80,6 +81,41 @@ def test_rerun_leak_flagged_for_a_cell_appending_to_a_global_list(ip, run_cell):
     assert "LEAK" in format_history(memory_history())
     ip.user_ns.pop("leaky_list", None)
     ip.user_ns.pop("not_leaky", None)
+
+
+def test_a_rerun_is_judged_by_what_the_cell_itself_kept(ip, run_cell):
+    """Issue 14's examples: memory another cell allocated between two runs is not charged
+    to the rerun; a cell that keeps an autograd graph each run is flagged, and the bytes
+    named are what one run kept (malloc's own figure, where glibc gives it)."""
+    torch = pytest.importorskip("torch")
+    assert torch is not None
+    hello = "print('hello')"
+    first = run_cell(hello).execution_count
+    run_cell("import torch\nbig_in_between = torch.ones(25_000_000)")  # 100 MB kept
+    again = run_cell(hello).execution_count
+    records = {record.cell: record for record in memory_history()}
+    assert records[again].rerun_of == first
+    assert not records[again].rerun_leak, format_history(memory_history())
+
+    run_cell("model = torch.nn.Linear(1024, 1024)\nlosses = []")
+    step = "losses.append(model(torch.randn(4096, 1024)).sum())"  # keeps its 16 MiB input
+    runs = [run_cell(step).execution_count for _ in range(3)]
+    records = {record.cell: record for record in memory_history()}
+    assert not records[runs[0]].rerun_leak
+    saved = 4096 * 1024 * 4
+    exact = host_memory.MallocInUse().read() is not None
+    for previous, current in zip(runs, runs[1:]):
+        record = records[current]
+        assert record.rerun_leak and record.rerun_of == previous, format_history(memory_history())
+        assert record.leak_bytes >= saved
+        if exact:
+            assert record.leak_bytes < saved + 2**20  # the graph's input, and little else
+    kept = signed_bytes(record.leak_bytes)
+    line = f"LEAK: kept {kept} host memory again (run before: [{runs[1]}])"
+    assert line in format_history(memory_history())
+    # no leftover for the next test
+    for name in ("big_in_between", "model", "losses"):
+        ip.user_ns.pop(name, None)
 
 
 def test_history_is_bounded():
@@ -253,7 +289,7 @@ def test_cuda_figures_peak_ooms_and_leak(monkeypatch):
     assert fourth.delta == 0 and fourth.peak_bound == EXACT
     assert readings.resets == 0  # the user's peak counters are left alone
     text = format_history(cuda_tracker.history())
-    assert "1 OOM!" in text and "LEAK" in text and "grew on rerun: [3]" in text
+    assert "1 OOM!" in text and "LEAK" in text and "kept memory again on rerun: [3]" in text
     assert "<= 125 MiB" in text and tracker.PEAK_BOUND_NOTE in text
     assert tracker.PEAK_BOUND_NOTE not in format_history(cuda_tracker.history()[:2])
 

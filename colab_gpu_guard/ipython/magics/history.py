@@ -54,7 +54,10 @@ class HistoryMagics(GuardMagics):
 
         Per cell: time, torch CUDA allocated before/after, change, peak during the cell,
         reserved, CUDA out-of-memory errors, NVML used, host RSS, and LEAK when the same
-        cell source, run again, ended with more memory than its previous run did.
+        cell source, run again, kept memory again: what a cell keeps is the memory after it
+        minus the memory before it (what other cells allocated in between is not its), and
+        a rerun is flagged when it and the run before it both kept some (CUDA allocated
+        bytes; without CUDA, host memory above an 8 MiB noise floor).
 
         Peaks: torch's peak counters are left alone, so your own
         ``torch.cuda.max_memory_allocated()`` keeps covering the whole process. A cell's
