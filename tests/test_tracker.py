@@ -38,6 +38,7 @@ def test_load_installs_and_unload_removes_the_hooks(ip):
     assert len(_ours(ip, "pre_run_cell")) == 1
 
 
+@pytest.mark.cpu_only  # host memory is the measure only while CUDA is not started
 def test_numbers_recorded_per_cell(ip, run_cell):
     first = run_cell("a = 1").execution_count
     second = run_cell("b = [0] * 1000").execution_count
@@ -60,6 +61,7 @@ def dataclasses_frozen():
 
 
 @pytest.mark.skipif(host_memory.RssReader().read() is None, reason="needs /proc/self/statm")
+@pytest.mark.cpu_only  # host memory is the measure only while CUDA is not started
 def test_rerun_leak_flagged_for_a_cell_appending_to_a_global_list(ip, run_cell):
     torch = pytest.importorskip("torch")
     assert torch is not None
@@ -83,6 +85,7 @@ def test_rerun_leak_flagged_for_a_cell_appending_to_a_global_list(ip, run_cell):
     ip.user_ns.pop("not_leaky", None)
 
 
+@pytest.mark.cpu_only  # host memory is the measure only while CUDA is not started
 def test_a_rerun_is_judged_by_what_the_cell_itself_kept(ip, run_cell):
     """Issue 14's examples: memory another cell allocated between two runs is not charged
     to the rerun; a cell that keeps an autograd graph each run is flagged, and the bytes
