@@ -178,7 +178,9 @@ def bench_parser(description: str, quick_help: str) -> argparse.ArgumentParser:
     return parser
 
 
-def path_first(root: str) -> str:
-    """PYTHONPATH for a child interpreter: `root` first, then whatever the parent had (where
-    IPython itself may come from a PYTHONPATH entry, as on the lent GPU machine)."""
-    return os.pathsep.join(part for part in (root, os.environ.get("PYTHONPATH")) if part)
+def path_first(root: str, env: Optional[dict] = None) -> str:
+    """PYTHONPATH for a child interpreter: `root` first, then whatever `env` (default: this
+    process's environment) had (IPython itself may come from a PYTHONPATH entry, as on the
+    lent GPU machine)."""
+    existing = (os.environ if env is None else env).get("PYTHONPATH")
+    return os.pathsep.join(part for part in (root, existing) if part)

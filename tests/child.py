@@ -11,6 +11,8 @@ import textwrap
 from pathlib import Path
 from typing import Optional
 
+from bench._common import path_first
+
 ROOT = Path(__file__).resolve().parent.parent
 
 
@@ -21,9 +23,7 @@ def run_python(
     last line, and the script must exit cleanly. `env` replaces os.environ (PYTHONPATH
     keeps its entries after this checkout's root)."""
     environment = dict(os.environ if env is None else env)
-    environment["PYTHONPATH"] = os.pathsep.join(
-        part for part in (str(ROOT), environment.get("PYTHONPATH")) if part
-    )
+    environment["PYTHONPATH"] = path_first(str(ROOT), environment)
     done = subprocess.run(
         [sys.executable, "-c", textwrap.dedent(code)],
         capture_output=True,
