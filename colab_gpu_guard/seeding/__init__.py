@@ -1,10 +1,19 @@
 """Reproducibility: seed every RNG that matters (seed.py), deterministic mode
-(determinism.py), per-cell reseeding (every_cell.py), and seeds for DataLoader workers,
+(determinism.py), per-cell reseeding (every_cell.py), exact RNG save/restore
+(rng_state.py), and seeds for DataLoader workers,
 ranks and JAX keys (workers.py)."""
 
 from .determinism import DETERMINISM_ENV
 from .every_cell import CellReseeder, reseed_loaded
 from .report import Change, SeededRng, SeedReport, SkippedRng
+from .rng_state import (
+    GeneratorState,
+    RngState,
+    RngStateError,
+    isolated_rng,
+    restore_rng_state,
+    rng_state,
+)
 from .seed import (
     SEED_MAX,
     VALID_SEED_FORM,
@@ -17,6 +26,12 @@ from .seed import (
 from .workers import current_rank, dataloader_generator, jax_key, seed_worker
 
 __all__ = [
+    "GeneratorState",
+    "RngState",
+    "RngStateError",
+    "isolated_rng",
+    "restore_rng_state",
+    "rng_state",
     "DETERMINISM_ENV",
     "SEED_MAX",
     "VALID_SEED_FORM",
