@@ -1,11 +1,13 @@
 """Reproducibility: seed every RNG that matters (seed.py), deterministic mode
 (determinism.py), per-cell reseeding (every_cell.py), exact RNG save/restore
-(rng_state.py), and seeds for DataLoader workers,
-ranks and JAX keys (workers.py)."""
+(rng_state.py), the reproducibility record and its diff (repro.py, repro_diff.py), and seeds
+for DataLoader workers, ranks and JAX keys (workers.py)."""
 
 from .determinism import DETERMINISM_ENV
 from .every_cell import CellReseeder, reseed_loaded
 from .report import Change, SeededRng, SeedReport, SkippedRng
+from .repro import ReproRecord, repro_record
+from .repro_diff import Difference, ReproDiff, repro_diff
 from .rng_state import (
     GeneratorState,
     RngState,
@@ -26,6 +28,11 @@ from .seed import (
 from .workers import current_rank, dataloader_generator, jax_key, seed_worker
 
 __all__ = [
+    "Difference",
+    "ReproDiff",
+    "ReproRecord",
+    "repro_diff",
+    "repro_record",
     "GeneratorState",
     "RngState",
     "RngStateError",

@@ -1,0 +1,414 @@
+"""The reproducibility record: what decides a run's numbers, in one JSON-ready dataclass.
+
+`repro_record()` reads seeds and per-cell mode, torch's deterministic flags, TF32 and
+float32 precision settings, the environment variables libraries read, the versions of
+Python / NumPy / torch / CUDA runtime / cuDNN / driver, each GPU's model and compute
+capability, world size and rank, and the imported frameworks' versions. `repro_diff`
+(repro_diff.py) compares two records.
+
+Nothing here creates a CUDA context or initialises CUDA: GPUs come from NVML (the driver),
+or, without NVML, from torch for devices that already have a context. torch is read only
+when already imported (`import_torch=True` imports it, for the command line).
+JSON: `ReproRecord.to_json()` / `from_json()`, schema `json_schema()`; ``schema_version``
+is bumped on any incompatible change.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import platform
+import sys
+import time
+from dataclasses import dataclass
+from typing import Any, Optional
+
+from .. import nvml
+from ..frameworks import cupy as cupy_support
+from ..frameworks import jax as jax_support
+from ..frameworks import numpy as numpy_support
+from ..frameworks import tensorflow as tensorflow_support
+from ..frameworks import torch as torch_support
+from ..serialize import from_data, to_data
+from ..serialize import json_schema as _json_schema
+
+SCHEMA_VERSION = 1
+TF32_MIN_CAPABILITY = (8, 0)  # Ampere: the first GPUs with TF32 tensor cores
+
+# Environment variables that change results or which device runs, and what reads them.
+REPRO_ENV = (
+    "CUBLAS_WORKSPACE_CONFIG",
+    "PYTHONHASHSEED",
+    "CUDA_VISIBLE_DEVICES",
+    "CUDA_LAUNCH_BLOCKING",
+    "NVIDIA_TF32_OVERRIDE",
+    "TORCH_ALLOW_TF32_CUBLAS_OVERRIDE",
+    "TF_DETERMINISTIC_OPS",
+    "TF_CUDNN_DETERMINISTIC",
+    "TF_ENABLE_ONEDNN_OPTS",
+    "XLA_FLAGS",
+    "XLA_PYTHON_CLIENT_PREALLOCATE",
+    "FLASH_ATTENTION_DETERMINISTIC",
+    "CUPY_SEED",
+    "OMP_NUM_THREADS",
+    "MKL_NUM_THREADS",
+)
+Pairs = tuple[tuple[str, Optional[str]], ...]
+
+
+@dataclass(frozen=True)
+class Seeding:
+    """The seeds in force: the last seed_all seed and the per-cell base seed (None: off)."""
+
+    seed: Optional[int] = None
+    every_cell: Optional[int] = None
+
+
+@dataclass(frozen=True)
+class TorchFlags:
+    """torch's determinism and float32 precision settings (None: torch not imported)."""
+
+    deterministic_algorithms: Optional[bool] = None
+    deterministic_warn_only: Optional[bool] = None
+    cudnn_deterministic: Optional[bool] = None
+    cudnn_benchmark: Optional[bool] = None
+    matmul_allow_tf32: Optional[bool] = None  # torch.backends.cuda.matmul.allow_tf32
+    cudnn_allow_tf32: Optional[bool] = None  # torch.backends.cudnn.allow_tf32
+    float32_matmul_precision: Optional[str] = None  # highest / high / medium
+    # the fp32_precision settings of torch >= 2.9 this torch has, by attribute path
+    fp32_precision: Pairs = ()
+
+
+@dataclass(frozen=True)
+class Versions:
+    python: str
+    numpy: Optional[str] = None
+    torch: Optional[str] = None
+    cuda_runtime: Optional[str] = None  # the CUDA torch was built with
+    cudnn: Optional[str] = None
+    driver: Optional[str] = None
+    cuda_driver: Optional[str] = None  # the newest CUDA the driver supports
+
+
+@dataclass(frozen=True)
+class Gpu:
+    """One GPU as NVML (or torch, for a device with a context) names it."""
+
+    index: int
+    name: Optional[str] = None
+    compute_capability: Optional[str] = None  # "8.0"
+    memory_total: Optional[int] = None  # bytes
+    source: str = "nvml"
+
+
+@dataclass(frozen=True)
+class Distributed:
+    world_size: int = 1
+    rank: int = 0
+    local_rank: Optional[int] = None
+    source: str = "single process"  # "torch.distributed (backend)", "environment"
+
+
+@dataclass(frozen=True)
+class ReproRecord:
+    """What decides a run's numbers: seeds, flags, precision, env, versions, GPUs, ranks."""
+
+    schema_version: int
+    taken_at: float  # Unix seconds
+    versions: Versions
+    seeding: Seeding = Seeding()
+    torch_flags: TorchFlags = TorchFlags()
+    env: Pairs = ()  # each of REPRO_ENV, None when unset
+    gpus: tuple[Gpu, ...] = ()
+    gpu_note: Optional[str] = None  # why no GPU is listed
+    distributed: Distributed = Distributed()
+    frameworks: tuple[tuple[str, str], ...] = ()  # imported frameworks and their versions
+    platform: str = ""
+    label: Optional[str] = None  # what this record is (e.g. "example record, not measured")
+
+    # ------------------------------------------------------------ questions
+
+    def env_value(self, name: str) -> Optional[str]:
+        return dict(self.env).get(name)
+
+    def tf32(self) -> tuple[Optional[bool], Optional[bool]]:
+        """(convolutions, matmuls) use TF32 on this record's GPUs: None when unknown (no
+        torch or no GPU); False on GPUs older than Ampere, whatever the flags."""
+        flags = self.torch_flags
+        if flags.cudnn_allow_tf32 is None or not self.gpus:
+            return None, None
+        if not all(supports_tf32(gpu.compute_capability) for gpu in self.gpus):
+            return False, False
+        if self.env_value("NVIDIA_TF32_OVERRIDE") == "0":
+            return False, False
+        precision = dict(flags.fp32_precision)
+        conv = precision.get("torch.backends.cudnn.conv.fp32_precision")
+        conv_tf32 = conv == "tf32" if conv not in (None, "none") else flags.cudnn_allow_tf32
+        matmul = precision.get("torch.backends.cuda.matmul.fp32_precision")
+        if matmul not in (None, "none"):
+            matmul_tf32 = matmul == "tf32"
+        else:
+            matmul_tf32 = bool(flags.matmul_allow_tf32) or (
+                flags.float32_matmul_precision in ("high", "medium")
+            )
+        if self.env_value("TORCH_ALLOW_TF32_CUBLAS_OVERRIDE") == "1":
+            matmul_tf32 = True
+        return bool(conv_tf32), bool(matmul_tf32)
+
+    # ------------------------------------------------------------ JSON
+
+    def to_dict(self) -> dict[str, Any]:
+        return to_data(self)
+
+    def to_json(self, indent: Optional[int] = 2) -> str:
+        return json.dumps(self.to_dict(), indent=indent)
+
+    @classmethod
+    def from_dict(cls, data: Any) -> ReproRecord:
+        if not isinstance(data, dict):
+            raise ValueError(f"expected a JSON object, got {type(data).__name__}")
+        version = data.get("schema_version")
+        if version != SCHEMA_VERSION:
+            raise ValueError(
+                f"not a ReproRecord of schema_version {SCHEMA_VERSION} "
+                f"(schema_version is {version!r}); save one with %repro --save FILE"
+            )
+        return from_data(cls, data)
+
+    @classmethod
+    def from_json(cls, text: str) -> ReproRecord:
+        return cls.from_dict(json.loads(text))
+
+    # ------------------------------------------------------------ views
+
+    def summary(self) -> list[str]:
+        v, s, flags = self.versions, self.seeding, self.torch_flags
+        seed = "not seeded with seed_all" if s.seed is None else f"seed {s.seed}"
+        if s.every_cell is not None:
+            seed += f", reseeded every cell from {s.every_cell}"
+        lines = [f"repro: {seed}" + (f"  [{self.label}]" if self.label else "")]
+        if v.torch is None:
+            lines.append("  torch not imported: its flags are not recorded")
+        else:
+            conv, matmul = self.tf32()
+            tf32 = "unknown (no GPU)" if conv is None else f"conv {_on(conv)}, matmul {_on(matmul)}"
+            lines.append(
+                f"  torch {v.torch} (CUDA {v.cuda_runtime or '-'}, cuDNN {v.cudnn or '-'}): "
+                f"deterministic {_on(flags.deterministic_algorithms)}, cudnn.benchmark "
+                f"{_on(flags.cudnn_benchmark)}, TF32 {tf32}"
+            )
+        lines.append(f"  GPUs: {gpu_summary(self.gpus) or self.gpu_note or 'none'}")
+        if self.distributed.world_size > 1:
+            d = self.distributed
+            lines.append(f"  rank {d.rank} of {d.world_size} ({d.source})")
+        return lines
+
+    def details(self) -> list[str]:
+        v, flags = self.versions, self.torch_flags
+        lines = [
+            f"  versions: Python {v.python}, NumPy {v.numpy or '-'}, driver {v.driver or '-'} "
+            f"(CUDA {v.cuda_driver or '-'}), platform {self.platform}"
+        ]
+        if v.torch is not None:
+            lines.append(
+                f"  torch flags: warn_only={flags.deterministic_warn_only}, "
+                f"cudnn.deterministic={flags.cudnn_deterministic}, "
+                f"matmul.allow_tf32={flags.matmul_allow_tf32}, "
+                f"cudnn.allow_tf32={flags.cudnn_allow_tf32}, "
+                f"float32_matmul_precision={flags.float32_matmul_precision!r}"
+            )
+            lines += [f"    {name} = {value!r}" for name, value in flags.fp32_precision]
+        lines += [f"  GPU {g.index}: {g.name} (sm_{_sm(g.compute_capability)})" for g in self.gpus]
+        lines += [f"  env {name}={value}" for name, value in self.env if value is not None]
+        lines += [f"  imported {name} {version}" for name, version in self.frameworks]
+        return lines
+
+    def to_text(self, verbose: bool = False) -> str:
+        return "\n".join(self.summary() + (self.details() if verbose else []))
+
+    def __str__(self) -> str:
+        return self.to_text()
+
+    def _repr_html_(self) -> str:
+        import html
+
+        summary = "<br>".join(html.escape(line.strip()) for line in self.summary())
+        details = "<br>".join(html.escape(line.strip()) for line in self.details())
+        return (
+            f"<div>{summary}<details><summary>details</summary><code>{details}</code>"
+            "</details></div>"
+        )
+
+
+def json_schema() -> dict[str, Any]:
+    """The JSON Schema (draft 2020-12) of `ReproRecord.to_dict()`."""
+    return _json_schema(ReproRecord, "colab_gpu_guard ReproRecord")
+
+
+def supports_tf32(capability: Optional[str]) -> bool:
+    try:
+        major, minor = (int(part) for part in (capability or "").split("."))
+    except ValueError:
+        return False
+    return (major, minor) >= TF32_MIN_CAPABILITY
+
+
+def _sm(capability: Optional[str]) -> str:
+    return (capability or "?").replace(".", "")
+
+
+def gpu_summary(gpus: tuple[Gpu, ...]) -> str:
+    return ", ".join(f"{g.name} (sm_{_sm(g.compute_capability)})" for g in gpus)
+
+
+def _on(value: Optional[bool]) -> str:
+    return "?" if value is None else ("on" if value else "off")
+
+
+# ---------------------------------------------------------------- collection
+
+
+def repro_record(every_cell: Optional[int] = None, import_torch: bool = False) -> ReproRecord:
+    """This process's reproducibility record now. `every_cell`: the per-cell base seed in
+    force (the magics pass it), None when per-cell reseeding is off."""
+    from .seed import last_seed
+
+    torch = torch_support.loaded()
+    if torch is None and import_torch and torch_support.installed():
+        torch = torch_support.import_torch()
+    snapshot = nvml.snapshot(processes=False)
+    gpus, note = _gpus(snapshot, torch)
+    return ReproRecord(
+        schema_version=SCHEMA_VERSION,
+        taken_at=time.time(),
+        versions=_versions(torch, snapshot),
+        seeding=Seeding(last_seed(), every_cell),
+        torch_flags=_torch_flags(torch) if torch is not None else TorchFlags(),
+        env=tuple((name, os.environ.get(name)) for name in REPRO_ENV),
+        gpus=gpus,
+        gpu_note=note,
+        distributed=_distributed(torch),
+        frameworks=_frameworks(),
+        platform=platform.platform(),
+    )
+
+
+def _torch_flags(torch: Any) -> TorchFlags:
+    from .determinism import read_flags
+
+    flags = read_flags(torch)
+    backends = torch.backends
+    precision = []
+    for path in (
+        "fp32_precision",
+        "cuda.matmul.fp32_precision",
+        "cudnn.fp32_precision",
+        "cudnn.conv.fp32_precision",
+        "cudnn.rnn.fp32_precision",
+        "mkldnn.fp32_precision",
+    ):
+        owner = backends
+        for part in path.split(".")[:-1]:
+            owner = getattr(owner, part, None)
+        value = getattr(owner, "fp32_precision", None) if owner is not None else None
+        if value is not None:
+            precision.append((f"torch.backends.{path}", str(value)))
+    return TorchFlags(
+        deterministic_algorithms=flags.algorithms,
+        deterministic_warn_only=flags.warn_only,
+        cudnn_deterministic=flags.cudnn_deterministic,
+        cudnn_benchmark=flags.cudnn_benchmark,
+        matmul_allow_tf32=bool(backends.cuda.matmul.allow_tf32),
+        cudnn_allow_tf32=bool(backends.cudnn.allow_tf32),
+        float32_matmul_precision=str(torch.get_float32_matmul_precision()),
+        fp32_precision=tuple(precision),
+    )
+
+
+def _versions(torch: Any, snapshot: Any) -> Versions:
+    numpy_version = numpy_support.version() if numpy_support.installed() else None
+    torch_version = cuda = cudnn = None
+    if torch is not None:
+        torch_version = str(torch.__version__)
+        cuda = torch_support.cuda_version(torch)
+        try:
+            found = torch.backends.cudnn.version()  # loads libcudnn; creates no context
+        except Exception:
+            found = None
+        cudnn = _cudnn_text(found) if found else None
+    return Versions(
+        python=platform.python_version(),
+        numpy=numpy_version,
+        torch=torch_version,
+        cuda_runtime=cuda,
+        cudnn=cudnn,
+        driver=snapshot.driver_version,
+        cuda_driver=snapshot.cuda_driver_version,
+    )
+
+
+def _cudnn_text(version: int) -> str:
+    """cuDNN's integer version as text: 8907 -> 8.9.7, 90100 -> 9.1.0."""
+    if version >= 90000:
+        major, rest = divmod(version, 10000)
+        minor, patch = divmod(rest, 100)
+    else:
+        major, rest = divmod(version, 1000)
+        minor, patch = divmod(rest, 100)
+    return f"{major}.{minor}.{patch}"
+
+
+def _gpus(snapshot: Any, torch: Any) -> tuple[tuple[Gpu, ...], Optional[str]]:
+    if snapshot.available and snapshot.devices:
+        gpus = tuple(
+            Gpu(d.index, d.name, d.compute_capability, d.memory_total) for d in snapshot.devices
+        )
+        return gpus, None
+    devices = torch_support.devices_with_context(torch) if torch is not None else []
+    if devices:  # properties are cached by torch once CUDA is up; no context is created
+        gpus = []
+        for index in devices:
+            props = torch.cuda.get_device_properties(index)
+            capability = f"{props.major}.{props.minor}"
+            gpus.append(Gpu(index, props.name, capability, int(props.total_memory), "torch"))
+        return tuple(gpus), None
+    if not snapshot.available:
+        return (), f"no GPU listed: {snapshot.error}"
+    return (), "no GPU listed: NVML sees none"
+
+
+def _distributed(torch: Any) -> Distributed:
+    dist = getattr(torch, "distributed", None) if torch is not None else None
+    try:
+        if dist is not None and dist.is_available() and dist.is_initialized():
+            return Distributed(
+                int(dist.get_world_size()),
+                int(dist.get_rank()),
+                _int_env("LOCAL_RANK"),
+                f"torch.distributed ({dist.get_backend()})",
+            )
+    except Exception:
+        pass
+    world_size, rank = _int_env("WORLD_SIZE"), _int_env("RANK")
+    if world_size is None and rank is None:
+        return Distributed(local_rank=_int_env("LOCAL_RANK"))
+    return Distributed(world_size or 1, rank or 0, _int_env("LOCAL_RANK"), "environment")
+
+
+def _int_env(name: str) -> Optional[int]:
+    try:
+        return int(os.environ[name])
+    except (KeyError, ValueError):
+        return None
+
+
+def _frameworks() -> tuple[tuple[str, str], ...]:
+    found = []
+    for support in (numpy_support, torch_support, tensorflow_support, jax_support, cupy_support):
+        if support.loaded() is not None:
+            found.append((support.NAME, support.version()))
+    for name in ("pytorch_lightning", "lightning", "accelerate", "transformers", "keras"):
+        module = sys.modules.get(name)
+        if module is not None:
+            found.append((name, str(getattr(module, "__version__", "unknown"))))
+    return tuple(found)

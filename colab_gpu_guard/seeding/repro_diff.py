@@ -1,0 +1,355 @@
+"""Why do two runs differ? `repro_diff(saved, current)` compares two reproducibility records
+and explains each difference that can change results, most important first."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Callable, Optional
+
+from ..serialize import to_data
+from .repro import ReproRecord, gpu_summary, supports_tf32
+
+STRICT_HINT = "run with %seed_all --strict to rule it out"
+TF32_EFFECT = "expect differences around 1e-3"
+
+# rank: most important first
+GPU, PRECISION, SEEDS, FLAGS, LIBRARIES, RANKS, ENVIRONMENT, OTHER_VERSIONS = range(8)
+
+ENV_EFFECTS: dict[str, tuple[bool, str]] = {  # name -> (changes results, why)
+    "NVIDIA_TF32_OVERRIDE": (
+        True,
+        "NVIDIA_TF32_OVERRIDE=0 switches TF32 off in cuBLAS and cuDNN whatever torch's flags say",
+    ),
+    "TORCH_ALLOW_TF32_CUBLAS_OVERRIDE": (
+        True,
+        "TORCH_ALLOW_TF32_CUBLAS_OVERRIDE=1 makes torch's float32 matmuls use TF32",
+    ),
+    "CUBLAS_WORKSPACE_CONFIG": (
+        True,
+        "cuBLAS is deterministic only with :4096:8 or :16:8; otherwise some of its calls "
+        "may differ from run to run",
+    ),
+    "CUDA_VISIBLE_DEVICES": (True, "decides which GPUs (and how many) this process uses"),
+    "PYTHONHASHSEED": (
+        True,
+        "fixes str hashing in new Python processes (spawned workers, scripts): the "
+        "iteration order of sets of strings there differs",
+    ),
+    "OMP_NUM_THREADS": (
+        True,
+        "CPU reductions are split over another number of threads: float sums may differ "
+        "in the last bits",
+    ),
+    "MKL_NUM_THREADS": (
+        True,
+        "MKL splits CPU work over another number of threads: float results may differ "
+        "in the last bits",
+    ),
+    "TF_DETERMINISTIC_OPS": (True, "switches TensorFlow's deterministic ops on or off"),
+    "TF_CUDNN_DETERMINISTIC": (True, "switches TensorFlow's deterministic cuDNN on or off"),
+    "TF_ENABLE_ONEDNN_OPTS": (True, "TensorFlow's oneDNN CPU kernels round differently"),
+    "XLA_FLAGS": (True, "XLA (JAX, TensorFlow) compiles and fuses kernels differently"),
+    "FLASH_ATTENTION_DETERMINISTIC": (
+        True,
+        "decides whether flash-attention's backward pass is deterministic",
+    ),
+    "CUPY_SEED": (True, "seeds CuPy's generators at their first use"),
+    "CUDA_LAUNCH_BLOCKING": (False, "makes kernel launches synchronous: slower, same numbers"),
+    "XLA_PYTHON_CLIENT_PREALLOCATE": (False, "decides how much GPU memory JAX takes up front"),
+}
+
+FLAG_EFFECTS: dict[str, tuple[int, bool, str]] = {  # field -> (rank, changes results, why)
+    "deterministic_algorithms": (
+        FLAGS,
+        True,
+        "without deterministic algorithms, CUDA ops that use atomics (index_add_, "
+        "scatter_add_, many backward passes) may differ from run to run",
+    ),
+    "cudnn_deterministic": (
+        FLAGS,
+        True,
+        "without it cuDNN may choose nondeterministic convolution algorithms",
+    ),
+    "cudnn_benchmark": (
+        FLAGS,
+        True,
+        "with benchmark on, cuDNN times candidate algorithms at the first call and may "
+        "choose different ones each run",
+    ),
+    "deterministic_warn_only": (
+        FLAGS,
+        False,
+        "decides only whether ops without a deterministic implementation raise or warn",
+    ),
+}
+PRECISION_FIELDS = ("matmul_allow_tf32", "cudnn_allow_tf32", "float32_matmul_precision")
+
+
+@dataclass(frozen=True)
+class Difference:
+    """One field that differs, with what it means for the numbers."""
+
+    what: str
+    before: str
+    after: str
+    explanation: str
+    rank: int  # lower is more important
+    changes_results: bool = True
+
+    def __str__(self) -> str:
+        return f"{self.what} {self.before} → {self.after}: {self.explanation}"
+
+
+@dataclass(frozen=True)
+class ReproDiff:
+    """How two reproducibility records differ: result-changing differences first."""
+
+    before_label: str
+    after_label: str
+    differences: tuple[Difference, ...] = ()  # can change results, most important first
+    other: tuple[Difference, ...] = ()  # differ, not expected to change results
+    notes: tuple[str, ...] = ()
+
+    def __str__(self) -> str:
+        count = len(self.differences)
+        head = f"repro diff: {self.before_label} → {self.after_label}: "
+        if count == 0:
+            lines = [head + "nothing that can change results differs"]
+        else:
+            plural = "difference" if count == 1 else "differences"
+            lines = [head + f"{count} {plural} that can change results, most important first"]
+        lines += [f"  {n}. {d}" for n, d in enumerate(self.differences, 1)]
+        lines += [f"  also differs (same numbers): {d}" for d in self.other]
+        lines += [f"  note: {note}" for note in self.notes]
+        return "\n".join(lines)
+
+    def _repr_html_(self) -> str:
+        import html
+
+        text = str(self).splitlines()
+        items = "".join(f"<li>{html.escape(line.strip())}</li>" for line in text[1:])
+        return f"<div><b>{html.escape(text[0])}</b><ul>{items}</ul></div>"
+
+    def to_dict(self) -> dict[str, Any]:
+        return to_data(self)
+
+
+def repro_diff(
+    before: ReproRecord,
+    after: ReproRecord,
+    before_label: Optional[str] = None,
+    after_label: str = "this process",
+) -> ReproDiff:
+    """What differs between `before` (e.g. a saved record) and `after`, explained."""
+    found: list[Difference] = []
+    notes: list[str] = []
+    for check in _CHECKS:
+        check(before, after, found, notes)
+    label = before_label or "saved record"
+    if before.label:
+        label += f" ({before.label})"
+    found.sort(key=lambda d: d.rank)
+    return ReproDiff(
+        label,
+        after_label,
+        tuple(d for d in found if d.changes_results),
+        tuple(d for d in found if not d.changes_results),
+        tuple(notes),
+    )
+
+
+def _text(value: object) -> str:
+    return "unset" if value is None else str(value)
+
+
+def _tf32_change(before: ReproRecord, after: ReproRecord) -> list[str]:
+    (conv_a, mm_a), (conv_b, mm_b) = before.tf32(), after.tf32()
+    changes = []
+    for label, setting, was, now in (
+        ("cuDNN convolutions", "allow_tf32=True", conv_a, conv_b),
+        ("float32 matmuls", "TF32 matmul precision", mm_a, mm_b),
+    ):
+        if was is None or now is None or was == now:
+            continue
+        if now:
+            changes.append(f"{label} now use TF32 ({setting}): {TF32_EFFECT}; {STRICT_HINT}")
+        else:
+            changes.append(f"{label} no longer use TF32 (the saved run's did): {TF32_EFFECT}")
+    return changes
+
+
+def _gpus(a: ReproRecord, b: ReproRecord, found: list, notes: list) -> None:
+    if not a.gpus or not b.gpus:
+        if bool(a.gpus) != bool(b.gpus):
+            explanation = "a CPU run and a GPU run use different kernels: expect float differences"
+            found.append(
+                Difference(
+                    "GPU",
+                    gpu_summary(a.gpus) or "none",
+                    gpu_summary(b.gpus) or "none",
+                    explanation,
+                    GPU,
+                )
+            )
+        return
+    same = [(g.name, g.compute_capability) for g in a.gpus] == [
+        (g.name, g.compute_capability) for g in b.gpus
+    ]
+    if same:
+        return
+    reasons = _tf32_change(a, b) or [
+        "other kernels and reduction orders: expect float32 differences in the last bits, "
+        "growing through a network; bitwise-equal results across GPU models are not "
+        "guaranteed"
+    ]
+    found.append(
+        Difference("GPU", gpu_summary(a.gpus), gpu_summary(b.gpus), "; ".join(reasons), GPU)
+    )
+
+
+def _precision(a: ReproRecord, b: ReproRecord, found: list, notes: list) -> None:
+    fa, fb = a.torch_flags, b.torch_flags
+    if fa.cudnn_allow_tf32 is None or fb.cudnn_allow_tf32 is None:
+        return
+    pairs = [(f"torch {name}", getattr(fa, name), getattr(fb, name)) for name in PRECISION_FIELDS]
+    precision_a, precision_b = dict(fa.fp32_precision), dict(fb.fp32_precision)
+    for name in sorted(set(precision_a) & set(precision_b)):
+        pairs.append((name, precision_a[name], precision_b[name]))
+    tf32_gpu = any(supports_tf32(g.compute_capability) for g in a.gpus + b.gpus)
+    if tf32_gpu:
+        explanation = "changes where TF32 is used on an Ampere-or-newer GPU: " + TF32_EFFECT
+        same_gpus = [g.name for g in a.gpus] == [g.name for g in b.gpus]
+        if same_gpus and a.tf32() != b.tf32():
+            explanation += f"; {STRICT_HINT}"
+    else:
+        explanation = "no effect on these GPUs (TF32 needs Ampere or newer, sm_80+)"
+    for what, was, now in pairs:
+        if was != now:
+            found.append(Difference(what, _text(was), _text(now), explanation, PRECISION, tf32_gpu))
+
+
+def _seeds(a: ReproRecord, b: ReproRecord, found: list, notes: list) -> None:
+    sa, sb = a.seeding, b.seeding
+    if sa.seed != sb.seed:
+        why = "every random draw differs (initial weights, dropout, shuffling)"
+        if sb.seed is None:
+            why = "this process was not seeded with seed_all: its draws are not reproducible"
+        found.append(Difference("seed", _text(sa.seed), _text(sb.seed), why, SEEDS))
+    if sa.every_cell != sb.every_cell:
+        why = (
+            "per-cell reseeding makes each cell's draws depend only on (seed, cell source); "
+            "without it they depend on every cell run before"
+        )
+        found.append(
+            Difference(
+                "per-cell reseeding base",
+                "off" if sa.every_cell is None else str(sa.every_cell),
+                "off" if sb.every_cell is None else str(sb.every_cell),
+                why,
+                SEEDS,
+            )
+        )
+
+
+def _flags(a: ReproRecord, b: ReproRecord, found: list, notes: list) -> None:
+    if a.versions.torch is None or b.versions.torch is None:
+        if a.versions.torch != b.versions.torch:
+            notes.append(
+                "torch was not imported in one of the records: its flags were not compared "
+                "(import torch before taking the record)"
+            )
+        return
+    for name, (rank, changes, why) in FLAG_EFFECTS.items():
+        was, now = getattr(a.torch_flags, name), getattr(b.torch_flags, name)
+        if was != now:
+            found.append(Difference(f"torch {name}", _text(was), _text(now), why, rank, changes))
+
+
+def _versions(a: ReproRecord, b: ReproRecord, found: list, notes: list) -> None:
+    va, vb = a.versions, b.versions
+    checks = (
+        (
+            "torch",
+            LIBRARIES,
+            "other kernels and default algorithms: expect small float differences",
+        ),
+        (
+            "cuda_runtime",
+            LIBRARIES,
+            "other cuBLAS/cuFFT/cuRAND kernels: expect small float differences",
+        ),
+        (
+            "cudnn",
+            LIBRARIES,
+            "other convolution algorithms and heuristics: expect small float differences",
+        ),
+        (
+            "numpy",
+            OTHER_VERSIONS,
+            "the legacy global RNG (numpy.random.seed/rand) keeps its stream across versions; "
+            "other NumPy results may differ in the last bits",
+        ),
+        (
+            "python",
+            OTHER_VERSIONS,
+            "random.random() keeps its stream for the same seed; other random functions "
+            "(randrange, shuffle, choice...) are not guaranteed to",
+        ),
+        (
+            "driver",
+            OTHER_VERSIONS,
+            "rarely changes results (it compiles PTX for GPUs a library ships no code for)",
+        ),
+    )
+    for name, rank, why in checks:
+        was, now = getattr(va, name), getattr(vb, name)
+        if was != now and was is not None and now is not None:
+            label = {"cuda_runtime": "CUDA runtime", "cudnn": "cuDNN"}.get(name, name)
+            found.append(Difference(label, was, now, why, rank))
+    frameworks_a, frameworks_b = dict(a.frameworks), dict(b.frameworks)
+    for name in sorted(set(frameworks_a) & set(frameworks_b)):
+        if frameworks_a[name] != frameworks_b[name] and name not in ("NumPy", "PyTorch"):
+            found.append(
+                Difference(
+                    name,
+                    frameworks_a[name],
+                    frameworks_b[name],
+                    "another version may change kernels and random streams",
+                    OTHER_VERSIONS,
+                )
+            )
+
+
+def _ranks(a: ReproRecord, b: ReproRecord, found: list, notes: list) -> None:
+    da, db = a.distributed, b.distributed
+    if da.world_size != db.world_size:
+        why = (
+            "each rank reads another shard and gradients are averaged over another number "
+            "of ranks: results differ"
+        )
+        found.append(Difference("world size", str(da.world_size), str(db.world_size), why, RANKS))
+    if da.rank != db.rank:
+        why = (
+            "per-rank seeds (dataloader_generator, seed_worker) derive from the rank: draws differ"
+        )
+        found.append(Difference("rank", str(da.rank), str(db.rank), why, RANKS))
+
+
+def _env(a: ReproRecord, b: ReproRecord, found: list, notes: list) -> None:
+    env_a, env_b = dict(a.env), dict(b.env)
+    for name in sorted(set(env_a) | set(env_b)):
+        was, now = env_a.get(name), env_b.get(name)
+        if was != now:
+            changes, why = ENV_EFFECTS.get(name, (True, "read by a library at start"))
+            found.append(Difference(name, _text(was), _text(now), why, ENVIRONMENT, changes))
+
+
+_CHECKS: tuple[Callable[[ReproRecord, ReproRecord, list, list], None], ...] = (
+    _gpus,
+    _precision,
+    _seeds,
+    _flags,
+    _versions,
+    _ranks,
+    _env,
+)
