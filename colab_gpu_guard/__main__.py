@@ -3,6 +3,9 @@
   status [--json] [--processes] [--watch SECONDS]
       One GPU status snapshot (NVML beside this process's view) as text or JSON; with
       --watch, redrawn every SECONDS until Ctrl-C.
+  repro [--diff FILE] [--json] [-v]
+      This process's reproducibility record (versions, GPUs, env, torch's default flags),
+      or what differs from a record saved with `%repro --save FILE`.
 
 Exit codes: 0 when the command could report (a machine without a GPU is a report too),
 1 when it failed, 2 on bad arguments. Add a command with a function that takes the
@@ -12,6 +15,7 @@ subparsers object (see `add_status_command`) and list it in `COMMANDS`.
 from __future__ import annotations
 
 import argparse
+import json
 import math
 import os
 import sys
@@ -102,10 +106,55 @@ def _isatty(stream: TextIO) -> bool:
         return False
 
 
+# ---------------------------------------------------------------- repro
+
+
+def add_repro_command(subparsers: argparse._SubParsersAction) -> None:
+    parser = subparsers.add_parser(
+        "repro",
+        help="show this process's reproducibility record, or diff it with a saved one",
+        description="Show what decides a run's numbers here: Python, NumPy, torch, CUDA, "
+        "cuDNN and driver versions, GPU models and compute capabilities, world size and "
+        "rank, the environment variables libraries read, and torch's flags (as a new "
+        "process has them: flags a running program set are recorded by "
+        "colab_gpu_guard.repro_record() or %%repro inside it). Imports torch if installed.",
+    )
+    parser.add_argument(
+        "--diff",
+        metavar="FILE",
+        default=None,
+        help="compare a record saved with %%repro --save FILE with this process",
+    )
+    parser.add_argument("--json", action="store_true", help="print JSON")
+    parser.add_argument("-v", "--verbose", action="store_true", help="show every field")
+    parser.set_defaults(handler=run_repro)
+
+
+def run_repro(args: argparse.Namespace, out: Optional[TextIO] = None) -> int:
+    from . import seeding
+
+    out = out or sys.stdout
+    record = seeding.repro_record(import_torch=True)
+    if args.diff is None:
+        text = record.to_json() if args.json else record.to_text(verbose=args.verbose)
+    else:
+        try:
+            saved = seeding.read_record(args.diff)
+        except ValueError as error:
+            sys.stderr.write(f"{PROG} repro: error: {error}\n")
+            return 2
+        diff = seeding.repro_diff(saved, record, args.diff)
+        text = json.dumps(diff.to_dict(), indent=2) if args.json else str(diff)
+    out.write(text + "\n")
+    out.flush()
+    return 0
+
+
 # ---------------------------------------------------------------- the program
 
 COMMANDS: list[Callable[[argparse._SubParsersAction], None]] = [
     add_status_command,
+    add_repro_command,
 ]
 
 

@@ -247,3 +247,117 @@ def test_record_gpu_fields_match_nvidia_smi():
     assert record.versions.cudnn is not None and str(cudnn).startswith(
         record.versions.cudnn.split(".")[0]
     )
+
+
+def test_gpu_run_against_a_cpu_run_names_the_saved_tf32():
+    torch.set_float32_matmul_precision("high")
+    saved = with_gpus(repro_record(), A100)
+    now = repro_record()
+    assert now.gpus == () or not now.gpus  # no GPU on this machine
+    diff = repro_diff(saved, dataclasses.replace(now, gpus=()))
+    gpu = diff.differences[0]
+    assert gpu.what == "GPU" and gpu.after == "none"
+    assert "the saved run used TF32 on its GPU (convolutions, float32 matmuls)" in gpu.explanation
+    assert all(d.what != "torch float32_matmul_precision" for d in diff.differences)
+
+
+# ---------------------------------------------------------------- %repro and the CLI
+
+
+def test_magic_shows_saves_and_diffs(ip, tmp_path, capsys):
+    from colab_gpu_guard.seeding import read_record
+
+    ip.run_line_magic("seed_all", "11 --every-cell")
+    capsys.readouterr()
+    ip.run_line_magic("repro", "")
+    out = capsys.readouterr().out
+    assert out.splitlines()[0] == "repro: seed 11, reseeded every cell from 11"
+    path = tmp_path / "run.json"
+    ip.run_line_magic("repro", f"--save {path}")
+    assert f"repro: saved to {path}" in capsys.readouterr().out
+    saved = read_record(str(path))
+    assert saved.seeding.every_cell == 11 and saved.seeding.seed == 11
+    ip.run_line_magic("seed_all", "12 --no-every-cell")
+    torch.backends.cudnn.benchmark = True
+    capsys.readouterr()
+    ip.run_line_magic("repro", f"--diff {path}")
+    out = capsys.readouterr().out
+    assert f"repro diff: {path} → this kernel: 4 differences" in out
+    assert "PYTHONHASHSEED 11 → 12" in out
+    assert "seed 11 → 12" in out and "per-cell reseeding base 11 → off" in out
+    assert "torch cudnn_benchmark False → True" in out
+    ip.run_line_magic("repro", "--json")
+    assert json.loads(capsys.readouterr().out)["seeding"]["seed"] == 12
+
+
+@pytest.mark.parametrize(
+    "content, message",
+    [
+        (None, "cannot read .*: No such file or directory"),
+        ("{not json", "is not JSON: Expecting property name"),
+        ('{"schema_version": 1}', "is not a reproducibility record: ReproRecord: missing"),
+        ('{"schema_version": 7}', "is not a reproducibility record: .*schema_version is 7"),
+    ],
+)
+def test_magic_bad_file_is_a_usage_error(ip, tmp_path, content, message):
+    from IPython.core.error import UsageError
+
+    path = tmp_path / "bad.json"
+    if content is not None:
+        path.write_text(content)
+    with pytest.raises(UsageError, match=message + r"[\s\S]*Usage: %repro"):
+        ip.run_line_magic("repro", f"--diff {path}")
+
+
+def test_magic_rejects_unwritable_file_and_bad_combinations(ip, tmp_path):
+    from IPython.core.error import UsageError
+
+    with pytest.raises(UsageError, match="cannot write .*No such file or directory"):
+        ip.run_line_magic("repro", f"--save {tmp_path}/missing/dir/run.json")
+    with pytest.raises(UsageError, match="--diff cannot be combined with --save"):
+        ip.run_line_magic("repro", "--diff a.json --save b.json")
+
+
+def test_magic_help_is_the_docstring(ip):
+    info = ip.object_inspect("%repro")
+    assert (
+        "--diff run.json" in info["docstring"]
+        and "python -m colab_gpu_guard repro" in (info["docstring"])
+    )
+
+
+def test_cli_repro_and_diff(tmp_path, capsys):
+    from colab_gpu_guard.__main__ import main
+
+    assert main(["repro", "--json"]) == 0
+    record = ReproRecord.from_json(capsys.readouterr().out)
+    assert record.versions.torch == torch.__version__
+    path = tmp_path / "run.json"
+    path.write_text(
+        dataclasses.replace(record, seeding=dataclasses.replace(record.seeding, seed=3)).to_json()
+    )
+    assert main(["repro", "--diff", str(path)]) == 0
+    out = capsys.readouterr().out
+    now = "unset" if record.seeding.seed is None else record.seeding.seed
+    assert "1 difference that can change results" in out and f"seed 3 → {now}" in out
+    path.write_text("[]")
+    assert main(["repro", "--diff", str(path)]) == 2
+    assert "is not a reproducibility record: expected a JSON object" in capsys.readouterr().err
+
+
+def test_cli_in_a_fresh_process(tmp_path):
+    import sys
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parent.parent
+    example = root / "notebooks" / "example_repro_a100.json"
+    out = subprocess.run(
+        [sys.executable, "-m", "colab_gpu_guard", "repro", "--diff", str(example)],
+        cwd=root,
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout
+    assert "(EXAMPLE, not measured" in out.splitlines()[0]
+    assert "1. GPU NVIDIA A100-SXM4-40GB (sm_80) → " in out
+    assert "seed 42 → unset" in out  # a fresh process was never seeded

@@ -6,7 +6,7 @@ for DataLoader workers, ranks and JAX keys (workers.py)."""
 from .determinism import DETERMINISM_ENV
 from .every_cell import CellReseeder, reseed_loaded
 from .report import Change, SeededRng, SeedReport, SkippedRng
-from .repro import ReproRecord, repro_record
+from .repro import ReproRecord, read_record, repro_record
 from .repro_diff import Difference, ReproDiff, repro_diff
 from .rng_state import (
     GeneratorState,
@@ -31,6 +31,7 @@ __all__ = [
     "Difference",
     "ReproDiff",
     "ReproRecord",
+    "read_record",
     "repro_diff",
     "repro_record",
     "GeneratorState",

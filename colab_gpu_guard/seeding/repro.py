@@ -240,6 +240,26 @@ class ReproRecord:
         )
 
 
+def read_record(path: str) -> ReproRecord:
+    """The record saved in `path` (by ``%repro --save``); ValueError naming what is wrong
+    with the file otherwise (missing, not JSON, not a record of this schema)."""
+    try:
+        with open(path, encoding="utf-8") as handle:
+            text = handle.read()
+    except OSError as error:
+        raise ValueError(f"cannot read {path!r}: {error.strerror or error}") from None
+    except UnicodeDecodeError:
+        raise ValueError(f"{path!r} is not a text file") from None
+    try:
+        data = json.loads(text)
+    except json.JSONDecodeError as error:
+        raise ValueError(f"{path!r} is not JSON: {error.msg} at line {error.lineno}") from None
+    try:
+        return ReproRecord.from_dict(data)
+    except (ValueError, TypeError) as error:
+        raise ValueError(f"{path!r} is not a reproducibility record: {error}") from None
+
+
 def json_schema() -> dict[str, Any]:
     """The JSON Schema (draft 2020-12) of `ReproRecord.to_dict()`."""
     return _json_schema(ReproRecord, "colab_gpu_guard ReproRecord")

@@ -119,7 +119,7 @@ class ReproDiff:
             plural = "difference" if count == 1 else "differences"
             lines = [head + f"{count} {plural} that can change results, most important first"]
         lines += [f"  {n}. {d}" for n, d in enumerate(self.differences, 1)]
-        lines += [f"  also differs (same numbers): {d}" for d in self.other]
+        lines += [f"  also differs (does not change the numbers here): {d}" for d in self.other]
         lines += [f"  note: {note}" for note in self.notes]
         return "\n".join(lines)
 
@@ -179,18 +179,21 @@ def _tf32_change(before: ReproRecord, after: ReproRecord) -> list[str]:
 
 
 def _gpus(a: ReproRecord, b: ReproRecord, found: list, notes: list) -> None:
+    before, after = gpu_summary(a.gpus) or "none", gpu_summary(b.gpus) or "none"
     if not a.gpus or not b.gpus:
         if bool(a.gpus) != bool(b.gpus):
-            explanation = "a CPU run and a GPU run use different kernels: expect float differences"
-            found.append(
-                Difference(
-                    "GPU",
-                    gpu_summary(a.gpus) or "none",
-                    gpu_summary(b.gpus) or "none",
-                    explanation,
-                    GPU,
+            reasons = ["a CPU run and a GPU run use different kernels: expect float differences"]
+            used = [
+                label
+                for label, on in zip(
+                    ("convolutions", "float32 matmuls"), (a.tf32() if a.gpus else b.tf32())
                 )
-            )
+                if on
+            ]
+            if used:
+                run = "saved run" if a.gpus else "current run"
+                reasons.append(f"the {run} used TF32 on its GPU ({', '.join(used)}): {TF32_EFFECT}")
+            found.append(Difference("GPU", before, after, "; ".join(reasons), GPU))
         return
     same = [(g.name, g.compute_capability) for g in a.gpus] == [
         (g.name, g.compute_capability) for g in b.gpus
@@ -202,9 +205,7 @@ def _gpus(a: ReproRecord, b: ReproRecord, found: list, notes: list) -> None:
         "growing through a network; bitwise-equal results across GPU models are not "
         "guaranteed"
     ]
-    found.append(
-        Difference("GPU", gpu_summary(a.gpus), gpu_summary(b.gpus), "; ".join(reasons), GPU)
-    )
+    found.append(Difference("GPU", before, after, "; ".join(reasons), GPU))
 
 
 def _precision(a: ReproRecord, b: ReproRecord, found: list, notes: list) -> None:
@@ -215,17 +216,25 @@ def _precision(a: ReproRecord, b: ReproRecord, found: list, notes: list) -> None
     precision_a, precision_b = dict(fa.fp32_precision), dict(fb.fp32_precision)
     for name in sorted(set(precision_a) & set(precision_b)):
         pairs.append((name, precision_a[name], precision_b[name]))
-    tf32_gpu = any(supports_tf32(g.compute_capability) for g in a.gpus + b.gpus)
-    if tf32_gpu:
-        explanation = "changes where TF32 is used on an Ampere-or-newer GPU: " + TF32_EFFECT
-        same_gpus = [g.name for g in a.gpus] == [g.name for g in b.gpus]
-        if same_gpus and a.tf32() != b.tf32():
+    capable = [
+        bool(r.gpus) and all(supports_tf32(g.compute_capability) for g in r.gpus) for r in (a, b)
+    ]
+    if all(capable):
+        explanation = "changes where TF32 is used on these Ampere-or-newer GPUs: " + TF32_EFFECT
+        if a.tf32() != b.tf32():
             explanation += f"; {STRICT_HINT}"
+    elif any(capable):
+        explanation = (
+            "takes effect only on Ampere-or-newer GPUs (sm_80+), which only one of the runs "
+            "has: the GPU difference decides"
+        )
     else:
         explanation = "no effect on these GPUs (TF32 needs Ampere or newer, sm_80+)"
     for what, was, now in pairs:
         if was != now:
-            found.append(Difference(what, _text(was), _text(now), explanation, PRECISION, tf32_gpu))
+            found.append(
+                Difference(what, _text(was), _text(now), explanation, PRECISION, all(capable))
+            )
 
 
 def _seeds(a: ReproRecord, b: ReproRecord, found: list, notes: list) -> None:
@@ -303,9 +312,10 @@ def _versions(a: ReproRecord, b: ReproRecord, found: list, notes: list) -> None:
     )
     for name, rank, why in checks:
         was, now = getattr(va, name), getattr(vb, name)
-        if was != now and was is not None and now is not None:
+        both = va.torch is not None and vb.torch is not None if rank == LIBRARIES else True
+        if was != now and both and (name in ("cuda_runtime", "cudnn") or None not in (was, now)):
             label = {"cuda_runtime": "CUDA runtime", "cudnn": "cuDNN"}.get(name, name)
-            found.append(Difference(label, was, now, why, rank))
+            found.append(Difference(label, _text(was), _text(now), why, rank))
     frameworks_a, frameworks_b = dict(a.frameworks), dict(b.frameworks)
     for name in sorted(set(frameworks_a) & set(frameworks_b)):
         if frameworks_a[name] != frameworks_b[name] and name not in ("NumPy", "PyTorch"):

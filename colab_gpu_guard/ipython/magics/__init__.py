@@ -9,6 +9,7 @@ from .advice import AdvisorMagics
 from .base import GuardMagics, usage_error
 from .history import HistoryMagics
 from .panel import PanelMagics
+from .repro import ReproMagics
 from .reset import ResetMagics
 from .seed import SeedMagics
 from .status import StatusMagics
@@ -19,6 +20,7 @@ __all__ = [
     "GuardMagics",
     "HistoryMagics",
     "PanelMagics",
+    "ReproMagics",
     "ResetMagics",
     "SeedMagics",
     "StatusMagics",
@@ -27,6 +29,7 @@ __all__ = [
 
 MAGIC_CLASSES: list[type[GuardMagics]] = [
     SeedMagics,
+    ReproMagics,
     StatusMagics,
     AdvisorMagics,
     PanelMagics,

@@ -1,0 +1,101 @@
+"""%repro: the reproducibility record of this kernel, saved as JSON or compared with one."""
+
+from __future__ import annotations
+
+from typing import Any, Optional
+
+from IPython.core.magic import line_magic, magics_class
+from IPython.core.magic_arguments import argument, magic_arguments, parse_argstring
+
+from .base import GuardMagics, usage_error
+
+REPRO_USAGE = "%repro [-v] [--json] [--save FILE] [--diff FILE]"
+
+
+@magics_class
+class ReproMagics(GuardMagics):
+    @magic_arguments()
+    @argument("-v", "--verbose", action="store_true", help="show every field, not the summary")
+    @argument("--json", action="store_true", help="print the record as JSON")
+    @argument("--save", metavar="FILE", default=None, help="write the record to FILE as JSON")
+    @argument(
+        "--diff",
+        metavar="FILE",
+        default=None,
+        help="compare a record saved with --save (the earlier run) with this kernel now",
+    )
+    @line_magic
+    def repro(self, line: str = "") -> None:
+        """Show what decides this kernel's numbers, save it, or compare it with a saved run.
+
+        The record: the seed_all seed and per-cell reseeding base; torch's deterministic
+        flags (use_deterministic_algorithms, cudnn.deterministic, cudnn.benchmark); TF32
+        and float32 precision (matmul and cuDNN allow_tf32, float32_matmul_precision,
+        fp32_precision); the environment variables libraries read (CUBLAS_WORKSPACE_CONFIG,
+        PYTHONHASHSEED, CUDA_VISIBLE_DEVICES, NVIDIA_TF32_OVERRIDE, XLA_FLAGS, thread
+        counts...); Python, NumPy, torch, CUDA runtime, cuDNN and driver versions; each
+        GPU's model and compute capability (from NVML: no CUDA context is created); world
+        size and rank; the imported frameworks' versions.
+
+        Examples::
+
+          %repro                       # a short summary (-v: every field)
+          %repro --save run.json       # write the record as JSON
+          %repro --diff run.json       # what differs from that run, and what it does
+                                       # to the numbers, most important first
+          %repro --json                # JSON (schema: colab_gpu_guard.seeding.repro.json_schema())
+
+        From code: ``colab_gpu_guard.repro_record()`` and ``repro_diff(saved, current)``;
+        from a terminal or a DDP worker: ``python -m colab_gpu_guard repro [--diff FILE]``.
+        """
+        from ... import seeding
+
+        args = self._parse(line)
+        record = seeding.repro_record(every_cell=self._every_cell_base())
+        if args.diff is not None:
+            try:
+                saved = seeding.read_record(args.diff)
+            except ValueError as error:
+                raise usage_error(error, REPRO_USAGE) from None
+            self._show(seeding.repro_diff(saved, record, args.diff, "this kernel"))
+            return
+        if args.save is not None:
+            try:
+                with open(args.save, "w", encoding="utf-8") as handle:
+                    handle.write(record.to_json() + "\n")
+            except OSError as error:
+                raise usage_error(
+                    ValueError(f"cannot write {args.save!r}: {error.strerror or error}"),
+                    REPRO_USAGE,
+                ) from None
+            print(f"repro: saved to {args.save}")
+        if args.json:
+            print(record.to_json())
+            return
+        self._show(record, record.to_text(verbose=args.verbose))
+
+    def _parse(self, line: str) -> Any:
+        try:
+            args = parse_argstring(self.repro, line)
+        except Exception as error:  # argparse's own UsageError: add the usage line
+            raise usage_error(error, REPRO_USAGE) from None
+        if args.diff is not None and (args.save is not None or args.json):
+            raise usage_error(
+                ValueError("--diff cannot be combined with --save or --json"), REPRO_USAGE
+            )
+        return args
+
+    def _every_cell_base(self) -> Optional[int]:
+        """The base seed of %seed_all --every-cell, if it is reseeding in this shell."""
+        for magics in self.registration.magics:
+            reseeder = getattr(magics, "reseeder", None)
+            base = getattr(reseeder, "base_seed", None)
+            if isinstance(base, int):
+                return base
+        return None
+
+    def _show(self, report: Any, text: Optional[str] = None) -> None:
+        from IPython.display import display
+
+        bundle = {"text/plain": text or str(report), "text/html": report._repr_html_()}
+        display(bundle, raw=True)
