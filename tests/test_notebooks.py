@@ -49,6 +49,10 @@ def test_notebook_runs_in_a_real_kernel(notebook: Path, tmp_path):
         # its second `%seed_all 42` reruns a cell after torch was imported in between: what
         # the import allocated is not that cell's, so nothing there is a rerun leak
         assert "LEAK" not in page
+    if notebook.stem == "reproducibility":
+        assert "resumed epochs 2-3 draw exactly what the uninterrupted run drew" in page
+        assert "repro diff: example_repro_a100.json (EXAMPLE, not measured" in page
+        assert "cuDNN convolutions now use TF32 (allow_tf32=True)" in page
 
 
 def test_demo_reports_a_missing_notebook(capsys):

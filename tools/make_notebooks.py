@@ -288,6 +288,127 @@ assert not set(ranks[0]["indices"]) & set(ranks[1]["indices"]), "ranks share sam
 assert ranks[0]["augment"] != ranks[1]["augment"], "ranks share an augmentation stream"
 print("identical initial weights, disjoint samples, per-rank augmentation streams")
 '''),
+] + [
+    md("""
+## Save and restore every RNG stream exactly
+
+Resuming a run from a checkpoint reproduces it only if every random stream resumes too:
+Python `random`, NumPy's global RNG, torch's CPU (and each CUDA device's) generator, and
+the DataLoader's own `generator=` (its shuffle order and its workers' seeds come from it).
+`rng_state()` captures them all in one picklable object; `restore_rng_state()` puts them
+back. Below, epoch 1 runs, the state goes to a file, epochs 2 and 3 run; then a "new
+session" with other seeds loads the file and runs epochs 2 and 3 again.
+"""),
+    code("""
+import pickle
+import tempfile
+from pathlib import Path
+
+from torch.utils.data import DataLoader, Dataset
+
+from colab_gpu_guard import isolated_rng, restore_rng_state, rng_state, seed_all
+
+%seed_all --no-every-cell
+
+
+class Augmented(Dataset):  # each item draws in its worker: torch, random and NumPy
+    def __len__(self):
+        return 8
+
+    def __getitem__(self, index):
+        draws = [torch.rand(()).item(), random.random(), float(np.random.rand())]
+        return torch.tensor([float(index), *draws])
+
+
+def epoch(loader):
+    rows = [row.tolist() for batch in loader for row in batch]
+    return rows + [torch.randn(2).tolist()]  # and the training loop's own draws
+
+
+scratch = Path(tempfile.mkdtemp())  # the checkpoint and the saved record go here
+seed_all(7)
+loader_generator = torch.Generator().manual_seed(7)
+loader = DataLoader(Augmented(), batch_size=4, shuffle=True, num_workers=2,
+                    generator=loader_generator)
+epoch(loader)  # epoch 1
+with open(scratch / "rng_checkpoint.pkl", "wb") as file:
+    pickle.dump(rng_state(generators={"loader": loader_generator}), file)
+uninterrupted = [epoch(loader) for _ in range(2)]  # epochs 2 and 3
+"""),
+    code("""
+seed_all(999)  # a new session: another seed, other draws, a fresh generator
+torch.rand(100)
+loader_generator = torch.Generator()
+with open(scratch / "rng_checkpoint.pkl", "rb") as file:
+    state = pickle.load(file)
+print(state)
+restore_rng_state(state, generators={"loader": loader_generator})
+loader = DataLoader(Augmented(), batch_size=4, shuffle=True, num_workers=2,
+                    generator=loader_generator)
+resumed = [epoch(loader) for _ in range(2)]
+assert resumed == uninterrupted
+print("resumed epochs 2-3 draw exactly what the uninterrupted run drew")
+"""),
+    md("""
+A plotting or validation cell that draws random numbers shifts every training draw after
+it. `with isolated_rng():` runs the block and then puts every stream back:
+"""),
+    code("""
+seed_all(3)
+expected = torch.randn(3)
+
+seed_all(3)
+with isolated_rng():
+    sample = torch.rand(1000)  # e.g. points for a plot
+    print(f"plotted {len(sample)} random points, mean {sample.mean():.3f}")
+assert torch.equal(torch.randn(3), expected)
+print("the next training draws are unchanged:", expected.tolist())
+"""),
+    md("""
+## Why do two runs differ? The reproducibility record
+
+`%repro` shows what decides this kernel's numbers (`-v` for every field); `%repro --save
+FILE` writes it as JSON, and `%repro --diff FILE` explains what differs from a saved run,
+most important first. `python -m colab_gpu_guard repro --diff FILE` does the same from a
+terminal or a DDP worker.
+"""),
+    code("""
+%repro
+%repro --save {scratch}/this_machine.json
+"""),
+    md("""
+`example_repro_a100.json` beside this notebook is an **example record, written by hand,
+not measured**: an A100 runtime with `torch.set_float32_matmul_precision("high")` (its
+`label` field says so). Compared with this machine:
+"""),
+    code("""
+import urllib.request
+
+EXAMPLE = Path("example_repro_a100.json")
+if not EXAMPLE.exists():  # on Colab the notebook runs without the repository beside it
+    urllib.request.urlretrieve(
+        "https://raw.githubusercontent.com/colab-gpu-guard/colab_gpu_guard/main/"
+        "notebooks/example_repro_a100.json",
+        EXAMPLE,
+    )
+%repro --diff example_repro_a100.json
+"""),
+    md("""
+And the same example run moved from a T4 (sm_75, no TF32) to the A100 (sm_80): the
+difference that matters is TF32, which Ampere and newer GPUs use by default for cuDNN
+convolutions.
+"""),
+    code("""
+import dataclasses
+
+from colab_gpu_guard import repro_diff
+from colab_gpu_guard.seeding import read_record
+from colab_gpu_guard.seeding.repro import Gpu
+
+a100 = read_record("example_repro_a100.json")
+t4 = dataclasses.replace(a100, gpus=(Gpu(0, "Tesla T4", "7.5"),), label="example, T4")
+repro_diff(t4, a100, "T4 example", "A100 example")
+"""),
 ]
 
 
