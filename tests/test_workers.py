@@ -52,6 +52,39 @@ def test_workers_do_not_repeat_each_others_augmentations(monkeypatch):
     assert len(set(numpy_draws)) == len(numpy_draws)
 
 
+def draws_as_rank(rank: int, monkeypatch, worker_init_fn=None) -> list[tuple]:
+    """One epoch's Python and NumPy draws, made the way rank `rank` of a DDP job would:
+    the same torch seed on every rank, no generator given."""
+    monkeypatch.setenv("RANK", str(rank))
+    torch.manual_seed(42)
+    loader = DataLoader(
+        Augmented(),
+        batch_size=4,
+        num_workers=2,
+        worker_init_fn=worker_init_fn,
+        multiprocessing_context="fork",
+    )
+    return [(row[1], row[2]) for batch in loader for row in batch.tolist()]
+
+
+def test_torch_itself_seeds_random_and_numpy_per_worker(monkeypatch):
+    """What the seed_worker docstring and the notebook say: workers do not repeat each
+    other without our help (torch >= 1.9 seeds both per worker)..."""
+    draws = draws_as_rank(0, monkeypatch)
+    worker0, worker1 = draws[:4], draws[4:8]  # batch_size 4: batch n comes from worker n % 2
+    assert not {d[0] for d in worker0} & {d[0] for d in worker1}
+    assert not {d[1] for d in worker0} & {d[1] for d in worker1}
+
+
+def test_ranks_repeat_each_other_without_rank_aware_seeding(monkeypatch):
+    """...but ranks seeded alike draw the same augmentations, and seed_worker separates them."""
+    assert draws_as_rank(0, monkeypatch) == draws_as_rank(1, monkeypatch)
+    ours0 = draws_as_rank(0, monkeypatch, seed_worker)
+    ours1 = draws_as_rank(1, monkeypatch, seed_worker)
+    assert not set(ours0) & set(ours1)
+    assert draws_as_rank(0, monkeypatch, seed_worker) == ours0
+
+
 def test_two_ranks_get_different_streams(monkeypatch):
     rank0, rank1 = batches(0, monkeypatch), batches(1, monkeypatch)
     flat0 = [row[1:] for batch in rank0 for row in batch]

@@ -187,12 +187,18 @@ deterministic = step_time()
 print(f"deterministic / default step time on {device}: {deterministic / fast:.2f}x")
 """),
     md("""
-## DataLoader workers
+## DataLoader workers, and ranks
 
-Each worker process gets its own torch seed from the DataLoader, but Python `random` and
-NumPy are *copied* into every worker, so workers repeat each other's augmentations unless
-seeded. `seed_worker` seeds them from (torch's worker seed, rank, worker id);
-`dataloader_generator()` gives the loader a generator seeded from (seed, rank).
+Claim often repeated: "DataLoader workers copy Python `random` and NumPy state, so they
+repeat each other's augmentations". Not since torch 1.9: each worker seeds `random`, NumPy
+and torch from the loader's base seed and its worker id
+(`torch/utils/data/_utils/worker.py`). What *is* true: the base seed comes from the
+loader's generator or torch's global RNG, which every DDP rank seeds alike, so without
+rank-aware seeding **every rank draws the same augmentations**. `seed_worker` reseeds
+`random` and NumPy from (torch's worker seed, rank, worker id); `dataloader_generator()`
+gives the loader a generator seeded from (seed, rank), for torch's draws and the shuffle
+order. The cell below checks both with a real DataLoader and 2 workers, simulating rank 0
+and rank 1 of a DDP job with the `RANK` environment variable.
 """),
     code("""
 from torch.utils.data import DataLoader, Dataset
@@ -217,6 +223,35 @@ def epoch():
 first, second = epoch(), epoch()
 assert first == second
 print("two runs, two workers, same batches:", first == second)
+"""),
+    code("""
+import os
+
+source = inspect.getsource(torch.utils.data._utils.worker._worker_loop)
+assert "random.seed(seed)" in source and "np.random.seed(np_seed)" in source
+
+
+def draws_as_rank(rank, worker_init_fn=None):
+    \"\"\"One epoch's (random, NumPy) draws as rank `rank` of a DDP job makes them.\"\"\"
+    os.environ["RANK"] = str(rank)
+    torch.manual_seed(42)  # every rank seeds alike (it must, for identical initial weights)
+    loader = DataLoader(Augmented(), batch_size=4, num_workers=2, worker_init_fn=worker_init_fn)
+    return [tuple(row[1:]) for batch in loader for row in batch.tolist()]
+
+
+plain0, plain1 = draws_as_rank(0), draws_as_rank(1)
+ours0, ours1 = draws_as_rank(0, seed_worker), draws_as_rank(1, seed_worker)
+
+# Batch n comes from worker n % 2: without any help, the two workers draw differently...
+assert not set(plain0[:4]) & set(plain0[4:8]), "workers repeat each other"
+print("workers differ without seed_worker:", plain0[0], "vs", plain0[4])
+# ...but rank 1 draws exactly what rank 0 draws,
+assert plain0 == plain1
+print("rank 0 and rank 1 without rank-aware seeding draw the same:", plain0 == plain1)
+# and seed_worker gives each rank its own draws, reproducibly.
+assert not set(ours0) & set(ours1) and draws_as_rank(0, seed_worker) == ours0
+os.environ.pop("RANK", None)
+print("with seed_worker the ranks share no draw:", not set(ours0) & set(ours1))
 """),
     md("""
 ## Cells you rerun out of order: `--every-cell`

@@ -22,6 +22,7 @@ from typing import Iterable, Optional
 
 from ..frameworks import tensorflow as tensorflow_support
 from ..frameworks import torch as torch_support
+from . import precision
 from .report import Change, SeedReport
 
 # The literal that ATen's Context.cpp compiles in while it still enforces a cuBLAS workspace
@@ -179,6 +180,7 @@ class _DeterminismMemory:
 
     flags: Optional[DeterministicFlags] = None
     env: Optional[dict[str, Optional[str]]] = None
+    precision: Optional[precision.PrecisionFlags] = None  # before --strict
 
 
 _memory = _DeterminismMemory()
@@ -186,7 +188,7 @@ _memory = _DeterminismMemory()
 
 def was_switched_on() -> bool:
     """Whether deterministic mode was switched on and not yet restored."""
-    return _memory.flags is not None or _memory.env is not None
+    return _memory.flags is not None or _memory.env is not None or _memory.precision is not None
 
 
 def _set_env(name: str, value: str, report: SeedReport, why: str) -> None:
@@ -199,7 +201,7 @@ def _set_env(name: str, value: str, report: SeedReport, why: str) -> None:
     report.changes.append(Change(f"{name} (read by {why})", old, value, "env"))
 
 
-def enable(torch, warn_only: bool, report: SeedReport) -> None:
+def enable(torch, warn_only: bool, strict: bool, report: SeedReport) -> None:
     if _memory.env is None:
         _memory.env = {}
     for name, (value, reader) in DETERMINISM_ENV.items():
@@ -218,8 +220,9 @@ def enable(torch, warn_only: bool, report: SeedReport) -> None:
             algorithms=True, warn_only=warn_only, cudnn_deterministic=True, cudnn_benchmark=False
         )
         write_flags(torch, wanted)
-        _report_flag_changes(before, wanted, report)
+        _report_changes(before.describe(), wanted.describe(), report)
         _configure_cublas(torch, report)
+        _set_precision(torch, strict, report)
     else:
         report.notes.append("deterministic mode: no torch, so no torch flags were set")
 
@@ -268,22 +271,44 @@ def _configure_cublas(torch, report: SeedReport) -> None:
         )
 
 
-def _report_flag_changes(
-    before: DeterministicFlags,
-    after: DeterministicFlags,
-    report: SeedReport,
-) -> None:
-    old, new = before.describe(), after.describe()
+def _set_precision(torch, strict: bool, report: SeedReport) -> None:
+    """--strict: full fp32 (remembering the settings before); deterministic mode without
+    it after --strict: the settings from before --strict. Then report what is in force."""
+    if strict:
+        before = precision.read_precision(torch)
+        if _memory.precision is None:
+            _memory.precision = before
+        precision.make_strict(torch)
+        _report_changes(before.describe(), precision.read_precision(torch).describe(), report)
+    else:
+        _restore_precision(torch, report)
+    report.precision = precision.precision_report(torch, strict)
+    if report.precision.tf32_gpus and report.precision.tf32_uses:
+        report.warnings.append(report.precision.meaning())
+
+
+def _restore_precision(torch, report: SeedReport) -> None:
+    if _memory.precision is None:
+        return
+    before = precision.read_precision(torch)
+    precision.restore_precision(torch, _memory.precision)
+    _report_changes(before.describe(), precision.read_precision(torch).describe(), report)
+    _memory.precision = None
+
+
+def _report_changes(old: dict[str, str], new: dict[str, str], report: SeedReport) -> None:
     for name in new:
-        if old[name] != new[name]:
-            report.changes.append(Change(name, old[name], new[name], "flag"))
+        if old.get(name) != new[name]:
+            report.changes.append(Change(name, old.get(name), new[name], "flag"))
 
 
 def restore(torch, report: SeedReport) -> None:
     if torch is not None and _memory.flags is not None:
         before = read_flags(torch)
         write_flags(torch, _memory.flags)
-        _report_flag_changes(before, _memory.flags, report)
+        _report_changes(before.describe(), _memory.flags.describe(), report)
+    if torch is not None:
+        _restore_precision(torch, report)
     for name, old in (_memory.env or {}).items():
         now = os.environ.get(name)
         if old is None:
@@ -294,4 +319,5 @@ def restore(torch, report: SeedReport) -> None:
             report.changes.append(Change(name, now, old, "env"))
     _memory.flags = None
     _memory.env = None
+    _memory.precision = None
     report.notes.append("deterministic mode off: flags restored to what they were before")

@@ -1,10 +1,18 @@
 """What seed_all did, as a report: the RNGs seeded and skipped, the flags and env vars it
-changed, its notes and warnings."""
+changed, the precision in force, its notes and warnings. `summary()` is the one line
+%seed_all prints (warnings on lines of their own); `str()` is the full report."""
 
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass, field
 from typing import Any, Optional
+
+from .precision import PrecisionReport
+
+# Seeded RNGs' names, shortened for the one-line summary; PyTorch's devices group as torch (...).
+_SHORT = {"Python random": "random", "NumPy": "numpy", "TensorFlow": "tensorflow", "CuPy": "cupy"}
+# Skips the summary leaves out: "torch (cpu)" already says there is no CUDA to seed.
+_IMPLIED_SKIPS = {"this torch build has no CUDA", "no CUDA device visible"}
 
 
 @dataclass
@@ -40,10 +48,59 @@ class SeedReport:
     warnings: list[str] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
     deterministic: bool = False
-    every_cell: Optional[bool] = None
+    warn_only: bool = False
+    every_cell: Optional[bool] = None  # True: reseeding every cell from this seed
+    precision: Optional[PrecisionReport] = None  # under deterministic mode, with torch
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
+
+    def seeded_words(self) -> str:
+        names, torch_parts = [], []
+        for rng in self.seeded:
+            if rng.name.startswith("PyTorch "):
+                part = rng.name[len("PyTorch ") :].lower()
+                if torch_parts == []:
+                    names.append("torch")
+                torch_parts.append(part.replace(" devices)", ")").replace(" device)", ")"))
+            else:
+                names.append(_SHORT.get(rng.name, rng.name))
+        if torch_parts:
+            names[names.index("torch")] = f"torch ({', '.join(torch_parts)})"
+        return ", ".join(names)
+
+    def skipped_words(self) -> str:
+        return ", ".join(
+            f"{rng.name} ({rng.reason.split(':')[0]})"
+            for rng in self.skipped
+            if rng.reason not in _IMPLIED_SKIPS
+        )
+
+    def mode_words(self) -> str:
+        if not self.deterministic:
+            return "deterministic off"
+        words = "deterministic on" + (" (warn-only)" if self.warn_only else "")
+        if self.precision is not None:
+            words += f", {self.precision.clause()}"
+        return words
+
+    def summary(self) -> str:
+        """One line (warnings that need action on lines of their own)."""
+        line = f"seed {self.seed}"
+        if self.seed_source != "given":
+            line += f" (drawn from the OS: %seed_all {self.seed} reproduces this run)"
+        line += f": {self.seeded_words()} seeded"
+        skipped = self.skipped_words()
+        if skipped:
+            line += f"; not seeded: {skipped}"
+        line += f"; {self.mode_words()}"
+        if self.every_cell is not None:
+            line += (
+                f"; every cell reseeded from {self.seed}"
+                if self.every_cell
+                else "; per-cell reseeding off"
+            )
+        return "\n".join([line] + [f"  WARNING  {warning}" for warning in self.warnings])
 
     def __str__(self) -> str:
         lines = [f"seed_all: seed {self.seed} ({self.seed_source})"]
@@ -56,7 +113,10 @@ class SeedReport:
         for change in self.changes:
             lines.append(f"  set      {change.name}: {_show(change.old)} -> {_show(change.new)}")
         if self.every_cell is not None:
-            lines.append(f"  every cell: {'reseeded' if self.every_cell else 'off'}")
+            every = f"reseeded from (seed {self.seed}, the cell's source)"
+            lines.append(f"  every cell: {every if self.every_cell else 'off'}")
+        if self.precision is not None:
+            lines += [f"  precision {line}" for line in self.precision.lines()]
         for note in self.notes:
             lines.append(f"  note     {note}")
         for warning in self.warnings:
@@ -80,13 +140,20 @@ class SeedReport:
             f"<td>{esc(_show(c.old))} &rarr; {esc(_show(c.new))}</td></tr>"
             for c in self.changes
         ]
+        if self.precision is not None:
+            rows += [
+                f"<tr><td>precision</td><td colspan=2>{esc(line)}</td></tr>"
+                for line in self.precision.lines()
+            ]
         rows += [f"<tr><td>note</td><td colspan=2>{esc(n)}</td></tr>" for n in self.notes]
-        rows += [
-            f"<tr><td><b>warning</b></td><td colspan=2>{esc(w)}</td></tr>" for w in self.warnings
-        ]
+        line, *warnings = self.summary().splitlines()
+        shown = "".join(
+            f"<div><b>warning</b>: {esc(w.split('WARNING', 1)[1].strip())}</div>" for w in warnings
+        )
         return (
-            f"<div><b>seed_all</b>: seed <code>{self.seed}</code> ({esc(self.seed_source)})"
-            f"<table>{''.join(rows)}</table></div>"
+            f"<div><b>seed_all</b>: {esc(line)}{shown}"
+            '<details><summary style="cursor:pointer">full report</summary>'
+            f"<table>{''.join(rows)}</table></details></div>"
         )
 
 

@@ -26,7 +26,8 @@ from .report import Change, SeededRng, SeedReport, SkippedRng
 
 SEED_MAX = 2**32 - 1  # NumPy's legacy RNG accepts 0..2**32-1
 VALID_SEED_FORM = f"an integer from 0 to {SEED_MAX}"
-_SEED_TEXT = re.compile(r"\s*\+?\d+\s*")
+# ASCII digits only: int() also takes "٤٢" and "４２", which are not a seed anyone typed on purpose.
+_SEED_TEXT = re.compile(r"\s*\+?[0-9]+\s*", re.ASCII)
 
 
 def validate_seed(seed: object) -> int:
@@ -75,7 +76,11 @@ def last_seed() -> Optional[int]:
 
 
 def seed_all(
-    seed: object = None, *, deterministic: bool = False, warn_only: bool = False
+    seed: object = None,
+    *,
+    deterministic: bool = False,
+    warn_only: bool = False,
+    strict: bool = False,
 ) -> SeedReport:
     """Seed Python `random`, NumPy, PyTorch (CPU and every CUDA/MPS/XPU device) and any
     TensorFlow or CuPy the user already imported; return what was done as a SeedReport.
@@ -87,12 +92,15 @@ def seed_all(
         as they were before.
     warn_only: with deterministic mode, ops without a deterministic implementation warn
         instead of raising. Implies `deterministic=True`.
+    strict: with deterministic mode, also run matmuls and convolutions in full fp32 (TF32
+        off; it is on for cuDNN convolutions by default on Ampere and newer GPUs). Implies
+        `deterministic=True`; restored with the other flags.
     """
     global _last_seed
     value = fresh_seed() if seed is None else validate_seed(seed)
-    if not isinstance(deterministic, bool) or not isinstance(warn_only, bool):
-        raise TypeError("deterministic and warn_only must be True or False")
-    deterministic = deterministic or warn_only
+    if not all(isinstance(flag, bool) for flag in (deterministic, warn_only, strict)):
+        raise TypeError("deterministic, warn_only and strict must be True or False")
+    deterministic = deterministic or warn_only or strict
 
     report = SeedReport(
         seed=value, seed_source="given" if seed is not None else "drawn from the OS"
@@ -105,10 +113,11 @@ def seed_all(
     _seed_imported_only(value, report)
     _set_hash_seed(value, report)
     if deterministic:
-        determinism.enable(torch, warn_only, report)
+        determinism.enable(torch, warn_only, strict, report)
     elif determinism.was_switched_on():
         determinism.restore(torch, report)
     report.deterministic = deterministic
+    report.warn_only = warn_only
     _last_seed = value
     return report
 

@@ -168,8 +168,15 @@ def main() -> None:
     capture("%seed_all 42 --deterministic", magic(shell, "%seed_all 42 --deterministic"))
     capture("%seed_all 42 --warn-only", magic(shell, "%seed_all 42 --warn-only"))
     capture("%seed_all 42 (restores)", magic(shell, "%seed_all 42"))
+    capture("%seed_all 42 --strict -v", magic(shell, "%seed_all 42 --strict -v"))
+    capture("%seed_all 42 -v (restores precision)", magic(shell, "%seed_all 42 -v"))
     capture("%seed_all 7 --every-cell", magic(shell, "%seed_all 7 --every-cell"))
+    capture("%seed_all 5 (takes over per-cell)", magic(shell, "%seed_all 5"))
     capture("%seed_all --no-every-cell", magic(shell, "%seed_all --no-every-cell"))
+    capture(
+        "%seed_all 5 --every-cell --no-every-cell",
+        magic(shell, "%seed_all 5 --every-cell --no-every-cell"),
+    )
     capture("%seed_all abc", magic(shell, "%seed_all abc"))
     capture("%seed_all -1", magic(shell, "%seed_all -1"))
     capture("%gpu_advice", magic(shell, "%gpu_advice"))

@@ -15,7 +15,10 @@ if TYPE_CHECKING:
 
     from ..registration import Registration
 
-SEED_ALL_USAGE = "%seed_all [SEED] [--deterministic] [--warn-only] [--every-cell | --no-every-cell]"
+SEED_ALL_USAGE = (
+    "%seed_all [SEED] [--deterministic] [--warn-only] [--strict] "
+    "[--every-cell | --no-every-cell] [-v]"
+)
 
 
 @magics_class
@@ -28,6 +31,13 @@ class SeedMagics(GuardMagics):
         if self.reseeder is not None:
             self.registration.unregister_event("pre_run_cell", self.reseeder)
             self.reseeder = None
+
+    def _start_every_cell(self, seed: int) -> None:
+        from ... import seeding
+
+        self._stop_every_cell()
+        self.reseeder = seeding.CellReseeder(seed)
+        self.registration.register_event("pre_run_cell", self.reseeder)
 
     def on_load(self) -> None:
         self.registration.add_cleanup(self._stop_every_cell)
@@ -51,33 +61,46 @@ class SeedMagics(GuardMagics):
         "deterministic implementation (implies --deterministic)",
     )
     @argument(
+        "--strict",
+        action="store_true",
+        help="deterministic mode with full fp32 matmuls and convolutions (TF32 off; "
+        "restored when deterministic mode is switched off; implies --deterministic)",
+    )
+    @argument(
         "--every-cell",
-        dest="every_cell",
-        action="store_const",
-        const=True,
-        default=None,
+        action="store_true",
         help="reseed before every cell from (seed, cell source): a cell draws the same "
-        "numbers each run, whatever ran before it",
+        "numbers each run, whatever ran before it; a later %%seed_all SEED takes over",
     )
     @argument(
         "--no-every-cell",
-        dest="every_cell",
-        action="store_const",
-        const=False,
+        action="store_true",
         help="stop reseeding before every cell",
+    )
+    @argument(
+        "-v",
+        "--verbose",
+        action="store_true",
+        help="print the full report (what each RNG was seeded with, the flags and env "
+        "vars set, the precision settings, notes) instead of one line",
     )
     @line_magic
     def seed_all(self, line: str = "") -> None:
         """Seed Python random, NumPy, PyTorch (CPU and every CUDA device) and any
-        TensorFlow/CuPy already imported, then print what was seeded and what was not.
+        TensorFlow/CuPy already imported, then print in one line what was seeded and
+        what was not (warnings that need action on lines of their own; the full report
+        with -v).
 
         Examples::
 
           %seed_all 42                    # seed everything with 42
           %seed_all                       # draw a seed from the OS and print it
           %seed_all 42 --deterministic    # and use deterministic algorithms
+          %seed_all 42 --strict           # deterministic, and full fp32 (TF32 off)
           %seed_all 42 --every-cell       # reseed before each cell from (42, its source)
+          %seed_all 5                     # ...then reseed each cell from 5 instead
           %seed_all --no-every-cell       # stop per-cell reseeding
+          %seed_all 42 -v                 # the full report
 
         `torch.manual_seed` already seeds every CUDA device; seeding before or after CUDA
         starts both work. For DataLoader workers use `colab_gpu_guard.seed_worker` and
@@ -86,27 +109,34 @@ class SeedMagics(GuardMagics):
         from ... import seeding
 
         args = self._parse(line)
-        if args.seed is None and args.every_cell is False and not args.deterministic:
+        only_stop = args.seed is None and not (args.deterministic or args.warn_only or args.strict)
+        if args.no_every_cell and only_stop:
             self._stop_every_cell()
             print("seed_all: per-cell reseeding off")
             return
         report = seeding.seed_all(
-            args.seed, deterministic=args.deterministic, warn_only=args.warn_only
+            args.seed,
+            deterministic=args.deterministic,
+            warn_only=args.warn_only,
+            strict=args.strict,
         )
-        if args.every_cell is True:
+        if args.no_every_cell:
             self._stop_every_cell()
-            self.reseeder = seeding.CellReseeder(report.seed)
-            self.registration.register_event("pre_run_cell", self.reseeder)
-        elif args.every_cell is False:
-            self._stop_every_cell()
-        if args.every_cell is not None:
-            report.every_cell = args.every_cell
-        print(report)
+            report.every_cell = False
+        elif args.every_cell or self.reseeder is not None:
+            self._start_every_cell(report.seed)  # a new seed takes over the per-cell base
+            report.every_cell = True
+        print(report if args.verbose else report.summary())
 
     def _parse(self, line: str) -> argparse.Namespace:
         from ... import seeding
 
         args = parse_argstring(self.seed_all, line)
+        if args.every_cell and args.no_every_cell:
+            raise usage_error(
+                ValueError("--every-cell and --no-every-cell contradict each other: give one"),
+                SEED_ALL_USAGE,
+            )
         if args.seed is not None:
             try:
                 args.seed = seeding.validate_seed(args.seed)

@@ -81,11 +81,4 @@ class PanelActions(PanelRefresh):
         from colab_gpu_guard.seeding import seed_all
 
         report = seed_all(int(self.seed_value.value), deterministic=bool(self.deterministic.value))
-        text = str(report)
-        line = text.splitlines()[0] if text else f"seed_all: seed {report.seed}"
-        seeded = ", ".join(rng.name for rng in report.seeded)
-        if seeded:
-            line += f"; seeded {seeded}"
-        if report.deterministic:
-            line += "; deterministic algorithms on"
-        return line, text
+        return f"seed_all: {report.summary()}", str(report)

@@ -1,0 +1,178 @@
+"""Deterministic mode's precision report and --strict, against the flags torch reads back
+(CPU), and on an sm_80+ GPU against a convolution's real numbers."""
+
+from __future__ import annotations
+
+import pytest
+
+torch = pytest.importorskip("torch")
+
+from colab_gpu_guard import seed_all
+from colab_gpu_guard.seeding import precision
+
+BACKENDS = torch.backends
+
+
+def full_fp32_in_force() -> bool:
+    return (
+        BACKENDS.cuda.matmul.allow_tf32 is False
+        and BACKENDS.cudnn.allow_tf32 is False
+        and torch.get_float32_matmul_precision() == "highest"
+        and BACKENDS.cuda.matmul.fp32_precision == "ieee"
+        and BACKENDS.cudnn.conv.fp32_precision == "ieee"
+        and BACKENDS.cudnn.rnn.fp32_precision == "ieee"
+    )
+
+
+def set_high():
+    torch.set_float32_matmul_precision("high")
+
+
+def set_legacy():
+    BACKENDS.cuda.matmul.allow_tf32 = True
+    BACKENDS.cudnn.allow_tf32 = False
+
+
+def set_generic_tf32():
+    BACKENDS.fp32_precision = "tf32"
+
+
+@pytest.fixture
+def torch_defaults():
+    """Leave torch's precision settings as a fresh process has them."""
+    saved = precision.read_precision(torch)
+    yield
+    seed_all(0)
+    BACKENDS.fp32_precision = "none"
+    precision.restore_precision(torch, saved)
+
+
+@pytest.mark.parametrize("setup", [lambda: None, set_high, set_legacy, set_generic_tf32])
+def test_strict_switches_to_full_fp32_and_back(torch_defaults, setup):
+    setup()
+    before = precision.read_precision(torch)
+    report = seed_all(1, strict=True)
+    assert full_fp32_in_force()
+    assert torch.are_deterministic_algorithms_enabled()  # strict implies deterministic
+    assert report.precision is not None and report.precision.tf32_uses == []
+    assert "full fp32 (TF32 off)" in report.summary()
+
+    report = seed_all(1)
+    assert precision.read_precision(torch) == before
+    changed = {change.name for change in report.changes}
+    assert "torch.backends.cudnn.conv.fp32_precision" in changed or not before.conv_tf32
+
+
+def test_strict_pins_convolutions_against_a_generic_tf32(torch_defaults):
+    """The legacy switch alone leaves conv at "none", which inherits a generic "tf32"."""
+    BACKENDS.fp32_precision = "tf32"
+    BACKENDS.cudnn.allow_tf32 = False
+    assert BACKENDS.cudnn.conv.fp32_precision == "tf32"
+    seed_all(1, strict=True)
+    assert BACKENDS.cudnn.conv.fp32_precision == "ieee"
+    assert BACKENDS.cudnn.allow_tf32 is False  # both views agree: torch still answers
+
+
+def test_deterministic_without_strict_restores_precision_but_stays_deterministic(
+    torch_defaults,
+):
+    before = precision.read_precision(torch)
+    seed_all(1, strict=True)
+    report = seed_all(1, deterministic=True)
+    assert torch.are_deterministic_algorithms_enabled()
+    assert precision.read_precision(torch) == before
+    assert report.precision is not None and not report.precision.strict
+
+
+def test_report_shows_the_settings_torch_reads_back(torch_defaults):
+    set_high()
+    report = seed_all(1, deterministic=True)
+    flags = report.precision.flags
+    assert flags["torch.backends.cuda.matmul.allow_tf32"] == str(BACKENDS.cuda.matmul.allow_tf32)
+    assert flags["torch.backends.cudnn.allow_tf32"] == str(BACKENDS.cudnn.allow_tf32)
+    assert flags["torch.get_float32_matmul_precision()"] == torch.get_float32_matmul_precision()
+    for node in precision.FP32_NODES:
+        owner, attribute = precision._owner(torch, node)
+        assert flags[f"torch.backends.{node}"] == getattr(owner, attribute)
+    assert report.precision.tf32_uses == ["cuBLAS matmuls", "cuDNN convolutions"]
+    text = str(report)
+    assert "precision torch.get_float32_matmul_precision() = high" in text
+    assert "cuda.matmul=tf32" in text and "cudnn.conv=tf32" in text
+
+
+def test_torch_refusing_to_read_a_mixed_setting_is_reported(torch_defaults):
+    BACKENDS.cudnn.conv.fp32_precision = "ieee"  # rnn stays tf32: the legacy read refuses
+    with pytest.raises(RuntimeError):
+        BACKENDS.cudnn.allow_tf32  # noqa: B018
+    report = seed_all(1, deterministic=True)
+    assert "refuses to read it" in report.precision.flags["torch.backends.cudnn.allow_tf32"]
+    assert report.precision.tf32_uses == []  # conv reads ieee: TF32 is off for it
+
+
+def test_meaning_on_this_machine_without_a_gpu(torch_defaults):
+    report = seed_all(1, deterministic=True)
+    assert torch.cuda.is_available() is False
+    meaning = report.precision.meaning()
+    assert meaning.startswith("TF32 does not apply here (no CUDA GPU)")
+    assert "A100/L4/H100" in meaning and "cuDNN convolutions" in meaning
+    assert report.warnings == []
+
+
+@pytest.mark.parametrize(
+    ("arch", "warned"),
+    [
+        (precision.GpuArch(0, "NVIDIA A100-SXM4-40GB", (8, 0)), True),
+        (precision.GpuArch(0, "Tesla T4", (7, 5)), False),
+    ],
+)
+def test_meaning_per_gpu_generation(torch_defaults, monkeypatch, arch, warned):
+    """What the settings mean on an sm_80 and an sm_75 GPU (the GPU list is given here;
+    reading it from a real GPU is the GPU test's part)."""
+    monkeypatch.setattr(precision, "gpu_archs", lambda torch: [arch])
+    report = seed_all(1, deterministic=True)
+    lines = report.summary().splitlines()
+    if warned:
+        assert "cuDNN convolutions use TF32 here" in lines[0]
+        assert lines[1].startswith("  WARNING  cuDNN convolutions run in TF32 on cuda:0 NVIDIA")
+        assert "(sm_80)" in lines[1] and "--strict" in lines[1]
+    else:
+        assert len(lines) == 1
+        assert "cuda:0 Tesla T4 (sm_75): below sm_80" in report.precision.meaning()
+    strict = seed_all(1, strict=True)
+    assert strict.warnings == [] and len(strict.summary().splitlines()) == 1
+
+
+# ---------------------------------------------------------------- GPU truth
+
+
+@pytest.mark.gpu
+def test_gpu_archs_read_from_torch():
+    torch.cuda.init()
+    archs = precision.gpu_archs(torch)
+    assert [a.capability for a in archs] == [
+        torch.cuda.get_device_capability(i) for i in range(torch.cuda.device_count())
+    ]
+
+
+@pytest.mark.gpu
+def test_gpu_tf32_changes_a_convolution_and_strict_matches_float64(torch_defaults):
+    if torch.cuda.get_device_capability() < (8, 0):
+        pytest.skip("TF32 needs compute capability 8.0 or newer")
+    generator = torch.Generator(device="cuda").manual_seed(0)
+    x = torch.randn(16, 64, 32, 32, device="cuda", generator=generator)
+    w = torch.randn(64, 64, 3, 3, device="cuda", generator=generator)
+    reference = torch.nn.functional.conv2d(x.double(), w.double())
+    scale = reference.abs().max().item()
+
+    seed_all(0, deterministic=True)
+    assert BACKENDS.cudnn.conv.fp32_precision == "tf32"  # torch's default
+    tf32 = torch.nn.functional.conv2d(x, w)
+    seed_all(0, strict=True)
+    full = torch.nn.functional.conv2d(x, w)
+    seed_all(0)
+
+    tf32_error = (tf32.double() - reference).abs().max().item() / scale
+    full_error = (full.double() - reference).abs().max().item() / scale
+    assert not torch.equal(tf32, full)
+    assert full_error < 1e-5, full_error  # fp32 accumulation over 576 terms
+    assert tf32_error > 10 * full_error, (tf32_error, full_error)
