@@ -214,3 +214,82 @@ def test_tensors_without_a_graph_are_unchanged():
     found = find_leftovers(namespace={"many": many})
     assert all(item.graph_tensors == 0 and item.nbytes == 16 for item in found)
     assert not found.notes
+
+
+# ---------------------------------------------------------------- %gpu_reset, in a real shell
+
+WATCHED_MODEL = f"""
+import torch, weakref
+from torch import nn
+watch = []
+def _watch(_module, inputs, output):
+    for tensor in (*inputs, output):
+        storage = tensor.untyped_storage()
+        watch.append((weakref.ref(storage), storage.nbytes()))
+torch.manual_seed(0)
+model = nn.Sequential(nn.Linear({WIDTH}, {WIDTH}), nn.ReLU(), nn.Linear({WIDTH}, {WIDTH}))
+for layer in model:
+    layer.register_forward_hook(_watch)
+def kept(tensor):
+    _watch(None, (), tensor)
+    return tensor
+"""
+
+
+@pytest.fixture
+def shell(ip, run_cell):
+    from colab_gpu_guard import reset
+
+    reset.gpu_reset(shell=ip)
+    result = run_cell(WATCHED_MODEL)
+    assert result.error_in_exec is None
+    yield ip
+    reset.gpu_reset(shell=ip)
+    for name in ("watch", "_watch", "kept", "model", "outs", "nn", "layer"):
+        ip.user_ns.pop(name, None)
+
+
+def test_gpu_reset_of_an_output_with_a_graph_expects_what_it_releases(shell, run_cell):
+    from IPython.utils.capture import capture_output
+
+    result = run_cell(f"kept(model(torch.randn({ROWS}, {WIDTH})).sum())")
+    assert result.error_in_exec is None
+    number = result.execution_count
+    del result
+    for filler in ("1 + 1", "2 + 2", "3 + 3"):
+        run_cell(filler)  # `_`, `__`, `___` move on: only Out[N] / _N hold it
+    watch = shell.user_ns["watch"]
+    before = alive_now(watch)
+    found = {item.name: item for item in find_leftovers(shell=shell)}
+    held = found[f"Out[{number}]"]
+    assert held.graph_tensors == 2 and held.nbytes == 2 * ROWS * WIDTH * 4 + 4
+    del found
+    with capture_output() as captured:
+        shell.run_line_magic("gpu_reset", "")
+    died = dead_bytes(watch, before)
+    assert died == held.nbytes
+    assert f"arrays released: {format_size(died)}, expected {format_size(died)}" in (
+        captured.stdout
+    )
+
+
+def test_gpu_reset_of_a_list_of_losses_expects_what_it_releases(shell, run_cell):
+    from colab_gpu_guard import reset
+
+    result = run_cell(f"outs = [kept(model(torch.randn({ROWS}, {WIDTH})).sum()) for _ in range(3)]")
+    assert result.error_in_exec is None
+    del result
+    watch = shell.user_ns["watch"]
+    before = alive_now(watch)
+    dry = reset.gpu_reset("outs", dry_run=True, shell=shell)
+    report = reset.gpu_reset("outs", shell=shell)
+    died = dead_bytes(watch, before)
+    assert died == 3 * (2 * ROWS * WIDTH * 4 + 4)
+    assert dry.estimated_bytes == report.estimated_bytes == report.released_bytes == died
+    assert "outs" not in shell.user_ns
+
+
+def format_size(value: int) -> str:
+    from colab_gpu_guard.units import format_bytes
+
+    return format_bytes(value)
