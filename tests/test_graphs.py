@@ -293,3 +293,27 @@ def format_size(value: int) -> str:
     from colab_gpu_guard.units import format_bytes
 
     return format_bytes(value)
+
+
+@pytest.mark.gpu
+def test_graph_bytes_on_cuda_are_what_memory_allocated_loses():
+    device = torch.device("cuda:0")
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Linear(WIDTH, WIDTH), nn.ReLU(), nn.Linear(WIDTH, WIDTH)).to(device)
+    torch.cuda.synchronize()
+    outs = [model(torch.randn(ROWS, WIDTH, device=device)).sum() for _ in range(3)]
+    torch.cuda.synchronize()
+    found = {item.name: item for item in find_leftovers(namespace={"model": model, "outs": outs})}
+    entries = [found[f"outs[{index}]"] for index in range(3)]
+    for item in entries:
+        assert item.device == "cuda:0"
+        assert item.graph_tensors == 2 and item.graph_nbytes == 2 * ROWS * WIDTH * 4
+    held = sum(item.nbytes for item in entries)
+    del found, entries, item
+    before = torch.cuda.memory_allocated(device)
+    del outs
+    gc.collect()
+    torch.cuda.synchronize()
+    freed = before - torch.cuda.memory_allocated(device)
+    # the allocator rounds each block up to 512 bytes: the scalars' 4 bytes take 512 each
+    assert held - 3 * 4 + 3 * 512 == freed
