@@ -1090,6 +1090,10 @@ def test_a_snapshot_written_before_the_house_move_still_reads():
     for kind in ("leftovers", "history"):
         for before, now in zip(old[kind], again[kind]):
             assert {key: now[key] for key in before} == before  # the old fields, unchanged
-    assert set(again["leftovers"][0]) - set(old["leftovers"][0]) == {"array_nbytes", "holders"}
+    graph = {"graph_nbytes", "graph_tensors", "graph_shared_nbytes"}  # issue 14: autograd graphs
+    assert (
+        set(again["leftovers"][0]) - set(old["leftovers"][0]) == {"array_nbytes", "holders"} | graph
+    )
+    assert {key: again["leftovers"][0][key] for key in graph} == dict.fromkeys(graph, 0)
     added = {"devices", "leak_kind", "peak_bound", "nvml_used_call"}
     assert set(again["history"][0]) - set(old["history"][0]) == added

@@ -10,8 +10,9 @@ from typing import Union
 from ..frameworks.base import ArrayInfo
 from ..units import HOLDERS
 from .found import ROW_HOLDER, Found, Ref
+from .graphs import Graph
 from .naming import ITEM, PathNames, rank, shared_names
-from .records import Leftover, leftover_of
+from .records import Leftover, leftover_of, with_graph
 
 # columns of ArrayInfo, read in C
 _STORAGE_KEY = itemgetter(ArrayInfo._fields.index("storage_key"))
@@ -48,7 +49,8 @@ class Blocks:
         self.names = names  # names paths on demand; it holds no array
         self.shared: dict[int, Leftover] = {}  # block -> its entry, made now
         self.order: list[int] = []  # blocks in the order of the list
-        keys = list(map(_STORAGE_KEY, infos))
+        keys = self.keys = list(map(_STORAGE_KEY, infos))
+        self.graph_of: dict[int, Graph] = {}  # block -> its autograd graph (add_graphs)
         self.row_of: Union[range, list[int]]
         if len(dict.fromkeys(keys)) == len(keys):
             self.row_of = range(len(rows))
@@ -77,6 +79,21 @@ class Blocks:
             self.sizes.append(size)
             self.holders.append(holder)
             self.devices.append(device)
+
+    def add_graphs(self, by_key: dict) -> None:
+        """Each block's autograd graph (storage key -> `Graph`), counted in its size."""
+        keys, sizes = self.keys, self.sizes
+        for block, index in enumerate(self.row_of):
+            graph = by_key.get(keys[index])
+            if graph is not None:
+                self.graph_of[block] = graph
+                sizes[block] += graph.nbytes
+
+    def entry_with_graph(self, position: int) -> Leftover:
+        """`entry`, with the block's autograd graph when it has one (`add_graphs`)."""
+        item = self.entry(position)
+        graph = self.graph_of.get(self.order[position])
+        return item if graph is None else with_graph(item, graph)
 
     def entry(self, position: int) -> Leftover:
         """The entry at ``position`` of ``order`` (set by the caller: blocks, sorted)."""

@@ -38,6 +38,7 @@ def _describe_referrer(referrer) -> str:
 def scan_unnamed(walker: Walker, notes: list[str]) -> None:
     """Arrays alive that no name reached: recorded with holder 'other'."""
     named = set(map(_STORAGE_KEY, walker.found.infos))
+    named.update(walker.graphs.saved)  # attributed to the graph that saved them
     found: dict = {}  # storage key -> (kind, [arrays])
     classifier = walker.classifier
     if classifier.tensor_type is not None or cupy_support.array_type() is not None:

@@ -8,6 +8,7 @@ from collections.abc import Iterable, Sequence
 from typing import Any
 
 from ..units import format_bytes
+from .graphs import FIX
 
 _CELL = 'style="padding:0 8px 0 0"'
 _SIZE_CELL = 'style="padding:0 8px 0 0;text-align:right"'
@@ -28,7 +29,9 @@ def leftovers_table(entries: Sequence[Any]) -> str:
     biggest first as given. Names that reach the same memory are the row's tooltip, and a
     last column when any row has them."""
     shared = any(entry.shared_with for entry in entries)
+    graphs = any(getattr(entry, "graph_tensors", 0) for entry in entries)
     columns = COLUMNS + (("also reached as",) if shared else ())
+    columns += ("autograd graph",) if graphs else ()
     rows = [
         '<table class="cgg-leftovers-table" style="border-collapse:collapse"><tr>'
         + "".join(f'<th style="text-align:left;padding:0 8px 0 0">{h}</th>' for h in columns)
@@ -45,10 +48,17 @@ def leftovers_table(entries: Sequence[Any]) -> str:
             f"<td {_CELL}>{_e(entry.device or '')}</td>"
             f"<td {_SIZE_CELL}>{_e(format_bytes(entry.nbytes))}</td>"
             + (f"<td {_CELL}>{_e(also)}</td>" if shared else "")
+            + (_graph_cell(entry) if graphs else "")
             + "</tr>"
         )
     rows.append("</table>")
     return "".join(rows)
+
+
+def _graph_cell(entry: Any) -> str:
+    if not getattr(entry, "graph_tensors", 0):
+        return f"<td {_CELL}></td>"
+    return f'<td {_CELL} title="{_e(FIX)}">{_e(entry.graph().summary())}</td>'
 
 
 def leftovers_html(items: Iterable, gaps: Iterable = (), notes: Iterable[str] = ()) -> str:

@@ -11,6 +11,7 @@ from typing import Any, Callable, Optional
 
 from ..frameworks.base import ArrayInfo
 from ..units import HOLDERS, USER_VARIABLE, format_bytes
+from .graphs import Graph
 from .html import leftovers_html
 
 _IS_NONE = type(None).__instancecheck__  # x is None, as a C-level callable
@@ -20,8 +21,11 @@ _IS_NONE = type(None).__instancecheck__  # x is None, as a C-level callable
 class Leftover:
     """One block of array memory still alive, and who holds it.
 
-    ``nbytes`` is the size of the memory (storage) the array lives in, counted once however
-    many views and names reach it; ``array_nbytes`` is what the named array itself spans.
+    ``nbytes`` is the memory the entry keeps alive: the memory (storage) the array lives
+    in, counted once however many views and names reach it, plus ``graph_nbytes``: what
+    its autograd graph saved (a tensor with a ``grad_fn``: ``graph_tensors`` storages no
+    name reaches, each counted once; ``graph_shared_nbytes`` of them are also held by other
+    entries' graphs). ``array_nbytes`` is what the named array itself spans.
     ``shared_with`` lists the other names reaching the same memory (views, aliases, the
     optimizer's reference to a parameter), at most 16 and then a '(+N more)' entry.
     """
@@ -37,6 +41,9 @@ class Leftover:
     framework: str = ""
     array_nbytes: int = 0
     holders: tuple[str, ...] = ()
+    graph_nbytes: int = 0
+    graph_tensors: int = 0
+    graph_shared_nbytes: int = 0
 
     def __str__(self) -> str:
         shape = "x".join(str(size) for size in self.shape) or "scalar"
@@ -46,7 +53,12 @@ class Leftover:
         )
         if self.shared_with:
             text += f"  also: {', '.join(self.shared_with)}"
+        if self.graph_tensors:
+            text += f"  {self.graph().text()}"
         return text
+
+    def graph(self) -> Graph:
+        return Graph(self.graph_tensors, self.graph_nbytes, self.graph_shared_nbytes)
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -85,6 +97,19 @@ def leftover_of(
         }
     )
     return item
+
+
+def with_graph(item: Leftover, graph: Graph) -> Leftover:
+    """The entry, keeping its autograd graph's memory too (a new entry)."""
+    made = _NEW(Leftover)
+    made.__dict__.update(item.__dict__)
+    made.__dict__.update(
+        nbytes=item.nbytes + graph.nbytes,
+        graph_nbytes=graph.nbytes,
+        graph_tensors=graph.tensors,
+        graph_shared_nbytes=graph.shared_nbytes,
+    )
+    return made
 
 
 @dataclass(frozen=True)

@@ -9,6 +9,7 @@ import gc
 import weakref
 from collections.abc import Hashable, Iterable
 from dataclasses import dataclass, field
+from operator import attrgetter
 from typing import Any, NamedTuple, Optional
 
 from .. import notebook_refs
@@ -22,6 +23,7 @@ from .records import DeviceGap, LeftoverList
 from .walker import DEFAULT_MAX_DEPTH, Walker, reach_by_root
 
 COMPILED_GRAPH = "compiled graph"  # a root kind: a graph torch.compile installed
+_STORAGE_KEY = attrgetter("storage_key")
 
 
 class Group(NamedTuple):
@@ -79,14 +81,20 @@ class Scan:
     def groups(self) -> dict[Hashable, Group]:
         """storage key -> Group (built on first use)."""
         if self._groups is None:
-            groups = group_refs(self.walker.found.refs)
+            found = self.walker.found
+            groups = group_refs(found.refs)
             self._groups = {key: Group(key, refs) for key, refs in groups.items()}
+            for key, ref in self.walker.graphs.refs(len(found.rows)).items():
+                self._groups[key] = Group(key, [ref])  # memory an autograd graph saved
         return self._groups
 
     def reach_by_root(self) -> dict[Hashable, set]:
         """Root key (`notebook_refs.RootKey`) -> the storage keys it reaches, counting
-        containers first reached from another root."""
-        return reach_by_root(self.walker.found.refs, self.walker.aliases)
+        containers first reached from another root, and what the autograd graphs of the
+        tensors it reaches saved."""
+        reach = reach_by_root(self.walker.found.refs, self.walker.aliases)
+        self.walker.graphs.add_reach(reach)
+        return reach
 
 
 def _device_matches(device: str, wanted) -> bool:
@@ -129,16 +137,25 @@ def scan(
     # running over every live object again and again meanwhile.
     collecting = gc.isenabled()
     gc.disable()
+    graphs = walker.graphs
     try:
         _scan_roots(walker, shell, namespace)
         found.finish()
+        if graphs.owners:
+            graphs.resolve(set(map(_STORAGE_KEY, found.infos)))
         if deep:
             scan_unnamed(walker, notes)
             found.finish()
         blocks = Blocks(found, names)
     finally:
+        del graphs.owners[:]  # tensors the deep scan met: their graphs are not measured
         if collecting:
             gc.enable()
+    make = blocks.entry
+    if graphs.by_block:
+        blocks.add_graphs(graphs.by_block)
+        make = blocks.entry_with_graph
+    notes += graphs.notes()
     if deep:
         gaps = allocator_gaps(blocks.devices, blocks.sizes)
     order: Any = range(len(blocks.sizes))
@@ -154,7 +171,7 @@ def scan(
             "NumPy arrays are found by name only (the garbage collector does not track them)"
         )
     leftovers = LeftoverList._made_on_access(
-        blocks.entry,
+        make,
         list(map(blocks.sizes.__getitem__, order)),
         list(map(blocks.holders.__getitem__, order)),
         gaps=gaps,

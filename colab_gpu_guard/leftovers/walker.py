@@ -13,6 +13,7 @@ from operator import attrgetter
 from typing import Any
 
 from .found import Found, Ref
+from .graphs import Graphs
 from .kinds import (
     ALWAYS,
     ARRAY,
@@ -61,6 +62,7 @@ class Walker:
         self.kinds = self.classifier.kinds
         self.classify = self.classifier.classify
         self.found = Found(keep_refs)
+        self.graphs = Graphs(keep_refs)
         self.pending = self.found.pending.append
         self.pending_rows = self.found.pending_rows.append
         self.first_visit: dict[int, tuple] = {}
@@ -159,8 +161,11 @@ class Walker:
             self.visit_grad(array, path, depth, holder, root)
 
     def visit_grad(self, tensor, path, depth, holder, root) -> None:
-        """A leaf tensor's ``.grad``, named ``<path>.grad``."""
-        if tensor.is_leaf and depth < self.max_depth:
+        """A leaf tensor's ``.grad``, named ``<path>.grad``; any other tensor that requires
+        grad has a ``grad_fn``: what its graph saved is measured after the walk (`graphs`)."""
+        if not tensor.is_leaf:
+            self.graphs.owners.append(tensor)
+        elif depth < self.max_depth:
             grad = tensor.grad
             if grad is not None:
                 self.visit(grad, (path, ATTR, "grad"), depth + 1, holder, root)

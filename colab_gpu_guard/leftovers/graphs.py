@@ -1,0 +1,235 @@
+"""What autograd graphs hold: a tensor with a ``grad_fn`` keeps alive every tensor its graph
+saved for the backward pass (a layer's input, a ReLU's output, ...). ``losses.append(loss)``
+keeps a whole forward pass per step, while the tensor itself is 4 bytes.
+
+The walk records such tensors (`Graphs.owners`); `Graphs.resolve` then follows each one's
+``grad_fn`` through ``next_functions`` and reads every node's saved tensors without
+unpacking them: ``_raw_saved_*`` (torch's generated nodes) and ``_raw_saved_tensors`` (a
+custom ``autograd.Function``, read with ``_FunctionBase``'s own descriptors, so no method
+of the user's class runs) give ``SavedTensor`` objects whose ``data`` is the stored tensor,
+or what a ``saved_tensors_hooks`` pack hook returned; the unpack hook is never called.
+``AccumulateGrad`` nodes lead to leaf parameters, which the walk names already.
+
+Saved tensors are counted per block of memory (storage), once: a storage a name reaches
+is not graph memory, and one saved by several graphs is counted under the first owner
+found and reported as shared by the others. The walk is bounded (`NODE_BUDGET`); when the
+budget runs out the scan's notes say so.
+"""
+
+from __future__ import annotations
+
+import weakref
+from collections.abc import Hashable, Iterable
+from typing import Any, NamedTuple, Optional
+
+from ..frameworks import torch as torch_support
+from ..frameworks.base import ArrayInfo
+from ..units import OTHER, format_bytes
+from .found import Ref
+
+NODE_BUDGET = 50_000  # graph nodes visited per scan, all owners together
+FIX = "fix: .item() for a loss you only log, .detach() for a tensor you keep"
+_NO_SAVED: tuple = ((), False)
+
+
+class Graph(NamedTuple):
+    """What one block's autograd graph holds beyond named memory: ``tensors`` saved storages,
+    ``nbytes`` of them counted in this entry, ``shared_nbytes`` of them also held by other
+    entries' graphs (counted once, under the first owner found)."""
+
+    tensors: int
+    nbytes: int
+    shared_nbytes: int
+
+    def summary(self) -> str:
+        """'2 saved tensors, 32 MiB' (and what other graphs share)."""
+        text = (
+            f"{self.tensors} saved tensor{'s' * (self.tensors != 1)}, {format_bytes(self.nbytes)}"
+        )
+        if self.shared_nbytes:
+            text += f" ({format_bytes(self.shared_nbytes)} shared with other graphs, counted once)"
+        return text
+
+    def text(self) -> str:
+        return f"autograd graph: {self.summary()} ({FIX})"
+
+
+class _Saved(NamedTuple):
+    info: ArrayInfo
+    weak: Optional[weakref.ref]
+    ident: int
+    owners: list  # owner storage keys, first found first
+
+
+def _node_reader(node_type: type, torch) -> Any:
+    """How to read a node type: (saved attribute names, next_functions reader), or None for
+    a node to skip (AccumulateGrad: a leaf parameter, named elsewhere)."""
+    if node_type.__name__ == "AccumulateGrad":
+        return None
+    base = torch._C._FunctionBase
+    if issubclass(node_type, base):  # a custom autograd.Function: a user's class
+        descriptors = base.__dict__
+        raw, following = descriptors["_raw_saved_tensors"], descriptors["next_functions"]
+        return (lambda node: (raw.__get__(node),), following.__get__)
+    if node_type.__flags__ & (1 << 9):  # Py_TPFLAGS_HEAPTYPE: not one of torch's C types
+        return None
+    names = tuple(name for name in dir(node_type) if name.startswith("_raw_saved_"))
+    descriptors = [node_type.__dict__[name] for name in names if name in node_type.__dict__]
+    following = node_type.__dict__.get("next_functions")
+    if following is None:
+        return None
+    return (lambda node: [d.__get__(node) for d in descriptors], following.__get__)
+
+
+class Graphs:
+    """The tensors with a ``grad_fn`` the walk met (``owners``, held until `resolve`), and
+    after it, per owner storage key its `Graph` (``by_block``) and the saved storages'
+    keys (``saved_keys``)."""
+
+    def __init__(self, keep_refs: bool = False) -> None:
+        self.keep_refs = keep_refs
+        self.owners: list = []
+        self.by_block: dict[Hashable, Graph] = {}
+        self.keys_by_block: dict[Hashable, set] = {}
+        self.saved: dict[Hashable, _Saved] = {}
+        self.nodes = 0
+        self.budget_hit = False
+        self.unreadable = 0  # saved values a pack hook turned into something not a tensor
+        self._readers: dict[type, Any] = {}
+
+    def resolve(self, named: set) -> None:
+        """Walk the owners' graphs; ``named``: storage keys a name reaches (not counted)."""
+        owners, self.owners = self.owners, []
+        torch = torch_support.loaded()
+        if not owners or torch is None:
+            return
+        grad_fn = torch._C.TensorBase.__dict__["grad_fn"].__get__
+        tensor_type = torch._C.TensorBase
+        for tensor in owners:
+            try:
+                key = torch_support.array_info(tensor).storage_key
+                root = grad_fn(tensor)
+            except Exception:
+                continue
+            if root is None:
+                continue
+            keys = self.keys_by_block.setdefault(key, set())
+            for saved in self._saved_tensors(root, torch, tensor_type):
+                self._add(saved, key, keys, named)
+            if self.budget_hit:
+                break
+        del owners
+        self._total()
+
+    def _saved_tensors(self, root, torch, tensor_type) -> Iterable:
+        """The tensors the graph under ``root`` saved (one owner's walk, within the budget)."""
+        seen = {id(root)}
+        alive = [root]  # keeps each node's wrapper alive, so ids stay unique meanwhile
+        stack = [root]
+        readers = self._readers
+        while stack:
+            if self.nodes >= NODE_BUDGET:
+                self.budget_hit = True
+                return
+            self.nodes += 1
+            node = stack.pop()
+            kind = type(node)
+            reader = readers.get(kind, _NO_SAVED)
+            if reader is _NO_SAVED:
+                try:
+                    reader = readers[kind] = _node_reader(kind, torch)
+                except Exception:
+                    reader = readers[kind] = None
+            if reader is None:
+                continue
+            read_saved, read_next = reader
+            try:
+                saved, following = read_saved(node), read_next(node)
+            except Exception:  # a node whose buffers were freed by backward()
+                continue
+            for value in saved:
+                values = value if type(value) in (list, tuple) else (value,)
+                for item in values:
+                    if item is None:
+                        continue
+                    data = item.data  # the stored tensor; never the unpack hook
+                    if data is None:
+                        continue  # freed by backward()
+                    if isinstance(data, tensor_type):
+                        yield data
+                    elif type(data) in (list, tuple):  # e.g. save_on_cpu's (device, tensor)
+                        found = [part for part in data if isinstance(part, tensor_type)]
+                        self.unreadable += not found
+                        yield from found
+                    else:
+                        self.unreadable += 1
+            for child, _index in following:
+                if child is not None and id(child) not in seen:
+                    seen.add(id(child))
+                    alive.append(child)
+                    stack.append(child)
+
+    def _add(self, tensor, owner: Hashable, keys: set, named: set) -> None:
+        try:
+            info = torch_support.array_info(tensor)
+        except Exception:
+            return
+        key = info.storage_key
+        if key in named or key in keys:
+            return
+        keys.add(key)
+        saved = self.saved.get(key)
+        if saved is not None:
+            saved.owners.append(owner)
+            return
+        weak = None
+        if self.keep_refs:
+            try:  # torch keeps a storage's Python object while its memory lives
+                weak = weakref.ref(tensor.untyped_storage())
+            except Exception:
+                weak = None
+        self.saved[key] = _Saved(info, weak, id(tensor), [owner])
+
+    def _total(self) -> None:
+        for owner, keys in self.keys_by_block.items():
+            counted = shared = 0
+            for key in keys:
+                saved = self.saved[key]
+                size = saved.info.storage_nbytes
+                if saved.owners[0] == owner:
+                    counted += size
+                if len(saved.owners) > 1:
+                    shared += size
+            if keys:
+                self.by_block[owner] = Graph(len(keys), counted, shared)
+
+    def add_reach(self, reach: dict[Hashable, set]) -> None:
+        """Each root that reaches an owner's storage reaches what its graph saved."""
+        if not self.saved:
+            return
+        for keys in reach.values():
+            extra = [self.keys_by_block[key] for key in keys if key in self.keys_by_block]
+            for graph_keys in extra:
+                keys |= graph_keys
+
+    def refs(self, start: int) -> dict[Hashable, Ref]:
+        """A `Ref` per saved storage (its weakref is to the storage: a saved output is a
+        new tensor object each time it is read)."""
+        return {
+            key: Ref(None, OTHER, None, 0, start + index, "torch", s.info, s.weak, s.ident)
+            for index, (key, s) in enumerate(self.saved.items())
+        }
+
+    def notes(self) -> list[str]:
+        notes = []
+        if self.budget_hit:
+            notes.append(
+                f"autograd graphs: stopped after {NODE_BUDGET:,} nodes; the graph sizes shown "
+                "are lower bounds".replace(",", " ")
+            )
+        if self.unreadable:
+            notes.append(
+                f"autograd graphs: {self.unreadable} saved value(s) packed by a "
+                "saved_tensors_hooks pack hook were not measured"
+            )
+        return notes

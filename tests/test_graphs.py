@@ -1,0 +1,319 @@
+"""Memory kept alive by autograd graphs, attributed to the tensor that owns the graph
+(`leftovers/graphs.py`): real CPU tensors, and weakrefs to storages taken independently
+(forward hooks, the test's own tensors) prove the bytes each entry names are the bytes
+that die when the owner goes."""
+
+from __future__ import annotations
+
+import gc
+import json
+import weakref
+
+import pytest
+
+torch = pytest.importorskip("torch")
+from torch import nn  # noqa: E402
+
+from colab_gpu_guard.leftovers import find_leftovers, graphs  # noqa: E402
+
+ROWS, WIDTH = 1024, 256  # one activation: 1 MiB of float32
+
+
+def storage_weak(tensor) -> tuple[weakref.ref, int]:
+    storage = tensor.untyped_storage()  # torch keeps its Python object while the memory lives
+    return weakref.ref(storage), storage.nbytes()
+
+
+def watched_model(watch: list) -> nn.Module:
+    """A model whose forward hooks keep a weakref to every activation's storage."""
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Linear(WIDTH, WIDTH), nn.ReLU(), nn.Linear(WIDTH, WIDTH))
+
+    def hook(_module, inputs, output):
+        for tensor in (*inputs, output):
+            watch.append(storage_weak(tensor))
+
+    for layer in model:
+        layer.register_forward_hook(hook)
+    return model
+
+
+def dead_bytes(watch: list, alive_before: set) -> int:
+    """Bytes of the storages alive before (by index) that are gone now, each counted once."""
+    gc.collect()
+    seen, total = set(), 0
+    for index in alive_before:
+        weak, size = watch[index]
+        if weak() is None and id(weak) not in seen:
+            seen.add(id(weak))
+            total += size
+    return total
+
+
+def alive_now(watch: list) -> set:
+    gc.collect()
+    unique, indices = set(), set()
+    for index, (weak, _size) in enumerate(watch):
+        storage = weak()
+        if storage is not None and id(storage) not in unique:
+            unique.add(id(storage))
+            indices.add(index)
+    return indices
+
+
+def five_losses():
+    watch: list = []
+    model = watched_model(watch)
+    outs = [model(torch.randn(ROWS, WIDTH)).sum() for _ in range(5)]
+    for out in outs:
+        watch.append(storage_weak(out))
+    return model, outs, watch
+
+
+def test_each_output_carries_its_graph_and_those_are_the_bytes_that_die():
+    model, outs, watch = five_losses()
+    namespace = {"model": model, "outs": outs}
+    found = find_leftovers(namespace=namespace)
+    entries = {item.name: item for item in found}
+    for index in range(5):
+        item = entries[f"outs[{index}]"]
+        # the input and the ReLU's output: Linear keeps its input, ReLU its result
+        assert item.graph_tensors == 2
+        assert item.graph_nbytes == 2 * ROWS * WIDTH * 4
+        assert item.nbytes == item.graph_nbytes + 4
+        assert "autograd graph: 2 saved tensors, 2 MiB" in str(item)
+        assert ".item()" in str(item) and ".detach()" in str(item)
+    assert [item.name for item in found][:5] == [f"outs[{i}]" for i in range(5)]
+    named_total = sum(item.nbytes for item in found if item.name.startswith("outs"))
+
+    before = alive_now(watch)
+    del outs, found, entries, item
+    namespace.pop("outs")
+    assert dead_bytes(watch, before) == named_total
+
+
+def test_the_graph_fields_are_in_json_and_html():
+    model, outs, _watch = five_losses()
+    found = find_leftovers(namespace={"model": model, "outs": outs})
+    data = json.loads(json.dumps(found.to_dict()))
+    first = data["leftovers"][0]
+    assert first["name"] == "outs[0]"
+    assert first["graph_tensors"] == 2
+    assert first["graph_nbytes"] == 2 * ROWS * WIDTH * 4
+    assert first["graph_shared_nbytes"] == 0
+    assert data["total_bytes"] == sum(item["nbytes"] for item in data["leftovers"])
+    page = found._repr_html_()
+    assert "autograd graph" in page and "2 saved tensors, 2 MiB" in page
+    assert ".detach()" in page
+
+
+def test_deep_scan_does_not_list_graph_memory_again_as_unnamed():
+    model, outs, _watch = five_losses()
+    shallow = find_leftovers(namespace={"model": model, "outs": outs})
+    deep = find_leftovers(namespace={"model": model, "outs": outs}, deep=True)
+    assert not [item for item in deep if item.name.startswith("<unnamed")]
+    assert deep.total_bytes == shallow.total_bytes
+
+
+def test_a_tensor_saved_by_two_graphs_is_counted_once_and_reported_as_shared():
+    weight = torch.randn(WIDTH, WIDTH, requires_grad=True)
+    shared = torch.randn(ROWS, WIDTH)  # saved by both products (needed for weight's grad)
+    shared_weak, shared_size = storage_weak(shared)
+    first = (shared @ weight).sum()
+    second = (shared @ weight).mean()
+    del shared
+    namespace = {"weight": weight, "first": first, "second": second}
+    found = {item.name: item for item in find_leftovers(namespace=namespace)}
+    assert found["first"].graph_tensors == 1 and found["second"].graph_tensors == 1
+    assert found["first"].graph_nbytes == shared_size  # counted under the first found
+    assert found["second"].graph_nbytes == 0
+    assert found["first"].graph_shared_nbytes == shared_size
+    assert found["second"].graph_shared_nbytes == shared_size
+    assert "shared with other graphs, counted once" in str(found["second"])
+    assert "weight" in found and found["weight"].graph_tensors == 0  # the parameter
+    del found
+    namespace.pop("first")
+    first = None
+    gc.collect()
+    assert shared_weak() is not None  # the second graph still holds it
+    namespace.pop("second")
+    second = None
+    gc.collect()
+    assert shared_weak() is None
+
+
+def test_named_tensors_and_parameters_are_not_graph_memory():
+    torch.manual_seed(0)
+    layer = nn.Linear(WIDTH, WIDTH)
+    inputs = torch.randn(ROWS, WIDTH)
+    out = layer(inputs).relu().sum()
+    found = {
+        item.name: item
+        for item in find_leftovers(namespace={"layer": layer, "x": inputs, "out": out})
+    }
+    # Linear saved x (named) and its weight (named); only the ReLU's result is the graph's
+    assert found["out"].graph_tensors == 1
+    assert found["out"].graph_nbytes == ROWS * WIDTH * 4
+
+
+def test_after_backward_the_graph_holds_nothing():
+    model, outs, _watch = five_losses()
+    outs[0].backward()
+    found = {item.name: item for item in find_leftovers(namespace={"model": model, "outs": outs})}
+    assert found["outs[0]"].graph_tensors == 0 and found["outs[0]"].nbytes == 4
+    assert found["outs[1]"].graph_tensors == 2
+
+
+def test_custom_function_and_saved_tensor_hooks_are_read_without_calling_user_code():
+    calls = []
+
+    class Double(torch.autograd.Function):
+        @staticmethod
+        def forward(ctx, value):
+            kept = value * 2
+            ctx.save_for_backward(kept)
+            return kept.clone()
+
+        @staticmethod
+        def backward(ctx, grad):
+            calls.append("backward")
+            return grad * 2
+
+    def pack(tensor):
+        return tensor
+
+    def unpack(tensor):
+        calls.append("unpack")
+        return tensor
+
+    leaf = torch.randn(ROWS, WIDTH, requires_grad=True)
+    custom = Double.apply(leaf).sum()
+    with torch.autograd.graph.saved_tensors_hooks(pack, unpack):
+        hooked = (leaf.exp()).sum()  # exp saves its result, through the hooks
+    found = {
+        item.name: item
+        for item in find_leftovers(namespace={"leaf": leaf, "custom": custom, "hooked": hooked})
+    }
+    assert found["custom"].graph_tensors == 1
+    assert found["custom"].graph_nbytes == ROWS * WIDTH * 4
+    assert found["hooked"].graph_tensors == 1
+    assert found["hooked"].graph_nbytes == ROWS * WIDTH * 4
+    assert calls == []
+
+
+def test_the_node_budget_is_said_when_hit(monkeypatch):
+    monkeypatch.setattr(graphs, "NODE_BUDGET", 3)
+    model, outs, _watch = five_losses()
+    found = find_leftovers(namespace={"model": model, "outs": outs})
+    assert any("stopped after 3 nodes" in note and "lower bounds" in note for note in found.notes)
+    assert "stopped after 3 nodes" in str(found)
+
+
+def test_tensors_without_a_graph_are_unchanged():
+    many = [torch.zeros(4) for _ in range(100)]
+    found = find_leftovers(namespace={"many": many})
+    assert all(item.graph_tensors == 0 and item.nbytes == 16 for item in found)
+    assert not found.notes
+
+
+# ---------------------------------------------------------------- %gpu_reset, in a real shell
+
+WATCHED_MODEL = f"""
+import torch, weakref
+from torch import nn
+watch = []
+def _watch(_module, inputs, output):
+    for tensor in (*inputs, output):
+        storage = tensor.untyped_storage()
+        watch.append((weakref.ref(storage), storage.nbytes()))
+torch.manual_seed(0)
+model = nn.Sequential(nn.Linear({WIDTH}, {WIDTH}), nn.ReLU(), nn.Linear({WIDTH}, {WIDTH}))
+for layer in model:
+    layer.register_forward_hook(_watch)
+def kept(tensor):
+    _watch(None, (), tensor)
+    return tensor
+"""
+
+
+@pytest.fixture
+def shell(ip, run_cell):
+    from colab_gpu_guard import reset
+
+    reset.gpu_reset(shell=ip)
+    result = run_cell(WATCHED_MODEL)
+    assert result.error_in_exec is None
+    yield ip
+    reset.gpu_reset(shell=ip)
+    for name in ("watch", "_watch", "kept", "model", "outs", "nn", "layer"):
+        ip.user_ns.pop(name, None)
+
+
+def test_gpu_reset_of_an_output_with_a_graph_expects_what_it_releases(shell, run_cell):
+    from IPython.utils.capture import capture_output
+
+    result = run_cell(f"kept(model(torch.randn({ROWS}, {WIDTH})).sum())")
+    assert result.error_in_exec is None
+    number = result.execution_count
+    del result
+    for filler in ("1 + 1", "2 + 2", "3 + 3"):
+        run_cell(filler)  # `_`, `__`, `___` move on: only Out[N] / _N hold it
+    watch = shell.user_ns["watch"]
+    before = alive_now(watch)
+    found = {item.name: item for item in find_leftovers(shell=shell)}
+    held = found[f"Out[{number}]"]
+    assert held.graph_tensors == 2 and held.nbytes == 2 * ROWS * WIDTH * 4 + 4
+    del found
+    with capture_output() as captured:
+        shell.run_line_magic("gpu_reset", "")
+    died = dead_bytes(watch, before)
+    assert died == held.nbytes
+    assert f"arrays released: {format_size(died)}, expected {format_size(died)}" in (
+        captured.stdout
+    )
+
+
+def test_gpu_reset_of_a_list_of_losses_expects_what_it_releases(shell, run_cell):
+    from colab_gpu_guard import reset
+
+    result = run_cell(f"outs = [kept(model(torch.randn({ROWS}, {WIDTH})).sum()) for _ in range(3)]")
+    assert result.error_in_exec is None
+    del result
+    watch = shell.user_ns["watch"]
+    before = alive_now(watch)
+    dry = reset.gpu_reset("outs", dry_run=True, shell=shell)
+    report = reset.gpu_reset("outs", shell=shell)
+    died = dead_bytes(watch, before)
+    assert died == 3 * (2 * ROWS * WIDTH * 4 + 4)
+    assert dry.estimated_bytes == report.estimated_bytes == report.released_bytes == died
+    assert "outs" not in shell.user_ns
+
+
+def format_size(value: int) -> str:
+    from colab_gpu_guard.units import format_bytes
+
+    return format_bytes(value)
+
+
+@pytest.mark.gpu
+def test_graph_bytes_on_cuda_are_what_memory_allocated_loses():
+    device = torch.device("cuda:0")
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Linear(WIDTH, WIDTH), nn.ReLU(), nn.Linear(WIDTH, WIDTH)).to(device)
+    torch.cuda.synchronize()
+    outs = [model(torch.randn(ROWS, WIDTH, device=device)).sum() for _ in range(3)]
+    torch.cuda.synchronize()
+    found = {item.name: item for item in find_leftovers(namespace={"model": model, "outs": outs})}
+    entries = [found[f"outs[{index}]"] for index in range(3)]
+    for item in entries:
+        assert item.device == "cuda:0"
+        assert item.graph_tensors == 2 and item.graph_nbytes == 2 * ROWS * WIDTH * 4
+    held = sum(item.nbytes for item in entries)
+    del found, entries, item
+    before = torch.cuda.memory_allocated(device)
+    del outs
+    gc.collect()
+    torch.cuda.synchronize()
+    freed = before - torch.cuda.memory_allocated(device)
+    # the allocator rounds each block up to 512 bytes: the scalars' 4 bytes take 512 each
+    assert held - 3 * 4 + 3 * 512 == freed
