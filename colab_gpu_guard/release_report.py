@@ -8,6 +8,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Any, Optional
 
 from .leftovers import Leftover, leftovers_html
+from .leftovers.groups import LeftoverGroups, group_leftovers, groups_html
 from .nvml import INCLUDES_RESERVED, V1
 from .units import format_bytes
 
@@ -81,9 +82,14 @@ class ReleaseReport:
     def dropped_total(self) -> int:
         return sum(self.dropped.values())
 
+    def held_groups(self) -> LeftoverGroups:
+        """``leftovers`` by the root holding them (`leftovers.groups`)."""
+        return group_leftovers(self.leftovers)
+
     def to_dict(self) -> dict[str, Any]:
         data = asdict(self)
         data["freed_bytes"] = self.freed_bytes
+        data["held_groups"] = [group.to_dict() for group in self.held_groups()]
         return data
 
     def __str__(self) -> str:
@@ -133,15 +139,14 @@ class ReleaseReport:
             lines.append(f"  WARNING: {warning}")
         for note in self.notes:
             lines.append(f"  note: {note}")
-        held = sum(item.nbytes for item in self.leftovers)
         if self.leftovers:
+            groups = self.held_groups()
             lines.append(
                 f"  {'would still be' if self.dry_run else 'still'} held: "
-                f"{len(self.leftovers)} block(s), {format_bytes(held)} (biggest first):"
+                f"{groups.blocks} block(s), {format_bytes(groups.total_bytes)} in "
+                f"{len(groups)} group(s) (hidden holders first, then biggest):"
             )
-            lines += [f"    {item}" for item in self.leftovers[:15]]
-            if len(self.leftovers) > 15:
-                lines.append(f"    ... {len(self.leftovers) - 15} more (find_leftovers())")
+            lines += [f"    {line}" for line in groups.lines(groups=8, entries=2)]
         else:
             lines.append("  no arrays held by any name")
         return "\n".join(lines)
@@ -176,10 +181,13 @@ class ReleaseReport:
         items += [f"<li>done: {esc(step)}</li>" for step in self.steps]
         items += [f"<li><b>warning</b>: {esc(text)}</li>" for text in self.warnings]
         items += [f"<li>note: {esc(text)}</li>" for text in self.notes]
-        return (
-            f"<div><b>{esc(title)}</b><ul>{''.join(items)}</ul>"
-            f"{leftovers_html(self.leftovers[:50])}</div>"
-        )
+        return f"<div><b>{esc(title)}</b><ul>{''.join(items)}</ul>{_held_html(self)}</div>"
+
+
+def _held_html(report: ReleaseReport) -> str:
+    if not report.leftovers:
+        return leftovers_html(())
+    return groups_html(report.held_groups())
 
 
 # ---------------------------------------------------------------- the plan

@@ -10,13 +10,11 @@ import os
 import re
 import sys
 import traceback
-import types
 import weakref
 from pathlib import Path
 
 import pytest
 
-import colab_gpu_guard
 from colab_gpu_guard import advisor, cuda_health, notebook_refs, nvml
 from colab_gpu_guard.advisor import enrich, origin
 from tests import fake_pynvml
@@ -992,32 +990,35 @@ def test_no_gpu_facts(monkeypatch, no_nvml):
     assert "Change runtime type" in " ".join(diagnosis.fixes)
 
 
-def test_oom_lists_leftover_holders_by_name(monkeypatch, no_nvml):
+def test_oom_names_the_biggest_holders_grouped_by_variable(monkeypatch, no_nvml):
+    """The OOM advice names holders by the variable holding them (hidden holders first),
+    not nine rows of one list's items; every name escaped in HTML."""
+    import torch
+
+    from colab_gpu_guard import leftovers
+
     calls = []
+    real = leftovers.find_leftovers
 
     def find_leftovers(device=None, namespace=None, deep=False):
-        calls.append((device, namespace))
-        item = types.SimpleNamespace(
-            name="<b>model</b>.weight",
-            shape=(1024, 1024),
-            dtype="torch.float32",
-            device="cuda:0",
-            nbytes=4 * 2**20,
-            holder="user variable",
-        )
-        return [item] * 7
+        calls.append(device)
+        return real(namespace=namespace)  # CPU tensors stand in for the CUDA ones
 
-    fake = types.ModuleType("colab_gpu_guard.leftovers")
-    fake.find_leftovers = find_leftovers
-    monkeypatch.setitem(sys.modules, "colab_gpu_guard.leftovers", fake)
-    monkeypatch.setattr(colab_gpu_guard, "leftovers", fake, raising=False)
-    namespace = {"x": 1}
+    monkeypatch.setattr(leftovers, "find_leftovers", find_leftovers)
+    namespace = {
+        "<b>model</b>": torch.nn.Linear(64, 32),
+        "many": [torch.zeros(4) for _ in range(1000)],
+    }
     diagnosis = advisor.advise(make(entry("out_of_memory")), namespace=namespace)
-    assert calls == [("cuda", namespace)]
+    assert calls == ["cuda"]
     holders = diagnosis.facts["biggest leftovers"]
-    assert holders.count("<b>model</b>.weight 4 MiB (1024x1024, torch.float32)") == 5
+    assert holders.split("; ") == [
+        "many 15.6 KiB (list: 1,000 arrays on cpu)",
+        "<b>model</b> 8.12 KiB (Linear: 2 arrays on cpu)",
+    ]
+    assert (64 * 32 + 32) * 4 == 8320 and 1000 * 16 == 16000  # the sizes above
     page = diagnosis._repr_html_()
-    assert "&lt;b&gt;model&lt;/b&gt;.weight" in page and "<b>model</b>" not in page
+    assert "&lt;b&gt;model&lt;/b&gt;" in page and "<b>model</b>" not in page
 
 
 def test_advise_survives_failing_fact_sources(monkeypatch):

@@ -320,3 +320,17 @@ def test_graph_bytes_on_cuda_are_what_memory_allocated_loses():
     freed = before - torch.cuda.memory_allocated(device)
     # the allocator rounds each block up to 512 bytes: the scalars' 4 bytes take 512 each
     assert held - 3 * 4 + 3 * 512 == freed
+
+
+def test_a_list_of_losses_is_grouped_as_a_hidden_autograd_graph_holder_first():
+    model, outs, watch = five_losses()
+    found = find_leftovers(namespace={"model": model, "outs": outs})
+    groups = found.groups()
+    first = groups[0]
+    assert (first.name, first.kind, first.hidden) == ("outs", "autograd graph", True)
+    assert first.graph_nbytes == 5 * 2 * ROWS * WIDTH * 4
+    assert first.nbytes == first.graph_nbytes + 5 * 4
+    assert groups.named("model").kind == "user variable"
+    before = alive_now(watch)
+    del outs, found, groups, first
+    assert dead_bytes(watch, before) == 5 * 2 * ROWS * WIDTH * 4 + 5 * 4

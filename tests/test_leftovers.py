@@ -375,7 +375,9 @@ def test_scan_groups_and_reach_by_root():
 
 def test_one_table_for_every_view_of_the_leftovers():
     """The leftovers list, gpu_reset's report, the status snapshot and the panel show the
-    same table (one renderer), with the shared names as a column and every name escaped."""
+    same table (one renderer; grouped by root but the panel), with the shared names as a
+    column and every name escaped."""
+    from colab_gpu_guard.leftovers.groups import groups_html
     from colab_gpu_guard.leftovers.html import leftovers_table
     from colab_gpu_guard.status import gpu_status, panel_html
 
@@ -386,11 +388,12 @@ def test_one_table_for_every_view_of_the_leftovers():
     assert '<th style="text-align:left;padding:0 8px 0 0">also reached as</th>' in table
     assert "view&lt;b&gt;" in table
     assert "<b>" not in table
-    assert table in found._repr_html_()
+    page = found._repr_html_()
+    assert groups_html(found.groups()) in page
+    assert leftovers_table(found.groups().named("base").entries) in page
     report = reset.gpu_reset(namespace=namespace, dry_run=True)
-    assert leftovers_table(report.leftovers[:50]) in report._repr_html_()
+    assert groups_html(report.held_groups()) in report._repr_html_()
     status = gpu_status(namespace=namespace, history=False)
-    shown = leftovers_table(status.leftovers)
-    assert shown in status._repr_html_()
-    assert shown in panel_html.render_leftovers(status)
+    assert groups_html(status.leftover_groups) in status._repr_html_()
+    assert leftovers_table(status.leftovers) in panel_html.render_leftovers(status)
     assert [entry.name for entry in status.leftovers] == [item.name for item in found]

@@ -970,7 +970,14 @@ def test_real_leftovers_and_history_plug_in(ip, run_cell, capsys):
     entry = next(e for e in snap.leftovers if e.name == "guard_big")
     assert entry.nbytes == 4_000_000 and entry.device == "cpu" and entry.shape == (1_000_000,)
     assert "guard_view" in entry.shared_with
-    assert "guard_big | 3.81 MiB | cpu | float32 | (1000000,)" in snap.to_text()
+    group = next(g for g in snap.leftover_groups if g.name == "guard_big")
+    assert (group.count, group.nbytes, group.type_name) == (1, 4_000_000, "Tensor")
+    assert group.entries[0] == entry and not group.hidden and not group.released_by_reset
+    view = next(g for g in snap.leftover_groups if g.name == "guard_view")
+    assert view.count == 0 and [(s.owner, s.count) for s in view.shares] == [("guard_big", 1)]
+    text = snap.to_text()
+    assert "  3.81 MiB  guard_big  Tensor: 1 array on cpu\n" in text
+    assert "guard_view  Tensor: 0 arrays; shares 1 with guard_big" in text
     assert snap.history and all(isinstance(r.cell, int) for r in snap.history)
 
 

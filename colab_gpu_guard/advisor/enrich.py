@@ -58,25 +58,26 @@ def _context_usable() -> bool:
 
 
 def _leftover_holders(namespace: Optional[dict], device: Optional[str], limit: int = 5) -> Any:
-    """The biggest leftover arrays by name, from colab_gpu_guard.leftovers when present."""
+    """The biggest holders of leftover arrays, by the variable (or hidden holder: output
+    history, a traceback) that holds them, from colab_gpu_guard.leftovers when present."""
     try:
         from .. import leftovers
     except Exception:
         return None
     try:
         found = leftovers.find_leftovers(device=device, namespace=namespace)
+        groups = found.groups() if found else []
     except Exception:
         return None
-    return list(found[:limit]) if found else []  # only the entries shown are made
+    return list(groups[:limit])  # hidden holders first, then the biggest
 
 
-def _describe_holder(item: Any) -> str:
-    name = str(getattr(item, "name", "?"))
-    size = format_bytes(getattr(item, "nbytes", None))
-    shape = getattr(item, "shape", None)
-    shape_text = "x".join(str(n) for n in shape) if shape else ""
-    extra = ", ".join(part for part in (shape_text, str(getattr(item, "dtype", "") or "")) if part)
-    return f"{name} {size}" + (f" ({extra})" if extra else "")
+def _describe_holder(group: Any) -> str:
+    """'Out[3] 4 MiB (output history: 1 array on cuda:0; %gpu_reset releases it)'."""
+    text = f"{group.name} {format_bytes(group.nbytes)} ({group.describe()}"
+    if group.released_by_reset:
+        text += "; %gpu_reset releases it"
+    return text + ")"
 
 
 def _enrich(diagnosis: Diagnosis, namespace: Optional[dict]) -> None:

@@ -20,13 +20,15 @@ No framework is imported here: torch, NumPy, CuPy and JAX are looked up in ``sys
 Modules: ``records`` (Leftover, DeviceGap, LeftoverList), ``html`` (the table), ``kinds``
 (what a type is to the walk), ``walker`` (the reference walk), ``found`` (the references
 found and their metadata), ``naming`` (a path's name), ``blocks`` (one entry per block of
-memory), ``scan`` (find_leftovers, scan, Scan), ``deep`` (the deep scan).
+memory), ``scan`` (find_leftovers, scan, Scan), ``deep`` (the deep scan), ``groups``
+(the entries by the variable or hidden holder that keeps them: ``LeftoverList.groups()``).
 """
 
 from __future__ import annotations
 
 from ..units import HOLDERS
 from .found import Ref
+from .groups import LeftoverGroup, LeftoverGroups
 from .html import leftovers_html
 from .naming import MAX_SHARED_NAMES
 from .records import DeviceGap, Leftover, LeftoverList
@@ -40,6 +42,8 @@ __all__ = [
     "DeviceGap",
     "Group",
     "Leftover",
+    "LeftoverGroup",
+    "LeftoverGroups",
     "LeftoverList",
     "Ref",
     "Scan",

@@ -4,13 +4,16 @@ first reached, and the `Leftover` for each, made when it is read."""
 from __future__ import annotations
 
 import collections
+import itertools
 from operator import itemgetter
 from typing import Union
 
 from ..frameworks.base import ArrayInfo
 from ..units import HOLDERS
-from .found import ROW_HOLDER, Found, Ref
+from .found import ROW_HOLDER, ROW_PATH, Found, Ref
 from .graphs import Graph
+from .groups import Blocks as GroupColumns
+from .groups import root_labels, root_of
 from .naming import ITEM, PathNames, rank, shared_names
 from .records import Leftover, leftover_of, with_graph
 
@@ -113,4 +116,29 @@ class Blocks:
             holder,
             self.infos[index],
             kind.framework,
+        )
+
+    def group_columns(self) -> GroupColumns:
+        """The columns `groups.group_leftovers` needs, in ``order``: a block reached by
+        several names belongs to the root of the name it is listed under."""
+        order = self.order
+        row_of, rows, shared = self.row_of, self.rows, self.shared
+        holders = list(map(self.holders.__getitem__, order))
+        paths = map(ROW_PATH, map(rows.__getitem__, map(row_of.__getitem__, order)))
+        roots = root_labels(paths, holders)
+        shared_at = list(itertools.compress(itertools.count(), map(shared.__contains__, order)))
+        graph_of = self.graph_of
+        graphs = (
+            [(p, block) for p, block in enumerate(order) if block in graph_of] if graph_of else []
+        )
+        for position in shared_at:
+            entry = shared[order[position]]
+            roots[position] = root_of(entry.name, entry.holder)
+        return GroupColumns(
+            list(map(self.sizes.__getitem__, order)),
+            holders,
+            list(map(self.devices.__getitem__, order)),
+            roots,
+            shared_at,
+            {position: self.graph_of[block].nbytes for position, block in graphs},
         )

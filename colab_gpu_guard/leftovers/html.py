@@ -65,6 +65,11 @@ def leftovers_html(items: Iterable, gaps: Iterable = (), notes: Iterable[str] = 
     """The leftovers table, then the allocator gaps and notes as a list."""
     entries = list(items)
     table = leftovers_table(entries) if entries else "<div>no arrays held</div>"
+    return table + notes_html(gaps, notes)
+
+
+def notes_html(gaps: Iterable = (), notes: Iterable[str] = ()) -> str:
+    """The allocator gaps and notes as a list ('' when there are none)."""
     extra = "".join(f"<li>{_e(gap)}</li>" for gap in gaps)
     extra += "".join(f"<li>{_e(note)}</li>" for note in notes)
-    return table + (f"<ul>{extra}</ul>" if extra else "")
+    return f"<ul>{extra}</ul>" if extra else ""

@@ -12,7 +12,7 @@ from typing import Any, Callable, Optional
 from ..frameworks.base import ArrayInfo
 from ..units import HOLDERS, USER_VARIABLE, format_bytes
 from .graphs import Graph
-from .html import leftovers_html
+from .html import leftovers_html, notes_html
 
 _IS_NONE = type(None).__instancecheck__  # x is None, as a C-level callable
 
@@ -155,16 +155,36 @@ class LeftoverList(collections.abc.Sequence):
         self.gaps: tuple[DeviceGap, ...] = tuple(gaps)
         self.notes: tuple[str, ...] = tuple(notes)
         self.deep = deep
+        self._group_columns: Optional[Callable[[], Any]] = None  # -> groups.Blocks
+        self._root_types: dict[str, str] = {}
 
     @classmethod
     def _made_on_access(
-        cls, make: Callable[[int], Leftover], sizes: list[int], holders: list[str], **extra
+        cls,
+        make: Callable[[int], Leftover],
+        sizes: list[int],
+        holders: list[str],
+        group_columns: Optional[Callable[[], Any]] = None,
+        root_types: Optional[dict[str, str]] = None,
+        **extra,
     ) -> LeftoverList:
-        """``make(i)`` builds entry i; ``sizes`` and ``holders`` are its nbytes and holder."""
+        """``make(i)`` builds entry i; ``sizes`` and ``holders`` are its nbytes and holder;
+        ``group_columns()`` gives the `groups.Blocks` columns (grouping without making
+        every entry), ``root_types`` each root's type name."""
         made = cls(**extra)
         made._items = [None] * len(sizes)
         made._make, made._sizes, made._holders = make, sizes, holders
+        made._group_columns, made._root_types = group_columns, root_types or {}
         return made
+
+    def groups(self, entries_per_group: Optional[int] = 3):
+        """The entries by the root holding them (`groups.LeftoverGroups`): hidden holders
+        (output history, frames, graphs) first, what ``%gpu_reset`` releases marked; each
+        group keeps its biggest `entries_per_group` entries (None: all)."""
+        from .groups import group_leftovers
+
+        columns = self._group_columns() if self._group_columns is not None else None
+        return group_leftovers(self, entries_per_group, columns, self._root_types, self.notes)
 
     def __len__(self) -> int:
         return len(self._items)
@@ -220,6 +240,7 @@ class LeftoverList(collections.abc.Sequence):
     def to_dict(self) -> dict[str, Any]:
         return {
             "leftovers": [item.to_dict() for item in self],
+            "groups": [group.to_dict() for group in self.groups()],
             "total_bytes": self.total_bytes,
             "gaps": [{**asdict(gap), "gap": gap.gap} for gap in self.gaps],
             "notes": list(self.notes),
@@ -230,8 +251,8 @@ class LeftoverList(collections.abc.Sequence):
         if not self:
             lines = ["leftovers: no arrays held"]
         else:
-            lines = [f"leftovers: {len(self)} block(s), {format_bytes(self.total_bytes)}"]
-            lines += [f"  {item}" for item in self]
+            groups = self.groups()
+            lines = [groups.heading()] + [f"  {line}" for line in groups.lines()]
         lines += [f"  {gap}" for gap in self.gaps]
         lines += [f"  note: {note}" for note in self.notes]
         return "\n".join(lines)
@@ -243,4 +264,8 @@ class LeftoverList(collections.abc.Sequence):
         printer.text(str(self) if not cycle else "LeftoverList(...)")
 
     def _repr_html_(self) -> str:
-        return leftovers_html(self, self.gaps, self.notes)
+        from .groups import groups_html
+
+        if not self:
+            return leftovers_html((), self.gaps, self.notes)
+        return groups_html(self.groups()) + notes_html(self.gaps, self.notes)

@@ -14,7 +14,7 @@ from typing import Any, NamedTuple, Optional
 
 from .. import notebook_refs
 from ..frameworks import torch_compile
-from ..units import OTHER
+from ..units import OTHER, USER_VARIABLE
 from .blocks import Blocks
 from .deep import allocator_gaps, scan_unnamed
 from .found import Ref
@@ -108,13 +108,18 @@ def _device_matches(device: str, wanted) -> bool:
     return any(part.split(":")[0] == wanted for part in device.split("+"))
 
 
-def _scan_roots(walker: Walker, shell, namespace: Optional[dict]) -> None:
+def _scan_roots(walker: Walker, shell, namespace: Optional[dict]) -> dict[str, str]:
+    """Walk every root; returns each user variable's type name (for the groups)."""
+    types = {}
     for root in notebook_refs.roots(shell, namespace if namespace is not None else {}):
         walker.visit_root(root.label, root.value, root.holder, root.key, root.depth)
+        if root.holder == USER_VARIABLE:
+            types[root.label] = type(root.value).__name__
     # what torch.compile's caches hold: never a user variable, freed by dynamo's reset
     for graph in torch_compile.compiled_graphs(namespace):
         key = notebook_refs.RootKey(COMPILED_GRAPH, graph.label)
         walker.visit_root(graph.label, graph.value, OTHER, key)
+    return types
 
 
 def scan(
@@ -139,7 +144,7 @@ def scan(
     gc.disable()
     graphs = walker.graphs
     try:
-        _scan_roots(walker, shell, namespace)
+        root_types = _scan_roots(walker, shell, namespace)
         found.finish()
         if graphs.owners:
             graphs.resolve(set(map(_STORAGE_KEY, found.infos)))
@@ -174,6 +179,8 @@ def scan(
         make,
         list(map(blocks.sizes.__getitem__, order)),
         list(map(blocks.holders.__getitem__, order)),
+        group_columns=blocks.group_columns,
+        root_types=root_types,
         gaps=gaps,
         notes=notes,
         deep=deep,

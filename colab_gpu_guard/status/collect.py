@@ -279,8 +279,12 @@ def _leftovers(namespace: Optional[dict[str, Any]], top: int) -> dict[str, Any]:
     # else is deduplicated and sorted here.
     total = getattr(found, "total_bytes", None)
     freeable = getattr(found, "freeable_bytes", None)
+    groups, group_count = None, 0
     if isinstance(total, int) and isinstance(freeable, int) and isinstance(found, Sequence):
         biggest = list(found[: max(0, top)])
+        if callable(getattr(found, "groups", None)):
+            every = found.groups()
+            groups, group_count = tuple(every[: max(0, top)]), len(every)
     else:
         found = list(found)
         sizes: dict[Any, int] = {}
@@ -299,6 +303,8 @@ def _leftovers(namespace: Optional[dict[str, Any]], top: int) -> dict[str, Any]:
         "leftovers_count": len(found),
         "leftovers_bytes": total,
         "leftovers_freeable_bytes": freeable,
+        "leftover_groups": groups,
+        "leftover_groups_count": group_count,
     }
 
 

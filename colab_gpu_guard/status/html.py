@@ -6,6 +6,7 @@ from __future__ import annotations
 import html
 from typing import TYPE_CHECKING, Any
 
+from ..leftovers.groups import groups_html
 from ..leftovers.html import leftovers_table
 from ..nvml import NvmlDevice
 from ..units import format_bytes
@@ -95,9 +96,11 @@ def render_html(status: GpuStatus) -> str:
         parts += [_row("this kernel", kernel_line(m)) for m in unmatched]
         parts.append("</table>")
     parts.append(f"<table>{_row('host RAM', host_ram(status.host))}</table>")
-    if status.leftovers is not None:
+    if status.leftovers is not None or status.leftover_groups is not None:
         parts.append(f"<div><b>{_e(leftovers_heading(status))}</b></div>")
-        if status.leftovers:
+        if status.leftover_groups:
+            parts.append(groups_html(status.leftover_groups))
+        elif status.leftovers:
             parts.append(leftovers_table(status.leftovers))
     elif status.leftovers_note and status.leftovers_note != "not collected":
         parts.append(f'<div class="cgg-na">leftovers: {_e(status.leftovers_note)}</div>')

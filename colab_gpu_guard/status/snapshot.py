@@ -11,6 +11,7 @@ import json
 from dataclasses import dataclass
 from typing import Any, Optional
 
+from ..leftovers.groups import LeftoverGroup
 from ..leftovers.records import Leftover
 from ..nvml import NvmlSnapshot
 from ..serialize import from_data, to_data
@@ -94,6 +95,10 @@ class GpuStatus:
     # gpu_reset() without --all releases; None: not computed (older documents)
     leftovers_freeable_bytes: Optional[int] = None
     leftovers_note: Optional[str] = None
+    # the leftovers by the root holding them (hidden holders first), the biggest `top`
+    # groups with their biggest entries; None: not collected (older documents)
+    leftover_groups: Optional[tuple[LeftoverGroup, ...]] = None
+    leftover_groups_count: int = 0  # all groups, before the top-N cut
     history: Optional[tuple[CellMemory, ...]] = None  # the last cells, oldest first
     history_note: Optional[str] = None
     notes: tuple[str, ...] = ()

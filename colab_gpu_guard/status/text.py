@@ -10,6 +10,7 @@ from ..nvml import INCLUDES_RESERVED, V1, MigInstance, NvmlDevice, NvmlProcess
 from ..units import NA, format_bytes
 
 if TYPE_CHECKING:
+    from ..leftovers.groups import LeftoverGroups
     from ..leftovers.records import Leftover
     from ..tracker import CellMemory
     from .snapshot import DeviceMemory, GpuStatus, HostInfo
@@ -46,7 +47,10 @@ def render_text(status: GpuStatus) -> str:
         if item.nvml_index is None:
             lines.append(f"this kernel  {kernel_line(item)}")
     lines.append(f"host RAM     {host_ram(status.host)}")
-    if status.leftovers is not None:
+    if status.leftover_groups is not None:
+        lines.append(leftovers_heading(status))
+        lines += [f"  {line}" for line in grouped(status).lines()]
+    elif status.leftovers is not None:
         lines.append(leftovers_heading(status))
         lines += [f"  {_leftover_line(entry)}" for entry in status.leftovers]
     elif status.leftovers_note and status.leftovers_note != "not collected":
@@ -324,11 +328,22 @@ def cell_line(record: CellMemory) -> str:
 
 
 def leftovers_heading(status: GpuStatus) -> str:
+    if status.leftover_groups is not None:
+        return grouped(status).heading()
     shown = len(status.leftovers or ())
     return (
         f"leftovers ({shown} of {status.leftovers_count}, "
         f"{format_bytes(status.leftovers_bytes)} in all)"
     )
+
+
+def grouped(status: GpuStatus) -> LeftoverGroups:
+    """The snapshot's groups (the biggest ones) with the totals of every block."""
+    from ..leftovers.groups import LeftoverGroups
+
+    groups = tuple(status.leftover_groups or ())
+    count = max(status.leftover_groups_count, len(groups))
+    return LeftoverGroups(groups, status.leftovers_count, status.leftovers_bytes, (), count)
 
 
 # The host RAM figures as `gpu_status` words them; the panel words them its own way.
