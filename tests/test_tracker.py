@@ -74,7 +74,7 @@ def test_rerun_leak_flagged_for_a_cell_appending_to_a_global_list(ip, run_cell):
         record = records[current]
         assert record.rerun_leak, format_history(memory_history())
         assert record.rerun_of == previous
-        assert record.leak_kind == "host memory"
+        assert record.leak_kind == "cpu"
         assert record.leak_bytes >= 15 * 2**20
     # rebinding a big tensor is not a leak (RSS may keep the freed block resident)
     rebind = [run_cell("not_leaky = torch.ones(4_000_000)").execution_count for _ in range(4)]
@@ -114,8 +114,9 @@ def test_a_rerun_is_judged_by_what_the_cell_itself_kept(ip, run_cell):
         if exact:
             assert record.leak_bytes < saved + 2**20  # the graph's input, and little else
     kept = signed_bytes(record.leak_bytes)
-    line = f"LEAK: kept {kept} host memory again (run before: [{runs[1]}])"
+    line = f"LEAK: kept {kept} cpu again (run before: [{runs[1]}]); held by `losses` (grew by 1"
     assert line in format_history(memory_history())
+    assert record.held_by == "`losses` (grew by 1 item, 1 autograd graph)"
     # no leftover for the next test
     for name in ("big_in_between", "model", "losses"):
         ip.user_ns.pop(name, None)
@@ -287,7 +288,7 @@ def test_cuda_figures_peak_ooms_and_leak(monkeypatch):
     assert first.reserved_after == first.allocated_after + 2 * MiB
     assert third.ooms == 1 and second.ooms == 0
     assert third.rerun_leak and third.leak_bytes == 10 * MiB and third.rerun_of == 2
-    assert third.leak_kind == "cuda allocated"
+    assert third.leak_kind == "cuda:0" and third.leaks == (("cuda:0", 10 * MiB),)
     assert not second.rerun_leak and not fifth.rerun_leak and fifth.rerun_of == 4
     assert fourth.delta == 0 and fourth.peak_bound == EXACT
     assert readings.resets == 0  # the user's peak counters are left alone
