@@ -25,9 +25,11 @@ from .host_memory import MallocInUse, RssReader
 
 MiB = 2**20
 MINIMUM = 1 * MiB
-# sizes rebound by the calibration: below, at and above glibc's default mmap threshold
-# (128 KiB, rising with each large block freed up to 32 MiB on 64-bit)
-SIZES = (64 * 1024, 1 * MiB, 8 * MiB, 24 * MiB)
+# sizes rebound by the calibration: below and above glibc's default mmap threshold (128
+# KiB; it rises to the size of each large block freed, up to 32 MiB on 64-bit, so the
+# largest size is kept moderate: the calibration should not itself make the heap keep
+# bigger blocks resident)
+SIZES = (64 * 1024, 1 * MiB, 8 * MiB)
 
 
 class NoiseFloor(NamedTuple):
