@@ -14,7 +14,7 @@ from colab_gpu_guard.cell_peaks import AT_LEAST, AT_MOST, EXACT, cell_peak, devi
 from colab_gpu_guard.frameworks import torch as torch_support
 from colab_gpu_guard.frameworks.torch import AllocatorStats
 from colab_gpu_guard.tracker import CellMemory, MemoryTracker, format_history, memory_history
-from colab_gpu_guard.units import signed_bytes
+from colab_gpu_guard.units import format_bytes, signed_bytes
 from tests.records import cell_memory
 
 
@@ -555,3 +555,102 @@ def test_host_memory_is_judged_while_cuda_is_up(monkeypatch):
         assert record.leak_bytes >= 20 * MiB
         assert record.held_by == "`host_list` (grew by 1 item)"
     engine.close()
+
+
+# ---------------------------------------------------------------- the output warning
+
+
+def _output_warning(ip):
+    return ip.magics_manager.registry["HistoryMagics"].output_warning
+
+
+def test_parse_threshold_sizes_and_bad_input():
+    from colab_gpu_guard.output_warning import parse_threshold
+
+    assert parse_threshold("256MiB") == 256 * MiB
+    assert parse_threshold(" 1.5 GiB ") == GiB + GiB // 2
+    assert parse_threshold("500mb") == 500 * MiB  # binary, as torch prints sizes
+    assert parse_threshold("OFF") is None
+    for bad in ("", "256", "-5MiB", "abc", "5 MiB extra", "1e3MiB"):
+        with pytest.raises(ValueError, match="e.g. 256MiB"):
+            parse_threshold(bad)
+
+
+def test_warning_line_under_a_result_that_keeps_arrays(ip, run_cell):
+    """CPU tensors stand in for accelerator memory through the engine's `include_cpu`
+    (by default only accelerator memory counts: see the GPU test for cuda:0)."""
+    torch = pytest.importorskip("torch")
+    warning = _output_warning(ip)
+    assert warning.threshold == 256 * MiB and warning.include_cpu is False
+    run_cell("import torch\nbig_out = torch.ones(4_000_000)")
+    nbytes = ip.user_ns["big_out"].untyped_storage().nbytes()
+    with capture_output() as captured:
+        ip.run_line_magic("gpu_history", "--warn-output 8MiB")
+    assert "8 MiB or more" in captured.stdout and warning.threshold == 8 * MiB
+    try:
+        with capture_output() as captured:
+            cell = run_cell("big_out").execution_count  # CPU memory: no line by default
+        assert "keeps" not in captured.stdout
+        warning.include_cpu = True
+        with capture_output() as captured:
+            cell = run_cell("big_out").execution_count
+        line = (
+            f"Out[{cell}] keeps {format_bytes(nbytes)} on cpu alive (output history): "
+            "end the line with ';' or run %gpu_reset"
+        )
+        assert captured.stdout.count(line) == 1, captured.stdout
+        lines = captured.stdout.splitlines()
+        assert lines[-1] == line and any(f"Out[{cell}]" in text for text in lines[:-1])
+        with capture_output() as captured:  # views of one storage count once
+            cell = run_cell("(big_out, big_out[:10], {'a': big_out})").execution_count
+        assert f"Out[{cell}] keeps {format_bytes(nbytes)} on cpu" in captured.stdout
+        for quiet in ("big_out;", "torch.ones(10)", "[1, 2, 3]", "'text'", "x_small = 1"):
+            with capture_output() as captured:
+                run_cell(quiet)
+            assert "keeps" not in captured.stdout, quiet
+        with capture_output():
+            ip.run_line_magic("gpu_history", "--warn-output off")
+        with capture_output() as captured:
+            run_cell("big_out")
+        assert "keeps" not in captured.stdout and warning.threshold is None
+    finally:
+        warning.threshold, warning.include_cpu = 256 * MiB, False
+        ip.user_ns.pop("big_out", None)
+    assert torch is not None
+
+
+def test_warn_output_rejects_bad_sizes_and_changes_nothing(ip):
+    warning = _output_warning(ip)
+    for bad in ("256", "lots", "-1GiB"):
+        with pytest.raises(UsageError, match="Usage: %gpu_history") as raised:
+            ip.run_line_magic("gpu_history", f"--warn-output {bad}")
+        assert bad.startswith("-") or "e.g. 256MiB" in str(raised.value)
+        assert warning.threshold == 256 * MiB
+    doc = ip.find_line_magic("gpu_history").__doc__
+    assert "--warn-output 1GiB" in doc and "256 MiB" in doc
+
+
+@pytest.mark.gpu
+def test_warning_line_for_a_cuda_result(ip, run_cell):
+    torch = pytest.importorskip("torch")
+    run_cell("import torch\ncuda_out = torch.ones(80_000_000, device='cuda')")  # 305 MiB
+    nbytes = ip.user_ns["cuda_out"].untyped_storage().nbytes()
+    try:
+        with capture_output() as captured:
+            cell = run_cell("cuda_out").execution_count
+        line = f"Out[{cell}] keeps {format_bytes(nbytes)} on cuda:0 alive (output history)"
+        assert captured.stdout.count(line) == 1, captured.stdout
+        with capture_output() as captured:
+            run_cell("cuda_out;")
+        assert "keeps" not in captured.stdout
+        # host memory is judged beside CUDA: a host keep per run is flagged on "cpu"
+        run_cell("host_keep = []")
+        keep = "host_keep.append(bytearray(b'1') * (40 * 2**20))"
+        runs = [run_cell(keep).execution_count for _ in range(4)]
+        records = {record.cell: record for record in memory_history()}
+        assert records[runs[-1]].rerun_leak and "cpu" in records[runs[-1]].leak_kind
+    finally:
+        for name in ("cuda_out", "host_keep"):
+            ip.user_ns.pop(name, None)
+        ip.run_line_magic("gpu_reset", "")
+    assert torch is not None
