@@ -91,35 +91,44 @@ class RerunLeakCheck:
     ) -> tuple[Kept, Optional[int], bool]:
         """(what this run kept again on each device where the run before kept memory too,
         the cell this reruns, whether this run kept anything above the smallest floor) for
-        a cell that kept `cuda` ([(device, bytes)]) and went from `rss_before` to `rss`
-        resident bytes."""
+        a cell that kept `cuda` ([(device, bytes)], a list this call owns) and went from
+        `rss_before` to `rss` resident bytes."""
         if source is None:
             return (), None, False
-        kept = list(cuda)
+        kept = cuda
+        kept_any = False
+        for _, amount in cuda:
+            if amount:
+                kept_any = True
+        exact = False
         host = self._host_kept(rss_before, rss, malloc_before)
         if host is not None:
             kept.append((HOST, host[0]))
-        previous = self._last_by_source.pop(source, None)
-        self._last_by_source[source] = (tuple(kept), cell)
-        if len(self._last_by_source) > 4 * self.maxlen:
-            for stale in list(self._last_by_source)[: 2 * self.maxlen]:
-                del self._last_by_source[stale]
-        kept_any = any(
-            amount > (host_noise.MINIMUM if device == HOST else 0) for device, amount in kept
-        )
+            exact = host[1]
+            if host[0] > host_noise.MINIMUM:
+                kept_any = True
+        last = self._last_by_source
+        previous = last.pop(source, None)
+        last[source] = (kept, cell)
+        if len(last) > 4 * self.maxlen:
+            for stale in list(last)[: 2 * self.maxlen]:
+                del last[stale]
         if previous is None:
             return (), None, kept_any
+        if not kept_any:  # nothing above the smallest floor: nothing kept again
+            return (), previous[1], False
         before = dict(previous[0])
         again = []
         for device, amount in kept:
-            floor = 0 if device != HOST else None
-            if floor is None:
-                if not amount or not before.get(HOST):
+            if device == HOST:
+                if not before.get(HOST):
                     continue
-                floor = self.host_floor(exact=host is not None and host[1])
+                floor = self.host_floor(exact)
+            else:
+                floor = 0
             if amount > floor and before.get(device, 0) > floor:
                 again.append((device, amount))
-        return tuple(again), previous[1], kept_any
+        return tuple(again), previous[1], True
 
     def _host_kept(
         self, rss_before: Optional[int], rss: Optional[int], malloc_before: Optional[int]

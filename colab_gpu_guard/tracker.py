@@ -88,7 +88,7 @@ class CellMemory:
     rerun_of: Optional[int] = None
     peak_bound: str = EXACT
     nvml_used_call: Optional[str] = None
-    leaks: tuple = ()
+    leaks: tuple[tuple[str, int], ...] = ()
     held_by: str = ""
 
     @property

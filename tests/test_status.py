@@ -1091,5 +1091,5 @@ def test_a_snapshot_written_before_the_house_move_still_reads():
         for before, now in zip(old[kind], again[kind]):
             assert {key: now[key] for key in before} == before  # the old fields, unchanged
     assert set(again["leftovers"][0]) - set(old["leftovers"][0]) == {"array_nbytes", "holders"}
-    added = {"devices", "leak_kind", "peak_bound", "nvml_used_call"}
+    added = {"devices", "leak_kind", "peak_bound", "nvml_used_call", "leaks", "held_by"}
     assert set(again["history"][0]) - set(old["history"][0]) == added
