@@ -123,6 +123,18 @@ def measure(objects: int, cells: int, peer_cells: int, repeats: int) -> dict:
     hooks()
     hook_us = statistics.median(per_call_us(hooks, cells) for _ in range(repeats))
     tracker.close()
+    # the output warning's check of a displayed result that holds no arrays (None is one
+    # comparison in its hook; a string or a list of numbers costs a type check)
+    from colab_gpu_guard.output_warning import OutputWarning
+
+    warning = OutputWarning()
+    plain = ["text", [1, 2, 3]]
+
+    def check_outputs() -> None:
+        for value in plain:
+            warning.line(value, "Out[1]")
+
+    warn_us = statistics.median(per_call_us(check_outputs, cells) for _ in range(repeats)) / 2
     del alive
     median = {key: statistics.median(values) if values else None for key, values in samples.items()}
     peer_added = None
@@ -138,6 +150,7 @@ def measure(objects: int, cells: int, peer_cells: int, repeats: int) -> dict:
         "every_cell_added_us": median["every"] - median["bare"],
         "peer_added_us": peer_added,
         "tracker_hooks_us": hook_us,
+        "output_warning_us": warn_us,
         "peer_note": peer_note,
     }
 
@@ -175,6 +188,17 @@ def rows_of(results: list[dict]) -> list[dict]:
                 target=f"<= {TARGET_US:g} us per cell",
                 ok=result["tracker_hooks_us"] <= TARGET_US,
                 note=f"{result['gc_objects_alive']} gc objects alive",
+            )
+        )
+        rows.append(
+            row(
+                "tracker",
+                f"output warning check of a result holding no arrays, {size} objects",
+                result["output_warning_us"],
+                unit="us",
+                target=f"<= {TARGET_US:g} us per cell",
+                ok=result["output_warning_us"] <= TARGET_US,
+                note="a str or a list of ints displayed; a statement costs one comparison",
             )
         )
     small, big = results[0], results[-1]

@@ -325,4 +325,8 @@ def _add_history_notes(report: ReleaseReport) -> None:
     leaks = _tracker.rerun_leaks()
     if leaks:
         cells = ", ".join(f"[{record.cell}]" for record in leaks[-10:])
-        report.notes.append(f"cells that kept memory again when rerun: {cells} (see %gpu_history)")
+        note = f"cells that kept memory again when rerun: {cells} (see %gpu_history)"
+        held = [f"[{record.cell}] {record.held_by}" for record in leaks[-3:] if record.held_by]
+        if held:
+            note += "; held by: " + "; ".join(held)
+        report.notes.append(note)

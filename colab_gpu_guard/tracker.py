@@ -9,16 +9,18 @@ What is measured for each cell:
   Peaks are left alone (``torch.cuda.max_memory_allocated()`` stays the process's peak):
   a cell's peak is derived (``cell_peaks``), exact or shown as a bound "<= X";
   ``reset_peaks=True`` (``%gpu_history --reset-peaks on``) resets them before every cell.
-- Host: the process's resident set size after the cell (one ``pread`` of
+- Host: the process's resident set size after the cell, CUDA or not (one ``pread`` of
   ``/proc/self/statm``; Linux only, else None).
 - NVML: the GPUs' used memory after the cell (``nvml.used_memory``: the v2 memory call,
   which leaves out what the driver reserves, else v1, which counts it; the record says
   which), read by a background thread (an NVML call can take milliseconds), so it appears
   in the history a moment after the cell ends; None when NVML is not available.
 
-Rerun leaks: when a cell with the same source runs again and keeps memory again (what it
-added during its own run, as its previous run did), the record is flagged (the judgement:
-``cell_reruns``).
+Rerun leaks: when a cell with the same source runs again and keeps memory again on a
+device (what it added during its own run, as its previous run did: torch's allocated bytes
+per CUDA device, host memory above a measured noise floor), the record is flagged (the
+judgement: ``cell_reruns``) and names, where it can tell, what holds the previous run's
+objects (``rerun_holders``).
 """
 
 from __future__ import annotations
@@ -27,14 +29,15 @@ import collections
 import sys
 import time
 from dataclasses import asdict, dataclass
-from typing import Any, Optional
+from typing import Any, Callable, Optional
 
 from . import cuda_health
 from .cell_peaks import EXACT, cell_peak
-from .cell_reruns import RSS_NOISE_FLOOR, RerunLeakCheck
+from .cell_reruns import RerunLeakCheck, cuda_kept
 from .frameworks import torch as torch_support
 from .host_memory import RssReader as _RssReader
 from .nvml_sampler import NvmlSampler
+from .rerun_holders import RerunHolders
 from .units import format_bytes, signed_bytes
 
 DEFAULT_MAXLEN = 500
@@ -61,7 +64,10 @@ class CellMemory:
         out) or "v1" (an older driver or nvidia-ml-py: driver-reserved memory included).
     rerun_leak / leak_bytes / leak_kind: this source ran before and both runs kept memory
         (its previous objects are still held); leak_bytes is what this run kept, leak_kind
-        the measure ("cuda allocated" or "host memory").
+        the devices it kept it on ("cuda:0", "cpu" for host memory, "cuda:0, cpu").
+    leaks: what this run kept again, per device: ((device, bytes), ...).
+    held_by: what holds the previous run's objects, where the check could tell
+        ("`losses` (grew by 1 item)", "`Out[7]` (output history)"), else "".
     rerun_of: the cell number of the previous run of the same source.
     rss_after: the process's resident set size after the cell (Linux), else None.
     """
@@ -82,6 +88,8 @@ class CellMemory:
     rerun_of: Optional[int] = None
     peak_bound: str = EXACT
     nvml_used_call: Optional[str] = None
+    leaks: tuple[tuple[str, int], ...] = ()
+    held_by: str = ""
 
     @property
     def delta(self) -> int:
@@ -133,10 +141,13 @@ class MemoryTracker:
     def __init__(
         self,
         maxlen: int = DEFAULT_MAXLEN,
-        rss_noise_floor: int = RSS_NOISE_FLOOR,
         nvml: bool = True,
         reset_peaks: bool = False,
+        namespace: Optional[dict] = None,
+        outputs: Optional[Callable[[], dict]] = None,
     ) -> None:
+        """`namespace`: the user's variables and `outputs`: a reader of the output history
+        (``Out``), where a flagged rerun looks for what holds the previous run's objects."""
         if not isinstance(maxlen, int) or maxlen < 1:
             raise ValueError("maxlen must be a positive integer")
         self.maxlen = maxlen
@@ -144,11 +155,12 @@ class MemoryTracker:
         # the user's max_memory_allocated() then covers the current cell only)
         self.reset_peaks = bool(reset_peaks)
         self._records: collections.deque = collections.deque(maxlen=maxlen)
-        self._reruns = RerunLeakCheck(maxlen, rss_noise_floor)
         self._pending: Optional[tuple] = None
         self._seq = 0
         self._nvml_used: dict[int, int] = {}
         self._rss = _RssReader()
+        self._reruns = RerunLeakCheck(maxlen, self._rss)
+        self._holders = RerunHolders(namespace, outputs or dict, maxlen)
         self._last_rss: Optional[int] = None
         self._nvml = NvmlSampler(self._nvml_used) if nvml else None
 
@@ -158,14 +170,13 @@ class MemoryTracker:
             reset = self.reset_peaks
             devices, stats = _cuda_stats(reset)
             source = getattr(info, "raw_cell", None)
-            host = not devices
             self._pending = (
                 source,
                 time.perf_counter(),
                 stats,
                 reset,
-                self._rss_before() if host else None,
-                self._reruns.malloc_before(source) if host else None,
+                self._rss_before(),
+                self._reruns.malloc_before(source),
             )
         except Exception:
             self._pending = None
@@ -202,9 +213,26 @@ class MemoryTracker:
         rss = self._last_rss = self._rss.read()
         cell = getattr(result, "execution_count", None)
 
-        leak, leak_bytes, leak_kind, rerun_of = self._reruns.judge(
-            source, devices, allocated_before, allocated, rss_before, rss, malloc_before, cell
+        leaks, rerun_of, kept_any = self._reruns.judge(
+            source,
+            cuda_kept(stats_before, stats) if devices else [],
+            rss_before,
+            rss,
+            malloc_before,
+            cell,
         )
+        leak_bytes = 0
+        leak_kind = held_by = ""
+        if source is not None:
+            holders = self._holders
+            if leaks:
+                leak_bytes = sum(amount for _, amount in leaks)
+                leak_kind = ", ".join(device for device, _ in leaks)
+                held_by = holders.held_by(source, rerun_of)
+            if kept_any:
+                holders.note(source)
+            elif rerun_of is not None:
+                holders.forget(source)
 
         self._seq += 1
         seq = self._seq
@@ -217,7 +245,7 @@ class MemoryTracker:
                 peak,
                 reserved,
                 max(0, ooms - ooms_before),
-                leak,
+                bool(leaks),
                 leak_bytes,
                 duration,
                 rss,
@@ -225,6 +253,8 @@ class MemoryTracker:
                 leak_kind,
                 rerun_of,
                 peak_bound,
+                leaks,
+                held_by,
             )
         )
         nvml = self._nvml
@@ -248,8 +278,10 @@ class MemoryTracker:
             CellMemory(
                 *record[1:7],
                 nvml_used.get(record[0]),
-                *record[7:],
+                *record[7:15],
                 nvml_used_call=call if record[0] in nvml_used else None,
+                leaks=record[15],
+                held_by=record[16],
             )
             for record in records
         ]
@@ -257,6 +289,7 @@ class MemoryTracker:
     def clear(self) -> None:
         self._records.clear()
         self._reruns.clear()
+        self._holders.clear()
         self._nvml_used.clear()
 
     def close(self) -> None:
@@ -315,6 +348,17 @@ def rerun_leaks(history: Optional[list[CellMemory]] = None) -> list[CellMemory]:
     return [record for record in history if record.rerun_leak]
 
 
+def leak_text(record: CellMemory) -> str:
+    """A flagged rerun in words, as every view says it: "LEAK: kept +80 MiB cpu again (run
+    before: [3]); held by `losses` (grew by 1 item)"; "" for a record not flagged."""
+    if not record.rerun_leak:
+        return ""
+    per_device = record.leaks or ((record.leak_kind, record.leak_bytes),)
+    kept = ", ".join(f"{signed_bytes(amount)} {device}" for device, amount in per_device)
+    text = f"LEAK: kept {kept} again (run before: [{record.rerun_of}])"
+    return text + (f"; held by {record.held_by}" if record.held_by else "")
+
+
 def _nvml_header(history: list[CellMemory]) -> str:
     from .nvml import INCLUDES_RESERVED, V1
 
@@ -359,10 +403,7 @@ def format_history(history: list[CellMemory], limit: Optional[int] = None) -> st
             format_bytes(record.rss_after) if record.rss_after is not None else "-",
         ]
         if record.rerun_leak:
-            leak = signed_bytes(record.leak_bytes)
-            row.append(
-                f"LEAK: kept {leak} {record.leak_kind} again (run before: [{record.rerun_of}])"
-            )
+            row.append(leak_text(record))
         elif record.rerun_of is not None:
             row.append(f"rerun of [{record.rerun_of}]")
         else:

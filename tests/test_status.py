@@ -1102,5 +1102,5 @@ def test_a_snapshot_written_before_the_house_move_still_reads():
         set(again["leftovers"][0]) - set(old["leftovers"][0]) == {"array_nbytes", "holders"} | graph
     )
     assert {key: again["leftovers"][0][key] for key in graph} == dict.fromkeys(graph, 0)
-    added = {"devices", "leak_kind", "peak_bound", "nvml_used_call"}
+    added = {"devices", "leak_kind", "peak_bound", "nvml_used_call", "leaks", "held_by"}
     assert set(again["history"][0]) - set(old["history"][0]) == added

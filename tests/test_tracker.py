@@ -14,7 +14,7 @@ from colab_gpu_guard.cell_peaks import AT_LEAST, AT_MOST, EXACT, cell_peak, devi
 from colab_gpu_guard.frameworks import torch as torch_support
 from colab_gpu_guard.frameworks.torch import AllocatorStats
 from colab_gpu_guard.tracker import CellMemory, MemoryTracker, format_history, memory_history
-from colab_gpu_guard.units import signed_bytes
+from colab_gpu_guard.units import format_bytes, signed_bytes
 from tests.records import cell_memory
 
 
@@ -74,7 +74,7 @@ def test_rerun_leak_flagged_for_a_cell_appending_to_a_global_list(ip, run_cell):
         record = records[current]
         assert record.rerun_leak, format_history(memory_history())
         assert record.rerun_of == previous
-        assert record.leak_kind == "host memory"
+        assert record.leak_kind == "cpu"
         assert record.leak_bytes >= 15 * 2**20
     # rebinding a big tensor is not a leak (RSS may keep the freed block resident)
     rebind = [run_cell("not_leaky = torch.ones(4_000_000)").execution_count for _ in range(4)]
@@ -114,8 +114,9 @@ def test_a_rerun_is_judged_by_what_the_cell_itself_kept(ip, run_cell):
         if exact:
             assert record.leak_bytes < saved + 2**20  # the graph's input, and little else
     kept = signed_bytes(record.leak_bytes)
-    line = f"LEAK: kept {kept} host memory again (run before: [{runs[1]}])"
+    line = f"LEAK: kept {kept} cpu again (run before: [{runs[1]}]); held by `losses` (grew by 1"
     assert line in format_history(memory_history())
+    assert record.held_by == "`losses` (grew by 1 item, 1 autograd graph)"
     # no leftover for the next test
     for name in ("big_in_between", "model", "losses"):
         ip.user_ns.pop(name, None)
@@ -287,7 +288,7 @@ def test_cuda_figures_peak_ooms_and_leak(monkeypatch):
     assert first.reserved_after == first.allocated_after + 2 * MiB
     assert third.ooms == 1 and second.ooms == 0
     assert third.rerun_leak and third.leak_bytes == 10 * MiB and third.rerun_of == 2
-    assert third.leak_kind == "cuda allocated"
+    assert third.leak_kind == "cuda:0" and third.leaks == (("cuda:0", 10 * MiB),)
     assert not second.rerun_leak and not fifth.rerun_leak and fifth.rerun_of == 4
     assert fourth.delta == 0 and fourth.peak_bound == EXACT
     assert readings.resets == 0  # the user's peak counters are left alone
@@ -429,3 +430,227 @@ def test_gpu_history_reset_peaks_is_opt_in_and_says_what_it_changes(ip, run_cell
         assert history_tracker.reset_peaks is False
     finally:
         history_tracker.reset_peaks = False
+
+
+# ---------------------------------------------------------------- issue 14: the rest
+
+
+def test_host_noise_floor_is_measured_in_this_process():
+    """The floor is what host memory grew by while an innocent step only rebound buffers
+    and dropped a temporary: twice that, at least one arena; measured once, on first use."""
+    from colab_gpu_guard import host_noise
+    from colab_gpu_guard.cell_reruns import RerunLeakCheck
+
+    check = RerunLeakCheck(10)
+    assert check._floor is None  # not measured on creation (nor on the per-cell path)
+    floor = check.noise_floor
+    assert check.noise_floor is floor  # measured once
+    assert floor.rss == max(host_noise.MINIMUM, 2 * floor.rss_grown)
+    if floor.malloc_grown is not None:
+        assert floor.malloc == max(host_noise.MINIMUM, 2 * floor.malloc_grown)
+        # malloc's figure is exact: rebinding a buffer keeps nothing (a few KiB of
+        # bookkeeping), so a 20 MiB keep stands far above the floor
+        assert floor.malloc_grown < host_noise.MINIMUM and floor.malloc < 20 * MiB
+
+
+@pytest.mark.skipif(host_memory.RssReader().read() is None, reason="needs /proc/self/statm")
+def test_innocent_reruns_pass_and_a_20_mib_keep_per_run_is_flagged(ip, run_cell):
+    torch = pytest.importorskip("torch")
+    assert torch is not None
+    run_cell("import torch\nkeep20 = []")
+    innocent = [
+        "transient = float(torch.ones(12_000_000).sum())",  # 48 MB freed in the cell
+        "rebound = torch.ones(4_000_000)",  # the previous 16 MB is freed
+        "print('hello')",
+    ]
+    cells = []
+    for _ in range(3):
+        for source in innocent:
+            cells.append(run_cell(source).execution_count)
+        run_cell("between = torch.ones(5_000_000)")  # another cell allocating in between
+    records = {record.cell: record for record in memory_history()}
+    assert not any(records[cell].rerun_leak for cell in cells), format_history(memory_history())
+
+    keep = "keep20.append(bytearray(b'1') * (20 * 2**20))"
+    runs = [run_cell(keep).execution_count for _ in range(4)]
+    records = {record.cell: record for record in memory_history()}
+    assert not records[runs[0]].rerun_leak
+    # flagged from the third run on at the latest: when the first run's 20 MiB came from
+    # memory the heap already had (resident, free), its resident size did not grow, and
+    # malloc's exact figure is read only around reruns of cells that grew it (it can take
+    # 0.1 s on a fragmented heap)
+    assert records[runs[2]].rerun_leak and records[runs[3]].rerun_leak
+    exact = host_memory.MallocInUse().read() is not None
+    for previous, current in zip(runs, runs[1:]):
+        record = records[current]
+        if not record.rerun_leak:
+            assert current == runs[1]
+            continue
+        assert record.rerun_of == previous, format_history(memory_history())
+        assert record.leaks[0][0] == "cpu" and record.leak_bytes >= 20 * MiB
+        if exact:
+            assert record.leak_bytes < 21 * MiB
+        assert record.held_by == "`keep20` (grew by 1 item)"
+    text = format_history(memory_history())
+    assert "; held by `keep20` (grew by 1 item)" in text
+    for name in ("keep20", "transient", "rebound", "between"):
+        ip.user_ns.pop(name, None)
+
+
+@pytest.mark.skipif(host_memory.RssReader().read() is None, reason="needs /proc/self/statm")
+def test_an_output_kept_each_run_is_named_as_the_holder(ip, run_cell):
+    torch = pytest.importorskip("torch")
+    assert torch is not None
+    run_cell("import torch")
+    with capture_output():
+        runs = [run_cell("torch.ones(6_000_000)").execution_count for _ in range(3)]
+    records = {record.cell: record for record in memory_history()}
+    for previous, current in zip(runs, runs[1:]):
+        record = records[current]
+        assert record.rerun_leak, format_history(memory_history())
+        assert record.held_by == f"`Out[{previous}]` (output history)"
+        assert record.leak_bytes >= 6_000_000 * 4  # the tensor Out[previous] holds
+    from colab_gpu_guard.reset import gpu_reset
+
+    report = gpu_reset()
+    note = f"[{runs[-1]}] `Out[{runs[-2]}]` (output history)"
+    assert any("held by: " in line and note in line for line in report.notes), report.notes
+
+
+def _return_free_heap() -> None:
+    """glibc's malloc_trim(0): earlier tests' freed memory goes back to the system, as in a
+    fresh kernel (a keep that fits in free resident heap does not grow the resident size,
+    and malloc's exact figure is read only around reruns of cells that grew it)."""
+    import ctypes
+
+    try:
+        ctypes.CDLL(None).malloc_trim(0)
+    except (OSError, AttributeError):
+        pytest.skip("needs glibc's malloc_trim")
+
+
+def test_host_memory_is_judged_while_cuda_is_up(monkeypatch):
+    """With CUDA initialised, host memory is still measured: a cell keeping 20 MiB of host
+    memory each run is flagged on "cpu"; one keeping CUDA memory on "cuda:0"."""
+    pytest.importorskip("torch")
+    readings = _Readings()
+    monkeypatch.setattr(torch_support, "cuda_initialized", lambda torch=None: True)
+    monkeypatch.setattr(torch_support, "cuda_device_count", lambda torch=None: 1)
+    monkeypatch.setattr(torch_support, "allocator_stats", readings.allocator_stats)
+    if host_memory.RssReader().read() is None:
+        pytest.skip("needs /proc/self/statm")
+    _return_free_heap()  # so that the first run's growth shows in its resident size
+    namespace = {"host_list": []}
+    engine = MemoryTracker(nvml=False, namespace=namespace)
+    source = "host_list.append(bytearray(b'1') * (20 * 2**20))"
+    for number in range(1, 4):
+        readings.readings += [stats(GiB, GiB, GiB), stats(GiB, GiB, GiB)]  # CUDA untouched
+        engine.pre_run_cell(types.SimpleNamespace(raw_cell=source))
+        namespace["host_list"].append(bytearray(b"1") * (20 * MiB))
+        engine.post_run_cell(types.SimpleNamespace(execution_count=number))
+    first, second, third = engine.history()
+    assert first.devices == 1 and not first.rerun_leak
+    for record in (second, third):
+        assert record.rerun_leak and record.leak_kind == "cpu", format_history(engine.history())
+        assert record.leak_bytes >= 20 * MiB
+        assert record.held_by == "`host_list` (grew by 1 item)"
+    engine.close()
+
+
+# ---------------------------------------------------------------- the output warning
+
+
+def _output_warning(ip):
+    return ip.magics_manager.registry["HistoryMagics"].output_warning
+
+
+def test_parse_threshold_sizes_and_bad_input():
+    from colab_gpu_guard.output_warning import parse_threshold
+
+    assert parse_threshold("256MiB") == 256 * MiB
+    assert parse_threshold(" 1.5 GiB ") == GiB + GiB // 2
+    assert parse_threshold("500mb") == 500 * MiB  # binary, as torch prints sizes
+    assert parse_threshold("OFF") is None
+    for bad in ("", "256", "-5MiB", "abc", "5 MiB extra", "1e3MiB"):
+        with pytest.raises(ValueError, match="e.g. 256MiB"):
+            parse_threshold(bad)
+
+
+def test_warning_line_under_a_result_that_keeps_arrays(ip, run_cell):
+    """CPU tensors stand in for accelerator memory through the engine's `include_cpu`
+    (by default only accelerator memory counts: see the GPU test for cuda:0)."""
+    torch = pytest.importorskip("torch")
+    warning = _output_warning(ip)
+    assert warning.threshold == 256 * MiB and warning.include_cpu is False
+    run_cell("import torch\nbig_out = torch.ones(4_000_000)")
+    nbytes = ip.user_ns["big_out"].untyped_storage().nbytes()
+    with capture_output() as captured:
+        ip.run_line_magic("gpu_history", "--warn-output 8MiB")
+    assert "8 MiB or more" in captured.stdout and warning.threshold == 8 * MiB
+    try:
+        with capture_output() as captured:
+            cell = run_cell("big_out").execution_count  # CPU memory: no line by default
+        assert "keeps" not in captured.stdout
+        warning.include_cpu = True
+        with capture_output() as captured:
+            cell = run_cell("big_out").execution_count
+        line = (
+            f"Out[{cell}] keeps {format_bytes(nbytes)} on cpu alive (output history): "
+            "end the line with ';' or run %gpu_reset"
+        )
+        assert captured.stdout.count(line) == 1, captured.stdout
+        lines = captured.stdout.splitlines()
+        assert lines[-1] == line and any(f"Out[{cell}]" in text for text in lines[:-1])
+        with capture_output() as captured:  # views of one storage count once
+            cell = run_cell("(big_out, big_out[:10], {'a': big_out})").execution_count
+        assert f"Out[{cell}] keeps {format_bytes(nbytes)} on cpu" in captured.stdout
+        for quiet in ("big_out;", "torch.ones(10)", "[1, 2, 3]", "'text'", "x_small = 1"):
+            with capture_output() as captured:
+                run_cell(quiet)
+            assert "keeps" not in captured.stdout, quiet
+        with capture_output():
+            ip.run_line_magic("gpu_history", "--warn-output off")
+        with capture_output() as captured:
+            run_cell("big_out")
+        assert "keeps" not in captured.stdout and warning.threshold is None
+    finally:
+        warning.threshold, warning.include_cpu = 256 * MiB, False
+        ip.user_ns.pop("big_out", None)
+    assert torch is not None
+
+
+def test_warn_output_rejects_bad_sizes_and_changes_nothing(ip):
+    warning = _output_warning(ip)
+    for bad in ("256", "lots", "-1GiB"):
+        with pytest.raises(UsageError, match="Usage: %gpu_history") as raised:
+            ip.run_line_magic("gpu_history", f"--warn-output {bad}")
+        assert bad.startswith("-") or "e.g. 256MiB" in str(raised.value)
+        assert warning.threshold == 256 * MiB
+    doc = ip.find_line_magic("gpu_history").__doc__
+    assert "--warn-output 1GiB" in doc and "256 MiB" in doc
+
+
+@pytest.mark.gpu
+def test_warning_line_for_a_cuda_result(ip, run_cell):
+    torch = pytest.importorskip("torch")
+    run_cell("import torch\ncuda_out = torch.ones(80_000_000, device='cuda')")  # 305 MiB
+    nbytes = ip.user_ns["cuda_out"].untyped_storage().nbytes()
+    try:
+        with capture_output() as captured:
+            cell = run_cell("cuda_out").execution_count
+        line = f"Out[{cell}] keeps {format_bytes(nbytes)} on cuda:0 alive (output history)"
+        assert captured.stdout.count(line) == 1, captured.stdout
+        with capture_output() as captured:
+            run_cell("cuda_out;")
+        assert "keeps" not in captured.stdout
+        # host memory is judged beside CUDA: a host keep per run is flagged on "cpu"
+        run_cell("host_keep = []")
+        keep = "host_keep.append(bytearray(b'1') * (40 * 2**20))"
+        runs = [run_cell(keep).execution_count for _ in range(4)]
+        records = {record.cell: record for record in memory_history()}
+        assert records[runs[-1]].rerun_leak and "cpu" in records[runs[-1]].leak_kind
+    finally:
+        for name in ("cuda_out", "host_keep"):
+            ip.user_ns.pop(name, None)
+        ip.run_line_magic("gpu_reset", "")
+    assert torch is not None

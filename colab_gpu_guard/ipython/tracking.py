@@ -1,26 +1,53 @@
 """The tracker's event wiring: record every cell of a shell through IPython's
 ``pre_run_cell`` / ``post_run_cell`` until `%unload_ext` (the engine is
-`colab_gpu_guard.tracker`)."""
+`colab_gpu_guard.tracker`), and the warning line under a result that keeps much accelerator
+memory in the output history (`colab_gpu_guard.output_warning`)."""
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+import sys
+from typing import TYPE_CHECKING, Any, NamedTuple
 
+from .. import notebook_refs
 from .. import tracker as engine
+from ..output_warning import OutputWarning
 
 if TYPE_CHECKING:
     from .registration import Registration
 
 
-def install(
-    registration: Registration, maxlen: int = engine.DEFAULT_MAXLEN
-) -> engine.MemoryTracker:
-    """Start recording every cell of ``registration.shell``; stops when the registration
-    closes (``%unload_ext``)."""
-    tracker = engine.MemoryTracker(maxlen=maxlen)
+class Tracking(NamedTuple):
+    tracker: engine.MemoryTracker
+    output_warning: OutputWarning
+
+
+def install(registration: Registration, maxlen: int = engine.DEFAULT_MAXLEN) -> Tracking:
+    """Start recording every cell of ``registration.shell`` and warning under heavy
+    results; stops when the registration closes (``%unload_ext``)."""
     shell = registration.shell
+    _, namespace = notebook_refs.resolve_namespace(shell, None)
+    tracker = engine.MemoryTracker(
+        maxlen=maxlen, namespace=namespace, outputs=lambda: notebook_refs.output_history(shell)
+    )
+    warning = OutputWarning()
     registration.register_event("pre_run_cell", tracker.pre_run_cell)
     registration.register_event("post_run_cell", tracker.post_run_cell)
+
+    def warn_output(result: Any = None) -> None:
+        value = getattr(result, "result", None)
+        if value is None:  # a statement, or a line ending with ';': nothing displayed
+            return
+        try:
+            cell = result.execution_count
+            if notebook_refs.output_history(shell).get(cell) is not value:
+                return  # not kept in Out (history not stored, or the cache is off)
+            line = warning.line(value, f"Out[{cell}]")
+        except Exception:
+            return
+        if line is not None:
+            print(line, file=sys.stdout)
+
+    registration.register_event("post_run_cell", warn_output)
     engine.activate(shell, tracker)
 
     def remove() -> None:
@@ -28,4 +55,4 @@ def install(
         engine.deactivate(shell, tracker)
 
     registration.add_cleanup(remove)
-    return tracker
+    return Tracking(tracker, warning)

@@ -331,10 +331,15 @@ def group_leftovers(
     shares: dict[str, dict[str, int]] = {}
     for position in blocks.shared_at:
         owner = blocks.roots[position]
-        others = {root_of(name) for name in items[position].shared_with} - {owner}
+        others = dict.fromkeys(root_of(name) for name in items[position].shared_with)
         for other in others:
-            if other.startswith("(+"):  # "(+N more)": names not kept
+            if other == owner or other.startswith("(+"):  # "(+N more)": names not kept
                 continue
+            if (
+                other not in order
+                and _holder_of(other) == OUTPUT_HISTORY == blocks.holders[position]
+            ):
+                continue  # `_`, `__`, `_18` beside `Out[18]`: the owner's row names them
             counts = shares.setdefault(other, {})
             counts[owner] = counts.get(owner, 0) + 1
             if other not in order:  # reaches only blocks another group counts

@@ -324,6 +324,8 @@ def cell_line(record: CellMemory) -> str:
         line += f" | rerun of [{record.rerun_of}]"
     if record.rerun_leak:
         line += f" | LEAK on rerun: {format_bytes(record.leak_bytes)}"
+        if record.held_by:
+            line += f", held by {record.held_by}"
     return line
 
 

@@ -13,10 +13,11 @@ from .base import GuardMagics, usage_error
 if TYPE_CHECKING:
     from IPython.core.interactiveshell import InteractiveShell
 
+    from ...output_warning import OutputWarning
     from ...tracker import MemoryTracker
     from ..registration import Registration
 
-GPU_HISTORY_USAGE = "%gpu_history [--limit N] [--reset-peaks on|off]"
+GPU_HISTORY_USAGE = "%gpu_history [--limit N] [--reset-peaks on|off] [--warn-output SIZE|off]"
 
 
 @magics_class
@@ -24,11 +25,12 @@ class HistoryMagics(GuardMagics):
     def __init__(self, shell: InteractiveShell, registration: Registration) -> None:
         super().__init__(shell, registration)
         self.tracker: Optional[MemoryTracker] = None
+        self.output_warning: Optional[OutputWarning] = None
 
     def on_load(self) -> None:
         from ..tracking import install
 
-        self.tracker = install(self.registration)
+        self.tracker, self.output_warning = install(self.registration)
 
     @magic_arguments()
     @argument(
@@ -48,6 +50,13 @@ class HistoryMagics(GuardMagics):
         "peaks; torch.cuda.max_memory_allocated() then covers the current cell only); "
         "off (the default): leave them alone",
     )
+    @argument(
+        "--warn-output",
+        default=None,
+        metavar="SIZE|off",
+        help="warn under a displayed result that keeps at least SIZE of accelerator memory "
+        "alive in the output history (default 256MiB; e.g. 1GiB, 500MB); off: never",
+    )
     @line_magic
     def gpu_history(self, line: str = "") -> None:
         """Show each cell's memory effect since the extension was loaded.
@@ -55,9 +64,18 @@ class HistoryMagics(GuardMagics):
         Per cell: time, torch CUDA allocated before/after, change, peak during the cell,
         reserved, CUDA out-of-memory errors, NVML used, host RSS, and LEAK when the same
         cell source, run again, kept memory again: what a cell keeps is the memory after it
-        minus the memory before it (what other cells allocated in between is not its), and
-        a rerun is flagged when it and the run before it both kept some (CUDA allocated
-        bytes; without CUDA, host memory above an 8 MiB noise floor).
+        minus the memory before it (what other cells allocated in between is not its), per
+        device: torch's allocated bytes on each CUDA device, and host memory ("cpu") above
+        a noise floor measured in this kernel (how much host memory grows when a cell only
+        rebinds names and drops temporaries). A rerun is flagged when it and the run before
+        it both kept some on a device, and the flag says what holds the earlier run's
+        objects where it can tell: a list, dict or set the cell names that grew
+        ("`losses` (grew by 1 item, 1 autograd graph)"), or the earlier output ("`Out[7]`").
+
+        Output history: after a cell whose displayed result keeps 256 MiB or more of
+        accelerator memory alive (``Out[N]`` holds it until %gpu_reset), a line under the
+        output says so. ``--warn-output 1GiB`` changes the size, ``--warn-output off``
+        turns the line off.
 
         Peaks: torch's peak counters are left alone, so your own
         ``torch.cuda.max_memory_allocated()`` keeps covering the whole process. A cell's
@@ -73,6 +91,7 @@ class HistoryMagics(GuardMagics):
           %gpu_history                  # every recorded cell (the last 500 at most)
           %gpu_history --limit 10       # the last 10
           %gpu_history --reset-peaks on # exact per-cell peaks from the next cell on
+          %gpu_history --warn-output 1GiB  # warn under results keeping >= 1 GiB
 
         From code: ``colab_gpu_guard.memory_history()`` (dataclasses) and
         ``colab_gpu_guard.format_history(...)``.
@@ -85,6 +104,17 @@ class HistoryMagics(GuardMagics):
             raise usage_error(error, GPU_HISTORY_USAGE) from None
         if args.limit is not None and args.limit < 0:
             raise usage_error(ValueError("--limit must be 0 or more"), GPU_HISTORY_USAGE)
+        if args.warn_output is not None:
+            from ...output_warning import parse_threshold
+
+            try:
+                threshold = parse_threshold(args.warn_output)
+            except ValueError as error:
+                raise usage_error(error, GPU_HISTORY_USAGE) from None
+            if self.output_warning is not None:
+                self.output_warning.threshold = threshold
+                print(self.output_warning.describe())
+            return
         if args.reset_peaks is not None:
             if self.tracker is not None:
                 self.tracker.reset_peaks = args.reset_peaks == "on"
