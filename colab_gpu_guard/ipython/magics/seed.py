@@ -107,9 +107,12 @@ class SeedMagics(GuardMagics):
         from ... import seeding
 
         args = parse_argstring(self.seed_all, line)
+        failure = None
         if args.seed is not None:
             try:
                 args.seed = seeding.validate_seed(args.seed)
             except (TypeError, ValueError) as error:
-                raise usage_error(error, SEED_ALL_USAGE) from None
+                failure = usage_error(error, SEED_ALL_USAGE)
+        if failure is not None:
+            raise failure  # outside the handler: no internal exception chained to it
         return args
