@@ -302,3 +302,71 @@ def test_gpu_reset_all_sees_and_frees_memory_held_by_closures_generators_and_par
     assert "freed: 23.4 KiB" in out.stdout, out.stdout
     assert [ref() for ref in ip.user_ns["refs"]] == [None, None, None]
     run_cell("del refs")
+
+
+def _big_namespace() -> dict:
+    big_list = [{"row": [n, {"x": n}]} for n in range(200_000)]
+    big_list[-1]["t"] = torch.zeros(409)
+    return {"first": torch.zeros(408), "big_list": big_list, "last": torch.zeros(410)}
+
+
+class FakeClock:
+    """A clock that advances 1 ms each time the walk reads it: a budget of N ms then runs
+    out at the walk's Nth look at the time, whatever the machine's speed."""
+
+    def __init__(self) -> None:
+        self.now = 0.0
+
+    def perf_counter(self) -> float:
+        self.now += 0.001
+        return self.now
+
+
+def test_a_scan_that_runs_out_of_time_says_what_it_did_not_search(monkeypatch):
+    from colab_gpu_guard.leftovers import walker
+
+    namespace = _big_namespace()
+    monkeypatch.setattr(walker, "time", FakeClock())
+    found = find_leftovers(namespace=namespace, budget_s=0.0105)
+    monkeypatch.undo()
+    assert not found.complete
+    # the clock is read at the start, on entering big_list and before each chunk of 2,048
+    # rows: the 12th read is past the budget, at chunk 9 (18,432 of 200,000 rows)
+    assert found.unfinished[0] == "big_list: 200,000 items, 9% searched"
+    assert found.unfinished[-1] == "1 more root(s) (variables, outputs, frames) not searched"
+    assert [item.name for item in found] == ["first"]  # what was found before it stopped
+    assert "incomplete" in str(found) and "big_list: 200,000 items" in str(found)
+    assert "big_list: 200,000 items" in found._repr_html_()
+    payload = found.to_dict()
+    assert payload["complete"] is False and payload["unfinished"] == list(found.unfinished)
+    whole = find_leftovers(namespace=namespace, budget_s=None)
+    assert whole.complete and whole.unfinished == ()
+    assert sorted(item.nbytes for item in whole) == [408 * 4, 409 * 4, 410 * 4]
+    with pytest.raises(TypeError, match="budget_s"):
+        find_leftovers(namespace=namespace, budget_s=0)
+
+
+def test_gpu_status_and_gpu_reset_say_when_their_scan_ran_out_of_time(ip, run_cell, monkeypatch):
+    from colab_gpu_guard import reset
+    from colab_gpu_guard.status import collect
+
+    ip.user_ns.update(_big_namespace())
+    from colab_gpu_guard.leftovers import walker
+
+    monkeypatch.setattr(collect, "LEFTOVERS_BUDGET_S", 0.0105)
+    monkeypatch.setattr(reset, "SCAN_BUDGET_S", 0.0105)
+    monkeypatch.setattr(walker, "time", FakeClock())
+    try:
+        with capture_output() as out:
+            run_cell("%gpu_status")
+        text = out.outputs[0].data["text/plain"]
+        page = out.outputs[0].data["text/html"]
+        for shown in (text, page):
+            assert "leftovers incomplete" in shown and "big_list: 200,000 items" in shown
+        with capture_output() as out:
+            run_cell("%gpu_reset --dry-run")
+        assert "stopped at its 0.0105 s budget" in out.stdout, out.stdout
+        assert "big_list: 200,000 items" in out.stdout
+    finally:
+        for name in ("first", "big_list", "last"):
+            ip.user_ns.pop(name, None)

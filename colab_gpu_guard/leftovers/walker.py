@@ -84,9 +84,11 @@ class Walker:
         self.aliases: list[tuple] = []
         self.deadline = None if budget_s is None else time.perf_counter() + budget_s
         self.unfinished: list[tuple] = []
+        self.ran_out = False
 
     def check_time(self) -> None:
         if self.deadline is not None and time.perf_counter() > self.deadline:
+            self.ran_out = True
             raise OutOfTime
 
     def visit_root(self, label: str, value, holder: str, root: Hashable, depth: int = 0) -> None:
