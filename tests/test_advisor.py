@@ -995,8 +995,9 @@ def test_no_gpu_facts(monkeypatch, no_nvml):
 def test_oom_lists_leftover_holders_by_name(monkeypatch, no_nvml):
     calls = []
 
-    def find_leftovers(device=None, namespace=None, deep=False):
+    def find_leftovers(device=None, namespace=None, deep=False, budget_s=None):
         calls.append((device, namespace))
+        assert budget_s == 2.0  # the advisor bounds its scan
         item = types.SimpleNamespace(
             name="<b>model</b>.weight",
             shape=(1024, 1024),
