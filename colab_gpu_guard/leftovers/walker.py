@@ -1,7 +1,10 @@
-"""The reference walk: from each root into lists, tuples, dicts, sets, named tuples,
-``nn.Module`` parameters/buffers/submodules (named like ``named_parameters()``), optimizer
-state, dataclasses and plain objects' ``__dict__``, with a depth limit and cycle
-detection. Each array reached is recorded (`found.Found`) under its path (`naming`); a
+"""The reference walk: from each root into lists, tuples, dicts (values, and keys that are
+objects), sets, named tuples, ``nn.Module`` parameters/buffers/submodules (named like
+``named_parameters()``), optimizer state, objects' ``__dict__`` and slots, and the holders
+in `holders` (closures, bound methods, partials, suspended generators, NumPy object
+arrays), with a depth limit, cycle detection and a time budget. Containers and attributes
+are read through `readers` (no code of the user's runs); plain data is skipped in bulk
+(`plain`). Each array reached is recorded (`found.Found`) under its path (`naming`); a
 container first reached from another root is an alias: that root reaches what lies under
 it too (``aliases``, resolved by `reach_by_root`)."""
 
