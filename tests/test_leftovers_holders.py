@@ -370,3 +370,9 @@ def test_gpu_status_and_gpu_reset_say_when_their_scan_ran_out_of_time(ip, run_ce
     finally:
         for name in ("first", "big_list", "last"):
             ip.user_ns.pop(name, None)
+
+
+def test_a_module_is_named_by_its_parameters_only_once():
+    model = torch.nn.Sequential(torch.nn.Linear(8, 16))
+    (weight,) = [item for item in find_leftovers(namespace={"model": model}) if item.nbytes == 512]
+    assert weight.name == "model.0.weight" and weight.shared_with == ()

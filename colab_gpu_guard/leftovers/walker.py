@@ -144,7 +144,7 @@ class Walker:
                 holders.walk_partial(self, obj, path, depth + 1, holder, root)
             elif tag == SUSPENDED:
                 holders.walk_suspended(self, obj, path, depth + 1, holder, root)
-            if what.layout is not None:
+            if what.layout is not None and tag != NN_MODULE:  # a module walks its own
                 self.walk_layout(obj, what, path, depth + 1, holder, root)
         except (RuntimeError, ReferenceError):  # changed size during iteration; dead proxy
             pass
