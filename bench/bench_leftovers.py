@@ -15,6 +15,10 @@ Ratios against baselines and peers measured in this same run, interleaved:
   take), against ``find_leftovers()`` alone; and ``list(find_leftovers())``, which makes
   every entry (a scan's list makes each entry when it is first read).
 Target (issue 8): 10^5 tensors named in <= 100 ms with 10^6 other objects alive.
+
+Plain data (issue 14): 10^6 JSON-like records (nested dicts and lists of plain values, no
+array) in the namespace: ``find_leftovers()`` and ``gpu_status()`` (what ``%gpu_status``
+takes) against the bare gc loop over the same objects, target <= 2x.
 """
 
 from __future__ import annotations
@@ -39,6 +43,7 @@ from colab_gpu_guard.leftovers import find_leftovers  # noqa: E402
 from colab_gpu_guard.status import gpu_status  # noqa: E402
 
 TARGET_MS = 100.0
+PLAIN_TARGET_RATIO = 2.0
 
 
 def timed(function: Callable[[], object], runs: int) -> list[float]:
@@ -283,16 +288,64 @@ def rows_of(results: list[dict], full: bool) -> list[dict]:
     return rows
 
 
+def plain_records(count: int) -> list:
+    """JSON-like records: a dict of plain values, a list and a nested dict each."""
+    return [
+        {"id": n, "name": f"item{n}", "tags": ["a", "b"], "meta": {"score": 0.5, "ok": True}}
+        for n in range(count)
+    ]
+
+
+def plain_rows(count: int, runs: int, full: bool) -> list[dict]:
+    namespace = {"records": plain_records(count)}
+    live = len(gc.get_objects())
+    assert find_leftovers(namespace=namespace, budget_s=None).complete
+    times = interleaved(
+        {
+            "gc_scan": bare_gc_scan,
+            "ours": lambda: find_leftovers(namespace=namespace, budget_s=None),
+            "status": lambda: gpu_status(namespace=namespace, processes=False),
+        },
+        runs,
+    )
+    complete = not any("incomplete" in note for note in gpu_status(namespace=namespace).notes)
+    size = f"10^{len(str(count)) - 1}"
+    t = {name: seconds * 1e3 for name, seconds in times.items()}
+    target = f"<= {PLAIN_TARGET_RATIO:g}x at 10^6 records"
+    note = f"{live} gc objects alive" + ("" if full else " (reduced size: target not checked)")
+    rows = []
+    for key, what in (("ours", "find_leftovers"), ("status", "gpu_status()")):
+        ok = t[key] <= PLAIN_TARGET_RATIO * t["gc_scan"] if full else None
+        if key == "status" and not complete:
+            ok, note = False, note + "; its 2 s budget ran out"
+        rows.append(
+            row(
+                "leftovers",
+                f"{what}, {size} JSON-like records vs gc scan",
+                t[key],
+                t["gc_scan"],
+                baseline="gc.get_objects()+isinstance",
+                target=target,
+                ok=ok,
+                note=note,
+            )
+        )
+    return rows
+
+
 def main(argv=None) -> int:
     parser = bench_parser(__doc__.splitlines()[0], "10x smaller, fewer runs")
     args = parser.parse_args(argv)
-    sizes, others, runs, peer_runs = (1_000, 100_000), 1_000_000, 5, 3
+    sizes, others, runs, peer_runs, records = (1_000, 100_000), 1_000_000, 5, 3, 1_000_000
     if args.quick:
-        sizes, others, runs, peer_runs = (1_000, 10_000), 100_000, 3, 2
+        sizes, others, runs, peer_runs, records = (1_000, 10_000), 100_000, 3, 2, 100_000
     if args.smoke:
-        sizes, others, runs, peer_runs = (100, 1_000), 10_000, 1, 1
+        sizes, others, runs, peer_runs, records = (100, 1_000), 10_000, 1, 1, 10_000
     results = [measure(tensors, others, runs, peer_runs) for tensors in sizes]
-    rows = rows_of(results, full=not (args.quick or args.smoke))
+    full = not (args.quick or args.smoke)
+    rows = rows_of(results, full=full)
+    gc.collect()
+    rows += plain_rows(records, runs, full)
     print_rows(rows)
     write_json(args.json, "leftovers", rows, details=results)
     return 0

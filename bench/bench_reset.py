@@ -16,6 +16,9 @@ a failed cell's local frame, and the args of the last exception. Measured in thi
 - `gpu_reset()` (this package), and `gpu_reset(dry_run=True)`.
 Freed tensors are proven by weakrefs. Targets: gpu_reset frees all three; it takes <= 1 s at
 full size (it scans the namespace twice: before, to plan, and after, to report leftovers).
+
+Many tensors (issue 14): a list of 10^6 small tensors in the namespace: `gpu_reset()`
+against a bare ``gc.get_objects()`` + isinstance loop over the same objects, target <= 3x.
 """
 
 from __future__ import annotations
@@ -36,6 +39,7 @@ if str(ROOT) not in sys.path:
 from bench._common import bench_parser, print_rows, row, write_json  # noqa: E402
 
 TARGET_S = 1.0
+MANY_TARGET_RATIO = 3.0
 HIDDEN = 3
 TENSOR_ELEMENTS = 1_000_000  # 4 MB of float32
 
@@ -146,9 +150,53 @@ def outputs_rows(shell, outputs: int, repeats: int) -> list[dict]:
     ]
 
 
+def many_tensors_rows(shell, count: int, repeats: int, full: bool) -> list[dict]:
+    """gpu_reset() (and its dry run) with `count` tensors in one list, vs the gc loop."""
+    import torch
+
+    from colab_gpu_guard import reset
+
+    with redirect_stdout(io.StringIO()):
+        shell.run_cell(f"many = [torch.zeros(2) for _ in range({count})]", store_history=True)
+    tensor = torch.Tensor
+
+    def gc_loop() -> int:
+        return sum(1 for obj in gc.get_objects() if isinstance(obj, tensor))
+
+    samples: dict[str, list[float]] = {"gc": [], "reset": [], "dry": []}
+    for _ in range(repeats):
+        for name, function in (
+            ("gc", gc_loop),
+            ("reset", lambda: reset.gpu_reset(shell=shell)),
+            ("dry", lambda: reset.gpu_reset(shell=shell, dry_run=True)),
+        ):
+            gc.collect()
+            start = time.perf_counter()
+            function()
+            samples[name].append((time.perf_counter() - start) * 1e3)
+    shell.user_ns.pop("many", None)
+    t = {name: statistics.median(values) for name, values in samples.items()}
+    size = f"10^{len(str(count)) - 1}"
+    note = "" if full else "reduced size: target not checked"
+    return [
+        row(
+            "reset",
+            f"{'gpu_reset' if key == 'reset' else 'gpu_reset dry run'}, {size} tensors vs gc scan",
+            t[key],
+            t["gc"],
+            baseline="gc.get_objects()+isinstance",
+            target=f"<= {MANY_TARGET_RATIO:g}x at 10^6 tensors" if key == "reset" else "",
+            ok=(t[key] <= MANY_TARGET_RATIO * t["gc"]) if full and key == "reset" else None,
+            note=note if key == "reset" else "dry run (one scan, no collection)",
+        )
+        for key in ("reset", "dry")
+    ]
+
+
 def main(argv=None) -> int:
     parser = bench_parser(__doc__.splitlines()[0], "10x smaller, fewer runs")
     args = parser.parse_args(argv)
+    full = not (args.quick or args.smoke)
     tensors, objects, repeats, outputs = 10_000, 1_000_000, 3, 1_000
     if args.quick:
         tensors, objects, repeats, outputs = 1_000, 100_000, 2, 1_000
@@ -196,12 +244,13 @@ def main(argv=None) -> int:
     shell.user_ns.pop("data", None)
     shell.user_ns.pop("rows", None)
     rows = outputs_rows(shell, outputs, repeats)
+    many = 1_000_000 if full else (100_000 if args.quick else 1_000)
+    rows += many_tensors_rows(shell, many, 1 if full else repeats, full)
     shell.run_line_magic("unload_ext", "colab_gpu_guard")
 
     baseline = results[0][1]
     size = TENSOR_ELEMENTS * 4 / 2**20
     ours_time, ours_freed = results[-1][1], results[-1][2]
-    full = not (args.quick or args.smoke)
     rows.append(
         row(
             "reset",

@@ -64,6 +64,7 @@ from .leftovers.scan import COMPILED_GRAPH
 from .release_report import DeviceRelease, ReleaseReport
 
 SYNC_TIMEOUT_S = 5.0
+SCAN_BUDGET_S = 10.0  # each of the two leftovers scans (the plan, and what is still held)
 BUSY_WARNING = (
     "the GPU is still running CUDA work queued by the last cell ({detail}), so the cached "
     "memory was not emptied; run %gpu_reset again when that work finishes"
@@ -252,7 +253,13 @@ def gpu_reset(
         report.nvml_used_before = list(used.per_device)
         report.nvml_used_call = used.call
 
-    found = scan(namespace=namespace, shell=shell, keep_refs=not dry_run)
+    found = scan(namespace=namespace, shell=shell, keep_refs=not dry_run, budget_s=SCAN_BUDGET_S)
+    if not found.leftovers.complete:
+        report.warnings.append(
+            f"the scan stopped at its {SCAN_BUDGET_S:g} s budget; what it did not reach is "
+            f"neither counted nor released; not searched to the end: "
+            + "; ".join(found.leftovers.unfinished)
+        )
     plan, reach = _build_plan(found, shell, namespace, names, all_vars)
     report.dropped = plan.counts()
     report.dropped_names = plan.names()
@@ -314,7 +321,13 @@ def gpu_reset(
     if report.nvml_used_before is not None:
         used = nvml.used_memory()
         report.nvml_used_after = None if used is None else list(used.per_device)
-    report.leftovers = list(find_leftovers(namespace=namespace, shell=shell))
+    after_scan = find_leftovers(namespace=namespace, shell=shell, budget_s=SCAN_BUDGET_S)
+    report.leftovers = list(after_scan)
+    if not after_scan.complete:
+        report.notes.append(
+            "still held: the list is what was found in "
+            f"{SCAN_BUDGET_S:g} s; not searched to the end: " + "; ".join(after_scan.unfinished)
+        )
     if report.dropped.get("exceptions"):
         report.notes.append("the last exception is gone: %debug and %tb have nothing to show")
     _add_history_notes(report)

@@ -1000,8 +1000,9 @@ def test_oom_names_the_biggest_holders_grouped_by_variable(monkeypatch, no_nvml)
     calls = []
     real = leftovers.find_leftovers
 
-    def find_leftovers(device=None, namespace=None, deep=False):
+    def find_leftovers(device=None, namespace=None, deep=False, budget_s=None):
         calls.append(device)
+        assert budget_s == 2.0  # the advisor bounds its scan
         return real(namespace=namespace)  # CPU tensors stand in for the CUDA ones
 
     monkeypatch.setattr(leftovers, "find_leftovers", find_leftovers)

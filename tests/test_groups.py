@@ -174,7 +174,9 @@ def test_oom_advice_names_the_groups(notebook, monkeypatch):
 
     real = leftovers.find_leftovers
     monkeypatch.setattr(  # CPU tensors stand in for CUDA ones
-        leftovers, "find_leftovers", lambda device=None, namespace=None: real(namespace=namespace)
+        leftovers,
+        "find_leftovers",
+        lambda device=None, namespace=None, budget_s=None: real(namespace=namespace),
     )
     error = torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 2.00 GiB")
     diagnosis = advisor.advise(error, namespace=ip.user_ns)
@@ -251,3 +253,10 @@ def test_root_of_names():
     assert root_of("<compiled graph 1 of f()>.constants['w']") == "<compiled graph 1 of f()>"
     assert root_of("<unnamed #3: no Python referrer>") == UNNAMED
     assert root_of("<b>.x", "user variable") == "<b>"
+
+
+def test_a_tensor_used_as_a_dict_key_belongs_to_the_dict():
+    key = torch.ones(1000)
+    found = find_leftovers(namespace={"d": {key: "label"}})
+    assert [(group.name, group.count, group.nbytes) for group in found.groups()] == [("d", 1, 4000)]
+    assert root_of("<key of opt.state>.grad") == "opt"

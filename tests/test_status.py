@@ -104,8 +104,10 @@ def leftovers_module(monkeypatch):
     def use(result):
         module = types.ModuleType("colab_gpu_guard.leftovers")
 
-        def find_leftovers(device=None, namespace=None, deep=False):
-            calls.append({"device": device, "namespace": namespace, "deep": deep})
+        def find_leftovers(device=None, namespace=None, deep=False, budget_s=None):
+            calls.append(
+                {"device": device, "namespace": namespace, "deep": deep, "budget_s": budget_s}
+            )
             if isinstance(result, Exception):
                 raise result
             return list(result)
@@ -501,6 +503,7 @@ def test_leftovers_plug_in(fake, leftovers_module):
     namespace = {"x": 1}
     snap = gpu_status(namespace=namespace, top=3)
     assert calls[0]["namespace"] is namespace
+    assert calls[0]["budget_s"] == 2.0  # a snapshot bounds its leftovers scan
     assert [e.name for e in snap.leftovers][:1] == ["t12"]
     assert len(snap.leftovers) == 3 and snap.leftovers_count == 13
     assert snap.leftovers_bytes == sum(range(1, 13)) * MiB  # the view's storage counted once

@@ -65,7 +65,7 @@ def _leftover_holders(namespace: Optional[dict], device: Optional[str], limit: i
     except Exception:
         return None
     try:
-        found = leftovers.find_leftovers(device=device, namespace=namespace)
+        found = leftovers.find_leftovers(device=device, namespace=namespace, budget_s=2.0)
         groups = found.groups() if found else []
     except Exception:
         return None

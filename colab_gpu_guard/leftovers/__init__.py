@@ -5,11 +5,13 @@ history (``Out``, ``_``, ``__``, ``___``, ``_N``, the last cell's result), the l
 exception (its ``args``, its traceback frames' locals, exceptions chained to it) and the
 post-mortem debugger's frames. It walks into lists, tuples, dicts, sets, ``nn.Module``
 parameters/buffers/submodules (named like ``named_parameters()``), optimizer state (keyed
-by the parameter's name), dataclasses and plain objects' ``__dict__``, with a depth limit
-and cycle detection. Arrays are deduplicated by the memory they live in (torch: untyped
-storage; NumPy: the array owning the data; CuPy: the ``Memory`` allocation; JAX: the
-device buffer), so a view and its base count once; the other names reaching the same
-memory are listed in ``shared_with``.
+by the parameter's name), dataclasses and plain objects' ``__dict__`` and slots, closures,
+``functools.partial`` arguments, suspended generators' locals, NumPy object arrays and
+dict keys, with a depth limit, cycle detection and a time budget; no code of the user's
+runs (containers are read through their built-in type's C-level accessors). Arrays are
+deduplicated by the memory they live in (torch: untyped storage; NumPy: the array owning
+the data; CuPy: the ``Memory`` allocation; JAX: the device buffer), so a view and its base
+count once; the other names reaching the same memory are listed in ``shared_with``.
 
 ``deep=True`` also looks for torch/CuPy arrays alive anywhere (``gc.get_objects()``) and
 JAX arrays (``jax.live_arrays()``) that no name reaches, and compares the total with torch's
@@ -19,9 +21,12 @@ No framework is imported here: torch, NumPy, CuPy and JAX are looked up in ``sys
 
 Modules: ``records`` (Leftover, DeviceGap, LeftoverList), ``html`` (the table), ``kinds``
 (what a type is to the walk), ``walker`` (the reference walk), ``found`` (the references
-found and their metadata), ``naming`` (a path's name), ``blocks`` (one entry per block of
-memory), ``scan`` (find_leftovers, scan, Scan), ``deep`` (the deep scan), ``groups``
-(the entries by the variable or hidden holder that keeps them: ``LeftoverList.groups()``).
+found and their metadata), ``readers`` (reading without running user code), ``holders``
+(closures, partials, generators, object arrays), ``plain`` (plain data skipped in bulk),
+``naming`` (a path's name), ``blocks`` (one entry per block of memory), ``scan``
+(find_leftovers, scan, Scan), ``deep`` (the deep scan), ``graphs`` (what autograd graphs
+hold), ``groups`` (the entries by the variable or hidden holder that keeps them:
+``LeftoverList.groups()``).
 """
 
 from __future__ import annotations

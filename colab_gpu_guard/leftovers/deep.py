@@ -15,8 +15,9 @@ from ..frameworks import jax as jax_support
 from ..frameworks import torch as torch_support
 from ..frameworks.base import ArrayInfo
 from ..units import OTHER
-from .kinds import ARRAY, ATOMIC
+from .kinds import ARRAY, ATOMIC, opaque_module
 from .naming import ROOT
+from .readers import mro, type_module
 from .records import DeviceGap
 from .walker import Walker
 
@@ -25,14 +26,30 @@ _STORAGE_KEY = itemgetter(ArrayInfo._fields.index("storage_key"))
 _NO_INFO = ArrayInfo((), "", "", 0, None, 0, 0)
 
 
+_SIZED = (dict, list, tuple, set, frozenset)
+_TYPE_NAME = type.__dict__["__name__"].__get__
+
+
 def _describe_referrer(referrer) -> str:
-    if isinstance(referrer, types.FrameType):
+    """What kind of object ``referrer`` is, read without calling any of its methods (a
+    subclass's length is its built-in part's)."""
+    kind = type(referrer)
+    if kind is types.FrameType:
         return f"frame of {notebook_refs.frame_function(referrer)}()"
-    if isinstance(referrer, dict):
-        return f"a dict of {len(referrer)} entries"
-    if isinstance(referrer, (list, tuple, set)):
-        return f"a {type(referrer).__name__} of {len(referrer)} items"
-    return f"a {type(referrer).__module__}.{type(referrer).__qualname__}"
+    base = next((item for item in mro(kind) if item in _SIZED), None)
+    name = _TYPE_NAME(kind)
+    if base is dict:
+        return f"a {name} of {dict.__len__(referrer)} entries"
+    if base is not None:
+        return f"a {name} of {base.__len__(referrer)} items"
+    return f"a {type_module(kind)}.{name}"
+
+
+def _ours(referrer) -> bool:
+    """A frame of this package's own code (the scan's, a caller's): never a holder."""
+    return type(referrer) is types.FrameType and opaque_module(
+        str(referrer.f_globals.get("__name__") or "")
+    )
 
 
 def scan_unnamed(walker: Walker, notes: list[str]) -> None:
@@ -124,8 +141,13 @@ def _referrer_descriptions(array_lists: list[list], found: dict) -> dict[int, li
         except Exception:
             continue
         hit = {targets[id(obj)] for obj in referents if id(obj) in targets}
-        for index in hit:
+        if not hit or _ours(referrer):
+            continue
+        try:
             text = _describe_referrer(referrer)
+        except Exception:
+            text = "an object"
+        for index in hit:
             if text not in descriptions[index] and len(descriptions[index]) < 3:
                 descriptions[index].append(text)
     return descriptions

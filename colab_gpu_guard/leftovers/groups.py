@@ -48,21 +48,30 @@ def root_of(name: str, holder: Optional[str] = None) -> str:
     """The group of a leftover's name: ``model.0.weight`` -> ``model``, ``Out[3][0]`` ->
     ``Out[3]``, ``<traceback: f() local 'x'>[0]`` -> ``<traceback: f() local 'x'>``,
     ``<exception E>.args[0]`` -> ``<exception E>``, every ``<unnamed ...>`` -> UNNAMED.
-    A user variable's name is never read as one of those labels (``<b>`` is a name)."""
+    A user variable's name is never read as one of those labels (``<b>`` is a name); a
+    dict's key belongs to the dict's root (``<key of opt.state>`` -> ``opt``)."""
     if name.startswith("<") and holder != USER_VARIABLE:
         if name.startswith("<unnamed"):
             return UNNAMED
-        depth = 0
-        for index, char in enumerate(name):
-            if char == "<":
-                depth += 1
-            elif char == ">":
-                depth -= 1
-                if depth == 0:
-                    return name[: index + 1]
-        return name
+        label = _label(name)
+        if name.startswith("<key of "):  # `<key of opt.state>.grad`
+            return root_of(label[len("<key of ") : -1], holder)
+        return label
     match = _VARIABLE_ROOT.match(name)
     return match.group(0) if match else name
+
+
+def _label(name: str) -> str:
+    """The leading ``<...>`` of a name, nested brackets included."""
+    depth = 0
+    for index, char in enumerate(name):
+        if char == "<":
+            depth += 1
+        elif char == ">":
+            depth -= 1
+            if depth == 0:
+                return name[: index + 1]
+    return name
 
 
 def kind_of(name: str, holder: str) -> str:

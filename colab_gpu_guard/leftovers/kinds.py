@@ -5,6 +5,7 @@ an object's ``__dict__``), or machinery never walked. Cached per type for one sc
 from __future__ import annotations
 
 import collections
+import functools
 import itertools
 import types
 import weakref
@@ -15,6 +16,7 @@ from ..frameworks import jax as jax_support
 from ..frameworks import numpy as numpy_support
 from ..frameworks import torch as torch_support
 from ..frameworks.base import ArrayInfo
+from .readers import SUSPENDED_TYPES, Layout, layout_of, mro, own_attribute, type_module
 
 ATOMIC = frozenset(
     {
@@ -39,15 +41,10 @@ ROWS_OF_PLAIN = ATOMIC | ROWS
 _NOT_WALKED = (
     type,
     types.ModuleType,
-    types.FunctionType,
     types.BuiltinFunctionType,
-    types.MethodType,
     types.CodeType,
     types.FrameType,
     types.TracebackType,
-    types.GeneratorType,
-    types.CoroutineType,
-    types.AsyncGeneratorType,
     types.MappingProxyType,
     weakref.ref,
     property,
@@ -91,15 +88,20 @@ _OPAQUE_PACKAGES = frozenset(
 
 # what the walk does with a type (Kind.tag)
 SKIP, ARRAY, SEQUENCE, NAMEDTUPLE, MAPPING, SET, NN_MODULE, OBJECT = range(8)
+FUNCTION, METHOD, PARTIAL, SUSPENDED = range(8, 12)
+_BUILT_IN_BASES = (list, tuple, collections.deque, dict, set, frozenset)
 
 
 class Kind(NamedTuple):
     """A type's classification: its tag, and for arrays the framework's name and its
-    metadata reader."""
+    metadata reader; for containers of a subclass of a built-in type, that built-in base
+    (read through its C-level accessors); for objects, where their attributes live."""
 
     tag: int
     framework: Optional[str] = None
     info_of: Optional[Callable[[object], ArrayInfo]] = None
+    base: Optional[type] = None
+    layout: Optional[Layout] = None
 
 
 _SKIPPED = Kind(SKIP)
@@ -145,25 +147,42 @@ class Classifier:
         for array_type, framework, info_of in self.array_types:
             if issubclass(kind, array_type):
                 return Kind(ARRAY, framework, info_of)
-        if issubclass(kind, tuple) and hasattr(kind, "_fields"):
-            return Kind(NAMEDTUPLE)
-        if issubclass(kind, (list, tuple, collections.deque)):
-            return Kind(SEQUENCE)
-        if issubclass(kind, dict):
-            return Kind(MAPPING)
-        if issubclass(kind, (set, frozenset)):
-            return Kind(SET)
+        bases = mro(kind)
+        base = next((item for item in bases if item in _BUILT_IN_BASES), None)
+        if base is not None:
+            # a subclass is read through its built-in part, and its own attributes
+            layout = None if kind is base else layout_of(kind)
+            if base is tuple and own_attribute(kind, "_fields") is not None:
+                return Kind(NAMEDTUPLE, base=tuple, layout=layout)
+            if base is dict:
+                return Kind(MAPPING, base=dict, layout=layout)
+            if base in (set, frozenset):
+                return Kind(SET, base=base, layout=layout)
+            return Kind(SEQUENCE, base=base, layout=layout)
+        if kind is types.FunctionType:
+            return Kind(FUNCTION)
+        if kind is types.MethodType:
+            return Kind(METHOD)
+        if kind in SUSPENDED_TYPES:
+            return Kind(SUSPENDED)
+        if functools.partial in bases:
+            return Kind(PARTIAL, layout=layout_of(kind))
         if issubclass(kind, _NOT_WALKED):
             return _SKIPPED
-        if self.nn_module is not None and issubclass(kind, self.nn_module):
-            return Kind(NN_MODULE)
-        package = (getattr(kind, "__module__", None) or "").partition(".")[0]
-        if package in _OPAQUE_PACKAGES:
+        if self.nn_module is not None and self.nn_module in bases:
+            return Kind(NN_MODULE, layout=layout_of(kind))
+        if type_module(kind).partition(".")[0] in _OPAQUE_PACKAGES:
             return _SKIPPED
-        if getattr(kind, "__dictoffset__", 0):
-            return Kind(OBJECT)
+        layout = layout_of(kind)
+        if layout.dict_getter is not None or layout.slots:
+            return Kind(OBJECT, layout=layout)
         return _SKIPPED
 
     def saw_numpy(self) -> bool:
         """A NumPy array type was met during the scan."""
         return any(kind.tag == ARRAY and kind.framework == "numpy" for kind in self.kinds.values())
+
+
+def opaque_module(module: str) -> bool:
+    """Code of this module is machinery (the shell, this package): never walked into."""
+    return module.partition(".")[0] in _OPAQUE_PACKAGES

@@ -18,6 +18,7 @@ MAX_SHARED_NAMES = 16
 
 # path node kinds
 ROOT, ATTR, DOT, ITEM, KEY, KEY_TEXT, ARRAY_KEY, OBJECT_KEY, SET_ITEM = range(9)
+KEY_OF, CLOSURE, FRAME_LOCAL = range(9, 12)  # a dict's key; a closure cell; a generator's local
 
 Path = tuple  # (parent: Optional[Path], kind: int, key: object)
 
@@ -102,6 +103,13 @@ class PathNames:
                 text = f"{text}[<{key}>]"
             elif kind == SET_ITEM:
                 text = f"{text}{{item}}"
+            elif kind == KEY_OF:
+                text = f"<key of {text}>"
+            elif kind == CLOSURE:
+                text = f"{text}.<closure {key!r}>"
+            elif kind == FRAME_LOCAL:
+                what, function, name = key
+                text = f"{text}.<{what} {function}() local {name!r}>"
             cache[id(node)] = text
         return text
 

@@ -20,10 +20,12 @@ from .deep import allocator_gaps, scan_unnamed
 from .found import Ref
 from .naming import PathNames, best_paths
 from .records import DeviceGap, LeftoverList
-from .walker import DEFAULT_MAX_DEPTH, Walker, reach_by_root
+from .walker import DEFAULT_MAX_DEPTH, OutOfTime, Walker, reach_by_root
 
 COMPILED_GRAPH = "compiled graph"  # a root kind: a graph torch.compile installed
 _STORAGE_KEY = attrgetter("storage_key")
+DEFAULT_BUDGET_S = 5.0  # find_leftovers(); %gpu_status and the panel take 2 s
+_UNFINISHED_SHOWN = 3
 
 
 class Group(NamedTuple):
@@ -108,18 +110,39 @@ def _device_matches(device: str, wanted) -> bool:
     return any(part.split(":")[0] == wanted for part in device.split("+"))
 
 
-def _scan_roots(walker: Walker, shell, namespace: Optional[dict]) -> dict[str, str]:
-    """Walk every root; returns each user variable's type name (for the groups)."""
+def _scan_roots(walker: Walker, shell, namespace: Optional[dict]) -> tuple[dict[str, str], int]:
+    """Walk every root; returns each user variable's type name (for the groups) and how
+    many roots the time budget left unsearched."""
     types = {}
-    for root in notebook_refs.roots(shell, namespace if namespace is not None else {}):
-        walker.visit_root(root.label, root.value, root.holder, root.key, root.depth)
+    roots = list(notebook_refs.roots(shell, namespace if namespace is not None else {}))
+    for index, root in enumerate(roots):
         if root.holder == USER_VARIABLE:
             types[root.label] = type(root.value).__name__
+        started = len(walker.unfinished)
+        try:
+            walker.visit_root(root.label, root.value, root.holder, root.key, root.depth)
+        except OutOfTime:  # this root is named in `unfinished` if its walk had begun
+            return types, len(roots) - index - (len(walker.unfinished) > started)
     # what torch.compile's caches hold: never a user variable, freed by dynamo's reset
     for graph in torch_compile.compiled_graphs(namespace):
         key = notebook_refs.RootKey(COMPILED_GRAPH, graph.label)
-        walker.visit_root(graph.label, graph.value, OTHER, key)
-    return types
+        try:
+            walker.visit_root(graph.label, graph.value, OTHER, key)
+        except OutOfTime:
+            return types, 0
+    return types, 0
+
+
+def _unfinished(walker: Walker, names: PathNames, skipped: int) -> list[str]:
+    """What the scan did not search to the end, outermost container first."""
+    texts = []
+    for path, total, done in reversed(walker.unfinished[-_UNFINISHED_SHOWN:]):
+        texts.append(f"{names.name_of(path)}: {total:,} items, {100 * done // total}% searched")
+    if skipped:
+        texts.append(f"{skipped} more root(s) (variables, outputs, frames) not searched")
+    if not texts:
+        texts.append("the scan stopped before it finished")
+    return texts
 
 
 def scan(
@@ -130,10 +153,12 @@ def scan(
     shell: Any = None,
     max_depth: int = DEFAULT_MAX_DEPTH,
     keep_refs: bool = False,
+    budget_s: Optional[float] = DEFAULT_BUDGET_S,
 ) -> Scan:
-    """The scan behind ``find_leftovers``; ``keep_refs`` keeps a weakref per reference."""
+    """The scan behind ``find_leftovers``; ``keep_refs`` keeps a weakref per reference;
+    ``budget_s``: seconds the walk may take (None: no limit)."""
     shell, namespace = notebook_refs.resolve_namespace(shell, namespace)
-    walker = Walker(max_depth=max_depth, keep_refs=keep_refs)
+    walker = Walker(max_depth=max_depth, keep_refs=keep_refs, budget_s=budget_s)
     found = walker.found
     names = PathNames(lambda: best_paths(found.refs))
     notes: list[str] = []
@@ -144,7 +169,7 @@ def scan(
     gc.disable()
     graphs = walker.graphs
     try:
-        root_types = _scan_roots(walker, shell, namespace)
+        root_types, skipped = _scan_roots(walker, shell, namespace)
         found.finish()
         if graphs.owners:
             graphs.resolve(set(map(_STORAGE_KEY, found.infos)))
@@ -169,6 +194,14 @@ def scan(
         gaps = [gap for gap in gaps if _device_matches(gap.device, device)]
     # biggest first; equal sizes in the order found (variables as defined, items by index)
     order = blocks.order = sorted(order, key=blocks.sizes.__getitem__, reverse=True)
+    unfinished: list[str] = []
+    if walker.ran_out or skipped:
+        unfinished = _unfinished(walker, names, skipped)
+        notes.insert(
+            0,
+            f"incomplete: the scan stopped at its {budget_s:g} s time budget; not searched "
+            f"to the end: {'; '.join(unfinished)}",
+        )
     if not walker.classifier.array_types:
         notes.append("no array framework (torch, NumPy, CuPy, JAX) is imported")
     if walker.classifier.saw_numpy() and deep:
@@ -184,6 +217,7 @@ def scan(
         gaps=gaps,
         notes=notes,
         deep=deep,
+        unfinished=unfinished,
     )
     return Scan(leftovers, walker)
 
@@ -195,6 +229,7 @@ def find_leftovers(
     *,
     shell: Any = None,
     max_depth: int = DEFAULT_MAX_DEPTH,
+    budget_s: Optional[float] = DEFAULT_BUDGET_S,
 ) -> LeftoverList:
     """Arrays still alive, by the name a user would type to reach them; biggest first.
 
@@ -209,6 +244,10 @@ def find_leftovers(
         and the gap between what was found and ``torch.cuda.memory_allocated`` per device.
     max_depth: how many containers/attributes deep to walk from each root (module nesting
         is free).
+    budget_s: seconds the walk may take (None: no limit). When it runs out, the list holds
+        what was found so far, ``complete`` is False, and ``unfinished`` (and a note) name
+        the containers not searched to the end (``big_list: 1,000,000 items, 37%
+        searched``).
 
     Each entry is one block of memory (views and aliases deduplicated; the other names in
     ``shared_with``). Nothing is imported, changed or kept alive.
@@ -217,6 +256,15 @@ def find_leftovers(
         raise TypeError("deep must be True or False")
     if namespace is not None and not isinstance(namespace, dict):
         raise TypeError(f"namespace must be a dict, not {type(namespace).__name__}")
+    if budget_s is not None and (
+        not isinstance(budget_s, (int, float)) or isinstance(budget_s, bool) or budget_s <= 0
+    ):
+        raise TypeError(f"budget_s must be a number of seconds above 0 or None, not {budget_s!r}")
     return scan(
-        device=device, namespace=namespace, deep=deep, shell=shell, max_depth=max_depth
+        device=device,
+        namespace=namespace,
+        deep=deep,
+        shell=shell,
+        max_depth=max_depth,
+        budget_s=budget_s,
     ).leftovers

@@ -1,62 +1,82 @@
-"""The reference walk: from each root into lists, tuples, dicts, sets, named tuples,
-``nn.Module`` parameters/buffers/submodules (named like ``named_parameters()``), optimizer
-state, dataclasses and plain objects' ``__dict__``, with a depth limit and cycle
-detection. Each array reached is recorded (`found.Found`) under its path (`naming`); a
+"""The reference walk: from each root into lists, tuples, dicts (values, and keys that are
+objects), sets, named tuples, ``nn.Module`` parameters/buffers/submodules (named like
+``named_parameters()``), optimizer state, objects' ``__dict__`` and slots, and the holders
+in `holders` (closures, bound methods, partials, suspended generators, NumPy object
+arrays), with a depth limit, cycle detection and a time budget. Containers and attributes
+are read through `readers` (no code of the user's runs); plain data is skipped in bulk
+(`plain`). Each array reached is recorded (`found.Found`) under its path (`naming`); a
 container first reached from another root is an alias: that root reaches what lies under
 it too (``aliases``, resolved by `reach_by_root`)."""
 
 from __future__ import annotations
 
 import itertools
+import time
 from collections.abc import Hashable, Sequence
 from operator import attrgetter
-from typing import Any
+from typing import Any, Optional
 
+from . import holders
 from .found import Found, Ref
 from .graphs import Graphs
 from .kinds import (
     ALWAYS,
     ARRAY,
     ATOMIC,
+    FUNCTION,
     MAPPING,
+    METHOD,
     NAMEDTUPLE,
     NN_MODULE,
     NOT_ATOMIC,
-    OBJECT,
-    ROWS,
-    ROWS_OF_PLAIN,
+    PARTIAL,
     SEQUENCE,
     SET,
     SKIP,
+    SUSPENDED,
     Classifier,
     Kind,
 )
-from .naming import ARRAY_KEY, ATTR, DOT, ITEM, KEY, KEY_TEXT, OBJECT_KEY, ROOT, SET_ITEM, key_text
+from .naming import (
+    ARRAY_KEY,
+    ATTR,
+    DOT,
+    ITEM,
+    KEY,
+    KEY_OF,
+    KEY_TEXT,
+    OBJECT_KEY,
+    ROOT,
+    SET_ITEM,
+    key_text,
+)
+from .plain import all_plain
+from .readers import BASE_ITER, instance_dict, own_attribute, slot_values
 
 DEFAULT_MAX_DEPTH = 10
+CHUNK = 2048  # items checked in bulk at a time; the time budget is looked at between them
+SMALL = 64  # a chunk holding something is checked again in parts this big
 
 _REQUIRES_GRAD = attrgetter("requires_grad")
 
 
-def _plain_rows(sequence, present: set) -> bool:
-    """True when every list/tuple/dict item of ``sequence`` holds plain values only (rows
-    of numbers and strings): checked in C, one pass over the rows' items."""
-    rows = itertools.compress(sequence, map(ROWS.__contains__, map(type, sequence)))
-    if dict in present:
-        if list in present or tuple in present:
-            return False  # mixed rows: the per-item walk sorts them out
-        inner = itertools.chain.from_iterable(map(dict.values, rows))
-    else:
-        inner = itertools.chain.from_iterable(rows)
-    return set(map(type, inner)) <= ATOMIC
+class OutOfTime(Exception):
+    """The scan's time budget ran out (caught by the scan; never reaches a user)."""
 
 
 class Walker:
     """Walks roots into containers and records the arrays it reaches in ``found``.
     ``first_visit``: id(container) -> (root, path) of its first visit; ``aliases``:
-    (root, path) for each later visit from another root."""
+    (root, path) for each later visit from another root. With a ``budget_s``, the walk
+    raises `OutOfTime` once it is spent, and ``unfinished`` lists (path, items, items
+    searched) for each container it was inside, innermost first."""
 
-    def __init__(self, max_depth: int = DEFAULT_MAX_DEPTH, keep_refs: bool = False) -> None:
+    def __init__(
+        self,
+        max_depth: int = DEFAULT_MAX_DEPTH,
+        keep_refs: bool = False,
+        budget_s: Optional[float] = None,
+    ) -> None:
         self.max_depth = max_depth
         self.classifier = Classifier()
         self.kinds = self.classifier.kinds
@@ -67,6 +87,14 @@ class Walker:
         self.pending_rows = self.found.pending_rows.append
         self.first_visit: dict[int, tuple] = {}
         self.aliases: list[tuple] = []
+        self.deadline = None if budget_s is None else time.perf_counter() + budget_s
+        self.unfinished: list[tuple] = []
+        self.ran_out = False
+
+    def check_time(self) -> None:
+        if self.deadline is not None and time.perf_counter() > self.deadline:
+            self.ran_out = True
+            raise OutOfTime
 
     def visit_root(self, label: str, value, holder: str, root: Hashable, depth: int = 0) -> None:
         self.visit(value, (None, ROOT, label), depth, holder, root)
@@ -91,33 +119,78 @@ class Walker:
                 self.aliases.append((root, first[1]))
             return
         self.first_visit[ident] = (root, path)
+        if self.deadline is not None:
+            self.check_time()
         try:
             if tag == SEQUENCE:
-                walk_sequence(self, obj, path, depth + 1, holder, root)
+                items = obj if kind is list or kind is tuple else list(BASE_ITER[what.base](obj))
+                walk_sequence(self, items, path, depth + 1, holder, root)
             elif tag == MAPPING:
                 self._walk_mapping(obj, path, depth + 1, holder, root)
             elif tag == NN_MODULE:
-                self._walk_module(obj, path, depth, holder, root)
+                self._walk_module(obj, what, path, depth, holder, root)
             elif tag == NAMEDTUPLE:
-                for field, item in zip(type(obj)._fields, obj):
-                    self.visit(item, (path, ATTR, field), depth + 1, holder, root)
+                fields = own_attribute(kind, "_fields")
+                if type(fields) is tuple:
+                    for field, item in zip(fields, tuple.__iter__(obj)):
+                        if type(field) is str:
+                            self.visit(item, (path, ATTR, field), depth + 1, holder, root)
             elif tag == SET:
-                for item in list(obj):
-                    self.visit(item, (path, SET_ITEM, None), depth + 1, holder, root)
-            elif tag == OBJECT:
-                attributes = getattr(obj, "__dict__", None)
-                if type(attributes) is dict:
-                    self._walk_attributes(attributes, path, depth + 1, holder, root)
+                items = list(BASE_ITER[what.base](obj))
+                walk_sequence(self, items, path, depth + 1, holder, root, SET_ITEM)
+            elif tag == FUNCTION:
+                holders.walk_function(self, obj, path, depth + 1, holder, root)
+            elif tag == METHOD:
+                holders.walk_method(self, obj, path, depth + 1, holder, root)
+            elif tag == PARTIAL:
+                holders.walk_partial(self, obj, path, depth + 1, holder, root)
+            elif tag == SUSPENDED:
+                holders.walk_suspended(self, obj, path, depth + 1, holder, root)
+            if what.layout is not None and tag != NN_MODULE:  # a module walks its own
+                self.walk_layout(obj, what, path, depth + 1, holder, root)
         except (RuntimeError, ReferenceError):  # changed size during iteration; dead proxy
             pass
 
+    def walk_layout(self, obj, what: Kind, path, depth, holder, root, skip=()) -> None:
+        """An object's ``__dict__`` and slots, read through the interpreter's descriptors."""
+        layout = what.layout
+        attributes = instance_dict(layout.dict_getter, obj)  # type: ignore[union-attr]
+        if attributes:
+            self._walk_attributes(attributes, path, depth, holder, root, skip)
+        for name, value in slot_values(layout.slots, obj):  # type: ignore[union-attr]
+            if type(value) not in ATOMIC:
+                self.visit(value, (path, ATTR, name), depth, holder, root)
+
     def _walk_mapping(self, obj, path, depth, holder, root) -> None:
+        pairs = list(dict.items(obj))
+        if len(pairs) > 16:
+            values = list(dict.values(obj))
+            keys = list(dict.keys(obj))
+            total = len(pairs)
+            for start in range(0, total, CHUNK):
+                end = start + CHUNK
+                try:
+                    self.check_time()
+                    if all_plain(values[start:end], depth, self.max_depth) and all_plain(
+                        keys[start:end], depth, self.max_depth
+                    ):
+                        continue
+                    self._walk_pairs(pairs[start:end], path, depth, holder, root)
+                except OutOfTime:
+                    self.unfinished.append((path, total, start))
+                    raise
+            return
+        self._walk_pairs(pairs, path, depth, holder, root)
+
+    def _walk_pairs(self, pairs, path, depth, holder, root) -> None:
         atomic = ATOMIC
         visit = self.visit
-        for key, value in list(obj.items()):
+        for key, value in pairs:
+            key_kind = type(key)
+            if key_kind not in atomic:
+                visit(key, (path, KEY_OF, None), depth, holder, root)  # a key holds its object
             if type(value) in atomic:
                 continue
-            key_kind = type(key)
             if key_kind in atomic:
                 child = (path, KEY, key)
             elif key_kind is tuple:
@@ -128,37 +201,43 @@ class Walker:
                 child = (path, OBJECT_KEY, key_kind.__name__)
             visit(value, child, depth, holder, root)
 
-    def _walk_attributes(self, attributes: dict, path, depth, holder, root) -> None:
+    def _walk_attributes(self, attributes: dict, path, depth, holder, root, skip=()) -> None:
         atomic = ATOMIC
-        for name, value in list(attributes.items()):
-            if type(value) in atomic or type(name) is not str:
+        for name, value in list(dict.items(attributes)):
+            if type(value) in atomic or type(name) is not str or name in skip:
                 continue
             self.visit(value, (path, ATTR, name), depth, holder, root)
 
-    def _walk_module(self, module, path, depth, holder, root) -> None:
+    def _walk_module(self, module, what: Kind, path, depth, holder, root) -> None:
         """Parameters, buffers and submodules named as ``named_parameters()`` names them
         (module nesting does not count against the depth limit)."""
-        attributes = getattr(module, "__dict__", {})
+        attributes = instance_dict(what.layout.dict_getter, module) or {}  # type: ignore[union-attr]
         for slot in ("_parameters", "_buffers"):
-            for name, tensor in list((attributes.get(slot) or {}).items()):
+            table = attributes.get(slot)
+            for name, tensor in list(dict.items(table)) if isinstance(table, dict) else ():
                 if tensor is not None:
                     self.visit(tensor, (path, DOT, name), depth, holder, root)
-        for name, child in list((attributes.get("_modules") or {}).items()):
+        table = attributes.get("_modules")
+        for name, child in list(dict.items(table)) if isinstance(table, dict) else ():
             if child is not None:
                 self.visit(child, (path, DOT, name), depth, holder, root)
         rest = {
             name: value
-            for name, value in attributes.items()
+            for name, value in dict.items(attributes)
             if name not in ("_parameters", "_buffers", "_modules")
-            and not (name.startswith("_") and name.endswith("hooks"))
+            and not (type(name) is str and name.startswith("_") and name.endswith("hooks"))
         }
         self._walk_attributes(rest, path, depth + 1, holder, root)
+        for name, value in slot_values(what.layout.slots, module):  # type: ignore[union-attr]
+            self.visit(value, (path, ATTR, name), depth + 1, holder, root)
 
     def record(self, array, what: Kind, path, depth, holder, root) -> None:
         self.pending(array)
         self.pending_rows((path, holder, root, depth, what))
         if what.framework == "torch" and array.requires_grad:
             self.visit_grad(array, path, depth, holder, root)
+        elif what.framework == "numpy" and depth < self.max_depth:
+            holders.walk_object_array(self, array, path, depth + 1, holder, root)
 
     def visit_grad(self, tensor, path, depth, holder, root) -> None:
         """A leaf tensor's ``.grad``, named ``<path>.grad``; any other tensor that requires
@@ -171,24 +250,44 @@ class Walker:
                 self.visit(grad, (path, ATTR, "grad"), depth + 1, holder, root)
 
 
-def walk_sequence(walker: Walker, obj, path, depth, holder, root) -> None:
-    """A list, tuple or deque: its items by index. The hot loop of a scan (a cached dataset
-    is a list of 10^5 tensors), so plain values are skipped in C and the commonest array
-    is recorded inline."""
-    items = enumerate(obj)
-    if len(obj) > 16:
-        present = set(map(type, obj))
-        if present <= ATOMIC:
-            return  # plain values only: a list of 10^6 ints costs one C-level pass
-        if len(present) == 1:
-            what = walker.classify(next(iter(present)))
-            if what.tag == ARRAY:
-                _record_items(walker, obj, what, path, depth, holder, root)
-                return
-        if present <= ROWS_OF_PLAIN and _plain_rows(obj, present):
+def walk_sequence(walker: Walker, items, path, depth, holder, root, node=ITEM) -> None:
+    """The items of a list or tuple (``items``; other sequences and sets are first copied
+    into a list), by index. The hot loop of a scan: a cached dataset is a list of 10^5
+    tensors, a table 10^6 records; so plain values are skipped in C a chunk at a time,
+    arrays of one type recorded in bulk, and the commonest array recorded inline."""
+    total = len(items)
+    if total <= 16:
+        _walk_items(walker, enumerate(items), path, depth, holder, root, node)
+        return
+    present = set(map(type, items))
+    if present <= ATOMIC:
+        return  # plain values only: a list of 10^6 ints costs one C-level pass
+    if len(present) == 1 and node == ITEM:
+        what = walker.classify(next(iter(present)))
+        if what.tag == ARRAY:
+            _record_items(walker, items, what, path, depth, holder, root)
             return
-        # only the items that are not plain values, picked out in C
-        items = itertools.compress(items, map(NOT_ATOMIC, map(type, obj), ALWAYS))
+    max_depth = walker.max_depth
+    for start in range(0, total, CHUNK):
+        chunk = items[start : start + CHUNK]
+        try:
+            walker.check_time()
+            if all_plain(chunk, depth, max_depth):
+                continue
+            for part in range(0, len(chunk), SMALL):
+                small = chunk[part : part + SMALL]
+                if all_plain(small, depth, max_depth):
+                    continue
+                # only the items that are not plain values, picked out in C
+                numbered = zip(itertools.count(start + part), small)
+                numbered = itertools.compress(numbered, map(NOT_ATOMIC, map(type, small), ALWAYS))
+                _walk_items(walker, numbered, path, depth, holder, root, node)
+        except OutOfTime:
+            walker.unfinished.append((path, total, start))
+            raise
+
+
+def _walk_items(walker: Walker, items, path, depth, holder, root, node) -> None:
     atomic = ATOMIC
     kinds = walker.kinds
     visit = walker.visit
@@ -198,7 +297,7 @@ def walk_sequence(walker: Walker, obj, path, depth, holder, root) -> None:
     for index, item in items:
         kind = type(item)
         if kind is tensor:  # the commonest array first: what the general path does
-            child = (path, ITEM, index)
+            child = (path, node, index)
             pending(item)
             pending_rows((child, holder, root, depth, tensor_what))
             if item.requires_grad:
@@ -206,29 +305,12 @@ def walk_sequence(walker: Walker, obj, path, depth, holder, root) -> None:
             continue
         if kind in atomic:
             continue
-        if kind is list or kind is tuple:
-            # rows of plain values: nothing to find, nothing to register for cycles
-            for inner in item:
-                if type(inner) not in atomic:
-                    break
-            else:
-                continue
-        elif kind is dict:
-            for inner in item.values():
-                if type(inner) not in atomic:
-                    break
-            else:
-                continue
         what = kinds.get(kind) or walker.classify(kind)
         tag = what.tag
         if tag == ARRAY:
-            child = (path, ITEM, index)
-            pending(item)  # what record() does, inlined: this loop is the hot one
-            pending_rows((child, holder, root, depth, what))
-            if what.framework == "torch" and item.requires_grad:
-                walker.visit_grad(item, child, depth, holder, root)
+            walker.record(item, what, (path, node, index), depth, holder, root)
         elif tag != SKIP:
-            visit(item, (path, ITEM, index), depth, holder, root)
+            visit(item, (path, node, index), depth, holder, root)
 
 
 def _record_items(walker: Walker, arrays, what: Kind, path, depth, holder, root) -> None:
@@ -250,6 +332,9 @@ def _record_items(walker: Walker, arrays, what: Kind, path, depth, holder, root)
         for index, array in enumerate(arrays):
             if array.requires_grad:
                 walker.visit_grad(array, (path, ITEM, index), depth, holder, root)
+    elif what.framework == "numpy" and depth < walker.max_depth:
+        for index, array in enumerate(arrays):
+            holders.walk_object_array(walker, array, (path, ITEM, index), depth + 1, holder, root)
 
 
 def reach_by_root(refs: Sequence[Ref], aliases: Sequence[tuple]) -> dict[Hashable, set]:

@@ -103,8 +103,20 @@ def _output_roots(shell: Any, namespace: dict, hidden: dict, managed: dict) -> I
         yield Root(RootKey(LAST_RESULT), "<last cell result>", OUTPUT_HISTORY, value)
 
 
+def _ours(frame: types.FrameType) -> bool:
+    """A frame of this package's own code: its locals are our bookkeeping, never shown."""
+    try:
+        module = frame.f_globals.get("__name__")
+    except Exception:
+        return False
+    return type(module) is str and module.partition(".")[0] == _PACKAGE
+
+
+_PACKAGE = __name__.partition(".")[0]
+
+
 def _frame_roots(frame: types.FrameType, where: str, key: RootKey) -> Iterator[Root]:
-    if not is_function_frame(frame):
+    if not is_function_frame(frame) or _ours(frame):
         return
     try:
         local_vars = dict(frame.f_locals)

@@ -39,6 +39,7 @@ from .snapshot import (
 
 DEFAULT_TOP = 10
 DEFAULT_HISTORY_LIMIT = 20
+LEFTOVERS_BUDGET_S = 2.0  # the leftovers scan of a snapshot (%gpu_status, each panel refresh)
 
 COLAB_NO_GPU = (
     "this Colab runtime has no GPU: Runtime > Change runtime type > a GPU accelerator "
@@ -78,6 +79,7 @@ def gpu_status(
     found: dict[str, Any] = {}
     if leftovers:
         found = _leftovers(namespace, top)
+        notes.extend(found.pop("scan_notes", ()))
     else:
         found["leftovers_note"] = "not collected"
     cells: dict[str, Any] = {}
@@ -270,9 +272,17 @@ def _leftovers(namespace: Optional[dict[str, Any]], top: int) -> dict[str, Any]:
     except ImportError as error:
         return {"leftovers_note": f"not available (colab_gpu_guard.leftovers: {error})"}
     try:
-        found = find_leftovers(namespace=namespace)
+        found = find_leftovers(namespace=namespace, budget_s=LEFTOVERS_BUDGET_S)
     except Exception as error:
         return {"leftovers_note": f"could not be listed: {type(error).__name__}: {error}"}
+    unfinished = tuple(getattr(found, "unfinished", ()) or ())
+    scan_notes = []
+    if unfinished:  # what was found so far is listed; the note says what was not searched
+        scan_notes.append(
+            f"leftovers incomplete: the scan stopped at its {LEFTOVERS_BUDGET_S:g} s budget;"
+            f" not searched to the end: {'; '.join(unfinished)} (find_leftovers(budget_s=None)"
+            " searches everything)"
+        )
     # Only the top ones become entries: a notebook may hold 10^5 arrays, and the panel
     # takes a snapshot after every cell. A LeftoverList is one entry per block of memory,
     # biggest first, with its totals, and makes an entry only when it is read; anything
@@ -305,6 +315,7 @@ def _leftovers(namespace: Optional[dict[str, Any]], top: int) -> dict[str, Any]:
         "leftovers_freeable_bytes": freeable,
         "leftover_groups": groups,
         "leftover_groups_count": group_count,
+        "scan_notes": scan_notes,
     }
 
 

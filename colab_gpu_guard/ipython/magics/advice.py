@@ -63,12 +63,15 @@ class AdvisorMagics(GuardMagics):
         Any other error is shown exactly as without the extension, and %debug works as
         usual. Outside notebooks: ``colab_gpu_guard.advise(exc)``.
         """
+        state, bad = None, False
         try:
             state = parse_argstring(self.gpu_advice, line).state
         except UsageError:
+            bad = True
+        if bad:  # raised outside the handler: nothing internal chained to it
             raise UsageError(
                 f"expected 'on' or 'off', got {line.strip()!r}\nUsage: {GPU_ADVICE_USAGE}"
-            ) from None
+            )
         if state == "on":
             self.advisor.install()
         elif state == "off":

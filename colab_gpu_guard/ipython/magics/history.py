@@ -98,10 +98,13 @@ class HistoryMagics(GuardMagics):
         """
         from ... import tracker
 
+        failure = None
         try:
             args = parse_argstring(self.gpu_history, line)
         except UsageError as error:
-            raise usage_error(error, GPU_HISTORY_USAGE) from None
+            failure = usage_error(error, GPU_HISTORY_USAGE)
+        if failure is not None:
+            raise failure  # outside the handler: no internal exception chained to it
         if args.limit is not None and args.limit < 0:
             raise usage_error(ValueError("--limit must be 0 or more"), GPU_HISTORY_USAGE)
         if args.warn_output is not None:

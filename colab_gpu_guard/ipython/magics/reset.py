@@ -62,16 +62,19 @@ class ResetMagics(GuardMagics):
         from ... import reset
 
         args = parse_argstring(self.gpu_reset, line)
+        failure = None
         try:
             report = reset.gpu_reset(
                 *args.names, all_vars=args.all_vars, dry_run=args.dry_run, shell=self.shell
             )
         except (TypeError, ValueError) as error:
-            raise usage_error(error, GPU_RESET_USAGE) from None
+            failure = usage_error(error, GPU_RESET_USAGE)
         except Exception as error:  # never a raw traceback from the magic
             print(
                 f"gpu_reset: failed: {type(error).__name__}: {error}\n"
                 "If CUDA reported an error, restart the runtime."
             )
             return
+        if failure is not None:
+            raise failure  # outside the handler: no internal exception chained to it
         print(report)

@@ -137,9 +137,12 @@ class SeedMagics(GuardMagics):
                 ValueError("--every-cell and --no-every-cell contradict each other: give one"),
                 SEED_ALL_USAGE,
             )
+        failure = None
         if args.seed is not None:
             try:
                 args.seed = seeding.validate_seed(args.seed)
             except (TypeError, ValueError) as error:
-                raise usage_error(error, SEED_ALL_USAGE) from None
+                failure = usage_error(error, SEED_ALL_USAGE)
+        if failure is not None:
+            raise failure  # outside the handler: no internal exception chained to it
         return args

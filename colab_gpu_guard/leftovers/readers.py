@@ -1,0 +1,215 @@
+"""Reading what an object holds without running any of its code: the C-level accessors of
+the exact built-in type (``list.__iter__(obj)``, ``dict.items(obj)``), an instance's
+``__dict__`` through the interpreter's own descriptor and its ``__slots__`` through their
+member descriptors, looked up along the type's MRO (never ``getattr`` on the instance, so
+no ``__getattr__``, property or ``__dict__`` override is called); and the holders that are
+not containers: a function's closure cells and defaults, a bound method's ``__self__``,
+``functools.partial``'s arguments, a suspended generator's or coroutine's locals."""
+
+from __future__ import annotations
+
+import collections
+import types
+from typing import Any, Callable, NamedTuple, Optional
+
+_TYPE_MRO = type.__dict__["__mro__"].__get__
+_TYPE_DICT = type.__dict__["__dict__"].__get__  # a type's own mappingproxy, in C
+_TYPE_MODULE = type.__dict__["__module__"].__get__
+_TYPE_FLAGS = type.__dict__["__flags__"].__get__
+_HEAPTYPE = 1 << 9  # Py_TPFLAGS_HEAPTYPE: a class written in Python
+_GETSET = types.GetSetDescriptorType
+_MEMBER = types.MemberDescriptorType
+
+# the built-in bases a subclass is read through, and their C-level iterators
+BASE_ITER: dict[type, Callable[[Any], Any]] = {
+    list: list.__iter__,
+    tuple: tuple.__iter__,
+    collections.deque: collections.deque.__iter__,
+    set: set.__iter__,
+    frozenset: frozenset.__iter__,
+}
+
+
+def mro(kind: type) -> tuple:
+    return _TYPE_MRO(kind)
+
+
+def type_module(kind: type) -> str:
+    try:
+        module = _TYPE_MODULE(kind)
+    except Exception:
+        return ""
+    return module if type(module) is str else ""
+
+
+def own_attribute(kind: type, name: str) -> Any:
+    """``name`` as the type's MRO defines it (None if nowhere), read from the classes'
+    own dicts: no metaclass ``__getattr__`` runs."""
+    for base in _TYPE_MRO(kind):
+        namespace = _TYPE_DICT(base)
+        if name in namespace:
+            return namespace[name]
+    return None
+
+
+class Layout(NamedTuple):
+    """Where an instance of a type keeps its attributes: the interpreter's ``__dict__``
+    getter (None without one) and its slots as (name, member descriptor)."""
+
+    dict_getter: Optional[Callable[[Any], Any]]
+    slots: tuple[tuple[str, Any], ...]
+
+
+def layout_of(kind: type) -> Layout:
+    """The C-level readers of ``kind``'s instance dict and slots: the first ``__dict__``
+    entry along the MRO that is the interpreter's getset descriptor (a property named
+    ``__dict__`` in a subclass is passed over), and every member descriptor the MRO
+    defines and no subclass shadows."""
+    getter = None
+    slots: dict[str, Any] = {}
+    shadowed: set[str] = set()
+    for base in _TYPE_MRO(kind):
+        for name, value in list(_TYPE_DICT(base).items()):
+            if type(name) is not str:
+                continue
+            if name == "__dict__":
+                if getter is None and type(value) is _GETSET:
+                    getter = value.__get__
+                continue
+            if (
+                type(value) is _MEMBER
+                and name not in shadowed
+                and name not in slots
+                and _is_slot(base, name)
+            ):
+                slots[name] = value
+            shadowed.add(name)
+    if getter is None and _GETSTATE is not None and _TYPE_DICTOFFSET(kind):
+        getter = _generic_dict  # a class that hid its __dict__ behind its own attribute
+    return Layout(getter, tuple(slots.items()))
+
+
+_TYPE_DICTOFFSET = type.__dict__["__dictoffset__"].__get__
+_GETSTATE = getattr(object, "__getstate__", None)  # Python 3.11+
+
+
+def _generic_dict(obj: Any) -> Any:
+    """The instance dict as the interpreter keeps it (``object.__getstate__``'s default,
+    which reads it directly), for a class whose ``__dict__`` attribute is its own."""
+    state = _GETSTATE(obj)  # type: ignore[misc]
+    if type(state) is tuple and state:
+        state = state[0]
+    return state
+
+
+def _is_slot(base: type, name: str) -> bool:
+    """A member descriptor from ``__slots__``: one a class written in Python defines (a
+    built-in type's own members, such as a function's ``__doc__``, are not slots)."""
+    return bool(_TYPE_FLAGS(base) & _HEAPTYPE)
+
+
+def instance_dict(getter: Optional[Callable[[Any], Any]], obj: Any) -> Optional[dict]:
+    if getter is None:
+        return None
+    try:
+        value = getter(obj)
+    except Exception:
+        return None
+    return value if type(value) is dict else None
+
+
+def slot_values(slots: tuple[tuple[str, Any], ...], obj: Any) -> list[tuple[str, Any]]:
+    """(slot name, value) of the slots that are set."""
+    values = []
+    for name, descriptor in slots:
+        try:
+            value = descriptor.__get__(obj, None)
+        except Exception:  # an unset slot
+            continue
+        values.append((name, value))
+    return values
+
+
+_FUNCTION_CLOSURE = types.FunctionType.__dict__["__closure__"].__get__
+_FUNCTION_CODE = types.FunctionType.__dict__["__code__"].__get__
+_FUNCTION_DEFAULTS = types.FunctionType.__dict__["__defaults__"].__get__
+_FUNCTION_KWDEFAULTS = types.FunctionType.__dict__["__kwdefaults__"].__get__
+_CELL_CONTENTS = types.CellType.__dict__["cell_contents"].__get__
+
+
+def closure_values(function: types.FunctionType) -> list[tuple[str, Any]]:
+    """(free variable name, value) of a function's closure cells that are set."""
+    cells = _FUNCTION_CLOSURE(function)
+    if not cells:
+        return []
+    names = _FUNCTION_CODE(function).co_freevars
+    values = []
+    for name, cell in zip(names, cells):
+        try:
+            values.append((name, _CELL_CONTENTS(cell)))
+        except ValueError:  # an empty cell
+            continue
+    return values
+
+
+def function_defaults(function: types.FunctionType) -> tuple[Any, Any]:
+    """A function's ``__defaults__`` tuple and ``__kwdefaults__`` dict (None if none)."""
+    return _FUNCTION_DEFAULTS(function), _FUNCTION_KWDEFAULTS(function)
+
+
+def function_name(function: Any) -> str:
+    try:
+        name = _FUNCTION_CODE(function).co_name
+    except Exception:
+        return "?"
+    return name if type(name) is str else "?"
+
+
+_SUSPENDED = {
+    types.GeneratorType: ("generator", types.GeneratorType.__dict__["gi_frame"].__get__),
+    types.CoroutineType: ("coroutine", types.CoroutineType.__dict__["cr_frame"].__get__),
+    types.AsyncGeneratorType: (
+        "async generator",
+        types.AsyncGeneratorType.__dict__["ag_frame"].__get__,
+    ),
+}
+
+
+def suspended_locals(generator: Any) -> tuple[str, str, dict]:
+    """A generator's, coroutine's or async generator's kind, function name and the locals
+    of its frame while it is suspended (an empty dict once it finished or while it runs).
+    Reading a frame's locals runs no code of the user's."""
+    kind, frame_of = _SUSPENDED[type(generator)]
+    frame = frame_of(generator)
+    if frame is None:
+        return kind, "?", {}
+    try:
+        name = frame.f_code.co_name
+        local_vars = frame.f_locals
+    except Exception:
+        return kind, "?", {}
+    return kind, name, dict.copy(local_vars) if isinstance(local_vars, dict) else {}
+
+
+def suspended_module(generator: Any) -> str:
+    """The module a suspended generator's code runs in ('' if finished or unknown)."""
+    _kind, frame_of = _SUSPENDED[type(generator)]
+    try:
+        name = frame_of(generator).f_globals.get("__name__")
+    except Exception:
+        return ""
+    return name if type(name) is str else ""
+
+
+_FUNCTION_MODULE = types.FunctionType.__dict__["__module__"].__get__
+
+
+def function_module(function: Any) -> str:
+    try:
+        name = _FUNCTION_MODULE(function)
+    except Exception:
+        return ""
+    return name if type(name) is str else ""
+
+
+SUSPENDED_TYPES = tuple(_SUSPENDED)
