@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import dataclasses
 import gc
+import html
 import json
 import os
 import pickle
@@ -392,5 +393,8 @@ def test_one_table_for_every_view_of_the_leftovers():
     status = gpu_status(namespace=namespace, history=False)
     shown = leftovers_table(status.leftovers)
     assert shown in status._repr_html_()
-    assert shown in panel_html.render_leftovers(status)
+    # the panel's collapsible section: the same entries, in a table that fits any width
+    panel = panel_html.render_leftovers(status)
+    positions = [panel.index(f">{html.escape(entry.name)}") for entry in status.leftovers]
+    assert positions == sorted(positions)
     assert [entry.name for entry in status.leftovers] == [item.name for item in found]
