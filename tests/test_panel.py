@@ -149,9 +149,12 @@ def test_no_gpu_tree_says_why_and_stays_useful(ip, run_cell, show, torch):
     assert "torch" in details and "CPU-only build" in details and "Colab: no" in details
     assert "CUDA not used yet" in details and "host RAM" in details
     labels = [w.description for w in instance.actions.children]
-    assert labels[:5] == ["Refresh", "Free memory", "Seed", "seed", "deterministic"]
-    assert labels[5].startswith("\u25be Leftovers 1 · 1 MiB")
-    assert labels[6:] == ["\u25be Processes", "\u25be History", "\u25be Details"]
+    assert labels[:2] == ["Refresh", "Free memory"]
+    assert labels[2].startswith("\u25be Leftovers 1")
+    assert labels[3:] == ["\u25be Processes", "\u25be History", "\u25be Details"]
+    # the seed's controls are in the Details section
+    assert [w.description for w in instance.seed_row.children] == ["seed", "deterministic", "Seed"]
+    assert instance.details_box.layout.display is None  # open
     assert isinstance(instance.seed_value, ipywidgets.IntText)
     assert isinstance(instance.deterministic, ipywidgets.Checkbox)
 

@@ -75,6 +75,12 @@ HEALTH_WORDS = {
 }
 
 _LINE = f"{theme.FONT};{theme.ELLIPSIS}"
+# An HTML widget's content box grows with unbreakable text (a flex item's min-width is its
+# content): let it shrink, so long lines are ellipsised instead of widening the panel.
+PANEL_STYLE = (
+    "<style>.cgg-panel .widget-html-content{min-width:0;max-width:100%;overflow:hidden}"
+    ".cgg-panel .widget-html,.cgg-panel .widget-vbox{min-width:0}</style>"
+)
 _ROW = "display:flex;flex-wrap:wrap;align-items:center;column-gap:10px;min-width:0"
 
 
@@ -100,8 +106,9 @@ def render_header(status: GpuStatus, cell: Optional[int] = None, running: str = 
             + "</span>"
         )
     return (
-        f'<div class="cgg-header-html" style="{_LINE}"><b>GPU guard</b> · '
-        f'<span class="cgg-fresh">{when}</span>{badge}</div>'
+        f"{PANEL_STYLE}"
+        f'<div class="cgg-header-html" style="{_LINE}" title="GPU guard: {when}">'
+        f'<b class="cgg-fresh">{when}</b>{badge}</div>'
     )
 
 

@@ -24,10 +24,17 @@ OPEN, SHUT = "\u25be ", "\u25b8 "  # the disclosure triangles on the toggles
 PANEL_BORDER = "1px solid var(--jp-border-color2,rgba(128,128,128,.45))"
 
 
+def _full_width(hidden: bool = False) -> widgets.Layout:
+    # no margin: a widget's default 2 px margins beside width 100% overflow the panel
+    return widgets.Layout(width="100%", margin="0", display="none" if hidden else None)
+
+
+def _button_layout() -> widgets.Layout:
+    return widgets.Layout(width="auto", height="26px", padding="0 8px")
+
+
 def _html_part(name: str, hidden: bool = False) -> widgets.HTML:
-    part = widgets.HTML(
-        value="", layout=widgets.Layout(width="100%", display="none" if hidden else None)
-    )
+    part = widgets.HTML(value="", layout=_full_width(hidden))
     part.add_class(f"cgg-{name}")
     return part
 
@@ -38,7 +45,7 @@ class PanelView(widgets.VBox):
     def __init__(self, **kwargs: Any) -> None:
         self.updates = 0
         self.header = _html_part("header")
-        self.devices = widgets.VBox([], layout=widgets.Layout(width="100%"))
+        self.devices = widgets.VBox([], layout=_full_width())
         self.devices.add_class("cgg-devices")
         self.refresh_button = widgets.Button(
             description="Refresh", icon="refresh", tooltip="take a new snapshot now"
@@ -53,7 +60,7 @@ class PanelView(widgets.VBox):
             description="Seed", icon="random", tooltip="seed_all(seed, deterministic=...)"
         )
         for button in self.buttons:
-            button.layout = widgets.Layout(width="auto")
+            button.layout = _button_layout()
         self.seed_value = widgets.IntText(
             value=DEFAULT_SEED, description="seed", layout=widgets.Layout(width="150px")
         )
@@ -69,32 +76,34 @@ class PanelView(widgets.VBox):
                 value=False,
                 description=SHUT + name,
                 tooltip=f"show or hide {name.lower()}",
-                layout=widgets.Layout(width="auto"),
+                layout=_button_layout(),
             )
             for name in SECTIONS
         }
         for name, toggle in self.toggles.items():
             toggle.add_class(f"cgg-toggle-{name.lower()}")
         self.actions = widgets.HBox(
-            [
-                self.refresh_button,
-                self.free_button,
-                self.seed_button,
-                self.seed_value,
-                self.deterministic,
-                *self.toggles.values(),
-            ],
+            [self.refresh_button, self.free_button, *self.toggles.values()],
             layout=widgets.Layout(flex_flow="row wrap", align_items="center", width="100%"),
         )
         self.actions.add_class("cgg-actions")
+        self.seed_row = widgets.HBox(
+            [self.seed_value, self.deterministic, self.seed_button],
+            layout=widgets.Layout(flex_flow="row wrap", align_items="center", width="100%"),
+        )
+        self.seed_row.add_class("cgg-seed-row")
         self.now = _html_part("now")
         self.message = _html_part("message", hidden=True)
         self.leftovers = _html_part("leftovers", hidden=True)
         self.processes = _html_part("processes", hidden=True)
         self.history = _html_part("history", hidden=True)
-        self.details = _html_part("details", hidden=True)
+        self.details = _html_part("details")
+        self.details_box = widgets.VBox(
+            [self.seed_row, self.details], layout=_full_width(hidden=True)
+        )
+        self.details_box.add_class("cgg-details-box")
         self.sections = dict(
-            zip(SECTIONS, (self.leftovers, self.processes, self.history, self.details))
+            zip(SECTIONS, (self.leftovers, self.processes, self.history, self.details_box))
         )
         self._device_parts: list[widgets.HTML] = []
         super().__init__(
@@ -149,7 +158,7 @@ class PanelView(widgets.VBox):
         if len(pages) != len(self._device_parts):
             parts = self._device_parts[: len(pages)]
             for _ in range(len(parts), len(pages)):
-                part = widgets.HTML(value="", layout=widgets.Layout(width="100%"))
+                part = widgets.HTML(value="", layout=_full_width())
                 part.add_class("cgg-device-part")
                 parts.append(part)
             for extra in self._device_parts[len(pages) :]:
@@ -172,6 +181,8 @@ class PanelView(widgets.VBox):
             self.deterministic,
             *self.toggles.values(),
             self.actions,
+            self.seed_row,
+            self.details,
             self.now,
             self.message,
             *self.sections.values(),
