@@ -336,7 +336,10 @@ def _panel_sections(shell, new: bool = False) -> None:
         *[(f"device {index}", part) for index, part in enumerate(widget.devices.children)],
         ("now", widget.now),
         ("message", widget.message),
-        *[(name.lower(), part) for name, part in widget.sections.items()],
+        ("leftovers", widget.leftovers),
+        ("processes", widget.processes),
+        ("history", widget.history),
+        ("details", widget.details),
     ]
     for name, part in parts:
         value = part.value
