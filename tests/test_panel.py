@@ -796,6 +796,11 @@ def test_history_chart_on_cpu_draws_host_memory_changes(show):
     assert "cell [2]: host memory +50 MiB, resident after 150 MiB" in text
     assert "cell [1]: host memory change not known (first reading)" in text
     assert "most &#9650; [2] +50 MiB" in text
+    # 31 records for 30 cells: the one before gives the first cell's reading before it
+    records = tuple(cell_memory(cell=n, rss_after=(100 + n) * MiB) for n in range(1, 32))
+    status = dataclasses.replace(status, history=records)
+    text = chart.render_history(status, cells=30)
+    assert text.count('class="cgg-cell"') == 30 and text.count('class="cgg-cell-bar"') == 30
 
 
 def test_history_from_the_real_tracker(ip, run_cell, show, torch):

@@ -81,13 +81,15 @@ def leak_text(record: CellMemory) -> str:
     )
 
 
-def render_history(status: GpuStatus) -> str:
-    """The chart of the last cells' changes, or why there is none."""
+def render_history(status: GpuStatus, cells: int = 30) -> str:
+    """The chart of the last `cells` cells' changes, or why there is none. A record before
+    them, when the history has one, gives the first cell's host reading before it."""
     head = f'<div class="cgg-history-html" style="{theme.FONT}">'
     if status.history is None:
         return f"{head}Per-cell history: {_e(status.history_note or 'not recorded')}</div>"
     records = list(status.history)
     measure, changes = cell_changes(records)
+    changes = changes[-cells:]
     if not changes:
         note = status.history_note or ("no cells yet" if not records else "nothing measured")
         return f"{head}Per-cell history: {_e(note)}</div>"

@@ -79,9 +79,13 @@ _LINE = f"{theme.FONT};{theme.ELLIPSIS}"
 # content): let it shrink, so long lines are ellipsised instead of widening the panel.
 PANEL_STYLE = (
     "<style>.cgg-panel .widget-html-content{min-width:0;max-width:100%;overflow:hidden}"
-    ".cgg-panel .widget-html,.cgg-panel .widget-vbox{min-width:0}</style>"
+    ".cgg-panel .widget-html,.cgg-panel .widget-vbox{min-width:0}"
+    # a narrow panel puts a GPU's figures on a second line under its name and bar
+    ".cgg-panel{container-type:inline-size}@container (max-width:560px){"
+    ".cgg-panel .cgg-gpu{flex-wrap:wrap}.cgg-panel .cgg-gpu-rest{flex-basis:100%}}</style>"
 )
 _ROW = "display:flex;flex-wrap:wrap;align-items:center;column-gap:10px;min-width:0"
+_GPU_ROW = "display:flex;flex-wrap:nowrap;align-items:center;column-gap:10px;min-width:0"
 
 
 def _swatch(key: str) -> str:
@@ -146,8 +150,10 @@ def render_device(status: GpuStatus, device: NvmlDevice) -> str:
         f"{_e(name)} <b>{_e(format_bytes(size))}</b></span>"
         for name, size in line.parts
     )
+    sizes = " · ".join(f"{name} {format_bytes(size)}" for name, size in line.parts)
+    rest_title = f"{sizes} · {line.used} · {line.load_title}"
     rows = [
-        f'<div class="cgg-device" style="{theme.FONT}"><div class="cgg-gpu" style="{_ROW}">',
+        f'<div class="cgg-device" style="{theme.FONT}"><div class="cgg-gpu" style="{_GPU_ROW}">',
         f'<span class="cgg-gpu-name" title="{_e(title)}" style="{theme.ELLIPSIS};'
         f'flex:0 1 auto;max-width:240px"><b>{device.index}</b> {_e(line.name)}</span>',
         _bar(
@@ -155,15 +161,12 @@ def render_device(status: GpuStatus, device: NvmlDevice) -> str:
             device.memory_total,
             "flex:1 1 90px;min-width:60px;max-width:220px",
         ),
-        f"<span>{parts}</span>",
-        f'<span class="cgg-used" style="{theme.NOWRAP}">{_e(line.used)}</span>',
+        f'<span class="cgg-gpu-rest" title="{_e(rest_title)}" style="{theme.ELLIPSIS};'
+        f'flex:0 1 auto">{parts} · <span class="cgg-used">{_e(line.used)}</span>',
     ]
     if line.load:
-        rows.append(
-            f'<span class="cgg-load" title="{_e(line.load_title)}" '
-            f'style="{theme.NOWRAP};{theme.MUTED}">{_e(line.load)}</span>'
-        )
-    rows.append("</div>")
+        rows.append(f' · <span class="cgg-load" style="{theme.MUTED}">{_e(line.load)}</span>')
+    rows.append("</span></div>")
     for instance in device.mig_instances:
         segments = [("used", instance.memory_used or 0)]
         if instance.memory_free is not None:
@@ -225,11 +228,11 @@ def render_message(kind: str, text: str, details: str = "") -> str:
 
 
 def section_label(name: str, status: Optional[GpuStatus]) -> str:
-    """The toggle's words: 'Leftovers 3 · 12 MiB', 'Processes 2', 'History', 'Details'."""
+    """The toggle's words: 'Leftovers 3', 'Processes 2', 'History', 'Details'."""
     if status is None:
         return name
     if name == "Leftovers" and status.leftovers is not None and status.leftovers_count:
-        return f"Leftovers {status.leftovers_count} · {format_bytes(status.leftovers_bytes)}"
+        return f"Leftovers {status.leftovers_count}"
     if name == "Processes":
         count = sum(len(device.other_processes()) for device in status.nvml.devices)
         return f"Processes {count}" if count else name
@@ -316,7 +319,9 @@ def render_processes(status: GpuStatus) -> str:
                 f"{_e(process_label(p))}</div>"
                 for p in sorted(device.processes, key=lambda p: -(p.used_memory or 0))
             )
-            parts.append(f"<div>{head}{len(device.processes)} processes{note}</div>{items}")
+            count = len(device.processes)
+            noun = "process" if count == 1 else "processes"
+            parts.append(f"<div>{head}{count} {noun}{note}</div>{items}")
         elif kernel_not_listed(status, device):
             parts.append(f"<div>{head}none ({_e(KERNEL_UNLISTED)})</div>")
         elif device.processes is None and status.nvml.processes_queried:
@@ -336,7 +341,7 @@ def render_details(status: GpuStatus, last_action: str = "") -> str:
     colab = "yes" if status.host.runtime == "Colab" else "no"
     runtime = "" if status.host.runtime in ("Colab", "local") else f" ({status.host.runtime})"
     lines = [*version_lines(status), f"{health} · Colab: {colab}{runtime}"]
-    lines.append(f"host RAM {host_ram(status.host, NO_GPU_RAM)}")
+    lines.append(host_ram(status.host, NO_GPU_RAM))
     when = time.strftime("%H:%M:%S", time.localtime(status.taken_at))
     lines.append(f"snapshot {when}, took {status.duration_ms:.0f} ms")
     body = "".join(f"<div>{_e(line)}</div>" for line in lines)

@@ -50,7 +50,7 @@ def _take_status(shell: Optional[InteractiveShell], leftovers: bool = True) -> G
         history=True,
         namespace=notebook_refs.namespace_to_scan(shell),
         top=TOP_LEFTOVERS,  # the snapshot carries the totals; only the shown ones as entries
-        history_limit=HISTORY_CELLS,
+        history_limit=HISTORY_CELLS + 1,  # one more: the host reading before the first
     )
 
 
@@ -103,7 +103,7 @@ class PanelRefresh(PanelView):
         elif name == "Processes":
             self._set(self.processes, render_processes(status))
         elif name == "History":
-            self._set(self.history, render_history(status))
+            self._set(self.history, render_history(status, HISTORY_CELLS))
         else:
             self._set(self.details, render_details(status, self._last_action))
 
