@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import dataclasses
 import gc
+import html
 import json
 import os
 import pickle
@@ -392,5 +393,12 @@ def test_one_table_for_every_view_of_the_leftovers():
     assert groups_html(report.held_groups()) in report._repr_html_()
     status = gpu_status(namespace=namespace, history=False)
     assert groups_html(status.leftover_groups) in status._repr_html_()
-    assert leftovers_table(status.leftovers) in panel_html.render_leftovers(status)
+    # the panel's collapsible section: the same groups in order, each opening to its arrays
+    panel = panel_html.render_leftovers(status)
+    groups = status.leftover_groups
+    positions = [panel.index(f"<code>{html.escape(group.name)}</code>") for group in groups]
+    assert positions == sorted(positions) and groups
+    for group in groups:
+        for entry in group.entries:
+            assert f">{html.escape(entry.name)}" in panel
     assert [entry.name for entry in status.leftovers] == [item.name for item in found]

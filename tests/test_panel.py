@@ -9,6 +9,7 @@ import dataclasses
 import gc
 import importlib
 import os
+import re
 import subprocess
 import sys
 import types
@@ -72,11 +73,13 @@ def torch():
 def show(ip):
     """Run `%gpu_panel [args]` in the shell and return the panel it shows."""
 
-    def run(args: str = ""):
+    def run(args: str = "", opened: bool = True):
         result = ip.run_cell(f"%gpu_panel {args}".strip(), store_history=True)
         assert result.error_in_exec is None, result.error_in_exec
         instance = panel_module.current_panel(ip)
         assert instance is not None
+        if opened:  # every section open (they stay open across refreshes), as a user would
+            open_sections(instance)
         return instance
 
     return run
@@ -102,6 +105,13 @@ def panel_callbacks(ip):
     ]
 
 
+def open_sections(instance, *names):
+    """Press the section toggles (all by default), as a user would."""
+    for name in names or tuple(instance.toggles):
+        instance.toggles[name].value = True
+    return instance
+
+
 def assert_escaped(text: str) -> None:
     for marker in RAW_MARKERS:
         assert marker not in text, f"unescaped {marker!r} in panel HTML"
@@ -113,27 +123,38 @@ def assert_escaped(text: str) -> None:
 @pytest.mark.cpu_only
 def test_no_gpu_tree_says_why_and_stays_useful(ip, run_cell, show, torch):
     run_cell("import torch\nweights_on_cpu = torch.ones(256, 1024)")
-    instance = show()
+    instance = show(opened=False)
     assert isinstance(instance, ipywidgets.VBox)
     assert "cgg-panel" in instance._dom_classes
     # core widgets only: Colab renders them without a custom widget manager
     for widget in all_widgets(instance):
         assert widget._model_module in CORE_MODULES, type(widget)
         assert widget._view_module in CORE_MODULES, type(widget)
-    assert "no GPU" in instance.header.value
-    assert "torch" in instance.header.value and "CPU-only build" in instance.header.value
-    assert "Colab: no" in instance.header.value
-    assert "CUDA not initialised" in instance.header.value
+    assert f"after cell [{ip.execution_count - 1}]," in instance.header.value
+    # the normal state of a CPU-only machine: a calm line, no warning, no badge
+    assert "cgg-badge" not in instance.header.value and "not initialised" not in html_of(instance)
     (only,) = instance.devices.children
     assert "No GPU: no NVIDIA driver on this machine" in only.value
-    assert "host RAM" in only.value and "available of" in only.value
-    assert "<code>weights_on_cpu</code>" in instance.leftovers.value
+    assert "host RAM" in only.value and "free of" in only.value
+    assert "CPU only: nothing hidden for Free memory to release" in instance.now.value
+    assert "cgg-now-info" in instance.now.value and "cgg-now-warn" not in instance.now.value
+    # the sections are closed, and drawn only once opened
+    assert instance.leftovers.value == "" and instance.leftovers.layout.display == "none"
+    open_sections(instance)
+    assert ">weights_on_cpu</td>" in instance.leftovers.value
     assert "(256, 1024)" in instance.leftovers.value and "1 MiB" in instance.leftovers.value
     assert "held by output history / tracebacks" in instance.leftovers.value
-    assert "Per-cell history" in instance.history.value
-    assert "host RAM" in instance.footer.value
+    assert "What each cell kept" in instance.history.value
+    details = instance.details.value
+    assert "torch" in details and "CPU-only build" in details and "Colab: no" in details
+    assert "CUDA not used yet" in details and "host RAM" in details
     labels = [w.description for w in instance.actions.children]
-    assert labels == ["Refresh", "Free memory", "seed", "deterministic", "Seed"]
+    assert labels[:2] == ["Refresh", "Free memory"]
+    assert labels[2].startswith("\u25be Leftovers 1")
+    assert labels[3:] == ["\u25be Processes", "\u25be History", "\u25be Details"]
+    # the seed's controls are in the Details section
+    assert [w.description for w in instance.seed_row.children] == ["seed", "deterministic", "Seed"]
+    assert instance.details_box.layout.display is None  # open
     assert isinstance(instance.seed_value, ipywidgets.IntText)
     assert isinstance(instance.deterministic, ipywidgets.Checkbox)
 
@@ -143,40 +164,48 @@ def test_zero_gpus_says_nvml_lists_none(world, show):
     instance = show()
     (only,) = instance.devices.children
     assert "No GPU: NVML works but lists no GPU" in only.value
-    assert "driver 550.54.15" in instance.header.value
-    assert "CUDA driver 12.4" in instance.header.value
+    open_sections(instance, "Details")
+    assert "driver 550.54.15" in instance.details.value
+    assert "CUDA driver 12.4" in instance.details.value
 
 
 def test_one_gpu_tree(world, show):
     world(fake_pynvml.one_gpu())
     instance = show()
-    assert "Tesla T4" in instance.header.value
-    assert "driver 550.54.15" in instance.header.value
     (device,) = instance.devices.children
     text = device.value
-    assert "GPU 0: Tesla T4" in text
-    assert "utilisation 37%" in text and "memory bus 12%" in text
-    assert "temperature 51 °C" in text and "power 32 W / 70 W" in text
+    assert 'title="GPU 0: Tesla T4"' in text and "<b>0</b> Tesla T4" in text
+    assert "37% · 51 °C · 32 W" in text  # utilisation, temperature, power
+    assert "memory bus 12%" in text and "power 32 W of 70 W" in text  # in the tooltip
     # NVML charges 1.25 GiB to this process; torch has no CUDA here: one "this kernel" part
-    assert 'cgg-seg-kernel" title="this kernel (NVML; no allocator figures): 1.25 GiB' in text
+    assert 'cgg-seg-kernel" title="this kernel (as NVML counts it): 1.25 GiB' in text
+    assert "this kernel <b>1.25 GiB</b>" in text
     # NVML used (3.66 GiB) less what it charges to this process (1.25 GiB)
-    assert "cgg-seg-others" in text and "other processes <b>2.41 GiB</b>" in text
-    assert "reserved by the driver <b>256 MiB</b>" in text
-    assert "free <b>11.1 GiB</b>" in text
-    assert "other_trainer (PID 5000001, 2.5 GiB)" in text
-    assert "python3" not in text.split("other processes:")[1]  # this kernel is not "other"
+    assert "cgg-seg-others" in text and "others <b>2.41 GiB</b>" in text
+    assert "reserved by the driver: 256 MiB" in text  # the bar's tooltip
+    assert "free <b>11.1 GiB</b>" in text and "3.66 GiB of 15 GiB" in text
+    open_sections(instance, "Processes", "Details")
+    assert "driver 550.54.15" in instance.details.value
+    processes = instance.processes.value
+    assert "PID 5000001 · 2.5 GiB · other_trainer" in processes
+    assert "  &lt;- this kernel" in processes
+    assert instance.toggles["Processes"].description == "\u25be Processes 1"
 
 
 def test_two_gpus_tree(world, show):
     world(fake_pynvml.two_gpus())
     instance = show()
-    assert "NVIDIA A100-SXM4-40GB, NVIDIA H100 80GB HBM3" in instance.header.value
     first, second = instance.devices.children
     assert "GPU 0: NVIDIA A100-SXM4-40GB" in first.value
-    assert "mig_job_a" in first.value and "mig_job_b" in first.value
+    # MIG instances under their GPU, each with its own memory
+    assert first.value.count('class="cgg-mig"') == 2
+    assert "MIG 3g.20gb: 8 GiB of 20 GiB" in first.value
+    assert "MIG 2g.10gb: 4 GiB of 10 GiB" in first.value
     assert "GPU 1: NVIDIA H100 80GB HBM3" in second.value
-    assert "this kernel (NVML; no allocator figures): 6 GiB" in second.value
-    assert "other processes <b>0 B</b>" in second.value
+    assert "this kernel <b>6 GiB</b>" in second.value
+    assert "others" not in second.value.split("cgg-bar")[1]  # no zero legend segments
+    open_sections(instance, "Processes")
+    assert "mig_job_a" in instance.processes.value and "mig_job_b" in instance.processes.value
 
 
 def test_same_model_twice_is_counted_once(world, show):
@@ -184,7 +213,8 @@ def test_same_model_twice_is_counted_once(world, show):
     machine.gpus[0] = dataclasses.replace(machine.gpus[1], uuid="GPU-cccc", bus_id="0:1:0.0")
     world(machine)
     instance = show()
-    assert "2 x NVIDIA H100 80GB HBM3" in instance.header.value
+    first, second = instance.devices.children
+    assert "NVIDIA H100 80GB HBM3" in first.value and "NVIDIA H100 80GB HBM3" in second.value
 
 
 def test_device_bar_splits_allocator_context_others_driver_free(world, show):
@@ -220,6 +250,8 @@ def test_device_bar_splits_allocator_context_others_driver_free(world, show):
     for key in ("tensors", "cache", "context", "others", "driver", "free"):
         assert f"cgg-seg-{key}" in text
     assert "this kernel&#x27;s tensors (allocated): 512 MiB (3.3%)" in text
+    # this kernel = tensors + cache + context; others; free
+    assert "this kernel <b>1.25 GiB</b>" in text and "others <b>2.41 GiB</b>" in text
 
 
 def test_device_bar_when_nvml_cannot_see_this_pid(world, show):
@@ -266,14 +298,17 @@ def test_broken_context_badge_says_restart(world, show):
     assert "cgg-health-broken" in instance.header.value
     assert "CUDA context broken: restart the runtime" in instance.header.value
     assert "device-side assert triggered" in instance.header.value  # tooltip
-    assert "restart the runtime" in instance.notes.value
+    assert "cgg-now-error" in instance.now.value and "restart the runtime" in instance.now.value
+    open_sections(instance, "Details")
+    assert "restart the runtime" in instance.details.value  # the notes
 
 
 def test_colab_is_detected_in_the_header(monkeypatch, show):
     monkeypatch.setenv("COLAB_RELEASE_TAG", "release-colab-20240101")
     instance = show()
-    assert "Colab: yes" in instance.header.value
-    assert "Change runtime type" in instance.notes.value
+    open_sections(instance, "Details")
+    assert "Colab: yes" in instance.details.value
+    assert "Change runtime type" in instance.details.value
 
 
 # ---------------------------------------------------------------- refresh cost and updates
@@ -286,8 +321,8 @@ def test_refresh_writes_only_what_changed(show):
     assert instance.refresh(status) == 0  # the same snapshot: nothing written
     assert instance.updates == before
     later = dataclasses.replace(status, taken_at=status.taken_at + 3600)
-    assert instance.refresh(later) == 1  # only the footer's time changed
-    assert instance.updates == before + 1
+    assert instance.refresh(later) == 2  # only the header's and the open Details' times
+    assert instance.updates == before + 2
 
 
 def test_refresh_takes_exactly_one_snapshot(ip, show, monkeypatch):
@@ -671,7 +706,7 @@ def test_leftovers_show_the_top_ten_and_the_freeable_total(show):
         leftover(
             name=f"t{index}",
             holder="output history" if index % 2 else "user variable",
-            shape=(index + 1, 4),
+            shape=(index + 1, 4) if index else (20000,),
             dtype="float32",
             device="cuda:0",
             nbytes=(index + 1) * MiB,
@@ -685,14 +720,22 @@ def test_leftovers_show_the_top_ten_and_the_freeable_total(show):
         leftovers_count=12,
         leftovers_bytes=78 * MiB,
         leftovers_freeable_bytes=None,  # a snapshot without the total: from the entries
+        leftover_groups=None,  # nor groups: the arrays themselves are listed
     )
     text = panel_html.render_leftovers(status)
     assert "12 arrays, 78 MiB in all (the 10 biggest shown)" in text
-    assert text.count("<code>") == 10
-    assert "<code>t11</code>" in text and "<code>t1</code>" not in text
+    assert text.count("<tr>") == 11  # the heading and ten arrays
+    assert 'title="t11"' in text and ">t11</td>" in text and ">t1</td>" not in text
     # odd indexes are output history: 2+4+...+12 MiB = 42 MiB, including the two not shown
     assert "held by output history / tracebacks: <b>42 MiB</b>" in text
     assert "(12, 4)" in text and "cuda:0" in text and "float32" in text
+    # a long name is cut by the table's fixed layout, the full name on hover
+    assert "table-layout:fixed" in text and "text-overflow:ellipsis" in text
+    status = dataclasses.replace(
+        status, leftovers=(dataclasses.replace(entries[0], name="w" * 300),)
+    )
+    assert f'title="{"w" * 300}"' in panel_html.render_leftovers(status)
+    assert "(20000,)" in panel_html.render_leftovers(status)  # a 1-D shape as Python writes it
     # a live snapshot carries the total over everything found, shown or not
     status = dataclasses.replace(
         status, leftovers=status.leftovers[:10], leftovers_freeable_bytes=0
@@ -703,52 +746,77 @@ def test_leftovers_show_the_top_ten_and_the_freeable_total(show):
     assert "held by output history / tracebacks: <b>42 MiB</b>" in text
 
 
-def test_history_chart_marks_peaks_leaks_and_cells(show):
+def test_history_chart_shows_what_each_cell_kept_on_a_labelled_scale(show):
     instance = show()
     records = tuple(
         cell_memory(
             cell=number,
-            allocated_before=0,
+            devices=1,
+            allocated_before=(number - 1) * 100 * MiB,
             allocated_after=number * 100 * MiB,
-            peak=number * 150 * MiB,
+            peak=(number - 1) * 100 * MiB + 150 * MiB,
             reserved_after=number * 128 * MiB,
             rerun_leak=number == 7,
-            leak_bytes=64 * MiB if number == 7 else None,
+            leak_bytes=100 * MiB if number == 7 else 0,
+            leak_kind="cuda allocated" if number == 7 else "",
+            rerun_of=5 if number == 7 else None,
         )
         for number in range(3, 9)
     )
     status = dataclasses.replace(instance.last_status, history=records, history_note=None)
     text = chart.render_history(status)
-    assert "<svg" in text and text.count('<g class="cgg-cell">') == 6
+    assert "What each cell kept</b> (CUDA allocated, the last 6 cells)" in text
+    assert text.count('class="cgg-cell"') == 6 and text.count('class="cgg-cell-bar"') == 6
+    # each cell kept 100 MiB; its peak rose 150 MiB above its start: the scale ends at 200 MiB
+    assert ">+200 MiB</div>" in text and ">0 B</div>" in text
+    assert text.count(f"height:{chart.PLOT_H / 2:.1f}px;background") == 6  # 100 of 200 MiB
+    assert text.count('class="cgg-cell-peak"') == 6
     assert (
-        "<title>cell [7]: allocated 700 MiB, peak 1.03 GiB, reserved 896 MiB, "
-        "LEAK on rerun: 64 MiB</title>"
+        'title="cell [7]: CUDA allocated +100 MiB, allocated after 700 MiB, peak 750 MiB; '
+        "rerun leak: [7] (rerun of [5]) kept +100 MiB of cuda allocated again"
     ) in text
-    assert text.count('fill="#d62728"') == 2  # the leaked bar and its marker
-    assert "1 rerun leak" in text
-    assert 'stroke-dasharray="2,1"' in text  # peaks
+    assert text.count("rerun leak</span> [7] (rerun of [5]) kept +100 MiB") == 1  # named
     for number in range(3, 9):
-        assert f">{number}</text>" in text
-    assert "last [8] 800 MiB" in text
+        assert f">{number}</span>" in text
+    assert "last [8] +100 MiB" in text
     instance.refresh(status)
     assert instance.history.value == text
 
 
-def test_history_without_gpu_figures_says_so(show):
+def test_history_chart_on_cpu_draws_host_memory_changes(show):
     instance = show()
-    records = (cell_memory(cell=1), cell_memory(cell=2))
+    records = tuple(
+        cell_memory(cell=number, rss_after=rss * MiB)
+        for number, rss in ((1, 100), (2, 150), (3, 130))
+    )
     status = dataclasses.replace(instance.last_status, history=records, history_note=None)
     text = chart.render_history(status)
-    assert "2 cells, no GPU memory figures" in text and "<svg" not in text
+    assert "(host memory, the last 3 cells)" in text and "last [3] -20 MiB" in text
+    assert text.count('class="cgg-cell-bar"') == 2  # the first cell has no reading before it
+    assert ">+50 MiB</div>" in text and ">-20 MiB</div>" in text  # the scale's ends
+    assert "cell [2]: host memory +50 MiB, resident after 150 MiB" in text
+    assert "cell [1]: host memory change not known (first reading)" in text
+    assert "most &#9650; [2] +50 MiB" in text
+    # 31 records for 30 cells: the one before gives the first cell's reading before it
+    records = tuple(cell_memory(cell=n, rss_after=(100 + n) * MiB) for n in range(1, 32))
+    status = dataclasses.replace(status, history=records)
+    text = chart.render_history(status, cells=30)
+    assert text.count('class="cgg-cell"') == 30 and text.count('class="cgg-cell-bar"') == 30
 
 
-def test_history_from_the_real_tracker(ip, run_cell, show):
+def test_history_from_the_real_tracker(ip, run_cell, show, torch):
     pytest.importorskip("colab_gpu_guard.tracker")
     instance = show()
     run_cell("h_value = 8")
+    run_cell("kept_by_the_cell = torch.ones(24 * 2**20, dtype=torch.uint8) + 1")
+    nbytes = ip.user_ns["kept_by_the_cell"].untyped_storage().nbytes()
     run_cell("h_value += 1")
-    assert instance.last_status.history is not None
-    assert "Per-cell history" in instance.history.value
+    text = instance.history.value
+    assert "What each cell kept</b> (host memory" in text
+    cell = ip.execution_count - 2
+    match = re.search(rf"cell \[{cell}\]: host memory \+([0-9.]+) MiB", text)
+    assert match is not None, text
+    assert float(match.group(1)) * MiB >= nbytes * 0.95  # the tensor it kept (24 MiB)
 
 
 # ---------------------------------------------------------------- import cost

@@ -328,8 +328,9 @@ def test_kernel_matched_by_memory_in_a_container(fake, cuda_torch):
 
     segments = dict(panel_html.device_segments(snap, snap.nvml.devices[0]))
     assert segments["context"] == 256 * MiB and segments["others"] == 5 * GiB
-    device = panel_html.render_device(snap, snap.nvml.devices[0])
-    assert "other_trainer" not in device and "5000001" in device
+    processes = panel_html.render_processes(snap)
+    assert "other_trainer" not in processes and "PID 5000001" in processes
+    assert "&lt;- this kernel (matched by memory)" in processes
 
 
 @pytest.mark.parametrize(
@@ -359,9 +360,9 @@ def test_kernel_not_identified_when_the_fit_is_not_unique(
     assert "this kernel is among them, not identified" in snap.to_html()
     from colab_gpu_guard.status import panel_html
 
+    processes = panel_html.render_processes(snap)
+    assert "2 processes (this kernel is among them, not identified" in processes
     device = panel_html.render_device(snap, snap.nvml.devices[0])
-    assert "other processes:" not in device  # not "all other processes": this kernel is there
-    assert "processes (this kernel is among them, not identified" in device
     assert "other processes + this kernel&#x27;s CUDA context" in device
 
 
@@ -464,7 +465,7 @@ def test_a_gpu_where_nvml_lists_no_process_at_all_says_so(fake, cuda_torch):
     assert "processes    none (NVML lists not even this kernel" in text
     assert "NVML figure n/a: NVML lists no process on this GPU" in text
     assert "processes: none (NVML lists not even this kernel" in snap.to_html()
-    assert "NVML lists not even this kernel" in panel_html.render_device(snap, snap.nvml.devices[0])
+    assert "NVML lists not even this kernel" in panel_html.render_processes(snap)
 
 
 @pytest.mark.cpu_only
@@ -689,7 +690,6 @@ def test_nvml_failing_to_start_on_a_lost_gpu_is_a_banner_too(fake):
 
 def test_a_v1_used_figure_says_it_includes_driver_reserved_memory(fake):
     from colab_gpu_guard.status import panel_html
-    from colab_gpu_guard.status.chart import render_history
 
     world = fake(fake_pynvml.one_gpu())
     world.driver_lacks.add("nvmlDeviceGetMemoryInfo_v2")
@@ -711,7 +711,6 @@ def test_a_v1_used_figure_says_it_includes_driver_reserved_memory(fake):
     )
     snap = dataclasses.replace(snap, history=(record,))
     assert "NVML 5 GiB (including driver-reserved memory)" in snap.to_text()
-    assert "NVML used (including driver-reserved memory) after the last 1" in render_history(snap)
 
 
 def test_views_render_the_snapshot_without_querying_again(fake):

@@ -1,124 +1,198 @@
-"""The panel's per-cell history: an inline-SVG bar chart of memory after each of the last
-cells, from one `GpuStatus` (its ``history``)."""
+"""The panel's per-cell chart: what each of the last cells kept.
+
+A bar per cell is this kernel's own change during the cell - CUDA allocated bytes (summed
+over devices) once torch uses CUDA, else the process's resident host memory (the tracker's
+reading after the cell minus the one before it) - on a scale with labelled ticks, the
+biggest change labelled, each cell's allocator peak above its bar, and rerun leaks named
+(what the rerun kept, and which cell it reruns). Plain HTML boxes (no SVG): the bars share
+the panel's width and the text takes the theme's colour.
+"""
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Optional
+import math
+from typing import TYPE_CHECKING, NamedTuple, Optional
 
-from ..nvml import INCLUDES_RESERVED, V1
-from ..units import format_bytes
+from ..units import format_bytes, signed_bytes
+from . import theme
 from .html import escape as _e
-from .panel_html import _FONT, _WARN
 
 if TYPE_CHECKING:
     from ..tracker import CellMemory
     from .snapshot import GpuStatus
 
-
-def _history_values(
-    status: GpuStatus, records: list[CellMemory]
-) -> tuple[str, list[Optional[int]], list[Optional[int]]]:
-    """What to chart: torch's allocated bytes once CUDA is in use, else NVML's used bytes
-    when recorded, else nothing (the tracker records 0 allocated without CUDA)."""
-    allocated = [r.allocated_after for r in records]
-    cuda = bool(getattr(status.torch, "cuda_initialized", False))
-    if any(value for value in allocated) or (cuda and any(v is not None for v in allocated)):
-        return "allocated", allocated, [r.exact_peak for r in records]  # no outline at a bound
-    used = [r.nvml_used_after for r in records]
-    if any(value is not None for value in used):
-        v1 = any(r.nvml_used_call == V1 for r in records)
-        kind = f"NVML used ({INCLUDES_RESERVED})" if v1 else "NVML used"
-        return kind, used, [None] * len(records)
-    return "", [], []
+CUDA_MEASURE = "CUDA allocated"
+HOST_MEASURE = "host memory"
+PLOT_H = 72  # px
+AXIS_W = 60  # px: the tick labels' column
 
 
-def render_history(status: GpuStatus, width: int = 560, height: int = 120) -> str:
-    """An inline-SVG bar chart of memory after each of the last cells: the bar is allocated
-    memory after the cell, the outline its peak, red bars leaked on rerun. Each bar's
-    tooltip gives the cell number and figures; the cell numbers are printed below."""
-    head = f'<div class="cgg-history-html" style="{_FONT}">'
+class CellChange(NamedTuple):
+    cell: Optional[int]
+    change: Optional[int]  # None: not known (the first host reading)
+    peak: Optional[int]  # the CUDA peak above the cell's start, when exact
+    record: CellMemory
+
+
+def cell_changes(records: list[CellMemory]) -> tuple[str, list[CellChange]]:
+    """(measure, each cell's change): CUDA allocated when any cell had CUDA devices, else
+    host memory; "" when nothing was measured."""
+    if any(r.devices for r in records):
+        return CUDA_MEASURE, [
+            CellChange(
+                r.cell,
+                r.delta if r.devices else None,
+                r.exact_peak - r.allocated_before
+                if r.devices and r.exact_peak is not None
+                else None,
+                r,
+            )
+            for r in records
+        ]
+    if not any(r.rss_after is not None for r in records):
+        return "", []
+    changes, before = [], None
+    for r in records:
+        change = r.rss_after - before if r.rss_after is not None and before is not None else None
+        changes.append(CellChange(r.cell, change, None, r))
+        before = r.rss_after
+    return HOST_MEASURE, changes
+
+
+def _nice(value: float) -> float:
+    """The smallest 1, 2 or 5 x 1024^k x 10^j at or above value (a tick that reads well)."""
+    if value <= 0:
+        return 1.0
+    unit = 1024 ** int(math.log(value, 1024)) if value >= 1024 else 1
+    scaled = value / unit
+    step = 10 ** math.floor(math.log10(scaled))
+    for factor in (1, 2, 5, 10):
+        if factor * step >= scaled:
+            return factor * step * unit
+    return 10 * step * unit
+
+
+def leak_text(record: CellMemory) -> str:
+    cell = "-" if record.cell is None else record.cell
+    again = f" (rerun of [{record.rerun_of}])" if record.rerun_of is not None else ""
+    return (
+        f"[{cell}]{again} kept {signed_bytes(record.leak_bytes)} of {record.leak_kind} again:"
+        " its earlier results are still held"
+    )
+
+
+def render_history(status: GpuStatus, cells: int = 30) -> str:
+    """The chart of the last `cells` cells' changes, or why there is none. A record before
+    them, when the history has one, gives the first cell's host reading before it."""
+    head = f'<div class="cgg-history-html" style="{theme.FONT}">'
     if status.history is None:
-        note = status.history_note or "not recorded"
-        return f"{head}<b>Per-cell history</b>: {_e(note)}</div>"
+        return f"{head}Per-cell history: {_e(status.history_note or 'not recorded')}</div>"
     records = list(status.history)
-    if not records:
-        return f"{head}<b>Per-cell history</b>: {_e(status.history_note or 'no cells yet')}</div>"
-    kind, values, peaks = _history_values(status, records)
-    note = f" ({_e(status.history_note)})" if status.history_note else ""
-    leaks = sum(1 for r in records if r.rerun_leak)
-    leak_text = (
-        f' &middot; <span style="{_WARN}">{leaks} rerun leak{"s" if leaks != 1 else ""}</span>'
-        if leaks
-        else ""
+    measure, changes = cell_changes(records)
+    changes = changes[-cells:]
+    if not changes:
+        note = status.history_note or ("no cells yet" if not records else "nothing measured")
+        return f"{head}Per-cell history: {_e(note)}</div>"
+    known = [c.change for c in changes if c.change is not None]
+    peaks = [c.peak for c in changes if c.peak is not None]
+    high = _nice(max([0, *known, *peaks]))
+    low = -_nice(-min(known)) if known and min(known) < 0 else 0.0
+    span = high - low
+    zero_y = PLOT_H * high / span
+    biggest = max(changes, key=lambda c: c.change if c.change is not None else -math.inf)
+    bars, labels = [], []
+    every = 1 if len(changes) <= 16 else 2
+    for index, item in enumerate(changes):
+        bars.append(_bar(item, measure, span, zero_y, item is biggest and (item.change or 0) > 0))
+        shown = index % every == (len(changes) - 1) % every
+        text = "" if item.cell is None or not shown else str(item.cell)
+        labels.append(
+            f'<span style="flex:1 1 0;min-width:0;text-align:center;overflow:hidden">'
+            f"{_e(text)}</span>"
+        )
+    ticks = "".join(
+        f'<div style="position:absolute;right:4px;top:{y - 9:.0f}px;{theme.NOWRAP}">'
+        f"{_e(label)}</div>"
+        for y, label in (
+            (0, signed_bytes(int(high))),
+            (zero_y, "0 B"),
+            *(((PLOT_H, signed_bytes(int(low))),) if low < 0 else ()),
+        )
     )
-    if not kind:
-        leaked = ", ".join(
-            f"[{_e(r.cell)}] +{_e(format_bytes(r.leak_bytes))}" for r in records if r.rerun_leak
-        )
-        return (
-            f"{head}<b>Per-cell history</b>{note}: {len(records)} cells, no GPU memory figures "
-            f"(CUDA is not in use in this kernel){leak_text}"
-            + (f"<br>leaked on rerun: {leaked}" if leaked else "")
-            + "</div>"
-        )
-    top = max([v for v in values if v is not None] + [p for p in peaks if p is not None] + [1])
-    plot_h = height - 30
-    slot = width / max(len(records), 1)
-    bar_w = max(2.0, slot * 0.7)
-    label_every = max(1, len(records) // 15 + (1 if len(records) % 15 else 0))
-    svg = [
-        f'<svg class="cgg-chart" width="{width}" height="{height}" '
-        f'viewBox="0 0 {width} {height}" xmlns="http://www.w3.org/2000/svg" '
-        'style="max-width:100%;font-size:10px">',
-        f'<line x1="0" y1="{plot_h + 0.5}" x2="{width}" y2="{plot_h + 0.5}" stroke="#999"/>',
-        f'<text x="2" y="10" fill="#666">{_e(format_bytes(top))}</text>',
+    grid = "".join(
+        f'<div style="position:absolute;left:0;right:0;top:{y:.0f}px;'
+        f'border-top:1px {style} {theme.BORDER}"></div>'
+        for y, style in ((0, "dotted"), (zero_y, "solid"), (PLOT_H, "dotted"))
+    )
+    last = changes[-1]
+    summary = f"<b>What each cell kept</b> ({_e(measure)}, the last {len(changes)} cells)"
+    if last.change is not None:
+        summary += f" · last [{_e(last.cell)}] {_e(signed_bytes(last.change))}"
+    if biggest.change is not None and biggest.change > 0:
+        summary += f" · most &#9650; [{_e(biggest.cell)}] {_e(signed_bytes(biggest.change))}"
+    leaks = [leak_text(c.record) for c in changes if c.record.rerun_leak]
+    leak_html = "".join(
+        f'<div class="cgg-leak">{theme.label("warn", "rerun leak")} {_e(text)}</div>'
+        for text in leaks
+    )
+    legend = (
+        f'<div style="{theme.MUTED};font-size:12px">bar: this kernel\'s change during the cell'
+        + ("; outline: its peak above the start" if peaks else "")
+        + "; hover a bar for its figures</div>"
+    )
+    return (
+        f"{head}{summary}"
+        f'<div class="cgg-chart" style="display:flex;margin-top:4px">'
+        f'<div style="position:relative;flex:0 0 {AXIS_W}px;height:{PLOT_H}px;font-size:11px">'
+        f"{ticks}</div>"
+        f'<div style="flex:1 1 auto;min-width:0">'
+        f'<div style="position:relative;height:{PLOT_H}px;display:flex;align-items:stretch">'
+        f"{grid}{''.join(bars)}</div>"
+        f'<div class="cgg-chart-cells" style="display:flex;font-size:11px;line-height:14px">'
+        f"{''.join(labels)}</div></div></div>{leak_html}{legend}</div>"
+    )
+
+
+def _bar(item: CellChange, measure: str, span: float, zero_y: float, biggest: bool) -> str:
+    change = item.change
+    record = item.record
+    cell = "-" if item.cell is None else item.cell
+    tip = f"cell [{cell}]: {measure} " + (
+        signed_bytes(change) if change is not None else "change not known (first reading)"
+    )
+    if measure == CUDA_MEASURE:
+        tip += f", allocated after {format_bytes(record.allocated_after)}, peak {record.peak_text}"
+    elif record.rss_after is not None:
+        tip += f", resident after {format_bytes(record.rss_after)}"
+    if record.rerun_leak:
+        tip += f"; rerun leak: {leak_text(record)}"
+    if record.ooms:
+        tip += f"; {record.ooms} out-of-memory error(s)"
+    parts = [
+        f'<div class="cgg-cell" title="{_e(tip)}" style="position:relative;flex:1 1 0;'
+        'min-width:0;margin:0 1px">'
     ]
-    for index, record in enumerate(records):
-        x = index * slot + (slot - bar_w) / 2
-        value = values[index] or 0
-        peak = peaks[index]
-        bar_h = plot_h * value / top
-        colour = "#d62728" if record.rerun_leak else "#1f77b4"
-        tip = f"cell [{record.cell}]: {kind} {format_bytes(values[index])}"
-        if kind == "allocated":
-            tip += f", peak {record.peak_text}"
-        if record.reserved_after is not None:
-            tip += f", reserved {format_bytes(record.reserved_after)}"
-        if record.rerun_leak:
-            tip += f", LEAK on rerun: {format_bytes(record.leak_bytes)}"
-        if record.ooms:
-            tip += f", {record.ooms} OOM(s)"
-        group = [f'<g class="cgg-cell"><title>{_e(tip)}</title>']
-        if peak is not None and peak > value:
-            peak_h = plot_h * peak / top
-            group.append(
-                f'<rect x="{x:.1f}" y="{plot_h - peak_h:.1f}" width="{bar_w:.1f}" '
-                f'height="{peak_h:.1f}" fill="none" stroke="#1f77b4" stroke-dasharray="2,1"/>'
-            )
-        group.append(
-            f'<rect x="{x:.1f}" y="{plot_h - bar_h:.1f}" width="{bar_w:.1f}" '
-            f'height="{max(bar_h, 0.5):.1f}" fill="{colour}"/>'
+    if item.peak is not None and item.peak > 0:
+        height = PLOT_H * item.peak / span
+        parts.append(
+            f'<div class="cgg-cell-peak" style="position:absolute;left:15%;right:15%;'
+            f"top:{zero_y - height:.1f}px;height:{height:.1f}px;"
+            f'border:1px dashed {theme.segment_colour("tensors")}"></div>'
         )
-        if record.rerun_leak:
-            group.append(
-                f'<text x="{x + bar_w / 2:.1f}" y="{max(plot_h - bar_h - 2, 9):.1f}" '
-                f'text-anchor="middle" fill="#d62728">&#9650;</text>'
+    if change:
+        height = max(1.0, PLOT_H * abs(change) / span)
+        top = zero_y - height if change > 0 else zero_y
+        key = "others" if record.rerun_leak else "tensors"
+        parts.append(
+            f'<div class="cgg-cell-bar" style="position:absolute;left:15%;right:15%;'
+            f'top:{top:.1f}px;height:{height:.1f}px;background:{theme.segment_colour(key)}">'
+            "</div>"
+        )
+        if biggest:
+            parts.append(
+                f'<div class="cgg-cell-max" style="position:absolute;left:0;right:0;'
+                f'text-align:center;top:{max(top - 14, 0):.0f}px;font-size:10px;line-height:12px">'
+                "&#9650;</div>"
             )
-        if index % label_every == 0 or index == len(records) - 1:
-            group.append(
-                f'<text x="{x + bar_w / 2:.1f}" y="{plot_h + 12}" text-anchor="middle" '
-                f'fill="#666">{_e(record.cell)}</text>'
-            )
-        group.append("</g>")
-        svg.append("".join(group))
-    svg.append(
-        f'<text x="{width - 2}" y="{height - 2}" text-anchor="end" fill="#666">'
-        "cell &#8594; bars: after the cell; dashed: peak; red &#9650;: leaked on rerun</text>"
-    )
-    svg.append("</svg>")
-    last = records[-1]
-    summary = (
-        f"<b>Per-cell history</b>{note}: {kind} after the last {len(records)} cells, "
-        f"last [{_e(last.cell)}] {_e(format_bytes(values[-1]))}{leak_text}"
-    )
-    return f"{head}{summary}<br>{''.join(svg)}</div>"
+    parts.append("</div>")
+    return "".join(parts)

@@ -1,9 +1,12 @@
-"""The widget panel's sections as HTML fragments, each a view of one `GpuStatus`: header,
-per-device memory bar, no-GPU notice, notes, leftovers, footer, and an action's message.
-The per-cell history chart is in `chart`. Pure functions: no widget, no query.
+"""The widget panel's sections as HTML fragments, each a view of one `GpuStatus`.
 
-Everything shown that this module did not write itself - variable names, process names, GPU
-names, error texts - is HTML-escaped.
+Collapsed, the panel is a header with the figures' age, one line per GPU (`render_device`,
+MIG instances under it) or one calm line without a GPU (`render_no_gpu`), the buttons, and
+one line of what matters now (`render_now`) or of the last action (`render_message`). The
+collapsible sections: leftovers (`render_leftovers`), processes (`render_processes`), the
+per-cell chart (`chart`) and details (`render_details`). Pure functions: no widget, no query.
+Everything shown that this module did not write itself is HTML-escaped; colours come from
+`theme`.
 """
 
 from __future__ import annotations
@@ -11,9 +14,19 @@ from __future__ import annotations
 import time
 from typing import TYPE_CHECKING, Any, Optional
 
-from ..leftovers.html import leftovers_table
-from ..nvml import INCLUDES_RESERVED, V1
+from ..nvml import INCLUDES_RESERVED
 from ..units import USER_VARIABLE, format_bytes
+from . import theme
+from .compact import (
+    KERNEL,
+    NO_GPU_RAM,
+    device_segments,
+    freshness,
+    gpu_line,
+    mig_text,
+    no_gpu_text,
+    now_items,
+)
 from .html import escape as _e
 from .text import (
     KERNEL_AMONG,
@@ -22,308 +35,361 @@ from .text import (
     kernel_not_identified,
     kernel_not_listed,
     lost_banner,
+    process_label,
+    version_lines,
 )
 
 if TYPE_CHECKING:
-    from ..leftovers.records import Leftover
     from ..nvml import NvmlDevice
     from .snapshot import GpuStatus
 
+__all__ = ["device_segments"]  # re-exported: the bar's facts live in `compact`
+
 TOP_LEFTOVERS = 10  # the leftovers the panel lists
 
-# The segments of a device's memory bar: key -> (label, colour).
+# A bar segment's name in its tooltip.
 SEGMENTS = {
-    "tensors": ("this kernel's tensors (allocated)", "#1f77b4"),
-    "cache": ("this kernel's allocator cache (reserved - allocated)", "#9ecae1"),
-    "context": ("CUDA context + other libraries in this process", "#9467bd"),
-    "kernel": ("this kernel (NVML; no allocator figures)", "#6a51a3"),
-    "others": ("other processes", "#ff7f0e"),
-    "others+context": ("other processes + this kernel's CUDA context", "#ff7f0e"),
-    # with NVML's v1 memory call "used" includes what the driver reserves
-    "others+driver": (f"other processes ({INCLUDES_RESERVED})", "#ff7f0e"),
-    "others+context+driver": (
-        f"other processes + this kernel's CUDA context ({INCLUDES_RESERVED})",
-        "#ff7f0e",
-    ),
-    "driver": ("reserved by the driver", "#7f7f7f"),
-    "free": ("free", "#e5f5e0"),
+    "tensors": "this kernel's tensors (allocated)",
+    "cache": "this kernel's allocator cache (reserved - allocated)",
+    "context": "CUDA context + other libraries in this process",
+    "kernel": "this kernel (as NVML counts it)",
+    "others": "other processes",
+    "others+context": "other processes + this kernel's CUDA context",
+    "others+driver": f"other processes ({INCLUDES_RESERVED})",
+    "others+context+driver": f"other processes + this kernel's CUDA context ({INCLUDES_RESERVED})",
+    "driver": "reserved by the driver",
+    "free": "free",
+    "used": "used",
 }
+PART_COLOURS = {KERNEL: "tensors", "others": "others", "free": "free"}
 
 BADGES = {
-    "ok": ("CUDA context ok", "#2ca02c"),
-    "not initialised": ("CUDA not initialised", "#7f7f7f"),
-    "no torch": ("torch not imported", "#7f7f7f"),
-    "broken": ("CUDA context broken: restart the runtime", "#d62728"),
-    "busy": ("GPU busy: queued CUDA work still running", "#e6a100"),
-    "forked": ("forked process: CUDA cannot be used here", "#7f7f7f"),
+    "broken": ("error", "CUDA context broken: restart the runtime"),
+    "busy": ("warn", "GPU busy: queued CUDA work still running"),
+    "forked": ("warn", "forked process: CUDA cannot be used here"),
+}
+HEALTH_WORDS = {
+    "ok": "CUDA context ok",
+    "not initialised": "CUDA not used yet",
+    "no torch": "torch not imported",
 }
 
-_FONT = "font-family:var(--jp-ui-font-family,sans-serif);font-size:13px;line-height:1.4"
-_MUTED = "opacity:.7"
-_WARN = "color:#b00020"
+_LINE = f"{theme.FONT};{theme.ELLIPSIS}"
+# An HTML widget's content box grows with unbreakable text (a flex item's min-width is its
+# content): let it shrink, so long lines are ellipsised instead of widening the panel.
+PANEL_STYLE = (
+    "<style>.cgg-panel .widget-html-content{min-width:0;max-width:100%;overflow:hidden}"
+    ".cgg-panel .widget-html,.cgg-panel .widget-vbox{min-width:0}"
+    # a narrow panel puts a GPU's figures on a second line under its name and bar
+    ".cgg-panel{container-type:inline-size}@container (max-width:560px){"
+    ".cgg-panel .cgg-gpu{flex-wrap:wrap}.cgg-panel .cgg-gpu-rest{flex-basis:100%}}</style>"
+)
+_ROW = "display:flex;flex-wrap:wrap;align-items:center;column-gap:10px;min-width:0"
+_GPU_ROW = "display:flex;flex-wrap:nowrap;align-items:center;column-gap:10px;min-width:0"
 
-# The host RAM figures as the no-GPU notice and the footer word them.
-_NO_GPU_RAM = "host RAM {available} available of {total}; this kernel uses {rss}"
-_FOOTER_RAM = "host RAM {available} free of {total}, this kernel {rss}"
 
-
-def render_header(status: GpuStatus) -> str:
-    """GPU model(s), driver, CUDA driver, torch + CUDA runtime, Colab yes/no, context badge."""
-    view, torch = status.nvml, status.torch
-    if view.available and view.devices:
-        names: dict[str, int] = {}
-        for device in view.devices:
-            name = device.name or "GPU (name n/a)"
-            names[name] = names.get(name, 0) + 1
-        gpus = ", ".join(
-            f"{count} x {name}" if count > 1 else name for name, count in names.items()
-        )
-    elif view.available:
-        gpus = "no GPU visible to NVML"
-    else:
-        gpus = "no GPU"
-    driver = view.driver_version if view.available else None
-    cuda_driver = view.cuda_driver_version if view.available else None
-    if torch.version is None:
-        torch_text = "torch not imported"
-    elif torch.cuda_runtime:
-        torch_text = f"torch {torch.version} (CUDA runtime {torch.cuda_runtime})"
-    else:
-        torch_text = f"torch {torch.version} (CPU-only build)"
-    colab = "yes" if status.host.runtime == "Colab" else "no"
-    runtime = "" if status.host.runtime in ("Colab", "local") else f" ({status.host.runtime})"
-    label, colour = BADGES.get(torch.health, (f"CUDA context: {torch.health}", "#7f7f7f"))
-    detail = f' title="{_e(torch.health_detail)}"' if torch.health_detail else ""
-    badge = (
-        f'<span class="cgg-badge cgg-health-{_e(torch.health.replace(" ", "-"))}"{detail} '
-        f'style="background:{colour};color:#fff;border-radius:3px;padding:0 6px">'
-        f"{_e(label)}</span>"
-    )
+def _swatch(key: str) -> str:
     return (
-        f'<div class="cgg-header-html" style="{_FONT}">'
-        f"<b>GPU guard</b> &middot; <b>{_e(gpus)}</b> {badge}<br>"
-        f"driver {_e(driver or 'n/a')} &middot; CUDA driver {_e(cuda_driver or 'n/a')} "
-        f"&middot; {_e(torch_text)} &middot; Colab: {colab}{_e(runtime)}</div>"
+        f'<span style="display:inline-block;width:8px;height:8px;margin-right:3px;'
+        f'background:{theme.segment_colour(key)};border:1px solid {theme.BORDER}"></span>'
     )
 
 
-def device_segments(status: GpuStatus, device: NvmlDevice) -> list[tuple[str, int]]:
-    """The memory bar of one NVML device as (segment key, bytes), in drawing order.
-
-    tensors = allocated and cache = reserved - allocated come from this kernel's caching
-    allocator (CUDA devices of this kernel on that GPU); context = what NVML charges to this
-    process beyond the allocator's reserved bytes; others = NVML's used bytes not charged to
-    this process; driver = what the driver sets aside (NVML v2 memory call; with v1 it is
-    inside NVML's used, and the others segment says so); free = NVML. This kernel's NVML
-    figure is its entry matched by PID, or by memory in a container (`gpu_status`).
-    """
-    mine = status.memory_for(device.index)
-    used = device.memory_used
-    nvml_mine = device.used_by_this_process()
-    segments: list[tuple[str, int]] = []
-    reserved = 0
-    if mine:
-        allocated = sum(m.allocated for m in mine)
-        reserved = sum(m.reserved for m in mine)
-        segments.append(("tensors", allocated))
-        segments.append(("cache", max(0, reserved - allocated)))
-        if nvml_mine is not None:
-            segments.append(("context", max(0, nvml_mine - reserved)))
-    elif nvml_mine is not None:
-        segments.append(("kernel", nvml_mine))
-    if used is not None:
-        v1 = "+driver" if device.memory_call == V1 else ""
-        if nvml_mine is not None:
-            segments.append(("others" + v1, max(0, used - nvml_mine)))
-        elif mine:
-            segments.append(("others+context" + v1, max(0, used - reserved)))
-        else:
-            segments.append(("others" + v1, used))
-    if device.memory_reserved:
-        segments.append(("driver", device.memory_reserved))
-    if device.memory_free is not None:
-        segments.append(("free", device.memory_free))
-    return segments
+def render_header(status: GpuStatus, cell: Optional[int] = None, running: str = "") -> str:
+    """'GPU guard · after cell [N], HH:MM:SS', or what runs now; a badge for a broken,
+    busy or forked CUDA context."""
+    when = _e(running) if running else _e(freshness(status, cell))
+    health = status.torch.health
+    badge = ""
+    if health in BADGES:
+        kind, text = BADGES[health]
+        tip = f' title="{_e(status.torch.health_detail)}"' if status.torch.health_detail else ""
+        badge = (
+            f"<span{tip}> "
+            + theme.label(kind, _e(text), f"cgg-badge cgg-health-{_e(health)}")
+            + "</span>"
+        )
+    return (
+        f"{PANEL_STYLE}"
+        f'<div class="cgg-header-html" style="{_LINE}" title="GPU guard: {when}">'
+        f'<b class="cgg-fresh">{when}</b>{badge}</div>'
+    )
 
 
-def _bar(segments: list[tuple[str, int]], total: Optional[int]) -> str:
+def _bar(segments: list[tuple[str, int]], total: Optional[int], width: str) -> str:
     whole = total if total else sum(size for _, size in segments)
-    if not whole:
-        return ""
     cells = []
-    legend = []
     for key, size in segments:
-        label, colour = SEGMENTS[key]
+        if size <= 0 or not whole:
+            continue
         share = 100.0 * size / whole
-        tip = f"{label}: {format_bytes(size)} ({share:.1f}%)"
-        if size > 0:
-            cells.append(
-                f'<div class="cgg-seg cgg-seg-{key}" title="{_e(tip)}" '
-                f'style="width:{share:.3f}%;background:{colour};height:100%"></div>'
-            )
-        legend.append(
-            f'<span class="cgg-legend-{key}" style="white-space:nowrap;margin-right:10px">'
-            f'<span style="display:inline-block;width:9px;height:9px;background:{colour};'
-            f'border:1px solid #999;margin-right:3px"></span>{_e(label)} '
-            f"<b>{_e(format_bytes(size))}</b></span> "
+        tip = f"{SEGMENTS.get(key, key)}: {format_bytes(size)} ({share:.1f}%)"
+        cells.append(
+            f'<span class="cgg-seg cgg-seg-{key}" title="{_e(tip)}" '
+            f'style="width:{share:.3f}%;background:{theme.segment_colour(key)}"></span>'
         )
     return (
-        '<div class="cgg-bar" style="display:flex;width:100%;max-width:640px;height:16px;'
-        'border:1px solid #999;border-radius:2px;overflow:hidden;margin:3px 0">'
+        f'<span class="cgg-bar" style="display:flex;{width};height:12px;'
+        f'border:1px solid {theme.BORDER};border-radius:2px;overflow:hidden">'
         + "".join(cells)
-        + f'</div><div class="cgg-legend" style="font-size:12px">{"".join(legend)}</div>'
+        + "</span>"
     )
-
-
-def _measure(value: Any, unit: str) -> str:
-    if value is None:
-        return "n/a"
-    if isinstance(value, float):
-        return f"{value:.0f}{unit}"
-    return f"{value}{unit}"
 
 
 def render_device(status: GpuStatus, device: NvmlDevice) -> str:
-    """One GPU: title, stacked memory bar with labels, load / temperature / power, and the
-    other processes using it."""
+    """One GPU on one line - name, bar, this kernel / others / free, used of total,
+    utilisation, temperature, power - and its MIG instances under it."""
     cuda = ", ".join(f"cuda:{m.device}" for m in status.memory_for(device.index))
     title = f"GPU {device.index}: {device.name or 'name n/a'}" + (f" ({cuda})" if cuda else "")
-    parts = [f'<div class="cgg-device" style="{_FONT};margin-bottom:6px">']
     if device.lost:  # the banner, not a bar and a line of n/a
-        return "".join(parts) + _banner(lost_banner(status, device)) + f"<b>{_e(title)}</b></div>"
-    parts.append(f"<b>{_e(title)}</b>")
-    if device.memory_total is not None:
-        parts.append(
-            f" &middot; {_e(format_bytes(device.memory_used))} used of "
-            f"{_e(format_bytes(device.memory_total))}"
-        )
-    parts.append(_bar(device_segments(status, device), device.memory_total))
-    if device.memory_total is None:
-        why = device.reason("memory_total") or "not reported"
-        parts.append(f'<div style="{_MUTED}">memory n/a ({_e(why)})</div>')
-    power = _measure(device.power_draw_w, " W")
-    if device.power_limit_w is not None:
-        power += f" / {_measure(device.power_limit_w, ' W')}"
-    parts.append(
-        f'<div class="cgg-load">utilisation {_e(_measure(device.utilization_gpu, "%"))} '
-        f"&middot; memory bus {_e(_measure(device.utilization_memory, '%'))} &middot; "
-        f"temperature {_e(_measure(device.temperature_c, ' °C'))} &middot; "
-        f"power {_e(power)}</div>"
+        banner = _banner(lost_banner(status, device))
+        return f'<div class="cgg-device" style="{theme.FONT}">{banner}</div>'
+    line = gpu_line(status, device)
+    parts = " · ".join(
+        f'<span class="cgg-part" style="{theme.NOWRAP}">{_swatch(PART_COLOURS[name])}'
+        f"{_e(name)} <b>{_e(format_bytes(size))}</b></span>"
+        for name, size in line.parts
     )
-    others = device.other_processes()
-    among = kernel_not_identified(status, device)
-    if others:
-        shown = sorted(others, key=lambda p: -(p.used_memory or 0))[:5]
-        items = ", ".join(
-            f"{_e(p.name or '(name n/a)')} (PID {int(p.pid)}, {_e(format_bytes(p.used_memory))})"
-            for p in shown
+    sizes = " · ".join(f"{name} {format_bytes(size)}" for name, size in line.parts)
+    rest_title = f"{sizes} · {line.used} · {line.load_title}"
+    rows = [
+        f'<div class="cgg-device" style="{theme.FONT}"><div class="cgg-gpu" style="{_GPU_ROW}">',
+        f'<span class="cgg-gpu-name" title="{_e(title)}" style="{theme.ELLIPSIS};'
+        f'flex:0 1 auto;max-width:240px"><b>{device.index}</b> {_e(line.name)}</span>',
+        _bar(
+            device_segments(status, device),
+            device.memory_total,
+            "flex:1 1 90px;min-width:60px;max-width:220px",
+        ),
+        f'<span class="cgg-gpu-rest" title="{_e(rest_title)}" style="{theme.ELLIPSIS};'
+        f'flex:0 1 auto">{parts} · <span class="cgg-used">{_e(line.used)}</span>',
+    ]
+    if line.load:
+        rows.append(f' · <span class="cgg-load" style="{theme.MUTED}">{_e(line.load)}</span>')
+    rows.append("</span></div>")
+    for instance in device.mig_instances:
+        segments = [("used", instance.memory_used or 0)]
+        if instance.memory_free is not None:
+            segments.append(("free", instance.memory_free))
+        rows.append(
+            f'<div class="cgg-mig" style="{_ROW};padding-left:18px">'
+            + _bar(segments, instance.memory_total, "flex:0 0 80px")
+            + f'<span style="{theme.NOWRAP}" title="{_e(instance.uuid or "")}">'
+            f"{_e(mig_text(instance))}</span></div>"
         )
-        more = f" and {len(others) - len(shown)} more" if len(others) > len(shown) else ""
-        heading = f"processes ({_e(KERNEL_AMONG)})" if among else "other processes"
-        parts.append(f'<div class="cgg-processes">{heading}: {items}{more}</div>')
-    elif kernel_not_listed(status, device):
-        parts.append(f'<div style="{_MUTED}">processes: none ({_e(KERNEL_UNLISTED)})</div>')
-    elif device.processes is None and status.nvml.processes_queried:
-        why = device.reason("processes") or "not listed"
-        parts.append(f'<div style="{_MUTED}">processes n/a ({_e(why)})</div>')
-    parts.append("</div>")
-    return "".join(parts)
+    rows.append("</div>")
+    return "".join(rows)
 
 
 def _banner(text: str) -> str:
+    background, colour = theme.PAIRS["error"]
     return (
-        f'<div class="cgg-banner" style="border:2px solid #b00020;border-radius:3px;'
-        f'padding:4px 8px;margin:4px 0;{_WARN};font-weight:600">{_e(text)}</div>'
+        f'<div class="cgg-banner" style="background:{background};color:{colour};'
+        f'border-radius:3px;padding:2px 8px;font-weight:600">{_e(text)}</div>'
     )
 
 
 def render_no_gpu(status: GpuStatus) -> str:
-    """Why there is no GPU (NVML's message), and the host RAM."""
-    view = status.nvml
-    if view.lost_at_start:
-        return f'<div class="cgg-no-gpu" style="{_FONT}">{_banner(lost_banner(status, None))}</div>'
-    if not view.available:
-        why = f"No GPU: {view.error or 'NVML is not available'}"
-    else:
-        why = "No GPU: NVML works but lists no GPU"
-    ram = host_ram(status.host, _NO_GPU_RAM)
+    """One calm line: why there is no GPU, and the host RAM."""
+    if status.nvml.lost_at_start:
+        banner = _banner(lost_banner(status, None))
+        return f'<div class="cgg-no-gpu" style="{theme.FONT}">{banner}</div>'
+    why = no_gpu_text(status)
+    ram = host_ram(status.host, NO_GPU_RAM)
     return (
-        f'<div class="cgg-no-gpu" style="{_FONT}"><b>{_e(why)}</b><br>{_e(ram)}<br>'
-        f'<span style="{_MUTED}">Leftovers below are CPU arrays; '
-        "&quot;Free memory&quot; still releases what the notebook holds.</span></div>"
+        f'<div class="cgg-no-gpu" style="{_LINE}" title="{_e(why)}">'
+        f"<b>{_e(why)}</b> · {_e(ram)}</div>"
     )
 
 
-def render_notes(status: GpuStatus) -> str:
-    if not status.notes:
-        return ""
-    items = "".join(f"<li>{_e(note)}</li>" for note in status.notes)
-    return f'<ul class="cgg-notes" style="{_FONT};{_WARN};margin:2px 0">{items}</ul>'
-
-
-def _freeable(entry: Leftover) -> bool:
-    """Held only by output history / traceback frames / the last exception: what
-    ``gpu_reset()`` (without ``--all``) releases. User variables are never touched."""
-    return (entry.holder or "") != USER_VARIABLE
-
-
-def render_leftovers(status: GpuStatus, top: int = TOP_LEFTOVERS) -> str:
-    """The `top` biggest leftover arrays, and what `%gpu_reset` would free."""
-    head = f'<div class="cgg-leftovers-html" style="{_FONT}">'
-    if status.leftovers is None:
-        note = status.leftovers_note or "not collected"
-        return f"{head}<b>Leftovers</b>: {_e(note)}</div>"
-    entries = list(status.leftovers)
-    freeable = getattr(status, "leftovers_freeable_bytes", None)
-    if freeable is None:  # a snapshot without the total: from the entries it holds
-        freeable = 0
-        seen: set[Any] = set()
-        for entry in entries:
-            key = entry.storage_id if entry.storage_id is not None else ("name", entry.name)
-            if key not in seen and _freeable(entry):
-                seen.add(key)
-                freeable += entry.nbytes
-    count = status.leftovers_count
-    title = (
-        f"<b>Leftovers</b>: {count} array{'s' if count != 1 else ''}, "
-        f"{_e(format_bytes(status.leftovers_bytes))} in all"
+def render_now(status: GpuStatus) -> str:
+    """One line of what matters now; every item in the tooltip."""
+    items = now_items(status)
+    shown = " · ".join(
+        theme.label(item.kind, _e(item.text), f"cgg-now-{item.kind}")
+        if item.kind != "info"
+        else f'<span class="cgg-now-info">{_e(item.text)}</span>'
+        for item in items
     )
-    if count > top:
-        title += f" (the {top} biggest shown)"
-    stale = ""
-    if status.leftovers_note:  # leftovers carried over from an earlier, slow scan
-        stale = f'<div class="cgg-stale" style="{_MUTED}">{_e(status.leftovers_note)}</div>'
-    if not entries:
-        return f"{head}{title} &middot; nothing held between runs{stale}</div>"
-    table = leftovers_table(entries[:top])
-    reset_line = (
-        f'<div class="cgg-freeable">held by output history / tracebacks: '
-        f"<b>{_e(format_bytes(freeable))}</b>"
-        + (" &middot; &quot;Free memory&quot; (%gpu_reset) releases it" if freeable else "")
-        + "</div>"
-    )
-    return f"{head}{title}{table}{reset_line}{stale}</div>"
-
-
-def render_footer(status: GpuStatus) -> str:
-    ram = host_ram(status.host, _FOOTER_RAM)
-    when = time.strftime("%H:%M:%S", time.localtime(status.taken_at))
-    return (
-        f'<div class="cgg-footer-html" style="{_FONT};font-size:11px;{_MUTED}">{_e(ram)} '
-        f"&middot; refreshed {when} ({status.duration_ms:.0f} ms)</div>"
-    )
+    tip = "\n".join(item.text for item in items)
+    return f'<div class="cgg-now-html" style="{_LINE}" title="{_e(tip)}">{shown}</div>'
 
 
 def render_message(kind: str, text: str, details: str = "") -> str:
-    """An action's outcome: kind is 'ok', 'error' or 'info'."""
-    style = {"ok": "color:#1b5e20", "error": _WARN, "info": _MUTED}.get(kind, "")
-    body = f'<span class="cgg-msg-{_e(kind)}" style="{style}">{_e(text)}</span>'
-    if details:
-        body += (
-            '<details><summary style="cursor:pointer">details</summary>'
-            f'<pre style="white-space:pre-wrap;margin:0">{_e(details)}</pre></details>'
+    """An action's outcome on one line ('ok', 'error' or 'info'); the full report in its
+    tooltip (and in the Details section)."""
+    body = _e(text)
+    if kind == "error":
+        body = theme.label("error", body, "cgg-msg-error")
+    else:
+        body = f'<span class="cgg-msg-{_e(kind)}">{body}</span>'
+    tip = _e(details or text)
+    return f'<div class="cgg-message-html" style="{_LINE}" title="{tip}">{body}</div>'
+
+
+def section_label(name: str, status: Optional[GpuStatus]) -> str:
+    """The toggle's words: 'Leftovers 3', 'Processes 2', 'History', 'Details'."""
+    if status is None:
+        return name
+    if name == "Leftovers" and status.leftovers is not None and status.leftovers_count:
+        return f"Leftovers {status.leftovers_count}"
+    if name == "Processes":
+        count = sum(len(device.other_processes()) for device in status.nvml.devices)
+        return f"Processes {count}" if count else name
+    return name
+
+
+def _shape(shape: Any) -> str:
+    return "" if shape is None else str(tuple(shape))
+
+
+def _cell(text: str, css: str = "", title: bool = True) -> str:
+    tip = f' title="{_e(text)}"' if title and text else ""
+    return f'<td{tip} style="{theme.ELLIPSIS};padding:0 8px 0 0;{css}">{_e(text)}</td>'
+
+
+def render_leftovers(status: GpuStatus, top: int = TOP_LEFTOVERS) -> str:
+    """The leftovers section: arrays held between cells grouped by the variable (or hidden
+    holder) keeping them, hidden holders first, each group expandable to its arrays; what
+    Free would release marked. Fits any width (long names ellipsised, full name on hover)."""
+    head = f'<div class="cgg-leftovers-html" style="{theme.FONT}">'
+    if status.leftovers is None:
+        return f"{head}{_e(status.leftovers_note or 'not collected')}</div>"
+    entries = list(status.leftovers)
+    count = status.leftovers_count
+    freeable = status.leftovers_freeable_bytes
+    if freeable is None:
+        freeable = sum(e.nbytes for e in entries if (e.holder or "") != USER_VARIABLE)
+    groups = list(status.leftover_groups or ())
+    shown = len(groups) if groups else min(len(entries), top)
+    total = status.leftover_groups_count if groups else count
+    more = f" (the {shown} biggest{' holders' if groups else ''} shown)" if total > shown else ""
+    title = (
+        f"{count} array{'s' if count != 1 else ''}, {_e(format_bytes(status.leftovers_bytes))}"
+        f" in all{more}"
+    )
+    stale = ""
+    if status.leftovers_note:  # carried over from an earlier, slow scan
+        stale = f'<div class="cgg-stale" style="{theme.MUTED}">{_e(status.leftovers_note)}</div>'
+    if not entries:
+        return f"{head}{title} · nothing held between cells{stale}</div>"
+    body = "".join(map(_group_row, groups)) if groups else _entries_table(entries[:top])
+    reset_line = (
+        f'<div class="cgg-freeable">held by output history / tracebacks: '
+        f"<b>{_e(format_bytes(freeable))}</b>"
+        + (" · Free memory (%gpu_reset) releases it" if freeable else "")
+        + "</div>"
+    )
+    return f"{head}{title}{body}{reset_line}{stale}</div>"
+
+
+def _group_row(group: Any) -> str:
+    """One holder: a summary line (name, what it is, size; hidden and released marked) that
+    opens to its arrays."""
+    mark = ""
+    if group.released_by_reset:
+        mark = " " + theme.label("warn", "Free releases it", "cgg-released")
+    elif group.hidden:
+        mark = " " + theme.label("warn", "hidden", "cgg-hidden")
+    summary = (
+        '<summary class="cgg-group-summary" style="cursor:pointer;display:flex;gap:8px;'
+        'align-items:baseline">'
+        f'<span title="{_e(group.name)}" style="{theme.ELLIPSIS};flex:0 1 auto"><code>'
+        f"{_e(group.name)}</code></span>"
+        f'<span title="{_e(group.describe())}" style="{theme.ELLIPSIS};{theme.MUTED};'
+        f'flex:1 1 0">{_e(group.describe())}</span>{mark}'
+        f'<span style="{theme.NOWRAP};margin-left:auto">{_e(format_bytes(group.nbytes))}</span>'
+        "</summary>"
+    )
+    body = _entries_table(group.entries) if group.entries else ""
+    if group.more > 0:
+        body += f'<div style="{theme.MUTED}">... {group.more:,} more in {_e(group.name)}</div>'
+    return f'<details class="cgg-group">{summary}{body}</details>'
+
+
+def _entries_table(entries: list) -> str:
+    rows = [
+        '<table class="cgg-leftovers-table" style="table-layout:fixed;width:100%;'
+        'border-collapse:collapse"><colgroup><col style="width:32%"><col style="width:22%">'
+        '<col style="width:18%"><col style="width:11%"><col style="width:8%">'
+        '<col style="width:78px"></colgroup><tr>'
+        + "".join(
+            f'<th style="text-align:{"right" if h == "size" else "left"};{theme.ELLIPSIS}">{h}</th>'
+            for h in ("name", "held by", "shape", "dtype", "device", "size")
         )
-    return f'<div style="{_FONT}">{body}</div>'
+        + "</tr>"
+    ]
+    for entry in entries:
+        also = ", ".join(entry.shared_with)
+        name = entry.name + (f" (also {also})" if also else "")
+        rows.append(
+            "<tr>"
+            + _cell(name)
+            + _cell(entry.holder or "")
+            + _cell(_shape(entry.shape))
+            + _cell(entry.dtype or "")
+            + _cell(entry.device or "")
+            + _cell(format_bytes(entry.nbytes), "text-align:right", title=False)
+            + "</tr>"
+        )
+    rows.append("</table>")
+    return "".join(rows)
+
+
+def render_processes(status: GpuStatus) -> str:
+    """Every GPU's processes as NVML lists them (this kernel marked)."""
+    parts = [f'<div class="cgg-processes" style="{theme.FONT}">']
+    if not status.has_gpu:
+        parts.append("No GPU: no GPU processes to list")
+    for device in status.nvml.devices:
+        head = f"<b>GPU {device.index}</b>: "
+        if device.processes:
+            among = kernel_not_identified(status, device)
+            note = f" ({_e(KERNEL_AMONG)})" if among else ""
+            items = "".join(
+                f'<div style="{theme.ELLIPSIS};padding-left:18px" title="{_e(process_label(p))}">'
+                f"PID {int(p.pid)} · {_e(format_bytes(p.used_memory))} · "
+                f"{_e(process_label(p))}</div>"
+                for p in sorted(device.processes, key=lambda p: -(p.used_memory or 0))
+            )
+            count = len(device.processes)
+            noun = "process" if count == 1 else "processes"
+            parts.append(f"<div>{head}{count} {noun}{note}</div>{items}")
+        elif kernel_not_listed(status, device):
+            parts.append(f"<div>{head}none ({_e(KERNEL_UNLISTED)})</div>")
+        elif device.processes is None and status.nvml.processes_queried:
+            why = device.reason("processes") or "not listed"
+            parts.append(f"<div>{head}processes n/a ({_e(why)})</div>")
+        else:
+            parts.append(f"<div>{head}none</div>")
+    parts.append("</div>")
+    return "".join(parts)
+
+
+def render_details(status: GpuStatus, last_action: str = "") -> str:
+    """Versions, the CUDA context, Colab or not, notes, host RAM, the snapshot's cost, and
+    the last action's full report."""
+    torch = status.torch
+    health = HEALTH_WORDS.get(torch.health) or BADGES.get(torch.health, ("", torch.health))[1]
+    colab = "yes" if status.host.runtime == "Colab" else "no"
+    runtime = "" if status.host.runtime in ("Colab", "local") else f" ({status.host.runtime})"
+    lines = [*version_lines(status), f"{health} · Colab: {colab}{runtime}"]
+    lines.append(host_ram(status.host, NO_GPU_RAM))
+    when = time.strftime("%H:%M:%S", time.localtime(status.taken_at))
+    lines.append(f"snapshot {when}, took {status.duration_ms:.0f} ms")
+    body = "".join(f"<div>{_e(line)}</div>" for line in lines)
+    if status.notes:
+        body += (
+            '<ul class="cgg-notes" style="margin:2px 0;padding-left:18px">'
+            + "".join(f"<li>{_e(note)}</li>" for note in status.notes)
+            + "</ul>"
+        )
+    if last_action:
+        body += (
+            '<div><b>last action</b></div><pre style="white-space:pre-wrap;'
+            f'overflow-wrap:anywhere;word-break:normal;margin:0;font-size:12px">{_e(last_action)}</pre>'
+        )
+    return f'<div class="cgg-details-html" style="{theme.FONT}">{body}</div>'
 
 
 def release_summary(report: Any) -> str:
@@ -340,7 +406,8 @@ def release_summary(report: Any) -> str:
     held = list(getattr(report, "leftovers", None) or ())
     if held:
         total = sum(int(getattr(item, "nbytes", 0) or 0) for item in held)
-        parts.append(f"still held: {len(held)} block(s), {format_bytes(total)}")
+        noun = "array" if len(held) == 1 else "arrays"
+        parts.append(f"still held: {len(held)} {noun}, {format_bytes(total)}")
     else:
         parts.append("no arrays held by any name")
     if getattr(report, "restart_required", False):

@@ -136,6 +136,9 @@ def _isolated_env(base: Path) -> dict[str, str]:
         env[name] = str(base / sub)
     env["JUPYTER_PLATFORM_DIRS"] = "1"
     env["PYTHONUNBUFFERED"] = "1"
+    # the kernel imports the tree under test (and tests.fake_pynvml), whichever checkout
+    # the environment's editable install points at
+    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(ROOT), env.get("PYTHONPATH")]))
     env.pop("JUPYTER_PATH", None)
     # no news, no update checks: nothing to fetch, no pop-ups over the notebook
     notification = base / "lab-settings" / "@jupyterlab" / "apputils-extension"

@@ -336,17 +336,26 @@ def _panel_sections(shell, new: bool = False) -> None:
     import colab_gpu_guard
 
     widget = colab_gpu_guard.panel(shell, new=new)
+    for toggle in widget.toggles.values():
+        toggle.value = True
     parts = [
         ("header", widget.header),
-        ("notes", widget.notes),
         *[(f"device {index}", part) for index, part in enumerate(widget.devices.children)],
-        ("leftovers", widget.leftovers),
-        ("history", widget.history),
+        ("now", widget.now),
         ("message", widget.message),
-        ("footer", widget.footer),
+        ("leftovers", widget.leftovers),
+        ("processes", widget.processes),
+        ("history", widget.history),
+        ("details", widget.details),
     ]
     for name, part in parts:
-        print(f"-- {name}\n{part.value}")
+        value = part.value
+        if name == "history":  # host memory per cell differs run to run: its shape only
+            measure = re.search(r"What each cell kept</b> \(([^)]*)\)", value)
+            cells = value.count('class="cgg-cell"')
+            value = f"{measure.group(1) if measure else value}: {cells} cells charted"
+        print(f"-- {name}\n{value}")
+    print(f"-- text\n{widget!r}")
 
 
 def _panel_free(shell) -> None:
@@ -393,6 +402,7 @@ def normalise(text: str) -> str:
     text = re.sub(r"\b\d\d:\d\d:\d\d\b", "<time>", text)
     text = re.sub(r"\d+\.\d+ ms\b", "<n> ms", text)
     text = re.sub(r"\(\d+ ms\)", "(<n> ms)", text)
+    text = re.sub(r"took \d+ ms\b", "took <n> ms", text)
     text = re.sub(r"\b\d+\.\d{3} s\b", "<t> s", text)
     text = re.sub(r"\b\d+\.\d\d s\b", "<t> s", text)
     text = re.sub(r"gc\.collect\(\): \d+ objects", "gc.collect(): <n> objects", text)

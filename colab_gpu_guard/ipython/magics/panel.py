@@ -28,10 +28,12 @@ class PanelMagics(GuardMagics):
     @argument("--close", action="store_true", help="close the panel (it stops refreshing)")
     @line_magic
     def gpu_panel(self, line: str = "") -> None:
-        """Show the live GPU panel: driver and CUDA versions, context health, a memory bar
-        per GPU (this kernel's tensors, its allocator cache, CUDA context + other libraries,
-        other processes, free), the biggest leftover arrays, a per-cell memory chart, and
-        buttons: Refresh, Free memory (gpu_reset), Seed (seed_all).
+        """Show the live GPU panel, compact: when its figures were taken (after which cell),
+        one line per GPU (this kernel / others / free, used of total, utilisation,
+        temperature, power) with its MIG instances, the buttons Refresh and Free memory
+        (gpu_reset), and one line of what matters now. Sections that stay open across
+        refreshes: Leftovers, Processes, History (what each cell kept) and Details
+        (versions, notes, and Seed: seed_all with a seed and deterministic mode).
 
         It refreshes after every cell while shown. A slow snapshot (looking for leftovers
         among 10^5 arrays takes about 0.5 s) is taken again after a cell only once it costs

@@ -22,9 +22,10 @@ actions.py the buttons; this module the panel itself and the one panel per kerne
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Optional
+from typing import TYPE_CHECKING, Any, Optional
 
 from colab_gpu_guard import notebook_refs
+from colab_gpu_guard.status.compact import compact_text
 from colab_gpu_guard.status.panel_html import render_message
 
 from ..registration import Registration, registration_for
@@ -45,6 +46,18 @@ class GpuPanel(PanelActions):
     ``refreshes`` counts refreshes and ``updates`` the widget values written.
     """
 
+    def text(self) -> str:
+        """The compact status in plain text (what a terminal or a text-only output shows)."""
+        if self.last_status is None:
+            return "GPU guard panel: no snapshot yet"
+        return compact_text(self.last_status, self._cell)
+
+    def __repr__(self) -> str:
+        return self.text()
+
+    def _repr_pretty_(self, printer: Any, cycle: bool) -> None:
+        printer.text(self.text())
+
     def stop(self, reason: str = "colab_gpu_guard was unloaded") -> None:
         """Stop refreshing, disable the buttons and say why (the view stays visible)."""
         self.detach()
@@ -53,7 +66,7 @@ class GpuPanel(PanelActions):
             return
         for button in self.buttons:
             button.disabled = True
-        self._set(self.message, render_message("info", f"{reason}: this panel no longer refreshes"))
+        self.show_message(render_message("info", f"{reason}: this panel no longer refreshes"))
 
     def close(self) -> None:
         """Close the panel: stop refreshing and close every widget it is made of."""

@@ -42,19 +42,19 @@ class PanelActions(PanelRefresh):
         if self.closed:
             return
         if self._stopped:
-            self._set(
-                self.message, render_message("error", "this panel is stopped: run %gpu_panel")
-            )
+            self.show_message(render_message("error", "this panel is stopped: run %gpu_panel"))
             return
-        self._set(self.message, render_message("info", f"{name}..."))
+        self.show_message(render_message("info", f"{name}..."))
         try:
             text, details = action()
         except Exception as error:
             self.last_error = f"{type(error).__name__}: {error}"
-            self._set(self.message, render_message("error", f"{name} failed: {self.last_error}"))
+            self._last_action = f"{name} failed: {self.last_error}"
+            self.show_message(render_message("error", self._last_action))
         else:
             self.last_error = None
-            self._set(self.message, render_message("ok", text, details))
+            self._last_action = details or text
+            self.show_message(render_message("ok", text, details))
         self.refresh()
 
     def _on_refresh(self, _button: Optional[widgets.Button] = None) -> None:

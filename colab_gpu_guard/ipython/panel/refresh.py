@@ -13,14 +13,16 @@ from colab_gpu_guard import notebook_refs
 from colab_gpu_guard.status.chart import render_history
 from colab_gpu_guard.status.panel_html import (
     TOP_LEFTOVERS,
-    render_footer,
+    render_details,
     render_header,
     render_leftovers,
     render_message,
-    render_notes,
+    render_now,
+    render_processes,
+    section_label,
 )
 
-from .widget import PanelView
+from .widget import OPEN, SHUT, PanelView
 
 if TYPE_CHECKING:
     from IPython.core.interactiveshell import InteractiveShell
@@ -36,7 +38,8 @@ if TYPE_CHECKING:
 ALWAYS_SCAN_S = 0.05
 SCAN_SHARE = 0.1
 _clock = time.monotonic  # tests move it
-HISTORY_CELLS = 30  # the cells the history chart shows
+HISTORY_CELLS = 30
+QUEUED = "a click now is queued: runs when the cell ends"  # the cells the history chart shows
 
 
 def _take_status(shell: Optional[InteractiveShell], leftovers: bool = True) -> GpuStatus:
@@ -47,7 +50,7 @@ def _take_status(shell: Optional[InteractiveShell], leftovers: bool = True) -> G
         history=True,
         namespace=notebook_refs.namespace_to_scan(shell),
         top=TOP_LEFTOVERS,  # the snapshot carries the totals; only the shown ones as entries
-        history_limit=HISTORY_CELLS,
+        history_limit=HISTORY_CELLS + 1,  # one more: the host reading before the first
     )
 
 
@@ -86,7 +89,43 @@ class PanelRefresh(PanelView):
         self.last_status: Optional[GpuStatus] = None
         self.last_error: Optional[str] = None
         self._scan: Optional[_Scan] = None
+        self._cell: Optional[int] = None  # the last cell that ended
+        self._last_action = ""  # the last action's full report, for Details
         super().__init__(**kwargs)
+        if shell is not None and getattr(shell, "execution_count", None):
+            self._cell = shell.execution_count - 1 or None
+        for name, toggle in self.toggles.items():
+            toggle.observe(lambda change, name=name: self._on_toggle(name), names="value")
+
+    def _render_section(self, name: str, status: GpuStatus) -> None:
+        if name == "Leftovers":
+            self._set(self.leftovers, render_leftovers(status))
+        elif name == "Processes":
+            self._set(self.processes, render_processes(status))
+        elif name == "History":
+            self._set(self.history, render_history(status, HISTORY_CELLS))
+        else:
+            self._set(self.details, render_details(status, self._last_action))
+
+    def _on_toggle(self, name: str) -> None:
+        """Open or close a section; an opened one is drawn from the snapshot shown."""
+        shown = self.is_open(name)
+        toggle = self.toggles[name]
+        words = section_label(name, self.last_status)
+        self._set(toggle, (OPEN if shown else SHUT) + words, "description")
+        if shown and self.last_status is not None:
+            self._render_section(name, self.last_status)
+        self._show(self.sections[name], shown)
+
+    def show_message(self, html: str) -> None:
+        """Show an action's outcome in place of the line of what matters now."""
+        self._set(self.message, html)
+        self._show(self.message, True)
+        self._show(self.now, False)
+
+    def hide_message(self) -> None:
+        self._show(self.message, False)
+        self._show(self.now, True)
 
     @property
     def live(self) -> bool:
@@ -104,16 +143,20 @@ class PanelRefresh(PanelView):
                 status = self._full_snapshot()
         except Exception as error:  # never a traceback in the log
             self.last_error = f"{type(error).__name__}: {error}"
-            self._set(self.message, render_message("error", f"snapshot failed: {self.last_error}"))
+            self.show_message(render_message("error", f"snapshot failed: {self.last_error}"))
             return self.updates - started
         self.last_status = status
         self.refreshes += 1
-        self._set(self.header, render_header(status))
-        self._set(self.notes, render_notes(status))
+        self._set(self.header, render_header(status, self._cell))
         self._render_devices(status)
-        self._set(self.leftovers, render_leftovers(status))
-        self._set(self.history, render_history(status))
-        self._set(self.footer, render_footer(status))
+        self._set(self.now, render_now(status))
+        for name, toggle in self.toggles.items():
+            shown = self.is_open(name)
+            self._set(
+                toggle, (OPEN if shown else SHUT) + section_label(name, status), "description"
+            )
+            if shown:  # a closed section is drawn when it opens
+                self._render_section(name, status)
         return self.updates - started
 
     def _full_snapshot(self) -> GpuStatus:
@@ -149,26 +192,37 @@ class PanelRefresh(PanelView):
             leftovers_note=note,
         )
 
+    def _pre_run_cell(self, info: Any = None) -> None:
+        """Say which cell runs, and that a click now waits for it: the kernel reads a
+        button's click only once the running cell ends."""
+        if self.closed or self.last_status is None:
+            return
+        with contextlib.suppress(Exception):  # a callback must never raise into IPython
+            cell = getattr(self.shell, "execution_count", None)
+            since = time.strftime("%H:%M:%S")
+            running = f"cell [{cell}] running since {since} · {QUEUED}"
+            self._set(self.header, render_header(self.last_status, self._cell, running))
+
     def _post_run_cell(self, result: Any = None) -> None:
         if self.closed:
             self.detach()
             return
         try:
+            count = getattr(result, "execution_count", None)
+            if count is not None:
+                self._cell = count
+            self.hide_message()
             try:
                 status = self._cell_snapshot()
             except Exception as error:
                 self.last_error = f"{type(error).__name__}: {error}"
-                self._set(
-                    self.message, render_message("error", f"snapshot failed: {self.last_error}")
-                )
+                self.show_message(render_message("error", f"snapshot failed: {self.last_error}"))
                 return
             self.refresh(status)
         except Exception as error:  # a callback must never raise into IPython
             self.last_error = f"{type(error).__name__}: {error}"
             with contextlib.suppress(Exception):
-                self._set(
-                    self.message, render_message("error", f"refresh failed: {self.last_error}")
-                )
+                self.show_message(render_message("error", f"refresh failed: {self.last_error}"))
 
     def attach(
         self, shell: Optional[InteractiveShell] = None, registration: Optional[Registration] = None
@@ -181,12 +235,12 @@ class PanelRefresh(PanelView):
         if self.shell is None or self.closed:
             return
         self._stopped = False
-        if registration is not None:
-            registration.register_event("post_run_cell", self._post_run_cell)
-            self._hook = _Hook(self.shell, registration)
-        else:
-            self.shell.events.register("post_run_cell", self._post_run_cell)
-            self._hook = _Hook(self.shell, None)
+        for event, callback in self._callbacks():
+            if registration is not None:
+                registration.register_event(event, callback)
+            else:
+                self.shell.events.register(event, callback)
+        self._hook = _Hook(self.shell, registration)
         for button in self.buttons:
             button.disabled = False
 
@@ -195,11 +249,15 @@ class PanelRefresh(PanelView):
         hook, self._hook = self._hook, None
         if hook is None:
             return
-        if hook.registration is not None:
-            hook.registration.unregister_event("post_run_cell", self._post_run_cell)
-        else:
-            with contextlib.suppress(ValueError):  # already removed by someone else
-                hook.shell.events.unregister("post_run_cell", self._post_run_cell)
+        for event, callback in self._callbacks():
+            if hook.registration is not None:
+                hook.registration.unregister_event(event, callback)
+            else:
+                with contextlib.suppress(ValueError):  # already removed by someone else
+                    hook.shell.events.unregister(event, callback)
+
+    def _callbacks(self) -> tuple[tuple[str, Callable[..., None]], ...]:
+        return (("pre_run_cell", self._pre_run_cell), ("post_run_cell", self._post_run_cell))
 
     @property
     def registration(self) -> Optional[Registration]:

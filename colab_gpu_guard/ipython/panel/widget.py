@@ -1,5 +1,11 @@
 """The panel's widgets and layout: one core ipywidgets tree (``VBox``, ``HBox``, ``HTML``,
-``Button``, ``IntText``, ``Checkbox``), and the writes that send only what changed."""
+``Button``, ``ToggleButton``, ``IntText``, ``Checkbox``), and the writes that send only what
+changed.
+
+Collapsed it is a header, one line per GPU, a row of buttons and section toggles, and one
+line of what matters now (or of the last action). A section opens under them when its
+toggle is pressed; the toggle's value lives in the kernel, so a refresh never closes it.
+"""
 
 from __future__ import annotations
 
@@ -13,10 +19,22 @@ if TYPE_CHECKING:
     from colab_gpu_guard.status import GpuStatus
 
 DEFAULT_SEED = 42
+SECTIONS = ("Leftovers", "Processes", "History", "Details")
+OPEN, SHUT = "\u25be ", "\u25b8 "  # the disclosure triangles on the toggles
+PANEL_BORDER = "1px solid var(--jp-border-color2,rgba(128,128,128,.45))"
 
 
-def _html_part(name: str) -> widgets.HTML:
-    part = widgets.HTML(value="", layout=widgets.Layout(width="100%"))
+def _full_width(hidden: bool = False) -> widgets.Layout:
+    # no margin: a widget's default 2 px margins beside width 100% overflow the panel
+    return widgets.Layout(width="100%", margin="0", display="none" if hidden else None)
+
+
+def _button_layout() -> widgets.Layout:
+    return widgets.Layout(width="auto", height="26px", padding="0 8px")
+
+
+def _html_part(name: str, hidden: bool = False) -> widgets.HTML:
+    part = widgets.HTML(value="", layout=_full_width(hidden))
     part.add_class(f"cgg-{name}")
     return part
 
@@ -27,62 +45,82 @@ class PanelView(widgets.VBox):
     def __init__(self, **kwargs: Any) -> None:
         self.updates = 0
         self.header = _html_part("header")
-        self.notes = _html_part("notes")
-        self.devices = widgets.VBox([], layout=widgets.Layout(width="100%"))
+        self.devices = widgets.VBox([], layout=_full_width())
         self.devices.add_class("cgg-devices")
-        self.leftovers = _html_part("leftovers")
-        self.history = _html_part("history")
         self.refresh_button = widgets.Button(
             description="Refresh", icon="refresh", tooltip="take a new snapshot now"
         )
         self.free_button = widgets.Button(
             description="Free memory",
-            button_style="warning",
             icon="trash",
             tooltip="gpu_reset(): release output history, tracebacks and cached blocks "
             "(never your variables)",
-        )
-        self.seed_value = widgets.IntText(
-            value=DEFAULT_SEED, description="seed", layout=widgets.Layout(width="170px")
-        )
-        self.deterministic = widgets.Checkbox(
-            value=False,
-            description="deterministic",
-            indent=False,
-            layout=widgets.Layout(width="120px"),
         )
         self.seed_button = widgets.Button(
             description="Seed", icon="random", tooltip="seed_all(seed, deterministic=...)"
         )
         for button in self.buttons:
-            button.layout = widgets.Layout(width="auto")
+            button.layout = _button_layout()
+        self.seed_value = widgets.IntText(
+            value=DEFAULT_SEED, description="seed", layout=widgets.Layout(width="150px")
+        )
+        self.seed_value.style.description_width = "32px"
+        self.deterministic = widgets.Checkbox(
+            value=False,
+            description="deterministic",
+            indent=False,
+            layout=widgets.Layout(width="auto"),
+        )
+        self.toggles = {
+            name: widgets.ToggleButton(
+                value=False,
+                description=SHUT + name,
+                tooltip=f"show or hide {name.lower()}",
+                layout=_button_layout(),
+            )
+            for name in SECTIONS
+        }
+        for name, toggle in self.toggles.items():
+            toggle.add_class(f"cgg-toggle-{name.lower()}")
         self.actions = widgets.HBox(
-            [
-                self.refresh_button,
-                self.free_button,
-                self.seed_value,
-                self.deterministic,
-                self.seed_button,
-            ],
-            layout=widgets.Layout(flex_flow="row wrap", align_items="center"),
+            [self.refresh_button, self.free_button, *self.toggles.values()],
+            layout=widgets.Layout(flex_flow="row wrap", align_items="center", width="100%"),
         )
         self.actions.add_class("cgg-actions")
-        self.message = _html_part("message")
-        self.footer = _html_part("footer")
+        self.seed_row = widgets.HBox(
+            [self.seed_value, self.deterministic, self.seed_button],
+            layout=widgets.Layout(flex_flow="row wrap", align_items="center", width="100%"),
+        )
+        self.seed_row.add_class("cgg-seed-row")
+        self.now = _html_part("now")
+        self.message = _html_part("message", hidden=True)
+        self.leftovers = _html_part("leftovers", hidden=True)
+        self.processes = _html_part("processes", hidden=True)
+        self.history = _html_part("history", hidden=True)
+        self.details = _html_part("details")
+        self.details_box = widgets.VBox(
+            [self.seed_row, self.details], layout=_full_width(hidden=True)
+        )
+        self.details_box.add_class("cgg-details-box")
+        self.sections = dict(
+            zip(SECTIONS, (self.leftovers, self.processes, self.history, self.details_box))
+        )
         self._device_parts: list[widgets.HTML] = []
         super().__init__(
             [
                 self.header,
-                self.notes,
                 self.devices,
-                self.leftovers,
-                self.history,
                 self.actions,
+                self.now,
                 self.message,
-                self.footer,
+                *self.sections.values(),
             ],
             layout=widgets.Layout(
-                border="1px solid #bbb", padding="6px", width="100%", max_width="760px"
+                border=PANEL_BORDER,
+                padding="4px 6px",
+                width="100%",
+                max_width="980px",
+                overflow="hidden",
             ),
             **kwargs,
         )
@@ -96,12 +134,21 @@ class PanelView(widgets.VBox):
     def closed(self) -> bool:
         return self.comm is None
 
-    def _set(self, part: widgets.HTML, value: str) -> bool:
-        if part.value == value:
+    def is_open(self, name: str) -> bool:
+        return bool(self.toggles[name].value)
+
+    def _set(self, part: widgets.Widget, value: str, trait: str = "value") -> bool:
+        if getattr(part, trait) == value:
             return False
-        part.value = value
+        setattr(part, trait, value)
         self.updates += 1
         return True
+
+    def _show(self, part: widgets.Widget, shown: bool) -> None:
+        display = None if shown else "none"
+        if part.layout.display != display:
+            part.layout.display = display
+            self.updates += 1
 
     def _render_devices(self, status: GpuStatus) -> None:
         if status.has_gpu:
@@ -109,14 +156,11 @@ class PanelView(widgets.VBox):
         else:
             pages = [render_no_gpu(status)]
         if len(pages) != len(self._device_parts):
-            parts = []
-            for index in range(len(pages)):
-                if index < len(self._device_parts):
-                    parts.append(self._device_parts[index])
-                else:
-                    part = widgets.HTML(value="", layout=widgets.Layout(width="100%"))
-                    part.add_class("cgg-device-part")
-                    parts.append(part)
+            parts = self._device_parts[: len(pages)]
+            for _ in range(len(parts), len(pages)):
+                part = widgets.HTML(value="", layout=_full_width())
+                part.add_class("cgg-device-part")
+                parts.append(part)
             for extra in self._device_parts[len(pages) :]:
                 extra.close()
             self._device_parts = parts
@@ -129,16 +173,17 @@ class PanelView(widgets.VBox):
         return [
             *self._device_parts,
             self.header,
-            self.notes,
             self.devices,
-            self.leftovers,
-            self.history,
             self.refresh_button,
             self.free_button,
+            self.seed_button,
             self.seed_value,
             self.deterministic,
-            self.seed_button,
+            *self.toggles.values(),
             self.actions,
+            self.seed_row,
+            self.details,
+            self.now,
             self.message,
-            self.footer,
+            *self.sections.values(),
         ]

@@ -1,0 +1,222 @@
+"""The compact status: what the panel shows collapsed, as plain facts shared by its HTML
+(`panel_html`) and its text (`compact_text`: the panel's plain-text fallback).
+
+One line per GPU (this kernel / others / free, used of total, utilisation, temperature,
+power), its MIG instances, and one line of what matters now. Pure functions of one
+`GpuStatus`; no query.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import TYPE_CHECKING, NamedTuple, Optional
+
+from ..nvml import V1
+from ..units import USER_VARIABLE, format_bytes, signed_bytes
+from .text import host_ram
+
+if TYPE_CHECKING:
+    from ..nvml import MigInstance, NvmlDevice
+    from ..tracker import CellMemory
+    from .snapshot import GpuStatus
+
+# The three parts of a GPU's memory as the compact line names them.
+KERNEL, OTHERS, FREE = "this kernel", "others", "free"
+_KERNEL_KEYS = ("tensors", "cache", "context", "kernel")
+NO_GPU_RAM = "host RAM {available} free of {total}; this kernel {rss}"
+
+
+class GpuLine(NamedTuple):
+    """One GPU as its compact line shows it."""
+
+    index: int
+    name: str
+    parts: tuple[tuple[str, int], ...]  # (KERNEL | OTHERS | FREE, bytes), zero parts left out
+    used: str  # "3.91 GiB of 15 GiB"
+    load: str  # "37% · 51 °C · 32 W"
+    load_title: str  # the same with names and the power limit
+
+
+class Now(NamedTuple):
+    """One item of the line of what matters now; kind is "error", "warn" or "info"."""
+
+    kind: str
+    text: str
+
+
+def _measure(value: Optional[float], unit: str) -> Optional[str]:
+    if value is None:
+        return None
+    return f"{value:.0f}{unit}" if isinstance(value, float) else f"{value}{unit}"
+
+
+def device_segments(status: GpuStatus, device: NvmlDevice) -> list[tuple[str, int]]:
+    """The memory bar of one NVML device as (segment key, bytes), in drawing order.
+
+    tensors = allocated and cache = reserved - allocated come from this kernel's caching
+    allocator (CUDA devices of this kernel on that GPU); context = what NVML charges to this
+    process beyond the allocator's reserved bytes; kernel = NVML's figure for this process
+    when there are no allocator figures; others = NVML's used bytes not charged to this
+    process; driver = what the driver sets aside (NVML v2 memory call; with v1 it is inside
+    NVML's used, and the others key says so); free = NVML. This kernel's NVML figure is its
+    entry matched by PID, or by memory in a container (`gpu_status`).
+    """
+    mine = status.memory_for(device.index)
+    used = device.memory_used
+    nvml_mine = device.used_by_this_process()
+    segments: list[tuple[str, int]] = []
+    reserved = 0
+    if mine:
+        allocated = sum(m.allocated for m in mine)
+        reserved = sum(m.reserved for m in mine)
+        segments.append(("tensors", allocated))
+        segments.append(("cache", max(0, reserved - allocated)))
+        if nvml_mine is not None:
+            segments.append(("context", max(0, nvml_mine - reserved)))
+    elif nvml_mine is not None:
+        segments.append(("kernel", nvml_mine))
+    if used is not None:
+        v1 = "+driver" if device.memory_call == V1 else ""
+        if nvml_mine is not None:
+            segments.append(("others" + v1, max(0, used - nvml_mine)))
+        elif mine:
+            segments.append(("others+context" + v1, max(0, used - reserved)))
+        else:
+            segments.append(("others" + v1, used))
+    if device.memory_reserved:
+        segments.append(("driver", device.memory_reserved))
+    if device.memory_free is not None:
+        segments.append(("free", device.memory_free))
+    return segments
+
+
+def memory_parts(status: GpuStatus, device: NvmlDevice) -> tuple[tuple[str, int], ...]:
+    """this kernel / others / free of one GPU, from the bar's segments (`device_segments`)."""
+    sums = {KERNEL: 0, OTHERS: 0, FREE: 0}
+    for key, size in device_segments(status, device):
+        if key in _KERNEL_KEYS:
+            sums[KERNEL] += size
+        elif key.startswith("others"):
+            sums[OTHERS] += size
+        elif key == "free":
+            sums[FREE] += size
+    return tuple((name, size) for name, size in sums.items() if size > 0)
+
+
+def gpu_line(status: GpuStatus, device: NvmlDevice) -> GpuLine:
+    used = (
+        f"{format_bytes(device.memory_used)} of {format_bytes(device.memory_total)}"
+        if device.memory_total is not None
+        else "memory n/a"
+    )
+    util = _measure(device.utilization_gpu, "%")
+    temp = _measure(device.temperature_c, " °C")
+    power = _measure(device.power_draw_w, " W")
+    load = " · ".join(item for item in (util, temp, power) if item is not None)
+    limit = _measure(device.power_limit_w, " W")
+    bus = _measure(device.utilization_memory, "%")
+    title = (
+        f"utilisation {util or 'n/a'}, memory bus {bus or 'n/a'}"
+        f", temperature {temp or 'n/a'}, power {power or 'n/a'}" + (f" of {limit}" if limit else "")
+    )
+    return GpuLine(
+        device.index,
+        device.name or "GPU (name n/a)",
+        memory_parts(status, device),
+        used,
+        load,
+        title,
+    )
+
+
+def mig_text(instance: MigInstance) -> str:
+    """'MIG 3g.20gb: 8 GiB of 20 GiB' (the profile, not the GPU's name again)."""
+    name = instance.name or f"MIG {instance.index}"
+    profile = name.rsplit(" MIG ", 1)[-1] if " MIG " in name else name
+    return (
+        f"MIG {profile}: {format_bytes(instance.memory_used)} of "
+        f"{format_bytes(instance.memory_total)}"
+    )
+
+
+def _last_growth(records: list[CellMemory]) -> Optional[Now]:
+    if not records:
+        return None
+    last = records[-1]
+    cell = "-" if last.cell is None else last.cell
+    if last.rerun_leak:
+        again = f" (rerun of [{last.rerun_of}])" if last.rerun_of is not None else ""
+        return Now(
+            "warn",
+            f"cell [{cell}]{again} kept {signed_bytes(last.leak_bytes)} of {last.leak_kind} "
+            "again: its earlier results are still held",
+        )
+    if last.devices and last.delta > 0:
+        return Now("info", f"cell [{cell}] kept {signed_bytes(last.delta)} of CUDA memory")
+    return None
+
+
+def now_items(status: GpuStatus) -> list[Now]:
+    """What matters now, most urgent first: a broken or busy CUDA context, memory that Free
+    would release, the last cell's growth; on a machine without a GPU a calm line."""
+    items: list[Now] = []
+    health = status.torch.health
+    if health == "broken":
+        items.append(Now("error", "CUDA context broken: restart the runtime"))
+    elif health == "busy":
+        items.append(Now("warn", "GPU busy: CUDA work queued by the last cell is still running"))
+    elif health == "forked":
+        items.append(Now("warn", "forked process: CUDA cannot be used here"))
+    freeable = status.leftovers_freeable_bytes
+    if freeable is None and status.leftovers is not None:
+        freeable = sum(e.nbytes for e in status.leftovers if (e.holder or "") != USER_VARIABLE)
+    if freeable:
+        items.append(
+            Now(
+                "warn",
+                f"{format_bytes(freeable)} hidden in output history / tracebacks: "
+                "Free memory releases it",
+            )
+        )
+    growth = _last_growth(list(status.history or ()))
+    if growth is not None:
+        items.append(growth)
+    if not items:
+        if status.has_gpu:
+            items.append(Now("info", "nothing hidden: Free memory has nothing to release"))
+        else:
+            items.append(Now("info", "CPU only: nothing hidden for Free memory to release"))
+    return items
+
+
+def no_gpu_text(status: GpuStatus) -> str:
+    view = status.nvml
+    if not view.available:
+        why = view.error or "NVML is not available"
+    else:
+        why = "NVML works but lists no GPU"
+    return f"No GPU: {why}"
+
+
+def freshness(status: GpuStatus, cell: Optional[int]) -> str:
+    """'after cell [12], 14:03:07' (or 'at 14:03:07' before any cell)."""
+    at = time.strftime("%H:%M:%S", time.localtime(status.taken_at))
+    return f"after cell [{cell}], {at}" if cell is not None else f"at {at}"
+
+
+def compact_text(status: GpuStatus, cell: Optional[int] = None) -> str:
+    """The compact status in plain text: the panel's text fallback."""
+    lines = [f"GPU guard · {freshness(status, cell)}"]
+    if status.has_gpu:
+        for device in status.nvml.devices:
+            line = gpu_line(status, device)
+            parts = " / ".join(f"{name} {format_bytes(size)}" for name, size in line.parts)
+            lines.append(
+                f"GPU {line.index} {line.name}: {parts} · {line.used}"
+                + (f" · {line.load}" if line.load else "")
+            )
+            lines += [f"  {mig_text(instance)}" for instance in device.mig_instances]
+    else:
+        lines.append(f"{no_gpu_text(status)} · {host_ram(status.host, NO_GPU_RAM)}")
+    lines.append("; ".join(item.text for item in now_items(status)))
+    return "\n".join(lines)

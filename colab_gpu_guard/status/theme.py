@@ -1,0 +1,54 @@
+"""The panel's colours and type, from the front end's theme.
+
+Text takes the theme's own colour (``inherit``) and muted text lowers its opacity, so it
+reads in light and dark themes of JupyterLab, Notebook 6, VS Code and Colab alike. Where a
+colour carries meaning (an error, a warning, a badge) it comes as a pair we choose -
+background and text together, each pair at least 4.5:1 - so it never depends on the page
+behind it. Bar segments are not text: they take JupyterLab's variables where they exist,
+VS Code's next, then a fixed colour that reads on white and on black.
+"""
+
+from __future__ import annotations
+
+FONT = (
+    "font-family:var(--jp-ui-font-family,var(--vscode-font-family,system-ui,sans-serif));"
+    "font-size:13px;line-height:18px;color:inherit"
+)
+MUTED = "opacity:.8"
+NOWRAP = "white-space:nowrap"
+ELLIPSIS = "white-space:nowrap;overflow:hidden;text-overflow:ellipsis;min-width:0"
+BORDER = "var(--jp-border-color1,var(--vscode-panel-border,rgba(128,128,128,.55)))"
+
+# meaning -> (background, text): each pair >= 4.5:1 on its own
+PAIRS = {
+    "error": ("#b71c1c", "#ffffff"),  # 6.6:1
+    "warn": ("#ffd54f", "#000000"),  # 14:1
+    "ok": ("#1b5e20", "#ffffff"),  # 8.8:1
+    "info": ("transparent", "inherit"),
+}
+
+# bar segments (not text)
+SEGMENT_COLOURS = {
+    "tensors": "var(--jp-brand-color1,var(--vscode-charts-blue,#1976d2))",
+    "cache": "var(--jp-brand-color3,var(--vscode-charts-blue,#90caf9))",
+    "context": "var(--jp-accent-color1,var(--vscode-charts-purple,#7b1fa2))",
+    "kernel": "var(--jp-brand-color1,var(--vscode-charts-blue,#1976d2))",
+    "others": "var(--jp-warn-color1,var(--vscode-charts-orange,#f57c00))",
+    "used": "var(--jp-brand-color1,var(--vscode-charts-blue,#1976d2))",
+    "driver": "rgba(128,128,128,.6)",
+    "free": "rgba(128,128,128,.16)",
+}
+
+
+def segment_colour(key: str) -> str:
+    return SEGMENT_COLOURS.get(key.split("+", 1)[0], SEGMENT_COLOURS["driver"])
+
+
+def label(kind: str, text_html: str, css_class: str = "") -> str:
+    """A short coloured label (`text_html` already escaped)."""
+    background, colour = PAIRS.get(kind, PAIRS["info"])
+    cls = f' class="{css_class}"' if css_class else ""
+    return (
+        f'<span{cls} style="background:{background};color:{colour};border-radius:3px;'
+        f'padding:0 5px;{NOWRAP}">{text_html}</span>'
+    )
