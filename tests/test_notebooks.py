@@ -49,6 +49,12 @@ def test_notebook_runs_in_a_real_kernel(notebook: Path, tmp_path):
         # its second `%seed_all 42` reruns a cell after torch was imported in between: what
         # the import allocated is not that cell's, so nothing there is a rerun leak
         assert "LEAK" not in page
+    if notebook.stem == "memory_leaks":
+        # the rerun of `val_losses.append(val_loss)` is flagged and its holder named; the
+        # list's entries carry their autograd graphs, with the fix
+        assert "LEAK: kept" in page and "held by `val_losses`" in page
+        assert "autograd graph" in page and ".item()" in page
+        assert "after: val_losses holds 3 plain numbers and no tensor" in page
     if notebook.stem == "reproducibility":
         assert "resumed epochs 2-3 draw exactly what the uninterrupted run drew" in page
         assert "repro diff: example_repro_a100.json (EXAMPLE, not measured" in page

@@ -39,14 +39,18 @@ def test_seed_all_without_torch_or_numpy_reports_them_as_missing():
         import random
         ip.run_line_magic("seed_all", "42")
         first = random.random()
-        ip.run_line_magic("seed_all", "42 --deterministic")
+        ip.run_line_magic("seed_all", "42 --deterministic -v")
         assert random.random() == first
         print("DONE", "torch" in sys.modules, "numpy" in sys.modules)
         """
     )
     assert result.returncode == 0, result.stderr
     out = result.stdout
-    assert "skipped  PyTorch: not installed" in out
+    assert (
+        "seed 42: random seeded; not seeded: PyTorch (not installed), NumPy (not installed);"
+        " deterministic off\n" in out
+    )
+    assert "skipped  PyTorch: not installed" in out  # the full report (-v)
     assert "skipped  NumPy: not installed" in out
     assert "no torch, so no torch flags were set" in out
     assert "DONE False False" in out

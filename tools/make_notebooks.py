@@ -450,9 +450,8 @@ repro_diff(t4, a100, "T4 example", "A100 example")
 # One training cell, run three times in memory_leaks.ipynb: reruns are what leak.
 TRAIN_CELL = """
 batch = torch.randn(2048, 1024, device=device)
-loss = model(batch).pow(2).mean()
-loss.backward()
-predictions.append(model(batch).detach())  # 8 MiB more every run
+val_loss = model(batch).pow(2).mean()  # no torch.no_grad(): the graph is built
+val_losses.append(val_loss)  # keeps this run's autograd graph and what it saved
 model(batch)
 """
 
@@ -473,20 +472,22 @@ import torch
 
 device = "cuda" if torch.cuda.is_available() else "cpu"
 model = torch.nn.Linear(1024, 1024).to(device)
-predictions = []
+val_losses = []
 print(device)
 """),
     md("""
-## A training cell, run three times
+## A validation cell, run three times
 
-The last line's value lands in `Out` (and `_`), and `predictions.append(...)` keeps every
-run's outputs alive: the classic leak of collecting tensors across runs.
+`val_losses.append(val_loss)` looks like it keeps one number per run. It keeps a tensor
+with a `grad_fn`, and through it the autograd graph with every activation the forward pass
+saved for a backward that never comes: the most common way a notebook runs out of memory.
+The last line's value lands in `Out` (and `_`) with its own graph.
 """),
     *[code(TRAIN_CELL) for _ in range(3)],  # the same cell, rerun
     md("""
 Every cell's memory effect is recorded (allocated before/after and peak on a GPU, host
-memory on a CPU). The reruns of the same cell are flagged when they end with more memory
-than the previous run did:
+memory on a CPU). A rerun is flagged `LEAK` when it keeps memory again, that is, the
+previous run's objects are still alive, and the flag names what holds them:
 """),
     code("%gpu_history"),
     md("""
@@ -509,8 +510,10 @@ train_step()
     md("""
 ## What is held, by name
 
-`%gpu_status` shows the leftovers by the name you would type to reach them, and who holds
-them. `%gpu_reset --dry-run` says what a reset would drop and free, changing nothing.
+`%gpu_status` shows the leftovers grouped by the variable that holds them, the ones you
+did not knowingly keep first: output history, the traceback's frames, and `val_losses`,
+whose entries carry their autograd graphs ("autograd graph: N saved tensors"), with the
+fix. `%gpu_reset --dry-run` says what a reset would drop and free, changing nothing.
 """),
     code("%gpu_status"),
     code("%gpu_reset --dry-run"),
@@ -524,16 +527,20 @@ name.
 """),
     code("%gpu_reset"),
     md("""
-`predictions` is still held: it is your variable, so `%gpu_reset` only frees it when you
-name it (or pass `--all`). Keep what you need on the CPU or as plain numbers instead:
+`val_losses` is still held: it is your variable, and `%gpu_reset` never deletes what you
+did not name. The fix is to keep numbers, not graphs: `val_losses.append(val_loss.item())`
+(or run validation under `torch.no_grad()`). Here, the list is turned into numbers, which
+frees every graph it kept:
 """),
-    code("%gpu_reset predictions"),
     code("""
 from colab_gpu_guard import find_leftovers
 
-names = [leftover.name for leftover in find_leftovers()]
-assert not any(name.startswith("predictions") for name in names), names
-print("still held:", names)
+held = find_leftovers().groups().named("val_losses")
+print("before:", held)
+val_losses = [loss.item() for loss in val_losses]
+del val_loss
+assert find_leftovers().groups().named("val_losses") is None
+print("after: val_losses holds", len(val_losses), "plain numbers and no tensor")
 """),
 ]
 

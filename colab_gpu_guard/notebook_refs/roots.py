@@ -6,6 +6,7 @@ import types
 from collections.abc import Hashable, Iterator
 from typing import Any, NamedTuple
 
+from ..frameworks.torch_compile import DYNAMO_GLOBAL_PREFIXES as DYNAMO_GLOBALS
 from ..units import OTHER, OUTPUT_HISTORY, TRACEBACK_FRAME, USER_VARIABLE
 from .frames import (
     debugger_frames,
@@ -70,8 +71,8 @@ def roots(shell: Any, namespace: dict) -> Iterator[Root]:
     for name, value in list(namespace.items()):
         if type(value) in _ATOMIC or not isinstance(name, str):
             continue
-        if name.startswith("__") and name.endswith("__"):
-            continue
+        if name.startswith("__") and (name.endswith("__") or name.startswith(DYNAMO_GLOBALS)):
+            continue  # dunders; what torch.compile installed (its graphs are roots of their own)
         if shell is not None and ((name in hidden and hidden[name] is value) or name in managed):
             continue
         yield Root(RootKey(VARIABLE, name), name, USER_VARIABLE, value)

@@ -79,6 +79,8 @@ class SeedReport:
     def mode_words(self) -> str:
         if not self.deterministic:
             return "deterministic off"
+        if self.precision is None:  # set only where torch was there to switch
+            return "deterministic requested: no torch, so no torch flags were set"
         words = "deterministic on" + (" (warn-only)" if self.warn_only else "")
         if self.precision is not None:
             words += f", {self.precision.clause()}"

@@ -315,33 +315,19 @@ def repro_record(every_cell: Optional[int] = None, import_torch: bool = False) -
 
 def _torch_flags(torch: Any) -> TorchFlags:
     from .determinism import read_flags
+    from .precision import read_precision
 
     flags = read_flags(torch)
-    backends = torch.backends
-    precision = []
-    for path in (
-        "fp32_precision",
-        "cuda.matmul.fp32_precision",
-        "cudnn.fp32_precision",
-        "cudnn.conv.fp32_precision",
-        "cudnn.rnn.fp32_precision",
-        "mkldnn.fp32_precision",
-    ):
-        owner = backends
-        for part in path.split(".")[:-1]:
-            owner = getattr(owner, part, None)
-        value = getattr(owner, "fp32_precision", None) if owner is not None else None
-        if value is not None:
-            precision.append((f"torch.backends.{path}", str(value)))
+    precision = read_precision(torch)  # None where torch refuses to read a mixed setting
     return TorchFlags(
         deterministic_algorithms=flags.algorithms,
         deterministic_warn_only=flags.warn_only,
         cudnn_deterministic=flags.cudnn_deterministic,
         cudnn_benchmark=flags.cudnn_benchmark,
-        matmul_allow_tf32=bool(backends.cuda.matmul.allow_tf32),
-        cudnn_allow_tf32=bool(backends.cudnn.allow_tf32),
-        float32_matmul_precision=str(torch.get_float32_matmul_precision()),
-        fp32_precision=tuple(precision),
+        matmul_allow_tf32=precision.matmul_allow_tf32,
+        cudnn_allow_tf32=precision.cudnn_allow_tf32,
+        float32_matmul_precision=precision.matmul_precision,
+        fp32_precision=tuple((f"torch.backends.{node}", value) for node, value in precision.fp32),
     )
 
 

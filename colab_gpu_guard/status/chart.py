@@ -22,7 +22,7 @@ if TYPE_CHECKING:
     from .snapshot import GpuStatus
 
 CUDA_MEASURE = "CUDA allocated"
-HOST_MEASURE = "host memory"
+HOST_MEASURE = "host resident memory"  # RSS: memory reused from the heap does not show
 PLOT_H = 72  # px
 AXIS_W = 60  # px: the tick labels' column
 
