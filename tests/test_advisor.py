@@ -993,7 +993,7 @@ def test_no_gpu_facts(monkeypatch, no_nvml):
 def test_oom_names_the_biggest_holders_grouped_by_variable(monkeypatch, no_nvml):
     """The OOM advice names holders by the variable holding them (hidden holders first),
     not nine rows of one list's items; every name escaped in HTML."""
-    import torch
+    torch = pytest.importorskip("torch")
 
     from colab_gpu_guard import leftovers
 
