@@ -127,6 +127,19 @@ def panel_text(page, part: str, *needles: str) -> str:
     return page.locator(f".cgg-panel .cgg-{part}").first.inner_text()
 
 
+def open_leftover_groups(page, needle: str) -> str:
+    """The leftovers section's text with every holder's group opened, once it shows
+    `needle` (opened again on each poll: a refresh redraws the section)."""
+    page.wait_for_function(
+        "(needle) => { const e = document.querySelector('.cgg-panel .cgg-leftovers');"
+        " if (!e) return false;"
+        " e.querySelectorAll('details.cgg-group').forEach(d => { d.open = true; });"
+        " return e.innerText.includes(needle); }",
+        arg=needle,
+    )
+    return page.locator(".cgg-panel .cgg-leftovers").first.inner_text()
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize("frontend", frontends.FRONTENDS)
 def test_panel_renders_and_its_buttons_work(frontend, tmp_path):
@@ -155,7 +168,9 @@ def test_panel_renders_and_its_buttons_work(frontend, tmp_path):
             details = panel_text(page, "details", "Colab: no")
             assert "torch 2." in details
             leftovers = panel_text(page, "leftovers", "browser_weights", "Out[")
-            assert "(256, 1024)" in leftovers and "output history" in leftovers
+            assert "output history" in leftovers
+            # each holder opens to its arrays
+            assert "(256, 1024)" in open_leftover_groups(page, "(256, 1024)")
             assert "held by output history / tracebacks: 2 MiB" in leftovers
             panel_text(page, "history", "What each cell kept")
             page.screenshot(path=str(out / f"page-{frontend}.png"), full_page=True)
