@@ -12,6 +12,11 @@ OUTPUT_HISTORY = "output history"
 TRACEBACK_FRAME = "traceback frame"
 OTHER = "other"
 HOLDERS = (USER_VARIABLE, OUTPUT_HISTORY, TRACEBACK_FRAME, OTHER)
+# Globals torch.compile (dynamo) installs in the namespace a compiled function runs in: its
+# graphs (``__compiled_fn_<n>_<uuid>``), resume functions, imports, builtins dicts, guard
+# helpers. Never the user's variables.
+COMPILED_FN_PREFIX = "__compiled_fn_"
+DYNAMO_GLOBALS = (COMPILED_FN_PREFIX, "__resume_at_", "__import_", "__builtins_dict__", "___")
 
 _UNITS = ("B", "KiB", "MiB", "GiB", "TiB")
 

@@ -30,21 +30,11 @@ import weakref
 from types import ModuleType
 from typing import Any, NamedTuple, Optional
 
-from ..units import format_bytes
+from ..units import COMPILED_FN_PREFIX, format_bytes
 from . import torch as torch_support
 
 DYNAMO = "torch._dynamo"
 CUDAGRAPH_TREES = "torch._inductor.cudagraph_trees"
-COMPILED_FN_PREFIX = "__compiled_fn_"
-# globals dynamo installs in the namespace a compiled function runs in (its graphs, resume
-# functions, imports, builtins dicts, guard helpers): never the user's variables
-DYNAMO_GLOBAL_PREFIXES = (
-    COMPILED_FN_PREFIX,
-    "__resume_at_",
-    "__import_",
-    "__builtins_dict__",
-    "___",
-)
 RECOMPILE_NOTE = "compiled functions and models compile again on their next call"
 # objects of these packages are walked from a compiled graph's function to its GraphModule
 _MACHINERY = ("torch._dynamo", "torch._inductor", "torch._functorch", "torch.fx")

@@ -8,7 +8,6 @@ from __future__ import annotations
 import sys
 from typing import TYPE_CHECKING, Any, NamedTuple
 
-from .. import notebook_refs
 from .. import tracker as engine
 from ..output_warning import OutputWarning
 
@@ -25,10 +24,14 @@ def install(registration: Registration, maxlen: int = engine.DEFAULT_MAXLEN) -> 
     """Start recording every cell of ``registration.shell`` and warning under heavy
     results; stops when the registration closes (``%unload_ext``)."""
     shell = registration.shell
-    _, namespace = notebook_refs.resolve_namespace(shell, None)
-    tracker = engine.MemoryTracker(
-        maxlen=maxlen, namespace=namespace, outputs=lambda: notebook_refs.output_history(shell)
-    )
+
+    def outputs() -> dict:
+        # imported on first need (a heavy result, a flagged rerun): %load_ext stays cheap
+        from .. import notebook_refs
+
+        return notebook_refs.output_history(shell)
+
+    tracker = engine.MemoryTracker(maxlen=maxlen, namespace=shell.user_ns, outputs=outputs)
     warning = OutputWarning()
     registration.register_event("pre_run_cell", tracker.pre_run_cell)
     registration.register_event("post_run_cell", tracker.post_run_cell)
@@ -39,13 +42,12 @@ def install(registration: Registration, maxlen: int = engine.DEFAULT_MAXLEN) -> 
             return
         try:
             cell = result.execution_count
-            if notebook_refs.output_history(shell).get(cell) is not value:
-                return  # not kept in Out (history not stored, or the cache is off)
             line = warning.line(value, f"Out[{cell}]")
+            if line is None or outputs().get(cell) is not value:
+                return  # light, or not kept in Out (history not stored, or the cache is off)
         except Exception:
             return
-        if line is not None:
-            print(line, file=sys.stdout)
+        print(line, file=sys.stdout)
 
     registration.register_event("post_run_cell", warn_output)
     engine.activate(shell, tracker)

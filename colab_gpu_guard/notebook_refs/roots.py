@@ -6,8 +6,7 @@ import types
 from collections.abc import Hashable, Iterator
 from typing import Any, NamedTuple
 
-from ..frameworks.torch_compile import DYNAMO_GLOBAL_PREFIXES as DYNAMO_GLOBALS
-from ..units import OTHER, OUTPUT_HISTORY, TRACEBACK_FRAME, USER_VARIABLE
+from ..units import DYNAMO_GLOBALS, OTHER, OUTPUT_HISTORY, TRACEBACK_FRAME, USER_VARIABLE
 from .frames import (
     debugger_frames,
     debugger_of,
