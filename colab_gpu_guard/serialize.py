@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import dataclasses
 import typing
-from typing import Any, Union
+from typing import Any, Callable, Union
 
 
 def to_data(value: Any) -> Any:
@@ -24,6 +24,15 @@ def to_data(value: Any) -> Any:
 
 
 _HINTS: dict[type, dict[str, Any]] = {}
+
+
+def from_versioned(kind: Any, data: Any, version: int, wrong: Callable[[Any], str]) -> Any:
+    """`from_data` of a report's JSON object whose ``schema_version`` must be `version`;
+    `wrong(found)` words the error when it is not."""
+    found = data.get("schema_version") if isinstance(data, dict) else None
+    if found != version:
+        raise ValueError(wrong(found))
+    return from_data(kind, data)
 
 
 def from_data(kind: Any, data: Any) -> Any:

@@ -29,7 +29,7 @@ from ..frameworks import jax as jax_support
 from ..frameworks import numpy as numpy_support
 from ..frameworks import tensorflow as tensorflow_support
 from ..frameworks import torch as torch_support
-from ..serialize import from_data, to_data
+from ..serialize import from_versioned, to_data
 from ..serialize import json_schema as _json_schema
 
 SCHEMA_VERSION = 1
@@ -167,13 +167,15 @@ class ReproRecord:
     def from_dict(cls, data: Any) -> ReproRecord:
         if not isinstance(data, dict):
             raise ValueError(f"expected a JSON object, got {type(data).__name__}")
-        version = data.get("schema_version")
-        if version != SCHEMA_VERSION:
-            raise ValueError(
+        return from_versioned(
+            cls,
+            data,
+            SCHEMA_VERSION,
+            lambda found: (
                 f"not a ReproRecord of schema_version {SCHEMA_VERSION} "
-                f"(schema_version is {version!r}); save one with %repro --save FILE"
-            )
-        return from_data(cls, data)
+                f"(schema_version is {found!r}); save one with %repro --save FILE"
+            ),
+        )
 
     @classmethod
     def from_json(cls, text: str) -> ReproRecord:

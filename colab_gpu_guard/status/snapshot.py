@@ -14,7 +14,7 @@ from typing import Any, Optional
 from ..leftovers.groups import LeftoverGroup
 from ..leftovers.records import Leftover
 from ..nvml import NvmlSnapshot
-from ..serialize import from_data, to_data
+from ..serialize import from_versioned, to_data
 from ..serialize import json_schema as _json_schema
 from ..tracker import CellMemory
 from .html import render_html
@@ -128,13 +128,15 @@ class GpuStatus:
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> GpuStatus:
-        version = data.get("schema_version") if isinstance(data, dict) else None
-        if version != SCHEMA_VERSION:
-            raise ValueError(
-                f"GpuStatus schema_version {version!r} is not supported "
+        return from_versioned(
+            cls,
+            data,
+            SCHEMA_VERSION,
+            lambda found: (
+                f"GpuStatus schema_version {found!r} is not supported "
                 f"(this version reads {SCHEMA_VERSION})"
-            )
-        return from_data(cls, data)
+            ),
+        )
 
     @classmethod
     def from_json(cls, text: str) -> GpuStatus:
