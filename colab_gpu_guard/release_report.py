@@ -8,7 +8,8 @@ from dataclasses import asdict, dataclass, field
 from typing import Any, Optional
 
 from .leftovers import Leftover, leftovers_html
-from .leftovers.groups import LeftoverGroups, group_leftovers, groups_html
+from .leftovers.groups import LeftoverGroups, group_leftovers
+from .leftovers.html import groups_html
 from .nvml import INCLUDES_RESERVED, V1
 from .units import format_bytes
 

@@ -375,8 +375,7 @@ def test_one_table_for_every_view_of_the_leftovers():
     """The leftovers list, gpu_reset's report, the status snapshot and the panel show the
     same table (one renderer; grouped by root but the panel), with the shared names as a
     column and every name escaped."""
-    from colab_gpu_guard.leftovers.groups import groups_html
-    from colab_gpu_guard.leftovers.html import leftovers_table
+    from colab_gpu_guard.leftovers.html import groups_html, leftovers_table
     from colab_gpu_guard.status import gpu_status, panel_html
 
     base = torch.zeros(64, 64)

@@ -12,6 +12,7 @@ reaches blocks counted elsewhere says so (``shares 4 with model``).
 from __future__ import annotations
 
 import collections
+import html
 import re
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
@@ -20,7 +21,7 @@ from operator import itemgetter
 from typing import Any, NamedTuple, Optional
 
 from ..units import OUTPUT_HISTORY, TRACEBACK_FRAME, USER_VARIABLE, format_bytes
-from .html import leftovers_table
+from .html import groups_html
 from .records import Leftover
 
 ENTRIES_SHOWN = 3  # per group, in the text and HTML views
@@ -215,48 +216,13 @@ class LeftoverGroups:
         if not self.groups:
             return "<div>no arrays held</div>"
         return groups_html(self.groups) + "".join(
-            f"<div>note: {_e(note)}</div>" for note in self.notes
+            f"<div>note: {html.escape(str(note))}</div>" for note in self.notes
         )
 
     def to_dict(self) -> dict[str, Any]:
         from ..serialize import to_data
 
         return to_data(self)
-
-
-# ---------------------------------------------------------------- HTML
-
-_HIDDEN_STYLE = "color:var(--jp-warn-color0,#b45309);font-weight:600"
-_RESET_STYLE = "color:var(--jp-success-color0,#1b5e20)"
-_MUTED_STYLE = "color:var(--jp-ui-font-color2,#616161)"
-
-
-def _e(value: Any) -> str:
-    import html
-
-    return html.escape(str(value), quote=True)
-
-
-def group_html(group: LeftoverGroup, open_: bool = False) -> str:
-    """One group as ``<details>``: its summary line, then its entries' table."""
-    badges = ""
-    if group.hidden:
-        badges += f' <span class="cgg-hidden" style="{_HIDDEN_STYLE}">hidden</span>'
-    if group.released_by_reset:
-        badges += f' <span class="cgg-reset" style="{_RESET_STYLE}">%gpu_reset releases it</span>'
-    summary = (
-        f'<summary style="cursor:pointer"><code>{_e(group.name)}</code> '
-        f"<b>{_e(format_bytes(group.nbytes))}</b> "
-        f'<span style="{_MUTED_STYLE}">{_e(group.describe())}</span>{badges}</summary>'
-    )
-    body = leftovers_table(group.entries) if group.entries else ""
-    if group.more > 0:
-        body += f'<div style="{_MUTED_STYLE}">... {group.more:,} more in {_e(group.name)}</div>'
-    return f'<details class="cgg-group"{" open" if open_ else ""}>{summary}{body}</details>'
-
-
-def groups_html(groups: Iterable[LeftoverGroup]) -> str:
-    return '<div class="cgg-groups">' + "".join(map(group_html, groups)) + "</div>"
 
 
 # ---------------------------------------------------------------- building

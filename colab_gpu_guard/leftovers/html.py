@@ -73,3 +73,32 @@ def notes_html(gaps: Iterable = (), notes: Iterable[str] = ()) -> str:
     extra = "".join(f"<li>{_e(gap)}</li>" for gap in gaps)
     extra += "".join(f"<li>{_e(note)}</li>" for note in notes)
     return f"<ul>{extra}</ul>" if extra else ""
+
+
+# ---------------------------------------------------------------- groups (`groups.LeftoverGroup`)
+
+_HIDDEN_STYLE = "color:var(--jp-warn-color0,#b45309);font-weight:600"
+_RESET_STYLE = "color:var(--jp-success-color0,#1b5e20)"
+_MUTED_STYLE = "color:var(--jp-ui-font-color2,#616161)"
+
+
+def group_html(group: Any, open_: bool = False) -> str:
+    """One group as ``<details>``: its summary line, then its entries' table."""
+    badges = ""
+    if group.hidden:
+        badges += f' <span class="cgg-hidden" style="{_HIDDEN_STYLE}">hidden</span>'
+    if group.released_by_reset:
+        badges += f' <span class="cgg-reset" style="{_RESET_STYLE}">%gpu_reset releases it</span>'
+    summary = (
+        f'<summary style="cursor:pointer"><code>{_e(group.name)}</code> '
+        f"<b>{_e(format_bytes(group.nbytes))}</b> "
+        f'<span style="{_MUTED_STYLE}">{_e(group.describe())}</span>{badges}</summary>'
+    )
+    body = leftovers_table(group.entries) if group.entries else ""
+    if group.more > 0:
+        body += f'<div style="{_MUTED_STYLE}">... {group.more:,} more in {_e(group.name)}</div>'
+    return f'<details class="cgg-group"{" open" if open_ else ""}>{summary}{body}</details>'
+
+
+def groups_html(groups: Iterable[Any]) -> str:
+    return '<div class="cgg-groups">' + "".join(map(group_html, groups)) + "</div>"

@@ -274,7 +274,7 @@ class LeftoverList(collections.abc.Sequence):
         printer.text(str(self) if not cycle else "LeftoverList(...)")
 
     def _repr_html_(self) -> str:
-        from .groups import groups_html
+        from .html import groups_html
 
         if not self:
             return leftovers_html((), self.gaps, self.notes)

@@ -6,8 +6,7 @@ from __future__ import annotations
 import html
 from typing import TYPE_CHECKING, Any
 
-from ..leftovers.groups import groups_html
-from ..leftovers.html import leftovers_table
+from ..leftovers.html import groups_html, leftovers_table
 from ..nvml import NvmlDevice
 from ..units import format_bytes
 from .text import (
