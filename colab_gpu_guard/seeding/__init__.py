@@ -6,8 +6,9 @@ for DataLoader workers, ranks and JAX keys (workers.py)."""
 from .determinism import DETERMINISM_ENV
 from .every_cell import CellReseeder, reseed_loaded
 from .report import Change, SeededRng, SeedReport, SkippedRng
-from .repro import ReproRecord, read_record, repro_record
+from .repro import ReproRecord, read_record
 from .repro_diff import Difference, ReproDiff, repro_diff
+from .repro_read import repro_record
 from .rng_state import (
     GeneratorState,
     RngState,
