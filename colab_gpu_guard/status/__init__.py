@@ -33,7 +33,8 @@ bytes as integers, times as Unix seconds, ``unavailable`` as ``[[field, reason],
 
 from __future__ import annotations
 
-from .collect import COLAB_NO_GPU, DEFAULT_HISTORY_LIMIT, DEFAULT_TOP, detect_runtime, gpu_status
+from .collect import DEFAULT_HISTORY_LIMIT, DEFAULT_TOP, detect_runtime, gpu_status
+from .notes import COLAB_NO_GPU
 from .snapshot import (
     DEFAULT_PROCESS_LIMIT,
     SCHEMA_VERSION,

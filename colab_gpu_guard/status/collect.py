@@ -18,9 +18,8 @@ from typing import Any, Optional
 
 from .. import host_memory, nvml
 from ..nvml import NvmlDevice, NvmlSnapshot
-from ..units import USER_VARIABLE, format_bytes
+from ..units import USER_VARIABLE
 from .matching import (
-    CONTEXT_MARGIN,
     KernelOn,
     find_by_memory,
     mark_by_memory,
@@ -28,6 +27,7 @@ from .matching import (
     used_by_this_process,
     without_process_names,
 )
+from .notes import status_notes
 from .snapshot import (
     DEFAULT_PROCESS_LIMIT,
     SCHEMA_VERSION,
@@ -40,11 +40,6 @@ from .snapshot import (
 DEFAULT_TOP = 10
 DEFAULT_HISTORY_LIMIT = 20
 LEFTOVERS_BUDGET_S = 2.0  # the leftovers scan of a snapshot (%gpu_status, each panel refresh)
-
-COLAB_NO_GPU = (
-    "this Colab runtime has no GPU: Runtime > Change runtime type > a GPU accelerator "
-    "(then rerun your cells)"
-)
 
 
 def gpu_status(
@@ -85,7 +80,7 @@ def gpu_status(
     cells: dict[str, Any] = {}
     if history:
         cells = _history(history_limit)
-    notes.extend(_notes(host, torch_info, nvml_view, memory))
+    notes.extend(status_notes(host, torch_info, nvml_view, memory))
     return GpuStatus(
         schema_version=SCHEMA_VERSION,
         taken_at=taken_at,
@@ -342,69 +337,3 @@ def _history(limit: int) -> dict[str, Any]:
     if total > len(records):
         note = f"last {len(records)} of {total} cells"
     return {"history": records, "history_note": note}
-
-
-def _notes(
-    host: HostInfo, torch_info: TorchInfo, view: NvmlSnapshot, memory: tuple[DeviceMemory, ...]
-) -> list[str]:
-    from .. import cuda_health
-
-    notes = []
-    if not view.available or not view.devices:
-        if host.runtime == "Colab":
-            notes.append(COLAB_NO_GPU)
-        elif view.available and view.reason("devices") is None:
-            notes.append("NVML works but lists no GPU")
-    if torch_info.health == cuda_health.BROKEN:
-        notes.append(cuda_health.RESTART_ADVICE)
-    elif torch_info.health == cuda_health.BUSY:
-        notes.append(
-            "the GPU is still running queued CUDA work: busy, not broken (%gpu_reset waits "
-            "for it before emptying the cache)"
-        )
-    elif torch_info.health == cuda_health.FORKED:
-        notes.append(cuda_health.FORKED_DETAIL)
-    if torch_info.version is not None and torch_info.cuda_runtime is None:
-        notes.append(f"torch {torch_info.version} is a CPU-only build: it cannot use a GPU")
-    elif torch_info.health == cuda_health.FORKED:
-        pass  # said above: CUDA cannot start in this process at all
-    elif torch_info.cuda_runtime is not None and not torch_info.cuda_initialized:
-        notes.append("CUDA is not initialised in this kernel yet: no allocator figures")
-    for item in memory:
-        if item.matched_by == "none" and view.available and view.devices:
-            notes.append(f"cuda:{item.device} could not be matched to an NVML GPU")
-    pid_note = (
-        f"NVML lists no process with this kernel's PID {host.pid}: inside a container "
-        "NVML reports host PIDs"
-    )
-    names_note = False
-    for item in memory:
-        fit = (
-            f"between torch's {format_bytes(item.reserved)} reserved and that + "
-            f"{format_bytes(CONTEXT_MARGIN)} for the CUDA context"
-        )
-        if item.nvml_identified_by in ("memory", "not identified") and not names_note:
-            names_note = True
-            notes.append(
-                "process names are not shown: NVML's PIDs are the host's, and in this "
-                "container they name other processes or none"
-            )
-        if item.nvml_identified_by == "memory" and item.nvml_index is not None:
-            pids = {p.pid for p in view.devices[item.nvml_index].processes or () if p.this_process}
-            notes.append(
-                f"{pid_note}; on GPU {item.nvml_index} this kernel was matched by memory: "
-                f"PID {', '.join(map(str, sorted(pids)))}, the one process using "
-                f"{format_bytes(item.nvml_used_by_this_process)}, {fit}"
-            )
-        elif item.nvml_identified_by == "not identified":
-            notes.append(
-                f"{pid_note}; on GPU {item.nvml_index} this kernel could not be identified "
-                f"by memory either (exactly one process must use {fit}; here none or several "
-                "do): its memory is among the processes listed"
-            )
-        elif item.nvml_identified_by == "not listed":
-            notes.append(
-                f"NVML lists no process on GPU {item.nvml_index}, not even this kernel, which "
-                "has a CUDA context there: per-process figures are not available"
-            )
-    return notes
