@@ -59,6 +59,10 @@ print("same seed, same draws:", again == first)
     md("""
 `--deterministic` also switches on deterministic algorithms (and says whether this torch
 still needs `CUBLAS_WORKSPACE_CONFIG`). Seeding again without it restores the flags.
+It leaves TF32 alone: on an A100, L4 or H100, convolutions use TF32 by default
+(`torch.backends.cudnn.allow_tf32` is `True`), so float32 results differ from a T4's or a
+CPU's, and the line it prints says so. `%seed_all 42 --strict` also switches
+matmuls and convolutions to full fp32.
 """),
     code("%seed_all 42 --deterministic"),
     code("%seed_all 42"),
