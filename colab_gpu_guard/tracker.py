@@ -13,8 +13,10 @@ What is measured for each cell:
   ``/proc/self/statm``; Linux only, else None).
 - NVML: the GPUs' used memory after the cell (``nvml.used_memory``: the v2 memory call,
   which leaves out what the driver reserves, else v1, which counts it; the record says
-  which), read by a background thread (an NVML call can take milliseconds), so it appears
-  in the history a moment after the cell ends; None when NVML is not available.
+  which), and after a cell in which torch held no CUDA memory what NVML charges this
+  kernel's PID (CuPy, JAX, TensorFlow), read by a background thread (an NVML call can take
+  milliseconds), so they appear in the history a moment after the cell ends; None when
+  NVML is not available.
 
 Rerun leaks: when a cell with the same source runs again and keeps memory again on a
 device (what it added during its own run, as its previous run did: torch's allocated bytes
@@ -70,6 +72,11 @@ class CellMemory:
         ("`losses` (grew by 1 item)", "`Out[7]` (output history)"), else "".
     rerun_of: the cell number of the previous run of the same source.
     rss_after: the process's resident set size after the cell (Linux), else None.
+    nvml_process_used: after a cell in which torch held no CUDA memory, the bytes NVML
+        charges this kernel's PID over all GPUs (0: NVML lists no process with this PID -
+        not on a GPU, or a container, where NVML lists host PIDs); None when not known (no
+        NVML, processes not listable, torch on CUDA, or the next cell began before NVML
+        was read).
     """
 
     cell: Optional[int]
@@ -90,6 +97,7 @@ class CellMemory:
     nvml_used_call: Optional[str] = None
     leaks: tuple[tuple[str, int], ...] = ()
     held_by: str = ""
+    nvml_process_used: Optional[int] = None
 
     @property
     def delta(self) -> int:
@@ -158,11 +166,14 @@ class MemoryTracker:
         self._pending: Optional[tuple] = None
         self._seq = 0
         self._nvml_used: dict[int, int] = {}
+        self._nvml_process: dict[int, Optional[int]] = {}
         self._rss = _RssReader()
         self._reruns = RerunLeakCheck(maxlen, self._rss)
         self._holders = RerunHolders(namespace, outputs or dict, maxlen)
         self._last_rss: Optional[int] = None
-        self._nvml = NvmlSampler(self._nvml_used) if nvml else None
+        self._nvml = (
+            NvmlSampler(self._nvml_used, self._nvml_process, self._still_after) if nvml else None
+        )
 
     # -- the hot path: no allocation-heavy work, no object walks, no CUDA calls
     def pre_run_cell(self, info: Any = None) -> None:
@@ -259,17 +270,23 @@ class MemoryTracker:
         )
         nvml = self._nvml
         if nvml is not None and nvml.available is not False:
-            nvml.request(seq)
+            nvml.request(seq, not devices)  # NVML's figure for this PID: no torch CUDA
+
+    def _still_after(self, seq: int) -> bool:
+        """No cell has started since record `seq` (the NVML thread's check that what it
+        read after that cell is that cell's)."""
+        return self._seq == seq and self._pending is None
 
     # -- reading
     def history(self, last: Optional[int] = None) -> list[CellMemory]:
         """The recorded cells, oldest first; only the ``last`` ones if given."""
         records = list(self._records)
-        nvml_used = self._nvml_used
+        nvml_used, nvml_process = self._nvml_used, self._nvml_process
         if records and len(nvml_used) > 2 * self.maxlen:
             oldest = records[0][0]
             for seq in [seq for seq in list(nvml_used) if seq < oldest]:  # list(): atomic
                 nvml_used.pop(seq, None)
+                nvml_process.pop(seq, None)
         if last is not None:
             records = records[-last:] if last > 0 else []
         call = self._nvml.call if self._nvml is not None else None
@@ -282,6 +299,7 @@ class MemoryTracker:
                 nvml_used_call=call if record[0] in nvml_used else None,
                 leaks=record[15],
                 held_by=record[16],
+                nvml_process_used=nvml_process.get(record[0]),
             )
             for record in records
         ]
@@ -291,6 +309,7 @@ class MemoryTracker:
         self._reruns.clear()
         self._holders.clear()
         self._nvml_used.clear()
+        self._nvml_process.clear()
 
     def close(self) -> None:
         if self._nvml is not None:

@@ -49,6 +49,8 @@ def test_notebook_runs_in_a_real_kernel(notebook: Path, tmp_path):
         # its second `%seed_all 42` reruns a cell after torch was imported in between: what
         # the import allocated is not that cell's, so nothing there is a rerun leak
         assert "LEAK" not in page
+        # %gpu_panel shows the panel's static copy, not the widget's repr
+        assert '<div class="cgg-panel cgg-static"' in page and "GpuPanel(" not in page
     if notebook.stem == "memory_leaks":
         # the rerun of `val_losses.append(val_loss)` is flagged and its holder named; the
         # list's entries carry their autograd graphs, with the fix

@@ -1,5 +1,6 @@
 """The main job (`make demo`): run the quickstart notebook headless in a real kernel on
-whatever hardware is here, and write an HTML copy of it.
+whatever hardware is here, and write an HTML copy of it (offline: no widget JavaScript; the
+`%gpu_panel` output shows the static copy the panel displays beside its widget).
 
   python tools/demo.py [--notebook PATH] [--output HTML] [--timeout SECONDS]
 
@@ -115,7 +116,8 @@ def _output_html(output) -> str:
         return f"<pre class='out err'>{esc(_strip_ansi(trace))}</pre>"
     data = output.get("data", {})
     if "text/html" in data:
-        # HTML our own objects rendered (they escape every name themselves).
+        # HTML our own objects rendered (they escape every name themselves); the panel
+        # widget brings a static copy of itself, so the page shows it, not a widget repr.
         return f"<div class='out'>{_joined(data['text/html'])}</div>"
     if "image/png" in data:
         return f"<img class='out' src='data:image/png;base64,{_joined(data['image/png'])}'>"

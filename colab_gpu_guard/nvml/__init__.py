@@ -10,7 +10,7 @@ neither IPython nor torch.
 from __future__ import annotations
 
 from .lib import initialised, known_unavailable, reason_for, reset, set_pynvml
-from .memory import INCLUDES_RESERVED, V1, V2, UsedMemory, used_memory
+from .memory import INCLUDES_RESERVED, V1, V2, UsedMemory, used_by_process, used_memory
 from .records import MigInstance, NvmlDevice, NvmlProcess, NvmlSnapshot, normalise_uuid
 from .snapshot import COMPUTE_MODES, snapshot
 
@@ -31,5 +31,6 @@ __all__ = [
     "reset",
     "set_pynvml",
     "snapshot",
+    "used_by_process",
     "used_memory",
 ]

@@ -1,6 +1,7 @@
 """A GPU's memory as NVML reports it: one reader for every "NVML used" figure the package
 shows (`%gpu_status`, the panel, the per-cell history, `%gpu_reset`), and `used_memory()`,
-the cheap reading taken after each cell.
+the cheap reading taken after each cell (with `used_by_process()`, what NVML charges this
+kernel's PID, where torch does not count its CUDA memory).
 
 NVML has two memory calls. v1 (``nvmlMemory_t``) counts what the driver and firmware set
 aside as used ("Sum of Reserved and Allocated device memory"): 480 MiB on an idle H100 with
@@ -88,9 +89,7 @@ def _read_all() -> tuple[Optional[UsedMemory], Optional[str]]:
     if module is None:
         return None, None
     query = Query(module)
-    cache = _cache
-    if cache is None or cache.token is not lib.token():
-        cache = _open(query)
+    cache = _handles(query)
     used = []
     call = V2
     for handle in cache.handles if cache is not None else ():
@@ -109,6 +108,57 @@ def _read_all() -> tuple[Optional[UsedMemory], Optional[str]]:
         error = query.last_error
         return None, None if error is None else type(error).__name__
     return UsedMemory(tuple(used), call), None
+
+
+def _handles(query: Query) -> Optional[_Handles]:
+    """The GPUs' handles: the ones looked up since NVML was last initialised, else new."""
+    cache = _cache
+    if cache is None or cache.token is not lib.token():
+        cache = _open(query)
+    return cache
+
+
+def used_by_process(pid: int) -> Optional[int]:
+    """The bytes NVML charges process `pid` over every GPU now: its compute and graphics
+    entries (one per MIG instance; an entry in both lists counted once, as `snapshot`
+    counts it); 0 when no GPU lists `pid`. None without NVML, when a GPU's processes
+    cannot be listed (no permission, not supported) and when NVML does not report the
+    memory of an entry of `pid`. Uses the handles `used_memory` looked up: read after
+    each cell in the tracker's thread, for a kernel whose CUDA memory torch does not count."""
+    global _cache
+    from .snapshot import COMPUTE_PROCESS_CALLS, GRAPHICS_PROCESS_CALLS  # snapshot imports us
+
+    module, _failure = lib.initialised()
+    if module is None:
+        return None
+    query = Query(module)
+    cache = _cache = _handles(query)
+    if cache is None:
+        return None
+    total = 0
+    for handle in cache.handles:
+        listed = False
+        entries: dict[tuple[Optional[int], Optional[int]], Optional[int]] = {}
+        for kind, calls in (
+            ("compute", COMPUTE_PROCESS_CALLS),
+            ("graphics", GRAPHICS_PROCESS_CALLS),
+        ):
+            ok, value = query.first(f"processes.{kind}", calls, handle)
+            listed = listed or ok
+            for entry in value or ():
+                if int(entry.pid) != pid:
+                    continue
+                key = (
+                    lib.uint(getattr(entry, "gpuInstanceId", None)),
+                    lib.uint(getattr(entry, "computeInstanceId", None)),
+                )
+                used = lib.ulonglong(getattr(entry, "usedGpuMemory", None))
+                known = entries.get(key)
+                entries[key] = used if known is None else max(known, used or 0)
+        if not listed or any(used is None for used in entries.values()):
+            return None
+        total += sum(used or 0 for used in entries.values())
+    return total
 
 
 def _open(query: Query) -> Optional[_Handles]:

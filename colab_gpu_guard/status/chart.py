@@ -1,11 +1,14 @@
 """The panel's per-cell chart: what each of the last cells kept.
 
-A bar per cell is this kernel's own change during the cell - CUDA allocated bytes (summed
-over devices) once torch uses CUDA, else the process's resident host memory (the tracker's
-reading after the cell minus the one before it) - on a scale with labelled ticks, the
-biggest change labelled, each cell's allocator peak above its bar, and rerun leaks named
-(what the rerun kept, and which cell it reruns). Plain HTML boxes (no SVG): the bars share
-the panel's width and the text takes the theme's colour.
+A bar per cell is this kernel's own change during the cell, the reading after it minus the
+one before: CUDA allocated bytes (summed over devices) once torch uses CUDA; else what NVML
+charges this kernel's PID over all GPUs (CuPy, JAX, TensorFlow, CUDA without torch), once
+NVML lists that PID with memory; else the process's resident host memory, saying why
+NVML's figure is missing where NVML lists processes (inside a container NVML lists host
+PIDs, so this kernel's PID never appears). On a scale with labelled ticks, the biggest
+change labelled, each cell's allocator peak above its bar, and rerun leaks named (what the
+rerun kept, and which cell it reruns). Plain HTML boxes (no SVG): the bars share the
+panel's width and the text takes the theme's colour.
 """
 
 from __future__ import annotations
@@ -22,6 +25,7 @@ if TYPE_CHECKING:
     from .snapshot import GpuStatus
 
 CUDA_MEASURE = "CUDA allocated"
+NVML_MEASURE = "NVML: this process on the GPU"
 HOST_MEASURE = "host resident memory"  # RSS: memory reused from the heap does not show
 PLOT_H = 72  # px
 AXIS_W = 60  # px: the tick labels' column
@@ -32,11 +36,16 @@ class CellChange(NamedTuple):
     change: Optional[int]  # None: not known (the first host reading)
     peak: Optional[int]  # the CUDA peak above the cell's start, when exact
     record: CellMemory
+    after: Optional[int] = None  # NVML's or the host's reading after the cell
 
 
-def cell_changes(records: list[CellMemory]) -> tuple[str, list[CellChange]]:
-    """(measure, each cell's change): CUDA allocated when any cell had CUDA devices, else
-    host memory; "" when nothing was measured."""
+def cell_changes(
+    records: list[CellMemory], process_now: Optional[int] = None
+) -> tuple[str, list[CellChange]]:
+    """(measure, each cell's change): CUDA allocated when any cell had CUDA devices; else
+    what NVML charges this kernel's PID, once NVML listed it with memory; else host memory;
+    "" when nothing was measured. `process_now`: NVML's figure for this PID now, for the
+    last cell while the tracker's thread has not read it yet."""
     if any(r.devices for r in records):
         return CUDA_MEASURE, [
             CellChange(
@@ -49,14 +58,61 @@ def cell_changes(records: list[CellMemory]) -> tuple[str, list[CellChange]]:
             )
             for r in records
         ]
+    readings = [r.nvml_process_used for r in records]
+    if readings and readings[-1] is None:
+        readings[-1] = process_now
+    if any(readings):
+        changes = _differences(records, readings)
+        if any(c.change is not None for c in changes):  # else the host's figures say more
+            return NVML_MEASURE, changes
     if not any(r.rss_after is not None for r in records):
         return "", []
+    return HOST_MEASURE, _differences(records, [r.rss_after for r in records])
+
+
+def _differences(records: list[CellMemory], readings: list[Optional[int]]) -> list[CellChange]:
+    """Each cell's reading minus the one before it (None where either is missing)."""
     changes, before = [], None
-    for r in records:
-        change = r.rss_after - before if r.rss_after is not None and before is not None else None
-        changes.append(CellChange(r.cell, change, None, r))
-        before = r.rss_after
-    return HOST_MEASURE, changes
+    for record, value in zip(records, readings):
+        change = value - before if value is not None and before is not None else None
+        changes.append(CellChange(record.cell, change, None, record, value))
+        before = value
+    return changes
+
+
+def process_used_now(status: GpuStatus) -> Optional[int]:
+    """What NVML charges this kernel over every GPU in the snapshot (its entries as
+    `matching` marks them; 0 when none is listed); None where a GPU's processes are not
+    listed or an entry of this kernel's has no figure."""
+    if not status.has_gpu:
+        return None
+    total = 0
+    for device in status.nvml.devices:
+        if device.processes is None:
+            return None
+        mine = [p.used_memory for p in device.processes if p.this_process]
+        if any(used is None for used in mine):
+            return None
+        total += sum(used or 0 for used in mine)
+    return total
+
+
+def why_not_nvml(status: GpuStatus, records: list[CellMemory]) -> str:
+    """Why the chart shows host memory on a machine whose NVML lists processes: no entry
+    has this kernel's PID (none yet on a GPU, or a container: NVML lists host PIDs), or the
+    processes cannot be listed; "" when there is nothing to say."""
+    if not status.has_gpu or any(r.devices for r in records):
+        return ""
+    if any(r.nvml_process_used == 0 for r in records) or process_used_now(status) == 0:
+        return (
+            f"host memory: NVML lists no GPU memory for this kernel's PID {status.nvml.pid} "
+            "(no GPU use yet, or a container, where NVML lists host PIDs)"
+        )
+    unlisted = [d for d in status.nvml.devices if d.processes is None]
+    if unlisted and status.nvml.processes_queried:
+        why = unlisted[0].reason("processes") or "not listed"
+        return f"host memory: NVML does not list the GPU's processes here ({why})"
+    return ""
 
 
 def _nice(value: float) -> float:
@@ -88,7 +144,7 @@ def render_history(status: GpuStatus, cells: int = 30) -> str:
     if status.history is None:
         return f"{head}Per-cell history: {_e(status.history_note or 'not recorded')}</div>"
     records = list(status.history)
-    measure, changes = cell_changes(records)
+    measure, changes = cell_changes(records, process_used_now(status))
     changes = changes[-cells:]
     if not changes:
         note = status.history_note or ("no cells yet" if not records else "nothing measured")
@@ -140,6 +196,9 @@ def render_history(status: GpuStatus, cells: int = 30) -> str:
         + ("; outline: its peak above the start" if peaks else "")
         + "; hover a bar for its figures</div>"
     )
+    why = why_not_nvml(status, records) if measure == HOST_MEASURE else ""
+    if why:
+        legend += f'<div class="cgg-chart-why" style="{theme.MUTED};font-size:12px">{_e(why)}</div>'
     return (
         f"{head}{summary}"
         f'<div class="cgg-chart" style="display:flex;margin-top:4px">'
@@ -162,6 +221,8 @@ def _bar(item: CellChange, measure: str, span: float, zero_y: float, biggest: bo
     )
     if measure == CUDA_MEASURE:
         tip += f", allocated after {format_bytes(record.allocated_after)}, peak {record.peak_text}"
+    elif measure == NVML_MEASURE and item.after is not None:
+        tip += f", after {format_bytes(item.after)}"
     elif record.rss_after is not None:
         tip += f", resident after {format_bytes(record.rss_after)}"
     if record.rerun_leak:

@@ -157,6 +157,8 @@ def test_panel_renders_and_its_buttons_work(frontend, tmp_path):
             page.goto(server.url, wait_until="domcontentloaded")
             run_all_cells(page, frontend)
             panel = show_panel(page, frontend)
+            # the live widget, not the static copy displayed beside it for static renderers
+            assert page.locator(".cgg-static").count() == 0
             # every section rendered from the snapshot
             panel_text(page, "header", "after cell [")
             panel_text(page, "devices", "No GPU:", "host RAM")

@@ -24,9 +24,12 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any, Optional
 
+import ipywidgets as widgets
+
 from colab_gpu_guard import notebook_refs
 from colab_gpu_guard.status.compact import compact_text
 from colab_gpu_guard.status.panel_html import render_message
+from colab_gpu_guard.status.panel_static import render_static_panel
 
 from ..registration import Registration, registration_for
 from .actions import PanelActions
@@ -35,6 +38,8 @@ if TYPE_CHECKING:
     from IPython.core.interactiveshell import InteractiveShell
 
 __all__ = ["GpuPanel", "current_panel", "panel", "stop_panels"]
+
+WIDGET_VIEW = "application/vnd.jupyter.widget-view+json"
 
 
 class GpuPanel(PanelActions):
@@ -57,6 +62,39 @@ class GpuPanel(PanelActions):
 
     def _repr_pretty_(self, printer: Any, cycle: bool) -> None:
         printer.text(self.text())
+
+    def snapshot_html(self) -> str:
+        """The panel as static HTML, as it is now (header, GPU lines, the line of what
+        matters now or of the last action): what renderers without widgets show."""
+        shown = self.message.layout.display != "none"
+        return render_static_panel(
+            self.last_status, self._cell, self.message.value if shown else ""
+        )
+
+    def _repr_mimebundle_(self, **kwargs: Any) -> dict[str, Any]:
+        """The live widget, and beside it the compact status as text and a static copy of
+        the panel as HTML (nbconvert, GitHub and `make demo` show that; front ends with a
+        widget manager show the widget)."""
+        base = getattr(super(), "_repr_mimebundle_", None)  # ipywidgets 8
+        if base is not None:
+            data = dict(base(**kwargs) or {})
+        elif not self.closed:  # ipywidgets 7's view, as its _ipython_display_ writes it
+            data = {
+                WIDGET_VIEW: {"version_major": 2, "version_minor": 0, "model_id": self.model_id}
+            }
+        else:
+            data = {}
+        data["text/plain"] = self.text()  # whole: ipywidgets cuts a repr at 110 characters
+        data["text/html"] = self.snapshot_html()
+        return data
+
+    if hasattr(widgets.Widget, "_ipython_display_"):  # ipywidgets 7 displays through this
+
+        def _ipython_display_(self, **kwargs: Any) -> None:
+            from IPython.display import display
+
+            display(self._repr_mimebundle_(), raw=True)
+            self._handle_displayed(**kwargs)
 
     def stop(self, reason: str = "colab_gpu_guard was unloaded") -> None:
         """Stop refreshing, disable the buttons and say why (the view stays visible)."""

@@ -1,0 +1,49 @@
+"""The compact panel as static HTML, for renderers that show no widgets.
+
+A displayed panel carries this beside its widget: front ends with a widget manager
+(JupyterLab, Notebook, VS Code, Colab) show the live widget; nbconvert's HTML (when no
+widget state is saved), GitHub and `make demo` show this copy of it as it was when
+displayed - the header with the figures' age, one line per GPU (or the no-GPU line), and
+the line of what matters now or of the last action. Built from `panel_html`'s fragments;
+no query.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Optional
+
+from . import theme
+from .html import escape as _e
+from .panel_html import render_device, render_header, render_no_gpu, render_now
+
+if TYPE_CHECKING:
+    from .snapshot import GpuStatus
+
+STATIC_NOTE = (
+    "a static copy of the panel as displayed; in a running notebook it is live (buttons, "
+    "sections, refreshed after every cell)"
+)
+_FRAME = (
+    f"border:1px solid {theme.BORDER};padding:4px 6px;max-width:980px;overflow:hidden;"
+    "box-sizing:border-box"
+)
+
+
+def render_static_panel(
+    status: Optional[GpuStatus], cell: Optional[int] = None, message: str = ""
+) -> str:
+    """The compact panel for `status` after cell `cell`; `message`: the last action's line
+    (HTML from `panel_html.render_message`) shown in place of what matters now."""
+    if status is None:
+        body = message or f'<div style="{theme.FONT}">GPU guard panel: no snapshot yet</div>'
+    else:
+        if status.has_gpu:
+            devices = "".join(render_device(status, device) for device in status.nvml.devices)
+        else:
+            devices = render_no_gpu(status)
+        body = render_header(status, cell) + devices + (message or render_now(status))
+    note = (
+        f'<div class="cgg-static-note" style="{theme.FONT};{theme.MUTED};font-size:12px">'
+        f"<b>GPU guard</b> · {_e(STATIC_NOTE)}</div>"
+    )
+    return f'<div class="cgg-panel cgg-static" style="{_FRAME}">{note}{body}</div>'
