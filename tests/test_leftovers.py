@@ -376,7 +376,7 @@ def test_one_table_for_every_view_of_the_leftovers():
     same table (one renderer; grouped by root but the panel), with the shared names as a
     column and every name escaped."""
     from colab_gpu_guard.leftovers.html import groups_html, leftovers_table
-    from colab_gpu_guard.status import gpu_status, panel_html
+    from colab_gpu_guard.status import gpu_status, panel_leftovers
 
     base = torch.zeros(64, 64)
     namespace = {"base": base, "view<b>": base[1:], "small": torch.ones(3)}
@@ -392,12 +392,12 @@ def test_one_table_for_every_view_of_the_leftovers():
     assert groups_html(report.held_groups()) in report._repr_html_()
     status = gpu_status(namespace=namespace, history=False)
     assert groups_html(status.leftover_groups) in status._repr_html_()
-    # the panel's collapsible section: the same groups in order, each opening to its arrays
-    panel = panel_html.render_leftovers(status)
+    # the panel's section: the same groups in order, each opening to its arrays
     groups = status.leftover_groups
-    positions = [panel.index(f"<code>{html.escape(group.name)}</code>") for group in groups]
-    assert positions == sorted(positions) and groups
+    assert panel_leftovers.shown_groups(status) == groups and groups
     for group in groups:
+        assert html.escape(group.describe()) in panel_leftovers.render_group_line(group)
+        body = panel_leftovers.render_group_body(group)
         for entry in group.entries:
-            assert f">{html.escape(entry.name)}" in panel
+            assert f">{html.escape(entry.name)}" in body
     assert [entry.name for entry in status.leftovers] == [item.name for item in found]

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import dataclasses
 import gc
+import html
 import importlib
 import os
 import re
@@ -22,10 +23,12 @@ ipywidgets = pytest.importorskip("ipywidgets")
 from colab_gpu_guard import cuda_health, nvml  # noqa: E402
 from colab_gpu_guard.ipython import panel as panel_module  # noqa: E402
 from colab_gpu_guard.ipython.panel import refresh as panel_refresh  # noqa: E402
+from colab_gpu_guard.leftovers.groups import group_leftovers  # noqa: E402
 from colab_gpu_guard.status import (  # noqa: E402
     DeviceMemory,
     chart,
     panel_html,
+    panel_leftovers,
 )
 from tests import fake_pynvml  # noqa: E402
 from tests.fake_pynvml import GiB, MiB  # noqa: E402
@@ -97,6 +100,33 @@ def html_of(instance) -> str:
     return "\n".join(w.value for w in all_widgets(instance) if isinstance(w, ipywidgets.HTML))
 
 
+def leftovers_text(instance) -> str:
+    """The Leftovers section as shown: the totals, each listed group's toggle and line
+    (and its arrays when open), the lines under them."""
+    view = instance.leftovers
+    parts = [view.head.value]
+    for row in view.rows:
+        parts += [html.escape(row.toggle.description), row.line.value]
+        if row.toggle.value:
+            parts.append(row.body.value)
+    return "\n".join(parts + [view.foot.value])
+
+
+def open_groups(instance):
+    """Open every listed leftovers group, as a user clicking each would."""
+    for row in instance.leftovers.rows:
+        if not row.toggle.value:
+            row.toggle.set_state({"value": True})
+    return instance
+
+
+def render_leftovers(status) -> str:
+    """The Leftovers section's HTML around the groups (the totals, the lines under)."""
+    return panel_leftovers.render_leftovers_head(status) + panel_leftovers.render_leftovers_foot(
+        status
+    )
+
+
 def panel_callbacks(ip):
     return [
         cb
@@ -139,11 +169,16 @@ def test_no_gpu_tree_says_why_and_stays_useful(ip, run_cell, show, torch):
     assert "CPU only: nothing hidden for Free memory to release" in instance.now.value
     assert "cgg-now-info" in instance.now.value and "cgg-now-warn" not in instance.now.value
     # the sections are closed, and drawn only once opened
-    assert instance.leftovers.value == "" and instance.leftovers.layout.display == "none"
+    view = instance.leftovers
+    assert view.head.value == "" and view.rows == () and view.layout.display == "none"
     open_sections(instance)
-    assert ">weights_on_cpu</td>" in instance.leftovers.value
-    assert "(256, 1024)" in instance.leftovers.value and "1 MiB" in instance.leftovers.value
-    assert "held by output history / tracebacks" in instance.leftovers.value
+    assert view.row("weights_on_cpu").toggle.description == "\u25b8 weights_on_cpu"
+    assert "Tensor: 1 array on cpu" in view.row("weights_on_cpu").line.value
+    open_groups(instance)
+    text = leftovers_text(instance)
+    assert ">weights_on_cpu</td>" in text
+    assert "(256, 1024)" in text and "1 MiB" in text
+    assert "held by output history / tracebacks" in text
     assert "What each cell kept" in instance.history.value
     details = instance.details.value
     assert "torch" in details and "CPU-only build" in details and "Colab: no" in details
@@ -370,10 +405,10 @@ def test_refreshes_after_each_cell(ip, run_cell, show, torch):
     before = instance.refreshes
     run_cell("import torch\nnew_tensor_after_panel = torch.zeros(64, 64)")
     assert instance.refreshes == before + 1
-    assert "new_tensor_after_panel" in instance.leftovers.value
+    assert "new_tensor_after_panel" in leftovers_text(instance)
     run_cell("del new_tensor_after_panel")
     assert instance.refreshes == before + 2
-    assert "new_tensor_after_panel" not in instance.leftovers.value
+    assert "new_tensor_after_panel" not in leftovers_text(instance)
 
 
 def test_slow_leftovers_scan_is_not_repeated_after_every_cell(
@@ -404,23 +439,23 @@ def test_slow_leftovers_scan_is_not_repeated_after_every_cell(
     run_cell("import torch\nmade_after_slow_scan = torch.zeros(64, 64)")
     assert instance.refreshes == before + 1  # the panel still refreshed...
     assert len(full_scans) == scans  # ...without scanning for leftovers
-    assert "made_after_slow_scan" not in instance.leftovers.value
-    assert "finding them took 800 ms" in instance.leftovers.value
-    assert "at most every 8 s; Refresh finds them now" in instance.leftovers.value
+    assert "made_after_slow_scan" not in leftovers_text(instance)
+    assert "finding them took 800 ms" in leftovers_text(instance)
+    assert "at most every 8 s; Refresh finds them now" in leftovers_text(instance)
     assert instance.last_status.history  # the per-cell history is current
     assert instance.last_status.history[-1].cell == ip.execution_count - 1
 
     now[0] += 8.5  # 0.8 s is now under 10% of the time since the scan
     run_cell("pass")
     assert len(full_scans) == scans + 1
-    assert "made_after_slow_scan" in instance.leftovers.value
-    assert "finding them took" not in instance.leftovers.value
+    assert "made_after_slow_scan" in leftovers_text(instance)
+    assert "finding them took" not in leftovers_text(instance)
 
     run_cell("del made_after_slow_scan")  # right after a slow scan: not repeated
-    assert len(full_scans) == scans + 1 and "made_after_slow_scan" in instance.leftovers.value
+    assert len(full_scans) == scans + 1 and "made_after_slow_scan" in leftovers_text(instance)
     instance.refresh_button.click()
     assert len(full_scans) == scans + 2
-    assert "made_after_slow_scan" not in instance.leftovers.value
+    assert "made_after_slow_scan" not in leftovers_text(instance)
 
 
 def test_fast_leftovers_scan_runs_after_every_cell(ip, run_cell, show, monkeypatch, torch):
@@ -429,8 +464,8 @@ def test_fast_leftovers_scan_runs_after_every_cell(ip, run_cell, show, monkeypat
     instance = show()
     for index in range(3):
         run_cell(f"import torch\nquick_{index} = torch.zeros(8)")
-        assert f"quick_{index}" in instance.leftovers.value
-        assert "finding them took" not in instance.leftovers.value
+        assert f"quick_{index}" in leftovers_text(instance)
+        assert "finding them took" not in leftovers_text(instance)
     run_cell("del quick_0, quick_1, quick_2")
 
 
@@ -593,15 +628,16 @@ def test_free_memory_button_releases_output_history(ip, run_cell, show, torch):
     run_cell("pass")
     instance = show()
     assert probe() is not None
-    assert "output history" in instance.leftovers.value
-    assert "2 MiB" in instance.leftovers.value.split("held by output history")[1]
+    assert "output history" in leftovers_text(instance)
+    assert "2 MiB" in leftovers_text(instance).split("held by output history")[1]
     instance.free_button.click()
     gc.collect()
     assert probe() is None, "the tensor held by Out[] survived Free memory"
     assert "cgg-msg-ok" in instance.message.value
     assert "gpu_reset: dropped " in instance.message.value
     assert "freed 2 MiB" in instance.message.value
-    assert "output history" not in instance.leftovers.value.split("<table")[-1].split("</table>")[0]
+    assert not any(row.group.released_by_reset for row in instance.leftovers.rows)
+    assert "Free releases it" not in leftovers_text(instance)
 
 
 def test_free_memory_never_deletes_user_variables(ip, run_cell, show, torch):
@@ -610,7 +646,7 @@ def test_free_memory_never_deletes_user_variables(ip, run_cell, show, torch):
     instance = show()
     instance.free_button.click()
     assert "kept_by_user" in ip.user_ns
-    assert "kept_by_user" in instance.leftovers.value
+    assert "kept_by_user" in leftovers_text(instance)
 
 
 def test_failing_free_shows_the_error_in_the_panel(ip, show, monkeypatch):
@@ -662,9 +698,9 @@ def test_hostile_names_are_escaped_everywhere(ip, run_cell, world, show, torch):
     world(machine)
     cuda_health.mark_broken(HOSTILE)
     ip.user_ns["hostile_holder"] = {HOSTILE: torch.ones(8)}
-    instance = show()
+    instance = open_groups(show())
     text = html_of(instance)
-    assert "hostile_holder[" in instance.leftovers.value
+    assert "hostile_holder[" in leftovers_text(instance)
     assert "&lt;img src=x onerror=&quot;alert(1)&quot;&gt;" in instance.header.value
     assert "&lt;script&gt;" in instance.devices.children[0].value
     assert_escaped(text)
@@ -685,15 +721,17 @@ def test_hostile_names_are_escaped_everywhere(ip, run_cell, world, show, torch):
         history=(record,),
         leftovers=(entry,),
         leftovers_count=1,
+        leftover_groups=group_leftovers([entry]).groups,
         notes=(HOSTILE,),
         leftovers_note=HOSTILE,
         history_note=HOSTILE,
     )
     instance.refresh(status)
-    assert_escaped(html_of(instance))
+    assert instance.leftovers.row(HOSTILE.split(">")[0] + ">") is not None
+    assert_escaped(html_of(open_groups(instance)))
     assert_escaped(panel_html.render_message("error", HOSTILE, HOSTILE))
     nohost = dataclasses.replace(status, leftovers=None, history=None)
-    assert_escaped(panel_html.render_leftovers(nohost) + chart.render_history(nohost))
+    assert_escaped(render_leftovers(nohost) + chart.render_history(nohost))
     del ip.user_ns["hostile_holder"]
 
 
@@ -722,7 +760,7 @@ def test_leftovers_show_the_top_ten_and_the_freeable_total(show):
         leftovers_freeable_bytes=None,  # a snapshot without the total: from the entries
         leftover_groups=None,  # nor groups: the arrays themselves are listed
     )
-    text = panel_html.render_leftovers(status)
+    text = render_leftovers(status)
     assert "12 arrays, 78 MiB in all (the 10 biggest shown)" in text
     assert text.count("<tr>") == 11  # the heading and ten arrays
     assert 'title="t11"' in text and ">t11</td>" in text and ">t1</td>" not in text
@@ -734,15 +772,15 @@ def test_leftovers_show_the_top_ten_and_the_freeable_total(show):
     status = dataclasses.replace(
         status, leftovers=(dataclasses.replace(entries[0], name="w" * 300),)
     )
-    assert f'title="{"w" * 300}"' in panel_html.render_leftovers(status)
-    assert "(20000,)" in panel_html.render_leftovers(status)  # a 1-D shape as Python writes it
+    assert f'title="{"w" * 300}"' in render_leftovers(status)
+    assert "(20000,)" in render_leftovers(status)  # a 1-D shape as Python writes it
     # a live snapshot carries the total over everything found, shown or not
     status = dataclasses.replace(
         status, leftovers=status.leftovers[:10], leftovers_freeable_bytes=0
     )
-    assert "held by output history / tracebacks: <b>0 B</b>" in panel_html.render_leftovers(status)
+    assert "held by output history / tracebacks: <b>0 B</b>" in render_leftovers(status)
     status = dataclasses.replace(status, leftovers_freeable_bytes=42 * MiB)
-    text = panel_html.render_leftovers(status)
+    text = render_leftovers(status)
     assert "held by output history / tracebacks: <b>42 MiB</b>" in text
 
 
@@ -864,7 +902,7 @@ def test_real_gpu_bar_and_free_memory(ip, run_cell, show, torch):
     assert segments["tensors"] >= 384 * MiB
     assert segments["free"] == device.memory_free
     assert "cgg-seg-tensors" in instance.devices.children[index].value
-    assert "<code>gpu_kept</code>" in instance.leftovers.value
+    assert instance.leftovers.row("gpu_kept") is not None
     before = torch.cuda.memory_allocated()
     instance.free_button.click()
     assert "cgg-msg-ok" in instance.message.value, instance.message.value

@@ -3,7 +3,7 @@
 Collapsed, the panel is a header with the figures' age, one line per GPU (`render_device`,
 MIG instances under it) or one calm line without a GPU (`render_no_gpu`), the buttons, and
 one line of what matters now (`render_now`) or of the last action (`render_message`). The
-collapsible sections: leftovers (`render_leftovers`), processes (`render_processes`), the
+collapsible sections: leftovers (`panel_leftovers`), processes (`render_processes`), the
 per-cell chart (`chart`) and details (`render_details`). Pure functions: no widget, no query.
 Everything shown that this module did not write itself is HTML-escaped; colours come from
 `theme`.
@@ -15,7 +15,7 @@ import time
 from typing import TYPE_CHECKING, Any, Optional
 
 from ..nvml import INCLUDES_RESERVED
-from ..units import USER_VARIABLE, format_bytes
+from ..units import format_bytes
 from . import theme
 from .compact import (
     KERNEL,
@@ -28,6 +28,7 @@ from .compact import (
     now_items,
 )
 from .html import escape as _e
+from .panel_leftovers import TOP_LEFTOVERS
 from .text import (
     KERNEL_AMONG,
     KERNEL_UNLISTED,
@@ -43,9 +44,9 @@ if TYPE_CHECKING:
     from ..nvml import NvmlDevice
     from .snapshot import GpuStatus
 
-__all__ = ["device_segments"]  # re-exported: the bar's facts live in `compact`
+# re-exported: the bar's facts live in `compact`, the leftovers section in `panel_leftovers`
+__all__ = ["TOP_LEFTOVERS", "device_segments"]
 
-TOP_LEFTOVERS = 10  # the leftovers the panel lists
 
 # A bar segment's name in its tooltip.
 SEGMENTS = {
@@ -237,103 +238,6 @@ def section_label(name: str, status: Optional[GpuStatus]) -> str:
         count = sum(len(device.other_processes()) for device in status.nvml.devices)
         return f"Processes {count}" if count else name
     return name
-
-
-def _shape(shape: Any) -> str:
-    return "" if shape is None else str(tuple(shape))
-
-
-def _cell(text: str, css: str = "", title: bool = True) -> str:
-    tip = f' title="{_e(text)}"' if title and text else ""
-    return f'<td{tip} style="{theme.ELLIPSIS};padding:0 8px 0 0;{css}">{_e(text)}</td>'
-
-
-def render_leftovers(status: GpuStatus, top: int = TOP_LEFTOVERS) -> str:
-    """The leftovers section: arrays held between cells grouped by the variable (or hidden
-    holder) keeping them, hidden holders first, each group expandable to its arrays; what
-    Free would release marked. Fits any width (long names ellipsised, full name on hover)."""
-    head = f'<div class="cgg-leftovers-html" style="{theme.FONT}">'
-    if status.leftovers is None:
-        return f"{head}{_e(status.leftovers_note or 'not collected')}</div>"
-    entries = list(status.leftovers)
-    count = status.leftovers_count
-    freeable = status.leftovers_freeable_bytes
-    if freeable is None:
-        freeable = sum(e.nbytes for e in entries if (e.holder or "") != USER_VARIABLE)
-    groups = list(status.leftover_groups or ())
-    shown = len(groups) if groups else min(len(entries), top)
-    total = status.leftover_groups_count if groups else count
-    more = f" (the {shown} biggest{' holders' if groups else ''} shown)" if total > shown else ""
-    title = (
-        f"{count} array{'s' if count != 1 else ''}, {_e(format_bytes(status.leftovers_bytes))}"
-        f" in all{more}"
-    )
-    stale = ""
-    if status.leftovers_note:  # carried over from an earlier, slow scan
-        stale = f'<div class="cgg-stale" style="{theme.MUTED}">{_e(status.leftovers_note)}</div>'
-    if not entries:
-        return f"{head}{title} · nothing held between cells{stale}</div>"
-    body = "".join(map(_group_row, groups)) if groups else _entries_table(entries[:top])
-    reset_line = (
-        f'<div class="cgg-freeable">held by output history / tracebacks: '
-        f"<b>{_e(format_bytes(freeable))}</b>"
-        + (" · Free memory (%gpu_reset) releases it" if freeable else "")
-        + "</div>"
-    )
-    return f"{head}{title}{body}{reset_line}{stale}</div>"
-
-
-def _group_row(group: Any) -> str:
-    """One holder: a summary line (name, what it is, size; hidden and released marked) that
-    opens to its arrays."""
-    mark = ""
-    if group.released_by_reset:
-        mark = " " + theme.label("warn", "Free releases it", "cgg-released")
-    elif group.hidden:
-        mark = " " + theme.label("warn", "hidden", "cgg-hidden")
-    summary = (
-        '<summary class="cgg-group-summary" style="cursor:pointer;display:flex;gap:8px;'
-        'align-items:baseline">'
-        f'<span title="{_e(group.name)}" style="{theme.ELLIPSIS};flex:0 1 auto"><code>'
-        f"{_e(group.name)}</code></span>"
-        f'<span title="{_e(group.describe())}" style="{theme.ELLIPSIS};{theme.MUTED};'
-        f'flex:1 1 0">{_e(group.describe())}</span>{mark}'
-        f'<span style="{theme.NOWRAP};margin-left:auto">{_e(format_bytes(group.nbytes))}</span>'
-        "</summary>"
-    )
-    body = _entries_table(group.entries) if group.entries else ""
-    if group.more > 0:
-        body += f'<div style="{theme.MUTED}">... {group.more:,} more in {_e(group.name)}</div>'
-    return f'<details class="cgg-group">{summary}{body}</details>'
-
-
-def _entries_table(entries: list) -> str:
-    rows = [
-        '<table class="cgg-leftovers-table" style="table-layout:fixed;width:100%;'
-        'border-collapse:collapse"><colgroup><col style="width:32%"><col style="width:22%">'
-        '<col style="width:18%"><col style="width:11%"><col style="width:8%">'
-        '<col style="width:78px"></colgroup><tr>'
-        + "".join(
-            f'<th style="text-align:{"right" if h == "size" else "left"};{theme.ELLIPSIS}">{h}</th>'
-            for h in ("name", "held by", "shape", "dtype", "device", "size")
-        )
-        + "</tr>"
-    ]
-    for entry in entries:
-        also = ", ".join(entry.shared_with)
-        name = entry.name + (f" (also {also})" if also else "")
-        rows.append(
-            "<tr>"
-            + _cell(name)
-            + _cell(entry.holder or "")
-            + _cell(_shape(entry.shape))
-            + _cell(entry.dtype or "")
-            + _cell(entry.device or "")
-            + _cell(format_bytes(entry.nbytes), "text-align:right", title=False)
-            + "</tr>"
-        )
-    rows.append("</table>")
-    return "".join(rows)
 
 
 def render_processes(status: GpuStatus) -> str:

@@ -127,14 +127,44 @@ def panel_text(page, part: str, *needles: str) -> str:
     return page.locator(f".cgg-panel .cgg-{part}").first.inner_text()
 
 
+def group_toggle(panel, name: str):
+    """The toggle of the leftovers group `name` (its label is the triangle and the name)."""
+    return panel.locator(".cgg-leftovers .cgg-group-toggle", has_text=name).first
+
+
+def group_body(panel, name: str):
+    """The arrays under the leftovers group `name` (shown while it is open)."""
+    toggle = panel.page.locator(".cgg-group-toggle", has_text=name)  # inside the row
+    row = panel.locator(".cgg-leftovers .cgg-group-row").filter(has=toggle)
+    return row.locator(".cgg-group-body").first
+
+
+def wait_open(page, panel, name: str, *needles: str) -> str:
+    """Wait until the group `name` is open (its toggle pressed, its arrays shown with every
+    needle in them) and return their text."""
+    page.wait_for_function(  # found again on each poll: a refresh may re-render the rows
+        "name => [...document.querySelectorAll('.cgg-panel .cgg-leftovers .cgg-group-toggle')]"
+        ".some(b => b.textContent.includes(name) && b.classList.contains('mod-active'))",
+        arg=name,
+    )
+    body = group_body(panel, name)
+    body.wait_for(state="visible")
+    for needle in needles:
+        body.get_by_text(needle).first.wait_for()
+    return body.inner_text()
+
+
 def open_leftover_groups(page, needle: str) -> str:
-    """The leftovers section's text with every holder's group opened, once it shows
-    `needle` (opened again on each poll: a refresh redraws the section)."""
+    """The leftovers section's text with every holder's group opened by a click on its
+    toggle (the kernel keeps it open), once it shows `needle`."""
+    closed = page.locator(".cgg-panel .cgg-leftovers .cgg-group-toggle:not(.mod-active)")
+    for _ in range(50):  # a pressed toggle is mod-active at once, leaving this list
+        if not closed.count():
+            break
+        closed.first.click()
     page.wait_for_function(
         "(needle) => { const e = document.querySelector('.cgg-panel .cgg-leftovers');"
-        " if (!e) return false;"
-        " e.querySelectorAll('details.cgg-group').forEach(d => { d.open = true; });"
-        " return e.innerText.includes(needle); }",
+        " return !!e && e.innerText.includes(needle); }",
         arg=needle,
     )
     return page.locator(".cgg-panel .cgg-leftovers").first.inner_text()
@@ -171,9 +201,29 @@ def test_panel_renders_and_its_buttons_work(frontend, tmp_path):
             assert "torch 2." in details
             leftovers = panel_text(page, "leftovers", "browser_weights", "Out[")
             assert "output history" in leftovers
-            # each holder opens to its arrays
-            assert "(256, 1024)" in open_leftover_groups(page, "(256, 1024)")
             assert "held by output history / tracebacks: 2 MiB" in leftovers
+            # a holder opens to its arrays by a click, and stays open after the next cell,
+            # which changes it and lists a new, bigger holder before it; that one is closed
+            group_toggle(panel, "browser_weights").click()
+            wait_open(page, panel, "browser_weights", "(256, 1024)")
+            assert not group_body(panel, "Out[").is_visible()
+            run_cell_code(
+                page,
+                frontend,
+                "browser_weights = torch.ones(128, 1024)\nbrowser_bigger = torch.ones(1024, 1024)",
+            )
+            panel_text(page, "leftovers", "browser_bigger")
+            assert "(128, 1024)" in wait_open(page, panel, "browser_weights", "(128, 1024)")
+            names = panel.locator(".cgg-leftovers .cgg-group-toggle").all_inner_texts()
+            assert [name.split(" ", 1)[1] for name in names[1:3]] == [
+                "browser_bigger",
+                "browser_weights",
+            ], names
+            for closed in ("browser_bigger", "Out["):
+                assert "mod-active" not in (group_toggle(panel, closed).get_attribute("class"))
+                assert not group_body(panel, closed).is_visible(), closed
+            # every holder opens to its arrays
+            assert "(1024, 1024)" in open_leftover_groups(page, "(1024, 1024)")
             panel_text(page, "history", "What each cell kept")
             page.screenshot(path=str(out / f"page-{frontend}.png"), full_page=True)
 

@@ -5,8 +5,8 @@ run twice (a rerun that keeps memory) and 30 cells of history, with a long varia
 Asserted from the browser's own layout and computed styles: the collapsed height (no GPU
 <= 200 px, two GPUs <= 280 px) at 1280 px and 600 px wide, the same after more cells; no
 element past the panel's right edge; every text at least 4.5:1 against what is behind it
-(light theme, and JupyterLab's dark theme); the chart has bars on CPU; the sections stay
-open across a refresh. Screenshots under ``$CGG_BROWSER_OUTPUT``.
+(light theme, and JupyterLab's dark theme); the chart has bars on CPU; the sections and an opened
+leftovers group stay open across a refresh. Screenshots under ``$CGG_BROWSER_OUTPUT``.
 """
 
 from __future__ import annotations
@@ -16,12 +16,16 @@ import pytest
 from tests.browser import frontends
 from tests.browser.test_panel_browser import (
     TIMEOUT_MS,
+    group_body,
+    group_toggle,
     open_leftover_groups,
     output_dir,
+    panel_text,
     require,
     run_all_cells,
     run_cell_code,
     show_panel,
+    wait_open,
 )
 
 LIMITS = {"cpu": 200, "two_gpus": 280}
@@ -109,6 +113,14 @@ def settle(page) -> None:
     page.wait_for_timeout(700)
 
 
+def rest(page) -> None:
+    """The pointer off the panel and no focus ring on the last clicked toggle (screenshots
+    show the panel as it sits), then settle."""
+    page.mouse.move(0, 0)
+    page.evaluate("() => document.activeElement && document.activeElement.blur()")
+    settle(page)
+
+
 def check_readable(page, panel, label: str) -> None:
     bad = panel.evaluate(CONTRAST_JS)
     assert not bad, f"{label}: text under 4.5:1 contrast: {bad}"
@@ -164,15 +176,26 @@ def test_panel_is_compact_readable_and_steady(frontend, scenario, tmp_path):
             assert "hidden in output history" in text, text
             if scenario == "two_gpus":
                 assert panel.locator(".cgg-mig").count() == 2
-            # every section open; they stay open after a cell; nothing past the edge at 600
+            # every section open, and the long name's leftovers group; they stay open after
+            # a cell; nothing past the edge at 600
             page.set_viewport_size({"width": 1280, "height": 1000})
             for part in ("leftovers", "processes", "history", "details"):
                 panel.locator(f".cgg-toggle-{part}").click()
             panel.locator(".cgg-history .cgg-chart").wait_for()
-            run_cell_code(page, frontend, "after_open = 1")
+            group_toggle(panel, LONG_NAME[:20]).click()
+            wait_open(page, panel, LONG_NAME[:20], "(5000000,)")
+            run_cell_code(page, frontend, "after_open = torch.ones(6_000_000)")
             settle(page)
             for part in ("leftovers", "processes", "history", "details"):
                 assert panel.locator(f".cgg-{part}").first.is_visible(), part
+            panel_text(page, "leftovers", "after_open")
+            assert "(5000000,)" in wait_open(page, panel, LONG_NAME[:20], "(5000000,)")
+            assert not group_body(panel, "after_open").is_visible()
+            assert not group_body(panel, "kept_batches").is_visible()
+            # the long name is cut short in its toggle, the whole name in its tooltip
+            toggle = group_toggle(panel, LONG_NAME[:20])
+            assert toggle.get_attribute("title") == LONG_NAME
+            assert toggle.evaluate("e => e.scrollWidth > e.clientWidth"), "not ellipsised"
             chart = panel.locator(".cgg-history")
             assert chart.locator(".cgg-cell").count() == 30
             bars = chart.locator(".cgg-cell-bar").count()
@@ -180,8 +203,12 @@ def test_panel_is_compact_readable_and_steady(frontend, scenario, tmp_path):
             assert "rerun leak" in chart.inner_text()
             leftovers = panel.locator(".cgg-leftovers")
             assert LONG_NAME[:20] in leftovers.inner_text()
-            assert "(5000000,)" in open_leftover_groups(page, "(5000000,)")
-            panel.screenshot(path=str(out / f"open-{name}-1280.png"))
+            rest(page)
+            panel.screenshot(path=str(out / f"open-{name}-1280.png"))  # one group open
+            check_readable(page, panel, f"{name} open at 1280 px")
+            # every group open: the arrays' tables must fit a narrow window too
+            assert "(1024, 1024)" in open_leftover_groups(page, "(1024, 1024)")
+            rest(page)
             page.set_viewport_size({"width": 600, "height": 1000})
             settle(page)
             check_readable(page, panel, f"{name} open at 600 px")
@@ -197,6 +224,14 @@ def test_panel_is_compact_readable_and_steady(frontend, scenario, tmp_path):
                 )
                 settle(page)
                 check_readable(page, panel, f"{name} dark")
+                # as at 1280 px: only the long name's group open
+                opened = panel.locator(".cgg-leftovers .cgg-group-toggle.mod-active")
+                for _ in range(50):
+                    others = opened.filter(has_not_text=LONG_NAME[:20])
+                    if not others.count():
+                        break
+                    others.first.click()
+                rest(page)
                 panel.screenshot(path=str(out / f"open-{name}-dark.png"))
         except Exception:
             page.screenshot(path=str(out / f"failure-layout-{name}.png"), full_page=True)

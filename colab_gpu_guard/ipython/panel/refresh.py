@@ -15,14 +15,14 @@ from colab_gpu_guard.status.panel_html import (
     TOP_LEFTOVERS,
     render_details,
     render_header,
-    render_leftovers,
     render_message,
     render_now,
     render_processes,
     section_label,
 )
 
-from .widget import OPEN, SHUT, PanelView
+from .groups import OPEN, SHUT
+from .widget import PanelView
 
 if TYPE_CHECKING:
     from IPython.core.interactiveshell import InteractiveShell
@@ -99,7 +99,7 @@ class PanelRefresh(PanelView):
 
     def _render_section(self, name: str, status: GpuStatus) -> None:
         if name == "Leftovers":
-            self._set(self.leftovers, render_leftovers(status))
+            self.leftovers.render(status)
         elif name == "Processes":
             self._set(self.processes, render_processes(status))
         elif name == "History":
@@ -189,6 +189,8 @@ class PanelRefresh(PanelView):
             leftovers_count=scanned.leftovers_count,
             leftovers_bytes=scanned.leftovers_bytes,
             leftovers_freeable_bytes=scanned.leftovers_freeable_bytes,
+            leftover_groups=scanned.leftover_groups,
+            leftover_groups_count=scanned.leftover_groups_count,
             leftovers_note=note,
         )
 

@@ -5,6 +5,7 @@ changed.
 Collapsed it is a header, one line per GPU, a row of buttons and section toggles, and one
 line of what matters now (or of the last action). A section opens under them when its
 toggle is pressed; the toggle's value lives in the kernel, so a refresh never closes it.
+The Leftovers section's holder groups open and close the same way (groups.py).
 """
 
 from __future__ import annotations
@@ -15,12 +16,13 @@ import ipywidgets as widgets
 
 from colab_gpu_guard.status.panel_html import render_device, render_no_gpu
 
+from .groups import SHUT, LeftoversView
+
 if TYPE_CHECKING:
     from colab_gpu_guard.status import GpuStatus
 
 DEFAULT_SEED = 42
 SECTIONS = ("Leftovers", "Processes", "History", "Details")
-OPEN, SHUT = "\u25be ", "\u25b8 "  # the disclosure triangles on the toggles
 PANEL_BORDER = "1px solid var(--jp-border-color2,rgba(128,128,128,.45))"
 
 
@@ -94,7 +96,7 @@ class PanelView(widgets.VBox):
         self.seed_row.add_class("cgg-seed-row")
         self.now = _html_part("now")
         self.message = _html_part("message", hidden=True)
-        self.leftovers = _html_part("leftovers", hidden=True)
+        self.leftovers = LeftoversView(self._set, self._show, layout=_full_width(hidden=True))
         self.processes = _html_part("processes", hidden=True)
         self.history = _html_part("history", hidden=True)
         self.details = _html_part("details")
@@ -185,5 +187,6 @@ class PanelView(widgets.VBox):
             self.details,
             self.now,
             self.message,
+            *self.leftovers.parts(),
             *self.sections.values(),
         ]

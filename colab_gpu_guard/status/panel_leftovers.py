@@ -1,0 +1,168 @@
+"""The panel's Leftovers section as HTML fragments, each a view of one `GpuStatus`.
+
+The section is a line of totals (`render_leftovers_head`), one line per holder group -
+the variable or hidden holder keeping arrays, hidden holders first - (`render_group_line`)
+that opens to its arrays (`render_group_body`), and the lines under them
+(`render_leftovers_foot`: the groups not shown, what Free memory releases, how old a slow
+scan's figures are). The live panel gives each group its own widgets
+(``ipython/panel/groups.py``) so that an opened group stays open across refreshes; the views
+outside the panel (``%gpu_status``, reports) use ``<details>`` (``leftovers/html.py``).
+Pure functions; everything not written here is escaped; colours come from `theme`.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from ..units import USER_VARIABLE, format_bytes
+from . import theme
+from .html import escape as _e
+
+if TYPE_CHECKING:
+    from .snapshot import GpuStatus
+
+TOP_LEFTOVERS = 10  # the leftovers (or holder groups) the panel lists
+
+# A group's toggle is a core ToggleButton: drawn as a plain disclosure line (no button
+# face), its name in the code font, ellipsised (the full name is its tooltip).
+GROUPS_STYLE = (
+    "<style>.cgg-panel .cgg-group-row button.cgg-group-toggle{background:transparent;"
+    "box-shadow:none;color:inherit;text-align:left;line-height:22px;padding:0 4px 0 0;"
+    "font-family:var(--jp-code-font-family,var(--vscode-editor-font-family,monospace));"
+    "font-size:12px}.cgg-panel .cgg-group-row button.cgg-group-toggle:hover{"
+    "text-decoration:underline}</style>"
+)
+_LINE = "display:flex;gap:8px;align-items:baseline;min-width:0"
+
+
+def _shape(shape: Any) -> str:
+    return "" if shape is None else str(tuple(shape))
+
+
+def _cell(text: str, css: str = "", title: bool = True) -> str:
+    tip = f' title="{_e(text)}"' if title and text else ""
+    return f'<td{tip} style="{theme.ELLIPSIS};padding:0 8px 0 0;{css}">{_e(text)}</td>'
+
+
+def shown_groups(status: GpuStatus, top: int = TOP_LEFTOVERS) -> tuple:
+    """The holder groups the panel lists: the snapshot's first `top`, one per name."""
+    if status.leftovers is None or not status.leftovers:
+        return ()
+    unique: dict[str, Any] = {}
+    for group in status.leftover_groups or ():
+        unique.setdefault(group.name, group)
+    return tuple(unique.values())[:top]
+
+
+def render_leftovers_head(status: GpuStatus, top: int = TOP_LEFTOVERS) -> str:
+    """The totals over the groups ('13 arrays, 57.1 MiB in all'); without groups (a
+    snapshot that has only the arrays) the biggest `top` arrays as a table under it."""
+    head = f'{GROUPS_STYLE}<div class="cgg-leftovers-html" style="{theme.FONT}">'
+    if status.leftovers is None:
+        return f"{head}{_e(status.leftovers_note or 'not collected')}</div>"
+    entries = list(status.leftovers)
+    count = status.leftovers_count
+    title = (
+        f"{count} array{'s' if count != 1 else ''}, {_e(format_bytes(status.leftovers_bytes))}"
+        " in all"
+    )
+    if not entries:
+        return f"{head}{title} · nothing held between cells</div>"
+    if status.leftover_groups:
+        return f"{head}{title}</div>"
+    more = f" (the {top} biggest shown)" if count > top else ""
+    return f"{head}{title}{more}{entries_table(entries[:top])}</div>"
+
+
+def render_leftovers_foot(status: GpuStatus, top: int = TOP_LEFTOVERS) -> str:
+    """Under the groups: how many holders are not listed and what they hold, what Free
+    memory releases, and how old the figures are when a slow scan was not repeated."""
+    if status.leftovers is None:
+        return ""
+    lines = []
+    entries = list(status.leftovers)
+    groups = shown_groups(status, top)
+    unlisted = max(status.leftover_groups_count, len(groups)) - len(groups) if groups else 0
+    if unlisted > 0:
+        rest = status.leftovers_bytes - sum(group.nbytes for group in groups)
+        noun = "holder" if unlisted == 1 else "holders"
+        lines.append(
+            f'<div class="cgg-more-groups" style="{theme.MUTED}">... and {unlisted:,} more '
+            f"{noun}, {_e(format_bytes(max(0, rest)))} (the {len(groups)} biggest listed)</div>"
+        )
+    if entries:
+        freeable = status.leftovers_freeable_bytes
+        if freeable is None:
+            freeable = sum(e.nbytes for e in entries if (e.holder or "") != USER_VARIABLE)
+        lines.append(
+            f'<div class="cgg-freeable">held by output history / tracebacks: '
+            f"<b>{_e(format_bytes(freeable))}</b>"
+            + (" · Free memory (%gpu_reset) releases it" if freeable else "")
+            + "</div>"
+        )
+    if status.leftovers_note:  # carried over from an earlier, slow scan
+        lines.append(
+            f'<div class="cgg-stale" style="{theme.MUTED}">{_e(status.leftovers_note)}</div>'
+        )
+    if not lines:
+        return ""
+    return f'<div class="cgg-leftovers-foot" style="{theme.FONT}">{"".join(lines)}</div>'
+
+
+def render_group_line(group: Any) -> str:
+    """What a group is, beside its toggle: 'Sequential: 8 arrays on cpu', hidden or
+    released by Free marked, and its size."""
+    mark = ""
+    if group.released_by_reset:
+        mark = theme.label("warn", "Free releases it", "cgg-released")
+    elif group.hidden:
+        mark = theme.label("warn", "hidden", "cgg-hidden")
+    what = _e(group.describe())
+    return (
+        f'<div class="cgg-group-line" style="{theme.FONT};{_LINE}">'
+        f'<span class="cgg-group-what" title="{what}" style="{theme.ELLIPSIS};{theme.MUTED};'
+        f'flex:1 1 0">{what}</span>{mark}'
+        f'<span class="cgg-group-size" style="{theme.NOWRAP}">'
+        f"{_e(format_bytes(group.nbytes))}</span></div>"
+    )
+
+
+def render_group_body(group: Any) -> str:
+    """An opened group: its biggest arrays, and how many more it holds."""
+    body = entries_table(group.entries) if group.entries else ""
+    if group.more > 0:
+        body += f'<div style="{theme.MUTED}">... {group.more:,} more in {_e(group.name)}</div>'
+    return (
+        f'<div class="cgg-group-body-html" style="{theme.FONT};padding:0 0 4px 14px">{body}</div>'
+    )
+
+
+def entries_table(entries: list) -> str:
+    """Arrays, one row each, in a fixed layout that fits any width (long names ellipsised,
+    the full name on hover)."""
+    rows = [
+        '<table class="cgg-leftovers-table" style="table-layout:fixed;width:100%;'
+        'border-collapse:collapse"><colgroup><col style="width:32%"><col style="width:22%">'
+        '<col style="width:18%"><col style="width:11%"><col style="width:8%">'
+        '<col style="width:78px"></colgroup><tr>'
+        + "".join(
+            f'<th style="text-align:{"right" if h == "size" else "left"};{theme.ELLIPSIS}">{h}</th>'
+            for h in ("name", "held by", "shape", "dtype", "device", "size")
+        )
+        + "</tr>"
+    ]
+    for entry in entries:
+        also = ", ".join(entry.shared_with)
+        name = entry.name + (f" (also {also})" if also else "")
+        rows.append(
+            "<tr>"
+            + _cell(name)
+            + _cell(entry.holder or "")
+            + _cell(_shape(entry.shape))
+            + _cell(entry.dtype or "")
+            + _cell(entry.device or "")
+            + _cell(format_bytes(entry.nbytes), "text-align:right", title=False)
+            + "</tr>"
+        )
+    rows.append("</table>")
+    return "".join(rows)
