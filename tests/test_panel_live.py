@@ -559,3 +559,23 @@ def test_a_click_read_on_a_subshell_during_a_cell_waits_for_it(kernel):
     assert any("Refresh: queued, runs when the cell ends" in text for text in said), said
     # run after the cell: its own refresh, the click's, the one after print(during)
     assert kernel.run("print(panel.refreshes - start, panel.queued)").strip() == "3 {}"
+
+
+# ---------------------------------------------------------------- honest freshness
+
+
+def test_a_panel_made_in_a_cell_says_the_cell_before_it(ip, machine, run_cell):
+    """Made while cell [N] runs, the panel's figures are 'after cell [N-1]' (IPython 9.8+
+    counts a cell before running it: its execution_count is N+1 then), and after the
+    cell 'after cell [N]'."""
+    run_cell("pass")  # so that a cell came before
+    result = run_cell(
+        "import colab_gpu_guard\n"
+        "made = colab_gpu_guard.panel(new=True)\n"
+        "header_then = made.header.value"
+    )
+    cell = result.execution_count
+    assert f"after cell [{cell - 1}]," in ip.user_ns["header_then"]
+    assert f"after cell [{cell}]," in ip.user_ns["made"].header.value
+    for name in ("made", "header_then"):
+        ip.user_ns.pop(name, None)

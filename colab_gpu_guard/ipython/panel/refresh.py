@@ -47,13 +47,21 @@ HISTORY_CELLS = 30  # the cells the history chart shows
 QUEUED = "a click now is queued: runs when the cell ends"
 
 
-# IPython 9.8 counts a cell before running it (ipython/ipython#15088): from then on, while
-# a cell runs, execution_count is the number the next cell will get.
+# IPython 9.8 counts a cell before its pre_run_cell event (ipython/ipython#15088): from
+# then on execution_count is, while a cell runs, the number the next cell will get.
 _COUNTS_FIRST = IPython.version_info >= (9, 8)
 
 
 def running_cell(shell: Optional[InteractiveShell]) -> Optional[int]:
-    """The number of the (stored) cell running now in `shell`."""
+    """The number of the cell whose code runs now in `shell`; None between cells (and for
+    a cell not stored in the history). Its result is the display hook's while it runs."""
+    result = getattr(getattr(shell, "displayhook", None), "exec_result", None)
+    count = getattr(result, "execution_count", None)
+    return count if isinstance(count, int) else None
+
+
+def _starting_cell(shell: Optional[InteractiveShell]) -> Optional[int]:
+    """The number of the cell about to run, in its pre_run_cell event."""
     count = getattr(shell, "execution_count", None)
     if not isinstance(count, int):
         return None
@@ -121,8 +129,11 @@ class PanelRefresh(PanelView):
         self._running: Optional[Running] = None  # the cell running now, if any
         super().__init__(**kwargs)
         running = running_cell(shell)
-        if running:  # made in a cell: the last one that ended is the one before
+        count = getattr(shell, "execution_count", None)
+        if running is not None:  # made in a cell: the last one that ended is the one before
             self._cell = running - 1 or None
+        elif isinstance(count, int):  # between cells: the next one gets `count`
+            self._cell = count - 1 or None
         for name, toggle in self.toggles.items():
             toggle.observe(lambda change, name=name: self._on_toggle(name), names="value")
 
@@ -234,7 +245,7 @@ class PanelRefresh(PanelView):
     def _pre_run_cell(self, info: Any = None) -> None:
         with contextlib.suppress(Exception):  # a callback must never raise into IPython
             stored = getattr(info, "store_history", True)
-            self._cell_began(running_cell(self.shell) if stored else None)
+            self._cell_began(_starting_cell(self.shell) if stored else None)
 
     def _cell_began(self, cell: Optional[int]) -> None:
         """Say which cell runs, and that a click now waits for it: the kernel reads a
