@@ -10,8 +10,9 @@ Run: python bench/bench_panel_live.py [--quick] [--real-nvml] (bench_panel.py ru
 - per second: that thread's CPU seconds per second of a running cell at ``--live 0.5``
   (the most frequent allowed);
 - slowdown: a busy pure-Python loop (it holds the GIL, the worst case for a Python
-  thread beside it) run for the same time with ``--live 0.5`` and with live off, in
-  alternating rounds: iterations per second with / without.
+  thread beside it) run for the same time with live off, ``--live 0.5``, and off again,
+  round after round: iterations per second with live / the mean of the two without; the
+  off/off ratio of the same rounds says how noisy the machine is.
 
 Prints the figures, the targets and PASS/FAIL; `measure()` returns them for bench_panel.py.
 """
@@ -88,14 +89,10 @@ class LiveCost(NamedTuple):
     alone_cpu_ms: float  # median tick CPU when the cell's thread runs it (no contention)
     share: float  # live thread CPU seconds per second of cell
     ticks_per_s: float
-    rate_live: float  # busy-loop iterations per second with --live 0.5
-    rate_off: float  # and with live off
+    slowdown: float  # median over rounds: busy-loop speed with --live 0.5 / with it off
+    same: tuple[float, ...]  # off / off in the same rounds: the machine's noise
     rounds: int
     nvml: str
-
-    @property
-    def slowdown(self) -> float:
-        return self.rate_live / self.rate_off
 
     def lines(self) -> list[tuple[str, Optional[bool]]]:
         """(text, passed; None: no target) for each figure."""
@@ -121,8 +118,9 @@ class LiveCost(NamedTuple):
             ),
             (
                 f"--live {SECONDS:g}: a busy Python loop runs at {self.slowdown:.3f} x its "
-                f"speed with live off ({self.rate_live:.0f} vs {self.rate_off:.0f} it/s, "
-                f"medians of {self.rounds} alternating rounds; target >= {SLOWDOWN_TARGET:g} x)",
+                f"speed with live off (median of {self.rounds} off/live/off rounds; off vs off "
+                f"in the same rounds: median {statistics.median(self.same):.3f} x, from "
+                f"{min(self.same):.3f} to {max(self.same):.3f}; target >= {SLOWDOWN_TARGET:g} x)",
                 self.slowdown >= SLOWDOWN_TARGET,
             ),
         ]
@@ -158,8 +156,8 @@ class _Kernel:
 
 
 def measure(quick: bool = False, real_nvml: bool = False) -> LiveCost:
-    rounds = 3 if quick else 7
-    seconds = 1.5 if quick else 3.0
+    rounds = 3 if quick else 10
+    seconds = 2.0 if quick else 3.0
     kernel = _Kernel()
     try:
         kernel.run(SETUP.format(fake="" if real_nvml else FAKE_NVML))
@@ -171,15 +169,17 @@ def measure(quick: bool = False, real_nvml: bool = False) -> LiveCost:
         # the same tick, run by the cell's own thread: what it costs without a busy thread
         # beside it
         alone = json.loads(kernel.run(REFRESH.format(runs=runs, call="panel._live_tick()")))
-        live, off, ticks, cpu, wall = [], [], 0, 0.0, 0.0
+        ratios, same, ticks, cpu, wall = [], [], 0, 0.0, 0.0
         per_tick = []
-        for _ in range(rounds):
+        for _ in range(rounds):  # off, live, off: the live run against the two around it
+            kernel.run("%gpu_panel --live off")
+            before = json.loads(kernel.run(BUSY.format(seconds=seconds)))
             kernel.run(f"%gpu_panel --live {SECONDS}")
             with_live = json.loads(kernel.run(BUSY.format(seconds=seconds)))
             kernel.run("%gpu_panel --live off")
-            without = json.loads(kernel.run(BUSY.format(seconds=seconds)))
-            live.append(with_live["rate"])
-            off.append(without["rate"])
+            after = json.loads(kernel.run(BUSY.format(seconds=seconds)))
+            ratios.append(with_live["rate"] / ((before["rate"] + after["rate"]) / 2))
+            same.append(after["rate"] / before["rate"])  # the noise floor: off vs off
             ticks += with_live["ticks"]
             cpu += with_live["cpu"]
             wall += with_live["wall"]
@@ -193,8 +193,8 @@ def measure(quick: bool = False, real_nvml: bool = False) -> LiveCost:
         alone_cpu_ms=statistics.median(alone["cpu"]) * 1e3,
         share=cpu / wall,
         ticks_per_s=ticks / wall,
-        rate_live=statistics.median(live),
-        rate_off=statistics.median(off),
+        slowdown=statistics.median(ratios),
+        same=tuple(same),
         rounds=rounds,
         nvml="real NVML" if real_nvml else "fake NVML, 2 GPUs",
     )
