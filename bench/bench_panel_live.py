@@ -71,7 +71,7 @@ stats = panel.live_stats()
 before = (stats.ticks, stats.cpu_seconds) if stats else (0, 0.0)
 x, n, start = 1.0, 0, time.perf_counter()
 while time.perf_counter() - start < {seconds}:
-    for _ in range(2000):
+    for step in range(2000):
         x = x * 1.0000001 + 1e-9
     n += 1
     vary(n)

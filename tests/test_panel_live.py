@@ -23,6 +23,7 @@ ipywidgets = pytest.importorskip("ipywidgets")
 
 from colab_gpu_guard import cuda_health, nvml
 from colab_gpu_guard.ipython import panel as panel_module
+from colab_gpu_guard.ipython.magics.panel import LIVE_OFF
 from colab_gpu_guard.ipython.panel import live
 from colab_gpu_guard.units import format_bytes
 from tests import fake_pynvml
@@ -61,7 +62,7 @@ def panel(ip, machine):
     assert instance is not None
     ip.user_ns.update(panel=instance, machine=machine)
     yield instance
-    for name in ("panel", "machine", "seen"):
+    for name in ("panel", "machine", "seen", "step", "rest"):
         ip.user_ns.pop(name, None)
 
 
@@ -81,7 +82,7 @@ WATCH_CELL = """
 import time
 seen = []
 machine.gpus[0].used += 1 << 30
-for _ in range({steps}):
+for step in range({steps}):  # not `_`: the output history owns it
     time.sleep(0.3)
     rest = (panel.now.value, panel.leftovers.value, panel.history.value, panel.details.value)
     seen.append((panel.header.value, panel.devices.children[0].value, rest))
@@ -230,7 +231,7 @@ def test_live_started_inside_a_cell_covers_the_rest_of_it(ip, machine):
     seen = ip.user_ns["seen"]
     assert any(f"cell [{result.execution_count}] running" in h and LIVE in h for h, _, _ in seen)
     assert any(used_text(machine.gpus[0].used) in line for _, line, _ in seen)
-    for name in ("panel", "machine", "seen"):
+    for name in ("panel", "machine", "seen", "step", "rest"):
         ip.user_ns.pop(name, None)
 
 
@@ -309,9 +310,20 @@ def test_live_off_stops_the_thread(ip, panel, capsys):
     assert "gpu_panel: live updates off: the panel refreshes after each cell" in (
         capsys.readouterr().out
     )
+    panel.live_every(1)
+    ip.run_cell("%gpu_panel --new --live off", store_history=True)  # a new panel, not live
+    fresh = panel_module.current_panel(ip)
+    assert fresh is not panel and fresh.live_seconds is None and live_threads() == []
+    assert capsys.readouterr().out.endswith(f"gpu_panel: {LIVE_OFF}\n")
     ip.run_cell("%gpu_panel --close", store_history=True)
     ip.run_cell("%gpu_panel --live 0", store_history=True)
     assert capsys.readouterr().out.endswith("gpu_panel: no panel open\n")
+
+
+def test_a_stopped_panel_does_not_go_live(ip, panel):
+    panel_module.stop_panels(ip)  # as %unload_ext does: the view stays, no more refreshes
+    panel.live_every(1)
+    assert panel.live_seconds is None and live_threads() == []
 
 
 # ---------------------------------------------------------------- clicks during a cell
@@ -464,7 +476,7 @@ def test_live_updates_leave_a_real_kernel_while_the_cell_runs(kernel):
     ).split()
     header_id, device_id = ids
     messages, reply = kernel.execute(
-        "for _ in range(4):\n    machine.gpus[0].used += 1 << 30\n    time.sleep(0.5)"
+        "for step in range(4):\n    machine.gpus[0].used += 1 << 30\n    time.sleep(0.5)"
     )
     started = next(m for m in messages if m["msg_type"] == "execute_input")["header"]["date"]
     ended = reply["header"]["date"]

@@ -30,7 +30,7 @@ CELLS = [
     "%gpu_panel --live 0.5",
 ]
 # 8 steps of 0.5 s, each taking 1 GiB more: NVML used goes from 3.66 GiB to 11.7 GiB
-LONG_CELL = "for _ in range(8):\n    machine.gpus[0].used += 1 << 30\n    time.sleep(0.5)"
+LONG_CELL = "for step in range(8):\n    machine.gpus[0].used += 1 << 30\n    time.sleep(0.5)"
 
 
 def start_cell(page, frontend: str, code: str) -> None:

@@ -89,19 +89,21 @@ class PanelMagics(GuardMagics):
                 current.close()
             print("gpu_panel: closed" if current is not None else "gpu_panel: no panel open")
             return
-        current = None if args.new else panel_module.current_panel(self.shell)
-        if args.live is not None and seconds is None:
+        current = panel_module.current_panel(self.shell)
+        if args.live is not None and seconds is None and not args.new:
             if current is None:
                 print("gpu_panel: no panel open")
                 return
             current.live_every(None)
             print(f"gpu_panel: {LIVE_OFF}")
             return
-        if current is None or args.live is None:
+        if args.new or current is None or args.live is None:
             current = panel_module.panel(self.shell, new=args.new, registration=self.registration)
             display(current)
         if seconds is not None:
             print(f"gpu_panel: {self._go_live(current, seconds)}")
+        elif args.live is not None:  # --new --live off: a new panel is not live
+            print(f"gpu_panel: {LIVE_OFF}")
 
     def _go_live(self, panel: GpuPanel, seconds: float) -> str:
         """Start (or retime) the panel's live GPU lines; what was done, in one line."""

@@ -222,7 +222,7 @@ class PanelLive(PanelRefresh):
             return
         if not MIN_SECONDS <= seconds <= MAX_SECONDS:
             raise ValueError(f"live updates every {seconds!r} s: {FORM}")
-        if self.closed:
+        if self.closed or self._stopped:  # no cells seen any more: nothing to follow
             return
         ticker = self._ticker
         if ticker is not None and ticker.alive:
