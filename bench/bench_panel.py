@@ -15,7 +15,9 @@ held only by the output history) and NVML answering from a fake 2-GPU machine
   per kernel, so it must not grow), as a ratio to snapshots taken in the same rounds;
 - per cell: ``run_cell('pass')`` with the live panel vs without it;
 - with 10^5 tensors alive (10^4 with --quick): cells run back to back with the live panel
-  against one full snapshot (the leftovers scan is not repeated after every cell).
+  against one full snapshot (the leftovers scan is not repeated after every cell);
+- ``--live 0.5`` in a real kernel (bench_panel_live.py): one tick against one refresh, the
+  live thread's share of a core while a cell runs, and a busy loop's speed with it on/off.
 
 Prints medians (ms), ratios against the baselines, the targets and PASS/FAIL; exit status 1
 if a target fails.
@@ -214,8 +216,27 @@ def main(argv: list[str] | None = None) -> int:
         "ratio = median / baseline median; refresh after 50 displays: its ratio to a snapshot "
         "taken in the same rounds, against refresh's (snapshots and refreshes interleaved)."
     )
+    failed |= not live_cost(args.quick, args.real_nvml)
     print("FAIL" if failed else "PASS")
     return 1 if failed else 0
+
+
+def live_cost(quick: bool, real_nvml: bool) -> bool:
+    """Print the cost of --live measured in a real kernel; False if a target failed."""
+    print()
+    try:
+        from bench.bench_panel_live import measure
+
+        cost = measure(quick, real_nvml)
+    except Exception as error:  # no jupyter_client / ipykernel here: say so, fail
+        print(f"--live cost: not measured: {type(error).__name__}: {error}")
+        return False
+    print(f"--live cost, in a real kernel ({cost.nvml}):")
+    passed = True
+    for text, ok in cost.lines():
+        passed &= ok is not False
+        print(text if ok is None else f"{text}: {'PASS' if ok else 'FAIL'}")
+    return passed
 
 
 if __name__ == "__main__":

@@ -3,11 +3,17 @@
 from __future__ import annotations
 
 import sys
+from typing import TYPE_CHECKING
 
 from IPython.core.magic import line_magic, magics_class
 from IPython.core.magic_arguments import argument, magic_arguments, parse_argstring
 
-from .base import GuardMagics
+from .base import GuardMagics, usage_error
+
+if TYPE_CHECKING:
+    from ..panel import GpuPanel
+
+LIVE_OFF = "live updates off: the panel refreshes after each cell"
 
 # The widget package (ipywidgets): imported only when a panel is first shown.
 _PANEL_MODULE = f"{__package__.rsplit('.', 1)[0]}.panel"
@@ -26,6 +32,12 @@ class PanelMagics(GuardMagics):
     @magic_arguments()
     @argument("--new", action="store_true", help="close the current panel and show a fresh one")
     @argument("--close", action="store_true", help="close the panel (it stops refreshing)")
+    @argument(
+        "--live",
+        metavar="SECONDS",
+        help="also update the GPU lines every SECONDS (0.5 to 60) while a cell runs; "
+        "off (or 0) stops that",
+    )
     @line_magic
     def gpu_panel(self, line: str = "") -> None:
         """Show the live GPU panel, compact: when its figures were taken (after which cell),
@@ -35,29 +47,79 @@ class PanelMagics(GuardMagics):
         refreshes: Leftovers, Processes, History (what each cell kept) and Details
         (versions, notes, and Seed: seed_all with a seed and deterministic mode).
 
-        It refreshes after every cell while shown. A slow snapshot (looking for leftovers
-        among 10^5 arrays takes about 0.5 s) is taken again after a cell only once it costs
-        at most a tenth of the time since the last one; until then the leftovers shown say
-        how old they are, and Refresh looks again. One panel per kernel: running
-        %gpu_panel again shows the same live panel. Core ipywidgets only, so it renders in
-        Colab, JupyterLab, Notebook and VS Code. From code: ``colab_gpu_guard.panel()``.
+        It refreshes after every cell while shown; nothing runs between cells. While a
+        cell runs the header says "cell [N] running since HH:MM:SS", and a click then is
+        queued: it runs when the cell ends. A slow snapshot (looking for leftovers among
+        10^5 arrays takes about 0.5 s) is taken again after a cell only once it costs at
+        most a tenth of the time since the last one; until then the leftovers shown say how
+        old they are, and Refresh looks again. One panel per kernel: running %gpu_panel
+        again shows the same live panel. Core ipywidgets only, so it renders in Colab,
+        JupyterLab, Notebook and VS Code. From code: ``colab_gpu_guard.panel()``.
+
+        --live SECONDS: one thread also re-reads NVML (no leftovers scan, no CUDA
+        synchronisation) every SECONDS while a cell runs and updates the header ("GPU lines
+        live, HH:MM:SS") and the GPU lines, so a long training cell shows its memory as it
+        grows. It needs a front end that shows widget updates sent during a cell
+        (JupyterLab, Notebook, VS Code): in Colab, in a terminal or without a GPU it says
+        why and starts nothing. It applies to the open panel (opening one if none is).
 
         Examples::
 
-          %gpu_panel           # show the panel
-          %gpu_panel --new     # replace it with a fresh one
-          %gpu_panel --close   # close it (no more refreshes)
+          %gpu_panel             # show the panel
+          %gpu_panel --live 2    # GPU lines update every 2 s while a cell runs
+          %gpu_panel --live off  # back to refreshing after each cell only
+          %gpu_panel --new       # replace it with a fresh one
+          %gpu_panel --close     # close it (no more refreshes)
         """
         from IPython.display import display
 
         from .. import panel as panel_module
+        from ..panel import live
 
         args = parse_argstring(self.gpu_panel, line)
+        seconds = None
+        if args.live is not None:
+            try:
+                seconds = live.parse_seconds(args.live)
+            except ValueError as error:
+                raise usage_error(error, live.FORM) from None
         if args.close:
             current = panel_module.current_panel(self.shell)
             if current is not None:
                 current.close()
             print("gpu_panel: closed" if current is not None else "gpu_panel: no panel open")
             return
-        widget = panel_module.panel(self.shell, new=args.new, registration=self.registration)
-        display(widget)
+        current = panel_module.current_panel(self.shell)
+        if args.live is not None and seconds is None and not args.new:
+            if current is None:
+                print("gpu_panel: no panel open")
+                return
+            current.live_every(None)
+            print(f"gpu_panel: {LIVE_OFF}")
+            return
+        if args.new or current is None or args.live is None:
+            current = panel_module.panel(self.shell, new=args.new, registration=self.registration)
+            display(current)
+        if seconds is not None:
+            print(f"gpu_panel: {self._go_live(current, seconds)}")
+        elif args.live is not None:  # --new --live off: a new panel is not live
+            print(f"gpu_panel: {LIVE_OFF}")
+
+    def _go_live(self, panel: GpuPanel, seconds: float) -> str:
+        """Start (or retime) the panel's live GPU lines; what was done, in one line."""
+        from colab_gpu_guard.status.compact import no_gpu_text
+
+        from ..panel import live
+        from ..panel.refresh import running_cell
+
+        why = live.why_not_live(self.shell)
+        status = panel.last_status
+        if why is None and status is not None and not status.has_gpu:
+            why = f"{no_gpu_text(status)}: no GPU lines to keep live (no live updates started)"
+        if why is not None:
+            return why
+        panel.live_every(seconds, this_cell=running_cell(self.shell))
+        return (
+            f"the GPU lines update every {seconds:g} s while a cell runs "
+            "(%gpu_panel --live off stops that)"
+        )

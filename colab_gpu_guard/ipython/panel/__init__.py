@@ -10,14 +10,17 @@ Every refresh takes one `GpuStatus` snapshot (`colab_gpu_guard.status.gpu_status
 renders each section from it; a section's widget is written only when its HTML changed, so a
 refresh with nothing new sends (almost) nothing to the front end. The panel refreshes after
 every cell (IPython's ``post_run_cell``) while it is open, and stops when it is closed
-(``widget.close()``, ``Widget.close_all()``) or the extension is unloaded. There are no
-background threads: widget updates from threads do not render in Colab.
+(``widget.close()``, ``Widget.close_all()``) or the extension is unloaded. Nothing runs
+between cells. With ``%gpu_panel --live SECONDS`` (``live_every``) one thread per panel also
+updates the header and GPU lines while a cell runs, where the front end shows widget updates
+sent from a thread (not Colab: live.py); closing, stopping or unloading ends and joins it.
 
 Everything shown that this module did not write itself - variable names, process names, GPU
 names, error texts - is HTML-escaped.
 
-widget.py holds the widgets and layout, refresh.py the snapshots and the per-cell hook,
-actions.py the buttons; this module the panel itself and the one panel per kernel.
+widget.py holds the widgets and layout, refresh.py the snapshots and the per-cell hooks,
+live.py the live thread, actions.py the buttons; this module the panel itself and the one
+panel per kernel.
 """
 
 from __future__ import annotations
@@ -43,7 +46,8 @@ WIDGET_VIEW = "application/vnd.jupyter.widget-view+json"
 
 
 class GpuPanel(PanelActions):
-    """The panel widget (a core ``VBox``). Refreshes after every cell while open.
+    """The panel widget (a core ``VBox``). Refreshes after every cell while open; with
+    `live_every(seconds)` its GPU lines also update while a cell runs.
 
     Parts, for code and tests: ``header``, ``notes``, ``devices`` (a VBox, one HTML per GPU
     or the no-GPU line), ``leftovers``, ``history``, ``refresh_button``, ``free_button``,
@@ -98,6 +102,7 @@ class GpuPanel(PanelActions):
 
     def stop(self, reason: str = "colab_gpu_guard was unloaded") -> None:
         """Stop refreshing, disable the buttons and say why (the view stays visible)."""
+        self.stop_live()
         self.detach()
         self._stopped = True
         if self.closed:
@@ -108,6 +113,7 @@ class GpuPanel(PanelActions):
 
     def close(self) -> None:
         """Close the panel: stop refreshing and close every widget it is made of."""
+        self.stop_live()
         self.detach()
         self._stopped = True
         _forget(self)

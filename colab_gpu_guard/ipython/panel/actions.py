@@ -1,8 +1,16 @@
 """The panel's buttons: Refresh, Free memory (gpu_reset) and Seed (seed_all), and the
-messages they leave. An action never raises into the front end: a failure is shown."""
+messages they leave. An action never raises into the front end: a failure is shown.
+
+A click read while a cell runs, in a thread other than the cell's, waits for the cell to
+end: JupyterLab 4.4+ sends comm messages to a kernel subshell, whose thread reads them at
+once (ipykernel 7.0 to 7.3; 7.4 sends them where the widget last published from, a subshell
+when code run there wrote to it), and an action must not walk or free what the running cell
+is using. Read in the cell's own thread (the cell clicked, or processed UI events) it runs."""
 
 from __future__ import annotations
 
+import contextlib
+import threading
 from typing import TYPE_CHECKING, Any, Callable, Optional
 
 import ipywidgets as widgets
@@ -10,7 +18,7 @@ import ipywidgets as widgets
 from colab_gpu_guard.cuda_health import BUSY
 from colab_gpu_guard.status.panel_html import release_summary, render_message
 
-from .refresh import PanelRefresh
+from .live import PanelLive
 
 if TYPE_CHECKING:
     from IPython.core.interactiveshell import InteractiveShell
@@ -23,8 +31,9 @@ BUSY_MESSAGE = (
 )
 
 
-class PanelActions(PanelRefresh):
-    """The panel's buttons; after each action the panel refreshes."""
+class PanelActions(PanelLive):
+    """The panel's buttons; after each action the panel refreshes. ``queued`` names the
+    actions clicked while a cell runs, to run when it ends."""
 
     def __init__(
         self,
@@ -33,13 +42,33 @@ class PanelActions(PanelRefresh):
         snapshot: Optional[Callable[..., GpuStatus]] = None,
         **kwargs: Any,
     ) -> None:
+        self.queued: dict[str, Callable[[], None]] = {}
         super().__init__(shell, snapshot=snapshot, **kwargs)
         self.refresh_button.on_click(self._on_refresh)
         self.free_button.on_click(self._on_free)
         self.seed_button.on_click(self._on_seed)
 
+    def _queue(self, name: str, run: Callable[[], None]) -> bool:
+        """Keep a click read in another thread while a cell runs (True), to run after it."""
+        running = self._running
+        if running is None or running.thread == threading.get_ident():
+            return False
+        with self._writing:
+            self.queued[name] = run
+            names = ", ".join(self.queued)
+            self.show_message(render_message("info", f"{names}: queued, runs when the cell ends"))
+        return True
+
+    def _post_run_cell(self, result: Any = None) -> None:
+        super()._post_run_cell(result)
+        with self._writing:
+            queued, self.queued = list(self.queued.values()), {}
+        for run in queued:
+            with contextlib.suppress(Exception):  # a callback must never raise into IPython
+                run()
+
     def _run_action(self, name: str, action: Callable[[], tuple[str, str]]) -> None:
-        if self.closed:
+        if self.closed or self._queue(name, lambda: self._run_action(name, action)):
             return
         if self._stopped:
             self.show_message(render_message("error", "this panel is stopped: run %gpu_panel"))
@@ -58,7 +87,7 @@ class PanelActions(PanelRefresh):
         self.refresh()
 
     def _on_refresh(self, _button: Optional[widgets.Button] = None) -> None:
-        if self.closed:
+        if self.closed or self._queue("Refresh", self._on_refresh):
             return
         self.refresh()
 

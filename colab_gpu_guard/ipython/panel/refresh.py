@@ -1,13 +1,18 @@
 """Refreshing the panel: one snapshot per refresh, the cheap snapshot after a cell versus
-the full one, and the ``post_run_cell`` hook that refreshes after every cell while open.
-There are no background threads: widget updates from threads do not render in Colab."""
+the full one, and the ``pre_run_cell`` / ``post_run_cell`` hooks: while a cell runs the
+header says so, and after it the panel refreshes. Every write to the panel's widgets holds
+its write lock (`_writing`): the live thread (live.py) and a click handled in another thread
+(a front end that sends comms to a kernel subshell) write too."""
 
 from __future__ import annotations
 
 import contextlib
 import dataclasses
+import threading
 import time
 from typing import TYPE_CHECKING, Any, Callable, NamedTuple, Optional
+
+import IPython
 
 from colab_gpu_guard import notebook_refs
 from colab_gpu_guard.status.chart import render_history
@@ -38,8 +43,29 @@ if TYPE_CHECKING:
 ALWAYS_SCAN_S = 0.05
 SCAN_SHARE = 0.1
 _clock = time.monotonic  # tests move it
-HISTORY_CELLS = 30
-QUEUED = "a click now is queued: runs when the cell ends"  # the cells the history chart shows
+HISTORY_CELLS = 30  # the cells the history chart shows
+QUEUED = "a click now is queued: runs when the cell ends"
+
+
+# IPython 9.8 counts a cell before its pre_run_cell event (ipython/ipython#15088): from
+# then on execution_count is, while a cell runs, the number the next cell will get.
+_COUNTS_FIRST = IPython.version_info >= (9, 8)
+
+
+def running_cell(shell: Optional[InteractiveShell]) -> Optional[int]:
+    """The number of the cell whose code runs now in `shell`; None between cells (and for
+    a cell not stored in the history). Its result is the display hook's while it runs."""
+    result = getattr(getattr(shell, "displayhook", None), "exec_result", None)
+    count = getattr(result, "execution_count", None)
+    return count if isinstance(count, int) else None
+
+
+def _starting_cell(shell: Optional[InteractiveShell]) -> Optional[int]:
+    """The number of the cell about to run, in its pre_run_cell event."""
+    count = getattr(shell, "execution_count", None)
+    if not isinstance(count, int):
+        return None
+    return count - 1 if _COUNTS_FIRST else count
 
 
 def _take_status(shell: Optional[InteractiveShell], leftovers: bool = True) -> GpuStatus:
@@ -60,6 +86,14 @@ class _Scan(NamedTuple):
     done_at: float
     seconds: float
     status: GpuStatus
+
+
+class Running(NamedTuple):
+    """The cell running now: its number, since when (HH:MM:SS), the thread running it."""
+
+    cell: Optional[int]
+    since: str
+    thread: int
 
 
 class _Hook(NamedTuple):
@@ -91,9 +125,15 @@ class PanelRefresh(PanelView):
         self._scan: Optional[_Scan] = None
         self._cell: Optional[int] = None  # the last cell that ended
         self._last_action = ""  # the last action's full report, for Details
+        self._writing = threading.RLock()
+        self._running: Optional[Running] = None  # the cell running now, if any
         super().__init__(**kwargs)
-        if shell is not None and getattr(shell, "execution_count", None):
-            self._cell = shell.execution_count - 1 or None
+        running = running_cell(shell)
+        count = getattr(shell, "execution_count", None)
+        if running is not None:  # made in a cell: the last one that ended is the one before
+            self._cell = running - 1 or None
+        elif isinstance(count, int):  # between cells: the next one gets `count`
+            self._cell = count - 1 or None
         for name, toggle in self.toggles.items():
             toggle.observe(lambda change, name=name: self._on_toggle(name), names="value")
 
@@ -109,6 +149,10 @@ class PanelRefresh(PanelView):
 
     def _on_toggle(self, name: str) -> None:
         """Open or close a section; an opened one is drawn from the snapshot shown."""
+        with self._writing:
+            self._toggle(name)
+
+    def _toggle(self, name: str) -> None:
         shown = self.is_open(name)
         toggle = self.toggles[name]
         words = section_label(name, self.last_status)
@@ -119,13 +163,15 @@ class PanelRefresh(PanelView):
 
     def show_message(self, html: str) -> None:
         """Show an action's outcome in place of the line of what matters now."""
-        self._set(self.message, html)
-        self._show(self.message, True)
-        self._show(self.now, False)
+        with self._writing:
+            self._set(self.message, html)
+            self._show(self.message, True)
+            self._show(self.now, False)
 
     def hide_message(self) -> None:
-        self._show(self.message, False)
-        self._show(self.now, True)
+        with self._writing:
+            self._show(self.message, False)
+            self._show(self.now, True)
 
     @property
     def live(self) -> bool:
@@ -145,18 +191,22 @@ class PanelRefresh(PanelView):
             self.last_error = f"{type(error).__name__}: {error}"
             self.show_message(render_message("error", f"snapshot failed: {self.last_error}"))
             return self.updates - started
-        self.last_status = status
-        self.refreshes += 1
-        self._set(self.header, render_header(status, self._cell))
-        self._render_devices(status)
-        self._set(self.now, render_now(status))
-        for name, toggle in self.toggles.items():
-            shown = self.is_open(name)
+        with self._writing:
+            self.last_status = status
+            self.refreshes += 1
+            running = self._running
             self._set(
-                toggle, (OPEN if shown else SHUT) + section_label(name, status), "description"
+                self.header,
+                render_header(status, self._cell, self._running_text(running) if running else ""),
             )
-            if shown:  # a closed section is drawn when it opens
-                self._render_section(name, status)
+            self._render_devices(status)
+            self._set(self.now, render_now(status))
+            for name, toggle in self.toggles.items():
+                shown = self.is_open(name)
+                words = (OPEN if shown else SHUT) + section_label(name, status)
+                self._set(toggle, words, "description")
+                if shown:  # a closed section is drawn when it opens
+                    self._render_section(name, status)
         return self.updates - started
 
     def _full_snapshot(self) -> GpuStatus:
@@ -195,17 +245,29 @@ class PanelRefresh(PanelView):
         )
 
     def _pre_run_cell(self, info: Any = None) -> None:
+        with contextlib.suppress(Exception):  # a callback must never raise into IPython
+            stored = getattr(info, "store_history", True)
+            self._cell_began(_starting_cell(self.shell) if stored else None)
+
+    def _cell_began(self, cell: Optional[int]) -> None:
         """Say which cell runs, and that a click now waits for it: the kernel reads a
-        button's click only once the running cell ends."""
+        button's click once the running cell ends, or, read in another thread while it
+        runs, the panel keeps it until then (actions.py)."""
+        running = Running(cell, time.strftime("%H:%M:%S"), threading.get_ident())
+        self._running = running
         if self.closed or self.last_status is None:
             return
-        with contextlib.suppress(Exception):  # a callback must never raise into IPython
-            cell = getattr(self.shell, "execution_count", None)
-            since = time.strftime("%H:%M:%S")
-            running = f"cell [{cell}] running since {since} · {QUEUED}"
-            self._set(self.header, render_header(self.last_status, self._cell, running))
+        with self._writing:
+            text = self._running_text(running)
+            self._set(self.header, render_header(self.last_status, self._cell, text))
+
+    def _running_text(self, running: Running, live_at: str = "") -> str:
+        live = f" · GPU lines live, {live_at}" if live_at else ""
+        cell = "a cell" if running.cell is None else f"cell [{running.cell}]"
+        return f"{cell} running since {running.since}{live} · {QUEUED}"
 
     def _post_run_cell(self, result: Any = None) -> None:
+        self._running = None
         if self.closed:
             self.detach()
             return
