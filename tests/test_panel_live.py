@@ -84,7 +84,8 @@ seen = []
 machine.gpus[0].used += 1 << 30
 for step in range({steps}):  # not `_`: the output history owns it
     time.sleep(0.3)
-    rest = (panel.now.value, panel.leftovers.value, panel.history.value, panel.details.value)
+    lefts = [getattr(part, 'value', None) for part in panel.leftovers.parts()]
+    rest = (panel.now.value, lefts, panel.history.value, panel.details.value)
     seen.append((panel.header.value, panel.devices.children[0].value, rest))
 """
 
@@ -103,7 +104,12 @@ def test_live_updates_the_gpu_line_while_a_cell_runs(ip, panel, machine, monkeyp
     panel.live_every(0.5)
     (thread,) = live_threads()
     assert thread.daemon and panel.live_seconds == 0.5
-    rest = (panel.now.value, panel.leftovers.value, panel.history.value, panel.details.value)
+    rest = (
+        panel.now.value,
+        [getattr(p, "value", None) for p in panel.leftovers.parts()],
+        panel.history.value,
+        panel.details.value,
+    )
     result = ip.run_cell(WATCH_CELL.format(steps=6), store_history=True)
     assert result.success
     seen = ip.user_ns["seen"]
