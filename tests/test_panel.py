@@ -585,6 +585,39 @@ def test_seed_button_seeds_every_rng(ip, show, torch):
     assert not torch.are_deterministic_algorithms_enabled()
 
 
+def test_seed_button_takes_over_the_per_cell_base(ip, show, torch):
+    cell = "cell_draw = torch.rand(2).tolist()"
+
+    def draw() -> list:
+        assert ip.run_cell(cell).success
+        return ip.user_ns["cell_draw"]
+
+    ip.run_cell("import torch")
+    ip.run_line_magic("seed_all", "5 --every-cell")
+    from_5 = draw()
+    ip.run_line_magic("seed_all", "42 --every-cell")
+    assert draw() != from_5
+    instance = show()
+    instance.seed_value.value = 5
+    instance.deterministic.value = False
+    try:
+        instance.seed_button.click()
+        assert "every cell reseeded from 5" in instance.message.value
+        ip.run_cell("_ = torch.rand(9)")  # draws in between change nothing
+        assert draw() == from_5  # the button's seed is the per-cell base now, as the magic's
+    finally:
+        ip.run_line_magic("seed_all", "--no-every-cell")
+
+
+def test_seed_button_leaves_per_cell_reseeding_off(ip, show, torch):
+    instance = show()
+    instance.seed_value.value = 5
+    instance.seed_button.click()
+    assert "every cell" not in instance.message.value
+    registry = ip.magics_manager.registry
+    assert registry["SeedMagics"].reseeder is None
+
+
 def test_seed_button_deterministic_checkbox(ip, show, torch):
     instance = show()
     instance.seed_value.value = 5

@@ -13,6 +13,7 @@ from .base import GuardMagics, usage_error
 if TYPE_CHECKING:
     from IPython.core.interactiveshell import InteractiveShell
 
+    from ...seeding import SeedReport
     from ..registration import Registration
 
 SEED_ALL_USAGE = (
@@ -38,6 +39,13 @@ class SeedMagics(GuardMagics):
         self._stop_every_cell()
         self.reseeder = seeding.CellReseeder(seed)
         self.registration.register_event("pre_run_cell", self.reseeder)
+
+    def take_over_every_cell(self, report: SeedReport) -> None:
+        """While per-cell reseeding is on, a new seed (this magic's, or the panel's Seed
+        button's) becomes its base, and the report says so."""
+        if self.reseeder is not None:
+            self._start_every_cell(report.seed)
+            report.every_cell = True
 
     def on_load(self) -> None:
         self.registration.add_cleanup(self._stop_every_cell)
@@ -123,9 +131,11 @@ class SeedMagics(GuardMagics):
         if args.no_every_cell:
             self._stop_every_cell()
             report.every_cell = False
-        elif args.every_cell or self.reseeder is not None:
-            self._start_every_cell(report.seed)  # a new seed takes over the per-cell base
+        elif args.every_cell:
+            self._start_every_cell(report.seed)
             report.every_cell = True
+        else:
+            self.take_over_every_cell(report)
         print(report if args.verbose else report.summary())
 
     def _parse(self, line: str) -> argparse.Namespace:

@@ -110,4 +110,8 @@ class PanelActions(PanelLive):
         from colab_gpu_guard.seeding import seed_all
 
         report = seed_all(int(self.seed_value.value), deterministic=bool(self.deterministic.value))
+        manager = getattr(self.shell, "magics_manager", None)
+        seed_magics = manager.registry.get("SeedMagics") if manager is not None else None
+        if seed_magics is not None:  # %seed_all --every-cell on: this seed becomes its base
+            seed_magics.take_over_every_cell(report)
         return f"seed_all: {report.summary()}", str(report)
