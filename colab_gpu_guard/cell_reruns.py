@@ -41,7 +41,7 @@ from . import host_noise
 from .host_memory import MallocInUse, RssReader
 
 HOST = "cpu"
-CHEAP_READ_S = 5e-6  # a malloc read this quick is taken around every cell
+CHEAP_READ_S = 2e-6  # a malloc read this quick is taken around every cell
 READ_SHARE = 0.01  # else around a rerun when a read is at most this share of its last run
 _CUDA_NAMES: dict[int, str] = {}
 
@@ -118,11 +118,6 @@ class MallocReadings:
         cost = self.cost
         return cost is None or cost <= self.cheap_read_s or cost <= self.read_share * duration
 
-    def take_last(self) -> Optional[int]:
-        """The reading taken after the last cell (this cell's before), once."""
-        last, self.last = self.last, None
-        return last
-
 
 class RerunLeakCheck:
     """Remembers what each cell source kept on its last run and judges the next run of it."""
@@ -166,8 +161,9 @@ class RerunLeakCheck:
         """malloc's in-use bytes before a cell: the reading taken after the cell before, or
         a new one where it is affordable or needed (see the module); else None."""
         malloc = self.malloc
-        last = malloc.take_last()
+        last = malloc.last
         if last is not None:
+            malloc.last = None  # taken once
             return last
         previous = self._last_by_source.get(source) if source is not None else None
         if previous is None:
@@ -206,13 +202,15 @@ class RerunLeakCheck:
         cell: Optional[int],
         duration: float,
         result: Any,
-        holding: Callable[[PreviousRun], Any],
+        holding: Callable[[dict, Any, PreviousRun], Any],
+        lengths: Optional[dict],
     ) -> Verdict:
         """Judge a run of `source` that kept `cuda` ([(device, bytes)], a list this call
         owns) and went from `rss_before` to `rss` resident bytes (`malloc_before`: malloc's
-        in-use bytes before it, or None). `result`: its ``ExecutionResult``; `holding`:
-        reads what holds the previous run's objects (a `rerun_holders.Holding`), called
-        only for a flagged rerun or where host figures are not exact."""
+        in-use bytes before it, or None). `result`: its ``ExecutionResult``; `holding`
+        (`rerun_holders.RerunHolders.after`) reads what holds the previous run's objects
+        from `lengths` (read before the run), called only for a flagged rerun or where
+        host figures are not exact."""
         host, exact = self._host_kept(rss_before, rss, malloc_before, duration)
         if source is None:
             return _FIRST
@@ -236,7 +234,7 @@ class RerunLeakCheck:
         if this_kept and previous_kept:
             host_again = host
         elif not exact or (this_kept and not previous.host_exact):
-            read = holding(previous)  # what the objects hold: exact bytes
+            read = holding(lengths or {}, result, previous)  # what objects hold: exact
             if (this_kept or self._significant(read.new, True)) and (
                 previous_kept or self._significant(read.previous, True)
             ):
@@ -245,7 +243,7 @@ class RerunLeakCheck:
             again.append((HOST, host_again))
             host = max(host or 0, host_again)
         if read is None and again:
-            read = holding(previous)
+            read = holding(lengths or {}, result, previous)
         self._remember(source, cuda, host, exact, cell, duration, result)
         if not again:
             return _new_tuple(Verdict, ((), previous.cell, ""))

@@ -152,6 +152,14 @@ class RerunHolders:
         `result` this run's ``ExecutionResult``, `previous` the previous run's
         `cell_reruns.PreviousRun` (its cell, whether it displayed a result, a weakref to
         its ``ExecutionResult`` when it failed)."""
+        if (
+            not before
+            and not previous.displayed
+            and previous.failed is None
+            and getattr(result, "result", None) is None
+            and getattr(result, "error_in_exec", None) is None
+        ):
+            return NOTHING  # nothing could hold either run's objects: most reruns
         try:
             failed = previous.failed() if previous.failed is not None else None
             return _Reading(self, previous.cell).read(before, previous.displayed, result, failed)

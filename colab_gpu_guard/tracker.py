@@ -30,7 +30,6 @@ import collections
 import sys
 import time
 from dataclasses import asdict, dataclass
-from functools import partial
 from typing import Any, Callable, Optional
 
 from . import cuda_health
@@ -228,7 +227,8 @@ class MemoryTracker:
             cell,
             duration,
             result,
-            partial(self._holders.after, lengths or {}, result),
+            self._holders.after,
+            lengths,
         )
         leak_bytes = 0
         leak_kind = ""
