@@ -23,6 +23,7 @@ import pytest
 from tests.child import run_python
 
 pytestmark = [
+    pytest.mark.slow,
     pytest.mark.skipif(not sys.platform.startswith("linux"), reason="glibc's malloc tunables"),
     pytest.mark.cpu_only,  # host memory with CUDA up is test_tracker's
 ]
