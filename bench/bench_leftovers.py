@@ -14,7 +14,8 @@ Ratios against baselines and peers measured in this same run, interleaved:
   ``gc.collect()``; ``gpu_status()`` (what ``%gpu_status`` and every panel refresh
   take), against ``find_leftovers()`` alone; and ``list(find_leftovers())``, which makes
   every entry (a scan's list makes each entry when it is first read).
-Target (issue 8): 10^5 tensors named in <= 100 ms with 10^6 other objects alive.
+Target (issue 8): 10^5 tensors named in <= 100 ms with 10^6 other objects alive; (issue
+14) in at most 0.5x the time MemReporter takes on them.
 
 Plain data (issue 14): 10^6 JSON-like records (nested dicts and lists of plain values, no
 array) in the namespace: ``find_leftovers()`` and ``gpu_status()`` (what ``%gpu_status``
@@ -43,6 +44,7 @@ from colab_gpu_guard.leftovers import find_leftovers  # noqa: E402
 from colab_gpu_guard.status import gpu_status  # noqa: E402
 
 TARGET_MS = 100.0
+PEER_TARGET_RATIO = 0.5  # issue 14: 10^5 tensors named within 0.5x of MemReporter's time
 PLAIN_TARGET_RATIO = 2.0
 
 
@@ -235,8 +237,8 @@ def rows_of(results: list[dict], full: bool) -> list[dict]:
                     t["ours_again"],
                     t["peer"],
                     baseline=result["peer_note"],
-                    target=target,
-                    ok=(t["ours_again"] <= TARGET_MS) if big else None,
+                    target=f"<= {PEER_TARGET_RATIO:g}x at 10^5 tensors" if big else "",
+                    ok=(t["ours_again"] <= PEER_TARGET_RATIO * t["peer"]) if big else None,
                     note="MemReporter names model parameters only",
                 )
             )

@@ -114,7 +114,8 @@ def measure(objects: int, cells: int, peer_cells: int, repeats: int) -> dict:
                 logger.stop()
     tracker = MemoryTracker()
     info = types.SimpleNamespace(raw_cell="x = model(batch)\nloss = x.sum()")
-    result = types.SimpleNamespace(execution_count=1)
+    # the fields of IPython's ExecutionResult the tracker reads
+    result = types.SimpleNamespace(execution_count=1, result=None, error_in_exec=None)
 
     def hooks() -> None:
         tracker.pre_run_cell(info)

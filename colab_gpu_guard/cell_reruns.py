@@ -8,27 +8,71 @@ there and the previous run of the same source did too: its earlier objects are s
 somewhere (``losses.append(loss)``), where a cell that rebinds its names
 (``big = torch.ones(...)``) keeps nothing on a rerun.
 
-Host memory: the resident set size after minus before the cell, and around a rerun of a
-cell that kept host memory last time, malloc's in-use bytes (glibc ``mallinfo2``), which
-are exact where RSS is not (a freed block often stays resident). Significant means above a
-noise floor *measured* in this process (``host_noise``) the first time a rerun is judged:
-malloc's floor where its figure exists, else the resident set's. ``mallinfo2`` walks
-malloc's free lists, so it is read only around such reruns. Runs on the per-cell hot path:
-no object walks, no CUDA calls.
+Host memory is exact where malloc's in-use bytes (glibc ``mallinfo2``) are read before and
+after the cell; else there is only the resident set size's growth. ``mallinfo2`` walks
+malloc's free lists: a microsecond on a tidy heap, milliseconds on a fragmented one. So it
+is read around every cell while a read costs at most `CHEAP_READ_S` (one read per cell:
+the reading after a cell is the next cell's before), else around a rerun whose previous
+run took long enough that a read is at most `READ_SHARE` of it, and always around a rerun
+of a cell whose previous run kept host memory (the judgement needs this run's exact
+figure).
+
+Where a rerun's host figure is not exact, what it kept is read from its objects instead
+(`rerun_holders`: what the containers the cell names gained during the run hold, the
+output history, a failed run's traceback), and so is what the previous run kept where its
+figure was not exact either: a rerun whose objects, and the previous run's, hold a
+significant amount there is flagged, whatever the resident size did; the resident size
+alone flags nothing (a keep the heap had room for leaves it unchanged; a freed block that
+stays resident grows it).
+Significant means above a noise floor *measured* in this process (``host_noise``) the first
+time a rerun is judged: malloc's floor for exact figures (and for the bytes of objects),
+else the resident set's. Runs on the per-cell hot path: no CUDA calls, and no object walk
+but for a flagged rerun or one whose host figure is not exact, where the holders are read
+(a few containers; one bounded leftovers scan when they gained autograd graphs).
 """
 
 from __future__ import annotations
 
-from typing import Optional
+import time
+import weakref
+from typing import Any, Callable, NamedTuple, Optional
 
 from . import host_noise
 from .host_memory import MallocInUse, RssReader
 
 HOST = "cpu"
+CHEAP_READ_S = 2e-6  # a malloc read this quick is taken around every cell
+READ_SHARE = 0.01  # else around a rerun when a read is at most this share of its last run
 _CUDA_NAMES: dict[int, str] = {}
 
 # what one run of a cell kept: ((device, bytes), ...) in a fixed order, CUDA devices first
 Kept = tuple
+
+
+class PreviousRun(NamedTuple):
+    """What the check remembers of a source's last run: what it kept per device, its
+    cell, whether its host figure was exact, how long it took, whether it displayed a
+    result, and (a weakref to) its run record when it failed."""
+
+    kept: Kept
+    cell: Optional[int]
+    host_exact: bool
+    duration: float
+    displayed: bool
+    failed: Optional[weakref.ref]
+
+
+class Verdict(NamedTuple):
+    """leaks: what this run kept again, per device; rerun_of: the previous run's cell;
+    held_by: what holds the previous run's objects, where it could tell."""
+
+    leaks: Kept
+    rerun_of: Optional[int]
+    held_by: str
+
+
+_FIRST = Verdict((), None, "")
+_new_tuple = tuple.__new__  # a NamedTuple made without its Python-level __new__: hot path
 
 
 def cuda_name(index: int) -> str:
@@ -47,14 +91,41 @@ def cuda_kept(stats_before: tuple, stats_after: tuple) -> list:
     ]
 
 
+class MallocReadings:
+    """malloc's in-use bytes, read where a read is worth its cost (see the module); each
+    read is timed. ``enabled`` False: never read (host memory is then judged as where
+    glibc's figure is missing: by the resident size and the objects)."""
+
+    def __init__(self) -> None:
+        self.reader = MallocInUse()
+        self.enabled = True
+        self.cheap_read_s = CHEAP_READ_S
+        self.read_share = READ_SHARE
+        self.cost: Optional[float] = None  # seconds the last read took
+        self.last: Optional[int] = None  # read after the last cell, else None
+
+    def read(self) -> Optional[int]:
+        if not self.enabled:
+            return None
+        started = time.perf_counter()
+        value = self.reader.read()
+        self.cost = time.perf_counter() - started
+        return value
+
+    def affordable(self, duration: float) -> bool:
+        """A read costs at most `cheap_read_s`, or `read_share` of `duration` (unknown
+        until the first read, which is taken)."""
+        cost = self.cost
+        return cost is None or cost <= self.cheap_read_s or cost <= self.read_share * duration
+
+
 class RerunLeakCheck:
     """Remembers what each cell source kept on its last run and judges the next run of it."""
 
     def __init__(self, maxlen: int, rss: Optional[RssReader] = None) -> None:
         self.maxlen = maxlen
-        # source -> (Kept of its last run, its cell)
-        self._last_by_source: dict[str, tuple] = {}
-        self._malloc = MallocInUse()
+        self._last_by_source: dict[str, PreviousRun] = {}
+        self.malloc = MallocReadings()
         self._rss = rss if rss is not None else RssReader()
         self._floor: Optional[host_noise.NoiseFloor] = None
 
@@ -62,24 +133,65 @@ class RerunLeakCheck:
     def noise_floor(self) -> host_noise.NoiseFloor:
         """The host noise floors, measured on first use (see ``host_noise``)."""
         if self._floor is None:
-            self._floor = host_noise.measure(self._rss, self._malloc)
+            self._floor = host_noise.measure(self._rss, self.malloc.reader)
         return self._floor
 
     def host_floor(self, exact: bool) -> int:
         floor = self.noise_floor
         return floor.malloc if exact else floor.rss
 
-    def malloc_before(self, source: Optional[str]) -> Optional[int]:
-        """malloc's in-use bytes before a cell, read only when the cell is a rerun of one
-        that kept host memory (so that what this run keeps can be confirmed exactly)."""
+    def needs_holders(self, source: Optional[str], malloc_before: Optional[int]) -> bool:
+        """Whether a run of `source` about to start may need what holds its previous run's
+        objects (`rerun_holders`): it is a rerun, and its host figure may not be exact or
+        its previous run kept memory (this one may be flagged, and the flag names them)."""
         previous = self._last_by_source.get(source) if source is not None else None
         if previous is None:
-            return None
-        host = _host_of(previous[0])
-        if not host or host <= self.noise_floor.malloc:
-            return None
-        return self._malloc.read()
+            return False
+        if malloc_before is None or not previous.host_exact:
+            return True
+        for device, amount in previous.kept:
+            if amount > (host_noise.MINIMUM if device == HOST else 0):
+                return True
+        return False
 
+    def _significant(self, host: Optional[int], exact: bool) -> bool:
+        return host is not None and host > host_noise.MINIMUM and host > self.host_floor(exact)
+
+    def malloc_before(self, source: Optional[str]) -> Optional[int]:
+        """malloc's in-use bytes before a cell: the reading taken after the cell before, or
+        a new one where it is affordable or needed (see the module); else None."""
+        malloc = self.malloc
+        last = malloc.last
+        if last is not None:
+            malloc.last = None  # taken once
+            return last
+        previous = self._last_by_source.get(source) if source is not None else None
+        if previous is None:
+            return malloc.read() if malloc.affordable(0.0) else None
+        kept_host = self._significant(_host_of(previous.kept), exact=True)
+        if kept_host or malloc.affordable(previous.duration):
+            return malloc.read()
+        return None
+
+    def _host_kept(
+        self,
+        rss_before: Optional[int],
+        rss: Optional[int],
+        malloc_before: Optional[int],
+        duration: float,
+    ) -> tuple[Optional[int], bool]:
+        """(host bytes the cell kept, exact?): malloc's in-use growth where it was read
+        before and after the cell, else the resident bytes it added; None when neither."""
+        malloc = self.malloc
+        if malloc_before is not None or malloc.affordable(duration):
+            after = malloc.last = malloc.read()
+            if after is not None and malloc_before is not None:
+                return max(0, after - malloc_before), True
+        if rss is None or rss_before is None:
+            return None, False
+        return max(0, rss - rss_before), False
+
+    # -- the judgement
     def judge(
         self,
         source: Optional[str],
@@ -88,67 +200,89 @@ class RerunLeakCheck:
         rss: Optional[int],
         malloc_before: Optional[int],
         cell: Optional[int],
-    ) -> tuple[Kept, Optional[int], bool]:
-        """(what this run kept again on each device where the run before kept memory too,
-        the cell this reruns, whether this run kept anything above the smallest floor) for
-        a cell that kept `cuda` ([(device, bytes)], a list this call owns) and went from
-        `rss_before` to `rss` resident bytes."""
+        duration: float,
+        result: Any,
+        holding: Callable[[dict, Any, PreviousRun], Any],
+        lengths: Optional[dict],
+    ) -> Verdict:
+        """Judge a run of `source` that kept `cuda` ([(device, bytes)], a list this call
+        owns) and went from `rss_before` to `rss` resident bytes (`malloc_before`: malloc's
+        in-use bytes before it, or None). `result`: its ``ExecutionResult``; `holding`
+        (`rerun_holders.RerunHolders.after`) reads what holds the previous run's objects
+        from `lengths` (read before the run), called only for a flagged rerun or where
+        host figures are not exact."""
+        host, exact = self._host_kept(rss_before, rss, malloc_before, duration)
         if source is None:
-            return (), None, False
-        kept = cuda
-        kept_any = False
-        for _, amount in cuda:
-            if amount:
-                kept_any = True
-        exact = False
-        host = self._host_kept(rss_before, rss, malloc_before)
-        if host is not None:
-            kept.append((HOST, host[0]))
-            exact = host[1]
-            if host[0] > host_noise.MINIMUM:
-                kept_any = True
+            return _FIRST
         last = self._last_by_source
         previous = last.pop(source, None)
-        last[source] = (kept, cell)
+        if previous is None:
+            self._remember(source, cuda, host, exact, cell, duration, result)
+            return _FIRST
+        if exact and host <= host_noise.MINIMUM and not (cuda and any(a for _, a in cuda)):
+            # the common rerun: it kept nothing, as malloc's exact figure says
+            self._remember(source, cuda, host, exact, cell, duration, result)
+            return _new_tuple(Verdict, ((), previous.cell, ""))
+        before = dict(previous.kept)
+        again = [(device, amount) for device, amount in cuda if amount and before.get(device)]
+        host_again: Optional[int] = None
+        read = None
+        # a figure that is not exact flags nothing by itself: the resident size misses a
+        # keep the heap had room for, and counts a freed block that stays resident
+        this_kept = exact and self._significant(host, True)
+        previous_kept = self._significant(before.get(HOST), previous.host_exact)
+        if this_kept and previous_kept:
+            host_again = host
+        elif not exact or (this_kept and not previous.host_exact):
+            read = holding(lengths or {}, result, previous)  # what objects hold: exact
+            if (this_kept or self._significant(read.new, True)) and (
+                previous_kept or self._significant(read.previous, True)
+            ):
+                host_again = host if this_kept else read.new
+        if host_again is not None:
+            again.append((HOST, host_again))
+            host = max(host or 0, host_again)
+        if read is None and again:
+            read = holding(lengths or {}, result, previous)
+        self._remember(source, cuda, host, exact, cell, duration, result)
+        if not again:
+            return _new_tuple(Verdict, ((), previous.cell, ""))
+        return Verdict(tuple(again), previous.cell, read.text)
+
+    def _remember(
+        self,
+        source: str,
+        cuda: list,
+        host: Optional[int],
+        exact: bool,
+        cell: Optional[int],
+        duration: float,
+        result: Any,
+    ) -> None:
+        kept = cuda
+        if host is not None:
+            kept.append((HOST, host))
+        failed = None
+        if getattr(result, "error_in_exec", None) is not None:
+            try:
+                failed = weakref.ref(result)
+            except TypeError:
+                failed = None
+        displayed = getattr(result, "result", None) is not None
+        last = self._last_by_source
+        last[source] = _new_tuple(
+            PreviousRun, (tuple(kept), cell, exact, duration, displayed, failed)
+        )
         if len(last) > 4 * self.maxlen:
             for stale in list(last)[: 2 * self.maxlen]:
                 del last[stale]
-        if previous is None:
-            return (), None, kept_any
-        if not kept_any:  # nothing above the smallest floor: nothing kept again
-            return (), previous[1], False
-        before = dict(previous[0])
-        again = []
-        for device, amount in kept:
-            if device == HOST:
-                if not before.get(HOST):
-                    continue
-                floor = self.host_floor(exact)
-            else:
-                floor = 0
-            if amount > floor and before.get(device, 0) > floor:
-                again.append((device, amount))
-        return tuple(again), previous[1], True
-
-    def _host_kept(
-        self, rss_before: Optional[int], rss: Optional[int], malloc_before: Optional[int]
-    ) -> Optional[tuple[int, bool]]:
-        """(host bytes the cell kept, exact?): malloc's in-use growth where it was read
-        before the cell, else the resident bytes it added; None when neither is known."""
-        if malloc_before is not None:
-            in_use = self._malloc.read()
-            if in_use is not None:
-                return max(0, in_use - malloc_before), True
-        if rss is None or rss_before is None:
-            return None
-        return max(0, rss - rss_before), False
 
     def clear(self) -> None:
         self._last_by_source.clear()
 
 
-def _host_of(kept: Kept) -> int:
+def _host_of(kept: Kept) -> Optional[int]:
     for device, amount in kept:
         if device == HOST:
             return amount
-    return 0
+    return None

@@ -2,8 +2,8 @@
 
 - `RssReader`: the resident set size from ``/proc/self/statm`` (one ``pread``; Linux only),
   read by the tracker after every cell;
-- `MallocInUse`: the bytes malloc has in use (glibc ``mallinfo2``), read by the tracker only
-  after a cell whose resident memory grew;
+- `MallocInUse`: the bytes malloc has in use (glibc ``mallinfo2``), read by the tracker
+  where a read is cheap or a rerun needs it (``cell_reruns``);
 - `host_ram`: the host's total and available RAM and this process's resident memory, from
   ``psutil`` (imported on first use), read by `gpu_status`.
 """
@@ -56,9 +56,9 @@ class MallocInUse:
     """Bytes in use by malloc (glibc ``mallinfo2``: ``uordblks + hblkhd``), or None.
 
     Exact where RSS is not (a freed block in the middle of the heap stays resident), but it
-    walks the allocator's free lists, so it can take a millisecond on a fragmented heap: the
-    tracker reads it only after a cell whose resident memory grew by more than the noise
-    floor. pymalloc's small objects live in arenas outside malloc and are not counted.
+    walks the allocator's free lists, so it can take milliseconds on a fragmented heap: the
+    tracker times its reads and takes them only where that is cheap (``cell_reruns``).
+    pymalloc's small objects live in arenas outside malloc and are not counted.
     """
 
     def __init__(self) -> None:

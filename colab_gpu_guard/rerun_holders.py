@@ -1,131 +1,318 @@
-"""What holds the previous run's objects, when a rerun kept memory again.
+"""What holds the previous run's objects when a cell runs again, and how much it holds.
 
-At the end of a run that kept memory, the lengths of the user's top-level lists, dicts,
-sets and deques that the cell's source names are noted (a few ``len`` calls: the cell
-named them, so there are few). When the next run of that source keeps memory again (a
-flagged rerun, rare), the lengths are read again: a container that grew holds the new
-run's objects, and the ones before (``losses`` grew by 1 item; for a list, how many of the
-new items are tensors with an autograd graph). The previous run's displayed result still
-in the output history (``Out[7]``) is named too.
+Around a rerun (a cell whose source ran before): before it runs, the identities and
+lengths of the user's top-level lists, dicts, sets and deques that the source names (a few
+``len`` calls: the cell named them, so there are few); after it, which of them grew during
+the run. The items a container gained are this run's objects, and the same number of
+items before them the previous run's (the cell added them last time). Two more holders are
+looked at: the previous run's displayed result, still in the output history
+(``Out[7]``), and the previous run's error, still alive: its traceback frames keep their
+locals, named as the leftovers scan names them (``<traceback: f() local 'x'>``). IPython's
+record of a failed run and the error's traceback refer to each other, so a failed run's
+locals wait for the garbage collector even once a newer error has replaced it.
 
-Never calls user code: lengths are read with the built-in type's own ``__len__`` (a
-subclass is read through its built-in part), items by the built-in list's slicing.
+A `Holding` says, in words, what holds the previous run's objects (```losses`` (grew by
+1 autograd graph, 16 MiB saved)`), and how many host bytes this run's and the previous
+run's objects hold there: what tells that a rerun kept host memory again where the memory
+counters cannot (a block the heap had freed and reuses leaves the resident size as it
+was). What an autograd graph saved is what the leftovers scan measures (`leftovers.graphs`:
+storages no name reaches), read from one scan bounded by `GRAPH_SCAN_S`.
+
+Never calls user code: lengths and items are read with the built-in types' own methods (a
+subclass through its built-in part), arrays as `held_memory` reads them.
 """
 
 from __future__ import annotations
 
 import collections
+import gc
+import itertools
+import keyword
 import re
-from typing import Any, Callable, Optional
+import weakref
+from typing import Any, Callable, NamedTuple, Optional
 
-from .frameworks import torch as torch_support
-from .output_warning import held_arrays
-from .units import OUTPUT_HISTORY
+from .held_memory import Memory, holding_locals
+from .units import OUTPUT_HISTORY, format_bytes
 
+GRAPH_SCAN_S = 0.5  # the leftovers scan that measures graphs, when a container gained some
+MAX_NAMES = 256  # names of one source looked up before and after a rerun
 _NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+_NOT_NAMES = frozenset(keyword.kwlist)
 _LENGTH_OF = (
     (list, list.__len__),
     (dict, dict.__len__),
     (set, set.__len__),
     (collections.deque, collections.deque.__len__),
 )
+# items that hold no memory worth naming a container for
+_EMPTY = (int, float, complex, bool, type(None), weakref.ref)
 
 
-def _length(value: Any) -> Optional[int]:
-    kind = type(value)
+class Holding(NamedTuple):
+    """What holds the previous run's objects. new / previous: host bytes this run's objects
+    and the previous run's hold in the holders found; text: the holders, as the LEAK line
+    names them ("" when none was found)."""
+
+    new: int
+    previous: int
+    text: str
+
+
+NOTHING = Holding(0, 0, "")
+
+
+_BASES: dict[type, Optional[tuple]] = {}
+
+
+def _base(kind: type) -> Optional[tuple]:
+    """(built-in container type, its __len__) of a type, or None (memoised: read before
+    every rerun for each name the cell mentions)."""
+    try:
+        return _BASES[kind]
+    except KeyError:
+        pass
+    found = None
     for base, length in _LENGTH_OF:
         if kind is base or issubclass(kind, base):
-            return length(value)
-    return None
+            found = (base, length)
+            break
+    if len(_BASES) > 1024:
+        _BASES.clear()
+    _BASES[kind] = found
+    return found
 
 
 def _plural(count: int, word: str) -> str:
     return f"{count} {word}" + ("" if count == 1 else "s")
 
 
-def _graphs(items: list) -> int:
-    """How many of `items` are torch tensors carrying an autograd graph."""
-    tensor = torch_support.tensor_type()
-    if tensor is None:
-        return 0
-    # exact tensors only: a subclass's __torch_function__ would run on reading grad_fn
-    return sum(1 for item in items if type(item) is tensor and item.grad_fn is not None)
+def _items(value: Any, base: type, end: int, count: int, skip: int) -> list:
+    """The `count` items before the last `skip` ones of a container of length `end`, in
+    order (a set's items have no order: none)."""
+    start = max(0, end - skip - count)
+    stop = end - skip
+    if start >= stop:
+        return []
+    if base is list:
+        return list.__getitem__(value, slice(start, stop))
+    if base is dict:
+        values = reversed(dict.values(value))
+    elif base is collections.deque:
+        values = collections.deque.__reversed__(value)
+    else:
+        return []
+    return list(itertools.islice(values, skip, skip + stop - start))[::-1]
 
 
 class RerunHolders:
-    """Lengths noted per cell source at the end of runs that kept memory, and the names of
-    what grew when a rerun keeps memory again."""
+    """The lengths read before a rerun, and the `Holding` after it."""
 
     def __init__(self, namespace: Optional[dict], outputs: Callable[[], dict], maxlen: int):
         self._namespace = namespace
         self._outputs = outputs
         self._maxlen = maxlen
         self._names: dict[str, tuple] = {}  # source -> the names it mentions
-        self._lengths: dict[str, dict] = {}  # source -> {name: length} at its last run's end
 
     def _mentioned(self, source: str) -> tuple:
         names = self._names.get(source)
         if names is None:
             if len(self._names) > 2 * self._maxlen:
                 self._names.clear()
-            names = self._names[source] = tuple(dict.fromkeys(_NAME.findall(source)))
+            found = dict.fromkeys(_NAME.findall(source))
+            names = tuple(name for name in found if name not in _NOT_NAMES)[:MAX_NAMES]
+            self._names[source] = names
         return names
 
-    def _read(self, source: str) -> dict:
+    def before(self, source: str) -> dict:
+        """{name: (id, length)} of the containers `source` names, read before it runs."""
         namespace = self._namespace
         if not namespace:
             return {}
         lengths = {}
-        for name in self._mentioned(source):
-            if name in namespace:
-                length = _length(namespace[name])
-                if length is not None:
-                    lengths[name] = length
+        get, bases = namespace.get, _BASES
+        try:
+            for name in self._mentioned(source):
+                value = get(name)
+                if value is None:
+                    continue
+                kind = type(value)
+                found = bases[kind] if kind in bases else _base(kind)
+                if found is not None:
+                    lengths[name] = (id(value), found[1](value))
+        except Exception:
+            return {}
         return lengths
 
-    def note(self, source: str) -> None:
-        """Note the lengths at the end of a run of `source` that kept memory."""
-        try:
-            lengths = self._read(source)
-        except Exception:
-            return
-        self._lengths.pop(source, None)
-        self._lengths[source] = lengths
-        if len(self._lengths) > 2 * self._maxlen:
-            for stale in list(self._lengths)[: self._maxlen]:
-                del self._lengths[stale]
-
-    def forget(self, source: str) -> None:
-        self._lengths.pop(source, None)
-
-    def held_by(self, source: str, previous_cell: Optional[int]) -> str:
-        """What holds the previous run's objects ("`losses` (grew by 1 item)", "`Out[7]`
-        (output history)"), as far as the lengths and the output history tell; else ""."""
-        try:
-            return self._held_by(source, previous_cell)
-        except Exception:
-            return ""
-
-    def _held_by(self, source: str, previous_cell: Optional[int]) -> str:
-        found = []
-        before = self._lengths.get(source)
-        if before is not None:
-            for name, length in self._read(source).items():
-                old = before.get(name)
-                if old is None or length <= old:
-                    continue
-                text = f"`{name}` (grew by {_plural(length - old, 'item')}"
-                value = self._namespace[name] if self._namespace else None
-                if issubclass(type(value), list):
-                    graphs = _graphs(list.__getitem__(value, slice(old, length)))
-                    if graphs:
-                        text += f", {_plural(graphs, 'autograd graph')}"
-                found.append(text + ")")
-        if previous_cell is not None:
-            outputs = self._outputs()
-            if previous_cell in outputs and held_arrays(outputs[previous_cell], True):
-                found.append(f"`Out[{previous_cell}]` ({OUTPUT_HISTORY})")
-        return ", ".join(found)
-
     def clear(self) -> None:
-        self._lengths.clear()
+        self._names.clear()
+
+    def after(self, before: dict, result: Any, previous: Any) -> Holding:
+        """What holds the previous run's objects after a rerun: `before` from `before()`,
+        `result` this run's ``ExecutionResult``, `previous` the previous run's
+        `cell_reruns.PreviousRun` (its cell, whether it displayed a result, a weakref to
+        its ``ExecutionResult`` when it failed)."""
+        if (
+            not before
+            and not previous.displayed
+            and previous.failed is None
+            and getattr(result, "result", None) is None
+            and getattr(result, "error_in_exec", None) is None
+        ):
+            return NOTHING  # nothing could hold either run's objects: most reruns
+        try:
+            failed = previous.failed() if previous.failed is not None else None
+            return _Reading(self, previous.cell).read(before, previous.displayed, result, failed)
+        except Exception:
+            return NOTHING
+
+
+class _Reading:
+    """One `Holding`, read after one rerun: what the previous run's objects and this run's
+    hold (each block counted once, under the previous run if it holds it too)."""
+
+    def __init__(self, holders: RerunHolders, previous_cell: Optional[int]) -> None:
+        self.holders = holders
+        self.previous_cell = previous_cell
+        self.seen: set = set()
+        self.previous: list[Memory] = []
+        self.new: list[Memory] = []
+        # (name, what its new items hold, how many, all tensors with a graph?, exceptions)
+        self.containers: list[tuple[str, Memory, int, bool, list]] = []
+        self.others: list[str] = []  # the output history's and tracebacks' names
+
+    def memory(self, into: list) -> Memory:
+        memory = Memory(self.seen)
+        into.append(memory)
+        return memory
+
+    def read(
+        self, before: dict, displayed_before: bool, result: Any, previous_result: Any
+    ) -> Holding:
+        self._containers(before)
+        if displayed_before:
+            self._output()
+        error = getattr(previous_result, "error_in_exec", None)
+        if isinstance(error, BaseException):
+            self._previous_error(error, previous_result)
+        value = getattr(result, "result", None)
+        if value is not None:
+            cell = getattr(result, "execution_count", None)
+            if self.holders._outputs().get(cell) is value:
+                self.memory(self.new).add(value)
+        error = getattr(result, "error_in_exec", None)
+        if isinstance(error, BaseException):
+            self.memory(self.new).add(error)
+        memories = self.previous + self.new
+        if any(memory.owners for memory in memories):
+            sizes = _graph_sizes(self.holders._namespace)
+            if sizes is not None:
+                for memory in memories:
+                    memory.add_graphs(sizes)
+        texts = [self._container_text(*entry) for entry in self.containers] + self.others
+        return Holding(
+            sum(memory.host for memory in self.new),
+            sum(memory.host for memory in self.previous),
+            ", ".join(texts),
+        )
+
+    def _containers(self, before: dict) -> None:
+        namespace = self.holders._namespace or {}
+        for name, (ident, old) in before.items():
+            value = namespace.get(name)
+            if value is None or id(value) != ident:
+                continue  # rebound: the container from before is not what the name holds
+            found = _base(type(value))
+            if found is None:
+                continue
+            base, length = found[0], found[1](value)
+            count = length - old
+            if count <= 0:
+                continue
+            added = _items(value, base, length, count, 0)
+            previous = self.memory(self.previous)
+            for item in _items(value, base, length, count, count):
+                previous.add(item)
+            if added and all(type(item) in _EMPTY for item in added):
+                continue  # numbers, weakrefs: they hold none of the memory
+            memory = self.memory(self.new)
+            for item in added:
+                memory.add(item)
+            owners = {id(owner) for owner in memory.owners}  # items, or one level in them
+            items_are_graphs = bool(added) and all(id(item) in owners for item in added)
+            errors = [item for item in added if isinstance(item, BaseException)]
+            self.containers.append((name, memory, count, items_are_graphs, errors))
+
+    def _output(self) -> None:
+        outputs = self.holders._outputs()
+        cell = self.previous_cell
+        if cell in outputs:
+            memory = self.memory(self.previous)
+            memory.add(outputs[cell])
+            if memory.total:
+                self.others.append(f"`Out[{cell}]` ({OUTPUT_HISTORY})")
+
+    def _previous_error(self, error: BaseException, previous_result: Any) -> None:
+        self.memory(self.previous).add(error)
+        held = holding_locals(error)
+        if held:
+            labels = ", ".join(label for label, _size in held[:2])
+            self.others.append(f"{labels} ({self._why_alive(error, previous_result)})")
+
+    def _why_alive(self, error: BaseException, previous_result: Any) -> str:
+        from . import notebook_refs
+
+        shell, _namespace = notebook_refs.resolve_namespace(None, self.holders._namespace)
+        exceptions, _tracebacks, _sources = notebook_refs.held_exceptions(shell)
+        if any(exception is error for exception in exceptions):
+            return "the last error's traceback: %gpu_reset releases it"
+        where = f"run [{self.previous_cell}]'s error"
+        if _in_cycle(error, previous_result):
+            return (
+                f"{where}, in a reference cycle with IPython's record of the run: freed "
+                "when the garbage collector runs, or by %gpu_reset"
+            )
+        return f"{where}, still alive"
+
+    @staticmethod
+    def _container_text(
+        name: str, memory: Memory, count: int, items_are_graphs: bool, errors: list
+    ) -> str:
+        graphs = len(memory.owners)
+        graph_text = _plural(graphs, "autograd graph")
+        if memory.graph_nbytes is not None:
+            graph_text += f", {format_bytes(memory.graph_nbytes)} saved"
+        if items_are_graphs:
+            return f"`{name}` (grew by {graph_text})"
+        if errors and len(errors) == count:
+            labels: list[str] = []
+            for error in errors:
+                labels += [label for label, _size in holding_locals(error)]
+            holds = f": {', '.join(list(dict.fromkeys(labels))[:2])}" if labels else ""
+            return f"`{name}` (grew by {_plural(count, 'exception')}{holds})"
+        text = f"`{name}` (grew by {_plural(count, 'item')}"
+        return text + (f", {graph_text})" if graphs else ")")
+
+
+def _in_cycle(error: BaseException, record: Any) -> bool:
+    """Whether a frame on `error`'s traceback refers to `record` (the run's record that
+    refers to `error`): the two keep each other alive until the garbage collector runs."""
+    if record is None:
+        return False
+    tb = error.__traceback__
+    while tb is not None:
+        if any(item is record for item in gc.get_referents(tb.tb_frame)):
+            return True
+        tb = tb.tb_next
+    return False
+
+
+def _graph_sizes(namespace: Optional[dict]) -> Optional[dict]:
+    """storage key -> `Graph` for every named tensor's autograd graph, from one leftovers
+    scan of the notebook (None when it did not finish within `GRAPH_SCAN_S`)."""
+    from .leftovers.scan import scan
+
+    done = scan(namespace=namespace, budget_s=GRAPH_SCAN_S)
+    if not done.leftovers.complete:
+        return None
+    return done.walker.graphs.by_block

@@ -10,7 +10,8 @@ What is measured for each cell:
   a cell's peak is derived (``cell_peaks``), exact or shown as a bound "<= X";
   ``reset_peaks=True`` (``%gpu_history --reset-peaks on``) resets them before every cell.
 - Host: the process's resident set size after the cell, CUDA or not (one ``pread`` of
-  ``/proc/self/statm``; Linux only, else None).
+  ``/proc/self/statm``; Linux only, else None), and malloc's in-use bytes where reading
+  them is cheap (``cell_reruns``: what a cell kept, exactly).
 - NVML: the GPUs' used memory after the cell (``nvml.used_memory``: the v2 memory call,
   which leaves out what the driver reserves, else v1, which counts it; the record says
   which), and after a cell in which torch held no CUDA memory what NVML charges this
@@ -22,7 +23,7 @@ Rerun leaks: when a cell with the same source runs again and keeps memory again 
 device (what it added during its own run, as its previous run did: torch's allocated bytes
 per CUDA device, host memory above a measured noise floor), the record is flagged (the
 judgement: ``cell_reruns``) and names, where it can tell, what holds the previous run's
-objects (``rerun_holders``).
+objects (``rerun_holders``: a list that grew, an earlier output, a failed run's traceback).
 """
 
 from __future__ import annotations
@@ -69,7 +70,8 @@ class CellMemory:
         the devices it kept it on ("cuda:0", "cpu" for host memory, "cuda:0, cpu").
     leaks: what this run kept again, per device: ((device, bytes), ...).
     held_by: what holds the previous run's objects, where the check could tell
-        ("`losses` (grew by 1 item)", "`Out[7]` (output history)"), else "".
+        ("`losses` (grew by 1 autograd graph, 16 MiB saved)", "`Out[7]` (output
+        history)", "<traceback: f() local 'x'> (...)"), else "".
     rerun_of: the cell number of the previous run of the same source.
     rss_after: the process's resident set size after the cell (Linux), else None.
     nvml_process_used: after a cell in which torch held no CUDA memory, the bytes NVML
@@ -181,13 +183,16 @@ class MemoryTracker:
             reset = self.reset_peaks
             devices, stats = _cuda_stats(reset)
             source = getattr(info, "raw_cell", None)
+            reruns = self._reruns
+            malloc = reruns.malloc_before(source)
             self._pending = (
                 source,
                 time.perf_counter(),
                 stats,
                 reset,
                 self._rss_before(),
-                self._reruns.malloc_before(source),
+                malloc,
+                self._holders.before(source) if reruns.needs_holders(source, malloc) else None,
             )
         except Exception:
             self._pending = None
@@ -209,7 +214,7 @@ class MemoryTracker:
             pass
 
     def _record(self, pending: tuple, result: Any) -> None:
-        source, started, stats_before, reset, rss_before, malloc_before = pending
+        source, started, stats_before, reset, rss_before, malloc_before, lengths = pending
         duration = time.perf_counter() - started
         devices, stats = _cuda_stats()
         allocated_before = ooms_before = allocated = reserved = ooms = 0
@@ -224,26 +229,23 @@ class MemoryTracker:
         rss = self._last_rss = self._rss.read()
         cell = getattr(result, "execution_count", None)
 
-        leaks, rerun_of, kept_any = self._reruns.judge(
+        leaks, rerun_of, held_by = self._reruns.judge(
             source,
             cuda_kept(stats_before, stats) if devices else [],
             rss_before,
             rss,
             malloc_before,
             cell,
+            duration,
+            result,
+            self._holders.after,
+            lengths,
         )
         leak_bytes = 0
-        leak_kind = held_by = ""
-        if source is not None:
-            holders = self._holders
-            if leaks:
-                leak_bytes = sum(amount for _, amount in leaks)
-                leak_kind = ", ".join(device for device, _ in leaks)
-                held_by = holders.held_by(source, rerun_of)
-            if kept_any:
-                holders.note(source)
-            elif rerun_of is not None:
-                holders.forget(source)
+        leak_kind = ""
+        if leaks:
+            leak_bytes = sum(amount for _, amount in leaks)
+            leak_kind = ", ".join(device for device, _ in leaks)
 
         self._seq += 1
         seq = self._seq

@@ -1,6 +1,10 @@
 """The deep scan: arrays alive that no name reaches (torch and CuPy via
 ``gc.get_objects()``, JAX via ``jax.live_arrays()``), what kind of object refers to the
-biggest of them, and per CUDA device the bytes found vs torch's ``memory_allocated``."""
+biggest of them, and per CUDA device the bytes found vs torch's ``memory_allocated``.
+
+An unnamed tensor with an autograd graph carries what its graph saved, as a named one does
+(`graphs`): the saved tensors, often kept only from C++ (``<unnamed: no Python
+referrer>``), are counted in its entry, not listed apart."""
 
 from __future__ import annotations
 
@@ -91,6 +95,12 @@ def scan_unnamed(walker: Walker, notes: list[str]) -> None:
             if key not in named:
                 found.setdefault(key, (jax_what, []))[1].append(array)
         array = None
+    # a tensor with a graph that no name reaches: what its graph saved is its memory (the
+    # saved tensors are not blocks of their own, as for a named owner)
+    arrays = {key: entry[1] for key, entry in found.items()}
+    for key in walker.graphs.resolve_unnamed(arrays, named):
+        del found[key]
+    del arrays
     if not found:
         return
     by_size = sorted(found.items(), key=lambda item: -_safe_info(item[1]).storage_nbytes)

@@ -54,6 +54,29 @@ class Graph(NamedTuple):
         return f"autograd graph: {self.summary()} ({FIX})"
 
 
+def _graph_owners(arrays: dict[Hashable, list]) -> list[tuple[Hashable, Any]]:
+    """(storage key, tensor) for each storage among ``arrays`` (key -> arrays on it) that a
+    plain torch tensor with a ``grad_fn`` lives in (a subclass is skipped: reading its
+    ``grad_fn`` could run its ``__torch_function__``)."""
+    torch = torch_support.loaded()
+    if torch is None:
+        return []
+    tensor_type = torch.Tensor
+    grad_fn = torch._C.TensorBase.__dict__["grad_fn"].__get__
+    owners = []
+    for key, found in arrays.items():
+        for array in found:
+            if type(array) is not tensor_type:
+                continue
+            try:
+                if grad_fn(array) is not None:
+                    owners.append((key, array))
+                    break
+            except Exception:
+                continue
+    return owners
+
+
 class _Saved(NamedTuple):
     info: ArrayInfo
     weak: Optional[weakref.ref]
@@ -202,6 +225,30 @@ class Graphs:
                     shared += size
             if keys:
                 self.by_block[owner] = Graph(len(keys), counted, shared)
+
+    def resolve_unnamed(self, arrays: dict[Hashable, list], named: set) -> set:
+        """Measure the graphs of tensors no name reaches (the deep scan's: storage key ->
+        the arrays found on it), as `resolve` does for named ones; returns the keys that
+        belong to those graphs (saved by one, or a tensor inside another's graph), which
+        are graph memory rather than blocks of their own. ``named``: keys a name reaches.
+
+        A tensor whose storage another unnamed tensor's graph saved is part of that graph
+        (freed with it), so only the outermost owners are measured: a first walk finds
+        them, the second counts their graphs."""
+        owners = _graph_owners(arrays)
+        if not owners:
+            return set()
+        probe = Graphs()
+        probe.owners = [tensor for _key, tensor in owners]
+        probe.resolve(named)
+        outer = [
+            (key, tensor)
+            for key, tensor in owners
+            if key not in probe.saved or all(owner == key for owner in probe.saved[key].owners)
+        ]
+        self.owners = [tensor for _key, tensor in outer]
+        self.resolve(named | {key for key, _tensor in outer})
+        return {key for key in arrays if key in self.saved}
 
     def add_reach(self, reach: dict[Hashable, set]) -> None:
         """Each root that reaches an owner's storage reaches what its graph saved."""

@@ -70,7 +70,9 @@ class HistoryMagics(GuardMagics):
         rebinds names and drops temporaries). A rerun is flagged when it and the run before
         it both kept some on a device, and the flag says what holds the earlier run's
         objects where it can tell: a list, dict or set the cell names that grew
-        ("`losses` (grew by 1 item, 1 autograd graph)"), or the earlier output ("`Out[7]`").
+        ("`losses` (grew by 1 autograd graph, 16 MiB saved)"), the earlier output
+        ("`Out[7]`"), or a failed run's traceback ("<traceback: f() local 'x'>", which
+        %gpu_reset releases).
 
         Output history: after a cell whose displayed result keeps 256 MiB or more of
         accelerator memory alive (``Out[N]`` holds it until %gpu_reset), a line under the

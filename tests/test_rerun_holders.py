@@ -1,0 +1,181 @@
+"""What holds the previous run's objects, named on a flagged rerun (issue 14): a failed
+run's traceback (in the reference cycle IPython's record of a failed run makes, or as the
+last error), caught errors kept in a list, and a list of losses described by the autograd
+graphs it gained and the bytes they saved. Real IPython shell, real CPU torch; weakrefs to
+the storages prove that the holder named is what keeps the memory."""
+
+from __future__ import annotations
+
+import gc
+from contextlib import contextmanager
+
+import pytest
+from IPython.utils.capture import capture_output
+
+from colab_gpu_guard.tracker import format_history, memory_history
+from colab_gpu_guard.units import format_bytes
+
+torch = pytest.importorskip("torch")
+
+MiB = 2**20
+X_BYTES = 5_000_000 * 4  # torch.ones(5_000_000)
+SLACK = 64 * 1024  # malloc's figure is net: a cell may free a few bytes of IPython's own
+
+
+@contextmanager
+def collector_off():
+    """No garbage collection between the runs: whether the cyclic collector happens to run
+    during a cell depends on what else allocated; here the test says when it runs."""
+    gc.collect()
+    gc.disable()
+    try:
+        yield
+    finally:
+        gc.enable()
+
+
+def records(*cells: int) -> list:
+    by_cell = {record.cell: record for record in memory_history()}
+    return [by_cell[cell] for cell in cells]
+
+
+def pop(ip, *names: str) -> None:
+    for name in names:
+        ip.user_ns.pop(name, None)
+
+
+def test_a_failed_runs_traceback_is_named_and_collecting_frees_it(ip, run_cell):
+    """A cell that fails after allocating, run twice: the first run's ``x`` is still alive
+    after the second, though the newer error replaced it as the last one: IPython's record
+    of the failed run (``ExecutionResult.error_in_exec``) and the error's traceback (whose
+    ``run_code`` frame holds that record) keep each other alive until the collector runs."""
+    run_cell("import torch, weakref\nfailed_refs = []")
+    cell = (
+        "def step():\n"
+        "    x = torch.ones(5_000_000)\n"
+        "    failed_refs.append(weakref.ref(x.untyped_storage()))\n"
+        "    raise ValueError('after allocating')\n"
+        "step()"
+    )
+    with collector_off(), capture_output():
+        first, second = (run_cell(cell).execution_count for _ in range(2))
+        (record,) = records(second)
+        refs = ip.user_ns["failed_refs"]
+        assert refs[0]() is not None and refs[1]() is not None  # both runs' x alive
+    assert record.rerun_leak and record.rerun_of == first, format_history(memory_history())
+    assert record.leak_kind == "cpu" and X_BYTES - SLACK <= record.leak_bytes < X_BYTES + MiB
+    # `failed_refs` grew too, by a weakref: it holds none of the memory and is not named
+    assert record.held_by == (
+        f"<traceback: step() local 'x'> (run [{first}]'s error, in a reference cycle with "
+        "IPython's record of the run: freed when the garbage collector runs, or by "
+        "%gpu_reset)"
+    )
+    assert f"held by <traceback: step() local 'x'> (run [{first}]'s error" in format_history(
+        memory_history()
+    )
+    gc.collect()
+    assert refs[0]() is None  # the cycle was all that held the first run's x
+    assert refs[1]() is not None  # the last error's traceback holds the second's
+    ip.run_line_magic("gpu_reset", "")
+    assert refs[1]() is None  # %gpu_reset releases the last error's frames
+    pop(ip, "failed_refs", "step")
+
+
+def test_the_last_errors_traceback_is_named_when_the_rerun_did_not_fail(ip, run_cell):
+    run_cell("import torch, weakref\nlast_refs = []\nkept_x = []")
+    cell = (
+        "def step():\n"
+        "    x = torch.ones(5_000_000)\n"
+        "    last_refs.append(weakref.ref(x.untyped_storage()))\n"
+        "    if len(last_refs) == 1:\n"
+        "        raise ValueError('the first run fails')\n"
+        "    kept_x.append(x)\n"
+        "step()"
+    )
+    with collector_off(), capture_output():
+        first, second = (run_cell(cell).execution_count for _ in range(2))
+    (record,) = records(second)
+    assert record.rerun_leak and record.rerun_of == first, format_history(memory_history())
+    assert record.held_by == (
+        "`kept_x` (grew by 1 item), <traceback: step() local 'x'> (the last error's "
+        "traceback: %gpu_reset releases it)"
+    )
+    refs = ip.user_ns["last_refs"]
+    gc.collect()
+    assert refs[0]() is not None  # not garbage: the last error holds it
+    ip.run_line_magic("gpu_reset", "")
+    assert refs[0]() is None
+    assert refs[1]() is not None  # kept_x's: a user variable %gpu_reset leaves alone
+    pop(ip, "last_refs", "kept_x", "step")
+
+
+def test_caught_errors_kept_in_a_list_are_named_by_their_tracebacks(ip, run_cell):
+    run_cell("import torch, weakref\nerrors = []\nerror_refs = []")
+    cell = (
+        "def load():\n"
+        "    y = torch.ones(5_000_000)\n"
+        "    error_refs.append(weakref.ref(y.untyped_storage()))\n"
+        "    raise OSError('disk')\n"
+        "try:\n"
+        "    load()\n"
+        "except OSError as error:\n"
+        "    errors.append(error)"
+    )
+    with collector_off():
+        first, second = (run_cell(cell).execution_count for _ in range(2))
+    (record,) = records(second)
+    assert record.rerun_leak and record.rerun_of == first, format_history(memory_history())
+    assert X_BYTES - SLACK <= record.leak_bytes < X_BYTES + MiB
+    assert record.held_by == "`errors` (grew by 1 exception: <traceback: load() local 'y'>)"
+    refs = ip.user_ns["error_refs"]
+    gc.collect()
+    assert all(ref() is not None for ref in refs)  # the list holds them, not garbage
+    ip.user_ns["errors"].clear()
+    gc.collect()
+    assert all(ref() is None for ref in refs)
+    pop(ip, "errors", "error_refs", "load", "error")
+
+
+def test_losses_are_described_by_their_graphs_and_the_bytes_saved_die_with_them(ip, run_cell):
+    """``losses.append(model(x).sum())``: each run adds one autograd graph that saved the
+    16 MiB input (the weight it also saved is ``model_l.weight``'s, named): the flag says
+    so, the leftovers scan agrees, and popping the loss frees exactly those bytes."""
+    run_cell(
+        "import torch, weakref\n"
+        "model_l = torch.nn.Linear(1024, 1024)\n"
+        "losses_l = []\n"
+        "history_l = []\n"
+        "inputs_l = []\n"
+        "_hook = model_l.register_forward_hook(\n"
+        "    lambda m, i, o: inputs_l.append(weakref.ref(i[0].untyped_storage())))"
+    )
+    saved = 4096 * 1024 * 4
+    step = "losses_l.append(model_l(torch.randn(4096, 1024)).sum())"
+    runs = [run_cell(step).execution_count for _ in range(3)]
+    for record in records(*runs[1:]):
+        assert record.rerun_leak, format_history(memory_history())
+        assert (
+            record.held_by == f"`losses_l` (grew by 1 autograd graph, {format_bytes(saved)} saved)"
+        )
+    # a dict per step: the item is the dict, the graph one level in
+    step = "history_l.append({'loss': model_l(torch.randn(4096, 1024)).sum()})"
+    more = [run_cell(step).execution_count for _ in range(2)]
+    (record,) = records(more[1])
+    assert record.rerun_leak, format_history(memory_history())
+    assert record.held_by == (
+        f"`history_l` (grew by 1 item, 1 autograd graph, {format_bytes(saved)} saved)"
+    )
+    from colab_gpu_guard import find_leftovers
+
+    found = {item.name: item for item in find_leftovers()}
+    assert found["losses_l[2]"].graph_nbytes == saved  # the scan names the same bytes
+    inputs = ip.user_ns["inputs_l"]
+    gc.collect()
+    assert inputs[2]() is not None
+    ip.user_ns["losses_l"].pop()
+    gc.collect()
+    assert inputs[2]() is None  # the saved input died with the loss that held its graph
+    assert all(ref() is not None for ref in inputs[:2] + inputs[3:])
+    del found
+    run_cell("_hook.remove()")
+    pop(ip, "model_l", "losses_l", "history_l", "inputs_l", "_hook")
