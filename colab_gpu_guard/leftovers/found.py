@@ -77,6 +77,14 @@ def _weak(array: Any) -> Optional[weakref.ref]:
         return None
 
 
+def _weaks(arrays: list) -> list[Optional[weakref.ref]]:
+    """A weakref to each array (None where its type takes none), made in C when all do."""
+    try:
+        return list(map(weakref.ref, arrays))
+    except TypeError:
+        return [_weak(array) for array in arrays]
+
+
 def _info_or_none(info_of, array: Any) -> Optional[ArrayInfo]:
     try:
         return info_of(array)
@@ -123,7 +131,7 @@ class Found:
         try:
             infos = _bulk_infos(arrays, rows)
             idents = list(map(id, arrays))
-            weaks = [_weak(array) for array in arrays] if self.keep_refs else []
+            weaks = _weaks(arrays) if self.keep_refs else []
             if None in infos:  # arrays whose metadata could not be read are left out
                 kept = [info is not None for info in infos]
                 rows = list(itertools.compress(rows, kept))
@@ -138,6 +146,15 @@ class Found:
             # never keep an array alive past the scan; the lists stay (the walk appends to them)
             del arrays[:]
             del self.pending_rows[:]
+
+    def subset(self, kept: list[bool]) -> Found:
+        """The references where ``kept`` is True, in the order found (``finish()`` done)."""
+        part = Found(self.keep_refs)
+        part.rows = list(itertools.compress(self.rows, kept))
+        part.infos = list(itertools.compress(self.infos, kept))
+        part.idents = list(itertools.compress(self.idents, kept))
+        part.weaks = list(itertools.compress(self.weaks, kept))
+        return part
 
     @property
     def refs(self) -> list[Ref]:

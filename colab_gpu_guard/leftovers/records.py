@@ -185,14 +185,20 @@ class LeftoverList(collections.abc.Sequence):
         made._group_columns, made._root_types = group_columns, root_types or {}
         return made
 
+    def columns(self):
+        """The `groups.Blocks` columns of a scan's list (grouping it without making every
+        entry); None for a list of entries."""
+        return self._group_columns() if self._group_columns is not None else None
+
     def groups(self, entries_per_group: Optional[int] = 3):
         """The entries by the root holding them (`groups.LeftoverGroups`): hidden holders
         (output history, frames, graphs) first, what ``%gpu_reset`` releases marked; each
         group keeps its biggest `entries_per_group` entries (None: all)."""
         from .groups import group_leftovers
 
-        columns = self._group_columns() if self._group_columns is not None else None
-        return group_leftovers(self, entries_per_group, columns, self._root_types, self.notes)
+        return group_leftovers(
+            self, entries_per_group, self.columns(), self._root_types, self.notes
+        )
 
     def __len__(self) -> int:
         return len(self._items)

@@ -1,7 +1,8 @@
 """``find_leftovers()`` and the scan behind it: walk what the notebook keeps alive
 (`notebook_refs.roots`), read the arrays' metadata in bulk, group references by the memory
 they live in, and list one entry per block, biggest first. `Scan` is what ``gpu_reset``
-reads: the list, the references per block, and which roots reach which blocks."""
+reads: the list, the references per block, which roots reach which blocks (`reach`), and
+the roots it started from (`dropping` reads what dropping some of them changes)."""
 
 from __future__ import annotations
 
@@ -19,8 +20,9 @@ from .blocks import Blocks
 from .deep import allocator_gaps, scan_unnamed
 from .found import Ref
 from .naming import PathNames, best_paths
+from .reach import Reach
 from .records import DeviceGap, LeftoverList
-from .walker import DEFAULT_MAX_DEPTH, OutOfTime, Walker, reach_by_root
+from .walker import DEFAULT_MAX_DEPTH, OutOfTime, Walker
 
 COMPILED_GRAPH = "compiled graph"  # a root kind: a graph torch.compile installed
 _STORAGE_KEY = attrgetter("storage_key")
@@ -72,12 +74,21 @@ def group_refs(refs: Iterable[Ref]) -> dict[Hashable, list[Ref]]:
 @dataclass
 class Scan:
     """A scan's result: ``leftovers`` (the public list), ``groups`` (storage key -> its
-    `Group`) and ``reach_by_root()`` (root key -> the storage keys it reaches). It holds
-    no array (weakrefs at most)."""
+    `Group`), ``reach`` (which roots reach which blocks) and ``roots`` (each root walked:
+    its key, label and id(value), in order). It holds no array (weakrefs at most)."""
 
     leftovers: LeftoverList
     walker: Walker = field(repr=False)
+    blocks: Blocks = field(repr=False)
+    roots: list[tuple] = field(default_factory=list, repr=False)
+    root_types: dict[str, str] = field(default_factory=dict, repr=False)
     _groups: Optional[dict[Hashable, Group]] = field(default=None, repr=False)
+    _reach: Optional[Reach] = field(default=None, repr=False)
+
+    @property
+    def complete(self) -> bool:
+        """Every root was walked to the end (the time budget did not run out)."""
+        return self.leftovers.complete
 
     @property
     def groups(self) -> dict[Hashable, Group]:
@@ -90,13 +101,24 @@ class Scan:
                 self._groups[key] = Group(key, [ref])  # memory an autograd graph saved
         return self._groups
 
+    @property
+    def keys(self) -> list:
+        """Each reference's storage key, in the order found."""
+        return self.blocks.keys
+
+    @property
+    def reach(self) -> Reach:
+        """Which roots reach which blocks (built on first use)."""
+        if self._reach is None:
+            walker = self.walker
+            self._reach = Reach(walker.found.rows, self.keys, walker.aliases, walker.graphs)
+        return self._reach
+
     def reach_by_root(self) -> dict[Hashable, set]:
         """Root key (`notebook_refs.RootKey`) -> the storage keys it reaches, counting
         containers first reached from another root, and what the autograd graphs of the
         tensors it reaches saved."""
-        reach = reach_by_root(self.walker.found.refs, self.walker.aliases)
-        self.walker.graphs.add_reach(reach)
-        return reach
+        return self.reach.by_root()
 
 
 def _device_matches(device: str, wanted) -> bool:
@@ -110,26 +132,33 @@ def _device_matches(device: str, wanted) -> bool:
     return any(part.split(":")[0] == wanted for part in device.split("+"))
 
 
-def _scan_roots(walker: Walker, shell, namespace: Optional[dict]) -> tuple[dict[str, str], int]:
-    """Walk every root; returns each user variable's type name (for the groups) and how
-    many roots the time budget left unsearched."""
-    types = {}
-    roots = list(notebook_refs.roots(shell, namespace if namespace is not None else {}))
-    for index, root in enumerate(roots):
-        if root.holder == USER_VARIABLE:
-            types[root.label] = type(root.value).__name__
-        started = len(walker.unfinished)
-        try:
-            walker.visit_root(root.label, root.value, root.holder, root.key, root.depth)
-        except OutOfTime:  # this root is named in `unfinished` if its walk had begun
-            return types, len(roots) - index - (len(walker.unfinished) > started)
-    # what torch.compile's caches hold: never a user variable, freed by dynamo's reset
+def root_entries(shell, namespace: Optional[dict]) -> list[tuple]:
+    """Every root a scan starts from, in order, as (key, label, holder, value, depth): the
+    notebook's (`notebook_refs.roots`), then the graphs torch.compile's caches hold (never
+    a user variable; freed by dynamo's reset)."""
+    entries = [
+        tuple(root)
+        for root in notebook_refs.roots(shell, namespace if namespace is not None else {})
+    ]
     for graph in torch_compile.compiled_graphs(namespace):
         key = notebook_refs.RootKey(COMPILED_GRAPH, graph.label)
+        entries.append((key, graph.label, OTHER, graph.value, 0))
+    return entries
+
+
+def _scan_roots(walker: Walker, entries: list[tuple]) -> tuple[dict[str, str], int]:
+    """Walk every root; returns each user variable's type name (for the groups) and how
+    many of the notebook's roots the time budget left unsearched."""
+    types = {}
+    notebook = sum(1 for entry in entries if entry[0].kind != COMPILED_GRAPH)
+    for index, (key, label, holder, value, depth) in enumerate(entries):
+        if holder == USER_VARIABLE:
+            types[label] = type(value).__name__
+        started = len(walker.unfinished)
         try:
-            walker.visit_root(graph.label, graph.value, OTHER, key)
-        except OutOfTime:
-            return types, 0
+            walker.visit_root(label, value, holder, key, depth)
+        except OutOfTime:  # this root is named in `unfinished` if its walk had begun
+            return types, max(0, notebook - index - (len(walker.unfinished) > started))
     return types, 0
 
 
@@ -163,13 +192,16 @@ def scan(
     names = PathNames(lambda: best_paths(found.refs))
     notes: list[str] = []
     gaps: list[DeviceGap] = []
+    entries = root_entries(shell, namespace)
+    roots = [(key, label, id(value)) for key, label, _holder, value, _depth in entries]
     # The walk builds many small tuples and no cycles: keep the cyclic collector from
     # running over every live object again and again meanwhile.
     collecting = gc.isenabled()
     gc.disable()
     graphs = walker.graphs
     try:
-        root_types, skipped = _scan_roots(walker, shell, namespace)
+        root_types, skipped = _scan_roots(walker, entries)
+        del entries
         found.finish()
         if graphs.owners:
             graphs.resolve(set(map(_STORAGE_KEY, found.infos)))
@@ -181,10 +213,8 @@ def scan(
         del graphs.owners[:]  # tensors the deep scan met: their graphs are not measured
         if collecting:
             gc.enable()
-    make = blocks.entry
     if graphs.by_block:
         blocks.add_graphs(graphs.by_block)
-        make = blocks.entry_with_graph
     notes += graphs.notes()
     if deep:
         gaps = allocator_gaps(blocks.devices, blocks.sizes)
@@ -192,8 +222,6 @@ def scan(
     if device is not None:
         order = [j for j in order if _device_matches(blocks.devices[j], device)]
         gaps = [gap for gap in gaps if _device_matches(gap.device, device)]
-    # biggest first; equal sizes in the order found (variables as defined, items by index)
-    order = blocks.order = sorted(order, key=blocks.sizes.__getitem__, reverse=True)
     unfinished: list[str] = []
     if walker.ran_out or skipped:
         unfinished = _unfinished(walker, names, skipped)
@@ -208,18 +236,27 @@ def scan(
         notes.append(
             "NumPy arrays are found by name only (the garbage collector does not track them)"
         )
-    leftovers = LeftoverList._made_on_access(
+    leftovers = listed(
+        blocks, order, root_types, gaps=gaps, notes=notes, deep=deep, unfinished=unfinished
+    )
+    return Scan(leftovers, walker, blocks, roots, root_types)
+
+
+def listed(
+    blocks: Blocks, order: Iterable[int], root_types: dict[str, str], **extra
+) -> LeftoverList:
+    """The list of `blocks` (those in `order`), biggest first; equal sizes in the order
+    found (variables as defined, items by index). ``extra``: `LeftoverList`'s own fields."""
+    make = blocks.entry_with_graph if blocks.graph_of else blocks.entry
+    order = blocks.order = sorted(order, key=blocks.sizes.__getitem__, reverse=True)
+    return LeftoverList._made_on_access(
         make,
         list(map(blocks.sizes.__getitem__, order)),
         list(map(blocks.holders.__getitem__, order)),
         group_columns=blocks.group_columns,
         root_types=root_types,
-        gaps=gaps,
-        notes=notes,
-        deep=deep,
-        unfinished=unfinished,
+        **extra,
     )
-    return Scan(leftovers, walker)
 
 
 def find_leftovers(

@@ -6,18 +6,18 @@ arrays), with a depth limit, cycle detection and a time budget. Containers and a
 are read through `readers` (no code of the user's runs); plain data is skipped in bulk
 (`plain`). Each array reached is recorded (`found.Found`) under its path (`naming`); a
 container first reached from another root is an alias: that root reaches what lies under
-it too (``aliases``, resolved by `reach_by_root`)."""
+it too (``aliases``, resolved by `reach.Reach`)."""
 
 from __future__ import annotations
 
 import itertools
 import time
-from collections.abc import Hashable, Sequence
+from collections.abc import Hashable
 from operator import attrgetter
-from typing import Any, Optional
+from typing import Optional
 
 from . import holders
-from .found import Found, Ref
+from .found import Found
 from .graphs import Graphs
 from .kinds import (
     ALWAYS,
@@ -67,7 +67,7 @@ class OutOfTime(Exception):
 class Walker:
     """Walks roots into containers and records the arrays it reaches in ``found``.
     ``first_visit``: id(container) -> (root, path) of its first visit; ``aliases``:
-    (root, path) for each later visit from another root. With a ``budget_s``, the walk
+    (root, path, first root) for each later visit from another root. With a ``budget_s``, the walk
     raises `OutOfTime` once it is spent, and ``unfinished`` lists (path, items, items
     searched) for each container it was inside, innermost first."""
 
@@ -116,7 +116,7 @@ class Walker:
         first = self.first_visit.get(ident)
         if first is not None:
             if first[0] != root:
-                self.aliases.append((root, first[1]))
+                self.aliases.append((root, first[1], first[0]))
             return
         self.first_visit[ident] = (root, path)
         if self.deadline is not None:
@@ -335,23 +335,3 @@ def _record_items(walker: Walker, arrays, what: Kind, path, depth, holder, root)
     elif what.framework == "numpy" and depth < walker.max_depth:
         for index, array in enumerate(arrays):
             holders.walk_object_array(walker, array, (path, ITEM, index), depth + 1, holder, root)
-
-
-def reach_by_root(refs: Sequence[Ref], aliases: Sequence[tuple]) -> dict[Hashable, set]:
-    """root -> storage keys it reaches, counting containers first reached elsewhere."""
-    reach: dict = {}
-    for ref in refs:
-        reach.setdefault(ref.root, set()).add(ref.key)
-    if aliases:
-        node_roots: dict[int, list] = {}
-        for root, node in aliases:
-            node_roots.setdefault(id(node), []).append(root)
-        for ref in refs:
-            path: Any = ref.path
-            while path is not None:
-                roots = node_roots.get(id(path))
-                if roots:
-                    for root in roots:
-                        reach.setdefault(root, set()).add(ref.key)
-                path = path[0]
-    return reach
