@@ -85,14 +85,21 @@ class ReleaseReport:
         return sum(self.dropped.values())
 
     def held_groups(self) -> LeftoverGroups:
-        """``leftovers`` by the root holding them (`leftovers.groups`)."""
+        """``leftovers`` by the root holding them (`leftovers.groups`); worked out once per
+        list (the text and the HTML view both show them)."""
         items = self.leftovers
+        cached = self.__dict__.get("_held")
+        if cached is not None and cached[0] is items:
+            return cached[1]
         columns = items.columns() if isinstance(items, LeftoverList) else None
-        return group_leftovers(items, ENTRIES_SHOWN, columns)
+        groups = group_leftovers(items, ENTRIES_SHOWN, columns)
+        if isinstance(items, LeftoverList):  # a list of entries may change in place
+            self.__dict__["_held"] = (items, groups)
+        return groups
 
     def to_dict(self) -> dict[str, Any]:
         data = asdict(replace(self, leftovers=[]))
-        data["leftovers"] = [asdict(item) for item in self.leftovers]
+        data["leftovers"] = [item.to_dict() for item in self.leftovers]
         data["freed_bytes"] = self.freed_bytes
         data["held_groups"] = [group.to_dict() for group in self.held_groups()]
         return data

@@ -52,7 +52,6 @@ from __future__ import annotations
 
 import gc
 import itertools
-from operator import attrgetter, itemgetter
 from typing import Any, Optional
 
 from . import cuda_health, notebook_refs, nvml
@@ -61,17 +60,14 @@ from .frameworks import cupy as cupy_support
 from .frameworks import jax as jax_support
 from .frameworks import torch as torch_support
 from .frameworks import torch_compile
-from .frameworks.base import ArrayInfo
 from .leftovers import Scan, dropping, find_leftovers, scan
-from .leftovers.found import ROW_KIND
+from .leftovers.found import ROW_FRAMEWORK
 from .leftovers.scan import COMPILED_GRAPH
 from .release_report import DeviceRelease, ReleaseReport
 
 SYNC_TIMEOUT_S = 5.0
 # each leftovers scan: the plan's, and (where the plan's cannot say) what is still held
 SCAN_BUDGET_S = 10.0
-_FRAMEWORK = attrgetter("framework")
-_DEVICE = itemgetter(ArrayInfo._fields.index("device"))
 BUSY_WARNING = (
     "the GPU is still running CUDA work queued by the last cell ({detail}), so the cached "
     "memory was not emptied; run %gpu_reset again when that work finishes"
@@ -117,8 +113,8 @@ def _variables_holding_accelerator_memory(found: Scan) -> list[str]:
         return not device.startswith("cpu") or (not accelerator and framework in ("torch", "jax"))
 
     walker = found.walker
-    frameworks = map(_FRAMEWORK, map(ROW_KIND, walker.found.rows))
-    places = list(zip(map(_DEVICE, walker.found.infos), frameworks))
+    frameworks = map(ROW_FRAMEWORK, walker.found.rows)
+    places = list(zip(walker.found.devices, frameworks))
     wanted = {place for place in set(places) if counts(*place)}
     keys = set(itertools.compress(found.keys, map(wanted.__contains__, places)))
     keys.update(
@@ -262,7 +258,17 @@ def gpu_reset(
     """
     shell, namespace = notebook_refs.resolve_namespace(shell, namespace)
     _validate(names, all_vars, dry_run, namespace, shell)
+    # gc.collect() below is the one pass of the cyclic collector over the scan's records
+    collecting = gc.isenabled()
+    gc.disable()
+    try:
+        return _reset(names, all_vars, dry_run, shell, namespace)
+    finally:
+        if collecting:
+            gc.enable()
 
+
+def _reset(names: tuple, all_vars: bool, dry_run: bool, shell, namespace: dict) -> ReleaseReport:
     report = ReleaseReport(dry_run=dry_run, names=list(names), all_vars=all_vars)
     torch = torch_support.loaded()
     health = cuda_health.health()
@@ -312,6 +318,7 @@ def gpu_reset(
     if reusable and dropping.same_roots(found, dropped, shell, namespace):
         held = dropping.still_held(found, dropped, now)
     del now
+    dropping.forget_weakrefs(found)  # their work is done: the report keeps none of them
     if held is not None:
         report.leftovers = held
     else:

@@ -88,11 +88,13 @@ _DATA_PTR = methodcaller("data_ptr")
 _NEW_INFO = partial(tuple.__new__, ArrayInfo)
 
 
-def array_infos(tensors: list) -> list[ArrayInfo]:
-    """``array_info`` of many tensors, one C-level pass per attribute (``map`` with
-    ``attrgetter``/``methodcaller``; a notebook may hold 10^5 tensors). Raises where any
-    tensor is unusual (meta, sparse or nested, an attribute that raises): the caller then
-    reads them one at a time with ``array_info``.
+def array_columns(tensors: list) -> tuple[list, ...]:
+    """``array_info`` of many tensors as columns, in `ArrayInfo`'s field order (shapes,
+    dtypes, devices, nbytes, storage keys, storage nbytes, storage ids): one C-level pass
+    per attribute (``map`` with ``attrgetter``/``methodcaller``; a notebook may hold 10^6
+    tensors), and no record per tensor. Raises where any tensor is unusual (meta, sparse or
+    nested, an attribute that raises): the caller then reads them one at a time with
+    ``array_info``.
     """
     devices = list(map(_DEVICE, tensors))
     device_names = {device: str(device) for device in set(devices)}
@@ -107,23 +109,19 @@ def array_infos(tensors: list) -> list[ArrayInfo]:
     pointers = list(map(_DATA_PTR, storages))
     del storages
     device_texts = list(map(device_names.__getitem__, devices))
-    infos = list(
-        map(
-            _NEW_INFO,
-            zip(
-                shapes,
-                map(dtype_names.__getitem__, dtypes),
-                device_texts,
-                nbytes,
-                zip(device_texts, pointers),
-                storage_nbytes,
-                pointers,
-            ),
-        )
-    )
+    del devices
+    keys = list(zip(device_texts, pointers))
+    ids = pointers
     if 0 in pointers or 0 in storage_nbytes:  # empty storages: a key of their own
-        for index, info in enumerate(infos):
-            if info.storage_nbytes == 0 or info.storage_id == 0:
+        ids = list(pointers)
+        for index, (size, pointer) in enumerate(zip(storage_nbytes, pointers)):
+            if size == 0 or pointer == 0:
                 ident = id(tensors[index])
-                infos[index] = info._replace(storage_key=("tensor", ident), storage_id=ident)
-    return infos
+                keys[index], ids[index] = ("tensor", ident), ident
+    dtype_texts = list(map(dtype_names.__getitem__, dtypes))
+    return shapes, dtype_texts, device_texts, nbytes, keys, storage_nbytes, ids
+
+
+def array_infos(tensors: list) -> list[ArrayInfo]:
+    """``array_info`` of many tensors (`array_columns`, one record per tensor)."""
+    return list(map(_NEW_INFO, zip(*array_columns(tensors))))

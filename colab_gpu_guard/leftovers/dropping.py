@@ -15,58 +15,64 @@ from __future__ import annotations
 
 import itertools
 import operator
-import weakref
 from collections.abc import Iterable
-from operator import itemgetter
 from typing import Any, NamedTuple, Optional
 
 from .. import notebook_refs
-from ..frameworks.base import ArrayInfo
 from .blocks import Blocks
 from .naming import PathNames, best_paths
 from .records import LeftoverList
-from .scan import Scan, listed, root_entries
+from .scan import Scan, listed, root_entries, root_ids
 
-_STORAGE_NBYTES = itemgetter(ArrayInfo._fields.index("storage_nbytes"))
-_CALL = weakref.ref.__call__
 _IS_NONE = type(None).__instancecheck__  # x is None, as a C-level callable
-_NO_WEAKREF = object()
 
 
 class States(NamedTuple):
-    """Per reference (a scan with keep_refs): its array is gone (``dead``) or proven alive
-    (``alive``); neither where the array took no weakref."""
+    """Per reference of a scan with keep_refs: its array is gone (``dead``; None: none
+    is), or it took no weakref (``unproven``; None: every one took one)."""
 
-    dead: list[bool]
-    alive: list[bool]
+    dead: Optional[list[bool]] = None
+    unproven: Optional[list[bool]] = None
+
+    def not_alive(self) -> Optional[list[bool]]:
+        """Per reference: not proven alive (gone, or no weakref); None: all are alive."""
+        if self.unproven is None or self.dead is None:
+            return self.dead if self.unproven is None else self.unproven
+        return list(map(operator.or_, self.dead, self.unproven))
 
 
 def states(scan: Scan) -> States:
-    """Which of the scan's references are gone now and which are alive (their weakrefs)."""
-    weaks = scan.walker.found.weaks
-    if not weaks:
-        unknown = [False] * len(scan.walker.found.rows)
-        return States(unknown, unknown)
-    if None not in weaks:
-        dead = list(map(_IS_NONE, map(_CALL, weaks)))
-        return States(dead, list(map(operator.not_, dead)))
-    referents = [_NO_WEAKREF if weak is None else weak() for weak in weaks]
-    dead = list(map(_IS_NONE, referents))
-    alive = [item is not None and item is not _NO_WEAKREF for item in referents]
-    return States(dead, alive)
+    """Which of the scan's references are gone now, by their weakrefs (whose callbacks
+    listed the gone ones: nothing to look at per reference when none went)."""
+    found = scan.walker.found
+    count = len(found.rows)
+    if len(found.weaks) != count:  # a scan without keep_refs proves nothing
+        return States(None, [True] * count)
+    unproven = list(map(_IS_NONE, found.weaks)) if None in found.weaks else None
+    if not found.died:
+        return States(None, unproven)
+    died = set(map(id, found.died))
+    return States(list(map(died.__contains__, map(id, found.weaks))), unproven)
+
+
+def forget_weakrefs(scan: Scan) -> None:
+    """Drop the scan's weakrefs (its list keeps the rest; 10^6 weakrefs are 10^6 objects
+    the cyclic collector goes over)."""
+    scan.walker.found.weaks = []
+    scan.walker.found.died = []
+    scan.walker.found.keep_refs = False
 
 
 def nbytes(scan: Scan, keys: set) -> int:
     """The bytes of these blocks (storage keys), each counted once."""
     if not keys:
         return 0
-    row_keys = scan.keys
-    chosen = list(map(keys.__contains__, row_keys))
-    infos = scan.walker.found.infos
+    found = scan.walker.found
+    chosen = list(map(keys.__contains__, found.keys))
     sizes = dict(
         zip(
-            itertools.compress(row_keys, chosen),
-            map(_STORAGE_NBYTES, itertools.compress(infos, chosen)),
+            itertools.compress(found.keys, chosen),
+            itertools.compress(found.storage_nbytes, chosen),
         )
     )
     for key, saved in scan.walker.graphs.saved.items():
@@ -78,10 +84,11 @@ def nbytes(scan: Scan, keys: set) -> int:
 def released(scan: Scan, now: States) -> set:
     """The blocks seen by the scan whose arrays are all gone now (proven by weakrefs)."""
     gone: set = set()
-    if True in now.dead:
+    if now.dead is not None and True in now.dead:
         keys = scan.keys
         gone.update(itertools.compress(keys, now.dead))
-        gone.difference_update(itertools.compress(keys, now.alive))
+        alive = map(operator.not_, now.not_alive())  # type: ignore[arg-type]
+        gone.difference_update(itertools.compress(keys, alive))
     for key, saved in scan.walker.graphs.saved.items():  # weakrefs to the storages
         if saved.weak is not None and saved.weak() is None:
             gone.add(key)
@@ -89,11 +96,9 @@ def released(scan: Scan, now: States) -> set:
 
 
 def same_roots(scan: Scan, dropped: set, shell: Any, namespace: Optional[dict]) -> bool:
-    """The notebook's roots now are the scan's less `dropped`: same keys, names, objects."""
-    now = [
-        (key, label, id(value))
-        for key, label, _holder, value, _depth in root_entries(shell, namespace)
-    ]
+    """The notebook's roots now are the scan's less `dropped`: same keys, names, objects
+    (those that can hold an array)."""
+    now = root_ids(root_entries(shell, namespace))
     return now == [entry for entry in scan.roots if entry[0] not in dropped]
 
 
@@ -115,10 +120,11 @@ def still_held(scan: Scan, dropped: set, now: Optional[States] = None) -> Option
     if dropped_rows is not None and scan.walker.graphs.keys_by_block:
         return None  # the graphs' named blocks and owners would differ
     kept = None if dropped_rows is None else list(map(operator.not_, dropped_rows))
-    if now is not None:
-        alive = now.alive if kept is None else itertools.compress(now.alive, kept)
-        if False in alive:
-            return None
+    not_alive = None if now is None else now.not_alive()
+    if not_alive is not None and True in (
+        not_alive if kept is None else itertools.compress(not_alive, kept)
+    ):
+        return None
     if kept is None:
         return scan.leftovers
     part = scan.walker.found.subset(kept)

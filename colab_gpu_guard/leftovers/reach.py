@@ -65,12 +65,20 @@ def _alias_rows(rows: Sequence[tuple], aliases: Iterable[tuple]) -> dict[Hashabl
 
 
 class Reach:
-    """Which roots reach which blocks: ``keys[i]`` is row i's block (storage key)."""
+    """Which roots reach which blocks: ``keys[i]`` is row i's block (storage key). Roots
+    are given and answered as their keys (`notebook_refs.RootKey`); the rows hold them as
+    plain tuples, equal to the keys."""
 
     def __init__(
-        self, rows: Sequence[tuple], keys: list, aliases: Sequence[tuple], graphs: Graphs
+        self,
+        rows: Sequence[tuple],
+        keys: list,
+        aliases: Sequence[tuple],
+        graphs: Graphs,
+        root_keys: Optional[dict] = None,
     ) -> None:
         self.keys = keys
+        self.root_keys = root_keys or {}  # a root as the rows hold it -> its key
         self.graphs = graphs
         self.aliases = aliases
         self.runs = runs_of(list(map(ROW_ROOT, rows)))
@@ -87,7 +95,10 @@ class Reach:
         """The roots that reach at least one block."""
         held = {root for root, _start, _end in self.runs}
         held.update(root for root, rows in self.aliased().items() if rows)
-        return held
+        return set(map(self._key, held))
+
+    def _key(self, root: Hashable) -> Hashable:
+        return self.root_keys.get(root, root)
 
     def _parts(self, roots: set, inside: bool) -> list:
         """The keys (per run and alias) of the roots in `roots` (or, not `inside`, the others)."""
@@ -129,9 +140,9 @@ class Reach:
         keys = self.keys
         reach: dict = {}
         for root, start, end in self.runs:
-            reach.setdefault(root, set()).update(keys[start:end])
+            reach.setdefault(self._key(root), set()).update(keys[start:end])
         for root, rows in self.aliased().items():
-            reach.setdefault(root, set()).update(map(keys.__getitem__, rows))
+            reach.setdefault(self._key(root), set()).update(map(keys.__getitem__, rows))
         self.graphs.add_reach(reach)
         return reach
 

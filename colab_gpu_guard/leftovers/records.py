@@ -6,7 +6,8 @@ from __future__ import annotations
 import collections.abc
 import gc
 import itertools
-from dataclasses import asdict, dataclass
+import operator
+from dataclasses import asdict, dataclass, fields
 from typing import Any, Callable, Optional
 
 from ..frameworks.base import ArrayInfo
@@ -61,9 +62,13 @@ class Leftover:
         return Graph(self.graph_tensors, self.graph_nbytes, self.graph_shared_nbytes)
 
     def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
+        """``dataclasses.asdict``'s dict (its fields hold only plain values and tuples of
+        them), without its recursion: a list may hold 10^6 entries."""
+        return dict(zip(_LEFTOVER_FIELDS, _LEFTOVER_VALUES(self)))
 
 
+_LEFTOVER_FIELDS = tuple(item.name for item in fields(Leftover))
+_LEFTOVER_VALUES = operator.attrgetter(*_LEFTOVER_FIELDS)
 _HOLDER_TUPLES = {holder: (holder,) for holder in HOLDERS}
 _NEW = object.__new__
 

@@ -10,7 +10,6 @@ import gc
 import weakref
 from collections.abc import Hashable, Iterable
 from dataclasses import dataclass, field
-from operator import attrgetter
 from typing import Any, NamedTuple, Optional
 
 from .. import notebook_refs
@@ -19,13 +18,13 @@ from ..units import OTHER, USER_VARIABLE
 from .blocks import Blocks
 from .deep import allocator_gaps, scan_unnamed
 from .found import Ref
+from .kinds import ATOMIC
 from .naming import PathNames, best_paths
 from .reach import Reach
 from .records import DeviceGap, LeftoverList
 from .walker import DEFAULT_MAX_DEPTH, OutOfTime, Walker
 
 COMPILED_GRAPH = "compiled graph"  # a root kind: a graph torch.compile installed
-_STORAGE_KEY = attrgetter("storage_key")
 DEFAULT_BUDGET_S = 5.0  # find_leftovers(); %gpu_status and the panel take 2 s
 _UNFINISHED_SHOWN = 3
 
@@ -74,8 +73,8 @@ def group_refs(refs: Iterable[Ref]) -> dict[Hashable, list[Ref]]:
 @dataclass
 class Scan:
     """A scan's result: ``leftovers`` (the public list), ``groups`` (storage key -> its
-    `Group`), ``reach`` (which roots reach which blocks) and ``roots`` (each root walked:
-    its key, label and id(value), in order). It holds no array (weakrefs at most)."""
+    `Group`), ``reach`` (which roots reach which blocks) and ``roots`` (`root_ids`: each
+    root walked, in order). It holds no array (weakrefs at most)."""
 
     leftovers: LeftoverList
     walker: Walker = field(repr=False)
@@ -111,7 +110,9 @@ class Scan:
         """Which roots reach which blocks (built on first use)."""
         if self._reach is None:
             walker = self.walker
-            self._reach = Reach(walker.found.rows, self.keys, walker.aliases, walker.graphs)
+            self._reach = Reach(
+                walker.found.rows, self.keys, walker.aliases, walker.graphs, walker.root_keys
+            )
         return self._reach
 
     def reach_by_root(self) -> dict[Hashable, set]:
@@ -144,6 +145,16 @@ def root_entries(shell, namespace: Optional[dict]) -> list[tuple]:
         key = notebook_refs.RootKey(COMPILED_GRAPH, graph.label)
         entries.append((key, graph.label, OTHER, graph.value, 0))
     return entries
+
+
+def root_ids(entries: list[tuple]) -> list[tuple]:
+    """(key, label, id(value)) of each root that can hold an array (a plain value as a
+    root, such as a blanked ``_``, reaches nothing)."""
+    return [
+        (key, label, id(value))
+        for key, label, _holder, value, _depth in entries
+        if type(value) not in ATOMIC
+    ]
 
 
 def _scan_roots(walker: Walker, entries: list[tuple]) -> tuple[dict[str, str], int]:
@@ -187,32 +198,39 @@ def scan(
     """The scan behind ``find_leftovers``; ``keep_refs`` keeps a weakref per reference;
     ``budget_s``: seconds the walk may take (None: no limit)."""
     shell, namespace = notebook_refs.resolve_namespace(shell, namespace)
+    # The walk builds many small tuples and no cycles: keep the cyclic collector from
+    # running over every live object again and again meanwhile, and over the scan's own
+    # records before it is done.
+    collecting = gc.isenabled()
+    gc.disable()
+    try:
+        return _scan(shell, namespace, device, deep, max_depth, keep_refs, budget_s)
+    finally:
+        if collecting:
+            gc.enable()
+
+
+def _scan(shell, namespace, device, deep, max_depth, keep_refs, budget_s) -> Scan:
     walker = Walker(max_depth=max_depth, keep_refs=keep_refs, budget_s=budget_s)
     found = walker.found
     names = PathNames(lambda: best_paths(found.refs))
     notes: list[str] = []
     gaps: list[DeviceGap] = []
     entries = root_entries(shell, namespace)
-    roots = [(key, label, id(value)) for key, label, _holder, value, _depth in entries]
-    # The walk builds many small tuples and no cycles: keep the cyclic collector from
-    # running over every live object again and again meanwhile.
-    collecting = gc.isenabled()
-    gc.disable()
+    roots = root_ids(entries)
     graphs = walker.graphs
     try:
         root_types, skipped = _scan_roots(walker, entries)
         del entries
         found.finish()
         if graphs.owners:
-            graphs.resolve(set(map(_STORAGE_KEY, found.infos)))
+            graphs.resolve(set(found.keys))
         if deep:
             scan_unnamed(walker, notes)
             found.finish()
-        blocks = Blocks(found, names)
     finally:
         del graphs.owners[:]  # tensors the deep scan met: their graphs are not measured
-        if collecting:
-            gc.enable()
+    blocks = Blocks(found, names)
     if graphs.by_block:
         blocks.add_graphs(graphs.by_block)
     notes += graphs.notes()

@@ -81,12 +81,14 @@ class Walker:
         self.classifier = Classifier()
         self.kinds = self.classifier.kinds
         self.classify = self.classifier.classify
-        self.found = Found(keep_refs)
+        readers = {framework: info_of for _type, framework, info_of in self.classifier.array_types}
+        self.found = Found(keep_refs, readers)
         self.graphs = Graphs(keep_refs)
         self.pending = self.found.pending.append
         self.pending_rows = self.found.pending_rows.append
         self.first_visit: dict[int, tuple] = {}
         self.aliases: list[tuple] = []
+        self.root_keys: dict[Hashable, Hashable] = {}  # a root as rows hold it -> its key
         self.deadline = None if budget_s is None else time.perf_counter() + budget_s
         self.unfinished: list[tuple] = []
         self.ran_out = False
@@ -97,7 +99,10 @@ class Walker:
             raise OutOfTime
 
     def visit_root(self, label: str, value, holder: str, root: Hashable, depth: int = 0) -> None:
-        self.visit(value, (None, ROOT, label), depth, holder, root)
+        """Walk from one root; ``root`` (its key) is recorded as a plain tuple (see `Row`)."""
+        held = tuple(root) if isinstance(root, tuple) else root
+        self.root_keys.setdefault(held, root)
+        self.visit(value, (None, ROOT, label), depth, holder, held)
 
     def visit(self, obj, path, depth: int, holder: str, root) -> None:
         kind = type(obj)
@@ -233,7 +238,7 @@ class Walker:
 
     def record(self, array, what: Kind, path, depth, holder, root) -> None:
         self.pending(array)
-        self.pending_rows((path, holder, root, depth, what))
+        self.pending_rows((path, holder, root, depth, what.framework))
         if what.framework == "torch" and array.requires_grad:
             self.visit_grad(array, path, depth, holder, root)
         elif what.framework == "numpy" and depth < self.max_depth:
@@ -294,12 +299,13 @@ def _walk_items(walker: Walker, items, path, depth, holder, root, node) -> None:
     pending = walker.pending
     pending_rows = walker.pending_rows
     tensor, tensor_what = walker.classifier.tensor_type, walker.classifier.tensor_kind
+    tensor_framework = tensor_what.framework if tensor_what is not None else None
     for index, item in items:
         kind = type(item)
         if kind is tensor:  # the commonest array first: what the general path does
             child = (path, node, index)
             pending(item)
-            pending_rows((child, holder, root, depth, tensor_what))
+            pending_rows((child, holder, root, depth, tensor_framework))
             if item.requires_grad:
                 walker.visit_grad(item, child, depth, holder, root)
             continue
@@ -325,7 +331,7 @@ def _record_items(walker: Walker, arrays, what: Kind, path, depth, holder, root)
             itertools.repeat(holder),
             itertools.repeat(root),
             itertools.repeat(depth),
-            itertools.repeat(what),
+            itertools.repeat(what.framework),
         )
     )
     if what.framework == "torch" and any(map(_REQUIRES_GRAD, arrays)):
