@@ -283,8 +283,7 @@ def _reset(names: tuple, all_vars: bool, dry_run: bool, shell, namespace: dict) 
     if not found.complete:
         report.warnings.append(
             f"the scan stopped at its {SCAN_BUDGET_S:g} s budget; what it did not reach is "
-            f"neither counted nor released; not searched to the end: "
-            + "; ".join(found.leftovers.unfinished)
+            f"neither counted nor released; not searched to the end: " + "; ".join(found.unfinished)
         )
     plan = _build_plan(found, shell, namespace, names, all_vars)
     report.dropped = plan.counts()

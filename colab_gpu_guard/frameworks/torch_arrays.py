@@ -81,11 +81,23 @@ def _sparse_nbytes(tensor) -> Optional[int]:
 _SHAPE = attrgetter("shape")
 _DTYPE = attrgetter("dtype")
 _DEVICE = attrgetter("device")
+_IS_CPU = attrgetter("is_cpu")
 _NBYTES = attrgetter("nbytes")
 _UNTYPED_STORAGE = methodcaller("untyped_storage")
 _STORAGE_NBYTES = methodcaller("nbytes")
 _DATA_PTR = methodcaller("data_ptr")
 _NEW_INFO = partial(tuple.__new__, ArrayInfo)
+
+
+def _device_texts(tensors: list) -> list[str]:
+    """Each tensor's device name; on a CPU notebook without a torch.device per tensor."""
+    if tensors and tensors[0].is_cpu and all(map(_IS_CPU, tensors)):
+        return ["cpu"] * len(tensors)
+    devices = list(map(_DEVICE, tensors))
+    names = {device: str(device) for device in set(devices)}
+    if "meta" in names.values():
+        raise ValueError("meta tensors")  # array_info handles them
+    return list(map(names.__getitem__, devices))
 
 
 def array_columns(tensors: list) -> tuple[list, ...]:
@@ -96,10 +108,7 @@ def array_columns(tensors: list) -> tuple[list, ...]:
     nested, an attribute that raises): the caller then reads them one at a time with
     ``array_info``.
     """
-    devices = list(map(_DEVICE, tensors))
-    device_names = {device: str(device) for device in set(devices)}
-    if "meta" in device_names.values():
-        raise ValueError("meta tensors")  # array_info handles them
+    device_texts = _device_texts(tensors)
     dtypes = list(map(_DTYPE, tensors))
     dtype_names = {dtype: _dtype_name(dtype) for dtype in set(dtypes)}
     shapes = list(map(_SHAPE, tensors))  # torch.Size: a tuple already
@@ -108,8 +117,6 @@ def array_columns(tensors: list) -> tuple[list, ...]:
     storage_nbytes = list(map(_STORAGE_NBYTES, storages))
     pointers = list(map(_DATA_PTR, storages))
     del storages
-    device_texts = list(map(device_names.__getitem__, devices))
-    del devices
     keys = list(zip(device_texts, pointers))
     ids = pointers
     if 0 in pointers or 0 in storage_nbytes:  # empty storages: a key of their own

@@ -6,6 +6,7 @@ from __future__ import annotations
 import collections
 import itertools
 import operator
+from collections.abc import Sequence
 from typing import Union
 
 from ..units import HOLDERS
@@ -53,7 +54,7 @@ class Blocks:
         self.rows, self.found = rows, found
         self.names = names  # names paths on demand; it holds no array
         self.shared: dict[int, Leftover] = {}  # block -> its entry, made now
-        self.order: list[int] = []  # blocks in the order of the list
+        self.order: Sequence[int] = []  # blocks in the order of the list
         keys = self.keys = found.keys
         self.graph_of: dict[int, Graph] = {}  # block -> its autograd graph (add_graphs)
         self.row_of: Union[range, list[int]]

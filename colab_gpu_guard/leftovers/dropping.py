@@ -114,7 +114,7 @@ def still_held(scan: Scan, dropped: set, now: Optional[States] = None) -> Option
     containers are the caller's to check). ``now``: the references' states after the drop
     (every reference kept must be alive); None before anything changed (a dry run)."""
     reach = scan.reach
-    if not scan.complete or scan.leftovers.deep or reach.crosses_into(dropped):
+    if not scan.complete or scan.deep or reach.crosses_into(dropped):
         return None
     dropped_rows = reach.dropped_rows(dropped)
     if dropped_rows is not None and scan.walker.graphs.keys_by_block:
@@ -134,4 +134,4 @@ def still_held(scan: Scan, dropped: set, now: Optional[States] = None) -> Option
         for label, kind in scan.root_types.items()
         if notebook_refs.RootKey(notebook_refs.VARIABLE, label) not in dropped
     }
-    return listed(blocks, range(len(blocks.sizes)), types, notes=scan.leftovers.notes)
+    return listed(blocks, range(len(blocks.sizes)), types, notes=scan.notes)

@@ -189,11 +189,16 @@ class Found:
                 rows = list(itertools.compress(rows, kept))
                 idents = list(itertools.compress(idents, kept))
                 weaks = list(itertools.compress(weaks, kept))
-            self.rows += rows
-            for column, more in zip(self.columns, columns):
-                column += more
-            self.idents += idents
-            self.weaks += weaks
+            else:
+                rows = list(rows)  # pending_rows is emptied below
+            if self.rows:
+                self.rows += rows
+                for column, more in zip(self.columns, columns):
+                    column += more
+                self.idents += idents
+                self.weaks += weaks
+            else:  # the first: no copy
+                self.rows, self.columns, self.idents, self.weaks = rows, columns, idents, weaks
         finally:
             # never keep an array alive past the scan; the lists stay (the walk appends to them)
             del arrays[:]

@@ -6,9 +6,12 @@ the roots it started from (`dropping` reads what dropping some of them changes).
 
 from __future__ import annotations
 
+import functools
 import gc
+import itertools
+import operator
 import weakref
-from collections.abc import Hashable, Iterable
+from collections.abc import Callable, Hashable, Iterable
 from dataclasses import dataclass, field
 from typing import Any, NamedTuple, Optional
 
@@ -17,7 +20,8 @@ from ..frameworks import torch_compile
 from ..units import OTHER, USER_VARIABLE
 from .blocks import Blocks
 from .deep import allocator_gaps, scan_unnamed
-from .found import Ref
+from .found import Found, Ref
+from .graphs import Graphs
 from .kinds import ATOMIC
 from .naming import PathNames, best_paths
 from .reach import Reach
@@ -72,22 +76,42 @@ def group_refs(refs: Iterable[Ref]) -> dict[Hashable, list[Ref]]:
 
 @dataclass
 class Scan:
-    """A scan's result: ``leftovers`` (the public list), ``groups`` (storage key -> its
-    `Group`), ``reach`` (which roots reach which blocks) and ``roots`` (`root_ids`: each
-    root walked, in order). It holds no array (weakrefs at most)."""
+    """A scan's result: ``leftovers`` (the public list, made on first use), ``groups``
+    (storage key -> its `Group`), ``reach`` (which roots reach which blocks), ``roots``
+    (`root_ids`: each root walked, in order), the list's ``notes`` and what the walk did
+    not search to the end (``unfinished``). It holds no array (weakrefs at most)."""
 
-    leftovers: LeftoverList
     walker: Walker = field(repr=False)
-    blocks: Blocks = field(repr=False)
     roots: list[tuple] = field(default_factory=list, repr=False)
     root_types: dict[str, str] = field(default_factory=dict, repr=False)
+    notes: list[str] = field(default_factory=list)
+    unfinished: list[str] = field(default_factory=list)
+    deep: bool = False
+    _listing: Optional[Callable[[], tuple[Blocks, LeftoverList]]] = field(default=None, repr=False)
+    _listed: Optional[tuple[Blocks, LeftoverList]] = field(default=None, repr=False)
     _groups: Optional[dict[Hashable, Group]] = field(default=None, repr=False)
     _reach: Optional[Reach] = field(default=None, repr=False)
 
     @property
+    def leftovers(self) -> LeftoverList:
+        """The list, one entry per block, biggest first (made on first use: ``gpu_reset``
+        needs it only after its gc.collect(), which then does not go over it)."""
+        return self._list()[1]
+
+    @property
+    def blocks(self) -> Blocks:
+        return self._list()[0]
+
+    def _list(self) -> tuple[Blocks, LeftoverList]:
+        if self._listed is None:
+            assert self._listing is not None
+            self._listed, self._listing = self._listing(), None
+        return self._listed
+
+    @property
     def complete(self) -> bool:
         """Every root was walked to the end (the time budget did not run out)."""
-        return self.leftovers.complete
+        return not self.unfinished
 
     @property
     def groups(self) -> dict[Hashable, Group]:
@@ -103,7 +127,7 @@ class Scan:
     @property
     def keys(self) -> list:
         """Each reference's storage key, in the order found."""
-        return self.blocks.keys
+        return self.walker.found.keys
 
     @property
     def reach(self) -> Reach:
@@ -215,7 +239,6 @@ def _scan(shell, namespace, device, deep, max_depth, keep_refs, budget_s) -> Sca
     found = walker.found
     names = PathNames(lambda: best_paths(found.refs))
     notes: list[str] = []
-    gaps: list[DeviceGap] = []
     entries = root_entries(shell, namespace)
     roots = root_ids(entries)
     graphs = walker.graphs
@@ -230,16 +253,7 @@ def _scan(shell, namespace, device, deep, max_depth, keep_refs, budget_s) -> Sca
             found.finish()
     finally:
         del graphs.owners[:]  # tensors the deep scan met: their graphs are not measured
-    blocks = Blocks(found, names)
-    if graphs.by_block:
-        blocks.add_graphs(graphs.by_block)
     notes += graphs.notes()
-    if deep:
-        gaps = allocator_gaps(blocks.devices, blocks.sizes)
-    order: Any = range(len(blocks.sizes))
-    if device is not None:
-        order = [j for j in order if _device_matches(blocks.devices[j], device)]
-        gaps = [gap for gap in gaps if _device_matches(gap.device, device)]
     unfinished: list[str] = []
     if walker.ran_out or skipped:
         unfinished = _unfinished(walker, names, skipped)
@@ -254,10 +268,35 @@ def _scan(shell, namespace, device, deep, max_depth, keep_refs, budget_s) -> Sca
         notes.append(
             "NumPy arrays are found by name only (the garbage collector does not track them)"
         )
+    listing = functools.partial(
+        _listing, found, names, graphs, root_types, notes, unfinished, device, deep
+    )
+    return Scan(walker, roots, root_types, notes, unfinished, deep, listing)
+
+
+def _listing(
+    found: Found,
+    names: PathNames,
+    graphs: Graphs,
+    root_types: dict[str, str],
+    notes: list[str],
+    unfinished: list[str],
+    device,
+    deep: bool,
+) -> tuple[Blocks, LeftoverList]:
+    """A scan's blocks and its list (on `device`; with the allocator gaps when `deep`)."""
+    blocks = Blocks(found, names)
+    if graphs.by_block:
+        blocks.add_graphs(graphs.by_block)
+    gaps: list[DeviceGap] = allocator_gaps(blocks.devices, blocks.sizes) if deep else []
+    order: Any = range(len(blocks.sizes))
+    if device is not None:
+        order = [j for j in order if _device_matches(blocks.devices[j], device)]
+        gaps = [gap for gap in gaps if _device_matches(gap.device, device)]
     leftovers = listed(
         blocks, order, root_types, gaps=gaps, notes=notes, deep=deep, unfinished=unfinished
     )
-    return Scan(leftovers, walker, blocks, roots, root_types)
+    return blocks, leftovers
 
 
 def listed(
@@ -266,11 +305,19 @@ def listed(
     """The list of `blocks` (those in `order`), biggest first; equal sizes in the order
     found (variables as defined, items by index). ``extra``: `LeftoverList`'s own fields."""
     make = blocks.entry_with_graph if blocks.graph_of else blocks.entry
-    order = blocks.order = sorted(order, key=blocks.sizes.__getitem__, reverse=True)
+    sizes, holders = blocks.sizes, blocks.holders
+    if order == range(len(sizes)) and not any(
+        map(operator.lt, sizes, itertools.islice(sizes, 1, None))
+    ):
+        blocks.order = order  # biggest first as found (many arrays of one size): no sort
+    else:
+        order = blocks.order = sorted(order, key=sizes.__getitem__, reverse=True)
+        sizes = list(map(sizes.__getitem__, order))
+        holders = list(map(holders.__getitem__, order))
     return LeftoverList._made_on_access(
         make,
-        list(map(blocks.sizes.__getitem__, order)),
-        list(map(blocks.holders.__getitem__, order)),
+        sizes,
+        holders,
         group_columns=blocks.group_columns,
         root_types=root_types,
         **extra,
