@@ -44,6 +44,14 @@ In order:
 4. The report: per device allocated/reserved before and after (torch), NVML used before and
    after, bytes freed, what was dropped by kind, and the leftovers still alive.
 
+One scan of the notebook plans the drop; its weakrefs prove what was released. What is
+still held is read off that same scan (`leftovers.dropping`) where a second walk would find
+exactly the same: the scan was complete, no root kept met a container a dropped root had
+reached first, no autograd graph is measured against a dropped name, the roots afterwards
+are the scan's less the dropped ones (same objects), the drop changed no container the walk
+went into, and every reference kept is still alive. Otherwise (a finalizer freed or added
+something, a variable holds the namespace, ...) the notebook is walked again.
+
 Everything is validated before anything changes: an unknown name, or names together with
 ``all_vars``, raises ValueError and nothing is touched.
 """
