@@ -7,6 +7,7 @@ Framework protocol's names); never imports torch.
 
 from __future__ import annotations
 
+import sys
 from functools import partial
 from operator import attrgetter, methodcaller
 from typing import Optional
@@ -89,6 +90,23 @@ _DATA_PTR = methodcaller("data_ptr")
 _NEW_INFO = partial(tuple.__new__, ArrayInfo)
 
 
+def _storage_methods() -> tuple:
+    """``untyped_storage``, the storage's ``nbytes`` and ``data_ptr``: torch's own C methods,
+    called unbound (no bound method is made per tensor, and no Python override of a
+    subclass runs); methodcallers where this torch names its C bases otherwise."""
+    compiled = getattr(sys.modules.get("torch"), "_C", None)
+    tensor_base = getattr(compiled, "TensorBase", None) or getattr(compiled, "_TensorBase", None)
+    storage_base = getattr(compiled, "StorageBase", None)
+    methods = (
+        getattr(tensor_base, "untyped_storage", None),
+        getattr(storage_base, "nbytes", None),
+        getattr(storage_base, "data_ptr", None),
+    )
+    if None in methods:
+        return _UNTYPED_STORAGE, _STORAGE_NBYTES, _DATA_PTR
+    return methods
+
+
 def _device_texts(tensors: list) -> list[str]:
     """Each tensor's device name; on a CPU notebook without a torch.device per tensor."""
     if tensors and tensors[0].is_cpu and all(map(_IS_CPU, tensors)):
@@ -113,9 +131,10 @@ def array_columns(tensors: list) -> tuple[list, ...]:
     dtype_names = {dtype: _dtype_name(dtype) for dtype in set(dtypes)}
     shapes = list(map(_SHAPE, tensors))  # torch.Size: a tuple already
     nbytes = list(map(_NBYTES, tensors))  # numel() * element_size(), in C
-    storages = list(map(_UNTYPED_STORAGE, tensors))
-    storage_nbytes = list(map(_STORAGE_NBYTES, storages))
-    pointers = list(map(_DATA_PTR, storages))
+    untyped_storage, storage_nbytes_of, data_ptr = _storage_methods()
+    storages = list(map(untyped_storage, tensors))
+    storage_nbytes = list(map(storage_nbytes_of, storages))
+    pointers = list(map(data_ptr, storages))
     del storages
     keys = list(zip(device_texts, pointers))
     ids = pointers
