@@ -1,7 +1,7 @@
 """What `gpu_reset()` frees and what it costs, against what users try first, in a real
 IPython shell holding 10^4 tensors and 10^6 other objects.
 
-Run: python bench/bench_reset.py [--quick] [--smoke] [--json PATH]
+Run: python bench/bench_reset.py [--quick] [--smoke] [--many-only] [--json PATH]
 
 Also (issue 8, row 4): a notebook with 10^3 outputs in its history (each a 64 KiB tensor,
 held by Out[N] and _N): time and bytes freed by gpu_reset() vs `%reset -f out` +
@@ -15,10 +15,13 @@ a failed cell's local frame, and the args of the last exception. Measured in thi
 - `traceback.clear_frames(sys.last_traceback)` + `gc.collect()` (fastai's approach);
 - `gpu_reset()` (this package), and `gpu_reset(dry_run=True)`.
 Freed tensors are proven by weakrefs. Targets: gpu_reset frees all three; it takes <= 1 s at
-full size (it scans the namespace twice: before, to plan, and after, to report leftovers).
+full size (it scans the namespace once, to plan; what is still held is read off that scan,
+or walked again where the drop changed what the scan saw).
 
 Many tensors (issue 14): a list of 10^6 small tensors in the namespace: `gpu_reset()`
-against a bare ``gc.get_objects()`` + isinstance loop over the same objects, target <= 3x.
+against a bare ``gc.get_objects()`` + isinstance loop over the same objects, target <= 3x;
+the dry run and ``%gpu_reset`` with its printed report beside it. ``--many-only`` runs just
+these rows (at full size unless --quick/--smoke).
 """
 
 from __future__ import annotations
@@ -151,7 +154,8 @@ def outputs_rows(shell, outputs: int, repeats: int) -> list[dict]:
 
 
 def many_tensors_rows(shell, count: int, repeats: int, full: bool) -> list[dict]:
-    """gpu_reset() (and its dry run) with `count` tensors in one list, vs the gc loop."""
+    """gpu_reset() (and its dry run, and the magic with its printed report) with `count`
+    tensors in one list, vs the gc loop."""
     import torch
 
     from colab_gpu_guard import reset
@@ -163,12 +167,17 @@ def many_tensors_rows(shell, count: int, repeats: int, full: bool) -> list[dict]
     def gc_loop() -> int:
         return sum(1 for obj in gc.get_objects() if isinstance(obj, tensor))
 
-    samples: dict[str, list[float]] = {"gc": [], "reset": [], "dry": []}
+    def magic() -> None:
+        with redirect_stdout(io.StringIO()):
+            shell.run_line_magic("gpu_reset", "")
+
+    samples: dict[str, list[float]] = {"gc": [], "reset": [], "dry": [], "magic": []}
     for _ in range(repeats):
         for name, function in (
             ("gc", gc_loop),
             ("reset", lambda: reset.gpu_reset(shell=shell)),
             ("dry", lambda: reset.gpu_reset(shell=shell, dry_run=True)),
+            ("magic", magic),
         ):
             gc.collect()
             start = time.perf_counter()
@@ -178,23 +187,36 @@ def many_tensors_rows(shell, count: int, repeats: int, full: bool) -> list[dict]
     t = {name: statistics.median(values) for name, values in samples.items()}
     size = f"10^{len(str(count)) - 1}"
     note = "" if full else "reduced size: target not checked"
+    names = {
+        "reset": "gpu_reset",
+        "dry": "gpu_reset dry run",
+        "magic": "%gpu_reset, report printed",
+    }
+    notes = {
+        "reset": note,
+        "dry": "dry run (one scan, no collection)",
+        "magic": "the magic: gpu_reset() and str() of its report",
+    }
     return [
         row(
             "reset",
-            f"{'gpu_reset' if key == 'reset' else 'gpu_reset dry run'}, {size} tensors vs gc scan",
+            f"{names[key]}, {size} tensors vs gc scan",
             t[key],
             t["gc"],
             baseline="gc.get_objects()+isinstance",
             target=f"<= {MANY_TARGET_RATIO:g}x at 10^6 tensors" if key == "reset" else "",
             ok=(t[key] <= MANY_TARGET_RATIO * t["gc"]) if full and key == "reset" else None,
-            note=note if key == "reset" else "dry run (one scan, no collection)",
+            note=notes[key],
         )
-        for key in ("reset", "dry")
+        for key in ("reset", "dry", "magic")
     ]
 
 
 def main(argv=None) -> int:
     parser = bench_parser(__doc__.splitlines()[0], "10x smaller, fewer runs")
+    parser.add_argument(
+        "--many-only", action="store_true", help="only the many-tensors rows (issue 14)"
+    )
     args = parser.parse_args(argv)
     full = not (args.quick or args.smoke)
     tensors, objects, repeats, outputs = 10_000, 1_000_000, 3, 1_000
@@ -209,6 +231,14 @@ def main(argv=None) -> int:
 
     shell = InteractiveShell.instance()
     shell.run_line_magic("load_ext", "colab_gpu_guard")
+    many = 1_000_000 if full else (100_000 if args.quick else 1_000)
+    if args.many_only:
+        with redirect_stdout(io.StringIO()):
+            shell.run_cell("import torch", store_history=True)
+        rows = many_tensors_rows(shell, many, 1 if full else repeats, full)
+        print_rows(rows)
+        write_json(args.json, "reset", rows)
+        return 0
 
     def usual() -> None:
         gc.collect()
@@ -244,7 +274,6 @@ def main(argv=None) -> int:
     shell.user_ns.pop("data", None)
     shell.user_ns.pop("rows", None)
     rows = outputs_rows(shell, outputs, repeats)
-    many = 1_000_000 if full else (100_000 if args.quick else 1_000)
     rows += many_tensors_rows(shell, many, 1 if full else repeats, full)
     shell.run_line_magic("unload_ext", "colab_gpu_guard")
 

@@ -4,11 +4,11 @@ bytes freed, what was dropped, the notes and warnings, and the leftovers still a
 from __future__ import annotations
 
 import html
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from typing import Any, Optional
 
-from .leftovers import Leftover, leftovers_html
-from .leftovers.groups import LeftoverGroups, group_leftovers
+from .leftovers import Leftover, LeftoverList, leftovers_html
+from .leftovers.groups import ENTRIES_SHOWN, LeftoverGroups, group_leftovers
 from .leftovers.html import groups_html
 from .nvml import INCLUDES_RESERVED, V1
 from .units import format_bytes
@@ -51,7 +51,8 @@ class ReleaseReport:
     devices: torch CUDA allocator figures per device; nvml_used_*: NVML used per GPU (all
         processes), from the memory call nvml_used_call names: "v2" (driver-reserved
         memory left out) or "v1" (included).
-    leftovers: what is still held afterwards (for a dry run: what would still be held).
+    leftovers: what is still held afterwards (for a dry run: what would still be held);
+        a `LeftoverList` from the scan, whose entries are made when read.
     """
 
     dry_run: bool = False
@@ -84,11 +85,21 @@ class ReleaseReport:
         return sum(self.dropped.values())
 
     def held_groups(self) -> LeftoverGroups:
-        """``leftovers`` by the root holding them (`leftovers.groups`)."""
-        return group_leftovers(self.leftovers)
+        """``leftovers`` by the root holding them (`leftovers.groups`); worked out once per
+        list (the text and the HTML view both show them)."""
+        items = self.leftovers
+        cached = self.__dict__.get("_held")
+        if cached is not None and cached[0] is items:
+            return cached[1]
+        columns = items.columns() if isinstance(items, LeftoverList) else None
+        groups = group_leftovers(items, ENTRIES_SHOWN, columns)
+        if isinstance(items, LeftoverList):  # a list of entries may change in place
+            self.__dict__["_held"] = (items, groups)
+        return groups
 
     def to_dict(self) -> dict[str, Any]:
-        data = asdict(self)
+        data = asdict(replace(self, leftovers=[]))
+        data["leftovers"] = [item.to_dict() for item in self.leftovers]
         data["freed_bytes"] = self.freed_bytes
         data["held_groups"] = [group.to_dict() for group in self.held_groups()]
         return data

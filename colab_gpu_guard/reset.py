@@ -44,6 +44,14 @@ In order:
 4. The report: per device allocated/reserved before and after (torch), NVML used before and
    after, bytes freed, what was dropped by kind, and the leftovers still alive.
 
+One scan of the notebook plans the drop; its weakrefs prove what was released. What is
+still held is read off that same scan (`leftovers.dropping`) where a second walk would find
+exactly the same: the scan was complete, no root kept met a container a dropped root had
+reached first, no autograd graph is measured against a dropped name, the roots afterwards
+are the scan's less the dropped ones (same objects), the drop changed no container the walk
+went into, and every reference kept is still alive. Otherwise (a finalizer freed or added
+something, a variable holds the namespace, ...) the notebook is walked again.
+
 Everything is validated before anything changes: an unknown name, or names together with
 ``all_vars``, raises ValueError and nothing is touched.
 """
@@ -51,6 +59,7 @@ Everything is validated before anything changes: an unknown name, or names toget
 from __future__ import annotations
 
 import gc
+import itertools
 from typing import Any, Optional
 
 from . import cuda_health, notebook_refs, nvml
@@ -59,12 +68,14 @@ from .frameworks import cupy as cupy_support
 from .frameworks import jax as jax_support
 from .frameworks import torch as torch_support
 from .frameworks import torch_compile
-from .leftovers import Scan, find_leftovers, scan
+from .leftovers import Scan, dropping, find_leftovers, scan
+from .leftovers.found import ROW_FRAMEWORK
 from .leftovers.scan import COMPILED_GRAPH
 from .release_report import DeviceRelease, ReleaseReport
 
 SYNC_TIMEOUT_S = 5.0
-SCAN_BUDGET_S = 10.0  # each of the two leftovers scans (the plan, and what is still held)
+# each leftovers scan: the plan's, and (where the plan's cannot say) what is still held
+SCAN_BUDGET_S = 10.0
 BUSY_WARNING = (
     "the GPU is still running CUDA work queued by the last cell ({detail}), so the cached "
     "memory was not emptied; run %gpu_reset again when that work finishes"
@@ -103,44 +114,41 @@ def _accelerator_visible() -> bool:
     return cupy_support.loaded() is not None and cupy_support.device_count() > 0
 
 
-def _variables_holding_accelerator_memory(found: Scan, reach: dict) -> list[str]:
+def _variables_holding_accelerator_memory(found: Scan) -> list[str]:
     accelerator = _accelerator_visible()
-    devices = {key: (group.device, group.framework) for key, group in found.groups.items()}
-    chosen = []
-    for root, keys in reach.items():
-        if root.kind != notebook_refs.VARIABLE:
-            continue
-        for key in keys:
-            device, framework = devices[key]
-            on_device = not device.startswith("cpu")
-            if on_device or (not accelerator and framework in ("torch", "jax")):
-                chosen.append(root.key)
-                break
+
+    def counts(device: str, framework: Optional[str]) -> bool:
+        return not device.startswith("cpu") or (not accelerator and framework in ("torch", "jax"))
+
+    walker = found.walker
+    frameworks = map(ROW_FRAMEWORK, walker.found.rows)
+    places = list(zip(walker.found.devices, frameworks))
+    wanted = {place for place in set(places) if counts(*place)}
+    keys = set(itertools.compress(found.keys, map(wanted.__contains__, places)))
+    keys.update(
+        key for key, saved in walker.graphs.saved.items() if counts(saved.info.device, "torch")
+    )
+    chosen = [
+        root.key
+        for root, reached in found.reach_by_root().items()
+        if root.kind == notebook_refs.VARIABLE and not keys.isdisjoint(reached)
+    ]
     return sorted(chosen)
 
 
 def _build_plan(found: Scan, shell, namespace: dict, names: tuple, all_vars: bool):
-    reach = found.reach_by_root()
-    holding = {root for root, keys in reach.items() if keys}
-    variables = _variables_holding_accelerator_memory(found, reach) if all_vars else list(names)
+    holding = found.reach.holding()
+    variables = _variables_holding_accelerator_memory(found) if all_vars else list(names)
     plan = notebook_refs.plan_drop(shell, namespace, holding, variables)
     plan.roots.update(root for root in holding if root.kind == COMPILED_GRAPH)  # dynamo's reset
-    return plan, reach
+    return plan
 
 
-def _estimate(found: Scan, plan: notebook_refs.DropPlan, reach: dict) -> tuple[int, set]:
-    """Bytes of the blocks reached only through roots the plan drops, and their keys."""
-    holders: dict = {}
-    for root, keys in reach.items():
-        for key in keys:
-            holders.setdefault(key, set()).add(root)
-    freed = set()
-    total = 0
-    for key, roots in holders.items():
-        if roots <= plan.roots:
-            freed.add(key)
-            total += found.groups[key].storage_nbytes
-    return total, freed
+def _would_stay(found: Scan, freed: set) -> list:
+    """The scan's entries less the blocks in `freed` (where `dropping.still_held` cannot
+    read the list off the scan)."""
+    freed_ids = {(found.groups[key].storage_id, found.groups[key].device) for key in freed}
+    return [item for item in found.leftovers if (item.storage_id, item.device) not in freed_ids]
 
 
 # ---------------------------------------------------------------- caches and figures
@@ -169,6 +177,22 @@ def _reset_compiled(report: ReleaseReport, torch, namespace: dict) -> None:
         return
     if done is not None:
         report.steps.append(str(done))
+
+
+def _figures_after(report: ReleaseReport, before: list, torch) -> None:
+    """Each device's allocator figures before and now, and NVML's used memory now."""
+    after = dict((name, (alloc, res)) for name, alloc, res in _device_figures(torch))
+    for name, alloc, res in before:
+        now = after.get(name)
+        report.devices.append(
+            DeviceRelease(name, alloc, res, now[0] if now else None, now[1] if now else None)
+        )
+    for name, (alloc, res) in after.items():
+        if not any(device.device == name for device in report.devices):
+            report.devices.append(DeviceRelease(name, 0, 0, alloc, res))
+    if report.nvml_used_before is not None:
+        used = nvml.used_memory()
+        report.nvml_used_after = None if used is None else list(used.per_device)
 
 
 def _release_caches(report: ReleaseReport, torch) -> None:
@@ -242,7 +266,17 @@ def gpu_reset(
     """
     shell, namespace = notebook_refs.resolve_namespace(shell, namespace)
     _validate(names, all_vars, dry_run, namespace, shell)
+    # gc.collect() below is the one pass of the cyclic collector over the scan's records
+    collecting = gc.isenabled()
+    gc.disable()
+    try:
+        return _reset(names, all_vars, dry_run, shell, namespace)
+    finally:
+        if collecting:
+            gc.enable()
 
+
+def _reset(names: tuple, all_vars: bool, dry_run: bool, shell, namespace: dict) -> ReleaseReport:
     report = ReleaseReport(dry_run=dry_run, names=list(names), all_vars=all_vars)
     torch = torch_support.loaded()
     health = cuda_health.health()
@@ -254,47 +288,27 @@ def gpu_reset(
         report.nvml_used_call = used.call
 
     found = scan(namespace=namespace, shell=shell, keep_refs=not dry_run, budget_s=SCAN_BUDGET_S)
-    if not found.leftovers.complete:
+    if not found.complete:
         report.warnings.append(
             f"the scan stopped at its {SCAN_BUDGET_S:g} s budget; what it did not reach is "
-            f"neither counted nor released; not searched to the end: "
-            + "; ".join(found.leftovers.unfinished)
+            f"neither counted nor released; not searched to the end: " + "; ".join(found.unfinished)
         )
-    plan, reach = _build_plan(found, shell, namespace, names, all_vars)
+    plan = _build_plan(found, shell, namespace, names, all_vars)
     report.dropped = plan.counts()
     report.dropped_names = plan.names()
-    report.estimated_bytes, freed_keys = _estimate(found, plan, reach)
+    dropped = set(plan.roots)
+    freed_keys = found.reach.only_through(dropped)
+    report.estimated_bytes = dropping.nbytes(found, freed_keys)
 
     if dry_run:
         report.devices = [DeviceRelease(name, alloc, res) for name, alloc, res in before]
-        freed_groups = [found.groups[key] for key in freed_keys]
-        freed_ids = {(group.storage_id, group.device) for group in freed_groups}
-        report.leftovers = [
-            item for item in found.leftovers if (item.storage_id, item.device) not in freed_ids
-        ]
-        if health.broken:
-            report.restart_required = True
-            report.warnings.append(f"{health.detail}; {cuda_health.RESTART_ADVICE}")
-        elif health.busy:
-            report.notes.append(
-                f"the GPU is still running CUDA work queued by the last cell ({health.detail});"
-                f" %gpu_reset waits up to {SYNC_TIMEOUT_S:g} s for it before emptying the cache"
-            )
-        elif health.state == cuda_health.FORKED:
-            report.notes.append(f"no CUDA cache to empty: {health.detail}")
-        frames = len(torch_compile.compiled_codes())
-        if frames:
-            report.notes.append(
-                f"would run torch._dynamo.reset(): {frames} compiled frame(s); "
-                f"{torch_compile.RECOMPILE_NOTE}"
-            )
-        _add_history_notes(report)
+        held = dropping.still_held(found, dropped)
+        report.leftovers = held if held is not None else _would_stay(found, freed_keys)
+        _dry_run_notes(report, health)
         return report
 
-    weak_by_key = {key: group.weakrefs for key, group in found.groups.items()}
-    sizes = {key: group.storage_nbytes for key, group in found.groups.items()}
-    del found, reach  # they hold no array, but let nothing of them outlive the drop
-
+    # what the drop changes: a walk that went into it would not find the same again
+    reusable = not dropping.walked_any(found, plan.changes(shell, namespace))
     done = plan.apply(shell, namespace)
     report.dropped["traceback frames"] = done.frames_cleared
     report.warnings += done.warnings
@@ -304,34 +318,49 @@ def gpu_reset(
     _reset_compiled(report, torch, namespace)
     _release_caches(report, torch)
 
-    report.released_bytes = sum(
-        sizes[key]
-        for key, weaks in weak_by_key.items()
-        if weaks and all(weak() is None for weak in weaks)
-    )
-    after = dict((name, (alloc, res)) for name, alloc, res in _device_figures(torch))
-    for name, alloc, res in before:
-        now = after.get(name)
-        report.devices.append(
-            DeviceRelease(name, alloc, res, now[0] if now else None, now[1] if now else None)
-        )
-    for name, (alloc, res) in after.items():
-        if not any(device.device == name for device in report.devices):
-            report.devices.append(DeviceRelease(name, 0, 0, alloc, res))
-    if report.nvml_used_before is not None:
-        used = nvml.used_memory()
-        report.nvml_used_after = None if used is None else list(used.per_device)
-    after_scan = find_leftovers(namespace=namespace, shell=shell, budget_s=SCAN_BUDGET_S)
-    report.leftovers = list(after_scan)
-    if not after_scan.complete:
-        report.notes.append(
-            "still held: the list is what was found in "
-            f"{SCAN_BUDGET_S:g} s; not searched to the end: " + "; ".join(after_scan.unfinished)
-        )
+    now = dropping.states(found)  # which arrays the scan saw are gone: their weakrefs
+    report.released_bytes = dropping.nbytes(found, dropping.released(found, now))
+    _figures_after(report, before, torch)
+    held = None
+    if reusable and dropping.same_roots(found, dropped, shell, namespace):
+        held = dropping.still_held(found, dropped, now)
+    del now
+    dropping.forget_weakrefs(found)  # their work is done: the report keeps none of them
+    if held is not None:
+        report.leftovers = held
+    else:
+        del found  # a second walk: the plan's scan cannot say what is still held
+        after_scan = find_leftovers(namespace=namespace, shell=shell, budget_s=SCAN_BUDGET_S)
+        report.leftovers = after_scan
+        if not after_scan.complete:
+            report.notes.append(
+                "still held: the list is what was found in "
+                f"{SCAN_BUDGET_S:g} s; not searched to the end: " + "; ".join(after_scan.unfinished)
+            )
     if report.dropped.get("exceptions"):
         report.notes.append("the last exception is gone: %debug and %tb have nothing to show")
     _add_history_notes(report)
     return report
+
+
+def _dry_run_notes(report: ReleaseReport, health) -> None:
+    if health.broken:
+        report.restart_required = True
+        report.warnings.append(f"{health.detail}; {cuda_health.RESTART_ADVICE}")
+    elif health.busy:
+        report.notes.append(
+            f"the GPU is still running CUDA work queued by the last cell ({health.detail});"
+            f" %gpu_reset waits up to {SYNC_TIMEOUT_S:g} s for it before emptying the cache"
+        )
+    elif health.state == cuda_health.FORKED:
+        report.notes.append(f"no CUDA cache to empty: {health.detail}")
+    frames = len(torch_compile.compiled_codes())
+    if frames:
+        report.notes.append(
+            f"would run torch._dynamo.reset(): {frames} compiled frame(s); "
+            f"{torch_compile.RECOMPILE_NOTE}"
+        )
+    _add_history_notes(report)
 
 
 def _add_history_notes(report: ReleaseReport) -> None:

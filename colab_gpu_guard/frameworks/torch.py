@@ -14,7 +14,8 @@ from typing import NamedTuple, Optional
 
 from .base import presence
 
-# the Framework protocol's names for what torch_arrays reads
+# the Framework protocol's names for what torch_arrays reads (and its bulk readers)
+from .torch_arrays import array_columns as array_columns
 from .torch_arrays import array_info as array_info
 from .torch_arrays import array_infos as array_infos
 

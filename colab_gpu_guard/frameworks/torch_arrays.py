@@ -7,6 +7,7 @@ Framework protocol's names); never imports torch.
 
 from __future__ import annotations
 
+import sys
 from functools import partial
 from operator import attrgetter, methodcaller
 from typing import Optional
@@ -81,6 +82,7 @@ def _sparse_nbytes(tensor) -> Optional[int]:
 _SHAPE = attrgetter("shape")
 _DTYPE = attrgetter("dtype")
 _DEVICE = attrgetter("device")
+_IS_CPU = attrgetter("is_cpu")
 _NBYTES = attrgetter("nbytes")
 _UNTYPED_STORAGE = methodcaller("untyped_storage")
 _STORAGE_NBYTES = methodcaller("nbytes")
@@ -88,42 +90,64 @@ _DATA_PTR = methodcaller("data_ptr")
 _NEW_INFO = partial(tuple.__new__, ArrayInfo)
 
 
-def array_infos(tensors: list) -> list[ArrayInfo]:
-    """``array_info`` of many tensors, one C-level pass per attribute (``map`` with
-    ``attrgetter``/``methodcaller``; a notebook may hold 10^5 tensors). Raises where any
-    tensor is unusual (meta, sparse or nested, an attribute that raises): the caller then
-    reads them one at a time with ``array_info``.
-    """
+def _storage_methods() -> tuple:
+    """``untyped_storage``, the storage's ``nbytes`` and ``data_ptr``: torch's own C methods,
+    called unbound (no bound method is made per tensor, and no Python override of a
+    subclass runs); methodcallers where this torch names its C bases otherwise."""
+    compiled = getattr(sys.modules.get("torch"), "_C", None)
+    tensor_base = getattr(compiled, "TensorBase", None) or getattr(compiled, "_TensorBase", None)
+    storage_base = getattr(compiled, "StorageBase", None)
+    methods = (
+        getattr(tensor_base, "untyped_storage", None),
+        getattr(storage_base, "nbytes", None),
+        getattr(storage_base, "data_ptr", None),
+    )
+    if None in methods:
+        return _UNTYPED_STORAGE, _STORAGE_NBYTES, _DATA_PTR
+    return methods
+
+
+def _device_texts(tensors: list) -> list[str]:
+    """Each tensor's device name; on a CPU notebook without a torch.device per tensor."""
+    if tensors and tensors[0].is_cpu and all(map(_IS_CPU, tensors)):
+        return ["cpu"] * len(tensors)
     devices = list(map(_DEVICE, tensors))
-    device_names = {device: str(device) for device in set(devices)}
-    if "meta" in device_names.values():
+    names = {device: str(device) for device in set(devices)}
+    if "meta" in names.values():
         raise ValueError("meta tensors")  # array_info handles them
+    return list(map(names.__getitem__, devices))
+
+
+def array_columns(tensors: list) -> tuple[list, ...]:
+    """``array_info`` of many tensors as columns, in `ArrayInfo`'s field order (shapes,
+    dtypes, devices, nbytes, storage keys, storage nbytes, storage ids): one C-level pass
+    per attribute (``map`` with ``attrgetter``/``methodcaller``; a notebook may hold 10^6
+    tensors), and no record per tensor. Raises where any tensor is unusual (meta, sparse or
+    nested, an attribute that raises): the caller then reads them one at a time with
+    ``array_info``.
+    """
+    device_texts = _device_texts(tensors)
     dtypes = list(map(_DTYPE, tensors))
     dtype_names = {dtype: _dtype_name(dtype) for dtype in set(dtypes)}
     shapes = list(map(_SHAPE, tensors))  # torch.Size: a tuple already
     nbytes = list(map(_NBYTES, tensors))  # numel() * element_size(), in C
-    storages = list(map(_UNTYPED_STORAGE, tensors))
-    storage_nbytes = list(map(_STORAGE_NBYTES, storages))
-    pointers = list(map(_DATA_PTR, storages))
+    untyped_storage, storage_nbytes_of, data_ptr = _storage_methods()
+    storages = list(map(untyped_storage, tensors))
+    storage_nbytes = list(map(storage_nbytes_of, storages))
+    pointers = list(map(data_ptr, storages))
     del storages
-    device_texts = list(map(device_names.__getitem__, devices))
-    infos = list(
-        map(
-            _NEW_INFO,
-            zip(
-                shapes,
-                map(dtype_names.__getitem__, dtypes),
-                device_texts,
-                nbytes,
-                zip(device_texts, pointers),
-                storage_nbytes,
-                pointers,
-            ),
-        )
-    )
+    keys = list(zip(device_texts, pointers))
+    ids = pointers
     if 0 in pointers or 0 in storage_nbytes:  # empty storages: a key of their own
-        for index, info in enumerate(infos):
-            if info.storage_nbytes == 0 or info.storage_id == 0:
+        ids = list(pointers)
+        for index, (size, pointer) in enumerate(zip(storage_nbytes, pointers)):
+            if size == 0 or pointer == 0:
                 ident = id(tensors[index])
-                infos[index] = info._replace(storage_key=("tensor", ident), storage_id=ident)
-    return infos
+                keys[index], ids[index] = ("tensor", ident), ident
+    dtype_texts = list(map(dtype_names.__getitem__, dtypes))
+    return shapes, dtype_texts, device_texts, nbytes, keys, storage_nbytes, ids
+
+
+def array_infos(tensors: list) -> list[ArrayInfo]:
+    """``array_info`` of many tensors (`array_columns`, one record per tensor)."""
+    return list(map(_NEW_INFO, zip(*array_columns(tensors))))

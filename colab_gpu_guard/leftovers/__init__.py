@@ -24,9 +24,10 @@ Modules: ``records`` (Leftover, DeviceGap, LeftoverList), ``html`` (the table), 
 found and their metadata), ``readers`` (reading without running user code), ``holders``
 (closures, partials, generators, object arrays), ``plain`` (plain data skipped in bulk),
 ``naming`` (a path's name), ``blocks`` (one entry per block of memory), ``scan``
-(find_leftovers, scan, Scan), ``deep`` (the deep scan), ``graphs`` (what autograd graphs
-hold), ``groups`` (the entries by the variable or hidden holder that keeps them:
-``LeftoverList.groups()``).
+(find_leftovers, scan, Scan), ``reach`` (which roots reach which blocks, in bulk),
+``dropping`` (what dropping some roots frees and leaves held, read off a scan: gpu_reset),
+``deep`` (the deep scan), ``graphs`` (what autograd graphs hold), ``groups`` (the entries
+by the variable or hidden holder that keeps them: ``LeftoverList.groups()``).
 """
 
 from __future__ import annotations

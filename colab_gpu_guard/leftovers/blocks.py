@@ -5,10 +5,10 @@ from __future__ import annotations
 
 import collections
 import itertools
-from operator import itemgetter
+import operator
+from collections.abc import Sequence
 from typing import Union
 
-from ..frameworks.base import ArrayInfo
 from ..units import HOLDERS
 from .found import ROW_HOLDER, ROW_PATH, Found, Ref
 from .graphs import Graph
@@ -16,11 +16,6 @@ from .groups import Blocks as GroupColumns
 from .groups import root_labels, root_of
 from .naming import ITEM, PathNames, rank, shared_names
 from .records import Leftover, leftover_of, with_graph
-
-# columns of ArrayInfo, read in C
-_STORAGE_KEY = itemgetter(ArrayInfo._fields.index("storage_key"))
-_STORAGE_NBYTES = itemgetter(ArrayInfo._fields.index("storage_nbytes"))
-_DEVICE = itemgetter(ArrayInfo._fields.index("device"))
 
 
 def leftover_for(names: PathNames, refs: list[Ref]) -> Leftover:
@@ -36,6 +31,14 @@ def leftover_for(names: PathNames, refs: list[Ref]) -> Leftover:
     return leftover_of(name, primary.holder, primary.info, primary.framework, others, holders)
 
 
+def _distinct(ids: list[int]) -> bool:
+    """Whether no two storage ids are equal (then no two keys are: an id names one key).
+    Sorted, not hashed: addresses share their low bits, which a set of ints hashes on,
+    and arrays made one after another mostly lie in address order."""
+    ordered = sorted(ids)
+    return not any(map(operator.eq, ordered, itertools.islice(ordered, 1, None)))
+
+
 class Blocks:
     """One block of memory per storage, in the order each storage was first reached: the
     columns the list is filtered, sorted and totalled by, and ``entry(i)`` for the entry of
@@ -47,19 +50,19 @@ class Blocks:
     """
 
     def __init__(self, found: Found, names: PathNames) -> None:
-        rows, infos = found.rows, found.infos
-        self.rows, self.infos = rows, infos
+        rows = found.rows
+        self.rows, self.found = rows, found
         self.names = names  # names paths on demand; it holds no array
         self.shared: dict[int, Leftover] = {}  # block -> its entry, made now
-        self.order: list[int] = []  # blocks in the order of the list
-        keys = self.keys = list(map(_STORAGE_KEY, infos))
+        self.order: Sequence[int] = []  # blocks in the order of the list
+        keys = self.keys = found.keys
         self.graph_of: dict[int, Graph] = {}  # block -> its autograd graph (add_graphs)
         self.row_of: Union[range, list[int]]
-        if len(dict.fromkeys(keys)) == len(keys):
+        if _distinct(found.storage_ids) or len(dict.fromkeys(keys)) == len(keys):
             self.row_of = range(len(rows))
-            self.sizes: list[int] = list(map(_STORAGE_NBYTES, infos))
+            self.sizes: list[int] = list(found.storage_nbytes)
             self.holders: list[str] = list(map(ROW_HOLDER, rows))
-            self.devices: list[str] = list(map(_DEVICE, infos))
+            self.devices: list[str] = found.devices
             return
         counts = collections.Counter(keys)
         refs = found.refs
@@ -68,6 +71,7 @@ class Blocks:
             if counts[key] > 1:
                 groups.setdefault(key, []).append(refs[index])
         self.row_of, self.sizes, self.holders, self.devices = [], [], [], []
+        sizes, devices = found.storage_nbytes, found.devices
         for index, key in enumerate(keys):
             if counts[key] > 1:
                 group = groups.pop(key, None)
@@ -76,8 +80,7 @@ class Blocks:
                 item = self.shared[len(self.row_of)] = leftover_for(names, group)
                 size, holder, device = item.nbytes, item.holder, item.device
             else:
-                info = infos[index]
-                size, holder, device = info.storage_nbytes, ROW_HOLDER(rows[index]), info.device
+                size, holder, device = sizes[index], ROW_HOLDER(rows[index]), devices[index]
             self.row_of.append(index)
             self.sizes.append(size)
             self.holders.append(holder)
@@ -105,7 +108,7 @@ class Blocks:
         if item is not None:
             return item
         index = self.row_of[block]
-        path, holder, _root, _depth, kind = self.rows[index]
+        path, holder, _root, _depth, framework = self.rows[index]
         name = None
         if path[1] == ITEM:  # list[i] under an already named container: no call
             name = self.names.cache.get(id(path[0]))
@@ -114,8 +117,8 @@ class Blocks:
         return leftover_of(
             name if name is not None else self.names.name_of(path),
             holder,
-            self.infos[index],
-            kind.framework,
+            self.found.info(index),
+            framework,
         )
 
     def group_columns(self) -> GroupColumns:

@@ -11,7 +11,6 @@ from __future__ import annotations
 import gc
 import sys
 import types
-from operator import itemgetter
 
 from .. import notebook_refs
 from ..frameworks import cupy as cupy_support
@@ -26,7 +25,6 @@ from .records import DeviceGap
 from .walker import Walker
 
 _UNNAMED_DESCRIBED = 20  # unnamed storages whose referrers are looked up
-_STORAGE_KEY = itemgetter(ArrayInfo._fields.index("storage_key"))
 _NO_INFO = ArrayInfo((), "", "", 0, None, 0, 0)
 
 
@@ -58,7 +56,7 @@ def _ours(referrer) -> bool:
 
 def scan_unnamed(walker: Walker, notes: list[str]) -> None:
     """Arrays alive that no name reached: recorded with holder 'other'."""
-    named = set(map(_STORAGE_KEY, walker.found.infos))
+    named = set(walker.found.keys)
     named.update(walker.graphs.saved)  # attributed to the graph that saved them
     found: dict = {}  # storage key -> (kind, [arrays])
     classifier = walker.classifier

@@ -4,31 +4,34 @@ C-level pass per attribute), its id() and, when asked, a weakref; `Ref` joins th
 
 from __future__ import annotations
 
+import functools
 import itertools
 import weakref
-from collections.abc import Hashable
-from operator import attrgetter, itemgetter
+from collections.abc import Callable, Hashable
+from operator import itemgetter
 from typing import Any, NamedTuple, Optional
 
 from ..frameworks import torch as torch_support
 from ..frameworks.base import ArrayInfo
-from .kinds import Kind
 
 
 class Row(NamedTuple):
-    """Where an array was found: its path, who holds the root, the root's key, how deep
-    below it, and the array type's `Kind`.
+    """Where an array was found: its path, who holds the root, the root (its key as a
+    plain tuple: `Walker.root_keys` maps it back), how deep below it, and the array's
+    framework.
 
     The walk records rows as plain tuples in this layout (a NamedTuple per reference would
     cost a Python call each in the hot loop); read them with the getters below, or unpack
-    them as ``path, holder, root, depth, kind = row``.
+    them as ``path, holder, root, depth, framework = row``. Plain tuples of plain values:
+    the cyclic collector stops tracking them after its first pass (a notebook may hold
+    10^6 arrays; every later collection would go over each row otherwise).
     """
 
     path: tuple
     holder: str
     root: Hashable
     depth: int
-    kind: Kind
+    framework: str
 
 
 class Ref(NamedTuple):
@@ -63,18 +66,26 @@ ROW_PATH = itemgetter(Row._fields.index("path"))
 ROW_HOLDER = itemgetter(Row._fields.index("holder"))
 ROW_ROOT = itemgetter(Row._fields.index("root"))
 ROW_DEPTH = itemgetter(Row._fields.index("depth"))
-ROW_KIND = itemgetter(Row._fields.index("kind"))
+ROW_FRAMEWORK = itemgetter(Row._fields.index("framework"))
 # Refs are made from plain tuples in bulk: tuple.__new__(Ref, values) in C, where Ref(...)
 # would be a Python call per reference.
 _NEW_TUPLE = tuple.__new__
-_FRAMEWORK = attrgetter("framework")
 
 
-def _weak(array: Any) -> Optional[weakref.ref]:
+def _weak(array: Any, callback: Callable) -> Optional[weakref.ref]:
     try:
-        return weakref.ref(array)
+        return weakref.ref(array, callback)
     except TypeError:
         return None
+
+
+def _weaks(arrays: list, callback: Callable) -> list[Optional[weakref.ref]]:
+    """A weakref to each array that calls ``callback`` when the array goes (None where
+    its type takes no weakref), made in C when all take one."""
+    try:
+        return list(map(weakref.ref, arrays, itertools.repeat(callback)))
+    except TypeError:
+        return [_weak(array, callback) for array in arrays]
 
 
 def _info_or_none(info_of, array: Any) -> Optional[ArrayInfo]:
@@ -84,36 +95,86 @@ def _info_or_none(info_of, array: Any) -> Optional[ArrayInfo]:
         return None
 
 
-def _bulk_infos(arrays: list, rows: list[tuple]) -> list[Optional[ArrayInfo]]:
-    """``info_of(array)`` for every recorded array (None where it failed), in order; torch
-    tensors' metadata in one C-level pass per attribute (``torch_support.array_infos``)."""
-    kinds = set(map(ROW_KIND, rows))
-    kind = next(iter(kinds)) if len(kinds) == 1 else Kind(-1)
-    if kind.framework == "torch" and kind.info_of is torch_support.array_info:
+def _bulk_columns(
+    arrays: list, rows: list[tuple], readers: dict[str, Callable[[Any], ArrayInfo]]
+) -> tuple[list, Optional[list[bool]]]:
+    """The metadata of every recorded array (``readers``: its framework's ``info_of``), as
+    columns in `ArrayInfo`'s field order, and which arrays those are (None: all; the
+    others' metadata could not be read); torch tensors' in one C-level pass per attribute
+    (``torch_support.array_columns``)."""
+    frameworks = set(map(ROW_FRAMEWORK, rows))
+    if frameworks == {"torch"} and readers.get("torch") is torch_support.array_info:
         try:
-            return torch_support.array_infos(arrays)
+            return list(torch_support.array_columns(arrays)), None
         except Exception:
             pass
-    infos_of = map(attrgetter("info_of"), map(ROW_KIND, rows))
-    return list(map(_info_or_none, infos_of, arrays))
+    infos_of = map(readers.__getitem__, map(ROW_FRAMEWORK, rows))
+    infos = list(map(_info_or_none, infos_of, arrays))
+    kept = None
+    if None in infos:
+        kept = [info is not None for info in infos]
+        infos = list(itertools.compress(infos, kept))
+    columns = [list(column) for column in zip(*infos)] if infos else [[] for _ in _FIELDS]
+    return columns, kept
+
+
+_FIELDS = ArrayInfo._fields
+_KEY, _SIZE, _DEVICE, _ID = (
+    _FIELDS.index(name) for name in ("storage_key", "storage_nbytes", "device", "storage_id")
+)
+_NEW_INFO = functools.partial(tuple.__new__, ArrayInfo)
 
 
 class Found:
-    """``rows[i]`` is where reference i was found (a `Row`-layout tuple), ``infos[i]`` its
-    array's metadata, ``idents[i]`` the array's id() and ``weaks[i]`` a weakref to it
-    (keep_refs only).
+    """``rows[i]`` is where reference i was found (a `Row`-layout tuple), ``info(i)`` its
+    array's metadata (kept as columns: ``columns[f][i]`` is field f of `ArrayInfo`;
+    ``keys``, ``storage_nbytes``, ``devices`` and ``storage_ids`` name four of them),
+    ``idents[i]`` the array's id() and ``weaks[i]`` a weakref to it (keep_refs only;
+    ``died`` collects those whose array is gone).
     Arrays wait in ``pending`` (their rows, as plain tuples, in ``pending_rows``) until
     ``finish()`` reads their metadata in bulk; ``refs`` builds the `Ref`s on demand."""
 
-    def __init__(self, keep_refs: bool = False) -> None:
+    def __init__(
+        self, keep_refs: bool = False, readers: Optional[dict[str, Callable]] = None
+    ) -> None:
         self.keep_refs = keep_refs
+        self.readers = readers or {}  # framework -> its info_of
         self.rows: list[tuple] = []  # Row layout
-        self.infos: list[ArrayInfo] = []
+        self.columns: list[list] = [[] for _ in _FIELDS]
         self.idents: list[int] = []
         self.weaks: list = []
+        self.died: list[weakref.ref] = []  # weaks whose array is gone (their callback)
         self.pending: list = []  # arrays awaiting metadata (strong refs until finish())
         self.pending_rows: list[tuple] = []  # Row layout
         self._refs: list[Ref] = []
+        self._infos: list[ArrayInfo] = []
+
+    @property
+    def keys(self) -> list:
+        return self.columns[_KEY]
+
+    @property
+    def storage_nbytes(self) -> list[int]:
+        return self.columns[_SIZE]
+
+    @property
+    def devices(self) -> list[str]:
+        return self.columns[_DEVICE]
+
+    @property
+    def storage_ids(self) -> list[int]:
+        return self.columns[_ID]
+
+    def info(self, index: int) -> ArrayInfo:
+        return _NEW_INFO([column[index] for column in self.columns])
+
+    @property
+    def infos(self) -> list[ArrayInfo]:
+        """Every reference's `ArrayInfo`, in the order found (made on first use)."""
+        made = self._infos
+        if len(made) < len(self.rows):
+            made += map(_NEW_INFO, zip(*(column[len(made) :] for column in self.columns)))
+        return made
 
     def finish(self) -> None:
         """Read the metadata of the arrays recorded since the last call; drop the arrays."""
@@ -121,23 +182,36 @@ class Found:
         if not arrays:
             return
         try:
-            infos = _bulk_infos(arrays, rows)
+            columns, kept = _bulk_columns(arrays, rows, self.readers)
             idents = list(map(id, arrays))
-            weaks = [_weak(array) for array in arrays] if self.keep_refs else []
-            if None in infos:  # arrays whose metadata could not be read are left out
-                kept = [info is not None for info in infos]
+            weaks = _weaks(arrays, self.died.append) if self.keep_refs else []
+            if kept is not None:  # arrays whose metadata could not be read are left out
                 rows = list(itertools.compress(rows, kept))
-                infos = list(itertools.compress(infos, kept))
                 idents = list(itertools.compress(idents, kept))
                 weaks = list(itertools.compress(weaks, kept))
-            self.rows += rows
-            self.infos += infos  # type: ignore[arg-type]
-            self.idents += idents
-            self.weaks += weaks
+            else:
+                rows = list(rows)  # pending_rows is emptied below
+            if self.rows:
+                self.rows += rows
+                for column, more in zip(self.columns, columns):
+                    column += more
+                self.idents += idents
+                self.weaks += weaks
+            else:  # the first: no copy
+                self.rows, self.columns, self.idents, self.weaks = rows, columns, idents, weaks
         finally:
             # never keep an array alive past the scan; the lists stay (the walk appends to them)
             del arrays[:]
             del self.pending_rows[:]
+
+    def subset(self, kept: list[bool]) -> Found:
+        """The references where ``kept`` is True, in the order found (``finish()`` done),
+        without weakrefs."""
+        part = Found(False, self.readers)
+        part.rows = list(itertools.compress(self.rows, kept))
+        part.columns = [list(itertools.compress(column, kept)) for column in self.columns]
+        part.idents = list(itertools.compress(self.idents, kept))
+        return part
 
     @property
     def refs(self) -> list[Ref]:
@@ -156,7 +230,7 @@ class Found:
                     map(ROW_ROOT, rows),
                     map(ROW_DEPTH, rows),
                     itertools.count(start),
-                    map(_FRAMEWORK, map(ROW_KIND, rows)),
+                    map(ROW_FRAMEWORK, rows),
                     self.infos[start:],
                     itertools.islice(weaks, start, None),
                     self.idents[start:],

@@ -6,7 +6,8 @@ from __future__ import annotations
 import collections.abc
 import gc
 import itertools
-from dataclasses import asdict, dataclass
+import operator
+from dataclasses import asdict, dataclass, fields
 from typing import Any, Callable, Optional
 
 from ..frameworks.base import ArrayInfo
@@ -61,9 +62,13 @@ class Leftover:
         return Graph(self.graph_tensors, self.graph_nbytes, self.graph_shared_nbytes)
 
     def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
+        """``dataclasses.asdict``'s dict (its fields hold only plain values and tuples of
+        them), without its recursion: a list may hold 10^6 entries."""
+        return dict(zip(_LEFTOVER_FIELDS, _LEFTOVER_VALUES(self)))
 
 
+_LEFTOVER_FIELDS = tuple(item.name for item in fields(Leftover))
+_LEFTOVER_VALUES = operator.attrgetter(*_LEFTOVER_FIELDS)
 _HOLDER_TUPLES = {holder: (holder,) for holder in HOLDERS}
 _NEW = object.__new__
 
@@ -185,14 +190,20 @@ class LeftoverList(collections.abc.Sequence):
         made._group_columns, made._root_types = group_columns, root_types or {}
         return made
 
+    def columns(self):
+        """The `groups.Blocks` columns of a scan's list (grouping it without making every
+        entry); None for a list of entries."""
+        return self._group_columns() if self._group_columns is not None else None
+
     def groups(self, entries_per_group: Optional[int] = 3):
         """The entries by the root holding them (`groups.LeftoverGroups`): hidden holders
         (output history, frames, graphs) first, what ``%gpu_reset`` releases marked; each
         group keeps its biggest `entries_per_group` entries (None: all)."""
         from .groups import group_leftovers
 
-        columns = self._group_columns() if self._group_columns is not None else None
-        return group_leftovers(self, entries_per_group, columns, self._root_types, self.notes)
+        return group_leftovers(
+            self, entries_per_group, self.columns(), self._root_types, self.notes
+        )
 
     def __len__(self) -> int:
         return len(self._items)

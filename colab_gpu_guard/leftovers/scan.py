@@ -1,15 +1,18 @@
 """``find_leftovers()`` and the scan behind it: walk what the notebook keeps alive
 (`notebook_refs.roots`), read the arrays' metadata in bulk, group references by the memory
 they live in, and list one entry per block, biggest first. `Scan` is what ``gpu_reset``
-reads: the list, the references per block, and which roots reach which blocks."""
+reads: the list, the references per block, which roots reach which blocks (`reach`), and
+the roots it started from (`dropping` reads what dropping some of them changes)."""
 
 from __future__ import annotations
 
+import functools
 import gc
+import itertools
+import operator
 import weakref
-from collections.abc import Hashable, Iterable
+from collections.abc import Callable, Hashable, Iterable
 from dataclasses import dataclass, field
-from operator import attrgetter
 from typing import Any, NamedTuple, Optional
 
 from .. import notebook_refs
@@ -17,13 +20,15 @@ from ..frameworks import torch_compile
 from ..units import OTHER, USER_VARIABLE
 from .blocks import Blocks
 from .deep import allocator_gaps, scan_unnamed
-from .found import Ref
+from .found import Found, Ref
+from .graphs import Graphs
+from .kinds import ATOMIC
 from .naming import PathNames, best_paths
+from .reach import Reach
 from .records import DeviceGap, LeftoverList
-from .walker import DEFAULT_MAX_DEPTH, OutOfTime, Walker, reach_by_root
+from .walker import DEFAULT_MAX_DEPTH, OutOfTime, Walker
 
 COMPILED_GRAPH = "compiled graph"  # a root kind: a graph torch.compile installed
-_STORAGE_KEY = attrgetter("storage_key")
 DEFAULT_BUDGET_S = 5.0  # find_leftovers(); %gpu_status and the panel take 2 s
 _UNFINISHED_SHOWN = 3
 
@@ -71,13 +76,42 @@ def group_refs(refs: Iterable[Ref]) -> dict[Hashable, list[Ref]]:
 
 @dataclass
 class Scan:
-    """A scan's result: ``leftovers`` (the public list), ``groups`` (storage key -> its
-    `Group`) and ``reach_by_root()`` (root key -> the storage keys it reaches). It holds
-    no array (weakrefs at most)."""
+    """A scan's result: ``leftovers`` (the public list, made on first use), ``groups``
+    (storage key -> its `Group`), ``reach`` (which roots reach which blocks), ``roots``
+    (`root_ids`: each root walked, in order), the list's ``notes`` and what the walk did
+    not search to the end (``unfinished``). It holds no array (weakrefs at most)."""
 
-    leftovers: LeftoverList
     walker: Walker = field(repr=False)
+    roots: list[tuple] = field(default_factory=list, repr=False)
+    root_types: dict[str, str] = field(default_factory=dict, repr=False)
+    notes: list[str] = field(default_factory=list)
+    unfinished: list[str] = field(default_factory=list)
+    deep: bool = False
+    _listing: Optional[Callable[[], tuple[Blocks, LeftoverList]]] = field(default=None, repr=False)
+    _listed: Optional[tuple[Blocks, LeftoverList]] = field(default=None, repr=False)
     _groups: Optional[dict[Hashable, Group]] = field(default=None, repr=False)
+    _reach: Optional[Reach] = field(default=None, repr=False)
+
+    @property
+    def leftovers(self) -> LeftoverList:
+        """The list, one entry per block, biggest first (made on first use: ``gpu_reset``
+        needs it only after its gc.collect(), which then does not go over it)."""
+        return self._list()[1]
+
+    @property
+    def blocks(self) -> Blocks:
+        return self._list()[0]
+
+    def _list(self) -> tuple[Blocks, LeftoverList]:
+        if self._listed is None:
+            assert self._listing is not None
+            self._listed, self._listing = self._listing(), None
+        return self._listed
+
+    @property
+    def complete(self) -> bool:
+        """Every root was walked to the end (the time budget did not run out)."""
+        return not self.unfinished
 
     @property
     def groups(self) -> dict[Hashable, Group]:
@@ -90,13 +124,26 @@ class Scan:
                 self._groups[key] = Group(key, [ref])  # memory an autograd graph saved
         return self._groups
 
+    @property
+    def keys(self) -> list:
+        """Each reference's storage key, in the order found."""
+        return self.walker.found.keys
+
+    @property
+    def reach(self) -> Reach:
+        """Which roots reach which blocks (built on first use)."""
+        if self._reach is None:
+            walker = self.walker
+            self._reach = Reach(
+                walker.found.rows, self.keys, walker.aliases, walker.graphs, walker.root_keys
+            )
+        return self._reach
+
     def reach_by_root(self) -> dict[Hashable, set]:
         """Root key (`notebook_refs.RootKey`) -> the storage keys it reaches, counting
         containers first reached from another root, and what the autograd graphs of the
         tensors it reaches saved."""
-        reach = reach_by_root(self.walker.found.refs, self.walker.aliases)
-        self.walker.graphs.add_reach(reach)
-        return reach
+        return self.reach.by_root()
 
 
 def _device_matches(device: str, wanted) -> bool:
@@ -110,26 +157,43 @@ def _device_matches(device: str, wanted) -> bool:
     return any(part.split(":")[0] == wanted for part in device.split("+"))
 
 
-def _scan_roots(walker: Walker, shell, namespace: Optional[dict]) -> tuple[dict[str, str], int]:
-    """Walk every root; returns each user variable's type name (for the groups) and how
-    many roots the time budget left unsearched."""
-    types = {}
-    roots = list(notebook_refs.roots(shell, namespace if namespace is not None else {}))
-    for index, root in enumerate(roots):
-        if root.holder == USER_VARIABLE:
-            types[root.label] = type(root.value).__name__
-        started = len(walker.unfinished)
-        try:
-            walker.visit_root(root.label, root.value, root.holder, root.key, root.depth)
-        except OutOfTime:  # this root is named in `unfinished` if its walk had begun
-            return types, len(roots) - index - (len(walker.unfinished) > started)
-    # what torch.compile's caches hold: never a user variable, freed by dynamo's reset
+def root_entries(shell, namespace: Optional[dict]) -> list[tuple]:
+    """Every root a scan starts from, in order, as (key, label, holder, value, depth): the
+    notebook's (`notebook_refs.roots`), then the graphs torch.compile's caches hold (never
+    a user variable; freed by dynamo's reset)."""
+    entries = [
+        tuple(root)
+        for root in notebook_refs.roots(shell, namespace if namespace is not None else {})
+    ]
     for graph in torch_compile.compiled_graphs(namespace):
         key = notebook_refs.RootKey(COMPILED_GRAPH, graph.label)
+        entries.append((key, graph.label, OTHER, graph.value, 0))
+    return entries
+
+
+def root_ids(entries: list[tuple]) -> list[tuple]:
+    """(key, label, id(value)) of each root that can hold an array (a plain value as a
+    root, such as a blanked ``_``, reaches nothing)."""
+    return [
+        (key, label, id(value))
+        for key, label, _holder, value, _depth in entries
+        if type(value) not in ATOMIC
+    ]
+
+
+def _scan_roots(walker: Walker, entries: list[tuple]) -> tuple[dict[str, str], int]:
+    """Walk every root; returns each user variable's type name (for the groups) and how
+    many of the notebook's roots the time budget left unsearched."""
+    types = {}
+    notebook = sum(1 for entry in entries if entry[0].kind != COMPILED_GRAPH)
+    for index, (key, label, holder, value, depth) in enumerate(entries):
+        if holder == USER_VARIABLE:
+            types[label] = type(value).__name__
+        started = len(walker.unfinished)
         try:
-            walker.visit_root(graph.label, graph.value, OTHER, key)
-        except OutOfTime:
-            return types, 0
+            walker.visit_root(label, value, holder, key, depth)
+        except OutOfTime:  # this root is named in `unfinished` if its walk had begun
+            return types, max(0, notebook - index - (len(walker.unfinished) > started))
     return types, 0
 
 
@@ -158,42 +222,38 @@ def scan(
     """The scan behind ``find_leftovers``; ``keep_refs`` keeps a weakref per reference;
     ``budget_s``: seconds the walk may take (None: no limit)."""
     shell, namespace = notebook_refs.resolve_namespace(shell, namespace)
+    # The walk builds many small tuples and no cycles: keep the cyclic collector from
+    # running over every live object again and again meanwhile, and over the scan's own
+    # records before it is done.
+    collecting = gc.isenabled()
+    gc.disable()
+    try:
+        return _scan(shell, namespace, device, deep, max_depth, keep_refs, budget_s)
+    finally:
+        if collecting:
+            gc.enable()
+
+
+def _scan(shell, namespace, device, deep, max_depth, keep_refs, budget_s) -> Scan:
     walker = Walker(max_depth=max_depth, keep_refs=keep_refs, budget_s=budget_s)
     found = walker.found
     names = PathNames(lambda: best_paths(found.refs))
     notes: list[str] = []
-    gaps: list[DeviceGap] = []
-    # The walk builds many small tuples and no cycles: keep the cyclic collector from
-    # running over every live object again and again meanwhile.
-    collecting = gc.isenabled()
-    gc.disable()
+    entries = root_entries(shell, namespace)
+    roots = root_ids(entries)
     graphs = walker.graphs
     try:
-        root_types, skipped = _scan_roots(walker, shell, namespace)
+        root_types, skipped = _scan_roots(walker, entries)
+        del entries
         found.finish()
         if graphs.owners:
-            graphs.resolve(set(map(_STORAGE_KEY, found.infos)))
+            graphs.resolve(set(found.keys))
         if deep:
             scan_unnamed(walker, notes)
             found.finish()
-        blocks = Blocks(found, names)
     finally:
         del graphs.owners[:]  # tensors the deep scan met: their graphs are not measured
-        if collecting:
-            gc.enable()
-    make = blocks.entry
-    if graphs.by_block:
-        blocks.add_graphs(graphs.by_block)
-        make = blocks.entry_with_graph
     notes += graphs.notes()
-    if deep:
-        gaps = allocator_gaps(blocks.devices, blocks.sizes)
-    order: Any = range(len(blocks.sizes))
-    if device is not None:
-        order = [j for j in order if _device_matches(blocks.devices[j], device)]
-        gaps = [gap for gap in gaps if _device_matches(gap.device, device)]
-    # biggest first; equal sizes in the order found (variables as defined, items by index)
-    order = blocks.order = sorted(order, key=blocks.sizes.__getitem__, reverse=True)
     unfinished: list[str] = []
     if walker.ran_out or skipped:
         unfinished = _unfinished(walker, names, skipped)
@@ -208,18 +268,60 @@ def scan(
         notes.append(
             "NumPy arrays are found by name only (the garbage collector does not track them)"
         )
-    leftovers = LeftoverList._made_on_access(
+    listing = functools.partial(
+        _listing, found, names, graphs, root_types, notes, unfinished, device, deep
+    )
+    return Scan(walker, roots, root_types, notes, unfinished, deep, listing)
+
+
+def _listing(
+    found: Found,
+    names: PathNames,
+    graphs: Graphs,
+    root_types: dict[str, str],
+    notes: list[str],
+    unfinished: list[str],
+    device,
+    deep: bool,
+) -> tuple[Blocks, LeftoverList]:
+    """A scan's blocks and its list (on `device`; with the allocator gaps when `deep`)."""
+    blocks = Blocks(found, names)
+    if graphs.by_block:
+        blocks.add_graphs(graphs.by_block)
+    gaps: list[DeviceGap] = allocator_gaps(blocks.devices, blocks.sizes) if deep else []
+    order: Any = range(len(blocks.sizes))
+    if device is not None:
+        order = [j for j in order if _device_matches(blocks.devices[j], device)]
+        gaps = [gap for gap in gaps if _device_matches(gap.device, device)]
+    leftovers = listed(
+        blocks, order, root_types, gaps=gaps, notes=notes, deep=deep, unfinished=unfinished
+    )
+    return blocks, leftovers
+
+
+def listed(
+    blocks: Blocks, order: Iterable[int], root_types: dict[str, str], **extra
+) -> LeftoverList:
+    """The list of `blocks` (those in `order`), biggest first; equal sizes in the order
+    found (variables as defined, items by index). ``extra``: `LeftoverList`'s own fields."""
+    make = blocks.entry_with_graph if blocks.graph_of else blocks.entry
+    sizes, holders = blocks.sizes, blocks.holders
+    if order == range(len(sizes)) and not any(
+        map(operator.lt, sizes, itertools.islice(sizes, 1, None))
+    ):
+        blocks.order = order  # biggest first as found (many arrays of one size): no sort
+    else:
+        order = blocks.order = sorted(order, key=sizes.__getitem__, reverse=True)
+        sizes = list(map(sizes.__getitem__, order))
+        holders = list(map(holders.__getitem__, order))
+    return LeftoverList._made_on_access(
         make,
-        list(map(blocks.sizes.__getitem__, order)),
-        list(map(blocks.holders.__getitem__, order)),
+        sizes,
+        holders,
         group_columns=blocks.group_columns,
         root_types=root_types,
-        gaps=gaps,
-        notes=notes,
-        deep=deep,
-        unfinished=unfinished,
+        **extra,
     )
-    return Scan(leftovers, walker)
 
 
 def find_leftovers(

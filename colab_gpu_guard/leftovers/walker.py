@@ -6,18 +6,18 @@ arrays), with a depth limit, cycle detection and a time budget. Containers and a
 are read through `readers` (no code of the user's runs); plain data is skipped in bulk
 (`plain`). Each array reached is recorded (`found.Found`) under its path (`naming`); a
 container first reached from another root is an alias: that root reaches what lies under
-it too (``aliases``, resolved by `reach_by_root`)."""
+it too (``aliases``, resolved by `reach.Reach`)."""
 
 from __future__ import annotations
 
 import itertools
 import time
-from collections.abc import Hashable, Sequence
+from collections.abc import Hashable
 from operator import attrgetter
-from typing import Any, Optional
+from typing import Optional
 
 from . import holders
-from .found import Found, Ref
+from .found import Found
 from .graphs import Graphs
 from .kinds import (
     ALWAYS,
@@ -67,7 +67,7 @@ class OutOfTime(Exception):
 class Walker:
     """Walks roots into containers and records the arrays it reaches in ``found``.
     ``first_visit``: id(container) -> (root, path) of its first visit; ``aliases``:
-    (root, path) for each later visit from another root. With a ``budget_s``, the walk
+    (root, path, first root) for each later visit from another root. With a ``budget_s``, the walk
     raises `OutOfTime` once it is spent, and ``unfinished`` lists (path, items, items
     searched) for each container it was inside, innermost first."""
 
@@ -81,12 +81,14 @@ class Walker:
         self.classifier = Classifier()
         self.kinds = self.classifier.kinds
         self.classify = self.classifier.classify
-        self.found = Found(keep_refs)
+        readers = {framework: info_of for _type, framework, info_of in self.classifier.array_types}
+        self.found = Found(keep_refs, readers)
         self.graphs = Graphs(keep_refs)
         self.pending = self.found.pending.append
         self.pending_rows = self.found.pending_rows.append
         self.first_visit: dict[int, tuple] = {}
         self.aliases: list[tuple] = []
+        self.root_keys: dict[Hashable, Hashable] = {}  # a root as rows hold it -> its key
         self.deadline = None if budget_s is None else time.perf_counter() + budget_s
         self.unfinished: list[tuple] = []
         self.ran_out = False
@@ -97,7 +99,10 @@ class Walker:
             raise OutOfTime
 
     def visit_root(self, label: str, value, holder: str, root: Hashable, depth: int = 0) -> None:
-        self.visit(value, (None, ROOT, label), depth, holder, root)
+        """Walk from one root; ``root`` (its key) is recorded as a plain tuple (see `Row`)."""
+        held = tuple(root) if isinstance(root, tuple) else root
+        self.root_keys.setdefault(held, root)
+        self.visit(value, (None, ROOT, label), depth, holder, held)
 
     def visit(self, obj, path, depth: int, holder: str, root) -> None:
         kind = type(obj)
@@ -116,7 +121,7 @@ class Walker:
         first = self.first_visit.get(ident)
         if first is not None:
             if first[0] != root:
-                self.aliases.append((root, first[1]))
+                self.aliases.append((root, first[1], first[0]))
             return
         self.first_visit[ident] = (root, path)
         if self.deadline is not None:
@@ -233,7 +238,7 @@ class Walker:
 
     def record(self, array, what: Kind, path, depth, holder, root) -> None:
         self.pending(array)
-        self.pending_rows((path, holder, root, depth, what))
+        self.pending_rows((path, holder, root, depth, what.framework))
         if what.framework == "torch" and array.requires_grad:
             self.visit_grad(array, path, depth, holder, root)
         elif what.framework == "numpy" and depth < self.max_depth:
@@ -294,12 +299,13 @@ def _walk_items(walker: Walker, items, path, depth, holder, root, node) -> None:
     pending = walker.pending
     pending_rows = walker.pending_rows
     tensor, tensor_what = walker.classifier.tensor_type, walker.classifier.tensor_kind
+    tensor_framework = tensor_what.framework if tensor_what is not None else None
     for index, item in items:
         kind = type(item)
         if kind is tensor:  # the commonest array first: what the general path does
             child = (path, node, index)
             pending(item)
-            pending_rows((child, holder, root, depth, tensor_what))
+            pending_rows((child, holder, root, depth, tensor_framework))
             if item.requires_grad:
                 walker.visit_grad(item, child, depth, holder, root)
             continue
@@ -325,7 +331,7 @@ def _record_items(walker: Walker, arrays, what: Kind, path, depth, holder, root)
             itertools.repeat(holder),
             itertools.repeat(root),
             itertools.repeat(depth),
-            itertools.repeat(what),
+            itertools.repeat(what.framework),
         )
     )
     if what.framework == "torch" and any(map(_REQUIRES_GRAD, arrays)):
@@ -335,23 +341,3 @@ def _record_items(walker: Walker, arrays, what: Kind, path, depth, holder, root)
     elif what.framework == "numpy" and depth < walker.max_depth:
         for index, array in enumerate(arrays):
             holders.walk_object_array(walker, array, (path, ITEM, index), depth + 1, holder, root)
-
-
-def reach_by_root(refs: Sequence[Ref], aliases: Sequence[tuple]) -> dict[Hashable, set]:
-    """root -> storage keys it reaches, counting containers first reached elsewhere."""
-    reach: dict = {}
-    for ref in refs:
-        reach.setdefault(ref.root, set()).add(ref.key)
-    if aliases:
-        node_roots: dict[int, list] = {}
-        for root, node in aliases:
-            node_roots.setdefault(id(node), []).append(root)
-        for ref in refs:
-            path: Any = ref.path
-            while path is not None:
-                roots = node_roots.get(id(path))
-                if roots:
-                    for root in roots:
-                        reach.setdefault(root, set()).add(ref.key)
-                path = path[0]
-    return reach

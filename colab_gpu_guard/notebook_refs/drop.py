@@ -101,6 +101,18 @@ class DropPlan:
         names += self.variables
         return names
 
+    def changes(self, shell: Any, namespace: dict) -> list:
+        """The containers `apply` changes: the namespaces, the output history and, before
+        Python 3.13, the frames' ``f_locals`` snapshots it empties."""
+        changed: list = [namespace, hidden_namespace(shell)]
+        if shell is not None:
+            changed.append(output_history(shell))
+        if sys.version_info < (3, 13):
+            for frame, _exited in self.frames:
+                with contextlib.suppress(Exception):
+                    changed.append(frame.f_locals)
+        return changed
+
     def apply(self, shell: Any, namespace: dict) -> Dropped:
         """Drop everything planned: output history, the last exception with its frames
         and chain, the debugger's frames, and the planned variables."""

@@ -1,0 +1,137 @@
+"""What dropping some of a scan's roots changes, read off the scan (`gpu_reset`): the
+blocks only those roots reach (what dropping them frees), the blocks released since (all
+their arrays' weakrefs dead), and the list of what stays held.
+
+That list is read off the scan instead of walking the notebook again only where a second
+walk would find exactly the same references under the roots kept: the scan searched
+everything; no root kept met a container that a dropped root had reached first (its
+references are named under the dropped root's path); no autograd graph is measured
+against a dropped name; and, after the drop, the same roots hold the same objects, no
+container the drop changed was walked, and every reference kept is still alive (its
+weakref). Otherwise `still_held` answers None and the caller scans again.
+"""
+
+from __future__ import annotations
+
+import itertools
+import operator
+from collections.abc import Iterable
+from typing import Any, NamedTuple, Optional
+
+from .. import notebook_refs
+from .blocks import Blocks
+from .naming import PathNames, best_paths
+from .records import LeftoverList
+from .scan import Scan, listed, root_entries, root_ids
+
+_IS_NONE = type(None).__instancecheck__  # x is None, as a C-level callable
+
+
+class States(NamedTuple):
+    """Per reference of a scan with keep_refs: its array is gone (``dead``; None: none
+    is), or it took no weakref (``unproven``; None: every one took one)."""
+
+    dead: Optional[list[bool]] = None
+    unproven: Optional[list[bool]] = None
+
+    def not_alive(self) -> Optional[list[bool]]:
+        """Per reference: not proven alive (gone, or no weakref); None: all are alive."""
+        if self.unproven is None or self.dead is None:
+            return self.dead if self.unproven is None else self.unproven
+        return list(map(operator.or_, self.dead, self.unproven))
+
+
+def states(scan: Scan) -> States:
+    """Which of the scan's references are gone now, by their weakrefs (whose callbacks
+    listed the gone ones: nothing to look at per reference when none went)."""
+    found = scan.walker.found
+    count = len(found.rows)
+    if len(found.weaks) != count:  # a scan without keep_refs proves nothing
+        return States(None, [True] * count)
+    unproven = list(map(_IS_NONE, found.weaks)) if None in found.weaks else None
+    if not found.died:
+        return States(None, unproven)
+    died = set(map(id, found.died))
+    return States(list(map(died.__contains__, map(id, found.weaks))), unproven)
+
+
+def forget_weakrefs(scan: Scan) -> None:
+    """Drop the scan's weakrefs (its list keeps the rest; 10^6 weakrefs are 10^6 objects
+    the cyclic collector goes over)."""
+    scan.walker.found.weaks = []
+    scan.walker.found.died = []
+    scan.walker.found.keep_refs = False
+
+
+def nbytes(scan: Scan, keys: set) -> int:
+    """The bytes of these blocks (storage keys), each counted once."""
+    if not keys:
+        return 0
+    found = scan.walker.found
+    chosen = list(map(keys.__contains__, found.keys))
+    sizes = dict(
+        zip(
+            itertools.compress(found.keys, chosen),
+            itertools.compress(found.storage_nbytes, chosen),
+        )
+    )
+    for key, saved in scan.walker.graphs.saved.items():
+        if key in keys:
+            sizes.setdefault(key, saved.info.storage_nbytes)
+    return sum(sizes.values())
+
+
+def released(scan: Scan, now: States) -> set:
+    """The blocks seen by the scan whose arrays are all gone now (proven by weakrefs)."""
+    gone: set = set()
+    if now.dead is not None and True in now.dead:
+        keys = scan.keys
+        gone.update(itertools.compress(keys, now.dead))
+        alive = map(operator.not_, now.not_alive())  # type: ignore[arg-type]
+        gone.difference_update(itertools.compress(keys, alive))
+    for key, saved in scan.walker.graphs.saved.items():  # weakrefs to the storages
+        if saved.weak is not None and saved.weak() is None:
+            gone.add(key)
+    return gone
+
+
+def same_roots(scan: Scan, dropped: set, shell: Any, namespace: Optional[dict]) -> bool:
+    """The notebook's roots now are the scan's less `dropped`: same keys, names, objects
+    (those that can hold an array)."""
+    now = root_ids(root_entries(shell, namespace))
+    return now == [entry for entry in scan.roots if entry[0] not in dropped]
+
+
+def walked_any(scan: Scan, objects: Iterable[Any]) -> bool:
+    """Whether the walk went into any of these containers."""
+    visited = scan.walker.first_visit
+    return any(id(item) in visited for item in objects)
+
+
+def still_held(scan: Scan, dropped: set, now: Optional[States] = None) -> Optional[LeftoverList]:
+    """The list a new scan would give once the `dropped` roots are gone, read off `scan`;
+    None where the two could differ (see the module docstring; the roots and the changed
+    containers are the caller's to check). ``now``: the references' states after the drop
+    (every reference kept must be alive); None before anything changed (a dry run)."""
+    reach = scan.reach
+    if not scan.complete or scan.deep or reach.crosses_into(dropped):
+        return None
+    dropped_rows = reach.dropped_rows(dropped)
+    if dropped_rows is not None and scan.walker.graphs.keys_by_block:
+        return None  # the graphs' named blocks and owners would differ
+    kept = None if dropped_rows is None else list(map(operator.not_, dropped_rows))
+    not_alive = None if now is None else now.not_alive()
+    if not_alive is not None and True in (
+        not_alive if kept is None else itertools.compress(not_alive, kept)
+    ):
+        return None
+    if kept is None:
+        return scan.leftovers
+    part = scan.walker.found.subset(kept)
+    blocks = Blocks(part, PathNames(lambda: best_paths(part.refs)))
+    types = {
+        label: kind
+        for label, kind in scan.root_types.items()
+        if notebook_refs.RootKey(notebook_refs.VARIABLE, label) not in dropped
+    }
+    return listed(blocks, range(len(blocks.sizes)), types, notes=scan.notes)

@@ -1,0 +1,234 @@
+"""What `gpu_reset` reports as still held is exactly what a new scan finds afterwards, and
+alive: read off the plan's scan where a second walk would find the same, walked again where
+it would not (a kept name reaching a dropped one's container, a finalizer freeing an array
+during the reset, a variable holding the namespace the reset changes, an autograd graph
+whose saved tensor lost its only name). Real CPU tensors; weakrefs prove what is alive."""
+
+from __future__ import annotations
+
+import dataclasses
+import gc
+import weakref
+
+import pytest
+from IPython.utils.capture import capture_output
+
+torch = pytest.importorskip("torch")
+
+from colab_gpu_guard import reset  # noqa: E402
+from colab_gpu_guard.leftovers import dropping, find_leftovers, scan  # noqa: E402
+from colab_gpu_guard.notebook_refs import VARIABLE, RootKey  # noqa: E402
+
+N = 250_000  # 1 MB of float32
+
+
+@pytest.fixture
+def shell(ip, run_cell):
+    reset.gpu_reset(shell=ip)
+    run_cell("import torch, weakref, sys\nrefs = {}")
+    yield ip
+    reset.gpu_reset(shell=ip)
+    names = "refs keep batch view a b cache Key everything also Phoenix reborn drop w loss train"
+    for name in names.split():
+        ip.user_ns.pop(name, None)
+
+
+@pytest.fixture
+def walks(monkeypatch):
+    """How many times gpu_reset walked the notebook again to say what is still held."""
+    calls: list[int] = []
+    real = reset.find_leftovers
+
+    def counting(*args, **kwargs):
+        calls.append(1)
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(reset, "find_leftovers", counting)
+    return calls
+
+
+def alive(ip, key: str) -> bool:
+    return ip.user_ns["refs"][key]() is not None
+
+
+def fail_cell(run_cell, source: str) -> None:
+    with capture_output():
+        result = run_cell(source)
+    assert result.error_in_exec is not None
+
+
+def assert_same_as_a_new_scan(shell, report) -> None:
+    gc.collect()
+    assert list(report.leftovers) == list(find_leftovers(shell=shell))
+
+
+def test_still_held_is_read_off_the_scan_and_is_what_a_new_scan_finds(shell, run_cell, walks):
+    run_cell(
+        f"keep = torch.ones({N}); view = keep[1:]; batch = [torch.ones(10) for _ in range(5)]\n"
+        "refs['keep'] = weakref.ref(keep)"
+    )
+    run_cell(f"t = torch.zeros({N}); refs['out'] = weakref.ref(t); t")
+    run_cell("del t")
+    fail_cell(
+        run_cell,
+        f"def train():\n    x = torch.ones({N})\n    refs['frame'] = weakref.ref(x)\n"
+        "    raise ValueError('boom')\ntrain()",
+    )
+    report = reset.gpu_reset(shell=shell)
+    assert not walks, "the plan's scan says what is still held"
+    assert not alive(shell, "out") and not alive(shell, "frame") and alive(shell, "keep")
+    names = [item.name for item in report.leftovers]
+    assert names[0] == "keep" and report.leftovers[0].shared_with == ("view",)
+    assert sorted(names[1:]) == [f"batch[{index}]" for index in range(5)]
+    assert report.released_bytes == 2 * N * 4 == report.estimated_bytes
+    assert_same_as_a_new_scan(shell, report)
+
+
+def test_a_dry_run_lists_what_the_reset_then_lists(shell, run_cell, walks):
+    run_cell(f"keep = torch.ones({N}); batch = [torch.ones(10), keep[:5]]")
+    run_cell(f"torch.zeros({N})")
+    dry = reset.gpu_reset(shell=shell, dry_run=True)
+    done = reset.gpu_reset(shell=shell)
+    assert not walks
+    assert [item.name for item in dry.leftovers] == ["keep", "batch[0]"]
+    assert list(dry.leftovers) == list(done.leftovers)
+    assert dry.estimated_bytes == done.released_bytes == N * 4
+    assert_same_as_a_new_scan(shell, done)
+
+
+def test_a_kept_name_reaching_a_dropped_ones_list_is_walked_again(shell, run_cell, walks):
+    """`b` is the list `a` reached first: its tensors were found under `a`."""
+    run_cell("a = [torch.ones(10), torch.ones(20)]; b = a; refs['item'] = weakref.ref(a[1])")
+    report = reset.gpu_reset("a", shell=shell)
+    assert walks == [1]
+    assert "a" not in shell.user_ns and alive(shell, "item")
+    assert sorted(item.name for item in report.leftovers) == ["b[0]", "b[1]"]
+    assert report.released_bytes == report.estimated_bytes == 0
+    assert_same_as_a_new_scan(shell, report)
+
+
+def test_an_array_a_finalizer_frees_during_the_reset_is_not_listed(shell, run_cell, walks):
+    """Dropping the output frees the key of a WeakKeyDictionary the user keeps; its
+    callback removes the entry, and with it the only reference to a tensor."""
+    run_cell(
+        "class Key:\n    pass\n"
+        "cache = weakref.WeakKeyDictionary()\n"
+        f"key = Key(); cache[key] = torch.ones({N}); refs['cached'] = weakref.ref(cache[key])"
+    )
+    run_cell("key, torch.zeros(10)")  # Out[n], _, _n: the only holders of the key left
+    run_cell("del key")
+    assert alive(shell, "cached")
+    assert any(item.name.startswith("cache.") for item in find_leftovers(shell=shell))
+    report = reset.gpu_reset(shell=shell)
+    assert not alive(shell, "cached")
+    assert walks == [1], "a reference kept was freed: the list is walked again"
+    assert not any(item.name.startswith("cache.") for item in report.leftovers)
+    assert_same_as_a_new_scan(shell, report)
+
+
+def test_a_variable_a_finalizer_adds_during_the_reset_is_listed(shell, run_cell, walks):
+    run_cell(
+        f"class Phoenix:\n    def __del__(self):\n        globals()['reborn'] = torch.ones({N})\n"
+    )
+    run_cell("Phoenix(), torch.zeros(10)")  # only the output history holds it
+    report = reset.gpu_reset(shell=shell)
+    assert "reborn" in shell.user_ns
+    assert walks == [1], "the notebook's names changed: the list is walked again"
+    assert [item.name for item in report.leftovers] == ["reborn"]
+    assert_same_as_a_new_scan(shell, report)
+
+
+def test_a_variable_holding_the_namespace_is_walked_again(shell, run_cell, walks):
+    """`everything` reaches `drop` through the namespace the reset deletes it from; the
+    tensor stays alive (`also`), so only a new walk can tell that name is gone."""
+    run_cell(f"drop = torch.ones({N}); also = drop; everything = globals()")
+    report = reset.gpu_reset("drop", shell=shell)
+    assert walks == [1], "the reset changed a dict the walk went into"
+    assert "drop" not in shell.user_ns
+    names = [item.name for item in report.leftovers]
+    assert "also" in names and not any("'drop'" in name for name in names)
+    assert_same_as_a_new_scan(shell, report)
+
+
+def test_graph_memory_named_only_by_a_dropped_output_is_counted_after(shell, run_cell, walks):
+    """Out[n] named the tensor the loss's graph saved; once it is dropped, the graph is
+    what keeps it, and the loss's entry counts it."""
+    run_cell(f"w = torch.ones({N}, requires_grad=True); x = w * 2; loss = x.sin().sum(); x")
+    run_cell("del x")
+    before = {item.name: item for item in find_leftovers(shell=shell)}
+    assert any(item.name.startswith("Out[") for item in before.values())
+    report = reset.gpu_reset(shell=shell)
+    assert walks == [1]
+    held = {item.name: item for item in report.leftovers}
+    assert held["loss"].graph_nbytes == before["loss"].graph_nbytes + N * 4
+    assert_same_as_a_new_scan(shell, report)
+
+
+# ---------------------------------------------------------------- the scan's own answers
+
+
+def test_reach_runs_aliases_and_what_only_some_roots_reach():
+    shared = [torch.ones(3), torch.ones(4)]
+    namespace = {"first": shared, "second": shared, "own": [torch.ones(5)]}
+    found = scan(namespace=namespace, keep_refs=True)
+    first, second, own = (RootKey(VARIABLE, name) for name in ("first", "second", "own"))
+    keys = {
+        name: (str(t.device), t.untyped_storage().data_ptr())
+        for name, t in (("s0", shared[0]), ("s1", shared[1]), ("o", namespace["own"][0]))
+    }
+    reach = found.reach
+    assert reach.by_root() == {
+        first: {keys["s0"], keys["s1"]},
+        second: {keys["s0"], keys["s1"]},
+        own: {keys["o"]},
+    }
+    assert all(type(root) is RootKey for root in reach.holding())
+    assert reach.holding() == {first, second, own}
+    assert reach.only_through({first}) == set()
+    assert reach.only_through({first, second}) == {keys["s0"], keys["s1"]}
+    assert reach.only_through({own}) == {keys["o"]}
+    assert reach.crosses_into({first}) and not reach.crosses_into({second})
+    assert reach.dropped_rows({own}) == [False, False, True]
+    assert reach.dropped_rows({RootKey(VARIABLE, "nothing")}) is None
+
+
+def test_still_held_equals_a_new_scan_without_a_shell():
+    keep = torch.ones(7)
+    namespace = {"keep": keep, "view": keep[2:], "drop": [torch.ones(9), torch.ones(3)]}
+    gone = [weakref.ref(item) for item in namespace["drop"]]
+    found = scan(namespace=namespace, keep_refs=True)
+    dropped = {RootKey(VARIABLE, "drop")}
+    before = dropping.still_held(found, dropped)  # nothing changed yet: what would stay
+    del namespace["drop"]
+    gc.collect()
+    assert [ref() for ref in gone] == [None, None]
+    now = dropping.states(found)
+    assert now.dead == [False, False, True, True]
+    assert dropping.released(found, now) == set(found.keys[2:])
+    assert dropping.nbytes(found, dropping.released(found, now)) == 48
+    assert dropping.same_roots(found, dropped, None, namespace)
+    held = dropping.still_held(found, dropped, now)
+    assert list(held) == list(before) == list(find_leftovers(namespace=namespace))
+    assert [item.name for item in held] == ["keep"] and held[0].shared_with == ("view",)
+
+
+def test_a_reference_kept_but_gone_means_walking_again():
+    namespace = {"keep": [torch.ones(7)], "other": torch.ones(2)}
+    found = scan(namespace=namespace, keep_refs=True)
+    namespace["keep"].clear()  # as a finalizer might: no root was dropped
+    now = dropping.states(found)
+    assert dropping.same_roots(found, set(), None, namespace)
+    assert dropping.still_held(found, set(), now) is None
+    assert dropping.still_held(found, set(), dropping.states(found)) is None
+
+
+def test_an_incomplete_scan_is_never_reused():
+    namespace = {"big": [[torch.ones(1)] for _ in range(50_000)]}
+    found = scan(namespace=namespace, keep_refs=True, budget_s=1e-9)
+    assert not found.complete
+    assert dropping.still_held(found, set(), dropping.states(found)) is None
+
+
+def test_entry_dict_is_asdicts():
+    found = find_leftovers(namespace={"x": torch.ones(3, 2), "y": [torch.ones(1)]})
+    assert [item.to_dict() for item in found] == [dataclasses.asdict(item) for item in found]
