@@ -603,7 +603,7 @@ def test_seed_button_takes_over_the_per_cell_base(ip, show, torch):
     try:
         instance.seed_button.click()
         assert "every cell reseeded from 5" in instance.message.value
-        ip.run_cell("_ = torch.rand(9)")  # draws in between change nothing
+        ip.run_cell("between = torch.rand(9)")  # draws in between change nothing
         assert draw() == from_5  # the button's seed is the per-cell base now, as the magic's
     finally:
         ip.run_line_magic("seed_all", "--no-every-cell")

@@ -307,9 +307,11 @@ def release_summary(report: Any) -> str:
     freed = getattr(report, "freed_bytes", None)
     if freed is not None:
         parts.append(f"freed {format_bytes(freed)}")
-    held = list(getattr(report, "leftovers", None) or ())
+    held = getattr(report, "leftovers", None) or ()
     if held:
-        total = sum(int(getattr(item, "nbytes", 0) or 0) for item in held)
+        total = getattr(held, "total_bytes", None)  # a LeftoverList: no entry made per block
+        if not isinstance(total, int):
+            total = sum(int(getattr(item, "nbytes", 0) or 0) for item in held)
         noun = "array" if len(held) == 1 else "arrays"
         parts.append(f"still held: {len(held)} {noun}, {format_bytes(total)}")
     else:
