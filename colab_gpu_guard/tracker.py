@@ -112,6 +112,11 @@ class CellMemory:
         return f"{self.peak_bound} {text}" if self.peak_bound else text
 
     @property
+    def holder_text(self) -> str:
+        """What keeps a flagged rerun's earlier objects alive, as the views say it."""
+        return f"held by {self.held_by}" if self.held_by else "its earlier results are still held"
+
+    @property
     def exact_peak(self) -> Optional[int]:
         """The peak when known exactly, else None."""
         return self.peak if not self.peak_bound else None

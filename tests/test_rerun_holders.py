@@ -157,6 +157,14 @@ def test_losses_are_described_by_their_graphs_and_the_bytes_saved_die_with_them(
         assert (
             record.held_by == f"`losses_l` (grew by 1 autograd graph, {format_bytes(saved)} saved)"
         )
+    # the panel's chart and its line of what matters now name the same holder
+    from colab_gpu_guard.status import chart, compact, gpu_status
+
+    status = gpu_status(leftovers=False, history=True)
+    holder = f"held by `losses_l` (grew by 1 autograd graph, {format_bytes(saved)} saved)"
+    assert f"[{runs[2]}] (rerun of [{runs[1]}]) kept" in chart.render_history(status)
+    assert holder in chart.render_history(status).replace("&#x27;", "'")
+    assert any(holder in item.text for item in compact.now_items(status))
     # a dict per step: the item is the dict, the graph one level in
     step = "history_l.append({'loss': model_l(torch.randn(4096, 1024)).sum()})"
     more = [run_cell(step).execution_count for _ in range(2)]

@@ -133,7 +133,7 @@ def leak_text(record: CellMemory) -> str:
     again = f" (rerun of [{record.rerun_of}])" if record.rerun_of is not None else ""
     return (
         f"[{cell}]{again} kept {signed_bytes(record.leak_bytes)} of {record.leak_kind} again:"
-        " its earlier results are still held"
+        f" {record.holder_text}"
     )
 
 

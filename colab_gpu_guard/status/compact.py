@@ -149,7 +149,7 @@ def _last_growth(records: list[CellMemory]) -> Optional[Now]:
         return Now(
             "warn",
             f"cell [{cell}]{again} kept {signed_bytes(last.leak_bytes)} of {last.leak_kind} "
-            "again: its earlier results are still held",
+            f"again: {last.holder_text}",
         )
     if last.devices and last.delta > 0:
         return Now("info", f"cell [{cell}] kept {signed_bytes(last.delta)} of CUDA memory")
