@@ -69,7 +69,7 @@ _EXPORTS = {
     "Leftover": "leftovers",
     "find_leftovers": "leftovers",
     "CellMemory": "tracker",
-    "format_history": "tracker",
+    "format_history": "history_text",
     "memory_history": "tracker",
     "panel": "ipython.panel",
 }

@@ -38,17 +38,13 @@ from . import cuda_health
 from .cell_peaks import EXACT, cell_peak
 from .cell_reruns import RerunLeakCheck, cuda_kept
 from .frameworks import torch as torch_support
+from .history_text import PEAK_BOUND_NOTE, format_history, leak_text  # noqa: F401 (its API)
 from .host_memory import RssReader as _RssReader
 from .nvml_sampler import NvmlSampler
 from .rerun_holders import RerunHolders
-from .units import format_bytes, signed_bytes
+from .units import format_bytes
 
 DEFAULT_MAXLEN = 500
-PEAK_BOUND_NOTE = (
-    "peak '<= X': the cell stayed below an earlier peak ('>= X': it reset torch's peak "
-    "itself), so only a bound is known; %gpu_history --reset-peaks on gives exact per-cell "
-    "peaks (it resets torch's peak counters before every cell)"
-)
 
 
 @dataclass(frozen=True)
@@ -372,82 +368,3 @@ def rerun_leaks(history: Optional[list[CellMemory]] = None) -> list[CellMemory]:
     """The records flagged as leaking on rerun."""
     history = memory_history() if history is None else history
     return [record for record in history if record.rerun_leak]
-
-
-def leak_text(record: CellMemory) -> str:
-    """A flagged rerun in words, as every view says it: "LEAK: kept +80 MiB cpu again (run
-    before: [3]); held by `losses` (grew by 1 item)"; "" for a record not flagged."""
-    if not record.rerun_leak:
-        return ""
-    per_device = record.leaks or ((record.leak_kind, record.leak_bytes),)
-    kept = ", ".join(f"{signed_bytes(amount)} {device}" for device, amount in per_device)
-    text = f"LEAK: kept {kept} again (run before: [{record.rerun_of}])"
-    return text + (f"; held by {record.held_by}" if record.held_by else "")
-
-
-def _nvml_header(history: list[CellMemory]) -> str:
-    from .nvml import INCLUDES_RESERVED, V1
-
-    if any(record.nvml_used_call == V1 for record in history):
-        return f"NVML used ({INCLUDES_RESERVED})"
-    return "NVML used"
-
-
-def format_history(history: list[CellMemory], limit: Optional[int] = None) -> str:
-    """A text table of `history` (the last `limit` records if given)."""
-    if limit is not None:
-        if not isinstance(limit, int) or isinstance(limit, bool) or limit < 0:
-            raise ValueError("limit must be a non-negative integer")
-        history = history[-limit:] if limit else []
-    if not history:
-        return "memory history: no cells recorded yet"
-    cuda = any(record.devices for record in history)
-    header = ["cell", "time"]
-    if cuda:
-        header += ["allocated before", "after", "change", "peak", "reserved", "OOMs"]
-    header += [_nvml_header(history), "host RSS", "rerun"]
-    rows = []
-    for record in history:
-        row = [
-            f"[{record.cell}]" if record.cell is not None else "[-]",
-            f"{record.duration_s:.3f} s",
-        ]
-        if cuda:
-            if record.devices:
-                row += [
-                    format_bytes(record.allocated_before),
-                    format_bytes(record.allocated_after),
-                    signed_bytes(record.delta),
-                    record.peak_text,
-                    format_bytes(record.reserved_after),
-                    str(record.ooms) if not record.ooms else f"{record.ooms} OOM!",
-                ]
-            else:
-                row += ["-", "-", "-", "-", "-", "-"]
-        row += [
-            format_bytes(record.nvml_used_after) if record.nvml_used_after is not None else "-",
-            format_bytes(record.rss_after) if record.rss_after is not None else "-",
-        ]
-        if record.rerun_leak:
-            row.append(leak_text(record))
-        elif record.rerun_of is not None:
-            row.append(f"rerun of [{record.rerun_of}]")
-        else:
-            row.append("")
-        rows.append(row)
-    widths = [max(len(header[i]), *(len(row[i]) for row in rows)) for i in range(len(header))]
-    lines = ["  ".join(text.ljust(width) for text, width in zip(header, widths)).rstrip()]
-    lines += [
-        "  ".join(text.ljust(width) for text, width in zip(row, widths)).rstrip() for row in rows
-    ]
-    leaks = [record for record in history if record.rerun_leak]
-    title = f"memory history: {len(history)} cell(s)"
-    if not cuda:
-        title += " (CUDA not initialised: host memory only)"
-    if leaks:
-        cells = ", ".join(f"[{record.cell}]" for record in leaks)
-        title += f"; kept memory again on rerun: {cells}"
-    footer = []
-    if any(record.devices and record.peak_bound for record in history):
-        footer.append(PEAK_BOUND_NOTE)
-    return "\n".join([title, *lines, *footer])

@@ -98,7 +98,7 @@ class HistoryMagics(GuardMagics):
         From code: ``colab_gpu_guard.memory_history()`` (dataclasses) and
         ``colab_gpu_guard.format_history(...)``.
         """
-        from ... import tracker
+        from ...history_text import format_history
 
         failure = None
         try:
@@ -126,7 +126,7 @@ class HistoryMagics(GuardMagics):
             print(_peaks_state(self.tracker))
             return
         history = self.tracker.history() if self.tracker is not None else []
-        print(tracker.format_history(history, limit=args.limit))
+        print(format_history(history, limit=args.limit))
 
 
 def _peaks_state(recorder: Optional[MemoryTracker]) -> str:
