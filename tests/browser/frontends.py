@@ -255,3 +255,28 @@ def chromium() -> Iterator[object]:
                 context.close()
     finally:
         shutil.rmtree(profile, ignore_errors=True)
+
+
+@contextlib.contextmanager
+def notebook_page(
+    frontend: str, cells: list[str], base: Path, stem: str, failure: Path, timeout_ms: int
+) -> Iterator[object]:
+    """A Chromium page on the front end, opened on a new notebook of `cells` (not run yet).
+    If the test fails inside, the page is saved to `failure` and the server's log printed;
+    on the way out, no error may have been thrown in the page."""
+    notebook = base / "work" / f"{stem}.ipynb"
+    notebook.parent.mkdir(exist_ok=True)
+    write_notebook(notebook, cells)
+    problems: list[str] = []
+    with serve(frontend, notebook, base) as server, chromium() as browser:
+        page = browser.new_page()
+        page.set_default_timeout(timeout_ms)
+        page.on("pageerror", lambda error: problems.append(f"page error: {error}"))
+        try:
+            page.goto(server.url, wait_until="domcontentloaded")
+            yield page
+        except Exception:
+            page.screenshot(path=str(failure), full_page=True)
+            print(server.log_tail())
+            raise
+    assert not problems, problems

@@ -175,89 +175,78 @@ def open_leftover_groups(page, needle: str) -> str:
 def test_panel_renders_and_its_buttons_work(frontend, tmp_path):
     require(frontend)
     out = output_dir()
-    notebook = tmp_path / "work" / "gpu_panel_browser.ipynb"
-    notebook.parent.mkdir()
-    frontends.write_notebook(notebook, NOTEBOOK_CELLS)
-    problems: list[str] = []
-    with frontends.serve(frontend, notebook, tmp_path) as server, frontends.chromium() as browser:
-        page = browser.new_page()
-        page.set_default_timeout(TIMEOUT_MS)
-        page.on("pageerror", lambda error: problems.append(f"page error: {error}"))
-        try:
-            page.goto(server.url, wait_until="domcontentloaded")
-            run_all_cells(page, frontend)
-            panel = show_panel(page, frontend)
-            # the live widget, not the static copy displayed beside it for static renderers
-            assert page.locator(".cgg-static").count() == 0
-            # every section rendered from the snapshot
-            panel_text(page, "header", "after cell [")
-            panel_text(page, "devices", "No GPU:", "host RAM")
-            panel_text(page, "now", "2 MiB hidden in output history")
-            buttons = panel.locator("button")
-            labels = [text.strip() for text in buttons.all_inner_texts()]
-            assert labels[:2] == ["Refresh", "Free memory"], labels
-            open_sections(panel)
-            details = panel_text(page, "details", "Colab: no")
-            assert "torch 2." in details
-            leftovers = panel_text(page, "leftovers", "browser_weights", "Out[")
-            assert "output history" in leftovers
-            assert "held by output history / tracebacks: 2 MiB" in leftovers
-            # a holder opens to its arrays by a click, and stays open after the next cell,
-            # which changes it and lists a new, bigger holder before it; that one is closed
-            group_toggle(panel, "browser_weights").click()
-            wait_open(page, panel, "browser_weights", "(256, 1024)")
-            assert not group_body(panel, "Out[").is_visible()
-            run_cell_code(
-                page,
-                frontend,
-                "browser_weights = torch.ones(128, 1024)\nbrowser_bigger = torch.ones(1024, 1024)",
-            )
-            panel_text(page, "leftovers", "browser_bigger")
-            assert "(128, 1024)" in wait_open(page, panel, "browser_weights", "(128, 1024)")
-            names = panel.locator(".cgg-leftovers .cgg-group-toggle").all_inner_texts()
-            assert [name.split(" ", 1)[1] for name in names[1:3]] == [
-                "browser_bigger",
-                "browser_weights",
-            ], names
-            for closed in ("browser_bigger", "Out["):
-                assert "mod-active" not in (group_toggle(panel, closed).get_attribute("class"))
-                assert not group_body(panel, closed).is_visible(), closed
-            # every holder opens to its arrays
-            assert "(1024, 1024)" in open_leftover_groups(page, "(1024, 1024)")
-            panel_text(page, "history", "What each cell kept")
-            page.screenshot(path=str(out / f"page-{frontend}.png"), full_page=True)
+    failure = out / f"failure-{frontend}.png"
+    with frontends.notebook_page(
+        frontend, NOTEBOOK_CELLS, tmp_path, "gpu_panel_browser", failure, TIMEOUT_MS
+    ) as page:
+        run_all_cells(page, frontend)
+        panel = show_panel(page, frontend)
+        # the live widget, not the static copy displayed beside it for static renderers
+        assert page.locator(".cgg-static").count() == 0
+        # every section rendered from the snapshot
+        panel_text(page, "header", "after cell [")
+        panel_text(page, "devices", "No GPU:", "host RAM")
+        panel_text(page, "now", "2 MiB hidden in output history")
+        buttons = panel.locator("button")
+        labels = [text.strip() for text in buttons.all_inner_texts()]
+        assert labels[:2] == ["Refresh", "Free memory"], labels
+        open_sections(panel)
+        details = panel_text(page, "details", "Colab: no")
+        assert "torch 2." in details
+        leftovers = panel_text(page, "leftovers", "browser_weights", "Out[")
+        assert "output history" in leftovers
+        assert "held by output history / tracebacks: 2 MiB" in leftovers
+        # a holder opens to its arrays by a click, and stays open after the next cell,
+        # which changes it and lists a new, bigger holder before it; that one is closed
+        group_toggle(panel, "browser_weights").click()
+        wait_open(page, panel, "browser_weights", "(256, 1024)")
+        assert not group_body(panel, "Out[").is_visible()
+        run_cell_code(
+            page,
+            frontend,
+            "browser_weights = torch.ones(128, 1024)\nbrowser_bigger = torch.ones(1024, 1024)",
+        )
+        panel_text(page, "leftovers", "browser_bigger")
+        assert "(128, 1024)" in wait_open(page, panel, "browser_weights", "(128, 1024)")
+        names = panel.locator(".cgg-leftovers .cgg-group-toggle").all_inner_texts()
+        assert [name.split(" ", 1)[1] for name in names[1:3]] == [
+            "browser_bigger",
+            "browser_weights",
+        ], names
+        for closed in ("browser_bigger", "Out["):
+            assert "mod-active" not in (group_toggle(panel, closed).get_attribute("class"))
+            assert not group_body(panel, closed).is_visible(), closed
+        # every holder opens to its arrays
+        assert "(1024, 1024)" in open_leftover_groups(page, "(1024, 1024)")
+        panel_text(page, "history", "What each cell kept")
+        page.screenshot(path=str(out / f"page-{frontend}.png"), full_page=True)
 
-            # Free memory: gpu_reset() releases the output-history tensor and reports it
-            panel.locator("button", has_text="Free memory").click()
-            message = panel.locator(".cgg-message")
-            message.locator(".cgg-msg-ok", has_text="gpu_reset: dropped").wait_for()
-            text = message.inner_text()
-            assert "freed 2 MiB" in text, text
-            panel_text(page, "details", "last action", "gpu_reset")
-            # the output-history tensor is gone from the table; the user's variable stays
-            leftovers = panel_text(page, "leftovers", "tracebacks: 0 B")
-            assert "browser_weights" in leftovers and "Out[" not in leftovers
+        # Free memory: gpu_reset() releases the output-history tensor and reports it
+        panel.locator("button", has_text="Free memory").click()
+        message = panel.locator(".cgg-message")
+        message.locator(".cgg-msg-ok", has_text="gpu_reset: dropped").wait_for()
+        text = message.inner_text()
+        assert "freed 2 MiB" in text, text
+        panel_text(page, "details", "last action", "gpu_reset")
+        # the output-history tensor is gone from the table; the user's variable stays
+        leftovers = panel_text(page, "leftovers", "tracebacks: 0 B")
+        assert "browser_weights" in leftovers and "Out[" not in leftovers
 
-            # Seed with a chosen seed and deterministic mode
-            seed_box = panel.locator(".cgg-seed-row input[type=number]").first
-            seed_box.fill("20240607")
-            seed_box.press("Tab")
-            panel.locator(".cgg-seed-row input[type=checkbox]").first.check()
-            page.wait_for_timeout(300)  # let the values reach the kernel
-            panel.locator("button", has_text="Seed").click()
-            ok = message.locator(".cgg-msg-ok", has_text="seed_all: seed 20240607: random")
-            ok.wait_for()
-            assert "deterministic on" in ok.inner_text()
-            panel.screenshot(path=str(out / f"panel-{frontend}.png"))
+        # Seed with a chosen seed and deterministic mode
+        seed_box = panel.locator(".cgg-seed-row input[type=number]").first
+        seed_box.fill("20240607")
+        seed_box.press("Tab")
+        panel.locator(".cgg-seed-row input[type=checkbox]").first.check()
+        page.wait_for_timeout(300)  # let the values reach the kernel
+        panel.locator("button", has_text="Seed").click()
+        ok = message.locator(".cgg-msg-ok", has_text="seed_all: seed 20240607: random")
+        ok.wait_for()
+        assert "deterministic on" in ok.inner_text()
+        panel.screenshot(path=str(out / f"panel-{frontend}.png"))
 
-            # a later cell refreshes the panel (post_run_cell), without any click
-            run_cell_code(page, frontend, "late_tensor_for_panel = torch.zeros(128, 128)")
-            panel_text(page, "leftovers", "late_tensor_for_panel")
-            body = page.locator("body").inner_text()
-            for bad in ("Error displaying widget", "Failed to load model class", "Traceback"):
-                assert bad not in body, f"{bad!r} on the page"
-        except Exception:
-            page.screenshot(path=str(out / f"failure-{frontend}.png"), full_page=True)
-            print(server.log_tail())
-            raise
-    assert not problems, problems
+        # a later cell refreshes the panel (post_run_cell), without any click
+        run_cell_code(page, frontend, "late_tensor_for_panel = torch.zeros(128, 128)")
+        panel_text(page, "leftovers", "late_tensor_for_panel")
+        body = page.locator("body").inner_text()
+        for bad in ("Error displaying widget", "Failed to load model class", "Traceback"):
+            assert bad not in body, f"{bad!r} on the page"

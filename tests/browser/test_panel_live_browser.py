@@ -62,61 +62,50 @@ def busy_expression(frontend: str) -> str:
 def test_live_gpu_line_follows_a_running_cell(frontend, tmp_path):
     require(frontend)
     out = output_dir()
-    notebook = tmp_path / "work" / "gpu_panel_live.ipynb"
-    notebook.parent.mkdir()
-    frontends.write_notebook(notebook, CELLS)
-    problems: list[str] = []
-    with frontends.serve(frontend, notebook, tmp_path) as server, frontends.chromium() as browser:
-        page = browser.new_page()
-        page.set_default_timeout(TIMEOUT_MS)
-        page.on("pageerror", lambda error: problems.append(f"page error: {error}"))
-        try:
-            page.goto(server.url, wait_until="domcontentloaded")
-            run_all_cells(page, frontend)
-            show_panel(page, frontend)
-            body = page.locator("body")
-            body.get_by_text("the GPU lines update every 0.5 s while a cell runs").wait_for()
-            page.wait_for_function(
-                "() => { const e = document.querySelector('.cgg-panel .cgg-header');"
-                " return !!e && e.innerText.includes('after cell ['); }"
+    failure = out / f"live-failure-{frontend}.png"
+    with frontends.notebook_page(
+        frontend, CELLS, tmp_path, "gpu_panel_live", failure, TIMEOUT_MS
+    ) as page:
+        run_all_cells(page, frontend)
+        show_panel(page, frontend)
+        body = page.locator("body")
+        body.get_by_text("the GPU lines update every 0.5 s while a cell runs").wait_for()
+        page.wait_for_function(
+            "() => { const e = document.querySelector('.cgg-panel .cgg-header');"
+            " return !!e && e.innerText.includes('after cell ['); }"
+        )
+        if frontend == "notebook6":  # kernel_busy follows the kernel's status messages
+            page.evaluate(
+                "() => { Jupyter.notebook.events.on('kernel_busy.Kernel',"
+                " () => { Jupyter.notebook.kernel_busy = true; });"
+                " Jupyter.notebook.events.on('kernel_idle.Kernel',"
+                " () => { Jupyter.notebook.kernel_busy = false; }); }"
             )
-            if frontend == "notebook6":  # kernel_busy follows the kernel's status messages
-                page.evaluate(
-                    "() => { Jupyter.notebook.events.on('kernel_busy.Kernel',"
-                    " () => { Jupyter.notebook.kernel_busy = true; });"
-                    " Jupyter.notebook.events.on('kernel_idle.Kernel',"
-                    " () => { Jupyter.notebook.kernel_busy = false; }); }"
-                )
-            start_cell(page, frontend, LONG_CELL)
-            # while the kernel is still busy with the cell, the page shows the live header
-            # and the GPU line with memory the cell took after it started
-            busy = busy_expression(frontend)
-            page.wait_for_function(
-                "(busy) => { const h = document.querySelector('.cgg-panel .cgg-header');"
-                " const d = document.querySelector('.cgg-panel .cgg-devices');"
-                " if (!h || !d || !eval(busy)) return false;"
-                " return h.innerText.includes('GPU lines live, ')"
-                " && /(6\\.66|7\\.66|8\\.66|9\\.66|10\\.7) GiB of 15 GiB/.test(d.innerText); }",
-                arg=busy,
-                timeout=15_000,
-            )
-            header = page.locator(".cgg-panel .cgg-header").first.inner_text()
-            assert "running since" in header and "a click now is queued" in header, header
-            page.screenshot(path=str(out / f"live-{frontend}.png"), full_page=True)
-            # after the cell: 'after cell [N]' and the final figure
-            page.wait_for_function(
-                "(busy) => { const h = document.querySelector('.cgg-panel .cgg-header');"
-                " const d = document.querySelector('.cgg-panel .cgg-devices');"
-                " return !eval(busy) && h.innerText.includes('after cell [')"
-                " && d.innerText.includes('11.7 GiB of 15 GiB'); }",
-                arg=busy,
-                timeout=30_000,
-            )
-            text = page.locator("body").inner_text()
-            for bad in ("Error displaying widget", "Failed to load model class", "Traceback"):
-                assert bad not in text, f"{bad!r} on the page"
-        except Exception:
-            page.screenshot(path=str(out / f"live-failure-{frontend}.png"), full_page=True)
-            print(server.log_tail())
-            raise
-    assert not problems, problems
+        start_cell(page, frontend, LONG_CELL)
+        # while the kernel is still busy with the cell, the page shows the live header
+        # and the GPU line with memory the cell took after it started
+        busy = busy_expression(frontend)
+        page.wait_for_function(
+            "(busy) => { const h = document.querySelector('.cgg-panel .cgg-header');"
+            " const d = document.querySelector('.cgg-panel .cgg-devices');"
+            " if (!h || !d || !eval(busy)) return false;"
+            " return h.innerText.includes('GPU lines live, ')"
+            " && /(6\\.66|7\\.66|8\\.66|9\\.66|10\\.7) GiB of 15 GiB/.test(d.innerText); }",
+            arg=busy,
+            timeout=15_000,
+        )
+        header = page.locator(".cgg-panel .cgg-header").first.inner_text()
+        assert "running since" in header and "a click now is queued" in header, header
+        page.screenshot(path=str(out / f"live-{frontend}.png"), full_page=True)
+        # after the cell: 'after cell [N]' and the final figure
+        page.wait_for_function(
+            "(busy) => { const h = document.querySelector('.cgg-panel .cgg-header');"
+            " const d = document.querySelector('.cgg-panel .cgg-devices');"
+            " return !eval(busy) && h.innerText.includes('after cell [')"
+            " && d.innerText.includes('11.7 GiB of 15 GiB'); }",
+            arg=busy,
+            timeout=30_000,
+        )
+        text = page.locator("body").inner_text()
+        for bad in ("Error displaying widget", "Failed to load model class", "Traceback"):
+            assert bad not in text, f"{bad!r} on the page"
