@@ -85,3 +85,17 @@ def run_cell(ip):
         return ip.run_cell(source, store_history=True)
 
     return run
+
+
+@pytest.fixture
+def world():
+    """world(fake_world): NVML answers from that fake machine (tests/fake_pynvml.py) from
+    now on; the test's own clean-up sets NVML back."""
+    from colab_gpu_guard import nvml
+    from tests import fake_pynvml
+
+    def use(fake_world):
+        nvml.set_pynvml(fake_pynvml.install(fake_world))
+        return fake_world
+
+    return use

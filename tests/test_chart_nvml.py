@@ -31,17 +31,6 @@ def no_real_nvml():
     nvml.set_pynvml(None)
 
 
-@pytest.fixture
-def world():
-    """world(fake_world): NVML answers from that fake machine from now on."""
-
-    def use(fake_world):
-        nvml.set_pynvml(fake_pynvml.install(fake_world))
-        return fake_world
-
-    return use
-
-
 def mine(fake_world) -> fake_pynvml.FakeProcess:
     return next(p for gpu in fake_world.gpus for p in gpu.processes if p.pid == os.getpid())
 

@@ -57,17 +57,6 @@ def clean_state(monkeypatch):
 
 
 @pytest.fixture
-def world():
-    """world(fake_world): NVML answers from that fake machine from now on."""
-
-    def use(fake_world):
-        nvml.set_pynvml(fake_pynvml.install(fake_world))
-        return fake_world
-
-    return use
-
-
-@pytest.fixture
 def torch():
     return pytest.importorskip("torch")
 
