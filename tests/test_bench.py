@@ -82,3 +82,17 @@ def test_bench_versions_compares_this_checkout_with_a_commit(tmp_path):
     for row in rows:
         assert row["ours"] is not None and row["baseline_or_peer"] is not None, row
         assert row["baseline"] == "commit HEAD"
+
+
+def test_live_slowdown_verdict_says_when_the_machine_cannot_tell():
+    from bench.bench_panel_live import LiveCost
+
+    def verdict(slowdown: float, same: tuple) -> object:
+        cost = LiveCost(1.0, 2.0, 1.0, 0.01, 1.3, slowdown, same, 3, "fake NVML")
+        return cost.lines()[-1]
+
+    assert verdict(0.99, (0.99, 1.01, 1.0))[1] is True
+    assert verdict(0.90, (0.99, 1.01, 1.0))[1] is False  # quiet machine: a real slowdown
+    text, ok = verdict(0.90, (0.75, 1.2, 1.0))  # live off varies more than 3%
+    assert ok is None and "CANNOT TELL" in text
+    assert verdict(0.60, (0.75, 1.2, 1.0))[1] is False  # below even the noise

@@ -10,7 +10,7 @@ from __future__ import annotations
 import sys
 from functools import partial
 from operator import attrgetter, methodcaller
-from typing import Optional
+from typing import Any, Optional
 
 from .base import ArrayInfo
 
@@ -80,6 +80,8 @@ def _sparse_nbytes(tensor) -> Optional[int]:
 
 
 _SHAPE = attrgetter("shape")
+_DIM = methodcaller("dim")
+_NUMEL = methodcaller("numel")
 _DTYPE = attrgetter("dtype")
 _DEVICE = attrgetter("device")
 _IS_CPU = attrgetter("is_cpu")
@@ -90,12 +92,18 @@ _DATA_PTR = methodcaller("data_ptr")
 _NEW_INFO = partial(tuple.__new__, ArrayInfo)
 
 
+def _tensor_base() -> Any:
+    """torch's C base class of tensors (None where this torch names it otherwise)."""
+    compiled = getattr(sys.modules.get("torch"), "_C", None)
+    return getattr(compiled, "TensorBase", None) or getattr(compiled, "_TensorBase", None)
+
+
 def _storage_methods() -> tuple:
     """``untyped_storage``, the storage's ``nbytes`` and ``data_ptr``: torch's own C methods,
     called unbound (no bound method is made per tensor, and no Python override of a
     subclass runs); methodcallers where this torch names its C bases otherwise."""
     compiled = getattr(sys.modules.get("torch"), "_C", None)
-    tensor_base = getattr(compiled, "TensorBase", None) or getattr(compiled, "_TensorBase", None)
+    tensor_base = _tensor_base()
     storage_base = getattr(compiled, "StorageBase", None)
     methods = (
         getattr(tensor_base, "untyped_storage", None),
@@ -105,6 +113,33 @@ def _storage_methods() -> tuple:
     if None in methods:
         return _UNTYPED_STORAGE, _STORAGE_NBYTES, _DATA_PTR
     return methods
+
+
+class _Shapes(dict):
+    """Shape tuples of 0-d and 1-d tensors by element count (-1: a 0-d tensor), each made
+    once: a notebook's 10^6 scalars and vectors share a few tuples."""
+
+    def __missing__(self, count: int) -> tuple:
+        shape = self[count] = () if count < 0 else (count,)
+        return shape
+
+
+def _shapes(tensors: list) -> list[tuple]:
+    """Each tensor's shape as a tuple. Reading ``.shape`` builds a torch.Size per tensor
+    (about 0.8 µs, and an object the cyclic collector then goes over); a 0-d or 1-d
+    tensor's shape is known from its dim() and numel(), which build nothing."""
+    tensor_base = _tensor_base()
+    dims = list(map(getattr(tensor_base, "dim", _DIM), tensors))
+    if min(dims, default=0) > 1:
+        return list(map(tuple, map(_SHAPE, tensors)))
+    counts = list(map(getattr(tensor_base, "numel", _NUMEL), tensors))
+    made = _Shapes()
+    if max(dims, default=0) <= 1 and 0 not in dims:
+        return list(map(made.__getitem__, counts))
+    return [
+        made[count if dim else -1] if dim <= 1 else tuple(tensor.shape)
+        for tensor, dim, count in zip(tensors, dims, counts)
+    ]
 
 
 def _device_texts(tensors: list) -> list[str]:
@@ -129,7 +164,7 @@ def array_columns(tensors: list) -> tuple[list, ...]:
     device_texts = _device_texts(tensors)
     dtypes = list(map(_DTYPE, tensors))
     dtype_names = {dtype: _dtype_name(dtype) for dtype in set(dtypes)}
-    shapes = list(map(_SHAPE, tensors))  # torch.Size: a tuple already
+    shapes = _shapes(tensors)
     nbytes = list(map(_NBYTES, tensors))  # numel() * element_size(), in C
     untyped_storage, storage_nbytes_of, data_ptr = _storage_methods()
     storages = list(map(untyped_storage, tensors))

@@ -1,0 +1,72 @@
+"""Tensor metadata read in bulk (`array_columns`, what a scan of many tensors uses) is the
+metadata read one tensor at a time (`array_info`), field by field, for every kind of
+tensor a notebook holds; and the bulk read leaves no torch.Size behind."""
+
+from __future__ import annotations
+
+import gc
+
+import pytest
+
+torch = pytest.importorskip("torch")
+
+from colab_gpu_guard.frameworks.torch_arrays import array_columns, array_info  # noqa: E402
+
+
+def tensors() -> list:
+    base = torch.arange(24, dtype=torch.float32)
+    loaded_slice = torch.zeros(100)[:10].clone()
+    loaded_slice.set_(torch.zeros(100).untyped_storage(), 0, (10,))  # storage > span
+    return [
+        torch.tensor(1.5),  # 0-d
+        torch.zeros(3, dtype=torch.int64),
+        base,
+        base[4:10],  # a view with an offset
+        base.view(4, 6),
+        base.view(4, 6).t(),  # not contiguous
+        torch.ones(2, 3, 4, dtype=torch.float16),
+        torch.empty(0),
+        torch.empty(0, 5),
+        torch.zeros(5, requires_grad=True) * 2,  # with a grad_fn
+        torch.nn.Parameter(torch.ones(7)),
+        loaded_slice,
+        torch.tensor(True),
+    ]
+
+
+@pytest.mark.parametrize("order", ["given", "reversed", "only_1d", "only_2d"])
+def test_bulk_columns_equal_one_at_a_time(order):
+    items = tensors()
+    if order == "reversed":
+        items.reverse()
+    elif order == "only_1d":
+        items = [item for item in items if item.dim() == 1]
+    elif order == "only_2d":
+        items = [item for item in items if item.dim() >= 2]
+    expected = [array_info(item) for item in items]
+    columns = array_columns(items)
+    rows = list(zip(*columns))
+    assert [tuple(info) for info in expected] == rows
+    for row, item in zip(rows, items):
+        assert row[0] == tuple(item.shape) and type(row[0]) is tuple
+        assert row[5] == item.untyped_storage().nbytes()
+
+
+def test_storage_larger_than_the_tensor_is_counted_whole():
+    items = tensors()
+    shape, _, _, nbytes, _, storage_nbytes, _ = (c[-2] for c in array_columns(items))
+    assert (shape, nbytes, storage_nbytes) == ((10,), 40, 400)
+
+
+def test_bulk_read_of_vectors_builds_no_size_per_tensor():
+    many = [torch.zeros(2) for _ in range(2000)] + [torch.tensor(0.5) for _ in range(2000)]
+    gc.collect()
+
+    def sizes() -> int:
+        return sum(1 for obj in gc.get_objects() if type(obj) is torch.Size)
+
+    before = sizes()
+    columns = array_columns(many)
+    assert sizes() == before
+    assert len(set(map(id, columns[0]))) == 2  # (2,) and (), each made once
+    assert columns[0][0] == (2,) and columns[0][-1] == ()
