@@ -28,7 +28,10 @@ def leftover_for(names: PathNames, refs: list[Ref]) -> Leftover:
     primary = refs[0]
     name, others = shared_names(names.name_of, refs)
     holders = tuple(h for h in HOLDERS if any(ref.holder == h for ref in refs))
-    return leftover_of(name, primary.holder, primary.info, primary.framework, others, holders)
+    views = sum({ref.ident: ref.info.nbytes for ref in refs}.values())  # each array once
+    return leftover_of(
+        name, primary.holder, primary.info, primary.framework, others, holders, views
+    )
 
 
 def _distinct(ids: list[int]) -> bool:

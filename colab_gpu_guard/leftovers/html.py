@@ -32,6 +32,8 @@ def leftovers_table(entries: Sequence[Any]) -> str:
     graphs = any(getattr(entry, "graph_tensors", 0) for entry in entries)
     columns = COLUMNS + (("also reached as",) if shared else ())
     columns += ("autograd graph",) if graphs else ()
+    views = any(_view_text(entry) for entry in entries)
+    columns += ("view of more memory",) if views else ()
     rows = [
         '<table class="cgg-leftovers-table" style="border-collapse:collapse"><tr>'
         + "".join(f'<th style="text-align:left;padding:0 8px 0 0">{h}</th>' for h in columns)
@@ -49,10 +51,23 @@ def leftovers_table(entries: Sequence[Any]) -> str:
             f"<td {_SIZE_CELL}>{_e(format_bytes(entry.nbytes))}</td>"
             + (f"<td {_CELL}>{_e(also)}</td>" if shared else "")
             + (_graph_cell(entry) if graphs else "")
+            + (_view_cell(entry) if views else "")
             + "</tr>"
         )
     rows.append("</table>")
     return "".join(rows)
+
+
+def _view_text(entry: Any) -> str:
+    view_text = getattr(entry, "view_text", None)
+    return view_text() if view_text is not None else ""
+
+
+def _view_cell(entry: Any) -> str:
+    text = _view_text(entry)
+    if not text:
+        return f"<td {_CELL}></td>"
+    return f'<td {_CELL} title="{_e(text)}">{_e(entry.view_summary())}</td>'
 
 
 def _graph_cell(entry: Any) -> str:

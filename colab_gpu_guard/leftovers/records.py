@@ -26,7 +26,10 @@ class Leftover:
     in, counted once however many views and names reach it, plus ``graph_nbytes``: what
     its autograd graph saved (a tensor with a ``grad_fn``: ``graph_tensors`` storages no
     name reaches, each counted once; ``graph_shared_nbytes`` of them are also held by other
-    entries' graphs). ``array_nbytes`` is what the named array itself spans.
+    entries' graphs). ``array_nbytes`` is what the named array itself spans;
+    ``views_nbytes`` what all the names listed use of the memory together (each distinct
+    array's own bytes; None: not known), so that a slice keeping its whole base alive
+    (``row = big[0]``, a loaded checkpoint's slice) says so (`view_text`).
     ``shared_with`` lists the other names reaching the same memory (views, aliases, the
     optimizer's reference to a parameter), at most 16 and then a '(+N more)' entry.
     """
@@ -45,6 +48,7 @@ class Leftover:
     graph_nbytes: int = 0
     graph_tensors: int = 0
     graph_shared_nbytes: int = 0
+    views_nbytes: Optional[int] = None
 
     def __str__(self) -> str:
         shape = "x".join(str(size) for size in self.shape) or "scalar"
@@ -56,7 +60,44 @@ class Leftover:
             text += f"  also: {', '.join(self.shared_with)}"
         if self.graph_tensors:
             text += f"  {self.graph().text()}"
+        view = self.view_text()
+        if view:
+            text += f"  {view}"
         return text
+
+    @property
+    def unused_nbytes(self) -> int:
+        """Bytes of the memory kept alive that no name listed uses: worth a note when at
+        least `VIEW_NOTE_MIN` and at least half of it (0 otherwise)."""
+        if self.views_nbytes is None:
+            return 0
+        storage = self.nbytes - self.graph_nbytes
+        unused = storage - self.views_nbytes
+        return unused if unused >= VIEW_NOTE_MIN and unused * 2 >= storage else 0
+
+    def view_summary(self) -> str:
+        """'uses 40 B of 3.81 MiB' where `view_text` has a note; '' otherwise."""
+        if not self.unused_nbytes:
+            return ""
+        storage = self.nbytes - self.graph_nbytes
+        return f"uses {format_bytes(self.views_nbytes or 0)} of {format_bytes(storage)}"
+
+    def view_text(self) -> str:
+        """'view: uses 40 B of the 3.81 MiB it keeps alive (...)', where the names use at
+        most half of the memory they keep alive; '' otherwise."""
+        if not self.unused_nbytes:
+            return ""
+        used = format_bytes(self.views_nbytes or 0)
+        storage = format_bytes(self.nbytes - self.graph_nbytes)
+        if self.shared_with:
+            return (
+                f"view: these names use {used} of the {storage} they keep alive (.clone() "
+                f"the parts you need, e.g. {self.name}.clone(), and drop these names)"
+            )
+        return (
+            f"view: uses {used} of the {storage} it keeps alive (keep {self.name}.clone(): "
+            "it copies only this part)"
+        )
 
     def graph(self) -> Graph:
         return Graph(self.graph_tensors, self.graph_nbytes, self.graph_shared_nbytes)
@@ -67,6 +108,7 @@ class Leftover:
         return dict(zip(_LEFTOVER_FIELDS, _LEFTOVER_VALUES(self)))
 
 
+VIEW_NOTE_MIN = 2**20  # a view's unused memory worth a note
 _LEFTOVER_FIELDS = tuple(item.name for item in fields(Leftover))
 _LEFTOVER_VALUES = operator.attrgetter(*_LEFTOVER_FIELDS)
 _HOLDER_TUPLES = {holder: (holder,) for holder in HOLDERS}
@@ -80,10 +122,12 @@ def leftover_of(
     framework: str,
     shared_with: tuple[str, ...] = (),
     holders: tuple[str, ...] = (),
+    views_nbytes: Optional[int] = None,
 ) -> Leftover:
     """The entry for an array's storage, named ``name`` and held by ``holder``: how a scan
-    makes every `Leftover`. It skips the frozen dataclass's per-field
-    ``object.__setattr__`` (a scan makes one per storage: 10^5 of them must stay cheap)."""
+    makes every `Leftover` (``views_nbytes``: the array's own bytes unless given). It
+    skips the frozen dataclass's per-field ``object.__setattr__`` (a scan makes one per
+    storage: 10^5 of them must stay cheap)."""
     shape, dtype, device, nbytes, _storage_key, storage_nbytes, storage_id = info
     item = _NEW(Leftover)
     item.__dict__.update(
@@ -99,6 +143,7 @@ def leftover_of(
             "framework": framework,
             "array_nbytes": nbytes,
             "holders": holders or _HOLDER_TUPLES.get(holder) or (holder,),
+            "views_nbytes": nbytes if views_nbytes is None else views_nbytes,
         }
     )
     return item

@@ -154,6 +154,9 @@ def entries_table(entries: list) -> str:
     for entry in entries:
         also = ", ".join(entry.shared_with)
         name = entry.name + (f" (also {also})" if also else "")
+        view = getattr(entry, "view_summary", None)
+        if view is not None and view():
+            name += f" (view: {view()})"
         rows.append(
             "<tr>"
             + _cell(name)
