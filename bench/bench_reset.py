@@ -20,6 +20,8 @@ or walked again where the drop changed what the scan saw).
 
 Many tensors (issue 14): a list of 10^6 small tensors in the namespace: `gpu_reset()`
 against a bare ``gc.get_objects()`` + isinstance loop over the same objects, target <= 3x;
+beside it, the floor any truthful reset pays (one full gc.collect(), one storage read
+per tensor, each measured alone);
 the dry run and ``%gpu_reset`` with its printed report beside it. ``--many-only`` runs just
 these rows (at full size unless --quick/--smoke).
 """
@@ -171,14 +173,30 @@ def many_tensors_rows(shell, count: int, repeats: int, full: bool) -> list[dict]
         with redirect_stdout(io.StringIO()):
             shell.run_line_magic("gpu_reset", "")
 
-    samples: dict[str, list[float]] = {"gc": [], "reset": [], "dry": [], "magic": []}
+    # What any reset that tells the truth must do at least, measured alone: one full
+    # collection (it is what frees reference cycles) and one read of each tensor's storage
+    # (a view's or a loaded slice's bytes are its storage's: nothing cheaper tells them).
+    # The first read builds torch's Python object for each storage (kept while the tensor
+    # lives), so it is timed on tensors of its own: reset's first read pays the same.
+    untyped_storage = torch._C.TensorBase.untyped_storage
+    fresh: list = []
+
+    def storage_reads() -> None:
+        list(map(untyped_storage, fresh))
+
+    samples: dict[str, list[float]] = {
+        name: [] for name in ("gc", "reads", "collect", "reset", "dry", "magic")
+    }
     for _ in range(repeats):
         for name, function in (
             ("gc", gc_loop),
+            ("reads", storage_reads),
+            ("collect", gc.collect),
             ("reset", lambda: reset.gpu_reset(shell=shell)),
             ("dry", lambda: reset.gpu_reset(shell=shell, dry_run=True)),
             ("magic", magic),
         ):
+            fresh[:] = [torch.zeros(2) for _ in range(count)] if name == "reads" else []
             gc.collect()
             start = time.perf_counter()
             function()
@@ -188,11 +206,15 @@ def many_tensors_rows(shell, count: int, repeats: int, full: bool) -> list[dict]
     size = f"10^{len(str(count)) - 1}"
     note = "" if full else "reduced size: target not checked"
     names = {
+        "reads": "floor: one storage read per tensor",
+        "collect": "floor: gc.collect() alone",
         "reset": "gpu_reset",
         "dry": "gpu_reset dry run",
         "magic": "%gpu_reset, report printed",
     }
     notes = {
+        "reads": "untyped_storage() of each, first read first: part of any truthful scan",
+        "collect": "one full collection, the tensors alive: part of any reset",
         "reset": note,
         "dry": "dry run (one scan, no collection)",
         "magic": "the magic: gpu_reset() and str() of its report",
@@ -208,7 +230,7 @@ def many_tensors_rows(shell, count: int, repeats: int, full: bool) -> list[dict]
             ok=(t[key] <= MANY_TARGET_RATIO * t["gc"]) if full and key == "reset" else None,
             note=notes[key],
         )
-        for key in ("reset", "dry", "magic")
+        for key in ("reads", "collect", "reset", "dry", "magic")
     ]
 
 
