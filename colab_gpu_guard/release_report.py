@@ -13,6 +13,17 @@ from .leftovers.html import groups_html
 from .nvml import INCLUDES_RESERVED, V1
 from .units import format_bytes
 
+# what `dropped` counts (its keys stay as they are: the JSON report uses them), in words
+_DROPPED_WORDS = {
+    "output history": ("output history entry", "output history entries"),
+    "output names": ("output name", "output names"),
+    "last cell result": ("last cell result", "last cell results"),
+    "exceptions": ("exception", "exceptions"),
+    "traceback frames": ("traceback frame", "traceback frames"),
+    "debugger": ("debugger session", "debugger sessions"),
+    "user variables": ("user variable", "user variables"),
+}
+
 
 @dataclass
 class DeviceRelease:
@@ -104,11 +115,20 @@ class ReleaseReport:
         data["held_groups"] = [group.to_dict() for group in self.held_groups()]
         return data
 
+    def dropped_counts(self) -> list[str]:
+        """'3 output history entries', '1 exception', ...: what ``dropped`` counts, in words."""
+        texts = []
+        for kind, count in self.dropped.items():
+            if count:
+                one, many = _DROPPED_WORDS.get(kind, (kind, kind))
+                texts.append(f"{count} {one if count == 1 else many}")
+        return texts
+
     def __str__(self) -> str:
         verb = "would drop" if self.dry_run else "dropped"
         title = "gpu_reset --dry-run (nothing changed)" if self.dry_run else "gpu_reset"
         lines = [title]
-        counts = [f"{count} {kind}" for kind, count in self.dropped.items() if count]
+        counts = self.dropped_counts()
         lines.append(f"  {verb}: {', '.join(counts) if counts else 'nothing'}")
         if self.dropped_names:
             shown = self.dropped_names[:20]
@@ -169,7 +189,7 @@ class ReleaseReport:
     def _repr_html_(self) -> str:
         esc = html.escape
         title = "gpu_reset --dry-run (nothing changed)" if self.dry_run else "gpu_reset"
-        counts = [f"{count} {kind}" for kind, count in self.dropped.items() if count]
+        counts = self.dropped_counts()
         items = [f"<li>{'would drop' if self.dry_run else 'dropped'}: "]
         items[0] += esc(", ".join(counts) if counts else "nothing") + "</li>"
         if self.dropped_names:

@@ -302,7 +302,11 @@ def release_summary(report: Any) -> str:
     if not isinstance(dropped, dict):
         lines = [line.strip() for line in str(report).splitlines() if line.strip()]
         return lines[0] if lines else "gpu_reset done"
-    counts = ", ".join(f"{count} {kind}" for kind, count in dropped.items() if count)
+    words = getattr(report, "dropped_counts", None)
+    if callable(words):
+        counts = ", ".join(words())
+    else:
+        counts = ", ".join(f"{count} {kind}" for kind, count in dropped.items() if count)
     parts = [f"gpu_reset: dropped {counts or 'nothing'}"]
     freed = getattr(report, "freed_bytes", None)
     if freed is not None:
