@@ -37,7 +37,8 @@ def _nvml_header(history: list[CellMemory]) -> str:
 
 
 def format_history(history: list[CellMemory], limit: Optional[int] = None) -> str:
-    """A text table of `history` (the last `limit` records if given)."""
+    """A text table of `history` (the last `limit` records if given). Columns no record
+    has a figure for (torch's CUDA figures, NVML's) are left out."""
     if limit is not None:
         if not isinstance(limit, int) or isinstance(limit, bool) or limit < 0:
             raise ValueError("limit must be a non-negative integer")
@@ -48,7 +49,9 @@ def format_history(history: list[CellMemory], limit: Optional[int] = None) -> st
     header = ["cell", "time"]
     if cuda:
         header += ["allocated before", "after", "change", "peak", "reserved", "OOMs"]
-    header += [_nvml_header(history), "host RSS", "rerun"]
+    nvml = any(record.nvml_used_after is not None for record in history)
+    header += [_nvml_header(history)] if nvml else []
+    header += ["host RSS", "rerun"]
     rows = []
     for record in history:
         row = [
@@ -67,10 +70,10 @@ def format_history(history: list[CellMemory], limit: Optional[int] = None) -> st
                 ]
             else:
                 row += ["-", "-", "-", "-", "-", "-"]
-        row += [
-            format_bytes(record.nvml_used_after) if record.nvml_used_after is not None else "-",
-            format_bytes(record.rss_after) if record.rss_after is not None else "-",
-        ]
+        if nvml:
+            used = record.nvml_used_after
+            row.append(format_bytes(used) if used is not None else "-")
+        row.append(format_bytes(record.rss_after) if record.rss_after is not None else "-")
         if record.rerun_leak:
             row.append(leak_text(record))
         elif record.rerun_of is not None:
@@ -86,7 +89,9 @@ def format_history(history: list[CellMemory], limit: Optional[int] = None) -> st
     leaks = [record for record in history if record.rerun_leak]
     title = f"memory history: {len(history)} cell(s)"
     if not cuda:
-        title += " (CUDA not initialised: host memory only)"
+        title += (
+            " (no torch CUDA figures recorded)" if nvml else " (no GPU figures: host memory only)"
+        )
     if leaks:
         cells = ", ".join(f"[{record.cell}]" for record in leaks)
         title += f"; kept memory again on rerun: {cells}"

@@ -228,6 +228,10 @@ def _release_torch_cuda(report: ReleaseReport, torch) -> bool:
         report.warnings.append(BUSY_WARNING.format(detail=health.detail))
     elif health.state == cuda_health.FORKED:
         report.notes.append(f"no CUDA cache to empty: {health.detail}")
+    elif health.state == cuda_health.NOT_INITIALISED and torch_support.cpu_only_build(torch):
+        report.notes.append(
+            f"torch {torch_support.version()} is a CPU-only build: no CUDA cache to empty"
+        )
     elif health.state == cuda_health.NOT_INITIALISED:
         report.notes.append("torch has not initialised CUDA: no CUDA cache to empty")
     elif health.state == cuda_health.OK:

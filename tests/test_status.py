@@ -175,6 +175,25 @@ def test_torch_versions_as_imported(fake):
     assert snap.torch.health == cuda_health.health().state
 
 
+def test_the_torch_build_line_says_what_the_build_can_use(fake, monkeypatch):
+    """A CPU build is said to be one (no 'CUDA context: not initialised' for the normal
+    state of a CPU machine); a ROCm build, which drives AMD GPUs through torch.cuda, is not
+    called CPU-only."""
+    torch = pytest.importorskip("torch")
+    fake(fake_pynvml.no_library())
+    monkeypatch.setattr(torch.version, "cuda", None)
+    monkeypatch.setattr(torch.version, "hip", None, raising=False)
+    text = gpu_status(leftovers=False).to_text()
+    assert f"torch {torch.__version__} | CPU-only build: no CUDA\n" in text
+    assert "CUDA context" not in text and "is a CPU-only build: it cannot use a GPU" in text
+    monkeypatch.setattr(torch.version, "hip", "6.2.41133")
+    snap = gpu_status(leftovers=False)
+    assert not snap.torch.cpu_only and snap.torch.hip_runtime == "6.2.41133"
+    text = snap.to_text()
+    assert "ROCm (HIP) 6.2.41133 | CUDA context: not initialised" in text
+    assert "CPU-only" not in text
+
+
 def test_broken_cuda_context_is_reported(fake):
     fake(fake_pynvml.one_gpu())
     cuda_health.mark_broken("device-side assert triggered")

@@ -373,6 +373,9 @@ def test_no_nvml_means_none_and_sampling_stops(monkeypatch):
         sampled._nvml.wait_idle()
     assert all(record.nvml_used_after is None for record in sampled.history())
     assert sampled._nvml.available is False
+    text = format_history(sampled.history())
+    assert "NVML" not in text  # no column of dashes for a figure nobody has
+    assert text.startswith("memory history: 3 cell(s) (no GPU figures: host memory only)")
     sampled.close()
 
 

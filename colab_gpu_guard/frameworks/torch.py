@@ -43,6 +43,16 @@ def cuda_version(torch: ModuleType) -> Optional[str]:
     return getattr(getattr(torch, "version", None), "cuda", None)
 
 
+def hip_version(torch: ModuleType) -> Optional[str]:
+    """The ROCm (HIP) runtime torch was built with, or None for a CPU/CUDA build."""
+    return getattr(getattr(torch, "version", None), "hip", None)
+
+
+def cpu_only_build(torch: ModuleType) -> bool:
+    """Built for neither CUDA nor ROCm (a ROCm build drives AMD GPUs through torch.cuda)."""
+    return cuda_version(torch) is None and hip_version(torch) is None
+
+
 def cuda_initialized(torch: Optional[ModuleType] = None) -> bool:
     torch = torch or loaded()
     cuda = getattr(torch, "cuda", None)

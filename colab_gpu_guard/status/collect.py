@@ -135,6 +135,7 @@ def _torch(probe: bool) -> tuple[TorchInfo, Any]:
         TorchInfo(
             version=torch_support.version(),
             cuda_runtime=torch_support.cuda_version(torch),
+            hip_runtime=torch_support.hip_version(torch),
             cuda_initialized=initialized,
             device_count=torch_support.cuda_device_count(torch) if initialized else None,
             health=health.state,

@@ -35,7 +35,7 @@ def status_notes(
         )
     elif torch_info.health == cuda_health.FORKED:
         notes.append(cuda_health.FORKED_DETAIL)
-    if torch_info.version is not None and torch_info.cuda_runtime is None:
+    if torch_info.cpu_only:
         notes.append(f"torch {torch_info.version} is a CPU-only build: it cannot use a GPU")
     elif torch_info.health == cuda_health.FORKED:
         pass  # said above: CUDA cannot start in this process at all

@@ -43,10 +43,16 @@ class HostInfo:
 class TorchInfo:
     version: Optional[str] = None  # None: torch is not imported in this process
     cuda_runtime: Optional[str] = None  # the CUDA torch was built with; None: CPU build
+    hip_runtime: Optional[str] = None  # the ROCm (HIP) torch was built with, on AMD GPUs
     cuda_initialized: bool = False
     device_count: Optional[int] = None  # known once CUDA is initialised
     health: str = "no torch"  # cuda_health state: ok, not initialised, no torch, broken
     health_detail: str = ""
+
+    @property
+    def cpu_only(self) -> bool:
+        """torch is imported and built for neither CUDA nor ROCm."""
+        return self.version is not None and not (self.cuda_runtime or self.hip_runtime)
 
 
 @dataclass(frozen=True)

@@ -6,6 +6,7 @@ from __future__ import annotations
 import time
 from typing import TYPE_CHECKING, Any, Optional
 
+from .. import cuda_health
 from ..nvml import INCLUDES_RESERVED, V1, MigInstance, NvmlDevice, NvmlProcess
 from ..units import NA, format_bytes
 
@@ -121,10 +122,18 @@ def version_lines(status: GpuStatus) -> list[str]:
     else:
         lines.append(f"NVML not available: {view.error}")
     context = torch.health + (f" ({torch.health_detail})" if torch.health_detail else "")
-    if torch.version is None:
-        lines.append(f"torch not imported | CUDA context: {context}")
+    if torch.version is None:  # the context's state only where it says more than that
+        extra = f" | CUDA context: {context}" if torch.health != cuda_health.NO_TORCH else ""
+        lines.append(f"torch not imported{extra}")
+    elif torch.cpu_only:  # its context is never started: only a state set from outside
+        extra = f" | CUDA context: {context}" if torch.health != cuda_health.NOT_INITIALISED else ""
+        lines.append(f"torch {torch.version} | CPU-only build: no CUDA{extra}")
     else:
-        runtime = f"CUDA runtime {torch.cuda_runtime}" if torch.cuda_runtime else "CPU-only build"
+        runtime = (
+            f"CUDA runtime {torch.cuda_runtime}"
+            if torch.cuda_runtime
+            else f"ROCm (HIP) {torch.hip_runtime}"
+        )
         lines.append(f"torch {torch.version} | {runtime} | CUDA context: {context}")
     return lines
 
