@@ -607,14 +607,19 @@ def test_history_plug_in(fake, tracker_module):
         CellMemory(n, 0, n * MiB, 2 * n * MiB, 4 * MiB, 0, None, n == 3, MiB if n == 3 else 0, 0.5)
         for n in range(1, 4)
     ]
+    cells = [dataclasses.replace(cell, devices=1, rss_after=600 * MiB) for cell in cells]
+    cells[2] = dataclasses.replace(cells[2], rerun_of=2, leak_kind="cuda:0")
+    cells.append(CellMemory(4, 0, 0, 0, 0, 0, None, False, 0, 0.25, rss_after=700 * MiB))
     tracker_module(cells)
-    snap = gpu_status(leftovers=False, history=True, history_limit=2)
-    assert [r.cell for r in snap.history] == [2, 3]
-    assert snap.history_note == "last 2 of 3 cells"
+    snap = gpu_status(leftovers=False, history=True, history_limit=3)
+    assert [r.cell for r in snap.history] == [2, 3, 4]
+    assert snap.history_note == "last 3 of 4 cells"
     assert snap.history[1].rerun_leak is True and snap.history[1].leak_bytes == MiB
     assert snap.history[1].nvml_used_after is None
     text = snap.to_text()
-    assert "[3] allocated 3 MiB (+3 MiB)" in text and "LEAK on rerun: 1 MiB" in text
+    assert "[3] allocated 3 MiB (+3 MiB)" in text
+    assert "LEAK: kept +1 MiB cuda:0 again (run before: [2])" in text  # as %gpu_history says
+    assert "[4] host RSS 700 MiB | 0.25 s" in text  # no CUDA figures: no 'allocated 0 B'
     assert GpuStatus.from_json(snap.to_json()) == snap
     assert gpu_status(leftovers=False).history is None  # only when asked
 

@@ -7,6 +7,7 @@ import time
 from typing import TYPE_CHECKING, Any, Optional
 
 from .. import cuda_health
+from ..history_text import leak_text
 from ..nvml import INCLUDES_RESERVED, V1, MigInstance, NvmlDevice, NvmlProcess
 from ..units import NA, format_bytes
 
@@ -312,15 +313,21 @@ def _leftover_line(entry: Leftover) -> str:
 
 
 def cell_line(record: CellMemory) -> str:
-    change = None
-    if record.allocated_before is not None and record.allocated_after is not None:
-        change = record.allocated_after - record.allocated_before
+    """One cell of the history: torch's CUDA figures where the cell has them (else host
+    memory), NVML's, the time, and a rerun or its LEAK as `%gpu_history` says it."""
     cell = "-" if record.cell is None else record.cell
-    line = (
-        f"[{cell}] allocated {format_bytes(record.allocated_after)} "
-        f"({'+' if (change or 0) >= 0 else ''}{format_bytes(change)}) | peak "
-        f"{record.peak_text} | reserved {format_bytes(record.reserved_after)}"
-    )
+    line = f"[{cell}]"
+    if record.devices:
+        change = None
+        if record.allocated_before is not None and record.allocated_after is not None:
+            change = record.allocated_after - record.allocated_before
+        line += (
+            f" allocated {format_bytes(record.allocated_after)} "
+            f"({'+' if (change or 0) >= 0 else ''}{format_bytes(change)}) | peak "
+            f"{record.peak_text} | reserved {format_bytes(record.reserved_after)}"
+        )
+    elif record.rss_after is not None:
+        line += f" host RSS {format_bytes(record.rss_after)}"
     if record.nvml_used_after is not None:
         line += f" | NVML {format_bytes(record.nvml_used_after)}"
         if record.nvml_used_call == V1:
@@ -329,13 +336,11 @@ def cell_line(record: CellMemory) -> str:
         line += f" | {record.duration_s:.2f} s"
     if record.ooms:
         line += f" | {record.ooms} OOM(s)"
-    if record.rerun_of is not None:
-        line += f" | rerun of [{record.rerun_of}]"
     if record.rerun_leak:
-        line += f" | LEAK on rerun: {format_bytes(record.leak_bytes)}"
-        if record.held_by:
-            line += f", held by {record.held_by}"
-    return line
+        line += f" | {leak_text(record)}"
+    elif record.rerun_of is not None:
+        line += f" | rerun of [{record.rerun_of}]"
+    return line.replace("] | ", "] ", 1)
 
 
 def leftovers_heading(status: GpuStatus) -> str:
