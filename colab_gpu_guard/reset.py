@@ -72,6 +72,7 @@ from .leftovers import Scan, dropping, find_leftovers, scan
 from .leftovers.found import ROW_FRAMEWORK
 from .leftovers.scan import COMPILED_GRAPH
 from .release_report import DeviceRelease, ReleaseReport
+from .units import format_bytes
 
 SYNC_TIMEOUT_S = 5.0
 # each leftovers scan: the plan's, and (where the plan's cannot say) what is still held
@@ -303,6 +304,8 @@ def _reset(names: tuple, all_vars: bool, dry_run: bool, shell, namespace: dict) 
     dropped = set(plan.roots)
     freed_keys = found.reach.only_through(dropped)
     report.estimated_bytes = dropping.nbytes(found, freed_keys)
+    named = [notebook_refs.RootKey(notebook_refs.VARIABLE, name) for name in names]
+    _held_elsewhere_notes(report, dropping.held_elsewhere(found, named, dropped, freed_keys))
 
     if dry_run:
         report.devices = [DeviceRelease(name, alloc, res) for name, alloc, res in before]
@@ -345,6 +348,21 @@ def _reset(names: tuple, all_vars: bool, dry_run: bool, shell, namespace: dict) 
         report.notes.append("the last exception is gone: %debug and %tb have nothing to show")
     _add_history_notes(report)
     return report
+
+
+def _held_elsewhere_notes(report: ReleaseReport, stays: list[tuple]) -> None:
+    """Why deleting a variable the user named frees less than it holds: who else holds it."""
+    verb = "would stay" if report.dry_run else "stays"
+    for label, amount, holders in stays:
+        shown = ", ".join(
+            holder if holder.startswith("<") else f"`{holder}`" for holder in holders[:5]
+        )
+        more = f" (+{len(holders) - 5} more)" if len(holders) > 5 else ""
+        where = f": still held by {shown}{more}" if holders else ""
+        report.notes.append(
+            f"`{label}`: {format_bytes(amount)} of its memory {verb}{where} (they keep it "
+            "alive: delete them too to free it)"
+        )
 
 
 def _dry_run_notes(report: ReleaseReport, health) -> None:

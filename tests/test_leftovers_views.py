@@ -77,7 +77,7 @@ def test_no_note_where_the_base_is_named_or_little_is_unused():
     assert only({"base": base, "row": base[:10]}).view_text() == ""
     assert only({"most": base[: N - 1000]}).view_text() == ""  # 4 KB unused: no note
     small = torch.zeros(1000)
-    assert only({"head": small[:10]}).view_text() == ""  # under 1 MiB unused
+    assert only({"head": small[:10]}).view_text() == ""  # under 64 KiB unused
     assert only({"t": torch.ones(1).expand(N)}).view_text() == ""  # uses more than it keeps
 
 

@@ -875,6 +875,8 @@ def test_history_from_the_real_tracker(ip, run_cell, show, torch):
     run_cell("kept_by_the_cell = torch.ones(24 * 2**20, dtype=torch.uint8) + 1")
     nbytes = ip.user_ns["kept_by_the_cell"].untyped_storage().nbytes()
     run_cell("h_value += 1")
+    for name in ("kept_by_the_cell", "h_value"):  # later tests share this namespace
+        ip.user_ns.pop(name, None)
     text = instance.history.value
     assert "What each cell kept</b> (host resident memory" in text
     cell = ip.execution_count - 2

@@ -135,3 +135,27 @@ def still_held(scan: Scan, dropped: set, now: Optional[States] = None) -> Option
         if notebook_refs.RootKey(notebook_refs.VARIABLE, label) not in dropped
     }
     return listed(blocks, range(len(blocks.sizes)), types, notes=scan.notes)
+
+
+def held_elsewhere(scan: Scan, named: Iterable[Any], dropped: set, freed: set) -> list[tuple]:
+    """For each root the user named (a variable to delete): the bytes of the memory it
+    reaches that dropping does not free, and the labels of the roots kept that still reach
+    it (a view of the tensor, an alias, a list holding it): (label, bytes, holders), only
+    where bytes stay. `freed`: the blocks only the dropped roots reach."""
+    named = [root for root in named if root in dropped]
+    if not named:
+        return []
+    by_root = scan.reach.by_root()
+    labels = {entry[0]: entry[1] for entry in scan.roots}
+    stays = []
+    for root in named:
+        kept = by_root.get(root, set()) - freed
+        if not kept:
+            continue
+        holders = [
+            labels.get(other, str(other))
+            for other, blocks in by_root.items()
+            if other not in dropped and not blocks.isdisjoint(kept)
+        ]
+        stays.append((labels.get(root, str(root)), nbytes(scan, kept), holders))
+    return stays

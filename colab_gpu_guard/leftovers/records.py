@@ -108,7 +108,7 @@ class Leftover:
         return dict(zip(_LEFTOVER_FIELDS, _LEFTOVER_VALUES(self)))
 
 
-VIEW_NOTE_MIN = 2**20  # a view's unused memory worth a note
+VIEW_NOTE_MIN = 64 * 2**10  # a view's unused memory worth a note
 _LEFTOVER_FIELDS = tuple(item.name for item in fields(Leftover))
 _LEFTOVER_VALUES = operator.attrgetter(*_LEFTOVER_FIELDS)
 _HOLDER_TUPLES = {holder: (holder,) for holder in HOLDERS}

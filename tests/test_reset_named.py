@@ -1,0 +1,76 @@
+"""`%gpu_reset NAME` that frees less than NAME holds says why: the other names still holding
+that memory (a view, an alias, a list), with the bytes that stay; weakrefs to the storage
+prove the bytes stay, and that deleting the holders named frees them."""
+
+from __future__ import annotations
+
+import gc
+import weakref
+
+import pytest
+from IPython.utils.capture import capture_output
+
+torch = pytest.importorskip("torch")
+
+from colab_gpu_guard import reset  # noqa: E402
+from colab_gpu_guard.units import format_bytes  # noqa: E402
+
+MIB = 2**20
+
+
+def notebook() -> tuple[dict, weakref.ref]:
+    big = torch.zeros(1024, 1024)  # 4 MiB
+    storage = weakref.ref(big.untyped_storage())
+    return {"big": big, "view": big[:10], "keep": [big], "other": torch.ones(3)}, storage
+
+
+def test_a_named_variable_whose_memory_others_hold_says_who():
+    namespace, storage = notebook()
+    dry = reset.gpu_reset("big", namespace=namespace, dry_run=True)
+    assert dry.estimated_bytes == 0
+    note = "`big`: 4 MiB of its memory would stay: still held by `view`, `keep`"
+    assert any(text.startswith(note) for text in dry.notes), dry.notes
+    done = reset.gpu_reset("big", namespace=namespace)
+    assert "big" not in namespace and storage() is not None  # the 4 MiB did stay
+    assert done.released_bytes == 0
+    stays = [text for text in done.notes if text.startswith("`big`:")]
+    assert stays == [
+        "`big`: 4 MiB of its memory stays: still held by `view`, `keep` (they keep it "
+        "alive: delete them too to free it)"
+    ]
+    assert "stays" in str(done)
+    done = reset.gpu_reset("view", "keep", namespace=namespace)  # the fix the note names
+    gc.collect()
+    assert storage() is None and done.released_bytes == 4 * MIB
+    assert not [text for text in done.notes if "of its memory" in text]
+
+
+def test_no_note_when_every_holder_is_dropped_or_none_is_left():
+    namespace, storage = notebook()
+    done = reset.gpu_reset("big", "view", "keep", namespace=namespace)
+    assert storage() is None and done.released_bytes == 4 * MIB
+    assert not [text for text in done.notes if "of its memory" in text]
+    done = reset.gpu_reset("other", namespace=namespace)
+    assert not [text for text in done.notes if "of its memory" in text]
+
+
+def test_the_output_history_is_not_named_as_a_holder_a_plain_reset_drops(ip, run_cell):
+    run_cell("import torch\nheld = torch.zeros(512, 1024)")
+    run_cell("held")  # Out[n] holds it too; a reset drops the output history anyway
+    storage = weakref.ref(ip.user_ns["held"].untyped_storage())
+    with capture_output() as captured:
+        ip.run_line_magic("gpu_reset", "held")
+    gc.collect()
+    assert storage() is None
+    assert "of its memory" not in captured.stdout
+    assert f"freed: {format_bytes(2 * MIB)}" in captured.stdout
+
+
+def test_a_view_named_in_the_magic(ip, run_cell):
+    run_cell("import torch\nbase = torch.zeros(1024, 1024)\nrow = base[0]")
+    with capture_output() as captured:
+        ip.run_line_magic("gpu_reset", "base")
+    assert "`base`: 4 MiB of its memory stays: still held by `row`" in captured.stdout
+    # and the still-held list says why a 4 KiB row keeps 4 MiB
+    assert "view: uses 4 KiB of the 4 MiB it keeps alive (keep row.clone()" in captured.stdout
+    ip.user_ns.pop("row", None)
