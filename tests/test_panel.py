@@ -872,7 +872,7 @@ def test_history_from_the_real_tracker(ip, run_cell, show, torch):
         "import ctypes\ntry:\n    ctypes.CDLL(None).malloc_trim(0)\nexcept Exception:\n    pass"
     )
     run_cell("h_value = 8")
-    run_cell("kept_by_the_cell = torch.ones(24 * 2**20, dtype=torch.uint8) + 1")
+    run_cell("import torch\nkept_by_the_cell = torch.ones(24 * 2**20, dtype=torch.uint8) + 1")
     nbytes = ip.user_ns["kept_by_the_cell"].untyped_storage().nbytes()
     run_cell("h_value += 1")
     for name in ("kept_by_the_cell", "h_value"):  # later tests share this namespace
