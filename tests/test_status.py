@@ -1137,3 +1137,13 @@ def test_a_snapshot_written_before_the_house_move_still_reads():
     added = {"devices", "leak_kind", "peak_bound", "nvml_used_call", "leaks", "held_by"}
     added.add("nvml_process_used")  # issue 16: NVML's figure for this PID
     assert set(again["history"][0]) - set(old["history"][0]) == added
+
+
+def test_the_now_line_claims_nothing_about_leftovers_it_did_not_search(fake):
+    from colab_gpu_guard.status.compact import now_items
+
+    fake(fake_pynvml.no_library())
+    texts = [item.text for item in now_items(gpu_status(leftovers=False))]
+    assert texts == ["leftovers not searched: Refresh looks for them"]
+    texts = [item.text for item in now_items(gpu_status(leftovers=True, namespace={}))]
+    assert texts == ["CPU only: nothing hidden for Free memory to release"]

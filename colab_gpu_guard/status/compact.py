@@ -181,7 +181,9 @@ def now_items(status: GpuStatus) -> list[Now]:
     growth = _last_growth(list(status.history or ()))
     if growth is not None:
         items.append(growth)
-    if not items:
+    if not items and freeable is None:  # leftovers not searched: no claim about them
+        items.append(Now("info", "leftovers not searched: Refresh looks for them"))
+    elif not items:
         if status.has_gpu:
             items.append(Now("info", "nothing hidden: Free memory has nothing to release"))
         else:
