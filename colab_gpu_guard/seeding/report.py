@@ -125,6 +125,9 @@ class SeedReport:
             lines.append(f"  WARNING  {warning}")
         return "\n".join(lines)
 
+    def _repr_pretty_(self, printer: Any, cycle: bool) -> None:
+        printer.text(str(self))  # the report as text, not the dataclass repr
+
     def _repr_html_(self) -> str:
         import html
 

@@ -218,6 +218,9 @@ class ReproRecord:
     def __str__(self) -> str:
         return self.to_text()
 
+    def _repr_pretty_(self, printer: Any, cycle: bool) -> None:
+        printer.text(str(self))  # the report as text, not the dataclass repr
+
     def _repr_html_(self) -> str:
         import html
 

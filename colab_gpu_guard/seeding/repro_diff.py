@@ -123,6 +123,9 @@ class ReproDiff:
         lines += [f"  note: {note}" for note in self.notes]
         return "\n".join(lines)
 
+    def _repr_pretty_(self, printer: Any, cycle: bool) -> None:
+        printer.text(str(self))  # the report as text, not the dataclass repr
+
     def _repr_html_(self) -> str:
         import html
 

@@ -70,6 +70,9 @@ class RngState:
             lines.append(f"  not captured: {name}: {why}")
         return "\n".join(lines)
 
+    def _repr_pretty_(self, printer: Any, cycle: bool) -> None:
+        printer.text(str(self))  # the report as text, not the dataclass repr
+
     def _repr_html_(self) -> str:
         import html
 
