@@ -119,6 +119,7 @@ def test_without_a_gpu_the_record_says_why():
     record = repro_record()
     assert record.gpus == () and record.gpu_note == "no GPU listed: NVML sees none"
     assert record.tf32() == (None, None)
+    assert "TF32 n/a (no GPU listed)" in str(record)  # not used, rather than "unknown"
 
 
 def test_json_round_trip_and_schema():

@@ -180,7 +180,10 @@ class ReproRecord:
             lines.append("  torch not imported: its flags are not recorded")
         else:
             conv, matmul = self.tf32()
-            tf32 = "unknown (no GPU)" if conv is None else f"conv {_on(conv)}, matmul {_on(matmul)}"
+            if conv is not None:
+                tf32 = f"conv {_on(conv)}, matmul {_on(matmul)}"
+            else:
+                tf32 = "n/a (no GPU listed)" if not self.gpus else "unknown"
             lines.append(
                 f"  torch {v.torch} (CUDA {v.cuda_runtime or '-'}, cuDNN {v.cudnn or '-'}): "
                 f"deterministic {_on(flags.deterministic_algorithms)}, cudnn.benchmark "
