@@ -55,6 +55,13 @@ def global_shell():
     return start_ipython() or IPython.get_ipython()
 
 
+@pytest.fixture(autouse=True, scope="session")
+def _shell_running():
+    """Tests run as in a notebook: an IPython shell runs in this process (several test
+    modules start it at import; this makes a single file run the same way)."""
+    global_shell()
+
+
 def flush_output_history(shell) -> None:
     """``%reset -f out``, then what it forgets: IPython's flush clears ``_``/``__``/``___``
     in ``user_ns`` but not in ``user_ns_hidden``, and from then on the display hook takes

@@ -127,6 +127,9 @@ def test_module_runs_and_exits_0():
     assert process.returncode == 0, err.decode()
     assert out.decode().startswith("GPU status")
     assert b"Traceback" not in err
+    # a terminal (or a notebook's `!python -m ...`) is not the kernel: it says "this process"
+    assert b"this kernel" not in out
+    assert b"(PID" not in out or b"this process" in out
 
 
 def test_module_bad_watch_exits_2_with_a_clear_message():

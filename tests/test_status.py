@@ -20,6 +20,7 @@ from colab_gpu_guard.leftovers import Leftover
 from colab_gpu_guard.serialize import from_data, to_data
 from colab_gpu_guard.status import GpuStatus, gpu_status
 from colab_gpu_guard.tracker import CellMemory
+from colab_gpu_guard.units import format_bytes
 from tests import fake_pynvml
 from tests.child import run_python
 from tests.conftest import flush_output_history
@@ -1147,3 +1148,18 @@ def test_the_now_line_claims_nothing_about_leftovers_it_did_not_search(fake):
     assert texts == ["leftovers not searched: Refresh looks for them"]
     texts = [item.text for item in now_items(gpu_status(leftovers=True, namespace={}))]
     assert texts == ["CPU only: nothing hidden for Free memory to release"]
+
+
+def test_outside_a_kernel_the_text_says_this_process(fake, monkeypatch):
+    """`python -m colab_gpu_guard status`, a script, or a notebook's `!python ...` runs in
+    a process of its own: its figures are that process's, not the kernel's."""
+    from colab_gpu_guard import notebook_refs
+
+    fake(fake_pynvml.two_gpus())
+    assert gpu_status(leftovers=False).host.process == "kernel"  # the test shell runs here
+    monkeypatch.setattr(notebook_refs, "running_shell", lambda: None)
+    snap = gpu_status(leftovers=False)
+    text = snap.to_text()
+    assert snap.host.process == "process" and "this kernel" not in text
+    assert "<- this process" in text
+    assert f"this process {format_bytes(snap.host.process_rss)} (PID" in text

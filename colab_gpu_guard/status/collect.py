@@ -16,7 +16,7 @@ import time
 from collections.abc import Sequence
 from typing import Any, Optional
 
-from .. import host_memory, nvml
+from .. import host_memory, notebook_refs, nvml
 from ..nvml import NvmlDevice, NvmlSnapshot
 from ..units import USER_VARIABLE
 from .matching import (
@@ -112,6 +112,7 @@ def _host() -> HostInfo:
         "python": platform.python_version(),
         "platform": sys.platform,
         "pid": os.getpid(),
+        "process": "kernel" if notebook_refs.running_shell() is not None else "process",
     }
     try:
         ram = host_memory.host_ram()

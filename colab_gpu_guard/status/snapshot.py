@@ -37,6 +37,8 @@ class HostInfo:
     ram_available: Optional[int] = None
     process_rss: Optional[int] = None
     note: Optional[str] = None  # why the RAM figures are missing
+    process: str = "kernel"  # what this process is: "kernel" (an IPython shell runs in it)
+    # or "process" (a script, `python -m colab_gpu_guard status`, a `!` subprocess)
 
 
 @dataclass(frozen=True)

@@ -19,6 +19,13 @@ if TYPE_CHECKING:
 
 
 def render_text(status: GpuStatus) -> str:
+    text = _render_text(status)
+    if status.host.process != "kernel":  # a script or `python -m colab_gpu_guard status`
+        text = text.replace("this kernel", "this process")
+    return text
+
+
+def _render_text(status: GpuStatus) -> str:
     lines = [f"GPU status | {status.host.runtime} | {when(status)} | {status.duration_ms:.1f} ms"]
     lines += [f"  {line}" for line in version_lines(status)]
     lines += [f"!! {banner}" for banner in lost_banners(status)]
