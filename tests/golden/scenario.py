@@ -397,9 +397,13 @@ def _cli(argv: list[str]) -> None:
 def normalise(text: str) -> str:
     import numpy
 
-    text = text.replace(str(os.getpid()), "<pid>")
-    text = text.replace(platform.python_version(), "<python>")
-    text = text.replace(numpy.__version__, "<numpy>")
+    # whole numbers only: a PID of 327 must not turn 32768 into <pid>68
+    for value, label in (
+        (str(os.getpid()), "<pid>"),
+        (platform.python_version(), "<python>"),
+        (numpy.__version__, "<numpy>"),
+    ):
+        text = re.sub(rf"(?<![\d.]){re.escape(value)}(?![\d])", label, text)
     text = re.sub(r"\d{4}-\d\d-\d\d \d\d:\d\d:\d\d", "<date time>", text)
     text = re.sub(r"\b\d\d:\d\d:\d\d\b", "<time>", text)
     text = re.sub(r"\d+\.\d+ ms\b", "<n> ms", text)
