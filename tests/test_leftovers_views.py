@@ -91,3 +91,17 @@ def test_html_and_panel_rows_show_the_view():
     assert "&lt;row&gt; (view: uses 40 B of 3.81 MiB)" in panel
     plain = only({"x": torch.zeros(10)})
     assert "view of more memory" not in leftovers_table([plain])
+
+
+def test_a_numpy_view_names_numpy_s_copy():
+    np = pytest.importorskip("numpy")
+    base = np.zeros(N)
+    base_ref = weakref.ref(base)
+    row = base[:10]
+    del base
+    entry = only({"row": row})
+    assert entry.nbytes == 8 * N and entry.views_nbytes == 80
+    assert "(keep row.copy(): it copies only this part)" in entry.view_text()
+    row = row.copy()  # the fix the note names
+    gc.collect()
+    assert base_ref() is None

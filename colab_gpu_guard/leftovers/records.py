@@ -89,13 +89,14 @@ class Leftover:
             return ""
         used = format_bytes(self.views_nbytes or 0)
         storage = format_bytes(self.nbytes - self.graph_nbytes)
+        copy = _COPY_METHODS.get(self.framework, "copy")
         if self.shared_with:
             return (
-                f"view: these names use {used} of the {storage} they keep alive (.clone() "
-                f"the parts you need, e.g. {self.name}.clone(), and drop these names)"
+                f"view: these names use {used} of the {storage} they keep alive (.{copy}() "
+                f"the parts you need, e.g. {self.name}.{copy}(), and drop these names)"
             )
         return (
-            f"view: uses {used} of the {storage} it keeps alive (keep {self.name}.clone(): "
+            f"view: uses {used} of the {storage} it keeps alive (keep {self.name}.{copy}(): "
             "it copies only this part)"
         )
 
@@ -108,6 +109,7 @@ class Leftover:
         return dict(zip(_LEFTOVER_FIELDS, _LEFTOVER_VALUES(self)))
 
 
+_COPY_METHODS = {"torch": "clone"}  # the method that copies a view's part (NumPy, CuPy: copy)
 VIEW_NOTE_MIN = 64 * 2**10  # a view's unused memory worth a note
 _LEFTOVER_FIELDS = tuple(item.name for item in fields(Leftover))
 _LEFTOVER_VALUES = operator.attrgetter(*_LEFTOVER_FIELDS)
