@@ -990,6 +990,35 @@ def test_no_gpu_facts(monkeypatch, no_nvml):
     assert "Change runtime type" in " ".join(diagnosis.fixes)
 
 
+def test_no_gpu_with_gpus_in_nvml_names_the_cpu_build(monkeypatch, fake_nvml):
+    """torch sees no GPU, NVML sees two: the cause is this torch's build, not the runtime
+    type; 'Change runtime type' would send the user the wrong way."""
+    torch = pytest.importorskip("torch")
+    fake_nvml(fake_pynvml.two_gpus())
+    monkeypatch.delenv("CUDA_VISIBLE_DEVICES", raising=False)
+    monkeypatch.setattr(torch.version, "cuda", None)
+    monkeypatch.setattr(torch.version, "hip", None, raising=False)
+    diagnosis = advisor.advise(make(entry("no_gpu")))
+    assert diagnosis.summary == (
+        f"torch {torch.__version__} is a CPU-only build, but NVML sees 2 NVIDIA GPUs on this "
+        "machine: this torch cannot use them."
+    )
+    fixes = " ".join(diagnosis.fixes)
+    assert "Install a CUDA build of torch" in fixes and "(12.4 here, or older)" in fixes
+    assert "Change runtime type" not in fixes
+    # a CUDA build whose CUDA_VISIBLE_DEVICES lists no GPU that exists
+    monkeypatch.setattr(torch.version, "cuda", "12.4")
+    for hidden in ("", "-1", "2", "5,0"):
+        monkeypatch.setenv("CUDA_VISIBLE_DEVICES", hidden)
+        diagnosis = advisor.advise(make(entry("no_gpu")))
+        assert diagnosis.summary.startswith(f"CUDA_VISIBLE_DEVICES={hidden!r} hides every GPU")
+        assert "(0 to 1)" in diagnosis.fixes[0]
+    for shown in ("1", "0,5", "GPU-bbbbbbbb-0000-0000-0000-000000000000"):
+        monkeypatch.setenv("CUDA_VISIBLE_DEVICES", shown)
+        diagnosis = advisor.advise(make(entry("no_gpu")))
+        assert diagnosis.summary == "This runtime has no GPU that this framework can use."
+
+
 def test_oom_names_the_biggest_holders_grouped_by_variable(monkeypatch, no_nvml):
     """The OOM advice names holders by the variable holding them (hidden holders first),
     not nine rows of one list's items; every name escaped in HTML."""

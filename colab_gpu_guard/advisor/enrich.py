@@ -24,7 +24,7 @@ from .. import cuda_health, notebook_refs
 from ..frameworks import torch as torch_support
 from ..seeding import determinism
 from ..units import format_bytes
-from . import origin
+from . import fixes, origin
 from .diagnosis import Diagnosis, classify, rebuild
 from .kinds import (
     CUBLAS_DETERMINISM,
@@ -247,10 +247,20 @@ def _enrich_no_gpu(diagnosis: Diagnosis, namespace: Optional[dict]) -> None:
         diagnosis.facts["torch built for CUDA"] = (
             torch_support.cuda_version(torch) or "none (CPU build)"
         )
-    devices = driver_facts().get("devices")
+    machine = driver_facts()
+    devices = machine.get("devices")
     diagnosis.facts["GPUs NVML sees"] = (
         str(len(devices)) if devices is not None else "none (NVML not available)"
     )
+    cause = fixes.no_gpu_cause(
+        torch_support.version() if torch is not None else None,
+        torch is not None and torch_support.cpu_only_build(torch),
+        len(devices) if devices is not None else None,
+        visible,
+        machine.get("driver_cuda"),
+    )
+    if cause is not None:
+        diagnosis.summary, diagnosis.fixes = cause[0], list(cause[1])
 
 
 _ENRICHERS: dict[str, tuple[Callable[[Diagnosis, Optional[dict]], None], ...]] = {

@@ -3,7 +3,7 @@ built from the details parsed out of the message (see recognise.py)."""
 
 from __future__ import annotations
 
-from typing import Any, Callable, NamedTuple
+from typing import Any, Callable, NamedTuple, Optional
 
 from ..units import format_bytes
 from .kinds import (
@@ -343,6 +343,55 @@ def _no_gpu(details: dict[str, Any]) -> Advice:
         "torch is a CUDA build (`torch.version.cuda` is None on CPU-only builds).",
     ]
     return Advice(NO_GPU, summary, {}, fixes)
+
+
+def hides_every_gpu(visible: Optional[str], gpus: int) -> bool:
+    """Whether CUDA_VISIBLE_DEVICES hides all of `gpus` GPUs: CUDA reads the list up to its
+    first entry that names no GPU, so an empty value, -1 or an index past the last GPU
+    first leaves none."""
+    if visible is None:
+        return False
+    first = visible.split(",")[0].strip()
+    if first.startswith(("GPU-", "MIG-")):
+        return False
+    return not (first.isdigit() and int(first) < gpus)
+
+
+def no_gpu_cause(
+    torch_version: Optional[str],
+    cpu_build: bool,
+    gpus: Optional[int],
+    visible: Optional[str],
+    driver_cuda: Optional[str],
+) -> Optional[tuple[str, list[str]]]:
+    """(summary, fixes) where the machine shows why torch sees no GPU although NVML sees
+    some: a CPU-only torch build, or CUDA_VISIBLE_DEVICES hiding them; None otherwise (the
+    runtime has no GPU: the general advice stands)."""
+    if not gpus:
+        return None
+    seen = f"NVML sees {gpus} NVIDIA GPU{'s' * (gpus != 1)} on this machine"
+    if cpu_build:
+        cuda = f" ({driver_cuda} here, or older)" if driver_cuda else ""
+        return (
+            f"torch {torch_version} is a CPU-only build, but {seen}: this torch cannot use them.",
+            [
+                "Install a CUDA build of torch for a CUDA version the driver supports"
+                f"{cuda}: `pip install torch --index-url "
+                "https://download.pytorch.org/whl/cuXXX`, then restart the runtime.",
+                "On Colab the preinstalled torch is a CUDA build: a `pip install` that "
+                "replaced it with a CPU wheel is the usual cause; start a fresh runtime.",
+            ],
+        )
+    if hides_every_gpu(visible, gpus):
+        return (
+            f"CUDA_VISIBLE_DEVICES={visible!r} hides every GPU, but {seen}.",
+            [
+                "Unset it (`del os.environ['CUDA_VISIBLE_DEVICES']`) or list GPUs that exist "
+                f"(0 to {gpus - 1}), then restart the runtime: CUDA reads it once, when it "
+                "starts.",
+            ],
+        )
+    return None
 
 
 BUILDERS: dict[str, Callable[[dict[str, Any]], Advice]] = {
