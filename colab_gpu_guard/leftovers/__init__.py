@@ -27,7 +27,9 @@ found and their metadata), ``readers`` (reading without running user code), ``ho
 (find_leftovers, scan, Scan), ``reach`` (which roots reach which blocks, in bulk),
 ``dropping`` (what dropping some roots frees and leaves held, read off a scan: gpu_reset),
 ``deep`` (the deep scan), ``graphs`` (what autograd graphs hold), ``groups`` (the entries
-by the variable or hidden holder that keeps them: ``LeftoverList.groups()``).
+by the variable or hidden holder that keeps them: ``LeftoverList.groups()``), ``tally``
+(which group each block belongs to, and each group's count, bytes and devices, worked per
+run of one root).
 """
 
 from __future__ import annotations

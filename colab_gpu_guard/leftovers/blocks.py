@@ -13,9 +13,9 @@ from ..units import HOLDERS
 from .found import ROW_HOLDER, ROW_PATH, Found, Ref
 from .graphs import Graph
 from .groups import Blocks as GroupColumns
-from .groups import root_labels, root_of
 from .naming import ITEM, PathNames, rank, shared_names
 from .records import Leftover, leftover_of, with_graph
+from .tally import root_labels, root_of
 
 
 def leftover_for(names: PathNames, refs: list[Ref]) -> Leftover:
@@ -127,12 +127,18 @@ class Blocks:
     def group_columns(self) -> GroupColumns:
         """The columns `groups.group_leftovers` needs, in ``order``: a block reached by
         several names belongs to the root of the name it is listed under."""
-        order = self.order
-        row_of, rows, shared = self.row_of, self.rows, self.shared
-        holders = list(map(self.holders.__getitem__, order))
-        paths = map(ROW_PATH, map(rows.__getitem__, map(row_of.__getitem__, order)))
+        order, row_of, rows, shared = self.order, self.row_of, self.rows, self.shared
+        holders = _in_order(self.holders, order)
+        if order == range(len(row_of)) and row_of == range(len(rows)):  # block i is row i
+            paths = list(map(ROW_PATH, rows))
+        else:
+            paths = list(map(ROW_PATH, map(rows.__getitem__, map(row_of.__getitem__, order))))
         roots = root_labels(paths, holders)
-        shared_at = list(itertools.compress(itertools.count(), map(shared.__contains__, order)))
+        shared_at = (
+            list(itertools.compress(itertools.count(), map(shared.__contains__, order)))
+            if shared
+            else []
+        )
         graph_of = self.graph_of
         graphs = (
             [(p, block) for p, block in enumerate(order) if block in graph_of] if graph_of else []
@@ -141,10 +147,17 @@ class Blocks:
             entry = shared[order[position]]
             roots[position] = root_of(entry.name, entry.holder)
         return GroupColumns(
-            list(map(self.sizes.__getitem__, order)),
+            _in_order(self.sizes, order),
             holders,
-            list(map(self.devices.__getitem__, order)),
+            _in_order(self.devices, order),
             roots,
             shared_at,
             {position: self.graph_of[block].nbytes for position, block in graphs},
         )
+
+
+def _in_order(column: list, order: Sequence[int]) -> list:
+    """``column``'s values at ``order`` (a copy: the whole column, in C, when that is all)."""
+    if order == range(len(column)):
+        return column[:]
+    return list(map(column.__getitem__, order))

@@ -11,22 +11,18 @@ reaches blocks counted elsewhere says so (``shares 4 with model``).
 
 from __future__ import annotations
 
-import collections
 import html
-import re
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
-from itertools import compress, islice
-from operator import itemgetter
 from typing import Any, NamedTuple, Optional
 
 from ..units import OUTPUT_HISTORY, TRACEBACK_FRAME, USER_VARIABLE, format_bytes
 from .html import groups_html
 from .records import Leftover
+from .tally import UNNAMED, holder_of_root, root_of, tally_roots
 
 ENTRIES_SHOWN = 3  # per group, in the text and HTML views
 GROUPS_SHOWN = 12  # in the text view (one screen)
-UNNAMED = "<no name>"  # the group of a deep scan's unnamed blocks
 
 # what a group's holder is, in words
 USER_STATE = "user variable"
@@ -41,38 +37,6 @@ NO_NAME = "no name (held from C++ or unreachable)"
 RELEASED_KINDS = frozenset(
     {OUTPUT_HISTORY, TRACEBACK_FRAME, DEBUGGER_FRAME, EXCEPTION, COMPILED_GRAPH}
 )
-
-_VARIABLE_ROOT = re.compile(r"Out\[-?\d+\]|[^.\[{]+")
-
-
-def root_of(name: str, holder: Optional[str] = None) -> str:
-    """The group of a leftover's name: ``model.0.weight`` -> ``model``, ``Out[3][0]`` ->
-    ``Out[3]``, ``<traceback: f() local 'x'>[0]`` -> ``<traceback: f() local 'x'>``,
-    ``<exception E>.args[0]`` -> ``<exception E>``, every ``<unnamed ...>`` -> UNNAMED.
-    A user variable's name is never read as one of those labels (``<b>`` is a name); a
-    dict's key belongs to the dict's root (``<key of opt.state>`` -> ``opt``)."""
-    if name.startswith("<") and holder != USER_VARIABLE:
-        if name.startswith("<unnamed"):
-            return UNNAMED
-        label = _label(name)
-        if name.startswith("<key of "):  # `<key of opt.state>.grad`
-            return root_of(label[len("<key of ") : -1], holder)
-        return label
-    match = _VARIABLE_ROOT.match(name)
-    return match.group(0) if match else name
-
-
-def _label(name: str) -> str:
-    """The leading ``<...>`` of a name, nested brackets included."""
-    depth = 0
-    for index, char in enumerate(name):
-        if char == "<":
-            depth += 1
-        elif char == ">":
-            depth -= 1
-            if depth == 0:
-                return name[: index + 1]
-    return name
 
 
 def kind_of(name: str, holder: str) -> str:
@@ -273,36 +237,20 @@ def group_leftovers(
 
     blocks: the list's columns when it has them (a scan's list: entries are then made only
     for the shown and the shared blocks); root_types: root name -> its type's name.
-    entries_per_group: how many entries each group keeps (None: all).
+    entries_per_group: how many entries each group keeps (None: all; anything else but a
+    whole number >= 0 is a ValueError). Each group's root, count, bytes and devices come
+    from `tally` (worked per run of one root).
     """
+    if entries_per_group is not None and (
+        not isinstance(entries_per_group, int) or entries_per_group < 0
+    ):
+        raise ValueError(
+            f"entries_per_group must be a whole number >= 0 or None, not {entries_per_group!r}"
+        )
     if blocks is None:
         blocks, items = _columns_of(items)
-    roots, sizes = blocks.roots, blocks.sizes
-    counts = collections.Counter(roots)
-    totals = dict.fromkeys(counts, 0)
-    for root, size in zip(roots, sizes):
-        totals[root] += size
-    devices: dict[str, dict] = {root: {} for root in counts}
-    for root, device in dict.fromkeys(zip(roots, blocks.devices)):
-        devices[root][device] = None
-    first = dict(zip(reversed(roots), range(len(roots) - 1, -1, -1)))  # first position
-    holders = {root: blocks.holders[position] for root, position in first.items()}
-    order: dict[str, list] = {}  # root -> [holder, count, nbytes, devices, positions]
-    for root in sorted(first, key=first.__getitem__):
-        wanted = counts[root] if entries_per_group is None else entries_per_group
-        if wanted >= counts[root]:
-            positions = list(compress(range(len(roots)), map(root.__eq__, roots)))
-        else:
-            positions = list(
-                islice(
-                    compress(
-                        range(first[root], len(roots)),
-                        map(root.__eq__, islice(roots, first[root], None)),
-                    ),
-                    wanted,
-                )
-            )
-        order[root] = [holders[root], counts[root], totals[root], devices[root], positions]
+    roots = blocks.roots
+    order = tally_roots(roots, blocks.sizes, blocks.holders, blocks.devices, entries_per_group)
     shares: dict[str, dict[str, int]] = {}
     for position in blocks.shared_at:
         owner = blocks.roots[position]
@@ -312,13 +260,13 @@ def group_leftovers(
                 continue
             if (
                 other not in order
-                and _holder_of(other) == OUTPUT_HISTORY == blocks.holders[position]
+                and holder_of_root(other) == OUTPUT_HISTORY == blocks.holders[position]
             ):
                 continue  # `_`, `__`, `_18` beside `Out[18]`: the owner's row names them
             counts = shares.setdefault(other, {})
             counts[owner] = counts.get(owner, 0) + 1
             if other not in order:  # reaches only blocks another group counts
-                order[other] = [_holder_of(other), 0, 0, {}, []]
+                order[other] = [holder_of_root(other), 0, 0, {}, []]
     graph_bytes = dict.fromkeys(order, 0)
     for position, nbytes in (blocks.graphs or {}).items():
         graph_bytes[roots[position]] += nbytes
@@ -349,48 +297,3 @@ def group_leftovers(
     # hidden holders first, then by size; equal sizes in the order found
     made.sort(key=lambda group: (not group.hidden, -group.nbytes))
     return LeftoverGroups(tuple(made), len(blocks.sizes), sum(blocks.sizes), tuple(notes))
-
-
-_OUTPUT_ROOT = re.compile(
-    r"Out\[-?\d+\]|_+|_\d+|<displayhook\..*|<user_ns_hidden.*|<last cell result>"
-)
-
-
-def _holder_of(root: str) -> str:
-    """The holder of a root known only by name (one that owns no block)."""
-    if _OUTPUT_ROOT.fullmatch(root):
-        return OUTPUT_HISTORY
-    if root.startswith("<traceback") or root.startswith("<debugger"):
-        return TRACEBACK_FRAME
-    if root.startswith("<"):
-        return "other"
-    return USER_VARIABLE
-
-
-def root_labels(paths: Iterable[tuple], holders: Sequence[str]) -> list[str]:
-    """The group of each path (a walk's linked ``(parent, kind, key)`` tuple) held by
-    `holders`: a user variable's root label, or another root's label through `root_of`;
-    worked out once per parent node (a list's items share one)."""
-    paths = list(paths)
-    parents = list(map(_PARENT, paths))
-    keys = list(map(id, parents))
-    by_label: dict[str, str] = {}
-    label_of: dict[int, Optional[str]] = {}
-    for key, (parent, holder) in dict(zip(keys, zip(parents, holders))).items():
-        if parent is None:
-            continue
-        node = parent
-        while node[0] is not None:
-            node = node[0]
-        root = by_label.get(node[2])
-        if root is None:
-            root = by_label[node[2]] = root_of(node[2], holder)
-        label_of[key] = root
-    labels = list(map(label_of.get, keys))
-    for position in compress(range(len(keys)), map(id(None).__eq__, keys)):
-        # the root itself is the array
-        labels[position] = root_of(paths[position][2], holders[position])
-    return labels  # type: ignore[return-value]
-
-
-_PARENT = itemgetter(0)

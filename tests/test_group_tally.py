@@ -1,0 +1,259 @@
+"""Grouping a big list per run of one root (leftovers/tally.py) gives the groups a plain,
+entry-by-entry grouping gives, whatever the runs: one root, roots interleaved by size,
+lists of pairs, shared blocks, autograd graphs, ``_``/``__``/``_N`` beside ``Out[N]``,
+roots that own no block; worked per run where runs are few, per block where they are many.
+"""
+
+from __future__ import annotations
+
+import random
+from operator import is_not
+
+import pytest
+
+torch = pytest.importorskip("torch")
+
+from colab_gpu_guard import reset  # noqa: E402
+from colab_gpu_guard.leftovers import find_leftovers  # noqa: E402
+from colab_gpu_guard.leftovers.groups import group_leftovers, kind_of  # noqa: E402
+from colab_gpu_guard.leftovers.tally import (  # noqa: E402
+    BLOCKS_PER_RUN,
+    holder_of_root,
+    root_labels,
+    root_of,
+    run_starts,
+    tally_roots,
+)
+from colab_gpu_guard.units import OUTPUT_HISTORY, USER_VARIABLE  # noqa: E402
+
+
+def reference_groups(entries, per_group):
+    """The groups of `entries` (one per block, biggest first), worked entry by entry:
+    (name, holder, hidden, count, nbytes, devices, shares, graph bytes, entry names)."""
+    groups: dict[str, dict] = {}
+    for entry in entries:
+        root = root_of(entry.name, entry.holder)
+        group = groups.setdefault(
+            root, {"holder": entry.holder, "entries": [], "devices": [], "graph": 0}
+        )
+        group["entries"].append(entry)
+        if entry.device not in group["devices"]:
+            group["devices"].append(entry.device)
+        group["graph"] += entry.graph_nbytes
+    shares: dict[str, dict[str, int]] = {}
+    for entry in entries:
+        owner = root_of(entry.name, entry.holder)
+        others = []
+        for name in entry.shared_with:
+            if root_of(name) not in others:
+                others.append(root_of(name))
+        for other in others:
+            if other == owner or other.startswith("(+"):
+                continue
+            if other not in groups and holder_of_root(other) == OUTPUT_HISTORY == entry.holder:
+                continue  # `_`, `__`, `_N` beside Out[N]: the owner's row names them
+            shares.setdefault(other, {}).setdefault(owner, 0)
+            shares[other][owner] += 1
+            if other not in groups:
+                groups[other] = {
+                    "holder": holder_of_root(other),
+                    "entries": [],
+                    "devices": [],
+                    "graph": 0,
+                }
+    rows = []
+    for name, group in groups.items():
+        kind = kind_of(name, group["holder"])
+        hidden = kind != "user variable" or group["graph"] > 0
+        listed = group["entries"] if per_group is None else group["entries"][:per_group]
+        rows.append(
+            (
+                name,
+                group["holder"],
+                hidden,
+                len(group["entries"]),
+                sum(entry.nbytes for entry in group["entries"]),
+                tuple(group["devices"]),
+                tuple(shares.get(name, {}).items()),
+                group["graph"],
+                tuple(entry.name for entry in listed),
+            )
+        )
+    rows.sort(key=lambda row: (not row[2], -row[4]))
+    return rows
+
+
+def groups_key(groups):
+    return [
+        (
+            g.name,
+            g.holder,
+            g.hidden,
+            g.count,
+            g.nbytes,
+            g.devices,
+            tuple((share.owner, share.count) for share in g.shares),
+            g.graph_nbytes,
+            tuple(entry.name for entry in g.entries),
+        )
+        for g in groups
+    ]
+
+
+def assert_groups_like_reference(found):
+    entries = list(found)
+    for per_group in (None, 0, 1, 3):
+        expected = reference_groups(entries, per_group)
+        assert groups_key(found.groups(per_group)) == expected
+        assert groups_key(group_leftovers(entries, per_group)) == expected
+
+
+def test_one_big_list_is_one_run_and_groups_like_the_reference():
+    namespace = {"many": [torch.zeros(2) for _ in range(5000)], "t": torch.ones(3)}
+    found = find_leftovers(namespace=namespace)
+    roots = found.columns().roots
+    assert run_starts(roots) == [0, 1]  # t, then one run of 5,000
+    assert_groups_like_reference(found)
+    (many,) = [group for group in found.groups() if group.name == "many"]
+    assert (many.count, many.nbytes, len(many.entries)) == (5000, 40_000, 3)
+
+
+def test_roots_interleaved_by_size_group_like_the_reference():
+    """Odd and even sizes interleave when sorted biggest first: every block its own run
+    (worked per block); sizes drawn from three make a few long runs (worked per run)."""
+    rng = random.Random(0)
+    interleaved = {
+        "odd": [torch.zeros(n) for n in range(1, 400, 2)],
+        "even": [torch.zeros(n) for n in range(2, 401, 2)],
+    }
+    runs = {name: [torch.zeros(rng.choice([1, 2, 3])) for _ in range(500)] for name in ("a", "b")}
+    pairs = {"pairs": [(torch.zeros(4), torch.ones(4)) for _ in range(300)]}
+    for namespace, per_run in ((interleaved, False), (runs, True), (pairs, True)):
+        found = find_leftovers(namespace=namespace)
+        assert (run_starts(found.columns().roots) is not None) == per_run
+        assert_groups_like_reference(found)
+
+
+def test_a_notebook_with_shared_blocks_graphs_and_output_history(ip, run_cell):
+    """Blocks several names reach, autograd graphs, Out[N] with `_`, `__`, `_N` beside it,
+    a traceback, and roots that own no block, beside a big list: the reference's groups."""
+    from IPython.utils.capture import capture_output
+
+    reset.gpu_reset(shell=ip)
+    names = ("big", "a", "b", "shared", "w", "losses", "kept", "fail")
+    try:
+        with capture_output():
+            run_cell(
+                "import random, torch\nrandom.seed(1)\n"
+                "big = [torch.zeros(2) for _ in range(3000)]\n"
+                "a = [torch.zeros(random.choice([1, 2, 3])) for _ in range(300)]\n"
+                "b = [torch.zeros(random.choice([1, 2, 3])) for _ in range(300)]\n"
+                "shared = {'x': big[:5], 'y': a[0], 'v': big[7][:1]}\n"
+                "w = torch.ones(3, requires_grad=True)\n"
+                "losses = [(w * k).sum() for k in range(20)]"
+            )
+            run_cell("torch.full((50,), 1.0)")
+            number = ip.execution_count - 1
+            run_cell("torch.full((60,), 1.0)")
+            run_cell(f"kept = [Out[{number}]]")
+            run_cell(
+                "def fail():\n    local = [torch.zeros(5) for _ in range(40)]\n"
+                "    raise ValueError(local[0])\nfail()"
+            )
+        found = find_leftovers()
+        groups = found.groups()
+        # kept ranks first: Out[N], __ and _N reach what it counts
+        for name in (f"Out[{number}]", "__", f"_{number}"):
+            assert groups_key([groups.named(name)])[0][3:7] == (0, 0, (), (("kept", 1),))
+        assert groups.named(f"Out[{number + 1}]").count == 1
+        assert groups.named("_") is None  # beside Out[N + 1]: its row names it
+        assert groups.named("<exception ValueError>").count == 0  # owns no block
+        assert groups.named("losses").graph_nbytes > 0
+        assert_groups_like_reference(found)
+    finally:
+        reset.gpu_reset(*names, shell=ip)
+
+
+def test_root_labels_are_each_paths_root():
+    """Per run of one parent node where the parents come in runs, per path where they do
+    not: each path's group is its top node's label (`root_of`, with its holder)."""
+    rng = random.Random(2)
+    tops = {label: (None, 0, label) for label in ("many", "Out[3]", "<b>", "a.b", "x")}
+    holders = {"Out[3]": OUTPUT_HISTORY}
+    lists = [(tops[label], 3, index) for label in tops for index in range(4)]
+    nested = [(parent, 3, index) for parent in lists for index in range(3)]
+
+    def paths_in(shape: str) -> list[tuple]:
+        if shape == "runs":
+            return [(p, 3, i) for p in rng.sample(lists + nested, 12) for i in range(50)]
+        if shape == "interleaved":
+            return [(rng.choice(lists + nested), 3, i) for i in range(600)]
+        return [(rng.choice(lists), 3, i) for i in range(200)] + [
+            (None, 0, rng.choice(list(tops))) for _ in range(100)
+        ]
+
+    def top(path: tuple) -> str:
+        while path[0] is not None:
+            path = path[0]
+        return path[2]
+
+    for shape, per_run in (("runs", True), ("interleaved", False), ("roots", False)):
+        paths = paths_in(shape)
+        held = [holders.get(top(path), USER_VARIABLE) for path in paths]
+        parents = [path[0] for path in paths]
+        assert (run_starts(parents, is_not) is not None) == per_run
+        expected = [root_of(top(path), holder) for path, holder in zip(paths, held)]
+        assert root_labels(iter(paths), held) == expected
+
+
+def reference_tally(roots, sizes, holders, devices, wanted):
+    tally: dict[str, list] = {}
+    for position, root in enumerate(roots):
+        row = tally.setdefault(root, [holders[position], 0, 0, {}, []])
+        row[1] += 1
+        row[2] += sizes[position]
+        row[3][devices[position]] = None
+        if wanted is None or len(row[4]) < wanted:
+            row[4].append(position)
+    return tally
+
+
+@pytest.mark.parametrize("run", [1, 2, BLOCKS_PER_RUN, 40, 5000])
+def test_tally_roots_per_run_and_per_block(run):
+    """Runs of `run` blocks of one root (shorter than BLOCKS_PER_RUN: worked per block),
+    roots met again later, two devices, holders differing within a root."""
+    rng = random.Random(run)
+    roots, devices = [], []
+    while len(roots) < 5000:
+        root = rng.choice(["many", "Out[3]", "_", "<exception E>", "x"])
+        roots += [root] * run
+        devices += [rng.choice(["cpu", "cuda:0"]) if rng.random() < 0.3 else "cpu"] * run
+    roots, devices = roots[:5000], devices[:5000]
+    sizes = [rng.choice([0, 8, 4096]) for _ in roots]
+    holders = [rng.choice([USER_VARIABLE, OUTPUT_HISTORY]) for _ in roots]
+    assert (run_starts(roots) is not None) == (run >= BLOCKS_PER_RUN)
+    for wanted in (None, 0, 1, 3, 10**6):
+        expected = reference_tally(roots, sizes, holders, devices, wanted)
+        got = tally_roots(roots, sizes, holders, devices, wanted)
+        assert list(got.items()) == list(expected.items())
+        assert [list(row[3]) for row in got.values()] == [list(row[3]) for row in expected.values()]
+
+
+def test_run_starts():
+    assert run_starts([]) == []
+    assert run_starts(["a"] * 100) == [0]
+    assert run_starts(["a"] * 50 + ["b"] * 50) == [0, 50]
+    assert run_starts(["a", "b"] * 50) is None  # 100 runs in 100 blocks
+    assert run_starts(["a"] * 8 + ["b"] * 8) == [0, 8]
+    one, other = tuple([None, 0, "x"]), tuple([None, 0, "x"])  # equal, not the same node
+    assert one == other and one is not other
+    assert run_starts([one] * 20 + [other] * 20, is_not) == [0, 20]
+    assert run_starts([one] * 40, is_not) == [0]
+
+
+def test_entries_per_group_must_be_a_whole_number_or_none():
+    found = find_leftovers(namespace={"t": torch.ones(3)})
+    for bad in (-1, 2.5, "3"):
+        with pytest.raises(ValueError, match="entries_per_group must be a whole number"):
+            found.groups(bad)
+    assert [group.count for group in found.groups(0)] == [1]
