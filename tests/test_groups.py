@@ -260,3 +260,13 @@ def test_a_tensor_used_as_a_dict_key_belongs_to_the_dict():
     found = find_leftovers(namespace={"d": {key: "label"}})
     assert [(group.name, group.count, group.nbytes) for group in found.groups()] == [("d", 1, 4000)]
     assert root_of("<key of opt.state>.grad") == "opt"
+
+
+def test_an_empty_list_says_so_in_words():
+    from colab_gpu_guard.leftovers import find_leftovers
+    from colab_gpu_guard.status import gpu_status
+
+    found = find_leftovers(namespace={"n": 1, "text": "no arrays here"})
+    assert str(found.groups()) == "leftovers: no arrays held"
+    text = gpu_status(leftovers=True, namespace={"n": 1}).to_text()
+    assert "leftovers: no arrays held" in text and "block(s)" not in text

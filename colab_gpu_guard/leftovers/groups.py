@@ -147,6 +147,8 @@ class LeftoverGroups:
         return len(self.groups) if self.group_count is None else self.group_count
 
     def heading(self) -> str:
+        if not self.blocks and not self.groups:
+            return "leftovers: no arrays held"
         return (
             f"leftovers: {self.blocks:,} block(s), {format_bytes(self.total_bytes)} in "
             f"{self.total_groups} group(s); hidden holders first"
