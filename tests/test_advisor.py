@@ -495,7 +495,7 @@ def test_release_skips_running_frames_and_keeps_module_namespaces():
     # the first frame of this traceback is this test function, still running
     assert caught.__traceback__.tb_frame is sys._getframe()
     count = notebook_refs.release_traceback_frames(caught)
-    assert count == 2  # <cell> module frame and f; not this test's frame
+    assert count == 1  # f; not this test's frame, nor the <cell> module frame's namespace
     assert namespace["keep"] == [1, 2, 3] and callable(namespace["f"])
     assert marker is not None  # this frame's locals are untouched
 
@@ -558,7 +558,7 @@ def test_oom_only_in_the_implicit_context_keeps_the_frames(no_nvml):
     except ValueError as error:
         caught = error
     diagnosis = advisor.advise(caught, release_frames=True)
-    assert diagnosis.details["found_in"] == "cause" and diagnosis.frames_released >= 1
+    assert diagnosis.details["found_in"] == "cause" and diagnosis.frames_released == 1
     gc.collect()
     assert refs[1]() is None
 
@@ -615,6 +615,185 @@ def test_advise_releases_only_when_asked_and_only_for_memory_errors(no_nvml):
     assert advisor.advise(caught, release_frames=True).frames_released == 0
     gc.collect()
     assert refs[1]() is not None  # non-memory errors keep their frames (for %debug)
+
+
+def test_the_note_names_a_few_functions_then_how_many_more(no_nvml):
+    torch = pytest.importorskip("torch")
+    refs = []
+
+    def deepest():
+        raise torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 2.00 GiB")
+
+    def level(n):
+        block = torch.ones(64, 64)
+        refs.append(weakref.ref(block))
+        if n == 0:
+            deepest()
+        level(n - 1)
+
+    def collate():
+        level(2)
+
+    def step():
+        collate()
+
+    def epoch():
+        step()
+
+    try:
+        epoch()
+    except RuntimeError as error:
+        caught = error
+    diagnosis = advisor.advise(caught, release_frames=True)
+    assert diagnosis.frames_released == 7  # epoch, step, collate, level x3, deepest
+    assert diagnosis.frames_released_bytes == 3 * 64 * 64 * 4
+    assert diagnosis.notes[0].startswith(
+        "Released the traceback frames of epoch(), step(), collate() +2 more: 48 KiB of "
+        "tensors freed on cpu;"
+    )
+    gc.collect()
+    assert [ref() for ref in refs] == [None] * 3
+    try:
+        level(1)
+    except RuntimeError as error:
+        caught = error
+    diagnosis = advisor.advise(caught, release_frames=True)
+    assert diagnosis.notes[0].startswith(
+        "Released the traceback frames of level() (2 frames), deepest(): 32 KiB"
+    )
+
+
+def test_a_search_cut_short_by_its_budget_claims_at_least(no_nvml, monkeypatch):
+    torch = pytest.importorskip("torch")
+    from colab_gpu_guard.advisor import released_frames
+
+    monkeypatch.setattr(released_frames, "SCAN_BUDGET_S", 1e-9)  # out at the first list
+    refs = []
+
+    def step():
+        activations = torch.ones(1024, 1024)  # a root of its own: found before time runs out
+        chunks = [torch.ones(256, 256)]  # a list: its walk looks at the clock first
+        refs.extend([weakref.ref(activations), weakref.ref(chunks[0])])
+        raise torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 2.00 GiB")
+
+    try:
+        step()
+    except RuntimeError as error:
+        caught = error
+    diagnosis = advisor.advise(caught, release_frames=True)
+    assert diagnosis.notes[0].startswith(
+        "Released the traceback frame of step(): at least 4 MiB of tensors freed on cpu;"
+    )
+    assert diagnosis.frames_released_bytes == 4 * 2**20  # what it proved, not a guess
+    gc.collect()
+    assert [ref() for ref in refs] == [None, None]
+
+    def batched():
+        chunks = [torch.ones(256, 256)]
+        refs.append(weakref.ref(chunks[0]))
+        raise torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 2.00 GiB")
+
+    try:
+        batched()
+    except RuntimeError as error:
+        caught = error
+    diagnosis = advisor.advise(caught, release_frames=True)
+    assert "held no tensors" not in diagnosis.notes[0]
+    assert "the search for tensors in it stopped at its 1e-09 s budget" in diagnosis.notes[0]
+    gc.collect()
+    assert refs[-1]() is None  # released all the same
+
+
+def test_memory_no_storage_weakref_can_prove_freed_is_said_unchecked(no_nvml, monkeypatch):
+    """Where torch keeps no Python object per storage (or it cannot be read), the tensor's
+    own weakref proves nothing about its memory: no byte is claimed freed, nor kept."""
+    torch = pytest.importorskip("torch")
+    from colab_gpu_guard.frameworks import torch as torch_support
+
+    monkeypatch.setattr(torch_support, "storage_weakrefs", lambda tensors: [None] * len(tensors))
+    refs = []
+
+    def step():
+        activations = torch.ones(1024, 1024)
+        refs.append(weakref.ref(activations))
+        raise torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 2.00 GiB")
+
+    try:
+        step()
+    except RuntimeError as error:
+        caught = error
+    diagnosis = advisor.advise(caught, release_frames=True)
+    assert diagnosis.notes[0] == (
+        "Released the traceback frame of step(); whether the tensors it held (4 MiB) were "
+        "freed could not be checked; `%debug` on this error shows none of its local variables."
+    )
+    assert diagnosis.frames_released_bytes == 0
+    gc.collect()
+    assert refs[0]() is None  # released all the same
+
+
+def test_storage_weakrefs_die_with_the_memory_not_the_tensor():
+    torch = pytest.importorskip("torch")
+    from colab_gpu_guard.frameworks import torch as torch_support
+
+    base = torch.ones(16)
+    alias = base.detach()  # shares the storage, keeps no link to `base`
+    tensor_ref = weakref.ref(base)
+    (storage_ref,) = torch_support.storage_weakrefs([base])
+    del base
+    gc.collect()
+    assert tensor_ref() is None and storage_ref() is not None
+    del alias
+    gc.collect()
+    assert storage_ref() is None
+
+
+def test_the_note_splits_freed_memory_by_device_and_names_what_stayed():
+    from colab_gpu_guard.advisor.released_frames import FramesRelease
+
+    release = FramesRelease(
+        ["Trainer.step", "forward"],
+        held_bytes=7 * 2**20,
+        freed_bytes=4 * 2**20,
+        unchecked_bytes=2**20,
+        freed_by_device={"cpu": 2**20, "cuda:0": 3 * 2**20},
+        measured=True,
+    )
+    assert release.note() == (
+        "Released the traceback frames of Trainer.step(), forward(): 4 MiB of tensors freed "
+        "(cuda:0 3 MiB, cpu 1 MiB) (2 MiB more they held is still referenced elsewhere; 1 MiB "
+        "more could not be checked); `%debug` on this error shows none of their local "
+        "variables."
+    )
+
+
+def test_frames_are_released_even_when_the_search_fails(no_nvml, monkeypatch):
+    torch = pytest.importorskip("torch")
+    from colab_gpu_guard import leftovers
+
+    def explode(*args, **kwargs):
+        raise RuntimeError("boom")
+
+    monkeypatch.setattr(leftovers, "scan", explode)
+    refs = []
+
+    def step():
+        activations = torch.ones(64, 64)
+        refs.append(weakref.ref(activations))
+        raise torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 2.00 GiB")
+
+    try:
+        step()
+    except RuntimeError as error:
+        caught = error
+    diagnosis = advisor.advise(caught, release_frames=True)
+    assert diagnosis.notes[0] == (
+        "Released the traceback frame of step(); `%debug` on this error shows none of its "
+        "local variables."
+    )
+    assert diagnosis.frames_released == 1 and diagnosis.frames_released_bytes == 0
+    gc.collect()
+    assert refs[0]() is None
 
 
 # ---------------------------------------------------------------- facts from this process
@@ -1058,7 +1237,7 @@ def test_advise_survives_failing_fact_sources(monkeypatch):
     monkeypatch.setattr(enrich, "driver_facts", explode)
     monkeypatch.setattr(enrich, "gpu_processes", explode)
     monkeypatch.setattr(enrich, "_leftover_holders", explode)
-    monkeypatch.setattr(notebook_refs, "release_traceback_frames", explode)
+    monkeypatch.setattr(notebook_refs, "finished_frames", explode)
     for entry in MESSAGES:
         diagnosis = advisor.advise(make(entry), release_frames=True)
         assert (diagnosis is None) == (entry["kind"] is None)

@@ -103,12 +103,13 @@ def test_oom_cell_gets_traceback_diagnosis_and_its_frames_released(ip, run, xmod
     assert "requested             2 GiB" in out
     assert "free on GPU 0         1.06 GiB of 14.8 GiB" in out
     assert "%gpu_reset" in out
-    assert "Released the failed cell's traceback frames" in out
+    assert "Released the traceback frame of training_step(): 1 MiB of tensors freed on cpu" in out
     gc.collect()
     assert ip.user_ns["frame_tensor"]() is None  # the failed frame's tensor is gone
     assert callable(ip.user_ns["training_step"])  # the notebook's own names are not
     assert sys.last_value is result.error_in_exec
     assert shell_advisor(ip).last.kind == advisor.OUT_OF_MEMORY
+    assert shell_advisor(ip).last.frames_released == 1
 
 
 def test_without_the_advisor_the_frame_keeps_the_tensor(ip, run, xmode):
@@ -119,6 +120,170 @@ def test_without_the_advisor_the_frame_keeps_the_tensor(ip, run, xmode):
     gc.collect()
     assert ip.user_ns["frame_tensor"]() is not None
     assert "CUDA advisor" not in out and "OutOfMemoryError" in out
+
+
+# ---------------------------------------------------------------- what releasing the frames freed
+
+
+@pytest.fixture
+def tidy(ip):
+    """The names a test's cells define are removed from the shared shell's namespace after
+    it (later tests count and walk what it holds); IPython's own ``_``-names stay."""
+    before = set(ip.user_ns)
+    yield
+    for name in [name for name in ip.user_ns if name not in before]:
+        if not name.startswith("_"):
+            del ip.user_ns[name]
+
+
+def oom_cell(body: str) -> str:
+    """A cell that defines functions (`body`) and ends by raising the OOM in them."""
+    return f"import torch, weakref\nOOM = {OOM_MESSAGE!r}\n" + body
+
+
+def test_the_note_names_the_function_and_the_bytes_its_frame_freed(ip, run, xmode, tidy):
+    """Verbose mode reads the frames' f_locals (a snapshot on Python < 3.13) first."""
+    pytest.importorskip("torch")
+    cell = oom_cell(
+        "def train_step():\n"
+        "    activations = torch.ones(1024, 1024)\n"
+        "    globals()['activations_ref'] = weakref.ref(activations)\n"
+        "    globals()['activations_bytes'] = activations.untyped_storage().nbytes()\n"
+        "    raise torch.OutOfMemoryError(OOM)\n"
+        "train_step()\n"
+    )
+    result, out = run(cell)
+    assert (
+        "Note: Released the traceback frame of train_step(): 4 MiB of tensors freed on cpu; "
+        "`%debug` on this error shows none of its local variables." in out
+    )
+    gc.collect()
+    assert ip.user_ns["activations_ref"]() is None  # what the note says was freed is gone
+    diagnosis = shell_advisor(ip).last
+    assert ip.user_ns["activations_bytes"] == 4 * 2**20  # torch's own figure
+    assert diagnosis.frames_released == 1
+    assert diagnosis.frames_released_bytes == ip.user_ns["activations_bytes"]
+    assert diagnosis.to_dict()["frames_released_bytes"] == 4 * 2**20
+    page = diagnosis._repr_html_()
+    assert "Released the traceback frame of train_step(): 4 MiB of tensors freed" in page
+
+
+def test_a_top_level_raise_claims_no_released_frames(ip, run, tidy):
+    """The cell's own frame is module-level: its locals are the notebook's namespace, which
+    it keeps, so nothing is released (the quickstart's last cell)."""
+    pytest.importorskip("torch")
+    result, out = run(
+        "import torch, weakref\n"
+        "top_level = torch.ones(256, 256)\n"
+        "top_level_ref = weakref.ref(top_level)\n"
+        f"raise torch.OutOfMemoryError({OOM_MESSAGE!r})\n"
+    )
+    assert "CUDA advisor: GPU out of memory" in out
+    assert "Released" not in out and "%debug" not in out
+    diagnosis = shell_advisor(ip).last
+    assert diagnosis.frames_released == 0 and diagnosis.frames_released_bytes == 0
+    gc.collect()
+    assert ip.user_ns["top_level_ref"]() is ip.user_ns["top_level"]  # the notebook keeps it
+
+
+def test_a_function_frame_without_tensors_is_said_to_hold_none(ip, run, tidy):
+    pytest.importorskip("torch")
+    result, out = run(
+        oom_cell(
+            "def parse_batch(text):\n"
+            "    sizes = [len(text), 3]\n"
+            "    raise torch.OutOfMemoryError(OOM)\n"
+            "parse_batch('abc')\n"
+        )
+    )
+    assert (
+        "Note: Released the traceback frame of parse_batch(); it held no tensors, so nothing "
+        "was freed; `%debug` on this error shows none of its local variables." in out
+    )
+    assert "tensors freed" not in out
+    diagnosis = shell_advisor(ip).last
+    assert diagnosis.frames_released == 1 and diagnosis.frames_released_bytes == 0
+
+
+def test_a_view_and_its_base_in_two_frames_are_counted_once(ip, run, tidy):
+    pytest.importorskip("torch")
+    result, out = run(
+        oom_cell(
+            "def forward(half):\n"
+            "    raise torch.OutOfMemoryError(OOM)\n"
+            "def train_step():\n"
+            "    base = torch.ones(1024, 1024)\n"
+            "    globals()['base_ref'] = weakref.ref(base)\n"
+            "    forward(base[512:])\n"
+            "train_step()\n"
+        )
+    )
+    assert (
+        "Released the traceback frames of train_step(), forward(): 4 MiB of tensors freed on "
+        "cpu; `%debug` on this error shows none of their local variables." in out
+    )
+    gc.collect()
+    assert ip.user_ns["base_ref"]() is None
+    diagnosis = shell_advisor(ip).last
+    assert diagnosis.frames_released == 2 and diagnosis.frames_released_bytes == 4 * 2**20
+
+
+def test_tensors_still_referenced_elsewhere_are_not_counted_freed(ip, run, tidy):
+    pytest.importorskip("torch")
+    result, out = run(
+        oom_cell(
+            "weights = torch.ones(256, 256)\n"
+            "def evaluate():\n"
+            "    scaled = weights\n"
+            "    raise torch.OutOfMemoryError(OOM)\n"
+            "def train_step():\n"
+            "    batch = torch.ones(512, 512)\n"
+            "    scaled = weights\n"
+            "    raise torch.OutOfMemoryError(OOM)\n"
+            "evaluate()\n"
+        )
+    )
+    assert (
+        "Released the traceback frame of evaluate(); the memory of the tensors it held "
+        "(256 KiB) is still referenced elsewhere, so nothing was freed;" in out
+    )
+    assert shell_advisor(ip).last.frames_released_bytes == 0
+    result, out = run("train_step()")
+    assert (
+        "Released the traceback frame of train_step(): 1 MiB of tensors freed on cpu "
+        "(256 KiB more it held is still referenced elsewhere);" in out
+    )
+    assert shell_advisor(ip).last.frames_released_bytes == 2**20
+    assert ip.user_ns["weights"].shape == (256, 256)
+
+
+def test_a_detached_alias_outside_the_frames_keeps_the_memory_and_the_note_says_so(ip, run, tidy):
+    """The frame's tensor object dies, but a detached alias of it (same storage, no link
+    back to the tensor, unlike a view) held by a global keeps its memory: the storage's own
+    weakref says so, where the tensor's says it went."""
+    pytest.importorskip("torch")
+    result, out = run(
+        oom_cell(
+            "def step():\n"
+            "    activations = torch.ones(1024, 1024)\n"
+            "    globals()['tensor_ref'] = weakref.ref(activations)\n"
+            "    globals()['storage_ref'] = weakref.ref(activations.untyped_storage())\n"
+            "    globals()['last_activations'] = activations.detach()\n"
+            "    raise torch.OutOfMemoryError(OOM)\n"
+            "step()\n"
+        )
+    )
+    gc.collect()
+    assert ip.user_ns["tensor_ref"]() is None  # the tensor object is gone ...
+    assert ip.user_ns["storage_ref"]() is not None  # ... its 4 MiB are not
+    assert (
+        "Released the traceback frame of step(); the memory of the tensors it held (4 MiB) is "
+        "still referenced elsewhere, so nothing was freed;" in out
+    )
+    assert shell_advisor(ip).last.frames_released_bytes == 0
+    run("del last_activations")
+    gc.collect()
+    assert ip.user_ns["storage_ref"]() is None  # the control: the alias was what kept it
 
 
 # ---------------------------------------------------------------- other errors stay as they were

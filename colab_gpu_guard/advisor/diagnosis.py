@@ -29,7 +29,8 @@ class Diagnosis:
     notes: list[str] = field(default_factory=list)
     error: str = ""  # "ExceptionType: first line of the message"
     restart_required: bool = False
-    frames_released: int = 0
+    frames_released: int = 0  # function frames of the traceback cleared (advise)
+    frames_released_bytes: int = 0  # bytes of arrays that clearing them freed (weakrefs)
     details: dict[str, Any] = field(default_factory=dict)  # parsed values (bytes, pids, ...)
 
     @property
@@ -128,6 +129,7 @@ def rebuild(diagnosis: Diagnosis, **details: Any) -> Diagnosis:
         error=diagnosis.error,
         restart_required=advice.restart_required,
         frames_released=diagnosis.frames_released,
+        frames_released_bytes=diagnosis.frames_released_bytes,
         details=merged,
     )
 

@@ -15,16 +15,15 @@ Rules kept here:
 from __future__ import annotations
 
 import contextlib
-import gc
 import os
 from dataclasses import asdict
 from typing import Any, Callable, Optional
 
-from .. import cuda_health, notebook_refs
+from .. import cuda_health
 from ..frameworks import torch as torch_support
 from ..seeding import determinism
 from ..units import format_bytes
-from . import fixes, origin
+from . import fixes, origin, released_frames
 from .diagnosis import Diagnosis, classify, rebuild
 from .kinds import (
     CUBLAS_DETERMINISM,
@@ -294,8 +293,9 @@ def advise(
     out-of-memory error's traceback frames are cleared so the tensors they held are freed
     (the exception's traceback then shows no local variables; not done when the
     out-of-memory error is only the implicit __context__ of another error, whose frames stay
-    for %debug). `namespace` is where to look for leftover tensors by name (a notebook's
-    user namespace). Never raises.
+    for %debug), and a note names the function frames cleared and the bytes of arrays that
+    freed (`released_frames`). `namespace` is where to look for leftover tensors by name (a
+    notebook's user namespace). Never raises.
     """
     try:
         diagnosis = classify(exc)
@@ -313,14 +313,12 @@ def advise(
             and diagnosis.kind in MEMORY_KINDS
             and diagnosis.details.get("found_in") != "context"
         ):
-            count = notebook_refs.release_traceback_frames(exc)
-            gc.collect()
-            diagnosis.frames_released = count
-            if count:
-                diagnosis.notes.append(
-                    f"Released the failed cell's traceback frames ({count}) so the tensors "
-                    "they held are freed; `%debug` on this error shows no local variables."
-                )
+            release = released_frames.release_frames(exc)
+            diagnosis.frames_released = len(release.functions)
+            diagnosis.frames_released_bytes = release.freed_bytes
+            note = release.note()
+            if note:
+                diagnosis.notes.append(note)
     except Exception:
         pass
     with contextlib.suppress(Exception):

@@ -8,6 +8,7 @@ Framework protocol's names); never imports torch.
 from __future__ import annotations
 
 import sys
+import weakref
 from functools import partial
 from operator import attrgetter, methodcaller
 from typing import Any, Optional
@@ -186,3 +187,26 @@ def array_columns(tensors: list) -> tuple[list, ...]:
 def array_infos(tensors: list) -> list[ArrayInfo]:
     """``array_info`` of many tensors (`array_columns`, one record per tensor)."""
     return list(map(_NEW_INFO, zip(*array_columns(tensors))))
+
+
+def _storage_weakref(untyped_storage, tensor) -> Optional[weakref.ref]:
+    try:
+        return weakref.ref(untyped_storage(tensor))
+    except Exception:
+        return None
+
+
+def storage_weakrefs(tensors: list) -> list[Optional[weakref.ref]]:
+    """A weakref to each tensor's storage (torch's own C method: no subclass override runs).
+
+    torch keeps a storage's Python object alive while its memory lives, so the weakref
+    dies only once no tensor - a view held anywhere included - uses that memory: unlike a
+    weakref to the tensor, it proves the memory was freed. None where no such weakref can
+    be taken, or where this torch does not keep the storage's object (the weakref is dead
+    at once, while the tensor lives)."""
+    untyped_storage = _storage_methods()[0]
+    try:
+        weaks = list(map(weakref.ref, map(untyped_storage, tensors)))
+    except Exception:
+        weaks = [_storage_weakref(untyped_storage, tensor) for tensor in tensors]
+    return [weak if weak is not None and weak() is not None else None for weak in weaks]

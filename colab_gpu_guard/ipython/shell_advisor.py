@@ -26,7 +26,7 @@ class ShellAdvisor:
     shows the traceback exactly as IPython would (or lets a custom handler that was already
     installed show it), then, for a recognised CUDA error only, the diagnosis. For every
     other exception nothing else happens, and ``%debug`` works as usual; for out-of-memory
-    errors the failed cell's frames are released (and the diagnosis says so).
+    errors the failed cell's frames are released (and the diagnosis says what that freed).
     """
 
     def __init__(self, shell: Any) -> None:

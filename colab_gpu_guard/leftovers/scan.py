@@ -157,14 +157,19 @@ def _device_matches(device: str, wanted) -> bool:
     return any(part.split(":")[0] == wanted for part in device.split("+"))
 
 
-def root_entries(shell, namespace: Optional[dict]) -> list[tuple]:
+def _is_variable(root: notebook_refs.Root) -> bool:
+    return root.key.kind == notebook_refs.VARIABLE
+
+
+def root_entries(shell, namespace: Optional[dict], variables_only: bool = False) -> list[tuple]:
     """Every root a scan starts from, in order, as (key, label, holder, value, depth): the
     notebook's (`notebook_refs.roots`), then the graphs torch.compile's caches hold (never
-    a user variable; freed by dynamo's reset)."""
-    entries = [
-        tuple(root)
-        for root in notebook_refs.roots(shell, namespace if namespace is not None else {})
-    ]
+    a user variable; freed by dynamo's reset); `variables_only`: the namespace's variables
+    alone (they come first)."""
+    found = notebook_refs.roots(shell, namespace if namespace is not None else {})
+    if variables_only:
+        return [tuple(root) for root in itertools.takewhile(_is_variable, found)]
+    entries = [tuple(root) for root in found]
     for graph in torch_compile.compiled_graphs(namespace):
         key = notebook_refs.RootKey(COMPILED_GRAPH, graph.label)
         entries.append((key, graph.label, OTHER, graph.value, 0))
@@ -218,9 +223,12 @@ def scan(
     max_depth: int = DEFAULT_MAX_DEPTH,
     keep_refs: bool = False,
     budget_s: Optional[float] = DEFAULT_BUDGET_S,
+    variables_only: bool = False,
 ) -> Scan:
     """The scan behind ``find_leftovers``; ``keep_refs`` keeps a weakref per reference;
-    ``budget_s``: seconds the walk may take (None: no limit)."""
+    ``budget_s``: seconds the walk may take (None: no limit); ``variables_only``: walk
+    `namespace`'s variables alone (not the output history, the last exception, the
+    debugger or torch.compile's graphs)."""
     shell, namespace = notebook_refs.resolve_namespace(shell, namespace)
     # The walk builds many small tuples and no cycles: keep the cyclic collector from
     # running over every live object again and again meanwhile, and over the scan's own
@@ -228,18 +236,18 @@ def scan(
     collecting = gc.isenabled()
     gc.disable()
     try:
-        return _scan(shell, namespace, device, deep, max_depth, keep_refs, budget_s)
+        return _scan(shell, namespace, device, deep, max_depth, keep_refs, budget_s, variables_only)
     finally:
         if collecting:
             gc.enable()
 
 
-def _scan(shell, namespace, device, deep, max_depth, keep_refs, budget_s) -> Scan:
+def _scan(shell, namespace, device, deep, max_depth, keep_refs, budget_s, variables_only) -> Scan:
     walker = Walker(max_depth=max_depth, keep_refs=keep_refs, budget_s=budget_s)
     found = walker.found
     names = PathNames(lambda: best_paths(found.refs))
     notes: list[str] = []
-    entries = root_entries(shell, namespace)
+    entries = root_entries(shell, namespace, variables_only)
     roots = root_ids(entries)
     graphs = walker.graphs
     try:

@@ -176,11 +176,10 @@ def running_frames() -> set[int]:
     return running
 
 
-def release_traceback_frames(exc_or_tb: Any) -> int:
-    """Clear the local variables of every finished frame in a traceback (and in the
-    tracebacks of its chained exceptions), so objects only the failed call still referenced
-    - tensors above all - are freed. Returns the number of frames cleared. Frames still
-    executing (the caller's own stack) and suspended generators are skipped."""
+def finished_frames(exc_or_tb: Any) -> list[tuple[types.FrameType, bool]]:
+    """(frame, exited) for each frame `release_traceback_frames` would clear: every frame
+    on the traceback (and on the tracebacks of its chained exceptions) but those still
+    executing (the caller's own stack) and suspended generators'."""
     tracebacks = []
     if isinstance(exc_or_tb, BaseException):
         for link in exception_chain(exc_or_tb):
@@ -189,11 +188,31 @@ def release_traceback_frames(exc_or_tb: Any) -> int:
     elif isinstance(exc_or_tb, types.TracebackType):
         tracebacks.append(exc_or_tb)
     running = running_frames()
-    cleared = 0
-    for frame, exited in traceback_frames_exited(tracebacks):
-        if id(frame) not in running and clear_frame(frame, exited):
-            cleared += 1
-    return cleared
+    return [
+        (frame, exited)
+        for frame, exited in traceback_frames_exited(tracebacks)
+        if id(frame) not in running and (exited or not is_resumable(frame))
+    ]
+
+
+def clear_frames(frames: list[tuple[types.FrameType, bool]]) -> list[str]:
+    """Clear each (frame, exited) (`clear_frame`); returns the function name of each
+    function frame cleared, in order. Module and class frames are cleared too but not
+    listed: their locals are a namespace they keep, so clearing them frees nothing."""
+    functions = []
+    for frame, exited in frames:
+        if clear_frame(frame, exited) and is_function_frame(frame):
+            functions.append(frame_function(frame))
+    return functions
+
+
+def release_traceback_frames(exc_or_tb: Any) -> int:
+    """Clear the local variables of every finished frame in a traceback (and in the
+    tracebacks of its chained exceptions), so objects only the failed call still referenced
+    - tensors above all - are freed. Returns the number of function frames cleared (module
+    frames keep their namespace: not counted). Frames still executing (the caller's own
+    stack) and suspended generators are skipped."""
+    return len(clear_frames(finished_frames(exc_or_tb)))
 
 
 def debugger_of(shell: Any) -> Any:

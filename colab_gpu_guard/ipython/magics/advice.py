@@ -55,13 +55,14 @@ class AdvisorMagics(GuardMagics):
         When a cell fails with a CUDA error, the normal traceback is shown unchanged and then
         a short diagnosis: the real cause and the fix. It covers CUDA out-of-memory (torch,
         CuPy, JAX/XLA, TensorFlow: requested vs free, the biggest leftover tensors by name;
-        the failed cell's traceback frames are released so their tensors are freed), sticky
-        errors such as a device-side assert (the runtime must be restarted; the context is
-        marked broken for %gpu_status and %gpu_reset), CUDA in forked DataLoader workers,
-        cuBLAS determinism and ops with no deterministic implementation, driver/build
-        mismatches, and the driver out of memory because another process holds the GPU.
-        Any other error is shown exactly as without the extension, and %debug works as
-        usual. Outside notebooks: ``colab_gpu_guard.advise(exc)``.
+        the frames of the functions the failed cell called are released, and a note names
+        them and the tensor bytes that freed), sticky errors such as a device-side assert
+        (the runtime must be restarted; the context is marked broken for %gpu_status and
+        %gpu_reset), CUDA in forked DataLoader workers, cuBLAS determinism and ops with no
+        deterministic implementation, driver/build mismatches, and the driver out of memory
+        because another process holds the GPU. Any other error is shown exactly as without
+        the extension, and %debug works as usual. Outside notebooks:
+        ``colab_gpu_guard.advise(exc)``.
         """
         state, bad = None, False
         try:
