@@ -663,6 +663,40 @@ def test_the_note_names_a_few_functions_then_how_many_more(no_nvml):
     )
 
 
+def test_too_many_arrays_are_released_but_not_measured(no_nvml, monkeypatch):
+    """Proving what 10^6 tensors' release freed would keep an OOM waiting seconds: past
+    MEASURE_LIMIT the frames are released and the note says it did not measure."""
+    torch = pytest.importorskip("torch")
+    from colab_gpu_guard.advisor import released_frames
+
+    monkeypatch.setattr(released_frames, "MEASURE_LIMIT", 50)
+    refs = []
+
+    def load():
+        cache = [torch.zeros(2) for _ in range(60)]  # more items than the limit
+        refs.append(weakref.ref(cache[0]))
+        raise torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 2.00 GiB")
+
+    def nested():
+        state = {"cache": [torch.zeros(2) for _ in range(60)]}  # found by the walk
+        refs.append(weakref.ref(state["cache"][0]))
+        raise torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 2.00 GiB")
+
+    for function, name in ((load, "load"), (nested, "nested")):
+        try:
+            function()
+        except RuntimeError as error:
+            caught = error
+        diagnosis = advisor.advise(caught, release_frames=True)
+        assert diagnosis.notes[0].startswith(
+            f"Released the traceback frame of {name}(); what that freed was not measured (60 "
+            "arrays or items in its locals: too many to check quickly"
+        )
+        del caught
+        gc.collect()
+        assert refs[-1]() is None  # released all the same
+
+
 def test_a_search_cut_short_by_its_budget_claims_at_least(no_nvml, monkeypatch):
     torch = pytest.importorskip("torch")
     from colab_gpu_guard.advisor import released_frames
