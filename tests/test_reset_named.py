@@ -74,3 +74,17 @@ def test_a_view_named_in_the_magic(ip, run_cell):
     # and the still-held list says why a 4 KiB row keeps 4 MiB
     assert "view: uses 4 KiB of the 4 MiB it keeps alive (keep row.clone()" in captured.stdout
     ip.user_ns.pop("row", None)
+
+
+def test_traceback_frames_counted_are_function_frames(ip, run_cell):
+    """A cell's own module-level frame keeps the notebook's namespace: clearing it frees
+    nothing, so it is not counted as a traceback frame dropped."""
+    run_cell("raise ValueError('at the top level')")
+    report = reset.gpu_reset(shell=ip, dry_run=True)
+    assert report.dropped["exceptions"] == 1 and report.dropped["traceback frames"] == 0
+    run_cell("def fails():\n    local = 1\n    raise ValueError(local)\nfails()")
+    report = reset.gpu_reset(shell=ip, dry_run=True)
+    assert report.dropped["traceback frames"] == 1
+    done = reset.gpu_reset(shell=ip)
+    assert done.dropped["traceback frames"] == 1 and "1 traceback frame" in str(done)
+    ip.user_ns.pop("fails", None)

@@ -11,9 +11,10 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from .frames import (
-    clear_frame,
+    clear_frames,
     debugger_of,
     held_exceptions,
+    is_function_frame,
     is_resumable,
     running_frames,
     traceback_frames_exited,
@@ -80,7 +81,8 @@ class DropPlan:
             + len(self.output_names),
             "last cell result": int(self.last_result),
             "exceptions": len(self.exceptions),
-            "traceback frames": len(self.frames),
+            # function frames: a module frame's locals are the notebook's namespace, kept
+            "traceback frames": sum(1 for frame, _ in self.frames if is_function_frame(frame)),
             "debugger": int(self.debugger is not None),
             "user variables": len(self.variables),
         }
@@ -160,7 +162,7 @@ class DropPlan:
             done.warnings.append("the debugger is running: its frames were left alone")
 
     def _drop_exceptions(self) -> int:
-        cleared = sum(1 for frame, exited in self.frames if clear_frame(frame, exited))
+        cleared = len(clear_frames(self.frames))  # function frames cleared (module ones too)
         for tb in self.tracebacks:
             chain = []
             while tb is not None:
