@@ -12,10 +12,11 @@ Host memory is exact where malloc's in-use bytes (glibc ``mallinfo2``) are read 
 after the cell; else there is only the resident set size's growth. ``mallinfo2`` walks
 malloc's free lists: a microsecond on a tidy heap, milliseconds on a fragmented one. So it
 is read around every cell while a read costs at most `CHEAP_READ_S` (one read per cell:
-the reading after a cell is the next cell's before), else around a rerun whose previous
-run took long enough that a read is at most `READ_SHARE` of it, and always around a rerun
-of a cell whose previous run kept host memory (the judgement needs this run's exact
-figure).
+the reading after a cell is the next cell's before), else after a cell that took long
+enough that a read is at most `READ_SHARE` of it, around a rerun whose previous run took
+that long, and always around a rerun of a cell whose previous run kept host memory (the
+judgement needs this run's exact figure). A short cell on a heap where a read is costly
+gets none.
 
 Where a rerun's host figure is not exact, what it kept is read from its objects instead
 (`rerun_holders`: what the containers the cell names gained during the run hold, the
@@ -168,10 +169,14 @@ class RerunLeakCheck:
         previous = self._last_by_source.get(source) if source is not None else None
         if previous is None:
             return malloc.read() if malloc.affordable(0.0) else None
+        return malloc.read() if self._read_around(previous) else None
+
+    def _read_around(self, previous: PreviousRun) -> bool:
+        """Whether a rerun of `previous` gets malloc readings before and after it: its
+        previous run kept host memory (the judgement needs this run's exact figure), or
+        took long enough that a read is at most `READ_SHARE` of it."""
         kept_host = self._significant(_host_of(previous.kept), exact=True)
-        if kept_host or malloc.affordable(previous.duration):
-            return malloc.read()
-        return None
+        return kept_host or self.malloc.affordable(previous.duration)
 
     def _host_kept(
         self,
@@ -179,11 +184,17 @@ class RerunLeakCheck:
         rss: Optional[int],
         malloc_before: Optional[int],
         duration: float,
+        previous: Optional[PreviousRun],
     ) -> tuple[Optional[int], bool]:
         """(host bytes the cell kept, exact?): malloc's in-use growth where it was read
-        before and after the cell, else the resident bytes it added; None when neither."""
+        before and after the cell, else the resident bytes it added; None when neither.
+        The reading after a cell is taken where it is affordable for this cell, or for a
+        rerun (`previous`: its last run) where `malloc_before` would have read one; it
+        stands as the next cell's reading before."""
         malloc = self.malloc
-        if malloc_before is not None or malloc.affordable(duration):
+        if malloc.affordable(duration) or (
+            malloc_before is not None and previous is not None and self._read_around(previous)
+        ):
             after = malloc.last = malloc.read()
             if after is not None and malloc_before is not None:
                 return max(0, after - malloc_before), True
@@ -211,11 +222,11 @@ class RerunLeakCheck:
         (`rerun_holders.RerunHolders.after`) reads what holds the previous run's objects
         from `lengths` (read before the run), called only for a flagged rerun or where
         host figures are not exact."""
-        host, exact = self._host_kept(rss_before, rss, malloc_before, duration)
+        last = self._last_by_source
+        previous = last.pop(source, None) if source is not None else None
+        host, exact = self._host_kept(rss_before, rss, malloc_before, duration, previous)
         if source is None:
             return _FIRST
-        last = self._last_by_source
-        previous = last.pop(source, None)
         if previous is None:
             self._remember(source, cuda, host, exact, cell, duration, result)
             return _FIRST

@@ -458,6 +458,44 @@ def test_host_noise_floor_is_measured_in_this_process():
         assert floor.malloc_grown < host_noise.MINIMUM and floor.malloc < 20 * MiB
 
 
+def test_a_costly_malloc_read_is_not_taken_around_quick_cells(ip, run_cell, monkeypatch):
+    """Where a read costs more than `CHEAP_READ_S` (a fragmented heap), quick cells get no
+    malloc read: one reading taken once must not chain into a read after every cell. A
+    rerun of a cell whose previous run kept host memory still gets its two readings."""
+    check = tracker.active_tracker(ip)._reruns
+    assert check.noise_floor is not None  # measured once, with reads of its own
+    readings = check.malloc
+    reads = []
+    real_read = readings.reader.read
+
+    def counted() -> object:
+        reads.append(1)
+        return real_read()
+
+    monkeypatch.setattr(readings.reader, "read", counted)
+    monkeypatch.setattr(readings, "cheap_read_s", -1.0)  # every read is costly
+    monkeypatch.setattr(readings, "read_share", 1e-12)  # and no cell is long enough
+    run_cell("warm_up = 1")  # whatever the chain held is spent here
+    reads.clear()
+    for n in range(10):
+        run_cell(f"quick_{n} = {n}")
+    assert reads == []
+
+    if real_read() is not None:  # glibc: the rerun is judged on malloc's exact figure
+        source = "kept_host.append(bytearray(b'1') * (20 * 2**20))"
+        run_cell("kept_host = []")
+        first = run_cell(source).execution_count  # no reading: its resident size grew
+        assert reads == []
+        second = run_cell(source).execution_count
+        assert len(reads) == 2, reads  # before and after the rerun
+        record = {record.cell: record for record in memory_history()}[second]
+        assert record.rerun_leak and record.rerun_of == first, format_history(memory_history())
+        assert record.leaks == (("cpu", record.leak_bytes),)
+        assert 20 * MiB <= record.leak_bytes < 21 * MiB  # exact: malloc's growth
+    for name in ["warm_up", "kept_host"] + [f"quick_{n}" for n in range(10)]:
+        ip.user_ns.pop(name, None)
+
+
 @pytest.mark.skipif(host_memory.RssReader().read() is None, reason="needs /proc/self/statm")
 def test_innocent_reruns_pass_and_a_20_mib_keep_per_run_is_flagged(ip, run_cell):
     torch = pytest.importorskip("torch")
