@@ -316,6 +316,7 @@ def _reset(names: tuple, all_vars: bool, dry_run: bool, shell, namespace: dict) 
 
     # what the drop changes: a walk that went into it would not find the same again
     reusable = not dropping.walked_any(found, plan.changes(shell, namespace))
+    proofs = dropping.storage_proofs(found, freed_keys)  # an unseen alias keeps the memory
     done = plan.apply(shell, namespace)
     report.dropped["traceback frames"] = done.frames_cleared
     report.warnings += done.warnings
@@ -326,7 +327,9 @@ def _reset(names: tuple, all_vars: bool, dry_run: bool, shell, namespace: dict) 
     _release_caches(report, torch)
 
     now = dropping.states(found)  # which arrays the scan saw are gone: their weakrefs
-    report.released_bytes = dropping.nbytes(found, dropping.released(found, now))
+    report.released_bytes = dropping.nbytes(found, dropping.released(found, now, proofs))
+    _unseen_holder_note(report, dropping.nbytes(found, dropping.alive(proofs)))
+    del proofs
     _figures_after(report, before, torch)
     held = None
     if reusable and dropping.same_roots(found, dropped, shell, namespace):
@@ -348,6 +351,16 @@ def _reset(names: tuple, all_vars: bool, dry_run: bool, shell, namespace: dict) 
         report.notes.append("the last exception is gone: %debug and %tb have nothing to show")
     _add_history_notes(report)
     return report
+
+
+def _unseen_holder_note(report: ReleaseReport, stays: int) -> None:
+    """Memory the scan said only the dropped names held, whose storage lives on."""
+    if stays:
+        report.notes.append(
+            f"{format_bytes(stays)} expected to be freed is still in use: something outside "
+            "the notebook's variables holds it (a module's global, a C extension's cache, "
+            "another thread); restart the kernel to free it"
+        )
 
 
 def _held_elsewhere_notes(report: ReleaseReport, stays: list[tuple]) -> None:

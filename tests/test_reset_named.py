@@ -54,6 +54,30 @@ def test_no_note_when_every_holder_is_dropped_or_none_is_left():
     assert not [text for text in done.notes if "of its memory" in text]
 
 
+def test_memory_an_unseen_alias_keeps_is_not_reported_freed():
+    """The scan reaches the notebook's variables, not a module's globals: there a detached
+    alias keeps the memory after the named tensor is gone. The storage's weakref, not the
+    tensor's, says whether it was freed, and the report says where the bytes went."""
+    import types
+
+    hidden = types.ModuleType("cgg_hidden_cache")
+    namespace, storage = notebook()
+    del namespace["view"], namespace["keep"]
+    hidden.cache = namespace["big"].detach()  # shares big's storage; no name reaches it
+    tensor = weakref.ref(namespace["big"])
+    done = reset.gpu_reset("big", namespace=namespace)
+    assert tensor() is None and storage() is not None  # the tensor went, its memory stayed
+    assert done.estimated_bytes == 4 * MIB and done.released_bytes == 0
+    assert (
+        "4 MiB expected to be freed is still in use: something outside the notebook's "
+        "variables holds it"
+    ) in " ".join(done.notes)
+    assert "freed: 0 B (arrays released: 0 B, expected 4 MiB)" in str(done)
+    del hidden.cache  # the holder the note points at
+    gc.collect()
+    assert storage() is None
+
+
 def test_the_output_history_is_not_named_as_a_holder_a_plain_reset_drops(ip, run_cell):
     run_cell("import torch\nheld = torch.zeros(512, 1024)")
     run_cell("held")  # Out[n] holds it too; a reset drops the output history anyway

@@ -12,8 +12,6 @@ from __future__ import annotations
 
 import gc
 import itertools
-import weakref
-from collections.abc import Hashable
 from dataclasses import dataclass, field
 from types import FrameType
 from typing import Any, Optional
@@ -133,10 +131,12 @@ def release_frames(exc: BaseException) -> FramesRelease:
     functions = [frame for frame, _exited in frames if notebook_refs.is_function_frame(frame)]
     too_many = _largest_local(functions)
     try:
+        from ..leftovers import dropping
+
         found = _search(functions) if functions and too_many <= MEASURE_LIMIT else None
         if found is not None and len(found.walker.found.rows) > MEASURE_LIMIT:
             too_many, found = len(found.walker.found.rows), None
-        proofs = _storage_proofs(found) if found is not None else {}
+        proofs = dropping.storage_proofs(found) if found is not None else {}
     except Exception:
         found, proofs = None, {}
     del functions
@@ -196,30 +196,6 @@ def _search(frames: list[FrameType]) -> Any:
         namespace.clear()  # never keep the frames' values alive past their clear
 
 
-def _storage_proofs(found: Any) -> dict[Hashable, Optional[weakref.ref]]:
-    """Per torch storage the scan saw, a weakref to the storage itself (None: none could
-    be taken). A tensor's own weakref dies with the tensor, while an alias sharing its
-    storage held out of the frames' reach (``t.detach()`` in a global; a view would keep
-    the tensor itself too) keeps the memory: the storage's weakref proves it went."""
-    from ..frameworks import torch as torch_support
-    from ..leftovers.found import ROW_FRAMEWORK
-
-    arrays = found.walker.found
-    keys, weaks = arrays.keys, arrays.weaks
-    is_torch = list(map("torch".__eq__, map(ROW_FRAMEWORK, arrays.rows)))
-    if False in is_torch:
-        keys = list(itertools.compress(keys, is_torch))
-        weaks = list(itertools.compress(weaks, is_torch))
-    if len(weaks) != len(keys):  # no weakrefs to reach the tensors by: nothing is proven
-        return dict.fromkeys(keys)
-    one_each = dict(zip(keys, weaks))  # any tensor of a storage leads to it
-    tensors = [weak() if weak is not None else None for weak in one_each.values()]
-    try:
-        return dict(zip(one_each, torch_support.storage_weakrefs(tensors)))
-    finally:
-        del tensors  # the tensors live on in the frames only
-
-
 def _measure(release: FramesRelease, found: Any, proofs: dict) -> None:
     """Fill in what the scan saw and what of it is gone now (each pass over the scan's
     references is C-level: a frame may hold 10^6 tensors)."""
@@ -233,7 +209,7 @@ def _measure(release: FramesRelease, found: Any, proofs: dict) -> None:
     if now.unproven is not None:  # arrays no weakref could be taken to
         unchecked.update(itertools.compress(found.keys, now.unproven))
     unchecked.update(key for key, entry in saved.items() if entry.weak is None)
-    alive = {key for key, weak in proofs.items() if weak is not None and weak() is not None}
+    alive = dropping.alive(proofs)
     freed = dropping.released(found, now) - unchecked - alive
     release.freed_bytes = dropping.nbytes(found, freed)
     release.unchecked_bytes = dropping.nbytes(found, unchecked)

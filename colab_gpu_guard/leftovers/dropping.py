@@ -15,11 +15,13 @@ from __future__ import annotations
 
 import itertools
 import operator
-from collections.abc import Iterable
+import weakref
+from collections.abc import Hashable, Iterable
 from typing import Any, NamedTuple, Optional
 
 from .. import notebook_refs
 from .blocks import Blocks
+from .found import ROW_FRAMEWORK
 from .naming import PathNames, best_paths
 from .records import LeftoverList
 from .scan import Scan, listed, root_entries, root_ids
@@ -81,14 +83,46 @@ def nbytes(scan: Scan, keys: set) -> int:
     return sum(sizes.values())
 
 
-def released(scan: Scan, now: States) -> set:
-    """The blocks seen by the scan whose arrays are all gone now (proven by weakrefs)."""
+def storage_proofs(scan: Scan, keys: Optional[set] = None) -> dict[Hashable, Optional[weakref.ref]]:
+    """Per torch block the scan saw (only those in `keys` when given), a weakref to its
+    storage (None: none could be taken). A tensor's own weakref dies with the tensor,
+    while an alias sharing its storage held where the scan does not reach (``t.detach()``
+    in a module's global; a view would keep the tensor itself too) keeps the memory: the
+    storage's weakref proves it went. Needs a scan with keep_refs."""
+    from ..frameworks import torch as torch_support
+
+    arrays = scan.walker.found
+    chosen = list(map("torch".__eq__, map(ROW_FRAMEWORK, arrays.rows)))
+    if keys is not None:
+        chosen = list(map(operator.and_, chosen, map(keys.__contains__, arrays.keys)))
+    block_keys = list(itertools.compress(arrays.keys, chosen))
+    weaks = list(itertools.compress(arrays.weaks, chosen))
+    if len(weaks) != len(block_keys):  # no weakrefs to reach the tensors by: nothing proven
+        return dict.fromkeys(block_keys)
+    one_each = dict(zip(block_keys, weaks))  # any tensor of a storage leads to it
+    tensors = [weak() if weak is not None else None for weak in one_each.values()]
+    try:
+        return dict(zip(one_each, torch_support.storage_weakrefs(tensors)))
+    finally:
+        del tensors  # the tensors live on where the scan found them only
+
+
+def alive(proofs: dict) -> set:
+    """The blocks of `storage_proofs` whose storage lives on."""
+    return {key for key, weak in proofs.items() if weak is not None and weak() is not None}
+
+
+def released(scan: Scan, now: States, proofs: Optional[dict] = None) -> set:
+    """The blocks seen by the scan whose arrays are all gone now (proven by weakrefs),
+    less those whose storage lives on (`proofs`: `storage_proofs` taken before)."""
     gone: set = set()
     if now.dead is not None and True in now.dead:
         keys = scan.keys
         gone.update(itertools.compress(keys, now.dead))
-        alive = map(operator.not_, now.not_alive())  # type: ignore[arg-type]
-        gone.difference_update(itertools.compress(keys, alive))
+        living = map(operator.not_, now.not_alive())  # type: ignore[arg-type]
+        gone.difference_update(itertools.compress(keys, living))
+        if proofs:
+            gone.difference_update(alive(proofs))
     for key, saved in scan.walker.graphs.saved.items():  # weakrefs to the storages
         if saved.weak is not None and saved.weak() is None:
             gone.add(key)
