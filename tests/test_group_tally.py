@@ -206,6 +206,27 @@ def test_root_labels_are_each_paths_root():
         assert root_labels(iter(paths), held) == expected
 
 
+def test_root_labels_lift_a_list_of_pairs_to_its_list(monkeypatch):
+    """`pairs[i][0]`: every pair is its own parent node, but the pairs' parent is one list:
+    the column is lifted a level and worked per run, with each path's root unchanged."""
+    from colab_gpu_guard.leftovers import tally
+
+    tops = {label: (None, 0, label) for label in ("pairs", "batches", "x")}
+    pairs = [(tops["pairs"], 3, index) for index in range(300)]
+    batches = [((tops["batches"], 3, index), 4, "'x'") for index in range(200)]
+    paths = [(pair, 3, item) for pair in pairs for item in range(2)]
+    paths += [(batch, 3, 0) for batch in batches]  # batches[i]['x'][0]: two levels up
+    paths += [(None, 0, "x")]
+    held = [USER_VARIABLE] * len(paths)
+    assert run_starts([path[0] for path in paths], is_not) is None  # no runs of parents
+
+    def per_path(*args):
+        raise AssertionError("worked per path")
+
+    monkeypatch.setattr(tally, "_labels_per_path", per_path)
+    assert root_labels(paths, held) == ["pairs"] * 600 + ["batches"] * 200 + ["x"]
+
+
 def reference_tally(roots, sizes, holders, devices, wanted):
     tally: dict[str, list] = {}
     for position, root in enumerate(roots):

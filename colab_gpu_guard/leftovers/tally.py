@@ -23,6 +23,7 @@ UNNAMED = "<no name>"  # the group of a deep scan's unnamed blocks
 # worked per run when the column has at most one run per this many blocks
 BLOCKS_PER_RUN = 8
 SAMPLE = 4096  # blocks looked at first, to tell many runs without a pass over them all
+LIFTS = 2  # levels up the path a column of parents is lifted to find runs (`d[k][i][0]`)
 
 _VARIABLE_ROOT = re.compile(r"Out\[-?\d+\]|[^.\[{]+")
 _OUTPUT_ROOT = re.compile(
@@ -118,10 +119,20 @@ def root_labels(paths: Iterable[tuple], holders: Sequence[str]) -> list[str]:
     """The group of each path (a walk's linked ``(parent, kind, key)`` tuple) held by
     `holders`: a user variable's root label, or another root's label through `root_of`;
     worked out once per parent node (a list's items share one), and per run of one parent
-    where parents come in runs."""
+    where parents come in runs, or where their parents (or theirs) do: a node lifted to its
+    parent keeps its root."""
     paths = paths if isinstance(paths, list) else list(paths)
     parents = list(map(_PARENT, paths))
     starts = run_starts(parents, is_not)
+    for _ in range(LIFTS):
+        if starts is not None:
+            break
+        # `pairs[i][0]`: each pair is its own parent, but their parents are one list
+        lifted = [node if node is None or node[0] is None else node[0] for node in parents]
+        if not any(map(is_not, lifted, parents)):
+            break  # every node is a root's or an array's own: nothing above to share
+        parents = lifted
+        starts = run_starts(parents, is_not)
     if starts is None:
         return _labels_per_path(paths, parents, holders)
     ends = starts[1:] + [len(parents)]
