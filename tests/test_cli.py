@@ -28,6 +28,12 @@ def real_pynvml_after():
     nvml.set_pynvml(None)
 
 
+def _ctrl_c_as_at_a_terminal() -> None:
+    # A job a script starts in the background inherits SIGINT ignored (POSIX), and Python
+    # keeps an ignored SIGINT ignored: the child is given what a terminal gives it.
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
 def cli(*args: str, **kwargs) -> subprocess.Popen:
     env = dict(os.environ, PYTHONPATH=str(ROOT), PYTHONUNBUFFERED="1")
     return subprocess.Popen(
@@ -36,6 +42,7 @@ def cli(*args: str, **kwargs) -> subprocess.Popen:
         env=env,
         stdout=kwargs.pop("stdout", subprocess.PIPE),
         stderr=subprocess.PIPE,
+        preexec_fn=_ctrl_c_as_at_a_terminal if POSIX else None,
         **kwargs,
     )
 
