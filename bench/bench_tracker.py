@@ -98,8 +98,28 @@ def measure(objects: int, cells: int, peer_cells: int, repeats: int) -> dict:
     logger, peer_note = cell_logger(shell)
     samples: dict[str, list[float]] = {"bare": [], "loaded": [], "every": [], "peer_bare": []}
     samples["peer"] = []
+    samples["noop"] = []
+
+    # the control: as many callbacks as the extension registers, doing nothing - what
+    # IPython's dispatch costs, plus this machine's noise between blocks of cells
+    def noop_pre(info=None) -> None:
+        pass
+
+    def noop_post(result=None) -> None:
+        pass
+
+    def noop_post_2(result=None) -> None:
+        pass
+
+    noops = (("pre_run_cell", noop_pre), ("post_run_cell", noop_post))
+    noops += (("post_run_cell", noop_post_2),)
     for _ in range(repeats):
         samples["bare"].append(per_call_us(cell, cells))
+        for event, callback in noops:
+            shell.events.register(event, callback)
+        samples["noop"].append(per_call_us(cell, cells))
+        for event, callback in noops:
+            shell.events.unregister(event, callback)
         load(False)
         samples["loaded"].append(per_call_us(cell, cells))
         unload()
@@ -149,6 +169,7 @@ def measure(objects: int, cells: int, peer_cells: int, repeats: int) -> dict:
         "bare_us": median["bare"],
         "loaded_added_us": median["loaded"] - median["bare"],
         "every_cell_added_us": median["every"] - median["bare"],
+        "noop_added_us": median["noop"] - median["bare"],
         "peer_added_us": peer_added,
         "tracker_hooks_us": hook_us,
         "output_warning_us": warn_us,
@@ -180,6 +201,17 @@ def rows_of(results: list[dict]) -> list[dict]:
                     note=note,
                 )
             )
+        rows.append(
+            row(
+                "tracker",
+                f"control: 3 no-op callbacks added, {size} objects",
+                result["noop_added_us"],
+                unit="us",
+                target="(IPython's dispatch + this machine's noise)",
+                ok=None,
+                note="the rows above minus this is what our hooks cost beyond any callback",
+            )
+        )
         rows.append(
             row(
                 "tracker",

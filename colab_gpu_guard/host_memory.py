@@ -13,16 +13,23 @@ from __future__ import annotations
 import contextlib
 import os
 import sys
+import weakref
 from typing import Any, NamedTuple, Optional
 
 
 class RssReader:
-    """Resident set size from /proc/self/statm with one pread on a kept-open descriptor."""
+    """Resident set size from /proc/self/statm with one pread on a kept-open descriptor.
+
+    /proc/self is resolved when the file is opened: a forked child reopens it (through
+    `os.register_at_fork`, so the per-cell read makes no getpid call)."""
 
     def __init__(self) -> None:
         self._fd: Optional[int] = None
-        self._pid = os.getpid()
         self._page = 4096
+        self._open()
+        _READERS.add(self)
+
+    def _open(self) -> None:
         if sys.platform.startswith("linux") and hasattr(os, "pread"):
             try:
                 self._page = os.sysconf("SC_PAGE_SIZE")
@@ -35,12 +42,6 @@ class RssReader:
         if fd is None:
             return None
         try:
-            if os.getpid() != self._pid:  # forked: /proc/self was resolved at open
-                self.close()
-                self.__init__()
-                fd = self._fd
-                if fd is None:
-                    return None
             return int(os.pread(fd, 128, 0).split(None, 2)[1]) * self._page
         except (OSError, ValueError, IndexError):
             return None
@@ -50,6 +51,23 @@ class RssReader:
             with contextlib.suppress(OSError):
                 os.close(self._fd)
             self._fd = None
+
+
+_READERS: weakref.WeakSet = weakref.WeakSet()
+
+
+def _reopen_in_child() -> None:
+    """In a forked child: each reader's descriptor still reads the parent's /proc/self."""
+    for reader in list(_READERS):
+        if reader._fd is not None:
+            with contextlib.suppress(OSError):
+                os.close(reader._fd)
+            reader._fd = None
+            reader._open()
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_reopen_in_child)
 
 
 class MallocInUse:

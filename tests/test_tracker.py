@@ -693,3 +693,32 @@ def test_warning_line_for_a_cuda_result(ip, run_cell):
             ip.user_ns.pop(name, None)
         ip.run_line_magic("gpu_reset", "")
     assert torch is not None
+
+
+@pytest.mark.skipif(host_memory.RssReader().read() is None, reason="needs /proc/self/statm")
+def test_the_resident_size_read_in_a_forked_child_is_the_childs():
+    """The reader keeps /proc/self/statm open, resolved to the parent at open: a forked
+    child (a DataLoader worker, multiprocessing) must read its own figure, not the
+    parent's. The child touches 64 MiB its parent never has."""
+    import os
+
+    reader = host_memory.RssReader()
+    parent_before = reader.read()
+    read_end, write_end = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # the child: report, then leave without running the parent's cleanup
+        try:
+            block = bytearray(b"1") * (64 * MiB)
+            mine = reader.read()
+            with open("/proc/self/statm", "rb") as statm:
+                own = int(statm.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
+            os.write(write_end, f"{mine} {own} {len(block)}".encode())
+        finally:
+            os._exit(0)
+    os.close(write_end)
+    with os.fdopen(read_end) as pipe:
+        mine, own, _ = map(int, pipe.read().split())
+    os.waitpid(pid, 0)
+    assert abs(mine - own) < 4 * MiB  # the child's own figure
+    assert reader.read() < parent_before + 32 * MiB  # the parent's reader still the parent's
+    assert mine > own - 4 * MiB >= 64 * MiB
