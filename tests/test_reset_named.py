@@ -112,3 +112,25 @@ def test_traceback_frames_counted_are_function_frames(ip, run_cell):
     done = reset.gpu_reset(shell=ip)
     assert done.dropped["traceback frames"] == 1 and "1 traceback frame" in str(done)
     ip.user_ns.pop("fails", None)
+
+
+def test_storage_proofs_past_the_limit_go_to_the_biggest_blocks():
+    """A weakref per storage costs about a microsecond: past the limit only the biggest
+    blocks get one, and a proof says whether that storage lives on."""
+    from colab_gpu_guard.leftovers import dropping
+    from colab_gpu_guard.leftovers.scan import scan
+
+    small = [torch.zeros(n) for n in (1, 2, 3)]
+    big, bigger = torch.zeros(1000), torch.zeros(2000)
+    namespace = {"small": small, "big": big, "bigger": bigger, "view": bigger[:5]}
+    found = scan(namespace=namespace, keep_refs=True)
+    every = dropping.storage_proofs(found)
+    assert len(every) == 5 and None not in every.values()  # the view shares bigger's block
+    two = dropping.storage_proofs(found, limit=2)
+    sizes = dict(zip(found.walker.found.keys, found.walker.found.storage_nbytes))
+    assert sorted(sizes[key] for key in two) == [4000, 8000]
+    assert dropping.storage_proofs(found, keys=set()) == {}
+    assert dropping.alive(two) == set(two)
+    del namespace["big"], big
+    gc.collect()
+    assert len(dropping.alive(two)) == 1  # big's storage is gone, bigger's lives

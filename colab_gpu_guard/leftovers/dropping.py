@@ -27,6 +27,7 @@ from .records import LeftoverList
 from .scan import Scan, listed, root_entries, root_ids
 
 _IS_NONE = type(None).__instancecheck__  # x is None, as a C-level callable
+PROOF_LIMIT = 20_000  # blocks whose storage a reset proves gone by a weakref to it
 
 
 class States(NamedTuple):
@@ -83,28 +84,45 @@ def nbytes(scan: Scan, keys: set) -> int:
     return sum(sizes.values())
 
 
-def storage_proofs(scan: Scan, keys: Optional[set] = None) -> dict[Hashable, Optional[weakref.ref]]:
+def storage_proofs(
+    scan: Scan, keys: Optional[set] = None, limit: int = PROOF_LIMIT
+) -> dict[Hashable, Optional[weakref.ref]]:
     """Per torch block the scan saw (only those in `keys` when given), a weakref to its
     storage (None: none could be taken). A tensor's own weakref dies with the tensor,
     while an alias sharing its storage held where the scan does not reach (``t.detach()``
     in a module's global; a view would keep the tensor itself too) keeps the memory: the
-    storage's weakref proves it went. Needs a scan with keep_refs."""
+    storage's weakref proves it went. Needs a scan with keep_refs.
+
+    A weakref to a storage costs about a microsecond: past `limit` blocks, only the
+    `limit` biggest get one; the rest are proven gone by their tensors' weakrefs."""
     from ..frameworks import torch as torch_support
 
+    if keys is not None and not keys:
+        return {}
     arrays = scan.walker.found
     chosen = list(map("torch".__eq__, map(ROW_FRAMEWORK, arrays.rows)))
     if keys is not None:
         chosen = list(map(operator.and_, chosen, map(keys.__contains__, arrays.keys)))
-    block_keys = list(itertools.compress(arrays.keys, chosen))
-    weaks = list(itertools.compress(arrays.weaks, chosen))
-    if len(weaks) != len(block_keys):  # no weakrefs to reach the tensors by: nothing proven
-        return dict.fromkeys(block_keys)
-    one_each = dict(zip(block_keys, weaks))  # any tensor of a storage leads to it
+    if len(arrays.weaks) != len(arrays.keys):  # no weakrefs to reach the tensors by
+        return dict.fromkeys(itertools.compress(arrays.keys, chosen))
+    if chosen.count(True) > limit:
+        sizes = dict(itertools.compress(zip(arrays.keys, arrays.storage_nbytes), chosen))
+        if len(sizes) > limit:  # the biggest blocks (ties: the first found)
+            smallest = sorted(sizes.values())[-limit]
+            biggest = set(itertools.islice(_at_least(sizes, smallest), limit))
+            chosen = list(map(operator.and_, chosen, map(biggest.__contains__, arrays.keys)))
+    # any tensor of a storage leads to it
+    one_each = dict(itertools.compress(zip(arrays.keys, arrays.weaks), chosen))
     tensors = [weak() if weak is not None else None for weak in one_each.values()]
     try:
         return dict(zip(one_each, torch_support.storage_weakrefs(tensors)))
     finally:
         del tensors  # the tensors live on where the scan found them only
+
+
+def _at_least(sizes: dict, smallest: int) -> Iterable:
+    """The keys of `sizes` whose size is at least `smallest`, in order."""
+    return itertools.compress(sizes, map(smallest.__le__, sizes.values()))
 
 
 def alive(proofs: dict) -> set:
