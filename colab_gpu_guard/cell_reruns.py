@@ -104,6 +104,7 @@ class MallocReadings:
         self.read_share = READ_SHARE
         self.cost: Optional[float] = None  # seconds the last read took
         self.last: Optional[int] = None  # read after the last cell, else None
+        self.pending = False  # a reading was taken before this cell: one is due after it
 
     def read(self) -> Optional[int]:
         if not self.enabled:
@@ -162,14 +163,14 @@ class RerunLeakCheck:
         """malloc's in-use bytes before a cell: the reading taken after the cell before, or
         a new one where it is affordable or needed (see the module); else None."""
         malloc = self.malloc
+        previous = self._last_by_source.get(source) if source is not None else None
+        wanted = malloc.affordable(0.0) if previous is None else self._read_around(previous)
+        malloc.pending = wanted  # a reading this cell wants before is matched after it
         last = malloc.last
         if last is not None:
             malloc.last = None  # taken once
             return last
-        previous = self._last_by_source.get(source) if source is not None else None
-        if previous is None:
-            return malloc.read() if malloc.affordable(0.0) else None
-        return malloc.read() if self._read_around(previous) else None
+        return malloc.read() if wanted else None
 
     def _read_around(self, previous: PreviousRun) -> bool:
         """Whether a rerun of `previous` gets malloc readings before and after it: its
@@ -184,17 +185,15 @@ class RerunLeakCheck:
         rss: Optional[int],
         malloc_before: Optional[int],
         duration: float,
-        previous: Optional[PreviousRun],
     ) -> tuple[Optional[int], bool]:
         """(host bytes the cell kept, exact?): malloc's in-use growth where it was read
         before and after the cell, else the resident bytes it added; None when neither.
-        The reading after a cell is taken where it is affordable for this cell, or for a
-        rerun (`previous`: its last run) where `malloc_before` would have read one; it
-        stands as the next cell's reading before."""
+        The reading after a cell is taken where the cell wanted one before (see
+        `malloc_before`), or where it is affordable for this cell; it stands as the next
+        cell's reading before."""
         malloc = self.malloc
-        if malloc.affordable(duration) or (
-            malloc_before is not None and previous is not None and self._read_around(previous)
-        ):
+        pending, malloc.pending = malloc.pending, False
+        if (pending and malloc_before is not None) or malloc.affordable(duration):
             after = malloc.last = malloc.read()
             if after is not None and malloc_before is not None:
                 return max(0, after - malloc_before), True
@@ -224,7 +223,7 @@ class RerunLeakCheck:
         host figures are not exact."""
         last = self._last_by_source
         previous = last.pop(source, None) if source is not None else None
-        host, exact = self._host_kept(rss_before, rss, malloc_before, duration, previous)
+        host, exact = self._host_kept(rss_before, rss, malloc_before, duration)
         if source is None:
             return _FIRST
         if previous is None:
