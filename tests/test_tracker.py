@@ -494,6 +494,11 @@ def test_a_costly_malloc_read_is_not_taken_around_quick_cells(ip, run_cell, monk
         assert record.rerun_leak and record.rerun_of == first, format_history(memory_history())
         assert record.leaks == (("cpu", record.leak_bytes),)
         assert 64 * MiB <= record.leak_bytes < 65 * MiB  # exact: malloc's growth
+        reads.clear()
+        third = run_cell(source).execution_count
+        assert len(reads) == 1, reads  # the reading the rerun before left, and one after
+        record = {record.cell: record for record in memory_history()}[third]
+        assert record.rerun_leak and 64 * MiB <= record.leak_bytes < 65 * MiB
     for name in ["warm_up", "kept_host"] + [f"quick_{n}" for n in range(10)]:
         ip.user_ns.pop(name, None)
 
