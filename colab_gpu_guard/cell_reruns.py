@@ -94,8 +94,13 @@ def cuda_kept(stats_before: tuple, stats_after: tuple) -> list:
 
 class MallocReadings:
     """malloc's in-use bytes, read where a read is worth its cost (see the module); each
-    read is timed. ``enabled`` False: never read (host memory is then judged as where
-    glibc's figure is missing: by the resident size and the objects)."""
+    read is timed (the first one after an untimed call that loads glibc's function), and
+    after `PROBE_EVERY` cells without a read one is taken to time it again: a slow read
+    (a page fault, the heap fragmented then) decides only until then. ``enabled`` False:
+    never read (host memory is then judged as where glibc's figure is missing: by the
+    resident size and the objects)."""
+
+    PROBE_EVERY = 64
 
     def __init__(self) -> None:
         self.reader = MallocInUse()
@@ -105,14 +110,23 @@ class MallocReadings:
         self.cost: Optional[float] = None  # seconds the last read took
         self.last: Optional[int] = None  # read after the last cell, else None
         self.pending = False  # a reading was taken before this cell: one is due after it
+        self._unread = 0  # cells since the last read
 
     def read(self) -> Optional[int]:
         if not self.enabled:
             return None
+        if self.cost is None:
+            self.reader.read()  # loads glibc's function through ctypes: not a read's cost
         started = time.perf_counter()
         value = self.reader.read()
         self.cost = time.perf_counter() - started
+        self._unread = 0
         return value
+
+    def probe_due(self) -> bool:
+        """Counts a cell that took no read; True once every `PROBE_EVERY` of them."""
+        self._unread += 1
+        return self._unread >= self.PROBE_EVERY
 
     def affordable(self, duration: float) -> bool:
         """A read costs at most `cheap_read_s`, or `read_share` of `duration` (unknown
@@ -193,7 +207,11 @@ class RerunLeakCheck:
         cell's reading before."""
         malloc = self.malloc
         pending, malloc.pending = malloc.pending, False
-        if (pending and malloc_before is not None) or malloc.affordable(duration):
+        if (
+            (pending and malloc_before is not None)
+            or malloc.affordable(duration)
+            or malloc.probe_due()
+        ):
             after = malloc.last = malloc.read()
             if after is not None and malloc_before is not None:
                 return max(0, after - malloc_before), True
