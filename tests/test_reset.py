@@ -74,6 +74,21 @@ def test_tensor_held_only_by_out_is_freed(shell, run_cell):
     assert report.released_bytes >= N * 4
 
 
+def test_the_counts_count_the_names_listed(shell, run_cell):
+    """'would drop: 1 output history entry, 3 output names' says as many output names as
+    the names line lists after the Out[N] entries (`_`, `_N`, the displayhook's copies)."""
+    cell(run_cell, "torch.zeros(8)")
+    report = reset.gpu_reset(shell=shell, dry_run=True)
+    names = report.dropped_names
+    history = [name for name in names if name.startswith("Out[")]
+    others = ("<exception ", "<last cell result>", "<debugger")
+    outputs = [name for name in names if name not in history and not name.startswith(others)]
+    assert any(name.startswith("<displayhook.") for name in outputs), names
+    assert report.dropped["output history"] == len(history)
+    assert report.dropped["output names"] == len(outputs), names
+    assert report.dropped["last cell result"] == names.count("<last cell result>")
+
+
 def test_plain_outputs_survive(shell, run_cell):
     plain = cell(run_cell, "41 + 1")
     tensor = cell(run_cell, f"x = torch.ones({N}); refs['x'] = weakref.ref(x); x")

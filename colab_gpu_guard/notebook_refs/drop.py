@@ -76,9 +76,11 @@ class DropPlan:
     def counts(self) -> dict[str, int]:
         return {
             "output history": len(self.out_keys),
+            # `_`, `_N`, and the copies only user_ns_hidden or the displayhook holds
             "output names": len(self.underscores)
             + len(self.hidden_underscores)
-            + len(self.output_names),
+            + len(self.output_names)
+            + len(self.hook_attributes),
             "last cell result": int(self.last_result),
             "exceptions": len(self.exceptions),
             # function frames: a module frame's locals are the notebook's namespace, kept
