@@ -711,11 +711,14 @@ def test_the_resident_size_read_in_a_forked_child_is_the_childs():
     child (a DataLoader worker, multiprocessing) must read its own figure, not the
     parent's. The child touches 64 MiB its parent never has."""
     import os
+    import warnings
 
     reader = host_memory.RssReader()
     parent_before = reader.read()
     read_end, write_end = os.pipe()
-    pid = os.fork()
+    with warnings.catch_warnings():  # Python >= 3.12 warns of forking with threads alive
+        warnings.simplefilter("ignore", DeprecationWarning)
+        pid = os.fork()
     if pid == 0:  # the child: report, then leave without running the parent's cleanup
         try:
             block = bytearray(b"1") * (64 * MiB)
