@@ -359,7 +359,7 @@ def _unseen_holder_note(report: ReleaseReport, stays: int) -> None:
         report.notes.append(
             f"{format_bytes(stays)} expected to be freed is still in use: something outside "
             "the notebook's variables holds it (a module's global, a C extension's cache, "
-            "another thread); restart the kernel to free it"
+            "another thread): delete that reference, or restart the kernel, to free it"
         )
 
 
