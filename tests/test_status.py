@@ -1007,7 +1007,7 @@ def test_real_leftovers_and_history_plug_in(ip, run_cell, capsys):
     assert view.count == 0 and [(s.owner, s.count) for s in view.shares] == [("guard_big", 1)]
     text = snap.to_text()
     assert "  3.81 MiB  guard_big  Tensor: 1 array on cpu\n" in text
-    assert "guard_view  Tensor: 0 arrays; shares 1 with guard_big" in text
+    assert "guard_view  Tensor: no array of its own; shares 1 with guard_big" in text
     assert snap.history and all(isinstance(r.cell, int) for r in snap.history)
 
 

@@ -92,10 +92,13 @@ class LeftoverGroup:
         return self.count - len(self.entries)
 
     def describe(self) -> str:
-        """'Sequential: 8 tensors on cpu; shares 4 with model' (no name, no size)."""
+        """'Sequential: 8 arrays on cpu; shares 4 with model', 'Tensor: no array of its own;
+        shares 1 with big' (a view whose block is counted under big) - no name, no size."""
         what = self.type_name if self.kind == USER_STATE and self.type_name else self.kind
-        noun = "array" if self.count == 1 else "arrays"
-        text = f"{what}: {self.count:,} {noun}"
+        if not self.count and self.shares:  # a view, an alias: its memory is counted there
+            text = f"{what}: no array of its own"
+        else:
+            text = f"{what}: {self.count:,} {'array' if self.count == 1 else 'arrays'}"
         if self.devices:
             text += f" on {', '.join(self.devices)}"
         if self.graph_nbytes:
