@@ -114,6 +114,24 @@ def test_traceback_frames_counted_are_function_frames(ip, run_cell):
     ip.user_ns.pop("fails", None)
 
 
+def test_a_frame_the_oom_advisor_cleared_is_not_counted_again(ip, run_cell):
+    """After an out-of-memory error the advisor clears the failed call's frames itself;
+    `%gpu_reset` then drops the exception but clears no frame that still held anything."""
+    run_cell(
+        "import torch\n"
+        "def step():\n"
+        "    activations = torch.zeros(256, 1024)\n"
+        "    raise torch.OutOfMemoryError('CUDA out of memory. Tried to allocate 2.00 GiB.')"
+    )
+    with capture_output():
+        run_cell("step()")
+    report = reset.gpu_reset(shell=ip, dry_run=True)
+    assert report.dropped["exceptions"] == 1 and report.dropped["traceback frames"] == 0
+    done = reset.gpu_reset(shell=ip)
+    assert done.dropped["traceback frames"] == 0 and "traceback frame" not in str(done)
+    ip.user_ns.pop("step", None)
+
+
 def test_storage_proofs_past_the_limit_go_to_the_biggest_blocks():
     """A weakref per storage costs about a microsecond: past the limit only the biggest
     blocks get one, and a proof says whether that storage lives on."""

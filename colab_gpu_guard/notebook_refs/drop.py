@@ -14,6 +14,7 @@ from .frames import (
     clear_frames,
     debugger_of,
     held_exceptions,
+    holds_locals,
     is_function_frame,
     is_resumable,
     running_frames,
@@ -83,8 +84,11 @@ class DropPlan:
             + len(self.hook_attributes),
             "last cell result": int(self.last_result),
             "exceptions": len(self.exceptions),
-            # function frames: a module frame's locals are the notebook's namespace, kept
-            "traceback frames": sum(1 for frame, _ in self.frames if is_function_frame(frame)),
+            # function frames holding locals: a module frame's locals are the notebook's
+            # namespace, kept; a frame cleared before (the OOM advisor's) releases nothing
+            "traceback frames": sum(
+                1 for frame, _ in self.frames if is_function_frame(frame) and holds_locals(frame)
+            ),
             "debugger": int(self.debugger is not None),
             "user variables": len(self.variables),
         }

@@ -133,6 +133,16 @@ def is_function_frame(frame: types.FrameType) -> bool:
     return bool(frame.f_code.co_flags & _CO_OPTIMIZED)
 
 
+def holds_locals(frame: types.FrameType) -> bool:
+    """Whether a finished function frame still has a local variable bound: False once
+    cleared (by the OOM advisor, or an earlier reset), so clearing it again releases
+    nothing and is not counted."""
+    try:
+        return len(frame.f_locals) > 0
+    except Exception:
+        return True
+
+
 def frame_function(frame: types.FrameType) -> str:
     code = frame.f_code
     return getattr(code, "co_qualname", None) or code.co_name
@@ -197,11 +207,13 @@ def finished_frames(exc_or_tb: Any) -> list[tuple[types.FrameType, bool]]:
 
 def clear_frames(frames: list[tuple[types.FrameType, bool]]) -> list[str]:
     """Clear each (frame, exited) (`clear_frame`); returns the function name of each
-    function frame cleared, in order. Module and class frames are cleared too but not
-    listed: their locals are a namespace they keep, so clearing them frees nothing."""
+    function frame cleared that still held locals, in order. Module and class frames are
+    cleared too but not listed: their locals are a namespace they keep, so clearing them
+    frees nothing; nor is a frame cleared before."""
     functions = []
     for frame, exited in frames:
-        if clear_frame(frame, exited) and is_function_frame(frame):
+        holding = is_function_frame(frame) and holds_locals(frame)
+        if clear_frame(frame, exited) and holding:
             functions.append(frame_function(frame))
     return functions
 
