@@ -1031,6 +1031,20 @@ def test_cublas_facts_come_from_this_torch(monkeypatch, no_nvml):
     assert diagnosis.facts["torch"] == torch.__version__
     assert diagnosis.facts["CUBLAS_WORKSPACE_CONFIG"] == "unset"
     assert diagnosis.facts["this torch"].startswith("does not need it")  # CPU build
+    # and the summary agrees with that fact: the check it describes is not this torch's
+    assert "this error did not come from it" in diagnosis.summary
+    assert "this torch still checks" not in diagnosis.summary
+
+
+def test_cublas_summary_leaves_the_check_to_this_torch_when_it_has_one(monkeypatch, no_nvml):
+    from colab_gpu_guard.seeding import determinism
+
+    pytest.importorskip("torch")
+    needed = determinism.CublasRequirement(True, "libtorch_cpu.so still carries the check")
+    monkeypatch.setattr(determinism, "cublas_requirement", lambda torch: needed)
+    diagnosis = advisor.advise(make(entry("cublas_determinism")))
+    assert diagnosis.facts["this torch"].startswith("needs it")
+    assert "did not come from it" not in diagnosis.summary
 
 
 def test_cublas_names_a_wrong_workspace_value(monkeypatch, no_nvml):

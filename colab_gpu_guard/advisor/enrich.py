@@ -136,6 +136,12 @@ def _enrich_cublas(diagnosis: Diagnosis, namespace: Optional[dict]) -> None:
         requirement = determinism.cublas_requirement(torch)
         needed = {True: "needs it", False: "does not need it", None: "unknown"}[requirement.needed]
         diagnosis.facts["this torch"] = f"{needed} ({requirement.evidence})"
+        if requirement.needed is False:
+            diagnosis.summary += (
+                " The torch in this kernel has no such check, so this error did not come "
+                "from it: look for a subprocess or worker running an older torch; its "
+                "environment needs the variable."
+            )
 
 
 def _enrich_nondet(diagnosis: Diagnosis, namespace: Optional[dict]) -> None:

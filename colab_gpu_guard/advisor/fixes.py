@@ -212,10 +212,10 @@ def _cublas(details: dict[str, Any]) -> Advice:
     # function-local static (ATen Context::alertCuBLASConfigNotDeterministic); warn_only is
     # read at every call.
     summary = (
-        "Deterministic mode is on and this torch still checks cuBLAS (releases before 2.10 "
-        "do): it refuses cuBLAS matmuls unless CUBLAS_WORKSPACE_CONFIG was :4096:8 or :16:8 "
-        "at the first cuBLAS matmul of this process. torch read it then and keeps that "
-        "value, so setting it now does not help."
+        "Deterministic mode is on and torch refused a cuBLAS matmul: torch releases before "
+        "2.10 require CUBLAS_WORKSPACE_CONFIG to be :4096:8 or :16:8 at the first cuBLAS "
+        "matmul of the process. torch read it then and keeps that value, so setting it now "
+        "does not help."
     )
     fixes = [
         f"Restart the runtime ({RESTART_SESSION}) and run `%load_ext colab_gpu_guard` then "
