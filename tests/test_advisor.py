@@ -1064,6 +1064,10 @@ def test_nondeterministic_facts_read_the_flags(no_nvml):
     finally:
         torch.use_deterministic_algorithms(False)
     assert diagnosis.facts["deterministic mode"] == "True (warn_only=False)"
+    assert "off in this kernel now" not in diagnosis.summary
+    off = advisor.advise(make(entry("nondeterministic_op")))  # the flag as the user left it
+    assert off.facts["deterministic mode"] == "False (warn_only=False)"
+    assert "Deterministic mode is off in this kernel now" in off.summary
 
 
 @pytest.fixture

@@ -150,6 +150,11 @@ def _enrich_nondet(diagnosis: Diagnosis, namespace: Optional[dict]) -> None:
         diagnosis.facts["torch"] = torch_support.version()
         flags = determinism.read_flags(torch)
         diagnosis.facts["deterministic mode"] = f"{flags.algorithms} (warn_only={flags.warn_only})"
+        if flags.algorithms is False:
+            diagnosis.summary += (
+                " Deterministic mode is off in this kernel now: it was switched off after the "
+                "error, or the error came from another process."
+            )
 
 
 def _enrich_driver(diagnosis: Diagnosis, namespace: Optional[dict]) -> None:

@@ -265,8 +265,8 @@ DETERMINISTIC_ALTERNATIVES: dict[str, str] = {
 def _nondet(details: dict[str, Any]) -> Advice:
     op = details.get("operation", "this operation")
     summary = (
-        f"`{op}` has no deterministic implementation in this torch, and deterministic "
-        "algorithms are switched on, so torch refuses to run it."
+        f"`{op}` has no deterministic implementation in the torch that raised this error, "
+        "and deterministic algorithms were switched on there, so it refused to run."
     )
     fixes = [
         "`%seed_all SEED --warn-only` (or `torch.use_deterministic_algorithms(True, "
