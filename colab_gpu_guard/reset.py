@@ -327,9 +327,10 @@ def _reset(names: tuple, all_vars: bool, dry_run: bool, shell, namespace: dict) 
     _release_caches(report, torch)
 
     now = dropping.states(found)  # which arrays the scan saw are gone: their weakrefs
-    report.released_bytes = dropping.nbytes(found, dropping.released(found, now, proofs))
-    _unseen_holder_note(report, dropping.nbytes(found, dropping.alive(proofs)))
+    staying = dropping.alive(proofs)  # expected freed, but the storage lives on
     del proofs
+    report.released_bytes = dropping.nbytes(found, dropping.released(found, now) - staying)
+    _unseen_holder_note(report, dropping.nbytes(found, staying))
     _figures_after(report, before, torch)
     held = None
     if reusable and dropping.same_roots(found, dropped, shell, namespace):

@@ -130,17 +130,15 @@ def alive(proofs: dict) -> set:
     return {key for key, weak in proofs.items() if weak is not None and weak() is not None}
 
 
-def released(scan: Scan, now: States, proofs: Optional[dict] = None) -> set:
-    """The blocks seen by the scan whose arrays are all gone now (proven by weakrefs),
-    less those whose storage lives on (`proofs`: `storage_proofs` taken before)."""
+def released(scan: Scan, now: States) -> set:
+    """The blocks seen by the scan whose arrays are all gone now (proven by weakrefs; the
+    caller takes out those whose storage lives on: `alive` of its `storage_proofs`)."""
     gone: set = set()
     if now.dead is not None and True in now.dead:
         keys = scan.keys
         gone.update(itertools.compress(keys, now.dead))
         living = map(operator.not_, now.not_alive())  # type: ignore[arg-type]
         gone.difference_update(itertools.compress(keys, living))
-        if proofs:
-            gone.difference_update(alive(proofs))
     for key, saved in scan.walker.graphs.saved.items():  # weakrefs to the storages
         if saved.weak is not None and saved.weak() is None:
             gone.add(key)
