@@ -47,9 +47,9 @@ class PanelMagics(GuardMagics):
         refreshes: Leftovers, Processes, History (what each cell kept) and Details
         (versions, notes, and Seed: seed_all with a seed and deterministic mode).
 
-        It refreshes after every cell while shown; nothing runs between cells. While a
-        cell runs the header says "cell [N] running since HH:MM:SS", and a click then is
-        queued: it runs when the cell ends. A slow snapshot (looking for leftovers among
+        It refreshes after every cell while shown; without --live (below) nothing runs
+        between cells. While a cell runs the header says "cell [N] running since
+        HH:MM:SS", and a click then is queued: it runs when the cell ends. A slow snapshot (looking for leftovers among
         10^5 arrays takes about 0.5 s) is taken again after a cell only once it costs at
         most a tenth of the time since the last one; until then the leftovers shown say how
         old they are, and Refresh looks again. One panel per kernel: running %gpu_panel
