@@ -49,12 +49,13 @@ class PanelMagics(GuardMagics):
 
         It refreshes after every cell while shown; without --live (below) nothing runs
         between cells. While a cell runs the header says "cell [N] running since
-        HH:MM:SS", and a click then is queued: it runs when the cell ends. A slow snapshot (looking for leftovers among
-        10^5 arrays takes about 0.5 s) is taken again after a cell only once it costs at
-        most a tenth of the time since the last one; until then the leftovers shown say how
-        old they are, and Refresh looks again. One panel per kernel: running %gpu_panel
-        again shows the same live panel. Core ipywidgets only, so it renders in Colab,
-        JupyterLab, Notebook and VS Code. From code: ``colab_gpu_guard.panel()``.
+        HH:MM:SS", and a click then is queued: it runs when the cell ends. A slow
+        snapshot (looking for leftovers among 10^5 arrays takes about 0.5 s) is taken
+        again after a cell only once it costs at most a tenth of the time since the last
+        one; until then the leftovers shown say how old they are, and Refresh looks
+        again. One panel per kernel: running %gpu_panel again shows the same live panel.
+        Core ipywidgets only, so it renders in Colab, JupyterLab, Notebook and VS Code.
+        From code: ``colab_gpu_guard.panel()``.
 
         --live SECONDS: one thread also re-reads NVML (no leftovers scan, no CUDA
         synchronisation) every SECONDS while a cell runs and updates the header ("GPU lines
