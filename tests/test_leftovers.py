@@ -11,6 +11,7 @@ import os
 import pickle
 import subprocess
 import sys
+import types
 import weakref
 
 import pytest
@@ -270,8 +271,10 @@ def test_scan_keeps_nothing_alive():
 
 
 def test_deep_finds_unnamed_tensors_and_says_who_refers_to_them():
-    # a class attribute: classes are machinery the walk does not enter, so no name reaches it
-    namespace = {"Config": type("Config", (), {"hidden": torch.zeros(12345)})}
+    # a module's global: modules are machinery the walk does not enter, so no name reaches it
+    hidden = types.ModuleType("hidden_state")
+    hidden.cache = {"hidden": torch.zeros(12345)}
+    namespace = {"state": hidden}
     assert find_leftovers(namespace=namespace) == []
     deep = find_leftovers(namespace=namespace, deep=True)
     unnamed = [item for item in deep if item.nbytes == 12345 * 4]

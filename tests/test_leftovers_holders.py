@@ -1,6 +1,7 @@
 """find_leftovers finds what holders other than containers keep (slots, partials, closures,
-suspended generators and coroutines, NumPy object arrays, dict keys), reads containers and
-objects without running any code of theirs, and stays fast on plain data."""
+suspended generators and coroutines, NumPy object arrays, dict keys, class attributes),
+reads containers and objects without running any code of theirs, and stays fast on plain
+data."""
 
 from __future__ import annotations
 
@@ -235,13 +236,14 @@ def test_the_scan_calls_no_method_of_what_it_reads():
 
 
 def test_deep_scan_survives_hostile_objects_and_never_reports_its_own_frames(ip, run_cell):
-    # hostile containers no name reaches (a class attribute): the deep scan describes them
+    # hostile containers no name reaches (a module's globals): the deep scan describes them
     run_cell(
-        "import torch\n"
+        "import torch, types\n"
         "from tests.test_leftovers_holders import HostileList, HostileDict, Recorder\n"
         "from colab_gpu_guard import find_leftovers\n"
-        "Hidden = type('Hidden', (), {'a': HostileList([torch.zeros(405)]),"
-        " 'b': HostileDict(k=torch.zeros(406))})\n"
+        "Hidden = types.ModuleType('hidden_state')\n"
+        "Hidden.a = HostileList([torch.zeros(405)])\n"
+        "Hidden.b = HostileDict(k=torch.zeros(406))\n"
         "Recorder.calls.clear()"
     )
     result = run_cell("deep = find_leftovers(deep=True)")
@@ -350,6 +352,12 @@ def test_gpu_status_and_gpu_reset_say_when_their_scan_ran_out_of_time(ip, run_ce
     from colab_gpu_guard import reset
     from colab_gpu_guard.status import collect
 
+    # what earlier tests left in the shell would take the fake clock's first ticks
+    earlier = {
+        name: ip.user_ns.pop(name)
+        for name in list(ip.user_ns)
+        if not name.startswith("_") and name not in ip.user_ns_hidden
+    }
     ip.user_ns.update(_big_namespace())
     from colab_gpu_guard.leftovers import walker
 
@@ -369,6 +377,66 @@ def test_gpu_status_and_gpu_reset_say_when_their_scan_ran_out_of_time(ip, run_ce
         assert "big_list: 200,000 items" in out.stdout
     finally:
         for name in ("first", "big_list", "last"):
+            ip.user_ns.pop(name, None)
+        ip.user_ns.update(earlier)
+
+
+class _RecordingMeta(type):
+    """A metaclass that records every attribute read on its classes."""
+
+    def __getattribute__(cls, name):
+        Recorder.calls.append(f"metaclass __getattribute__({name})")
+        return type.__getattribute__(cls, name)
+
+    def __getattr__(cls, name):
+        Recorder.calls.append(f"metaclass __getattr__({name})")
+        raise AttributeError(name)
+
+
+def test_a_class_attribute_is_found_by_name_without_running_its_metaclass():
+    class Cache(metaclass=_RecordingMeta):
+        store = {"w": torch.zeros(412)}
+
+        def method(self, mask=torch.zeros(413)):  # noqa: B008 - the default is the holder
+            return mask
+
+    Recorder.calls.clear()
+    items = find_leftovers(
+        namespace={"Cache": Cache, "Tensor": torch.Tensor, "Linear": torch.nn.Linear}
+    )
+    assert Recorder.calls == []
+    found = names_and_sizes(items)
+    assert found == {"Cache.store['w']": 412 * 4, "Cache.method.__defaults__[0]": 413 * 4}
+    assert "Cache  class: 2 arrays on cpu" in str(items)
+
+
+def test_gpu_reset_sees_a_notebook_class_attribute_and_the_instances_that_keep_the_class(
+    ip, run_cell
+):
+    run_cell(
+        "import torch, weakref\n"
+        "class Cache:\n"
+        "    store = {'w': torch.ones(5000)}\n"
+        "cache = Cache()\n"
+        "cache_ref = weakref.ref(Cache.store['w'])"
+    )
+    try:
+        with capture_output() as out:
+            run_cell("%gpu_reset Cache --dry-run")
+        # an instance keeps its class alive, and so the class's attributes
+        assert "would free about 0 B" in out.stdout, out.stdout
+        assert "still held by `cache`" in out.stdout
+        assert "Cache.store['w']" in out.stdout
+        with capture_output() as out:
+            run_cell("%gpu_reset --all --dry-run")
+        assert "names: Cache, cache" in out.stdout and "would free about 19.5 KiB" in out.stdout
+        with capture_output() as out:
+            run_cell("%gpu_reset --all")
+        # the scan held the types it met while gpu_reset collected garbage: it no longer does
+        assert "freed: 19.5 KiB (arrays released: 19.5 KiB, expected 19.5 KiB)" in out.stdout
+        assert ip.user_ns["cache_ref"]() is None
+    finally:
+        for name in ("Cache", "cache", "cache_ref"):
             ip.user_ns.pop(name, None)
 
 

@@ -1,9 +1,10 @@
-"""Holders that are not containers, walked for what they keep alive: a function's closure
-cells (``fn.<closure 'buf'>``) and defaults, a bound method's ``__self__``,
-``functools.partial``'s ``func``/``args``/``keywords``, a suspended generator's or
-coroutine's locals (``g.<generator gen() local 'batch'>``) and a NumPy object array's
-items (``objarr[3]``). Everything is read through `readers` (no code of the user's runs);
-code of the shell or of this package is not walked."""
+"""Holders that are not containers, walked for what they keep alive: a class's own
+attributes (``Cache.store``), a function's closure cells (``fn.<closure 'buf'>``) and
+defaults, a bound method's ``__self__``, ``functools.partial``'s ``func``/``args``/
+``keywords``, a suspended generator's or coroutine's locals (``g.<generator gen() local
+'batch'>``) and a NumPy object array's items (``objarr[3]``). Everything is read through
+`readers` (no code of the user's runs); code of the shell or of this package is not
+walked."""
 
 from __future__ import annotations
 
@@ -14,11 +15,13 @@ from ..frameworks import numpy as numpy_support
 from .kinds import ATOMIC, opaque_module
 from .naming import ATTR, CLOSURE, FRAME_LOCAL, ITEM
 from .readers import (
+    class_attributes,
     closure_values,
     function_defaults,
     function_module,
     suspended_locals,
     suspended_module,
+    type_module,
 )
 
 _METHOD_SELF = types.MethodType.__dict__["__self__"].__get__
@@ -60,6 +63,16 @@ def walk_suspended(walker, generator, path, depth, holder, root) -> None:
     for name, value in local_vars.items():
         if type(value) not in ATOMIC and type(name) is str:
             walker.visit(value, (path, FRAME_LOCAL, (kind, function, name)), depth, holder, root)
+
+
+def walk_class(walker, cls, path, depth, holder, root) -> None:
+    """A class's own attributes (``Cache.store``), for a class written in Python outside
+    the shell and this package."""
+    if opaque_module(type_module(cls)):
+        return
+    for name, value in class_attributes(cls):
+        if type(value) not in ATOMIC:
+            walker.visit(value, (path, ATTR, name), depth, holder, root)
 
 
 def walk_object_array(walker, array, path, depth, holder, root) -> None:

@@ -16,7 +16,15 @@ from ..frameworks import jax as jax_support
 from ..frameworks import numpy as numpy_support
 from ..frameworks import torch as torch_support
 from ..frameworks.base import ArrayInfo
-from .readers import SUSPENDED_TYPES, Layout, layout_of, mro, own_attribute, type_module
+from .readers import (
+    SUSPENDED_TYPES,
+    Layout,
+    layout_of,
+    mro,
+    own_attribute,
+    type_module,
+    written_in_the_notebook,
+)
 
 ATOMIC = frozenset(
     {
@@ -88,20 +96,23 @@ _OPAQUE_PACKAGES = frozenset(
 
 # what the walk does with a type (Kind.tag)
 SKIP, ARRAY, SEQUENCE, NAMEDTUPLE, MAPPING, SET, NN_MODULE, OBJECT = range(8)
-FUNCTION, METHOD, PARTIAL, SUSPENDED = range(8, 12)
+FUNCTION, METHOD, PARTIAL, SUSPENDED, CLASS = range(8, 13)
 _BUILT_IN_BASES = (list, tuple, collections.deque, dict, set, frozenset)
 
 
 class Kind(NamedTuple):
     """A type's classification: its tag, and for arrays the framework's name and its
     metadata reader; for containers of a subclass of a built-in type, that built-in base
-    (read through its C-level accessors); for objects, where their attributes live."""
+    (read through its C-level accessors); for objects, where their attributes live, and
+    whether their class is one the notebook defined (an instance holds its class, and so
+    the class's attributes)."""
 
     tag: int
     framework: Optional[str] = None
     info_of: Optional[Callable[[object], ArrayInfo]] = None
     base: Optional[type] = None
     layout: Optional[Layout] = None
+    notebook_class: bool = False
 
 
 _SKIPPED = Kind(SKIP)
@@ -136,6 +147,8 @@ class Classifier:
         result = _SKIPPED
         try:
             result = self._classify(kind)
+            if result.tag not in (SKIP, ARRAY) and written_in_the_notebook(kind):
+                result = result._replace(notebook_class=True)
         except Exception:
             result = _SKIPPED
         self.kinds[kind] = result
@@ -167,6 +180,8 @@ class Classifier:
             return Kind(SUSPENDED)
         if functools.partial in bases:
             return Kind(PARTIAL, layout=layout_of(kind))
+        if type in bases:  # a class (of any metaclass): its own attributes
+            return Kind(CLASS)
         if issubclass(kind, _NOT_WALKED):
             return _SKIPPED
         if self.nn_module is not None and self.nn_module in bases:

@@ -60,6 +60,21 @@ class Layout(NamedTuple):
     slots: tuple[tuple[str, Any], ...]
 
 
+def class_attributes(cls: type) -> list[tuple[str, Any]]:
+    """(name, value) of a class's own attributes, for a class written in Python (a
+    built-in or C extension type holds no data of the user's): read from the class's own
+    dict, so no metaclass ``__getattr__`` or descriptor runs."""
+    if not _TYPE_FLAGS(cls) & _HEAPTYPE:
+        return []
+    return [(name, value) for name, value in list(_TYPE_DICT(cls).items()) if type(name) is str]
+
+
+def written_in_the_notebook(kind: type) -> bool:
+    """A class defined in the notebook (``__main__``): its instances keep it alive, and
+    with it its class attributes (a class of a module lives as long as its module)."""
+    return bool(_TYPE_FLAGS(kind) & _HEAPTYPE) and type_module(kind) == "__main__"
+
+
 def layout_of(kind: type) -> Layout:
     """The C-level readers of ``kind``'s instance dict and slots: the first ``__dict__``
     entry along the MRO that is the interpreter's getset descriptor (a property named

@@ -193,7 +193,8 @@ def _scan_roots(walker: Walker, entries: list[tuple]) -> tuple[dict[str, str], i
     notebook = sum(1 for entry in entries if entry[0].kind != COMPILED_GRAPH)
     for index, (key, label, holder, value, depth) in enumerate(entries):
         if holder == USER_VARIABLE:
-            types[label] = type(value).__name__
+            kind = type(value)
+            types[label] = "class" if issubclass(kind, type) else kind.__name__
         started = len(walker.unfinished)
         try:
             walker.visit_root(label, value, holder, key, depth)
@@ -276,6 +277,9 @@ def _scan(shell, namespace, device, deep, max_depth, keep_refs, budget_s, variab
         notes.append(
             "NumPy arrays are found by name only (the garbage collector does not track them)"
         )
+    # the cache of each type met keeps those classes alive, and a class its attributes:
+    # gpu_reset's gc.collect() runs while it holds this scan
+    walker.kinds.clear()
     listing = functools.partial(
         _listing, found, names, graphs, root_types, notes, unfinished, device, deep
     )

@@ -1,12 +1,13 @@
 """The reference walk: from each root into lists, tuples, dicts (values, and keys that are
 objects), sets, named tuples, ``nn.Module`` parameters/buffers/submodules (named like
-``named_parameters()``), optimizer state, objects' ``__dict__`` and slots, and the holders
-in `holders` (closures, bound methods, partials, suspended generators, NumPy object
-arrays), with a depth limit, cycle detection and a time budget. Containers and attributes
-are read through `readers` (no code of the user's runs); plain data is skipped in bulk
-(`plain`). Each array reached is recorded (`found.Found`) under its path (`naming`); a
-container first reached from another root is an alias: that root reaches what lies under
-it too (``aliases``, resolved by `reach.Reach`)."""
+``named_parameters()``), optimizer state, objects' ``__dict__`` and slots (and the class
+of an object whose class the notebook defines: the object keeps it alive), and the holders
+in `holders` (class attributes, closures, bound methods, partials, suspended generators,
+NumPy object arrays), with a depth limit, cycle detection and a time budget. Containers
+and attributes are read through `readers` (no code of the user's runs); plain data is
+skipped in bulk (`plain`). Each array reached is recorded (`found.Found`) under its path
+(`naming`); a container first reached from another root is an alias: that root reaches
+what lies under it too (``aliases``, resolved by `reach.Reach`)."""
 
 from __future__ import annotations
 
@@ -23,6 +24,7 @@ from .kinds import (
     ALWAYS,
     ARRAY,
     ATOMIC,
+    CLASS,
     FUNCTION,
     MAPPING,
     METHOD,
@@ -151,8 +153,12 @@ class Walker:
                 holders.walk_partial(self, obj, path, depth + 1, holder, root)
             elif tag == SUSPENDED:
                 holders.walk_suspended(self, obj, path, depth + 1, holder, root)
+            elif tag == CLASS:
+                holders.walk_class(self, obj, path, depth + 1, holder, root)
             if what.layout is not None and tag != NN_MODULE:  # a module walks its own
                 self.walk_layout(obj, what, path, depth + 1, holder, root)
+            if what.notebook_class:
+                self.visit(kind, (path, ATTR, "__class__"), depth + 1, holder, root)
         except (RuntimeError, ReferenceError):  # changed size during iteration; dead proxy
             pass
 
