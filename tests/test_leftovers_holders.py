@@ -1,13 +1,14 @@
 """find_leftovers finds what holders other than containers keep (slots, partials, closures,
-suspended generators and coroutines, NumPy object arrays, dict keys, class attributes),
-reads containers and objects without running any code of theirs, and stays fast on plain
-data."""
+suspended generators and coroutines, NumPy object arrays, dict keys, class attributes,
+iterators), reads containers and objects without running any code of theirs, and stays
+fast on plain data."""
 
 from __future__ import annotations
 
 import dataclasses
 import functools
 import gc
+import itertools
 import time
 import weakref
 
@@ -379,6 +380,48 @@ def test_gpu_status_and_gpu_reset_say_when_their_scan_ran_out_of_time(ip, run_ce
         for name in ("first", "big_list", "last"):
             ip.user_ns.pop(name, None)
         ip.user_ns.update(earlier)
+
+
+def test_iterators_hold_what_they_iterate_and_a_cycle_every_item_it_yielded():
+    cyc = itertools.cycle(iter([torch.zeros(416), torch.zeros(417)]))
+    next(cyc)  # the cycle saves what it yielded
+    namespace = {
+        "it": iter([torch.zeros(415)]),
+        "cyc": cyc,
+        "pairs": zip([torch.zeros(418)], "ab"),
+        "r": itertools.repeat(torch.zeros(419)),
+    }
+    found = names_and_sizes(find_leftovers(namespace=namespace))
+    assert found["it.<list>[0]"] == 415 * 4
+    assert found["cyc.<list>[0]"] == 416 * 4  # saved by the cycle, and still to come
+    assert found["cyc.<list_iterator>.<list>[1]"] == 417 * 4
+    assert found["pairs.<tuple>[0].<list>[0]"] == 418 * 4
+    assert found["r.<Tensor>"] == 419 * 4
+
+
+def test_gpu_reset_frees_the_batches_a_cycle_over_a_data_loader_kept(ip, run_cell):
+    run_cell(
+        "import itertools, weakref, torch\n"
+        "from torch.utils.data import DataLoader, TensorDataset\n"
+        "loader = DataLoader(TensorDataset(torch.randn(64, 256)), batch_size=16)\n"
+        "train_iter = itertools.cycle(loader)\n"
+        "del loader\n"
+        "batch_refs = [weakref.ref(next(train_iter)[0]) for _ in range(4)]"
+    )
+    try:
+        with capture_output() as out:
+            run_cell("%gpu_reset --dry-run")
+        assert "train_iter.<list>[0][0]" in out.stdout, out.stdout
+        with capture_output() as out:
+            run_cell("%gpu_reset train_iter")
+        # the four batches the cycle kept, and the data set its loader holds
+        assert "freed: 128 KiB (arrays released: 128 KiB, expected 128 KiB)" in out.stdout, (
+            out.stdout
+        )
+        assert [ref() for ref in ip.user_ns["batch_refs"]] == [None] * 4
+    finally:
+        for name in ("train_iter", "batch_refs"):
+            ip.user_ns.pop(name, None)
 
 
 class _RecordingMeta(type):

@@ -7,8 +7,9 @@ post-mortem debugger's frames. It walks into lists, tuples, dicts, sets, ``nn.Mo
 parameters/buffers/submodules (named like ``named_parameters()``), optimizer state (keyed
 by the parameter's name), dataclasses and plain objects' ``__dict__`` and slots, classes'
 own attributes (an instance of a class the notebook defines holds its class), closures,
-``functools.partial`` arguments, suspended generators' locals, NumPy object arrays and
-dict keys, with a depth limit, cycle detection and a time budget; no code of the user's
+``functools.partial`` arguments, suspended generators' locals, what built-in iterators
+and itertools adaptors hold (a ``cycle`` keeps every item it yielded), NumPy object arrays
+and dict keys, with a depth limit, cycle detection and a time budget; no code of the user's
 runs (containers are read through their built-in type's C-level accessors). Arrays are
 deduplicated by the memory they live in (torch: untyped storage; NumPy: the array owning
 the data; CuPy: the ``Memory`` allocation; JAX: the device buffer), so a view and its base
@@ -23,7 +24,7 @@ No framework is imported here: torch, NumPy, CuPy and JAX are looked up in ``sys
 Modules: ``records`` (Leftover, DeviceGap, LeftoverList), ``html`` (the table), ``kinds``
 (what a type is to the walk), ``walker`` (the reference walk), ``found`` (the references
 found and their metadata), ``readers`` (reading without running user code), ``holders``
-(class attributes, closures, partials, generators, object arrays), ``plain`` (plain data
+(class attributes, closures, partials, generators, iterators, object arrays), ``plain`` (plain data
 skipped in bulk), ``naming`` (a path's name), ``blocks`` (one entry per block of memory), ``scan``
 (find_leftovers, scan, Scan), ``reach`` (which roots reach which blocks, in bulk),
 ``dropping`` (what dropping some roots frees and leaves held, read off a scan: gpu_reset),

@@ -2,7 +2,8 @@
 attributes (``Cache.store``), a function's closure cells (``fn.<closure 'buf'>``) and
 defaults, a bound method's ``__self__``, ``functools.partial``'s ``func``/``args``/
 ``keywords``, a suspended generator's or coroutine's locals (``g.<generator gen() local
-'batch'>``) and a NumPy object array's items (``objarr[3]``). Everything is read through
+'batch'>``), what a built-in iterator holds (``it.<list>[0]``) and a NumPy object array's
+items (``objarr[3]``). Everything is read through
 `readers` (no code of the user's runs); code of the shell or of this package is not
 walked."""
 
@@ -13,12 +14,13 @@ import types
 
 from ..frameworks import numpy as numpy_support
 from .kinds import ATOMIC, opaque_module
-from .naming import ATTR, CLOSURE, FRAME_LOCAL, ITEM
+from .naming import ATTR, CLOSURE, FRAME_LOCAL, HELD, ITEM
 from .readers import (
     class_attributes,
     closure_values,
     function_defaults,
     function_module,
+    iterator_holds,
     suspended_locals,
     suspended_module,
     type_module,
@@ -73,6 +75,15 @@ def walk_class(walker, cls, path, depth, holder, root) -> None:
     for name, value in class_attributes(cls):
         if type(value) not in ATOMIC:
             walker.visit(value, (path, ATTR, name), depth, holder, root)
+
+
+def walk_iterator(walker, iterator, path, depth, holder, root) -> None:
+    """What a built-in iterator or an itertools adaptor holds (``it.<list>[3]``; a
+    ``cycle(loader)`` keeps every batch it yielded: ``batches.<list>[0]``)."""
+    for value in iterator_holds(iterator):
+        kind = type(value)
+        if kind not in ATOMIC:
+            walker.visit(value, (path, HELD, kind.__name__), depth, holder, root)
 
 
 def walk_object_array(walker, array, path, depth, holder, root) -> None:

@@ -17,6 +17,7 @@ from ..frameworks import numpy as numpy_support
 from ..frameworks import torch as torch_support
 from ..frameworks.base import ArrayInfo
 from .readers import (
+    ITERATOR_TYPES,
     SUSPENDED_TYPES,
     Layout,
     layout_of,
@@ -96,7 +97,7 @@ _OPAQUE_PACKAGES = frozenset(
 
 # what the walk does with a type (Kind.tag)
 SKIP, ARRAY, SEQUENCE, NAMEDTUPLE, MAPPING, SET, NN_MODULE, OBJECT = range(8)
-FUNCTION, METHOD, PARTIAL, SUSPENDED, CLASS = range(8, 13)
+FUNCTION, METHOD, PARTIAL, SUSPENDED, CLASS, ITERATOR = range(8, 14)
 _BUILT_IN_BASES = (list, tuple, collections.deque, dict, set, frozenset)
 
 
@@ -178,6 +179,8 @@ class Classifier:
             return Kind(METHOD)
         if kind in SUSPENDED_TYPES:
             return Kind(SUSPENDED)
+        if kind in ITERATOR_TYPES:
+            return Kind(ITERATOR)
         if functools.partial in bases:
             return Kind(PARTIAL, layout=layout_of(kind))
         if type in bases:  # a class (of any metaclass): its own attributes

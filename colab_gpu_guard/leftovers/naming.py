@@ -19,6 +19,7 @@ MAX_SHARED_NAMES = 16
 # path node kinds
 ROOT, ATTR, DOT, ITEM, KEY, KEY_TEXT, ARRAY_KEY, OBJECT_KEY, SET_ITEM = range(9)
 KEY_OF, CLOSURE, FRAME_LOCAL = range(9, 12)  # a dict's key; a closure cell; a generator's local
+HELD = 12  # what an iterator holds (`it.<list>`): keyed by the held object's type name
 
 Path = tuple  # (parent: Optional[Path], kind: int, key: object)
 
@@ -110,6 +111,8 @@ class PathNames:
             elif kind == FRAME_LOCAL:
                 what, function, name = key
                 text = f"{text}.<{what} {function}() local {name!r}>"
+            elif kind == HELD:
+                text = f"{text}.<{key}>"
             cache[id(node)] = text
         return text
 

@@ -3,12 +3,15 @@ the exact built-in type (``list.__iter__(obj)``, ``dict.items(obj)``), an instan
 ``__dict__`` through the interpreter's own descriptor and its ``__slots__`` through their
 member descriptors, looked up along the type's MRO (never ``getattr`` on the instance, so
 no ``__getattr__``, property or ``__dict__`` override is called); and the holders that are
-not containers: a function's closure cells and defaults, a bound method's ``__self__``,
-``functools.partial``'s arguments, a suspended generator's or coroutine's locals."""
+not containers: a class's own attributes, a function's closure cells and defaults, a bound
+method's ``__self__``, ``functools.partial``'s arguments, a suspended generator's or
+coroutine's locals, what a built-in iterator holds."""
 
 from __future__ import annotations
 
 import collections
+import gc
+import itertools
 import types
 from typing import Any, Callable, NamedTuple, Optional
 
@@ -228,3 +231,29 @@ def function_module(function: Any) -> str:
 
 
 SUSPENDED_TYPES = tuple(_SUSPENDED)
+
+
+def _iterator_types() -> frozenset:
+    """The built-in iterators and itertools' adaptors: C objects with no attributes to
+    read, which hold what they iterate (``itertools.cycle`` also every item it yielded)."""
+    samples = [[], (), {}, {}.keys(), {}.values(), {}.items(), set(), "", b"", bytearray()]
+    kinds = {type(iter(sample)) for sample in samples}
+    kinds |= {type(reversed([])), type(reversed({})), type(iter(collections.deque()))}
+    kinds |= {type(reversed(collections.deque())), type(iter(lambda: 0, 0))}
+    kinds |= {enumerate, zip, map, filter}
+    kinds |= {
+        value
+        for value in vars(itertools).values()
+        if type(value) is type and value.__module__ == "itertools"
+    }
+    kinds.add(type(itertools.tee(())[0]))
+    return frozenset(kinds)
+
+
+ITERATOR_TYPES = _iterator_types()
+
+
+def iterator_holds(iterator: Any) -> list:
+    """What an iterator holds, as the garbage collector sees it (its C traverse function:
+    no code of the user's runs)."""
+    return gc.get_referents(iterator)

@@ -3,7 +3,7 @@ objects), sets, named tuples, ``nn.Module`` parameters/buffers/submodules (named
 ``named_parameters()``), optimizer state, objects' ``__dict__`` and slots (and the class
 of an object whose class the notebook defines: the object keeps it alive), and the holders
 in `holders` (class attributes, closures, bound methods, partials, suspended generators,
-NumPy object arrays), with a depth limit, cycle detection and a time budget. Containers
+iterators, NumPy object arrays), with a depth limit, cycle detection and a time budget. Containers
 and attributes are read through `readers` (no code of the user's runs); plain data is
 skipped in bulk (`plain`). Each array reached is recorded (`found.Found`) under its path
 (`naming`); a container first reached from another root is an alias: that root reaches
@@ -26,6 +26,7 @@ from .kinds import (
     ATOMIC,
     CLASS,
     FUNCTION,
+    ITERATOR,
     MAPPING,
     METHOD,
     NAMEDTUPLE,
@@ -155,6 +156,8 @@ class Walker:
                 holders.walk_suspended(self, obj, path, depth + 1, holder, root)
             elif tag == CLASS:
                 holders.walk_class(self, obj, path, depth + 1, holder, root)
+            elif tag == ITERATOR:
+                holders.walk_iterator(self, obj, path, depth + 1, holder, root)
             if what.layout is not None and tag != NN_MODULE:  # a module walks its own
                 self.walk_layout(obj, what, path, depth + 1, holder, root)
             if what.notebook_class:
