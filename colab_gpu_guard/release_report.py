@@ -7,11 +7,17 @@ import html
 from dataclasses import asdict, dataclass, field, replace
 from typing import Any, Optional
 
-from .leftovers import Leftover, LeftoverList, leftovers_html
+from .leftovers import Leftover, LeftoverList
 from .leftovers.groups import ENTRIES_SHOWN, LeftoverGroups, group_leftovers
 from .leftovers.html import groups_html
 from .nvml import INCLUDES_RESERVED, V1
 from .units import format_bytes
+
+# what the scan searched: a module's globals (an imported module's cache) are not walked
+NONE_NAMED = (
+    "no arrays held by the notebook's variables, output history or last exception "
+    "(imported modules are not searched: find_leftovers(deep=True) looks everywhere)"
+)
 
 # what `dropped` counts (its keys stay as they are: the JSON report uses them), in words
 _DROPPED_WORDS = {
@@ -180,7 +186,7 @@ class ReleaseReport:
             )
             lines += [f"    {line}" for line in groups.lines(groups=8, entries=2)]
         else:
-            lines.append("  no arrays held by any name")
+            lines.append(f"  {NONE_NAMED}")
         return "\n".join(lines)
 
     def _repr_pretty_(self, printer, cycle) -> None:
@@ -218,7 +224,7 @@ class ReleaseReport:
 
 def _held_html(report: ReleaseReport) -> str:
     if not report.leftovers:
-        return leftovers_html(())
+        return f"<div>{html.escape(NONE_NAMED)}</div>"
     return groups_html(report.held_groups())
 
 

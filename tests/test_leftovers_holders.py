@@ -9,6 +9,7 @@ import dataclasses
 import functools
 import gc
 import itertools
+import sys
 import time
 import weakref
 
@@ -422,6 +423,27 @@ def test_gpu_reset_frees_the_batches_a_cycle_over_a_data_loader_kept(ip, run_cel
     finally:
         for name in ("train_iter", "batch_refs"):
             ip.user_ns.pop(name, None)
+
+
+def test_gpu_reset_says_what_it_did_not_search_when_no_name_holds_an_array(ip, run_cell):
+    run_cell(
+        "import sys, types, torch\n"
+        "sys.modules['my_state'] = types.ModuleType('my_state')\n"
+        "import my_state\n"
+        "my_state.cache = {'w': torch.ones(1000)}"
+    )
+    try:
+        with capture_output() as out:
+            run_cell("%gpu_reset --all --dry-run")
+        assert "would drop: nothing" in out.stdout, out.stdout
+        # a module's global is held, but no name the scan walks reaches it: it says so
+        assert "no arrays held by the notebook's variables, output history or last " in (out.stdout)
+        assert "imported modules are not searched: find_leftovers(deep=True)" in out.stdout
+        deep = find_leftovers(deep=True)
+        assert any(item.nbytes == 4000 and item.name.startswith("<unnamed") for item in deep)
+    finally:
+        ip.user_ns.pop("my_state", None)
+        sys.modules.pop("my_state", None)
 
 
 class _RecordingMeta(type):

@@ -319,7 +319,7 @@ def release_summary(report: Any) -> str:
         noun = "array" if len(held) == 1 else "arrays"
         parts.append(f"still held: {len(held)} {noun}, {format_bytes(total)}")
     else:
-        parts.append("no arrays held by any name")
+        parts.append("no arrays held by the notebook's variables")
     if getattr(report, "restart_required", False):
         parts.append("the CUDA context is broken: restart the runtime")
     parts += [f"WARNING: {warning}" for warning in getattr(report, "warnings", None) or ()]
