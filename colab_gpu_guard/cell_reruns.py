@@ -65,14 +65,16 @@ class PreviousRun(NamedTuple):
 
 class Verdict(NamedTuple):
     """leaks: what this run kept again, per device; rerun_of: the previous run's cell;
-    held_by: what holds the previous run's objects, where it could tell."""
+    held_by: what holds the previous run's objects, where it could tell; grew: the user's
+    containers among those holders (`rerun_holders.Holding.grew`)."""
 
     leaks: Kept
     rerun_of: Optional[int]
     held_by: str
+    grew: tuple
 
 
-_FIRST = Verdict((), None, "")
+_FIRST = Verdict((), None, "", ())
 _new_tuple = tuple.__new__  # a NamedTuple made without its Python-level __new__: hot path
 
 
@@ -250,7 +252,7 @@ class RerunLeakCheck:
         if exact and host <= host_noise.MINIMUM and not (cuda and any(a for _, a in cuda)):
             # the common rerun: it kept nothing, as malloc's exact figure says
             self._remember(source, cuda, host, exact, cell, duration, result)
-            return _new_tuple(Verdict, ((), previous.cell, ""))
+            return _new_tuple(Verdict, ((), previous.cell, "", ()))
         before = dict(previous.kept)
         again = [(device, amount) for device, amount in cuda if amount and before.get(device)]
         host_again: Optional[int] = None
@@ -274,8 +276,8 @@ class RerunLeakCheck:
             read = holding(lengths or {}, result, previous)
         self._remember(source, cuda, host, exact, cell, duration, result)
         if not again:
-            return _new_tuple(Verdict, ((), previous.cell, ""))
-        return Verdict(tuple(again), previous.cell, read.text)
+            return _new_tuple(Verdict, ((), previous.cell, "", ()))
+        return Verdict(tuple(again), previous.cell, read.text, read.grew)
 
     def _remember(
         self,

@@ -108,8 +108,10 @@ class ReleaseReport:
         cached = self.__dict__.get("_held")
         if cached is not None and cached[0] is items:
             return cached[1]
-        columns = items.columns() if isinstance(items, LeftoverList) else None
-        groups = group_leftovers(items, ENTRIES_SHOWN, columns)
+        columns = grown = None
+        if isinstance(items, LeftoverList):
+            columns, grown = items.columns(), items.grown_on_rerun
+        groups = group_leftovers(items, ENTRIES_SHOWN, columns, grown_on_rerun=grown or ())
         if isinstance(items, LeftoverList):  # a list of entries may change in place
             self.__dict__["_held"] = (items, groups)
         return groups

@@ -52,11 +52,13 @@ _EMPTY = (int, float, complex, bool, type(None), weakref.ref)
 class Holding(NamedTuple):
     """What holds the previous run's objects. new / previous: host bytes this run's objects
     and the previous run's hold in the holders found; text: the holders, as the LEAK line
-    names them ("" when none was found)."""
+    names them ("" when none was found); grew: the user's containers among them (their
+    names), which the leftovers list shows with what the user did not knowingly keep."""
 
     new: int
     previous: int
     text: str
+    grew: tuple = ()
 
 
 NOTHING = Holding(0, 0, "")
@@ -214,6 +216,7 @@ class _Reading:
             sum(memory.host for memory in self.new),
             sum(memory.host for memory in self.previous),
             ", ".join(texts),
+            tuple(entry[0] for entry in self.containers),
         )
 
     def _containers(self, before: dict) -> None:

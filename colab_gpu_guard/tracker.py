@@ -45,6 +45,7 @@ from .rerun_holders import RerunHolders
 from .units import format_bytes
 
 DEFAULT_MAXLEN = 500
+GROWN_KEPT = 64  # names of containers that grew on a flagged rerun, the latest kept
 
 
 @dataclass(frozen=True)
@@ -68,6 +69,8 @@ class CellMemory:
     held_by: what holds the previous run's objects, where the check could tell
         ("`losses` (grew by 1 autograd graph, 16 MiB saved)", "`Out[7]` (output
         history)", "<traceback: f() local 'x'> (...)"), else "".
+    grew: the user's lists, dicts, sets or deques among ``held_by`` (their names): what
+        grew on a flagged rerun, listed with the holders the user did not knowingly keep.
     rerun_of: the cell number of the previous run of the same source.
     rss_after: the process's resident set size after the cell (Linux), else None.
     nvml_process_used: after a cell in which torch held no CUDA memory, the bytes NVML
@@ -96,6 +99,7 @@ class CellMemory:
     leaks: tuple[tuple[str, int], ...] = ()
     held_by: str = ""
     nvml_process_used: Optional[int] = None
+    grew: tuple[str, ...] = ()
 
     @property
     def delta(self) -> int:
@@ -174,6 +178,7 @@ class MemoryTracker:
         self._reruns = RerunLeakCheck(maxlen, self._rss)
         self._holders = RerunHolders(namespace, outputs or dict, maxlen)
         self._last_rss: Optional[int] = None
+        self._grown: dict[str, None] = {}  # containers that grew on a flagged rerun
         self._nvml = (
             NvmlSampler(self._nvml_used, self._nvml_process, self._still_after) if nvml else None
         )
@@ -230,7 +235,7 @@ class MemoryTracker:
         rss = self._last_rss = self._rss.read()
         cell = getattr(result, "execution_count", None)
 
-        leaks, rerun_of, held_by = self._reruns.judge(
+        leaks, rerun_of, held_by, grew = self._reruns.judge(
             source,
             cuda_kept(stats_before, stats) if devices else [],
             rss_before,
@@ -247,6 +252,7 @@ class MemoryTracker:
         if leaks:
             leak_bytes = sum(amount for _, amount in leaks)
             leak_kind = ", ".join(device for device, _ in leaks)
+            self._grew_on_rerun(grew)
 
         self._seq += 1
         seq = self._seq
@@ -269,11 +275,25 @@ class MemoryTracker:
                 peak_bound,
                 leaks,
                 held_by,
+                grew,
             )
         )
         nvml = self._nvml
         if nvml is not None and nvml.available is not False:
             nvml.request(seq, not devices)  # NVML's figure for this PID: no torch CUDA
+
+    def _grew_on_rerun(self, names: tuple) -> None:
+        grown = self._grown
+        for name in names:
+            grown.pop(name, None)
+            grown[name] = None  # the latest last
+        while len(grown) > GROWN_KEPT:
+            del grown[next(iter(grown))]
+
+    def grown_on_rerun(self) -> frozenset:
+        """The user's containers that grew on a rerun flagged as a leak (the latest
+        `GROWN_KEPT`), by name."""
+        return frozenset(self._grown)
 
     def _still_after(self, seq: int) -> bool:
         """No cell has started since record `seq` (the NVML thread's check that what it
@@ -302,6 +322,7 @@ class MemoryTracker:
                 nvml_used_call=call if record[0] in nvml_used else None,
                 leaks=record[15],
                 held_by=record[16],
+                grew=record[17],
                 nvml_process_used=nvml_process.get(record[0]),
             )
             for record in records
@@ -309,6 +330,7 @@ class MemoryTracker:
 
     def clear(self) -> None:
         self._records.clear()
+        self._grown.clear()
         self._reruns.clear()
         self._holders.clear()
         self._nvml_used.clear()
@@ -362,6 +384,13 @@ def history_tail(last: int, shell: Any = None) -> tuple[list[CellMemory], int]:
     if tracker is None:
         return [], 0
     return tracker.history(last=last), len(tracker._records)
+
+
+def grown_on_rerun(shell: Any = None) -> frozenset:
+    """The user's containers that grew on a rerun flagged as a leak, by name (`shell`'s
+    tracker, as `active_tracker` finds it; empty when none is loaded)."""
+    tracker = active_tracker(shell)
+    return tracker.grown_on_rerun() if tracker is not None else frozenset()
 
 
 def rerun_leaks(history: Optional[list[CellMemory]] = None) -> list[CellMemory]:

@@ -187,3 +187,35 @@ def test_losses_are_described_by_their_graphs_and_the_bytes_saved_die_with_them(
     del found
     run_cell("_hook.remove()")
     pop(ip, "model_l", "losses_l", "history_l", "inputs_l", "_hook")
+
+
+def test_a_container_that_grew_on_a_flagged_rerun_is_listed_before_ordinary_state(ip, run_cell):
+    """``rows.append(torch.ones(...))`` rerun: `rows` holds what the user did not mean to
+    keep, so the leftovers list shows it with the hidden holders, before a bigger tensor the
+    user keeps on purpose, in the text, the JSON and the reset's list alike."""
+    from colab_gpu_guard import gpu_reset, tracker
+    from colab_gpu_guard.leftovers import find_leftovers
+
+    run_cell("import torch\nrows_g = []\nstate_g = torch.ones(8_000_000)")
+    try:
+        runs = [run_cell("rows_g.append(torch.ones(3_000_000))").execution_count for _ in range(3)]
+        flagged = [record for record in records(*runs) if record.rerun_leak]
+        assert flagged and all(record.grew == ("rows_g",) for record in flagged), format_history(
+            memory_history()
+        )
+        assert "rows_g" in tracker.grown_on_rerun()
+        groups = find_leftovers().groups()
+        names = [group.name for group in groups]
+        assert names.index("rows_g") < names.index("state_g")  # though it is smaller
+        rows = groups.named("rows_g")
+        assert (rows.kind, rows.hidden, rows.released_by_reset) == ("grew on rerun", True, False)
+        assert rows.nbytes == 3 * 3_000_000 * 4
+        assert "rows_g  list, grew on rerun: 3 arrays on cpu" in str(groups)
+        assert groups.to_dict()["groups"][0]["kind"] == "grew on rerun"
+        held = str(gpu_reset(dry_run=True))
+        assert held.index("rows_g  ") < held.index("state_g  ")
+        # a variable of the same name a test namespace holds is not the notebook's
+        plain = find_leftovers(namespace={"rows_g": [torch.ones(10)]}).groups()
+        assert plain.named("rows_g").kind == "user variable"
+    finally:
+        pop(ip, "rows_g", "state_g")

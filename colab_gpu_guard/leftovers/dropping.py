@@ -184,7 +184,9 @@ def still_held(scan: Scan, dropped: set, now: Optional[States] = None) -> Option
         for label, kind in scan.root_types.items()
         if notebook_refs.RootKey(notebook_refs.VARIABLE, label) not in dropped
     }
-    return listed(blocks, range(len(blocks.sizes)), types, notes=scan.notes)
+    return listed(
+        blocks, range(len(blocks.sizes)), types, notes=scan.notes, grown_on_rerun=scan.grown
+    )
 
 
 def held_elsewhere(scan: Scan, named: Iterable[Any], dropped: set, freed: set) -> list[tuple]:

@@ -1,7 +1,8 @@
 """Leftovers grouped by the variable that holds them: ``model`` (8 tensors, 2 MiB), ``opt``
 (12 tensors; shares 4 with model), ``many`` (list of 100,000 tensors), with what the user
 did not knowingly keep (output history, tracebacks, the debugger, compiled graphs,
-autograd graphs) listed first and what the default ``%gpu_reset`` releases marked.
+autograd graphs, containers that grew on a rerun flagged as a leak) listed first and what
+the default ``%gpu_reset`` releases marked.
 
 A group is one root: a user variable, ``Out[N]``, ``_``, one traceback local, the last
 exception, a compiled graph. Every block of memory is counted once, in the group of the
@@ -30,6 +31,7 @@ AUTOGRAD_GRAPH = "autograd graph"
 DEBUGGER_FRAME = "debugger frame"
 EXCEPTION = "exception"
 COMPILED_GRAPH = "compiled graph"
+GREW_ON_RERUN = "grew on rerun"  # a user container a rerun flagged as a leak added to
 NO_NAME = "no name (held from C++ or unreachable)"
 # released by a plain %gpu_reset (reset.py drops every root but user variables;
 # notebook_refs.plan_drop): output history, the last exception with its frames, the
@@ -94,7 +96,9 @@ class LeftoverGroup:
     def describe(self) -> str:
         """'Sequential: 8 arrays on cpu; shares 4 with model', 'Tensor: no array of its own;
         shares 1 with big' (a view whose block is counted under big) - no name, no size."""
-        what = self.type_name if self.kind == USER_STATE and self.type_name else self.kind
+        what = self.kind
+        if self.type_name and self.kind in (USER_STATE, GREW_ON_RERUN):
+            what = self.type_name if self.kind == USER_STATE else f"{self.type_name}, {what}"
         if not self.count and self.shares:  # a view, an alias: its memory is counted there
             text = f"{what}: no array of its own"
         else:
@@ -237,11 +241,13 @@ def group_leftovers(
     blocks: Optional[Blocks] = None,
     root_types: Optional[dict[str, str]] = None,
     notes: Iterable[str] = (),
+    grown_on_rerun: Iterable[str] = (),
 ) -> LeftoverGroups:
     """Group `items` (a `LeftoverList` or any list of entries) by root.
 
     blocks: the list's columns when it has them (a scan's list: entries are then made only
-    for the shown and the shared blocks); root_types: root name -> its type's name.
+    for the shown and the shared blocks); root_types: root name -> its type's name;
+    grown_on_rerun: user variables that grew on a rerun flagged as a leak.
     entries_per_group: how many entries each group keeps (None: all; anything else but a
     whole number >= 0 is a ValueError). Each group's root, count, bytes and devices come
     from `tally` (worked per run of one root).
@@ -276,6 +282,7 @@ def group_leftovers(
     for position, nbytes in (blocks.graphs or {}).items():
         graph_bytes[roots[position]] += nbytes
     types = root_types or {}
+    grown = frozenset(grown_on_rerun)
     made = []
     for name, (holder, count, nbytes, devices, positions) in order.items():
         entries = tuple(items[position] for position in positions)
@@ -283,6 +290,8 @@ def group_leftovers(
         kind = kind_of(name, holder)
         if kind == USER_STATE and graph:
             kind = AUTOGRAD_GRAPH
+        elif kind == USER_STATE and name in grown:
+            kind = GREW_ON_RERUN
         made.append(
             LeftoverGroup(
                 name=name,

@@ -196,12 +196,15 @@ class LeftoverList(collections.abc.Sequence):
     ``gaps`` (deep scans): per CUDA device, found bytes vs ``torch.cuda.memory_allocated``.
     ``notes``: what the scan could not see. ``unfinished``: what a scan that ran out of
     time did not search to the end (``big_list: 1,000,000 items, 37% searched``); empty
-    when ``complete``.
+    when ``complete``. ``grown_on_rerun``: user variables that grew on a rerun flagged as
+    a leak (the tracker's), grouped with what the user did not knowingly keep.
     """
 
     __hash__ = None  # type: ignore[assignment]  # equal to lists, which are unhashable
 
-    def __init__(self, items=(), gaps=(), notes=(), deep: bool = False, unfinished=()) -> None:
+    def __init__(
+        self, items=(), gaps=(), notes=(), deep: bool = False, unfinished=(), grown_on_rerun=()
+    ) -> None:
         self._items: list = list(items)
         self._make: Optional[Callable[[int], Leftover]] = None
         self._sizes: Optional[list[int]] = None
@@ -212,6 +215,7 @@ class LeftoverList(collections.abc.Sequence):
         self._group_columns: Optional[Callable[[], Any]] = None  # -> groups.Blocks
         self._root_types: dict[str, str] = {}
         self.unfinished: tuple[str, ...] = tuple(unfinished)
+        self.grown_on_rerun: frozenset = frozenset(grown_on_rerun)
 
     @property
     def complete(self) -> bool:
@@ -249,7 +253,12 @@ class LeftoverList(collections.abc.Sequence):
         from .groups import group_leftovers
 
         return group_leftovers(
-            self, entries_per_group, self.columns(), self._root_types, self.notes
+            self,
+            entries_per_group,
+            self.columns(),
+            self._root_types,
+            self.notes,
+            self.grown_on_rerun,
         )
 
     def __len__(self) -> int:

@@ -87,6 +87,7 @@ class Scan:
     notes: list[str] = field(default_factory=list)
     unfinished: list[str] = field(default_factory=list)
     deep: bool = False
+    grown: frozenset = frozenset()
     _listing: Optional[Callable[[], tuple[Blocks, LeftoverList]]] = field(default=None, repr=False)
     _listed: Optional[tuple[Blocks, LeftoverList]] = field(default=None, repr=False)
     _groups: Optional[dict[Hashable, Group]] = field(default=None, repr=False)
@@ -280,10 +281,21 @@ def _scan(shell, namespace, device, deep, max_depth, keep_refs, budget_s, variab
     # the cache of each type met keeps those classes alive, and a class its attributes:
     # gpu_reset's gc.collect() runs while it holds this scan
     walker.kinds.clear()
+    grown = _grown_on_rerun(shell)
     listing = functools.partial(
-        _listing, found, names, graphs, root_types, notes, unfinished, device, deep
+        _listing, found, names, graphs, root_types, notes, unfinished, device, deep, grown
     )
-    return Scan(walker, roots, root_types, notes, unfinished, deep, listing)
+    return Scan(walker, roots, root_types, notes, unfinished, deep, grown, listing)
+
+
+def _grown_on_rerun(shell) -> frozenset:
+    """The shell's containers that grew on a rerun flagged as a leak (its tracker's):
+    listed with the holders the user did not knowingly keep; none outside a shell."""
+    if shell is None:
+        return frozenset()
+    from .. import tracker  # the tracker, not this walk, knows the cells' runs
+
+    return tracker.grown_on_rerun(shell)
 
 
 def _listing(
@@ -295,6 +307,7 @@ def _listing(
     unfinished: list[str],
     device,
     deep: bool,
+    grown: frozenset,
 ) -> tuple[Blocks, LeftoverList]:
     """A scan's blocks and its list (on `device`; with the allocator gaps when `deep`)."""
     blocks = Blocks(found, names)
@@ -306,7 +319,14 @@ def _listing(
         order = [j for j in order if _device_matches(blocks.devices[j], device)]
         gaps = [gap for gap in gaps if _device_matches(gap.device, device)]
     leftovers = listed(
-        blocks, order, root_types, gaps=gaps, notes=notes, deep=deep, unfinished=unfinished
+        blocks,
+        order,
+        root_types,
+        gaps=gaps,
+        notes=notes,
+        deep=deep,
+        unfinished=unfinished,
+        grown_on_rerun=grown,
     )
     return blocks, leftovers
 
