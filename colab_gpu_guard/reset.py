@@ -404,7 +404,11 @@ def _add_history_notes(report: ReleaseReport) -> None:
     if leaks:
         cells = ", ".join(f"[{record.cell}]" for record in leaks[-10:])
         note = f"cells that kept memory again when rerun: {cells} (see %gpu_history)"
-        held = [f"[{record.cell}] {record.held_by}" for record in leaks[-3:] if record.held_by]
+        by_holder: dict[str, list[str]] = {}  # one holder named once, after all its cells
+        for record in leaks[-10:]:
+            if record.held_by:
+                by_holder.setdefault(record.held_by, []).append(f"[{record.cell}]")
+        held = [f"{', '.join(cells)} {holder}" for holder, cells in list(by_holder.items())[-3:]]
         if held:
             note += "; held by: " + "; ".join(held)
         report.notes.append(note)

@@ -214,6 +214,9 @@ def test_a_container_that_grew_on_a_flagged_rerun_is_listed_before_ordinary_stat
         assert groups.to_dict()["groups"][0]["kind"] == "grew on rerun"
         held = str(gpu_reset(dry_run=True))
         assert held.index("rows_g  ") < held.index("state_g  ")
+        # the reset's note names the holder once, after every cell it held memory for
+        cells = ", ".join(f"[{record.cell}]" for record in flagged)
+        assert f"held by: {cells} `rows_g` (grew by 1 item)" in held, held
         # a variable of the same name a test namespace holds is not the notebook's
         plain = find_leftovers(namespace={"rows_g": [torch.ones(10)]}).groups()
         assert plain.named("rows_g").kind == "user variable"
