@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 
 from colab_gpu_guard import advisor, cuda_health, notebook_refs, nvml
-from colab_gpu_guard.advisor import enrich, origin
+from colab_gpu_guard.advisor import enrich, fixes, origin
 from tests import fake_pynvml
 
 FIXTURE = Path(__file__).parent / "fixtures" / "cuda_error_messages.json"
@@ -1278,8 +1278,38 @@ def test_oom_names_the_biggest_holders_grouped_by_variable(monkeypatch, no_nvml)
         "<b>model</b> 8.12 KiB (Linear: 2 arrays on cpu)",
     ]
     assert (64 * 32 + 32) * 4 == 8320 and 1000 * 16 == 16000  # the sizes above
+    assert diagnosis.fixes[0] == fixes.RESET_FIX + fixes.DEL_LEFTOVERS  # they are listed
     page = diagnosis._repr_html_()
     assert "&lt;b&gt;model&lt;/b&gt;" in page and "<b>model</b>" not in page
+
+
+def test_oom_names_the_cells_that_kept_cuda_memory_again_on_rerun(ip, monkeypatch, no_nvml):
+    """A CUDA OOM after a cell kept memory again on each rerun: the advice says which
+    cells and what holds their earlier results (the tracker's judgement), first among the
+    fixes; host-memory leaks and a namespace that is not the notebook's are left out."""
+    from colab_gpu_guard import tracker
+    from tests.records import cell_memory
+
+    held = "`losses` (grew by 1 autograd graph, 8 MiB saved)"
+    records = [
+        cell_memory(cell=cell, rerun_leak=True, leak_bytes=8 * 2**20, leak_kind=kind, held_by=by)
+        for cell, kind, by in (
+            (4, "cuda:0", held),
+            (5, "cuda:0", held),
+            (6, "cpu", "`rows` (grew by 1 item)"),
+            (7, "cuda:0, cpu", ""),
+        )
+    ]
+    monkeypatch.setattr(tracker, "memory_history", lambda shell=None: records)
+    monkeypatch.setattr(enrich, "_leftover_holders", lambda *args, **kwargs: None)
+    diagnosis = advisor.advise(make(entry("out_of_memory")), namespace=ip.user_ns)
+    assert diagnosis.facts["kept again on rerun"] == f"[4], [5] held by {held}; [7]"
+    assert diagnosis.fixes[0].startswith("A cell you rerun keeps GPU memory again each time")
+    # no leftovers listed: the reset fix does not point at a list that is not there
+    assert fixes.RESET_FIX in diagnosis.fixes and "listed above" not in str(diagnosis)
+    elsewhere = advisor.advise(make(entry("out_of_memory")), namespace={})
+    assert "kept again on rerun" not in elsewhere.facts
+    assert elsewhere.fixes[0] == fixes.RESET_FIX
 
 
 def test_advise_survives_failing_fact_sources(monkeypatch):

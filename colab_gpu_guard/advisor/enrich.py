@@ -95,6 +95,10 @@ def _enrich_oom(diagnosis: Diagnosis, namespace: Optional[dict]) -> None:
     holders = _leftover_holders(namespace, "cuda" if is_torch_cuda else None)
     if holders:
         diagnosis.facts["biggest leftovers"] = "; ".join(_describe_holder(h) for h in holders)
+        if diagnosis.fixes and diagnosis.fixes[0] == fixes.RESET_FIX:
+            diagnosis.fixes[0] += fixes.DEL_LEFTOVERS
+    if is_torch_cuda:
+        _rerun_leaks_on_cuda(diagnosis, namespace)
     if is_torch_cuda and _context_usable():
         torch = torch_support.loaded()
         device = diagnosis.details.get("device", 0)
@@ -104,6 +108,34 @@ def _enrich_oom(diagnosis: Diagnosis, namespace: Optional[dict]) -> None:
                     f"{format_bytes(stats.allocated)} by tensors, "
                     f"{format_bytes(stats.reserved)} reserved by PyTorch on cuda:{device}"
                 )
+
+
+def _rerun_leaks_on_cuda(diagnosis: Diagnosis, namespace: Optional[dict]) -> None:
+    """The cells of this notebook that kept CUDA memory again each time they were rerun,
+    and what holds it (the tracker's judgement): the commonest cause of an out-of-memory
+    error on a cell's second run."""
+    from .. import notebook_refs, tracker
+
+    shell, _namespace = notebook_refs.resolve_namespace(None, namespace)
+    if shell is None:
+        return
+    leaks = [r for r in tracker.rerun_leaks(tracker.memory_history(shell)) if "cuda" in r.leak_kind]
+    if not leaks:
+        return
+    by_holder: dict[str, list[str]] = {}
+    for record in leaks[-10:]:
+        by_holder.setdefault(record.held_by, []).append(f"[{record.cell}]")
+    diagnosis.facts["kept again on rerun"] = "; ".join(
+        f"{', '.join(cells)} held by {holder}" if holder else f"{', '.join(cells)}"
+        for holder, cells in by_holder.items()
+    )
+    diagnosis.fixes.insert(
+        0,
+        "A cell you rerun keeps GPU memory again each time (`kept again on rerun` above): "
+        "what holds its earlier results is named there. Output history and tracebacks: "
+        "`%gpu_reset` releases them. A list it fills: keep numbers (`loss.item()`) or "
+        "`.detach()`ed tensors in it, and `del` or clear it before running the cell again.",
+    )
 
 
 def _enrich_forked(diagnosis: Diagnosis, namespace: Optional[dict]) -> None:

@@ -19,6 +19,12 @@ from .kinds import (
 )
 
 RESTART_SESSION = "Colab: Runtime > Restart session; Jupyter: Kernel > Restart"
+RESET_FIX = (
+    "Run `%gpu_reset` to release what the notebook still holds (output history, the last "
+    "traceback, cached blocks), then rerun."
+)
+# added where the advice lists the biggest leftovers (`enrich`)
+DEL_LEFTOVERS = " `del` the big leftovers listed above that you no longer need."
 
 
 class Advice(NamedTuple):
@@ -72,9 +78,7 @@ def _oom(details: dict[str, Any]) -> Advice:
     else:
         summary = "An allocation did not fit in GPU memory."
     fixes = [
-        "Run `%gpu_reset` to release what the notebook still holds (output history, the last "
-        "traceback, cached blocks), then rerun; `del` the big leftovers listed here that you "
-        "no longer need.",
+        RESET_FIX,
         "Make the step smaller: a smaller batch size (keep the effective batch with gradient "
         "accumulation), shorter sequences, or bf16/fp16 via `torch.autocast`; use "
         "`torch.no_grad()` for evaluation.",
@@ -328,8 +332,8 @@ def _driver_oom(details: dict[str, Any]) -> Advice:
         "Stop the other process: Jupyter: shut down other kernels (Running tab, or Kernel > "
         "Shut Down All Kernels); Colab: Runtime > Manage sessions; a process you own: "
         "`kill PID`.",
-        "If none is listed here, NVML cannot see processes of other containers: check "
-        "`!nvidia-smi`.",
+        "If none is listed here, a process NVML cannot list (one in another container) may "
+        "hold the memory: `!nvidia-smi` shows how much is used.",
         "If this process holds the memory, run `%gpu_reset`.",
     ]
     return Advice(CUDA_DRIVER_OOM, summary, {}, fixes)
