@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from typing import TYPE_CHECKING, Optional
 
 from IPython.core.error import UsageError
@@ -18,6 +19,7 @@ if TYPE_CHECKING:
     from ..registration import Registration
 
 GPU_HISTORY_USAGE = "%gpu_history [--limit N] [--reset-peaks on|off] [--warn-output SIZE|off]"
+_NEGATIVE_SIZE = re.compile(r"--warn-output\s+(-\S*)")
 
 
 @magics_class
@@ -105,6 +107,14 @@ class HistoryMagics(GuardMagics):
             args = parse_argstring(self.gpu_history, line)
         except UsageError as error:
             failure = usage_error(error, GPU_HISTORY_USAGE)
+            negative = _NEGATIVE_SIZE.search(line)
+            if negative:  # argparse took "-1MiB" for an option: "expected one argument"
+                from ...output_warning import SIZE_FORM
+
+                failure = usage_error(
+                    ValueError(f"--warn-output takes {SIZE_FORM}, not {negative.group(1)!r}"),
+                    GPU_HISTORY_USAGE,
+                )
         if failure is not None:
             raise failure  # outside the handler: no internal exception chained to it
         if args.limit is not None and args.limit < 0:
