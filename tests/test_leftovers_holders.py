@@ -14,6 +14,7 @@ import time
 import weakref
 
 import pytest
+from IPython.core.error import UsageError
 from IPython.utils.capture import capture_output
 
 torch = pytest.importorskip("torch")
@@ -264,14 +265,37 @@ def test_deep_scan_survives_hostile_objects_and_never_reports_its_own_frames(ip,
 
 def test_a_usage_error_leaves_no_internal_exception_or_frame_for_gpu_reset(ip, run_cell):
     run_cell("import torch\nkept = torch.ones(10)")
-    for bad in ("%gpu_reset no_such_name", "%seed_all abc", "%gpu_history --limit x"):
+    bad_lines = (
+        "%gpu_reset no_such_name",
+        "%seed_all abc",
+        "%gpu_history --limit x",
+        "%gpu_history --warn-output 12XB",
+        "%gpu_panel --live abc",
+        "%repro --bogus",
+        "%repro --diff /no/such/record.json",
+        "%gpu_status --bogus",
+    )
+    for bad in bad_lines:
         run_cell(bad)
         with capture_output() as out:
             run_cell("%gpu_reset --dry-run")
         assert "ValueError" not in out.stdout and "__context__" not in out.stdout, out.stdout
+        assert "FileNotFoundError" not in out.stdout, (bad, out.stdout)
         assert "gpu_reset() local" not in out.stdout and "<traceback" not in out.stdout
         assert "kept" in out.stdout
     run_cell("del kept")
+
+
+@pytest.mark.parametrize(
+    "magic", ["gpu_status", "gpu_reset", "gpu_panel", "seed_all", "repro", "gpu_history"]
+)
+def test_an_unknown_option_gets_the_magics_valid_form(ip, magic):
+    with pytest.raises(UsageError) as raised:
+        ip.run_line_magic(magic, "--bogus")
+    message = str(raised.value)
+    assert "unrecognized arguments: --bogus" in message
+    assert f"\nUsage: %{magic} [" in message, message
+    assert raised.value.__context__ is None  # nothing of ours chained to it
 
 
 def test_plain_records_are_skipped_and_a_tensor_among_them_is_named():

@@ -125,7 +125,9 @@ class HistoryMagics(GuardMagics):
             try:
                 threshold = parse_threshold(args.warn_output)
             except ValueError as error:
-                raise usage_error(error, GPU_HISTORY_USAGE) from None
+                failure = usage_error(error, GPU_HISTORY_USAGE)
+            if failure is not None:
+                raise failure  # outside the handler: no exception of ours chained to it
             if self.output_warning is not None:
                 self.output_warning.threshold = threshold
                 print(self.output_warning.describe())

@@ -6,9 +6,11 @@ import sys
 from typing import TYPE_CHECKING
 
 from IPython.core.magic import line_magic, magics_class
-from IPython.core.magic_arguments import argument, magic_arguments, parse_argstring
+from IPython.core.magic_arguments import argument, magic_arguments
 
-from .base import GuardMagics, usage_error
+from .base import GuardMagics, parse_line, usage_error
+
+GPU_PANEL_USAGE = "%gpu_panel [--new] [--close] [--live SECONDS]"
 
 if TYPE_CHECKING:
     from ..panel import GpuPanel
@@ -77,13 +79,15 @@ class PanelMagics(GuardMagics):
         from .. import panel as panel_module
         from ..panel import live
 
-        args = parse_argstring(self.gpu_panel, line)
-        seconds = None
+        args = parse_line(self.gpu_panel, line, GPU_PANEL_USAGE)
+        seconds = failure = None
         if args.live is not None:
             try:
                 seconds = live.parse_seconds(args.live)
             except ValueError as error:
-                raise usage_error(error, live.FORM) from None
+                failure = usage_error(error, live.FORM)
+        if failure is not None:
+            raise failure  # outside the handler: no exception of ours chained to it
         if args.close:
             current = panel_module.current_panel(self.shell)
             if current is not None:

@@ -5,9 +5,9 @@ from __future__ import annotations
 from typing import Any, Optional
 
 from IPython.core.magic import line_magic, magics_class
-from IPython.core.magic_arguments import argument, magic_arguments, parse_argstring
+from IPython.core.magic_arguments import argument, magic_arguments
 
-from .base import GuardMagics, usage_error
+from .base import GuardMagics, parse_line, usage_error
 
 REPRO_USAGE = "%repro [-v] [--json] [--save FILE] [--diff FILE]"
 
@@ -52,11 +52,15 @@ class ReproMagics(GuardMagics):
 
         args = self._parse(line)
         record = seeding.repro_record(every_cell=self._every_cell_base())
+        # a usage error is raised outside the handler: no exception of ours chained to it
+        failure = None
         if args.diff is not None:
             try:
                 saved = seeding.read_record(args.diff)
             except ValueError as error:
-                raise usage_error(error, REPRO_USAGE) from None
+                failure = usage_error(error, REPRO_USAGE)
+            if failure is not None:
+                raise failure
             self._show(seeding.repro_diff(saved, record, args.diff, "this kernel"))
             return
         if args.save is not None:
@@ -64,10 +68,12 @@ class ReproMagics(GuardMagics):
                 with open(args.save, "w", encoding="utf-8") as handle:
                     handle.write(record.to_json() + "\n")
             except OSError as error:
-                raise usage_error(
+                failure = usage_error(
                     ValueError(f"cannot write {args.save!r}: {error.strerror or error}"),
                     REPRO_USAGE,
-                ) from None
+                )
+            if failure is not None:
+                raise failure
             print(f"repro: saved to {args.save}")
         if args.json:
             print(record.to_json())
@@ -75,10 +81,7 @@ class ReproMagics(GuardMagics):
         self._show(record, record.to_text(verbose=args.verbose))
 
     def _parse(self, line: str) -> Any:
-        try:
-            args = parse_argstring(self.repro, line)
-        except Exception as error:  # argparse's own UsageError: add the usage line
-            raise usage_error(error, REPRO_USAGE) from None
+        args = parse_line(self.repro, line, REPRO_USAGE)
         if args.diff is not None and (args.save is not None or args.json):
             raise usage_error(
                 ValueError("--diff cannot be combined with --save or --json"), REPRO_USAGE

@@ -3,9 +3,9 @@
 from __future__ import annotations
 
 from IPython.core.magic import line_magic, magics_class
-from IPython.core.magic_arguments import argument, magic_arguments, parse_argstring
+from IPython.core.magic_arguments import argument, magic_arguments
 
-from .base import GuardMagics, usage_error
+from .base import GuardMagics, parse_line, usage_error
 
 GPU_RESET_USAGE = "%gpu_reset [NAME ...] [--all] [--dry-run]"
 
@@ -61,7 +61,7 @@ class ResetMagics(GuardMagics):
         """
         from ... import reset
 
-        args = parse_argstring(self.gpu_reset, line)
+        args = parse_line(self.gpu_reset, line, GPU_RESET_USAGE)
         failure = None
         try:
             report = reset.gpu_reset(

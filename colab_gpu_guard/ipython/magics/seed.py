@@ -6,9 +6,9 @@ import argparse
 from typing import TYPE_CHECKING, Callable, Optional
 
 from IPython.core.magic import line_magic, magics_class
-from IPython.core.magic_arguments import argument, magic_arguments, parse_argstring
+from IPython.core.magic_arguments import argument, magic_arguments
 
-from .base import GuardMagics, usage_error
+from .base import GuardMagics, parse_line, usage_error
 
 if TYPE_CHECKING:
     from IPython.core.interactiveshell import InteractiveShell
@@ -141,7 +141,7 @@ class SeedMagics(GuardMagics):
     def _parse(self, line: str) -> argparse.Namespace:
         from ... import seeding
 
-        args = parse_argstring(self.seed_all, line)
+        args = parse_line(self.seed_all, line, SEED_ALL_USAGE)
         if args.every_cell and args.no_every_cell:
             raise usage_error(
                 ValueError("--every-cell and --no-every-cell contradict each other: give one"),

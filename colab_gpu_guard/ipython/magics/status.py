@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 from IPython.core.magic import line_magic, magics_class
-from IPython.core.magic_arguments import argument, magic_arguments, parse_argstring
+from IPython.core.magic_arguments import argument, magic_arguments
 
-from .base import GuardMagics
+from .base import GuardMagics, parse_line
+
+GPU_STATUS_USAGE = "%gpu_status [--json] [--processes] [--history] [--no-leftovers]"
 
 
 @magics_class
@@ -49,7 +51,7 @@ class StatusMagics(GuardMagics):
         """
         from ... import notebook_refs, status
 
-        args = parse_argstring(self.gpu_status, line)
+        args = parse_line(self.gpu_status, line, GPU_STATUS_USAGE)
         snapshot = status.gpu_status(
             leftovers=args.leftovers,
             history=args.history,
