@@ -404,11 +404,9 @@ def _add_history_notes(report: ReleaseReport) -> None:
     if leaks:
         cells = ", ".join(f"[{record.cell}]" for record in leaks[-10:])
         note = f"cells that kept memory again when rerun: {cells} (see %gpu_history)"
-        by_holder: dict[str, list[str]] = {}  # one holder named once, after all its cells
-        for record in leaks[-10:]:
-            if record.held_by:
-                by_holder.setdefault(record.held_by, []).append(f"[{record.cell}]")
-        held = [f"{', '.join(cells)} {holder}" for holder, cells in list(by_holder.items())[-3:]]
+        # each holder named once, after all the cells it held memory for
+        pairs = [pair for pair in _tracker.leaks_by_holder(leaks) if pair[1]]
+        held = [f"{cells} {holder}" for cells, holder in pairs[-3:]]
         if held:
             note += "; held by: " + "; ".join(held)
         report.notes.append(note)

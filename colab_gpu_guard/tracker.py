@@ -397,3 +397,13 @@ def rerun_leaks(history: Optional[list[CellMemory]] = None) -> list[CellMemory]:
     """The records flagged as leaking on rerun."""
     history = memory_history() if history is None else history
     return [record for record in history if record.rerun_leak]
+
+
+def leaks_by_holder(leaks: list[CellMemory], last: int = 10) -> list[tuple[str, str]]:
+    """(cells, holder) for the last `last` flagged records, one pair per holder in the
+    order first met: ('[9], [10]', "`outs` (grew by 1 autograd graph, ...)"); holder ""
+    where the check could not tell."""
+    cells: dict[str, list[str]] = {}
+    for record in leaks[-last:]:
+        cells.setdefault(record.held_by, []).append(f"[{record.cell}]")
+    return [(", ".join(numbers), holder) for holder, numbers in cells.items()]

@@ -122,12 +122,9 @@ def _rerun_leaks_on_cuda(diagnosis: Diagnosis, namespace: Optional[dict]) -> Non
     leaks = [r for r in tracker.rerun_leaks(tracker.memory_history(shell)) if "cuda" in r.leak_kind]
     if not leaks:
         return
-    by_holder: dict[str, list[str]] = {}
-    for record in leaks[-10:]:
-        by_holder.setdefault(record.held_by, []).append(f"[{record.cell}]")
     diagnosis.facts["kept again on rerun"] = "; ".join(
-        f"{', '.join(cells)} held by {holder}" if holder else f"{', '.join(cells)}"
-        for holder, cells in by_holder.items()
+        f"{cells} held by {holder}" if holder else cells
+        for cells, holder in tracker.leaks_by_holder(leaks)
     )
     diagnosis.fixes.insert(
         0,
