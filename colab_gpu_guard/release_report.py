@@ -108,10 +108,10 @@ class ReleaseReport:
         cached = self.__dict__.get("_held")
         if cached is not None and cached[0] is items:
             return cached[1]
-        columns = grown = None
-        if isinstance(items, LeftoverList):
-            columns, grown = items.columns(), items.grown_on_rerun
-        groups = group_leftovers(items, ENTRIES_SHOWN, columns, grown_on_rerun=grown or ())
+        scanned = isinstance(items, LeftoverList)
+        columns = items.columns() if scanned else None
+        grown = items.grown_on_rerun if scanned else ()
+        groups = group_leftovers(items, ENTRIES_SHOWN, columns, grown_on_rerun=grown)
         if isinstance(items, LeftoverList):  # a list of entries may change in place
             self.__dict__["_held"] = (items, groups)
         return groups

@@ -24,14 +24,14 @@ No framework is imported here: torch, NumPy, CuPy and JAX are looked up in ``sys
 Modules: ``records`` (Leftover, DeviceGap, LeftoverList), ``html`` (the table), ``kinds``
 (what a type is to the walk), ``walker`` (the reference walk), ``found`` (the references
 found and their metadata), ``readers`` (reading without running user code), ``holders``
-(class attributes, closures, partials, generators, iterators, object arrays), ``plain`` (plain data
-skipped in bulk), ``naming`` (a path's name), ``blocks`` (one entry per block of memory), ``scan``
-(find_leftovers, scan, Scan), ``reach`` (which roots reach which blocks, in bulk),
-``dropping`` (what dropping some roots frees and leaves held, read off a scan: gpu_reset),
-``deep`` (the deep scan), ``graphs`` (what autograd graphs hold), ``groups`` (the entries
-by the variable or hidden holder that keeps them: ``LeftoverList.groups()``), ``tally``
-(which group each block belongs to, and each group's count, bytes and devices, worked per
-run of one root).
+(class attributes, closures, partials, generators, iterators, object arrays), ``plain``
+(plain data skipped in bulk), ``naming`` (a path's name), ``blocks`` (one entry per block of
+memory), ``scan`` (find_leftovers, scan, Scan), ``reach`` (which roots reach which blocks,
+in bulk), ``dropping`` (what dropping some roots frees and leaves held, read off a scan:
+gpu_reset), ``deep`` (the deep scan), ``graphs`` (what autograd graphs hold), ``groups``
+(the entries by the variable or hidden holder that keeps them: ``LeftoverList.groups()``),
+``tally`` (which group each block belongs to, and each group's count, bytes and devices,
+worked per run of one root).
 """
 
 from __future__ import annotations

@@ -3,9 +3,8 @@ attributes (``Cache.store``), a function's closure cells (``fn.<closure 'buf'>``
 defaults, a bound method's ``__self__``, ``functools.partial``'s ``func``/``args``/
 ``keywords``, a suspended generator's or coroutine's locals (``g.<generator gen() local
 'batch'>``), what a built-in iterator holds (``it.<list>[0]``) and a NumPy object array's
-items (``objarr[3]``). Everything is read through
-`readers` (no code of the user's runs); code of the shell or of this package is not
-walked."""
+items (``objarr[3]``). Everything is read through `readers` (no code of the user's
+runs); code of the shell or of this package is not walked."""
 
 from __future__ import annotations
 
