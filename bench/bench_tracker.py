@@ -11,7 +11,10 @@ rounds (drift hits every configuration alike):
 - ipyexperiments' ``CellLogger`` (the peer: the real class from the ``ipyexperiments``
   package, with its CPU backend - its PyTorch backend needs NVML, i.e. a GPU; per cell it
   runs ``gc.collect()``, reads the process RSS twice and samples RSS in a busy thread).
-Reported per cell: what each adds to the bare shell's ``run_cell``. The tracker's
+Reported per cell: what each adds to the bare shell's ``run_cell``, beside two controls:
+three no-op callbacks (IPython's dispatch), and one ``pread`` of ``/proc/self/statm`` (the
+resident-size read the tracker takes after every cell: a system call, whose cost is the
+machine's; in a Firecracker VM it is several microseconds). The tracker's
 ``pre_run_cell`` + ``post_run_cell`` pair is also timed alone. Target (issue 8): <= 20 us
 per cell, flat in the number of live objects.
 """
@@ -21,6 +24,7 @@ from __future__ import annotations
 import contextlib
 import gc
 import io
+import os
 import statistics
 import sys
 import threading
@@ -113,6 +117,14 @@ def measure(objects: int, cells: int, peer_cells: int, repeats: int) -> dict:
 
     noops = (("pre_run_cell", noop_pre), ("post_run_cell", noop_post))
     noops += (("post_run_cell", noop_post_2),)
+    # the second control: the one read of the resident size the tracker takes per cell,
+    # alone (a system call: its cost is this machine's, and a floor for the tracker's)
+    statm = os.open("/proc/self/statm", os.O_RDONLY) if os.path.exists("/proc/self/statm") else None
+    samples["statm"] = []
+
+    def statm_post(result=None) -> None:
+        os.pread(statm, 128, 0)
+
     for _ in range(repeats):
         samples["bare"].append(per_call_us(cell, cells))
         for event, callback in noops:
@@ -120,6 +132,10 @@ def measure(objects: int, cells: int, peer_cells: int, repeats: int) -> dict:
         samples["noop"].append(per_call_us(cell, cells))
         for event, callback in noops:
             shell.events.unregister(event, callback)
+        if statm is not None:
+            shell.events.register("post_run_cell", statm_post)
+            samples["statm"].append(per_call_us(cell, cells))
+            shell.events.unregister("post_run_cell", statm_post)
         load(False)
         samples["loaded"].append(per_call_us(cell, cells))
         unload()
@@ -132,6 +148,8 @@ def measure(objects: int, cells: int, peer_cells: int, repeats: int) -> dict:
                 logger.start()
                 samples["peer"].append(per_call_us(cell, peer_cells))
                 logger.stop()
+    if statm is not None:
+        os.close(statm)
     in_place = hooks_in_place(shell, load, unload, cells * repeats)
     tracker = MemoryTracker()
     info = types.SimpleNamespace(raw_cell="x = model(batch)\nloss = x.sum()")
@@ -171,6 +189,7 @@ def measure(objects: int, cells: int, peer_cells: int, repeats: int) -> dict:
         "loaded_added_us": median["loaded"] - median["bare"],
         "every_cell_added_us": median["every"] - median["bare"],
         "noop_added_us": median["noop"] - median["bare"],
+        "statm_added_us": median["statm"] - median["bare"] if median["statm"] else None,
         "peer_added_us": peer_added,
         "tracker_hooks_us": hook_us,
         "in_place_first_us": in_place["first"],
@@ -252,6 +271,19 @@ def rows_of(results: list[dict]) -> list[dict]:
                 note="the rows above minus this is what our hooks cost beyond any callback",
             )
         )
+        if result["statm_added_us"] is not None:
+            rows.append(
+                row(
+                    "tracker",
+                    f"control: one /proc/self/statm read per cell, {size} objects",
+                    result["statm_added_us"],
+                    unit="us",
+                    target="(this machine's system call cost)",
+                    ok=None,
+                    note="the tracker's one resident-size read per cell, alone: part of "
+                    "the rows above",
+                )
+            )
         rows.append(
             row(
                 "tracker",

@@ -158,35 +158,34 @@ class RerunLeakCheck:
         floor = self.noise_floor
         return floor.malloc if exact else floor.rss
 
-    def needs_holders(self, source: Optional[str], malloc_before: Optional[int]) -> bool:
-        """Whether a run of `source` about to start may need what holds its previous run's
-        objects (`rerun_holders`): it is a rerun, and its host figure may not be exact or
-        its previous run kept memory (this one may be flagged, and the flag names them)."""
-        previous = self._last_by_source.get(source) if source is not None else None
-        if previous is None:
-            return False
-        if malloc_before is None or not previous.host_exact:
-            return True
-        for device, amount in previous.kept:
-            if amount > (host_noise.MINIMUM if device == HOST else 0):
-                return True
-        return False
+    def before_run(self, source: Optional[str]) -> tuple[Optional[int], bool]:
+        """(malloc's in-use bytes before a run of `source`, or None; whether the run may
+        need what holds its previous run's objects (`rerun_holders`)).
 
-    def _significant(self, host: Optional[int], exact: bool) -> bool:
-        return host is not None and host > host_noise.MINIMUM and host > self.host_floor(exact)
-
-    def malloc_before(self, source: Optional[str]) -> Optional[int]:
-        """malloc's in-use bytes before a cell: the reading taken after the cell before, or
-        a new one where it is affordable or needed (see the module); else None."""
+        The malloc reading is the one taken after the cell before, or a new one where it is
+        affordable or needed (see the module). Holders are needed for a rerun whose host
+        figure may not be exact, or whose previous run kept memory (this one may be
+        flagged, and the flag names them)."""
         malloc = self.malloc
         previous = self._last_by_source.get(source) if source is not None else None
         wanted = malloc.affordable(0.0) if previous is None else self._read_around(previous)
         malloc.pending = wanted  # a reading this cell wants before is matched after it
-        last = malloc.last
-        if last is not None:
+        reading = malloc.last
+        if reading is not None:
             malloc.last = None  # taken once
-            return last
-        return malloc.read() if wanted else None
+        elif wanted:
+            reading = malloc.read()
+        if previous is None:
+            return reading, False
+        if reading is None or not previous.host_exact:
+            return reading, True
+        for device, amount in previous.kept:
+            if amount > (host_noise.MINIMUM if device == HOST else 0):
+                return reading, True
+        return reading, False
+
+    def _significant(self, host: Optional[int], exact: bool) -> bool:
+        return host is not None and host > host_noise.MINIMUM and host > self.host_floor(exact)
 
     def _read_around(self, previous: PreviousRun) -> bool:
         """Whether a rerun of `previous` gets malloc readings before and after it: its
@@ -241,17 +240,27 @@ class RerunLeakCheck:
         (`rerun_holders.RerunHolders.after`) reads what holds the previous run's objects
         from `lengths` (read before the run), called only for a flagged rerun or where
         host figures are not exact."""
-        last = self._last_by_source
-        previous = last.pop(source, None) if source is not None else None
+        previous = self._last_by_source.pop(source, None) if source is not None else None
         host, exact = self._host_kept(rss_before, rss, malloc_before, duration)
         if source is None:
             return _FIRST
+        displayed = getattr(result, "result", None) is not None
+        failed = getattr(result, "error_in_exec", None) is not None
         if previous is None:
-            self._remember(source, cuda, host, exact, cell, duration, result)
+            self._remember(source, cuda, host, exact, cell, duration, result, displayed, failed)
             return _FIRST
-        if exact and host <= host_noise.MINIMUM and not (cuda and any(a for _, a in cuda)):
-            # the common rerun: it kept nothing, as malloc's exact figure says
-            self._remember(source, cuda, host, exact, cell, duration, result)
+        if not _any_kept(cuda) and (
+            (exact and host <= host_noise.MINIMUM)
+            or (
+                not exact
+                and not lengths
+                and not (displayed or failed or previous.displayed)
+                and previous.failed is None
+            )
+        ):
+            # the common rerun: it kept nothing, as malloc's exact figure says, or nothing
+            # could hold either run's objects (no container it names, no result, no error)
+            self._remember(source, cuda, host, exact, cell, duration, result, displayed, failed)
             return _new_tuple(Verdict, ((), previous.cell, "", ()))
         before = dict(previous.kept)
         again = [(device, amount) for device, amount in cuda if amount and before.get(device)]
@@ -274,7 +283,7 @@ class RerunLeakCheck:
             host = max(host or 0, host_again)
         if read is None and again:
             read = holding(lengths or {}, result, previous)
-        self._remember(source, cuda, host, exact, cell, duration, result)
+        self._remember(source, cuda, host, exact, cell, duration, result, displayed, failed)
         if not again:
             return _new_tuple(Verdict, ((), previous.cell, "", ()))
         return Verdict(tuple(again), previous.cell, read.text, read.grew)
@@ -288,20 +297,21 @@ class RerunLeakCheck:
         cell: Optional[int],
         duration: float,
         result: Any,
+        displayed: bool,
+        failed: bool,
     ) -> None:
         kept = cuda
         if host is not None:
             kept.append((HOST, host))
-        failed = None
-        if getattr(result, "error_in_exec", None) is not None:
+        failed_run = None
+        if failed:
             try:
-                failed = weakref.ref(result)
+                failed_run = weakref.ref(result)
             except TypeError:
-                failed = None
-        displayed = getattr(result, "result", None) is not None
+                failed_run = None
         last = self._last_by_source
         last[source] = _new_tuple(
-            PreviousRun, (tuple(kept), cell, exact, duration, displayed, failed)
+            PreviousRun, (tuple(kept), cell, exact, duration, displayed, failed_run)
         )
         if len(last) > 4 * self.maxlen:
             for stale in list(last)[: 2 * self.maxlen]:
@@ -309,6 +319,13 @@ class RerunLeakCheck:
 
     def clear(self) -> None:
         self._last_by_source.clear()
+
+
+def _any_kept(cuda: list) -> bool:
+    for _, amount in cuda:  # noqa: SIM110 - any() of a generator costs on the hot path
+        if amount:
+            return True
+    return False
 
 
 def _host_of(kept: Kept) -> Optional[int]:

@@ -135,8 +135,8 @@ def _cuda_stats(reset_peaks: bool = False) -> tuple[int, tuple]:
     torch = sys.modules.get("torch")
     if (
         torch is None
-        or cuda_health.broken_reason() is not None
         or not torch_support.cuda_initialized(torch)
+        or cuda_health.broken_reason() is not None
     ):
         return _NO_CUDA
     devices = torch_support.cuda_device_count(torch)
@@ -189,8 +189,7 @@ class MemoryTracker:
             reset = self.reset_peaks
             devices, stats = _cuda_stats(reset)
             source = getattr(info, "raw_cell", None)
-            reruns = self._reruns
-            malloc = reruns.malloc_before(source)
+            malloc, holders = self._reruns.before_run(source)
             self._pending = (
                 source,
                 time.perf_counter(),
@@ -198,7 +197,7 @@ class MemoryTracker:
                 reset,
                 self._rss_before(),
                 malloc,
-                self._holders.before(source) if reruns.needs_holders(source, malloc) else None,
+                self._holders.before(source) if holders else None,
             )
         except Exception:
             self._pending = None
