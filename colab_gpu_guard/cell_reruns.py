@@ -6,7 +6,12 @@ allocated bytes on each CUDA device (exact: any growth counts), and host memory 
 always, CUDA or not. A rerun is flagged on a device when this run kept a significant amount
 there and the previous run of the same source did too: its earlier objects are still held
 somewhere (``losses.append(loss)``), where a cell that rebinds its names
-(``big = torch.ones(...)``) keeps nothing on a rerun.
+(``big = torch.ones(...)``) keeps nothing on a rerun. Unless the user freed them: where the
+cells run since the previous run freed at least what it kept on a device (what each cell
+freed, its fall, is summed per device: ``outs.clear()``, ``%gpu_reset``), its figure no
+longer tells that its objects are held, and the rerun is flagged there only if they are
+found held (`rerun_holders`). A cell that frees and allocates as much hides its free in its
+net change, so such a free is not counted.
 
 Host memory is exact where malloc's in-use bytes (glibc ``mallinfo2``) are read before and
 after the cell; else there is only the resident set size's growth. ``mallinfo2`` walks
@@ -53,7 +58,8 @@ Kept = tuple
 class PreviousRun(NamedTuple):
     """What the check remembers of a source's last run: what it kept per device, its
     cell, whether its host figure was exact, how long it took, whether it displayed a
-    result, and (a weakref to) its run record when it failed."""
+    result, (a weakref to) its run record when it failed, and the bytes cells had freed
+    per device by its end (`RerunLeakCheck.freed`)."""
 
     kept: Kept
     cell: Optional[int]
@@ -61,6 +67,7 @@ class PreviousRun(NamedTuple):
     duration: float
     displayed: bool
     failed: Optional[weakref.ref]
+    freed: tuple = ()
 
 
 class Verdict(NamedTuple):
@@ -85,11 +92,12 @@ def cuda_name(index: int) -> str:
     return name
 
 
-def cuda_kept(stats_before: tuple, stats_after: tuple) -> list:
-    """[(device name, allocated bytes it kept), ...] from per-device allocator stats."""
+def cuda_changes(stats_before: tuple, stats_after: tuple) -> list:
+    """[(device name, change of its allocated bytes), ...] from per-device allocator
+    stats: what a cell kept where positive, what it freed where negative."""
     started = {stats.device: stats.allocated for stats in stats_before}
     return [
-        (cuda_name(after.device), max(0, after.allocated - started.get(after.device, 0)))
+        (cuda_name(after.device), after.allocated - started.get(after.device, 0))
         for after in stats_after
     ]
 
@@ -146,6 +154,10 @@ class RerunLeakCheck:
         self.malloc = MallocReadings()
         self._rss = rss if rss is not None else RssReader()
         self._floor: Optional[host_noise.NoiseFloor] = None
+        self._freed_totals: dict[str, int] = {}
+        # the bytes cells freed so far per device (their falls, summed): a rerun whose
+        # previous run's keep may have been freed since is flagged on evidence only
+        self.freed: tuple = ()
 
     @property
     def noise_floor(self) -> host_noise.NoiseFloor:
@@ -201,8 +213,9 @@ class RerunLeakCheck:
         malloc_before: Optional[int],
         duration: float,
     ) -> tuple[Optional[int], bool]:
-        """(host bytes the cell kept, exact?): malloc's in-use growth where it was read
-        before and after the cell, else the resident bytes it added; None when neither.
+        """(change of host bytes over the cell, exact?): of malloc's in-use bytes where
+        they were read before and after the cell, else of the resident size; None when
+        neither.
         The reading after a cell is taken where the cell wanted one before (see
         `malloc_before`), or where it is affordable for this cell; it stands as the next
         cell's reading before."""
@@ -215,10 +228,10 @@ class RerunLeakCheck:
         ):
             after = malloc.last = malloc.read()
             if after is not None and malloc_before is not None:
-                return max(0, after - malloc_before), True
+                return after - malloc_before, True
         if rss is None or rss_before is None:
             return None, False
-        return max(0, rss - rss_before), False
+        return rss - rss_before, False
 
     # -- the judgement
     def judge(
@@ -242,6 +255,9 @@ class RerunLeakCheck:
         host figures are not exact."""
         previous = self._last_by_source.pop(source, None) if source is not None else None
         host, exact = self._host_kept(rss_before, rss, malloc_before, duration)
+        freed_before = self.freed
+        if (host is not None and host < 0) or _any_freed(cuda):
+            cuda, host = self._count_frees(cuda, host)
         if source is None:
             return _FIRST
         displayed = getattr(result, "result", None) is not None
@@ -263,21 +279,39 @@ class RerunLeakCheck:
             self._remember(source, cuda, host, exact, cell, duration, result, displayed, failed)
             return _new_tuple(Verdict, ((), previous.cell, "", ()))
         before = dict(previous.kept)
-        again = [(device, amount) for device, amount in cuda if amount and before.get(device)]
+        # what the previous run kept is still held, as far as the figures tell, where the
+        # cells since freed less than it on that device; else only if its objects are
+        # found held (the user may have freed them: `outs.clear()`, %gpu_reset)
+        since = _freed_since(freed_before, previous.freed)
+        again = []
+        doubtful = []
+        for device, amount in cuda:
+            if amount and before.get(device):
+                held = before[device] > since.get(device, 0)
+                (again if held else doubtful).append((device, amount))
         host_again: Optional[int] = None
         read = None
         # a figure that is not exact flags nothing by itself: the resident size misses a
         # keep the heap had room for, and counts a freed block that stays resident
         this_kept = exact and self._significant(host, True)
-        previous_kept = self._significant(before.get(HOST), previous.host_exact)
+        previous_host = before.get(HOST)
+        previous_kept = previous_host is not None and self._significant(
+            previous_host - since.get(HOST, 0), previous.host_exact
+        )
+        freed_since = not previous_kept and self._significant(previous_host, previous.host_exact)
         if this_kept and previous_kept:
             host_again = host
-        elif not exact or (this_kept and not previous.host_exact):
+        elif not exact or (this_kept and (freed_since or not previous.host_exact)):
             read = holding(lengths or {}, result, previous)  # what objects hold: exact
             if (this_kept or self._significant(read.new, True)) and (
                 previous_kept or self._significant(read.previous, True)
             ):
                 host_again = host if this_kept else read.new
+        if doubtful:
+            if read is None:
+                read = holding(lengths or {}, result, previous)
+            held = dict(read.held)
+            again += [(device, amount) for device, amount in doubtful if held.get(device)]
         if host_again is not None:
             again.append((HOST, host_again))
             host = max(host or 0, host_again)
@@ -311,21 +345,55 @@ class RerunLeakCheck:
                 failed_run = None
         last = self._last_by_source
         last[source] = _new_tuple(
-            PreviousRun, (tuple(kept), cell, exact, duration, displayed, failed_run)
+            PreviousRun, (tuple(kept), cell, exact, duration, displayed, failed_run, self.freed)
         )
         if len(last) > 4 * self.maxlen:
             for stale in list(last)[: 2 * self.maxlen]:
                 del last[stale]
 
+    def _count_frees(self, cuda: list, host: Optional[int]) -> tuple[list, Optional[int]]:
+        """Add what a cell freed per device (its falls) to the running totals; return its
+        changes clamped at 0: what it kept."""
+        totals = self._freed_totals
+        if host is not None and host < 0:
+            totals[HOST] = totals.get(HOST, 0) - host
+            host = 0
+        kept = []
+        for device, change in cuda:
+            if change < 0:
+                totals[device] = totals.get(device, 0) - change
+                change = 0
+            kept.append((device, change))
+        self.freed = tuple(totals.items())
+        return kept, host
+
     def clear(self) -> None:
         self._last_by_source.clear()
+        self._freed_totals.clear()
+        self.freed = ()
 
 
 def _any_kept(cuda: list) -> bool:
     for _, amount in cuda:  # noqa: SIM110 - any() of a generator costs on the hot path
-        if amount:
+        if amount > 0:
             return True
     return False
+
+
+def _any_freed(cuda: list) -> bool:
+    for _, change in cuda:  # noqa: SIM110 - as above
+        if change < 0:
+            return True
+    return False
+
+
+def _freed_since(now: tuple, then: tuple) -> dict:
+    """{device: bytes cells freed} between two readings of `RerunLeakCheck.freed`."""
+    if now is then:
+        return {}
+    earlier = dict(then)
+    since = {device: total - earlier.get(device, 0) for device, total in now}
+    return {device: amount for device, amount in since.items() if amount > 0}
 
 
 def _host_of(kept: Kept) -> Optional[int]:

@@ -53,12 +53,14 @@ class Holding(NamedTuple):
     """What holds the previous run's objects. new / previous: host bytes this run's objects
     and the previous run's hold in the holders found; text: the holders, as the LEAK line
     names them ("" when none was found); grew: the user's containers among them (their
-    names), which the leftovers list shows with what the user did not knowingly keep."""
+    names), which the leftovers list shows with what the user did not knowingly keep;
+    held: ((device, bytes), ...) the previous run's objects hold in them, per device."""
 
     new: int
     previous: int
     text: str
     grew: tuple = ()
+    held: tuple = ()
 
 
 NOTHING = Holding(0, 0, "")
@@ -179,8 +181,9 @@ class _Reading:
         self.seen: set = set()
         self.previous: list[Memory] = []
         self.new: list[Memory] = []
-        # (name, what its new items hold, how many, all tensors with a graph?, exceptions)
-        self.containers: list[tuple[str, Memory, int, bool, list]] = []
+        # (name, what its new items hold, how many, all tensors with a graph?, exceptions,
+        # what its items from before this run hold)
+        self.containers: list[tuple[str, Memory, int, bool, list, Memory]] = []
         self.others: list[str] = []  # the output history's and tracebacks' names
 
     def memory(self, into: list) -> Memory:
@@ -211,12 +214,20 @@ class _Reading:
             if sizes is not None:
                 for memory in memories:
                     memory.add_graphs(sizes)
-        texts = [self._container_text(*entry) for entry in self.containers] + self.others
+        # a container holds the previous run's objects where its items from before this
+        # run's hold memory: one that gained a string names nothing
+        containers = [entry for entry in self.containers if entry[5].total or entry[5].owners]
+        texts = [self._container_text(*entry[:5]) for entry in containers] + self.others
+        held: dict[str, int] = {}
+        for memory in self.previous:
+            for device, nbytes in memory.by_device.items():
+                held[device] = held.get(device, 0) + nbytes
         return Holding(
             sum(memory.host for memory in self.new),
             sum(memory.host for memory in self.previous),
             ", ".join(texts),
-            tuple(entry[0] for entry in self.containers),
+            tuple(entry[0] for entry in containers),
+            tuple(held.items()),
         )
 
     def _containers(self, before: dict) -> None:
@@ -244,7 +255,7 @@ class _Reading:
             owners = {id(owner) for owner in memory.owners}  # items, or one level in them
             items_are_graphs = bool(added) and all(id(item) in owners for item in added)
             errors = [item for item in added if isinstance(item, BaseException)]
-            self.containers.append((name, memory, count, items_are_graphs, errors))
+            self.containers.append((name, memory, count, items_are_graphs, errors, previous))
 
     def _output(self) -> None:
         outputs = self.holders._outputs()

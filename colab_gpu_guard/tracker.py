@@ -36,7 +36,7 @@ from typing import Any, Callable, Optional
 
 from . import cuda_health
 from .cell_peaks import EXACT, cell_peak
-from .cell_reruns import RerunLeakCheck, cuda_kept
+from .cell_reruns import RerunLeakCheck, cuda_changes
 from .frameworks import torch as torch_support
 from .history_text import PEAK_BOUND_NOTE, format_history, leak_text  # noqa: F401 (its API)
 from .host_memory import RssReader as _RssReader
@@ -236,7 +236,7 @@ class MemoryTracker:
 
         leaks, rerun_of, held_by, grew = self._reruns.judge(
             source,
-            cuda_kept(stats_before, stats) if devices else [],
+            cuda_changes(stats_before, stats) if devices else [],
             rss_before,
             rss,
             malloc_before,

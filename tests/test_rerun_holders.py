@@ -96,9 +96,10 @@ def test_the_last_errors_traceback_is_named_when_the_rerun_did_not_fail(ip, run_
         first, second = (run_cell(cell).execution_count for _ in range(2))
     (record,) = records(second)
     assert record.rerun_leak and record.rerun_of == first, format_history(memory_history())
+    # `kept_x` gained this run's x only: it holds nothing of the first run's, so it is not
+    # what keeps the first run's memory alive
     assert record.held_by == (
-        "`kept_x` (grew by 1 item), <traceback: step() local 'x'> (the last error's "
-        "traceback: %gpu_reset releases it)"
+        "<traceback: step() local 'x'> (the last error's traceback: %gpu_reset releases it)"
     )
     refs = ip.user_ns["last_refs"]
     gc.collect()
@@ -222,3 +223,51 @@ def test_a_container_that_grew_on_a_flagged_rerun_is_listed_before_ordinary_stat
         assert plain.named("rows_g").kind == "user variable"
     finally:
         pop(ip, "rows_g", "state_g")
+
+
+@pytest.mark.parametrize("free", ["outs.clear()", "%gpu_reset"])
+def test_a_rerun_after_the_earlier_runs_memory_was_freed_is_not_flagged(ip, run_cell, free):
+    """A cell that keeps 20 MB, its keep freed in between (the list cleared; %gpu_reset
+    of the output history), then run again: it kept 20 MB again, but nothing holds the
+    earlier run's objects (their weakrefs are dead), so the rerun is no leak. A third
+    run, with nothing freed in between, is one, held by what holds the second's."""
+    run_cell("import torch, weakref\nouts = []\nrefs = []")
+    if free == "outs.clear()":
+        cell = "outs.append(torch.ones(5_000_000))\nrefs.append(weakref.ref(outs[-1]))"
+    else:
+        # displayed: Out[N] holds each run's tensor (`t` is rebound by the next run)
+        cell = "t = torch.ones(5_000_000)\nrefs.append(weakref.ref(t))\nt"
+    with capture_output():
+        first = run_cell(cell).execution_count
+        if free == "outs.clear()":
+            run_cell("outs.clear()")
+        else:
+            run_cell("%gpu_reset t")  # the output history, and `t`
+        gc.collect()
+        assert ip.user_ns["refs"][0]() is None  # the first run's tensor is gone
+        second = run_cell(cell).execution_count
+        third = run_cell(cell).execution_count
+    history = format_history(memory_history())
+    again, leak = records(second, third)
+    assert not again.rerun_leak and again.rerun_of == first, history
+    assert leak.rerun_leak and leak.rerun_of == second, history
+    assert ip.user_ns["refs"][1]() is not None  # the second run's tensor is still held
+    holder = "`outs` (grew by 1 item)" if free == "outs.clear()" else f"`Out[{second}]`"
+    assert holder in leak.held_by, history
+    pop(ip, "outs", "refs", "t")
+
+
+def test_a_list_that_gained_a_string_is_not_named_as_the_holder(ip, run_cell):
+    """The cell appends a line to a log and calls a function that keeps 20 MB in a list
+    the cell does not name: the log holds none of the memory, so it is not named."""
+    run_cell(
+        "import torch\nlog = []\n_hidden = []\n"
+        "def step():\n    _hidden.append(torch.ones(5_000_000))"
+    )
+    cell = "log.append('step done')\nstep()"
+    with capture_output():
+        cells = [run_cell(cell).execution_count for _ in range(3)]
+    history = format_history(memory_history())
+    for record in records(*cells[1:]):
+        assert "log" not in record.held_by and "log" not in record.grew, history
+    pop(ip, "log", "_hidden", "step")

@@ -743,3 +743,37 @@ def test_the_resident_size_read_in_a_forked_child_is_the_childs():
     assert abs(mine - own) < 4 * MiB  # the child's own figure
     assert reader.read() < parent_before + 32 * MiB  # the parent's reader still the parent's
     assert mine > own - 4 * MiB >= 64 * MiB
+
+
+def test_a_cuda_keep_freed_by_a_cell_in_between_flags_the_rerun_only_if_found_held():
+    """The judgement on per-device changes (what torch's allocator counters give on a
+    GPU): a cell keeps 1 MiB on cuda:0; another cell frees 1 MiB there; the rerun keeps 1
+    MiB again. The first run's keep may be what was freed, so the rerun is flagged only
+    where its objects are found held; a rerun with nothing freed since is flagged on the
+    figures."""
+    from colab_gpu_guard.cell_reruns import RerunLeakCheck
+    from colab_gpu_guard.rerun_holders import NOTHING, Holding
+
+    check = RerunLeakCheck(maxlen=10)
+    check.malloc.enabled = False  # no host figures: only the CUDA changes are judged
+    result = types.SimpleNamespace(result=None, error_in_exec=None)
+    found: list = []
+
+    def run(source: str, change: int, held: Holding = NOTHING) -> tuple:
+        found[:] = [held]
+        cuda = [("cuda:0", change)]
+        return check.judge(source, cuda, None, None, None, 1, 0.1, result, holding, {"x": 0})
+
+    def holding(_lengths, _result, _previous) -> Holding:
+        return found[0]
+
+    cell = "outs.append(torch.ones(2**18, device='cuda'))"
+    run(cell, MiB)
+    run("outs.clear()", -MiB)
+    assert run(cell, MiB).leaks == ()  # nothing found holding the first run's tensor
+    assert run(cell, MiB).leaks == (("cuda:0", MiB),)  # nothing freed since: flagged
+    run("del something_else", -MiB)
+    held = Holding(0, 0, "`outs` (grew by 1 item)", ("outs",), (("cuda:0", MiB),))
+    verdict = run(cell, MiB, held)
+    assert verdict.leaks == (("cuda:0", MiB),) and verdict.held_by == held.text
+    assert check.freed == (("cuda:0", 2 * MiB),)
