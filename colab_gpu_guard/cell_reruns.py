@@ -11,7 +11,9 @@ cells run since the previous run freed at least what it kept on a device (what e
 freed, its fall, is summed per device: ``outs.clear()``, ``%gpu_reset``), its figure no
 longer tells that its objects are held, and the rerun is flagged there only if they are
 found held (`rerun_holders`). A cell that frees and allocates as much hides its free in its
-net change, so such a free is not counted.
+net change, so such a free is not counted. On the host, a cell in between without an exact
+figure (below) may have freed it unseen: the rerun is then flagged only on what is found
+held, too.
 
 Host memory is exact where malloc's in-use bytes (glibc ``mallinfo2``) are read before and
 after the cell; else there is only the resident set size's growth. ``mallinfo2`` walks
@@ -58,8 +60,9 @@ Kept = tuple
 class PreviousRun(NamedTuple):
     """What the check remembers of a source's last run: what it kept per device, its
     cell, whether its host figure was exact, how long it took, whether it displayed a
-    result, (a weakref to) its run record when it failed, and the bytes cells had freed
-    per device by its end (`RerunLeakCheck.freed`)."""
+    result, (a weakref to) its run record when it failed, the bytes cells had freed per
+    device by its end (`RerunLeakCheck.freed`), and how many cells by then had a host
+    figure that was not exact (`RerunLeakCheck.blind`)."""
 
     kept: Kept
     cell: Optional[int]
@@ -68,6 +71,7 @@ class PreviousRun(NamedTuple):
     displayed: bool
     failed: Optional[weakref.ref]
     freed: tuple = ()
+    blind: int = 0
 
 
 class Verdict(NamedTuple):
@@ -158,6 +162,8 @@ class RerunLeakCheck:
         # the bytes cells freed so far per device (their falls, summed): a rerun whose
         # previous run's keep may have been freed since is flagged on evidence only
         self.freed: tuple = ()
+        # cells whose host figure was not exact: what they freed on the host is unknown
+        self.blind = 0
 
     @property
     def noise_floor(self) -> host_noise.NoiseFloor:
@@ -255,7 +261,9 @@ class RerunLeakCheck:
         host figures are not exact."""
         previous = self._last_by_source.pop(source, None) if source is not None else None
         host, exact = self._host_kept(rss_before, rss, malloc_before, duration)
-        freed_before = self.freed
+        freed_before, blind_before = self.freed, self.blind
+        if not exact:
+            self.blind = blind_before + 1
         if (host is not None and host < 0) or _any_freed(cuda):
             cuda, host = self._count_frees(cuda, host)
         if source is None:
@@ -281,7 +289,8 @@ class RerunLeakCheck:
         before = dict(previous.kept)
         # what the previous run kept is still held, as far as the figures tell, where the
         # cells since freed less than it on that device; else only if its objects are
-        # found held (the user may have freed them: `outs.clear()`, %gpu_reset)
+        # found held (the user may have freed them: `outs.clear()`, %gpu_reset). On the
+        # host, a cell since without an exact figure may have freed it unseen.
         since = _freed_since(freed_before, previous.freed)
         again = []
         doubtful = []
@@ -295,8 +304,10 @@ class RerunLeakCheck:
         # keep the heap had room for, and counts a freed block that stays resident
         this_kept = exact and self._significant(host, True)
         previous_host = before.get(HOST)
-        previous_kept = previous_host is not None and self._significant(
-            previous_host - since.get(HOST, 0), previous.host_exact
+        previous_kept = (
+            previous_host is not None
+            and blind_before == previous.blind
+            and self._significant(previous_host - since.get(HOST, 0), previous.host_exact)
         )
         freed_since = not previous_kept and self._significant(previous_host, previous.host_exact)
         if this_kept and previous_kept:
@@ -345,7 +356,8 @@ class RerunLeakCheck:
                 failed_run = None
         last = self._last_by_source
         last[source] = _new_tuple(
-            PreviousRun, (tuple(kept), cell, exact, duration, displayed, failed_run, self.freed)
+            PreviousRun,
+            (tuple(kept), cell, exact, duration, displayed, failed_run, self.freed, self.blind),
         )
         if len(last) > 4 * self.maxlen:
             for stale in list(last)[: 2 * self.maxlen]:
@@ -371,6 +383,7 @@ class RerunLeakCheck:
         self._last_by_source.clear()
         self._freed_totals.clear()
         self.freed = ()
+        self.blind = 0
 
 
 def _any_kept(cuda: list) -> bool:
