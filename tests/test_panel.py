@@ -27,6 +27,7 @@ from colab_gpu_guard.leftovers.groups import group_leftovers  # noqa: E402
 from colab_gpu_guard.status import (  # noqa: E402
     DeviceMemory,
     chart,
+    compact,
     panel_html,
     panel_leftovers,
 )
@@ -918,11 +919,13 @@ def test_real_gpu_bar_and_free_memory(ip, run_cell, show, torch):
     instance = show()
     status = instance.last_status
     assert status.has_gpu, status.nvml.error
-    assert "CUDA context ok" in instance.header.value
+    assert f"after cell [{ip.execution_count - 1}]" in instance.header.value
+    assert "cgg-badge" not in instance.header.value  # a healthy context: no badge
+    assert "cgg-now-error" not in instance.now.value
     index = status.memory[0].nvml_index
     assert index is not None, status.memory
     device = status.nvml.devices[index]
-    segments = dict(panel_html.device_segments(status, device))
+    segments = dict(compact.device_segments(status, device))
     assert segments["tensors"] >= 384 * MiB
     assert segments["free"] == device.memory_free
     assert "cgg-seg-tensors" in instance.devices.children[index].value

@@ -26,7 +26,7 @@ def cuda(ip, run_cell):
     torch = pytest.importorskip("torch")
     cell(run_cell, "import torch\ntorch.cuda.init()")
     yield torch
-    for name in ("keep", "tmp", "x", "big", "caught", "user_peak", "inside"):
+    for name in ("keep", "keep2", "tmp", "x", "big", "caught", "user_peak", "inside"):
         ip.user_ns.pop(name, None)
     ip.run_line_magic("gpu_reset", "")
 
@@ -113,12 +113,29 @@ def test_a_real_rerun_leak_is_flagged_and_a_clean_rerun_is_not(cuda, run_cell):
     second = cell(run_cell, leak)
     assert not first.rerun_leak
     assert second.rerun_leak and second.rerun_of == first.cell
-    assert second.leak_kind == "cuda allocated" and second.leak_bytes == 64 * MiB
+    assert ("cuda:0", 64 * MiB) in second.leaks and "cuda:0" in second.leak_kind
+    assert "`keep` (grew by 1 item)" in second.held_by
     clean = "tmp = torch.ones(64 * 2**20 // 4, device='cuda')\ndel tmp"
     runs = [cell(run_cell, clean) for _ in range(2)]
     assert not any(record.rerun_leak for record in runs) and runs[1].rerun_of == runs[0].cell
     rebind = [cell(run_cell, "x = torch.ones(64 * 2**20 // 4, device='cuda')") for _ in range(3)]
     assert not any(record.rerun_leak for record in rebind)
+
+
+def test_a_rerun_after_keep_clear_is_not_flagged_and_the_next_one_is(cuda, run_cell):
+    """The list cleared between two runs frees the first run's 64 MiB (torch's allocated
+    bytes fall): the second run keeps 64 MiB again but nothing holds the first run's
+    tensor, so it is no leak; the third, with nothing freed since, is one."""
+    cell(run_cell, "keep2 = []")
+    leak = "keep2.append(torch.ones(64 * 2**20 // 4, device='cuda'))"
+    first = cell(run_cell, leak)
+    cleared = cell(run_cell, "keep2.clear()")
+    assert cleared.allocated_after == cleared.allocated_before - 64 * MiB
+    second = cell(run_cell, leak)
+    third = cell(run_cell, leak)
+    assert not second.rerun_leak and second.rerun_of == first.cell
+    assert third.rerun_leak and ("cuda:0", 64 * MiB) in third.leaks
+    assert "`keep2` (grew by 1 item)" in third.held_by
 
 
 LEFTOVERS_SCRIPT = """
