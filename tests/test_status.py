@@ -727,9 +727,12 @@ def test_a_v1_used_figure_says_it_includes_driver_reserved_memory(fake):
     device = snap.nvml.devices[0]
     segments = dict(panel_html.device_segments(snap, device))
     assert "driver" not in segments  # inside NVML's v1 "used", and labelled so
-    assert segments["others+driver"] == 3750 * MiB + 256 * MiB - 1280 * MiB
-    assert "other processes (including driver-reserved memory)" in panel_html.render_device(
-        snap, device
+    # the other process is charged 2.5 GiB; the rest of v1's used is charged to no process
+    assert segments["others"] == 2560 * MiB
+    assert segments["unlisted+driver"] == 3750 * MiB + 256 * MiB - 1280 * MiB - 2560 * MiB
+    assert (
+        "used, charged to no process NVML lists (including driver-reserved memory)"
+        in panel_html.render_device(snap, device)
     )
     record = dataclasses.replace(
         CellMemory(1, 0, 0, 0, 0, 0, 5 * GiB, False, 0, 0.1), nvml_used_call="v1"
@@ -1164,3 +1167,66 @@ def test_outside_a_kernel_the_text_says_this_process(fake, monkeypatch):
     assert snap.host.process == "process" and "this kernel" not in text
     assert "<- this process" in text
     assert f"this process {format_bytes(snap.host.process_rss)} (PID" in text
+
+
+def test_used_memory_no_listed_process_is_charged_is_not_called_other_processes(fake):
+    """As seen on an H100 (driver 580): NVML's used is 8.8 MiB above what it charges this
+    process, with no other process listed. That remainder is "unlisted" in the bar and the
+    compact line, never "others"; with another process listed, others is what NVML
+    charges it and only the rest is unlisted."""
+    from colab_gpu_guard.status import compact, panel_html
+
+    alone = fake_pynvml.FakeGpu(
+        used=1_280 * MiB + 9 * MiB,
+        processes=[fake_pynvml.FakeProcess(pid=os.getpid(), used=1_280 * MiB, name="python3")],
+    )
+    fake(fake_pynvml.FakeWorld(gpus=[alone]))
+    snap = gpu_status(leftovers=False)
+    device = snap.nvml.devices[0]
+    segments = dict(panel_html.device_segments(snap, device))
+    assert segments["others"] == 0 and segments["unlisted"] == 9 * MiB
+    parts = dict(compact.gpu_line(snap, device).parts)
+    assert parts == {"this kernel": 1_280 * MiB, "unlisted": 9 * MiB, "free": device.memory_free}
+    text = compact.compact_text(snap)
+    assert "others" not in text and "this kernel 1.25 GiB / unlisted 9 MiB / free" in text
+    assert "charged to no process NVML lists" in panel_html.render_device(snap, device)
+
+    fake(fake_pynvml.one_gpu())  # another process, charged 2.5 GiB: all of the rest
+    snap = gpu_status(leftovers=False)
+    segments = dict(panel_html.device_segments(snap, snap.nvml.devices[0]))
+    assert segments["others"] == 3_750 * MiB - 1_280 * MiB and "unlisted" not in segments
+
+
+def test_a_few_hidden_bytes_are_said_calmly_and_megabytes_are_a_warning(fake):
+    """As seen on an H100: a 4-byte scalar in Out[5] was the panel's one yellow warning
+    while hundreds of MiB sat elsewhere. Hidden memory under 1 MiB is an info line."""
+    from colab_gpu_guard.status.compact import now_items
+
+    fake(fake_pynvml.no_library())
+    base = gpu_status(leftovers=True, namespace={})
+    for freeable, kind in ((4, "info"), (2**20, "warn"), (64 * 2**20, "warn")):
+        snap = dataclasses.replace(base, leftovers_freeable_bytes=freeable)
+        (item,) = now_items(snap)
+        assert item.kind == kind and item.text.startswith(f"{format_bytes(freeable)} hidden")
+
+
+def test_the_now_line_names_the_list_that_keeps_autograd_graphs(fake):
+    """`losses.append(loss)` five times: the now line names `losses` with the bytes its
+    graphs keep (the leftovers group's figure) and the fix; a list of plain numbers is
+    not named."""
+    torch = pytest.importorskip("torch")
+    from colab_gpu_guard.status.compact import now_items
+
+    fake(fake_pynvml.no_library())
+    weight = torch.ones(256, 1024, requires_grad=True)
+    losses = [(torch.randn(1024, 1024) @ weight.T).relu().sum() for _ in range(5)]
+    snap = gpu_status(leftovers=True, namespace={"weight": weight, "losses": losses})
+    (group,) = [g for g in snap.leftover_groups if g.name == "losses"]
+    assert group.kind == "autograd graph" and group.graph_nbytes >= 5 * 2**20
+    texts = [item.text for item in now_items(snap) if item.kind == "warn"]
+    assert texts == [
+        f"`losses` keeps {format_bytes(group.graph_nbytes)} alive in autograd graphs "
+        "(fix: .item() for a loss you only log, .detach() for a tensor you keep)"
+    ]
+    plain = gpu_status(leftovers=True, namespace={"losses": [loss.item() for loss in losses]})
+    assert not any("autograd" in item.text for item in now_items(plain))

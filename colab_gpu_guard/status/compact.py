@@ -1,9 +1,9 @@
 """The compact status: what the panel shows collapsed, as plain facts shared by its HTML
 (`panel_html`) and its text (`compact_text`: the panel's plain-text fallback).
 
-One line per GPU (this kernel / others / free, used of total, utilisation, temperature,
-power), its MIG instances, and one line of what matters now. Pure functions of one
-`GpuStatus`; no query.
+One line per GPU (this kernel / others / unlisted / free, used of total, utilisation,
+temperature, power), its MIG instances, and one line of what matters now. Pure functions of
+one `GpuStatus`; no query.
 """
 
 from __future__ import annotations
@@ -11,6 +11,8 @@ from __future__ import annotations
 import time
 from typing import TYPE_CHECKING, NamedTuple, Optional
 
+from ..leftovers.graphs import FIX as GRAPH_FIX
+from ..leftovers.groups import AUTOGRAD_GRAPH
 from ..nvml import V1
 from ..units import USER_VARIABLE, format_bytes, signed_bytes
 from .text import host_ram
@@ -20,9 +22,11 @@ if TYPE_CHECKING:
     from ..tracker import CellMemory
     from .snapshot import GpuStatus
 
-# The three parts of a GPU's memory as the compact line names them.
-KERNEL, OTHERS, FREE = "this kernel", "others", "free"
+# The parts of a GPU's memory as the compact line names them: unlisted is used memory NVML
+# charges to no process it lists (the driver's own; processes hidden from a container).
+KERNEL, OTHERS, UNLISTED, FREE = "this kernel", "others", "unlisted", "free"
 _KERNEL_KEYS = ("tensors", "cache", "context", "kernel")
+FREEABLE_WARN = 2**20  # hidden memory below this is shown calmly, not as a warning
 NO_GPU_RAM = "host RAM {available} free of {total}; this kernel {rss}"
 
 
@@ -31,7 +35,7 @@ class GpuLine(NamedTuple):
 
     index: int
     name: str
-    parts: tuple[tuple[str, int], ...]  # (KERNEL | OTHERS | FREE, bytes), zero parts left out
+    parts: tuple[tuple[str, int], ...]  # ((KERNEL | OTHERS | UNLISTED | FREE), bytes), no zeros
     used: str  # "3.91 GiB of 15 GiB"
     load: str  # "37% · 51 °C · 32 W"
     load_title: str  # the same with names and the power limit
@@ -57,9 +61,13 @@ def device_segments(status: GpuStatus, device: NvmlDevice) -> list[tuple[str, in
     allocator (CUDA devices of this kernel on that GPU); context = what NVML charges to this
     process beyond the allocator's reserved bytes; kernel = NVML's figure for this process
     when there are no allocator figures; others = NVML's used bytes not charged to this
-    process; driver = what the driver sets aside (NVML v2 memory call; with v1 it is inside
-    NVML's used, and the others key says so); free = NVML. This kernel's NVML figure is its
-    entry matched by PID, or by memory in a container (`gpu_status`).
+    process, as far as the other processes NVML lists are charged them; unlisted = the rest
+    of them, which NVML charges to no process it lists (a few MiB of the driver's beside a
+    context; processes a container cannot see): with no other process listed, none of it is
+    called other processes; driver = what the driver sets aside (NVML v2 memory call; with
+    v1 it is inside NVML's used, and the others or unlisted key says so); free = NVML. This
+    kernel's NVML figure is its entry matched by PID, or by memory in a container
+    (`gpu_status`).
     """
     mine = status.memory_for(device.index)
     used = device.memory_used
@@ -77,12 +85,17 @@ def device_segments(status: GpuStatus, device: NvmlDevice) -> list[tuple[str, in
         segments.append(("kernel", nvml_mine))
     if used is not None:
         v1 = "+driver" if device.memory_call == V1 else ""
-        if nvml_mine is not None:
-            segments.append(("others" + v1, max(0, used - nvml_mine)))
-        elif mine:
+        if mine and nvml_mine is None:
             segments.append(("others+context" + v1, max(0, used - reserved)))
         else:
-            segments.append(("others" + v1, used))
+            rest = max(0, used - (nvml_mine or 0))
+            charged = _charged_to_others(device)
+            if charged is None:
+                segments.append(("others" + v1, rest))
+            else:
+                segments.append(("others", min(rest, charged)))
+                if rest > charged:
+                    segments.append(("unlisted" + v1, rest - charged))
     if device.memory_reserved:
         segments.append(("driver", device.memory_reserved))
     if device.memory_free is not None:
@@ -90,14 +103,30 @@ def device_segments(status: GpuStatus, device: NvmlDevice) -> list[tuple[str, in
     return segments
 
 
+def _charged_to_others(device: NvmlDevice) -> Optional[int]:
+    """The used bytes NVML charges to the other processes it lists; None where that list is
+    unknown (not queried, a process's figure not reported)."""
+    if device.processes is None:
+        return None
+    charged = 0
+    for process in device.other_processes():
+        if process.used_memory is None:
+            return None
+        charged += process.used_memory
+    return charged
+
+
 def memory_parts(status: GpuStatus, device: NvmlDevice) -> tuple[tuple[str, int], ...]:
-    """this kernel / others / free of one GPU, from the bar's segments (`device_segments`)."""
-    sums = {KERNEL: 0, OTHERS: 0, FREE: 0}
+    """this kernel / others / unlisted / free of one GPU, from the bar's segments
+    (`device_segments`)."""
+    sums = {KERNEL: 0, OTHERS: 0, UNLISTED: 0, FREE: 0}
     for key, size in device_segments(status, device):
         if key in _KERNEL_KEYS:
             sums[KERNEL] += size
         elif key.startswith("others"):
             sums[OTHERS] += size
+        elif key.startswith("unlisted"):
+            sums[UNLISTED] += size
         elif key == "free":
             sums[FREE] += size
     return tuple((name, size) for name, size in sums.items() if size > 0)
@@ -156,9 +185,28 @@ def _last_growth(records: list[CellMemory]) -> Optional[Now]:
     return None
 
 
+def _graph_holder(status: GpuStatus) -> Optional[Now]:
+    """The variable whose tensors keep the most autograd-graph memory alive (the commonest
+    way a notebook runs out of memory: `losses.append(loss)`), where it is 1 MiB or more."""
+    graphs = [
+        group
+        for group in status.leftover_groups or ()
+        if group.kind == AUTOGRAD_GRAPH and group.graph_nbytes >= FREEABLE_WARN
+    ]
+    if not graphs:
+        return None
+    biggest = max(graphs, key=lambda group: group.graph_nbytes)
+    return Now(
+        "warn",
+        f"`{biggest.name}` keeps {format_bytes(biggest.graph_nbytes)} alive in autograd "
+        f"graphs ({GRAPH_FIX})",
+    )
+
+
 def now_items(status: GpuStatus) -> list[Now]:
     """What matters now, most urgent first: a broken or busy CUDA context, memory that Free
-    would release, the last cell's growth; on a machine without a GPU a calm line."""
+    would release, the variable keeping the most autograd-graph memory, the last cell's
+    growth; on a machine without a GPU a calm line."""
     items: list[Now] = []
     health = status.torch.health
     if health == "broken":
@@ -173,11 +221,15 @@ def now_items(status: GpuStatus) -> list[Now]:
     if freeable:
         items.append(
             Now(
-                "warn",
+                # a few bytes (a scalar in Out) are true but not worth a warning
+                "warn" if freeable >= FREEABLE_WARN else "info",
                 f"{format_bytes(freeable)} hidden in output history / tracebacks: "
                 "Free memory releases it",
             )
         )
+    graphs = _graph_holder(status)
+    if graphs is not None:
+        items.append(graphs)
     growth = _last_growth(list(status.history or ()))
     if growth is not None:
         items.append(growth)

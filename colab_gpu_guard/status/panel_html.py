@@ -58,11 +58,14 @@ SEGMENTS = {
     "others+context": "other processes + this kernel's CUDA context",
     "others+driver": f"other processes ({INCLUDES_RESERVED})",
     "others+context+driver": f"other processes + this kernel's CUDA context ({INCLUDES_RESERVED})",
+    "unlisted": "used, charged to no process NVML lists (the driver's; processes hidden "
+    "from this container)",
+    "unlisted+driver": f"used, charged to no process NVML lists ({INCLUDES_RESERVED})",
     "driver": "reserved by the driver",
     "free": "free",
     "used": "used",
 }
-PART_COLOURS = {KERNEL: "tensors", "others": "others", "free": "free"}
+PART_COLOURS = {KERNEL: "tensors", "others": "others", "unlisted": "driver", "free": "free"}
 
 BADGES = {
     "broken": ("error", "CUDA context broken: restart the runtime"),
@@ -72,7 +75,7 @@ BADGES = {
 HEALTH_WORDS = {
     "ok": "CUDA context ok",
     "not initialised": "CUDA not used yet",
-    "no torch": "torch not imported",
+    "torch not imported": "torch not imported",
 }
 
 _LINE = f"{theme.FONT};{theme.ELLIPSIS}"
@@ -138,7 +141,7 @@ def _bar(segments: list[tuple[str, int]], total: Optional[int], width: str) -> s
 
 
 def render_device(status: GpuStatus, device: NvmlDevice) -> str:
-    """One GPU on one line - name, bar, this kernel / others / free, used of total,
+    """One GPU on one line - name, bar, this kernel / others / unlisted / free, used of total,
     utilisation, temperature, power - and its MIG instances under it."""
     cuda = ", ".join(f"cuda:{m.device}" for m in status.memory_for(device.index))
     title = f"GPU {device.index}: {device.name or 'name n/a'}" + (f" ({cuda})" if cuda else "")

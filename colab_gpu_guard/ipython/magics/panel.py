@@ -43,11 +43,13 @@ class PanelMagics(GuardMagics):
     @line_magic
     def gpu_panel(self, line: str = "") -> None:
         """Show the live GPU panel, compact: when its figures were taken (after which cell),
-        one line per GPU (this kernel / others / free, used of total, utilisation,
-        temperature, power) with its MIG instances, the buttons Refresh and Free memory
-        (gpu_reset), and one line of what matters now. Sections that stay open across
-        refreshes: Leftovers, Processes, History (what each cell kept) and Details
-        (versions, notes, and Seed: seed_all with a seed and deterministic mode).
+        one line per GPU (this kernel / other processes / free, used of total,
+        utilisation, temperature, power; "unlisted" for used memory NVML charges to no
+        process it lists, such as the driver's own few MiB) with its MIG instances, the
+        buttons Refresh and Free memory (gpu_reset), and one line of what matters now.
+        Sections that stay open across refreshes: Leftovers, Processes, History (what each
+        cell kept) and Details (versions, notes, and Seed: seed_all with a seed and
+        deterministic mode).
 
         It refreshes after every cell while shown; without --live (below) nothing runs
         between cells. While a cell runs the header says "cell [N] running since
