@@ -29,7 +29,7 @@ BUSY = "busy"
 BROKEN = "broken"
 FORKED = "forked"
 NOT_INITIALISED = "not initialised"
-NO_TORCH = "no torch"
+NO_TORCH = "torch not imported"
 
 RESTART_ADVICE = (
     "the CUDA context of this process is unusable; restart the runtime "

@@ -42,7 +42,9 @@ def format_history(history: list[CellMemory], limit: Optional[int] = None) -> st
     if limit is not None:
         if not isinstance(limit, int) or isinstance(limit, bool) or limit < 0:
             raise ValueError("limit must be a non-negative integer")
-        history = history[-limit:] if limit else []
+        if limit == 0:
+            return f"memory history: {len(history)} cell(s) recorded; --limit 0 shows none"
+        history = history[-limit:]
     if not history:
         return "memory history: no cells recorded yet"
     cuda = any(record.devices for record in history)

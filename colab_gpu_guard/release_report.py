@@ -31,6 +31,9 @@ _DROPPED_WORDS = {
 }
 
 
+HOST_LINE_MIN = 2**20  # a smaller fall of host memory is malloc's noise, not a release
+
+
 @dataclass
 class DeviceRelease:
     """torch's caching allocator on one device, before and after (bytes)."""
@@ -68,6 +71,9 @@ class ReleaseReport:
     devices: torch CUDA allocator figures per device; nvml_used_*: NVML used per GPU (all
         processes), from the memory call nvml_used_call names: "v2" (driver-reserved
         memory left out) or "v1" (included).
+    host_in_use_before / host_in_use_after: malloc's in-use bytes (glibc) around the reset,
+        None where glibc's figure is missing or for a dry run: what fell there, arrays the
+        scan never saw included (a tensor in a reference cycle that gc.collect() freed).
     leftovers: what is still held afterwards (for a dry run: what would still be held);
         a `LeftoverList` from the scan, whose entries are made when read.
     """
@@ -83,9 +89,11 @@ class ReleaseReport:
     nvml_used_before: Optional[list[int]] = None
     nvml_used_after: Optional[list[int]] = None
     nvml_used_call: Optional[str] = None
+    host_in_use_before: Optional[int] = None
+    host_in_use_after: Optional[int] = None
     gc_collected: Optional[int] = None
     steps: list[str] = field(default_factory=list)
-    cuda_state: str = "no torch"
+    cuda_state: str = "torch not imported"
     restart_required: bool = False
     leftovers: list[Leftover] = field(default_factory=list)
     warnings: list[str] = field(default_factory=list)
@@ -96,6 +104,13 @@ class ReleaseReport:
         """Bytes torch's allocator no longer has allocated, else the released blocks."""
         freed = [device.freed for device in self.devices if device.freed is not None]
         return sum(freed) if freed else self.released_bytes
+
+    def host_line(self) -> Optional[str]:
+        """'host memory in use (malloc): 612 MiB -> 592 MiB' where it fell by 1 MiB or more."""
+        before, after = self.host_in_use_before, self.host_in_use_after
+        if before is None or after is None or before - after < HOST_LINE_MIN:
+            return None
+        return f"host memory in use (malloc): {format_bytes(before)} -> {format_bytes(after)}"
 
     @property
     def dropped_total(self) -> int:
@@ -163,6 +178,9 @@ class ReleaseReport:
                     f"{format_bytes(device.reserved_before)} -> "
                     f"{format_bytes(device.reserved_after)}"
                 )
+        host = self.host_line()
+        if host is not None:
+            lines.append(f"  {host}")
         if self.nvml_used_before is not None:
             after = self.nvml_used_after or [None] * len(self.nvml_used_before)
             for index, (before, now) in enumerate(zip(self.nvml_used_before, after)):
@@ -218,6 +236,9 @@ class ReleaseReport:
                 f"<li>{esc(device.device)}: allocated "
                 f"{esc(format_bytes(device.allocated_before))}{after}</li>"
             )
+        host = self.host_line()
+        if host is not None:
+            items.append(f"<li>{esc(host)}</li>")
         items += [f"<li>done: {esc(step)}</li>" for step in self.steps]
         items += [f"<li><b>warning</b>: {esc(text)}</li>" for text in self.warnings]
         items += [f"<li>note: {esc(text)}</li>" for text in self.notes]

@@ -62,8 +62,7 @@ import gc
 import itertools
 from typing import Any, Optional
 
-from . import cuda_health, notebook_refs, nvml
-from . import tracker as _tracker
+from . import cuda_health, host_memory, notebook_refs, nvml, rerun_notes
 from .frameworks import cupy as cupy_support
 from .frameworks import jax as jax_support
 from .frameworks import torch as torch_support
@@ -312,11 +311,14 @@ def _reset(names: tuple, all_vars: bool, dry_run: bool, shell, namespace: dict) 
         held = dropping.still_held(found, dropped)
         report.leftovers = held if held is not None else _would_stay(found, freed_keys)
         _dry_run_notes(report, health)
+        _add_history_notes(report, shell, namespace)
         return report
 
     # what the drop changes: a walk that went into it would not find the same again
     reusable = not dropping.walked_any(found, plan.changes(shell, namespace))
     proofs = dropping.storage_proofs(found, freed_keys)  # an unseen alias keeps the memory
+    host = host_memory.MallocInUse()
+    report.host_in_use_before = host.read()
     done = plan.apply(shell, namespace)
     report.dropped["traceback frames"] = done.frames_cleared
     report.warnings += done.warnings
@@ -325,6 +327,7 @@ def _reset(names: tuple, all_vars: bool, dry_run: bool, shell, namespace: dict) 
     report.gc_collected = gc.collect()
     _reset_compiled(report, torch, namespace)
     _release_caches(report, torch)
+    report.host_in_use_after = host.read()
 
     now = dropping.states(found)  # which arrays the scan saw are gone: their weakrefs
     staying = dropping.alive(proofs)  # expected freed, but the storage lives on
@@ -350,7 +353,7 @@ def _reset(names: tuple, all_vars: bool, dry_run: bool, shell, namespace: dict) 
             )
     if report.dropped.get("exceptions"):
         report.notes.append("the last exception is gone: %debug and %tb have nothing to show")
-    _add_history_notes(report)
+    _add_history_notes(report, shell, namespace)
     return report
 
 
@@ -396,17 +399,9 @@ def _dry_run_notes(report: ReleaseReport, health) -> None:
             f"would run torch._dynamo.reset(): {frames} compiled frame(s); "
             f"{torch_compile.RECOMPILE_NOTE}"
         )
-    _add_history_notes(report)
 
 
-def _add_history_notes(report: ReleaseReport) -> None:
-    leaks = _tracker.rerun_leaks()
-    if leaks:
-        cells = ", ".join(f"[{record.cell}]" for record in leaks[-10:])
-        note = f"cells that kept memory again when rerun: {cells} (see %gpu_history)"
-        # each holder named once, after all the cells it held memory for
-        pairs = [pair for pair in _tracker.leaks_by_holder(leaks) if pair[1]]
-        held = [f"{cells} {holder}" for cells, holder in pairs[-3:]]
-        if held:
-            note += "; held by: " + "; ".join(held)
+def _add_history_notes(report: ReleaseReport, shell: Any, namespace: dict) -> None:
+    note = rerun_notes.history_note(shell, namespace, report.dry_run)
+    if note is not None:
         report.notes.append(note)

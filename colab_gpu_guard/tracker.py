@@ -398,11 +398,15 @@ def rerun_leaks(history: Optional[list[CellMemory]] = None) -> list[CellMemory]:
     return [record for record in history if record.rerun_leak]
 
 
-def leaks_by_holder(leaks: list[CellMemory], last: int = 10) -> list[tuple[str, str]]:
+def leaks_by_holder(
+    leaks: list[CellMemory], shown: Optional[Callable[[str], str]] = None, last: int = 10
+) -> list[tuple[str, str]]:
     """(cells, holder) for the last `last` flagged records, one pair per holder in the
     order first met: ('[9], [10]', "`outs` (grew by 1 autograd graph, ...)"); holder ""
-    where the check could not tell."""
+    where the check could not tell. `shown`: what of a record's holders to name
+    (`rerun_notes.holders_now`: those still there), all by default."""
     cells: dict[str, list[str]] = {}
     for record in leaks[-last:]:
-        cells.setdefault(record.held_by, []).append(f"[{record.cell}]")
+        held = record.held_by if shown is None else shown(record.held_by)
+        cells.setdefault(held, []).append(f"[{record.cell}]")
     return [(", ".join(numbers), holder) for holder, numbers in cells.items()]

@@ -927,7 +927,7 @@ def test_sticky_error_without_torch_is_not_this_kernels(monkeypatch, no_nvml):
     assert diagnosis.facts["CUDA_LAUNCH_BLOCKING"] == (
         "unset in this kernel (child processes inherit its environment)"
     )
-    assert cuda_health.health().state == "no torch"
+    assert cuda_health.health().state == "torch not imported"
 
 
 def test_child_process_error_never_marks_this_kernel(monkeypatch, no_nvml):
@@ -1302,8 +1302,13 @@ def test_oom_names_the_cells_that_kept_cuda_memory_again_on_rerun(ip, monkeypatc
     ]
     monkeypatch.setattr(tracker, "memory_history", lambda shell=None: records)
     monkeypatch.setattr(enrich, "_leftover_holders", lambda *args, **kwargs: None)
+    monkeypatch.setitem(ip.user_ns, "losses", [])
     diagnosis = advisor.advise(make(entry("out_of_memory")), namespace=ip.user_ns)
     assert diagnosis.facts["kept again on rerun"] == f"[4], [5] held by {held}; [7]"
+    # a holder the user has deleted since is not named
+    del ip.user_ns["losses"]
+    gone = advisor.advise(make(entry("out_of_memory")), namespace=ip.user_ns)
+    assert gone.facts["kept again on rerun"] == "[4], [5], [7]"
     assert diagnosis.fixes[0].startswith("A cell you rerun keeps GPU memory again each time")
     # no leftovers listed: the reset fix does not point at a list that is not there
     assert fixes.RESET_FIX in diagnosis.fixes and "listed above" not in str(diagnosis)

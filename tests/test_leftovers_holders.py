@@ -254,8 +254,8 @@ def test_deep_scan_survives_hostile_objects_and_never_reports_its_own_frames(ip,
     deep = ip.user_ns["deep"]
     assert Recorder.calls == []
     sizes = {item.nbytes: item.name for item in deep}
-    assert "a HostileList of 1 items" in sizes[405 * 4]
-    assert "a HostileDict of 1 entries" in sizes[406 * 4]
+    assert "a HostileList of 1 item" in sizes[405 * 4]
+    assert "a HostileDict of 1 entry" in sizes[406 * 4]
     run_cell("1 / 0")  # a failed cell: its traceback is scanned next
     again = ip.user_ns["find_leftovers"](deep=True)
     for item in again:

@@ -114,9 +114,9 @@ def _rerun_leaks_on_cuda(diagnosis: Diagnosis, namespace: Optional[dict]) -> Non
     """The cells of this notebook that kept CUDA memory again each time they were rerun,
     and what holds it (the tracker's judgement): the commonest cause of an out-of-memory
     error on a cell's second run."""
-    from .. import notebook_refs, tracker
+    from .. import notebook_refs, rerun_notes, tracker
 
-    shell, _namespace = notebook_refs.resolve_namespace(None, namespace)
+    shell, user_ns = notebook_refs.resolve_namespace(None, namespace)
     if shell is None:
         return
     leaks = [r for r in tracker.rerun_leaks(tracker.memory_history(shell)) if "cuda" in r.leak_kind]
@@ -124,7 +124,7 @@ def _rerun_leaks_on_cuda(diagnosis: Diagnosis, namespace: Optional[dict]) -> Non
         return
     diagnosis.facts["kept again on rerun"] = "; ".join(
         f"{cells} held by {holder}" if holder else cells
-        for cells, holder in tracker.leaks_by_holder(leaks)
+        for cells, holder in rerun_notes.holders_now(leaks, shell, user_ns)
     )
     diagnosis.fixes.insert(
         0,

@@ -41,9 +41,11 @@ def _describe_referrer(referrer) -> str:
     base = next((item for item in mro(kind) if item in _SIZED), None)
     name = _TYPE_NAME(kind)
     if base is dict:
-        return f"a {name} of {dict.__len__(referrer)} entries"
+        count = dict.__len__(referrer)
+        return f"a {name} of {count} {'entry' if count == 1 else 'entries'}"
     if base is not None:
-        return f"a {name} of {base.__len__(referrer)} items"
+        count = base.__len__(referrer)
+        return f"a {name} of {count} {'item' if count == 1 else 'items'}"
     return f"a {type_module(kind)}.{name}"
 
 

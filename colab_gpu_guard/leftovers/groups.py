@@ -32,7 +32,7 @@ DEBUGGER_FRAME = "debugger frame"
 EXCEPTION = "exception"
 COMPILED_GRAPH = "compiled graph"
 GREW_ON_RERUN = "grew on rerun"  # a user container a rerun flagged as a leak added to
-NO_NAME = "no name (held from C++ or unreachable)"
+NO_NAME = "no name in the notebook"  # what refers to it: the entry says (deep scan)
 # released by a plain %gpu_reset (reset.py drops every root but user variables;
 # notebook_refs.plan_drop): output history, the last exception with its frames, the
 # debugger's frames, torch.compile's graphs

@@ -48,7 +48,7 @@ class TorchInfo:
     hip_runtime: Optional[str] = None  # the ROCm (HIP) torch was built with, on AMD GPUs
     cuda_initialized: bool = False
     device_count: Optional[int] = None  # known once CUDA is initialised
-    health: str = "no torch"  # cuda_health state: ok, not initialised, no torch, broken
+    health: str = "torch not imported"  # a cuda_health state: ok, busy, broken, ...
     health_detail: str = ""
 
     @property

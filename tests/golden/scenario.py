@@ -57,6 +57,10 @@ def _hold_host_memory_still() -> None:
 
     os.pread = pread
 
+    from colab_gpu_guard import host_memory
+
+    host_memory.MallocInUse.read = lambda self: FIXED_RSS // 2  # malloc's in-use bytes too
+
 
 # ---------------------------------------------------------------- capturing
 

@@ -130,15 +130,28 @@ class HistoryMagics(GuardMagics):
                 raise failure  # outside the handler: no exception of ours chained to it
             if self.output_warning is not None:
                 self.output_warning.threshold = threshold
-                print(self.output_warning.describe())
+                print(self.output_warning.describe() + _no_gpu_clause(threshold is not None))
             return
         if args.reset_peaks is not None:
             if self.tracker is not None:
                 self.tracker.reset_peaks = args.reset_peaks == "on"
-            print(_peaks_state(self.tracker))
+            print(_peaks_state(self.tracker) + _no_gpu_clause(args.reset_peaks == "on"))
             return
         history = self.tracker.history() if self.tracker is not None else []
         print(format_history(history, limit=args.limit))
+
+
+def _no_gpu_clause(applies: bool) -> str:
+    """Where torch is imported and sees no GPU: the setting has nothing to act on yet."""
+    from ...frameworks import cupy as cupy_support
+    from ...frameworks import torch as torch_support
+
+    torch = torch_support.loaded()
+    if not applies or torch is None or torch_support.has_accelerator(torch):
+        return ""
+    if cupy_support.loaded() is not None:
+        return ""
+    return "; torch sees no GPU in this kernel, so there is nothing to show until one is used"
 
 
 def _peaks_state(recorder: Optional[MemoryTracker]) -> str:

@@ -48,7 +48,9 @@ class ResetMagics(GuardMagics):
            jax.clear_caches(). A broken CUDA context is detected, the CUDA steps are
            skipped, and you are told to restart the runtime.
         4. Prints allocated/reserved before and after per device, NVML used, bytes freed,
-           and the arrays still alive (find_leftovers()).
+           host memory in use where it fell by 1 MiB or more (glibc's malloc figure: it
+           also counts arrays only the garbage collector reached), and the arrays still
+           alive (find_leftovers()).
 
         Examples::
 

@@ -1,0 +1,94 @@
+"""Past rerun leaks as `%gpu_reset` and the CUDA advisor recall them: each flagged cell with
+the holders its LEAK line named that still hold something now.
+
+A LEAK line names what held the previous run's objects when the rerun was judged
+(`rerun_holders.Holding.text`): ```losses`` (grew by 5 autograd graphs, 480 MiB saved)`,
+```Out[7]`` (output history)`, a failed run's traceback locals. Recalled later, a holder
+the user deleted, an output entry or a traceback a reset dropped, holds nothing any more:
+naming it would send the user after something that is gone. A name counts as there while
+the notebook still binds it (what it holds now is the leftovers list's business), an
+output entry while the output history has it, traceback locals while the process keeps an
+error (a dry run changed nothing: what it recalls is as it was).
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Any, Callable, Optional
+
+from . import notebook_refs
+from . import tracker as _tracker
+
+_OUT = re.compile(r"Out\[(\d+)\]")
+
+
+def holder_items(text: str) -> list[str]:
+    """The holders one LEAK line names, one string each (`Holding.text` joins them with
+    ", "; a holder's own commas are inside its parentheses, and a traceback's labels,
+    each "<...>", come before the one parenthesis that says why they are alive)."""
+    items: list[str] = []
+    depth = start = 0
+    for index, char in enumerate(text):
+        if char == "(":
+            depth += 1
+        elif char == ")":
+            depth -= 1
+        elif depth == 0 and text.startswith(", ", index):
+            items.append(text[start:index])
+            start = index + 2
+    items.append(text[start:])
+    joined: list[str] = []
+    for item in items:
+        if joined and joined[-1].startswith("<") and joined[-1].endswith(">"):
+            joined[-1] += ", " + item  # a traceback label before its siblings' reason
+        else:
+            joined.append(item)
+    return [item for item in joined if item]
+
+
+def still_there(shell: Any, namespace: dict, errors_kept: bool) -> Callable[[str], bool]:
+    """Whether a holder a LEAK line named is still there (see the module)."""
+    outputs = notebook_refs.output_history(shell)
+
+    def there(item: str) -> bool:
+        if item.startswith("`"):
+            name = item[1:].split("`", 1)[0]
+            cell = _OUT.fullmatch(name)
+            if cell is not None:
+                return int(cell.group(1)) in outputs
+            return name in namespace
+        return errors_kept  # a failed run's traceback locals
+
+    return there
+
+
+def holders_now(
+    leaks: list[_tracker.CellMemory], shell: Any, namespace: dict, dry_run: bool = False
+) -> list[tuple[str, str]]:
+    """`tracker.leaks_by_holder` of `leaks`, each LEAK line's holders kept only where they
+    are still there; a dry run recalls them all."""
+    if dry_run:
+        return _tracker.leaks_by_holder(leaks)
+    errors_kept = bool(notebook_refs.held_exceptions(shell)[0])
+    there = still_there(shell, namespace, errors_kept)
+
+    def shown(text: str) -> str:
+        return ", ".join(item for item in holder_items(text) if there(item))
+
+    return _tracker.leaks_by_holder(leaks, shown)
+
+
+def history_note(shell: Any, namespace: dict, dry_run: bool) -> Optional[str]:
+    """The reset's note on the cells that kept memory again when rerun, naming what still
+    holds it (the last three holders), or None when no rerun was flagged."""
+    leaks = _tracker.rerun_leaks(_tracker.memory_history(shell))
+    if not leaks:
+        return None
+    cells = ", ".join(f"[{record.cell}]" for record in leaks[-10:])
+    note = f"cells that kept memory again when rerun: {cells} (see %gpu_history)"
+    # each holder named once, after all the cells it held memory for
+    pairs = [pair for pair in holders_now(leaks, shell, namespace, dry_run) if pair[1]]
+    held = [f"{cells} {holder}" for cells, holder in pairs[-3:]]
+    if held:
+        note += "; held by: " + "; ".join(held)
+    return note
