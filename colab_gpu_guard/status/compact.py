@@ -26,6 +26,7 @@ if TYPE_CHECKING:
 # charges to no process it lists (the driver's own; processes hidden from a container).
 KERNEL, OTHERS, UNLISTED, FREE = "this kernel", "others", "unlisted", "free"
 _KERNEL_KEYS = ("tensors", "cache", "context", "kernel")
+_URGENCY = ("error", "warn", "info")
 FREEABLE_WARN = 2**20  # hidden memory below this is shown calmly, not as a warning
 NO_GPU_RAM = "host RAM {available} free of {total}; this kernel {rss}"
 
@@ -118,7 +119,9 @@ def _charged_to_others(device: NvmlDevice) -> Optional[int]:
 
 def memory_parts(status: GpuStatus, device: NvmlDevice) -> tuple[tuple[str, int], ...]:
     """this kernel / others / unlisted / free of one GPU, from the bar's segments
-    (`device_segments`)."""
+    (`device_segments`). Unlisted memory under 1% of the GPU's (the driver's few MiB
+    beside a context) is left to the bar's tooltip and the used figure: the line stays
+    short."""
     sums = {KERNEL: 0, OTHERS: 0, UNLISTED: 0, FREE: 0}
     for key, size in device_segments(status, device):
         if key in _KERNEL_KEYS:
@@ -129,6 +132,8 @@ def memory_parts(status: GpuStatus, device: NvmlDevice) -> tuple[tuple[str, int]
             sums[UNLISTED] += size
         elif key == "free":
             sums[FREE] += size
+    if device.memory_total and sums[UNLISTED] * 100 < device.memory_total:
+        sums[UNLISTED] = 0
     return tuple((name, size) for name, size in sums.items() if size > 0)
 
 
@@ -240,6 +245,7 @@ def now_items(status: GpuStatus) -> list[Now]:
             items.append(Now("info", "nothing hidden: Free memory has nothing to release"))
         else:
             items.append(Now("info", "CPU only: nothing hidden for Free memory to release"))
+    items.sort(key=lambda item: _URGENCY.index(item.kind))  # stable: warnings before info
     return items
 
 
