@@ -126,7 +126,8 @@ class ReleaseReport:
         scanned = isinstance(items, LeftoverList)
         columns = items.columns() if scanned else None
         grown = items.grown_on_rerun if scanned else ()
-        groups = group_leftovers(items, ENTRIES_SHOWN, columns, grown_on_rerun=grown)
+        types = items.root_types if scanned else None
+        groups = group_leftovers(items, ENTRIES_SHOWN, columns, types, grown_on_rerun=grown)
         if isinstance(items, LeftoverList):  # a list of entries may change in place
             self.__dict__["_held"] = (items, groups)
         return groups

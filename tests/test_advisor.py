@@ -902,7 +902,10 @@ def test_sticky_error_seen_while_cuda_never_started_here_is_not_this_kernels(no_
     pytest.importorskip("torch")  # a CPU build: CUDA never starts here
     diagnosis = advisor.advise(make(entry("sticky_error", 2)))
     assert diagnosis.kind == advisor.STICKY_ERROR_ELSEWHERE
-    assert diagnosis.title == "a CUDA error in another process - this kernel's CUDA is not affected"
+    assert diagnosis.title == (
+        "a CUDA error from another process or library - PyTorch's CUDA in this kernel is not "
+        "affected"
+    )
     assert not diagnosis.restart_required
     assert cuda_health.broken_reason() is None
     assert cuda_health.health().state == "not initialised"
@@ -911,8 +914,12 @@ def test_sticky_error_seen_while_cuda_never_started_here_is_not_this_kernels(no_
         "started CUDA in this kernel"
     )
     assert diagnosis.facts["this kernel's CUDA"] == "not started"
-    assert diagnosis.fixes[0].startswith("No restart is needed for this kernel")
-    assert "Restart session" not in str(diagnosis)
+    # either a process in the traceback failed, or a CUDA library other than PyTorch here
+    assert diagnosis.fixes[0].startswith(
+        "If the traceback above shows another process failing, no restart is needed"
+    )
+    assert "If a call in this kernel raised it through a CUDA library" in diagnosis.fixes[0]
+    assert "or from a CUDA library in this kernel other than PyTorch" in diagnosis.summary
     assert not any("marked broken" in note for note in diagnosis.notes)
 
 
@@ -1034,6 +1041,18 @@ def test_cublas_facts_come_from_this_torch(monkeypatch, no_nvml):
     # and the summary agrees with that fact: the check it describes is not this torch's
     assert "this error did not come from it" in diagnosis.summary
     assert "this torch still checks" not in diagnosis.summary
+    # and the fixes act on that process, not on this kernel (where %seed_all --deterministic
+    # sets no CUBLAS_WORKSPACE_CONFIG: this torch does not need it)
+    text = " ".join(diagnosis.fixes)
+    assert "os.environ['CUBLAS_WORKSPACE_CONFIG'] = ':4096:8'" in text
+    assert "%seed_all" not in text and "Restart the runtime" not in text
+    from colab_gpu_guard import seed_all
+
+    try:
+        seed_all(1, deterministic=True)
+        assert "CUBLAS_WORKSPACE_CONFIG" not in os.environ
+    finally:
+        seed_all(1)
 
 
 def test_cublas_summary_leaves_the_check_to_this_torch_when_it_has_one(monkeypatch, no_nvml):
@@ -1045,6 +1064,7 @@ def test_cublas_summary_leaves_the_check_to_this_torch_when_it_has_one(monkeypat
     diagnosis = advisor.advise(make(entry("cublas_determinism")))
     assert diagnosis.facts["this torch"].startswith("needs it")
     assert "did not come from it" not in diagnosis.summary
+    assert "%seed_all SEED --deterministic" in diagnosis.fixes[0]
 
 
 def test_cublas_names_a_wrong_workspace_value(monkeypatch, no_nvml):
@@ -1343,3 +1363,38 @@ def test_module_imports_no_frameworks_or_ipython():
         [sys.executable, "-c", code], capture_output=True, text=True, cwd=root, check=True
     )
     assert out.stdout.strip() == "[]"
+
+
+def test_a_sticky_error_raised_through_another_cuda_library_here_says_restart(no_nvml):
+    """ONNX Runtime or PyCUDA make CUDA calls in this process without PyTorch starting
+    CUDA: their sticky error breaks this process's context, so the advice is a restart,
+    not 'another process'."""
+    pytest.importorskip("torch")  # a CPU build: PyTorch never starts CUDA here
+    for module, message in (
+        (
+            "onnxruntime.capi.onnxruntime_pybind11_state",
+            "CUDA failure 700: an illegal memory access was encountered",
+        ),
+        ("pycuda._driver", "cuCtxSynchronize failed: an illegal memory access was encountered"),
+    ):
+        kind = type("Fail", (RuntimeError,), {"__module__": module})
+        diagnosis = advisor.advise(kind(message))
+        assert diagnosis.kind == advisor.STICKY_ERROR, (module, diagnosis.kind)
+        assert diagnosis.restart_required
+        assert "another process" not in diagnosis.title
+
+
+@pytest.mark.parametrize(
+    ("error", "words"),
+    [
+        ("uncorrectable ECC error encountered", "a fault of the GPU's memory, not of your code"),
+        ("the launch timed out and was terminated", "longer than the watchdog allows"),
+        ("an illegal memory access was encountered", "an out-of-range index"),
+    ],
+)
+def test_each_sticky_error_gets_its_own_culprits(error, words):
+    from colab_gpu_guard.advisor.fixes import _culprits
+
+    text = _culprits(error)
+    assert words in text
+    assert ("out-of-range index" in text) is (error == "an illegal memory access was encountered")

@@ -47,7 +47,13 @@ def torch_defaults():
     precision.restore_precision(torch, saved)
 
 
-@pytest.mark.parametrize("setup", [lambda: None, set_high, set_legacy, set_generic_tf32])
+def set_onednn_conv_bf16():
+    BACKENDS.mkldnn.conv.fp32_precision = "bf16"
+
+
+@pytest.mark.parametrize(
+    "setup", [lambda: None, set_high, set_legacy, set_generic_tf32, set_onednn_conv_bf16]
+)
 def test_strict_switches_to_full_fp32_and_back(torch_defaults, setup):
     setup()
     before = precision.read_precision(torch)
@@ -94,7 +100,7 @@ def test_report_shows_the_settings_torch_reads_back(torch_defaults):
     for node in precision.FP32_NODES:
         owner, attribute = precision._owner(torch, node)
         assert flags[f"torch.backends.{node}"] == getattr(owner, attribute)
-    assert report.precision.tf32_uses == ["cuBLAS matmuls", "cuDNN convolutions"]
+    assert report.precision.tf32_uses == ["cuBLAS matmuls", "cuDNN convolutions", "cuDNN RNNs"]
     text = str(report)
     assert "precision torch.get_float32_matmul_precision() = high" in text
     assert "cuda.matmul=tf32" in text and "cudnn.conv=tf32" in text
@@ -106,7 +112,10 @@ def test_torch_refusing_to_read_a_mixed_setting_is_reported(torch_defaults):
         BACKENDS.cudnn.allow_tf32  # noqa: B018
     report = seed_all(1, deterministic=True)
     assert "refuses to read it" in report.precision.flags["torch.backends.cudnn.allow_tf32"]
-    assert report.precision.tf32_uses == []  # conv reads ieee: TF32 is off for it
+    # conv reads ieee: TF32 is off for it; cuDNN RNNs still use it (ATen's RNN descriptor
+    # asks allowTF32CuDNN(RNN)), so the line does not say full fp32
+    assert report.precision.tf32_uses == ["cuDNN RNNs"]
+    assert "full fp32" not in report.summary()
 
 
 def test_meaning_on_this_machine_without_a_gpu(torch_defaults):
@@ -132,8 +141,10 @@ def test_meaning_per_gpu_generation(torch_defaults, monkeypatch, arch, warned):
     report = seed_all(1, deterministic=True)
     lines = report.summary().splitlines()
     if warned:
-        assert "cuDNN convolutions use TF32 here" in lines[0]
-        assert lines[1].startswith("  WARNING  cuDNN convolutions run in TF32 on cuda:0 NVIDIA")
+        assert "cuDNN convolutions and cuDNN RNNs use TF32 here" in lines[0]
+        assert lines[1].startswith(
+            "  WARNING  cuDNN convolutions and cuDNN RNNs run in TF32 on cuda:0 NVIDIA"
+        )
         assert "(sm_80)" in lines[1] and "--strict" in lines[1]
     else:
         assert len(lines) == 1
@@ -176,3 +187,24 @@ def test_gpu_tf32_changes_a_convolution_and_strict_matches_float64(torch_default
     assert not torch.equal(tf32, full)
     assert full_error < 1e-5, full_error  # fp32 accumulation over 576 terms
     assert tf32_error > 10 * full_error, (tf32_error, full_error)
+
+
+def test_cpu_matmuls_below_fp32_are_said_and_strict_pins_them(torch_defaults):
+    """precision 'medium' sets oneDNN's CPU matmuls to bf16 (torch reads it back): the line
+    says so instead of 'not here'; --strict pins oneDNN's matmuls, convolutions and RNNs to
+    ieee (a CPU matmul then matches the 'highest' one bit for bit) and restores them."""
+    torch.set_float32_matmul_precision("medium")
+    assert BACKENDS.mkldnn.matmul.fp32_precision == "bf16"
+    report = seed_all(1, deterministic=True)
+    assert "CPU matmuls (bf16) may run below fp32 here" in report.summary()
+    assert "CPU matmuls (bf16)" in report.precision.meaning()
+    a, b = torch.randn(256, 256), torch.randn(256, 256)
+    seed_all(1, strict=True)
+    nodes = ("matmul", "conv", "rnn")
+    assert all(getattr(BACKENDS.mkldnn, node).fp32_precision == "ieee" for node in nodes)
+    strict = a @ b
+    assert "full fp32 (TF32 off)" in seed_all(1, strict=True).summary()
+    seed_all(1)  # deterministic mode off: back to what it was
+    assert BACKENDS.mkldnn.matmul.fp32_precision == "bf16"
+    torch.set_float32_matmul_precision("highest")
+    assert torch.equal(strict, a @ b)

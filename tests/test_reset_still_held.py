@@ -232,3 +232,14 @@ def test_an_incomplete_scan_is_never_reused():
 def test_entry_dict_is_asdicts():
     found = find_leftovers(namespace={"x": torch.ones(3, 2), "y": [torch.ones(1)]})
     assert [item.to_dict() for item in found] == [dataclasses.asdict(item) for item in found]
+
+
+def test_still_held_groups_name_their_types_as_find_leftovers_does(shell, run_cell):
+    """As seen on an H100: find_leftovers() said `model  Sequential: ...` and the reset's
+    still-held list `model  user variable: ...` for the same group."""
+    run_cell("keep = torch.nn.Linear(8, 4)\nbatch = torch.ones(64, 2)")
+    expected = str(find_leftovers().groups())
+    assert "keep  Linear: 2 arrays on cpu" in expected
+    for report in (reset.gpu_reset(dry_run=True, shell=shell), reset.gpu_reset(shell=shell)):
+        held = str(report)
+        assert "keep  Linear: 2 arrays on cpu" in held and "batch  Tensor: 1 array" in held

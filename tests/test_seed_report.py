@@ -3,6 +3,7 @@ taken over by a new seed, in a real IPython shell with real random, NumPy and to
 
 from __future__ import annotations
 
+import os
 import random
 import re
 
@@ -75,13 +76,44 @@ def test_drawn_seed_line_says_how_to_reproduce(ip, capsys):
     assert f"(drawn from the OS: %seed_all {seed} reproduces this run)" in line
 
 
+def test_a_drawn_seeds_command_keeps_its_flags_and_does_the_same_again(ip, capsys):
+    """`%seed_all --strict` with a drawn seed: the command it prints has --strict (a plain
+    `%seed_all N` would switch deterministic mode and full fp32 off); run in this kernel,
+    it leaves torch's flags as they are."""
+    try:
+        ip.run_line_magic("seed_all", "--strict --every-cell")
+        line = capsys.readouterr().out.strip().splitlines()[0]
+        seed = int(line.split()[1])
+        command = f"%seed_all {seed} --strict --every-cell"
+        assert f"(drawn from the OS: {command} reproduces this run)" in line, line
+        flags = (torch.are_deterministic_algorithms_enabled(), torch.backends.cudnn.allow_tf32)
+        draws = torch.rand(3).tolist()
+        ip.run_line_magic("seed_all", command.split(" ", 1)[1])
+        assert (torch.are_deterministic_algorithms_enabled(), torch.backends.cudnn.allow_tf32) == (
+            flags
+        )
+        assert torch.rand(3).tolist() == draws
+        capsys.readouterr()
+        ip.run_line_magic("seed_all", "-v --warn-only")
+        first = capsys.readouterr().out.strip().splitlines()[0]  # "seed_all: seed N (...)"
+        drawn = int(first.split()[2])
+        assert f"rerun with %seed_all {drawn} --warn-only --every-cell to reproduce" in first
+    finally:
+        ip.run_line_magic("seed_all", "0 --no-every-cell")
+        capsys.readouterr()
+
+
 def test_deterministic_line_matches_torch(ip, capsys):
     ip.run_line_magic("seed_all", "42 --deterministic")
     line = capsys.readouterr().out.strip()
     check_line_against_the_streams(line)
     conv_tf32 = torch.backends.cudnn.conv.fp32_precision == "tf32"
-    assert ("cuDNN convolutions would use TF32 on an A100/L4/H100 (not here)" in line) == (
-        conv_tf32 and not torch.cuda.is_available()
+    rnn_tf32 = torch.backends.cudnn.rnn.fp32_precision == "tf32"
+    words = " and ".join(
+        what for what, used in (("cuDNN convolutions", conv_tf32), ("cuDNN RNNs", rnn_tf32)) if used
+    )
+    assert (f"{words} would use TF32 on an A100/L4/H100 (not here)" in line) == (
+        bool(words) and not torch.cuda.is_available()
     )
     ip.run_line_magic("seed_all", "42 --warn-only")
     line = capsys.readouterr().out.strip()
@@ -94,7 +126,7 @@ def test_verbose_prints_the_full_report(ip, capsys):
     out = capsys.readouterr().out
     assert out.startswith("seed_all: seed 42 (given)\n")
     assert "numpy.random.default_rng() generators do not use the global RNG" in out
-    assert "PYTHONHASHSEED applies to child processes only" in out
+    assert "PYTHONHASHSEED applies to Python processes started from now on" in out
     ip.run_line_magic("seed_all", "42 --verbose")
     assert "default_rng" in capsys.readouterr().out
 
@@ -117,7 +149,7 @@ def test_returned_report_is_full_and_its_html_collapses_it():
     report = seed_all(42)
     text = str(report)
     assert "note     numpy.random.default_rng()" in text
-    assert "note     PYTHONHASHSEED applies to child processes only" in text
+    assert "note     PYTHONHASHSEED applies to Python processes started from now on" in text
     html = report._repr_html_()
     line = report.summary()
     assert line in html
@@ -202,3 +234,24 @@ def test_non_ascii_and_conflicts_leave_per_cell_base_alone(ip, run_cell, line):
         ip.run_line_magic("seed_all", line)
     assert cell_draw(ip, run_cell) == from_5
     run_cell("%seed_all --no-every-cell")
+
+
+def test_the_hash_seed_note_says_what_the_interpreter_started_with():
+    """PYTHONHASHSEED=random at start is not 'unset'; a fixed value is named as such."""
+    import subprocess
+    import sys
+
+    code = (
+        "from colab_gpu_guard import seed_all\n"
+        "print([n for n in seed_all(5).notes if n.startswith('PYTHONHASHSEED')][0])"
+    )
+    for start, words in (
+        ("random", "random (PYTHONHASHSEED=random when it started)"),
+        ("7", "PYTHONHASHSEED=7"),
+    ):
+        env = {**os.environ, "PYTHONHASHSEED": start}
+        done = subprocess.run(
+            [sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=120
+        )
+        assert done.returncode == 0, done.stderr[-2000:]
+        assert done.stdout.strip().endswith(f"forked workers keep it: {words}"), done.stdout

@@ -88,7 +88,7 @@ def test_report_is_truthful_about_torch_cuda():
         assert any(s.name == "PyTorch CUDA" for s in report.skipped)
         assert "no CUDA" in text
     assert "PYTHONHASHSEED" in text
-    assert "fixed at start" in text
+    assert "fixed at its start" in text
 
 
 def test_report_html_escapes_names():
@@ -632,3 +632,18 @@ def test_gpu_deterministic_cublas_matmul_runs_in_a_fresh_process():
     assert result.returncode == 0, result.stderr
     assert "ok" in result.stdout
     assert "CuBLAS" not in result.stderr
+
+
+def test_a_rocm_build_is_reported_seeded_not_skipped(monkeypatch):
+    """A ROCm build drives AMD GPUs through torch.cuda (torch.version.hip set, .cuda None):
+    torch.manual_seed seeds them, so the report says so instead of 'has no CUDA'."""
+    from colab_gpu_guard.frameworks import torch as torch_support
+
+    monkeypatch.setattr(torch.version, "hip", "6.2.41133", raising=False)
+    monkeypatch.setattr(torch.version, "cuda", None)
+    monkeypatch.setattr(torch_support, "cuda_device_count", lambda torch=None: 1)
+    report = seed_all(3)
+    names = [rng.name for rng in report.seeded]
+    assert "PyTorch ROCm (1 device)" in names, names
+    assert not any(rng.name == "PyTorch CUDA" for rng in report.skipped)
+    assert "torch (cpu, rocm (1))" in report.summary()

@@ -152,13 +152,6 @@ def _enrich_cublas(diagnosis: Diagnosis, namespace: Optional[dict]) -> None:
     value = os.environ.get("CUBLAS_WORKSPACE_CONFIG")
     diagnosis.facts["CUBLAS_WORKSPACE_CONFIG"] = repr(value) if value is not None else "unset"
     accepted = determinism.CUBLAS_DETERMINISTIC_CONFIGS
-    if value is not None and value not in accepted:
-        diagnosis.fixes.insert(
-            0,
-            f"CUBLAS_WORKSPACE_CONFIG is {value!r}, which cuBLAS does not accept for "
-            f"determinism: it must be {' or '.join(accepted)}, set before the first cuBLAS "
-            "matmul of the process.",
-        )
     torch = torch_support.loaded()
     if torch is not None:
         diagnosis.facts["torch"] = torch_support.version()
@@ -171,6 +164,25 @@ def _enrich_cublas(diagnosis: Diagnosis, namespace: Optional[dict]) -> None:
                 "from it: look for a subprocess or worker running an older torch; its "
                 "environment needs the variable."
             )
+            # restarting this kernel or %seed_all here changes nothing for that process
+            diagnosis.fixes = [
+                "Set the variable in this kernel before launching the subprocess or workers "
+                "(they inherit this kernel's environment): "
+                "`os.environ['CUBLAS_WORKSPACE_CONFIG'] = ':4096:8'`; a process already "
+                "running keeps the value it read.",
+                "Or, in the code that process runs, "
+                "`torch.use_deterministic_algorithms(True, warn_only=True)`: ops that cannot "
+                "be deterministic warn instead of raising.",
+                "Or upgrade torch where that process runs: torch 2.10 and later no longer "
+                "check the variable (pytorch/pytorch#161749).",
+            ]
+    if value is not None and value not in accepted:
+        diagnosis.fixes.insert(
+            0,
+            f"CUBLAS_WORKSPACE_CONFIG is {value!r}, which cuBLAS does not accept for "
+            f"determinism: it must be {' or '.join(accepted)}, set before the first cuBLAS "
+            "matmul of the process.",
+        )
 
 
 def _enrich_nondet(diagnosis: Diagnosis, namespace: Optional[dict]) -> None:

@@ -85,9 +85,9 @@ def _oom(details: dict[str, Any]) -> Advice:
     ]
     if unallocated is not None and total and unallocated > max(total * 0.1, requested or 0):
         fixes.append(
-            "Much memory is cached but unusable (fragmentation): put "
+            "Much memory is cached but unusable (fragmentation): restart the runtime and put "
             "`%env PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True` in the first cell, "
-            "before CUDA starts."
+            "before CUDA starts (the allocator reads it once)."
         )
     if among:
         fixes.append(
@@ -127,6 +127,18 @@ def _culprits(error: str) -> str:
             "-1 or 1-based labels are common), or an index >= `num_embeddings` in "
             "`nn.Embedding` (token ids vs vocabulary size); BCE targets outside [0, 1] also "
             "assert. Running the same step on CPU gives a readable error."
+        )
+    if "ECC" in error:
+        return (
+            "An uncorrectable ECC error is a fault of the GPU's memory, not of your code: "
+            "get a new runtime (Colab: Runtime > Disconnect and delete runtime) or another "
+            "GPU; if it comes back on the same GPU, report it to whoever runs the machine."
+        )
+    if "launch timed out" in error:
+        return (
+            "A kernel ran longer than the watchdog allows (a GPU that also drives a display, "
+            "or one huge kernel): split the work into smaller steps, or use a GPU without a "
+            "display."
         )
     return (
         "Usual culprits: an out-of-range index, tensors on different devices passed to a "
@@ -176,12 +188,15 @@ def _sticky_elsewhere(error: str, details: dict[str, Any]) -> Advice:
     else:
         summary = (
             f"The error says '{error}', but PyTorch has not started CUDA in this kernel, so "
-            "no CUDA context of this kernel is broken: the message came from another process "
-            "(a subprocess, a worker, a launcher) and was raised again here."
+            "no CUDA context of PyTorch's here is broken: the message came from another "
+            "process (a subprocess, a worker, a launcher) and was raised again here, or from "
+            "a CUDA library in this kernel other than PyTorch (a C extension)."
         )
         first = (
-            "No restart is needed for this kernel: find the process that failed in the "
-            "traceback above and fix the cause there."
+            "If the traceback above shows another process failing, no restart is needed for "
+            "this kernel: fix the cause there. If a call in this kernel raised it through a "
+            "CUDA library, that library's CUDA context is unusable: restart the runtime "
+            f"({RESTART_SESSION})."
         )
     fixes = [
         first,
@@ -310,8 +325,9 @@ def _driver(details: dict[str, Any]) -> Advice:
             "so CUDA cannot start."
         )
         fixes = [
-            "Install a torch build for a CUDA version the driver supports (the driver's CUDA "
-            "version is shown here) from pytorch.org (`--index-url "
+            "Install a torch build for a CUDA version the driver supports ('driver supports "
+            "CUDA' above where NVML or the message says it; else `!nvidia-smi`, 'CUDA "
+            "Version' at the top right) from pytorch.org (`--index-url "
             "https://download.pytorch.org/whl/cuXXX`), then restart the runtime.",
             "Or update the NVIDIA driver (not possible on Colab: there, use the preinstalled "
             "torch; a `pip install` that pulled a build for a newer CUDA is the usual cause).",

@@ -30,7 +30,8 @@ MEMORY_KINDS = (OUT_OF_MEMORY, CUDA_DRIVER_OOM)
 TITLES = {
     OUT_OF_MEMORY: "GPU out of memory",
     STICKY_ERROR: "the CUDA context is broken - restart required",
-    STICKY_ERROR_ELSEWHERE: "a CUDA error in another process - this kernel's CUDA is not affected",
+    STICKY_ERROR_ELSEWHERE: "a CUDA error from another process or library - PyTorch's CUDA "
+    "in this kernel is not affected",
     FORKED_CUDA: "CUDA used in a forked subprocess",
     CUBLAS_DETERMINISM: "cuBLAS determinism needs CUBLAS_WORKSPACE_CONFIG",
     NONDETERMINISTIC_OP: "operation without a deterministic implementation",

@@ -13,15 +13,32 @@ from .. import cuda_health
 from ..frameworks import torch as torch_support
 from .diagnosis import Diagnosis
 
-# Frameworks whose CUDA errors are raised by their own CUDA call in this process.
-_CUDA_FRAMEWORKS = ("cupy", "cupy_backends", "jax", "jaxlib", "tensorflow", "numba")
+# Libraries whose CUDA errors are raised by their own CUDA call in this process.
+_CUDA_FRAMEWORKS = (
+    "cupy",
+    "cupy_backends",
+    "jax",
+    "jaxlib",
+    "tensorflow",
+    "numba",
+    "onnxruntime",
+    "pycuda",
+    "tensorrt",
+    "cuda",  # cuda-python
+    "triton",
+    "cudf",
+    "cuml",
+    "llama_cpp",
+)
 
 
 def own_sticky_error(diagnosis: Diagnosis) -> bool:
     """Did this sticky error come from a CUDA call of this process? Yes when PyTorch has
     started CUDA here (its context shares the process's primary context with every other
-    framework), or when CuPy, JAX, TensorFlow or Numba raised it (their own call). A plain
-    message seen while PyTorch never started CUDA here came from another process."""
+    framework), or when a CUDA library raised it (CuPy, JAX, TensorFlow, Numba, ONNX
+    Runtime, PyCUDA, ...: their own call). A plain message seen while PyTorch never started
+    CUDA here came from another process, or from a CUDA library this list misses: the
+    advice says both (`fixes._sticky_elsewhere`)."""
     torch = torch_support.loaded()
     if torch is not None and torch_support.cuda_initialized(torch):
         return True

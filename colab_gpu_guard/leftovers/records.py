@@ -218,6 +218,11 @@ class LeftoverList(collections.abc.Sequence):
         self.grown_on_rerun: frozenset = frozenset(grown_on_rerun)
 
     @property
+    def root_types(self) -> dict[str, str]:
+        """Each root's type name, where the scan read it (``Sequential``, ``Adam``)."""
+        return self._root_types
+
+    @property
     def complete(self) -> bool:
         """The scan searched everything it set out to (its time budget did not run out)."""
         return not self.unfinished

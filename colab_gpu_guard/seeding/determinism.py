@@ -32,7 +32,10 @@ CUBLAS_DETERMINISTIC_CONFIGS = (":4096:8", ":16:8")
 
 # Env vars that a library reads to choose deterministic kernels, and which library reads it.
 DETERMINISM_ENV = {
-    "FLASH_ATTENTION_DETERMINISTIC": ("1", "transformers' flash-attention path"),
+    "FLASH_ATTENTION_DETERMINISTIC": (
+        "1",
+        "transformers' flash-attention path; older releases read it once, at import",
+    ),
     "TF_DETERMINISTIC_OPS": ("1", "TensorFlow, when imported later"),
 }
 

@@ -49,11 +49,15 @@ STRICT_NODES = (
     "cuda.matmul.fp32_precision",
     "cudnn.conv.fp32_precision",
     "cudnn.rnn.fp32_precision",
+    # oneDNN on the CPU: bf16 where the user (or precision "medium") asked for it
+    "mkldnn.matmul.fp32_precision",
+    "mkldnn.conv.fp32_precision",
+    "mkldnn.rnn.fp32_precision",
 )
 # What strict mode changes (set_float32_matmul_precision also writes mkldnn.matmul), so
 # what restore writes back. Never a parent: torch 2.13's mkldnn.fp32_precision setter
 # writes the generic node, and strict mode leaves the parents alone anyway.
-RESTORED_NODES = (*STRICT_NODES, "mkldnn.matmul.fp32_precision")
+RESTORED_NODES = STRICT_NODES
 TF32_MIN_CAPABILITY = (8, 0)
 TF32_GPUS = "A100/L4/H100"
 
@@ -92,14 +96,32 @@ class PrecisionFlags:
             return value == "tf32"
         return bool(self.matmul_allow_tf32) or self.matmul_precision not in (None, "highest")
 
+    @property
+    def rnn_tf32(self) -> bool:
+        value = self.node("cudnn.rnn.fp32_precision")
+        return value == "tf32" if value is not None else bool(self.cudnn_allow_tf32)
+
     def tf32_uses(self) -> list[str]:
         return [
             what
             for what, used in (
                 ("cuBLAS matmuls", self.matmul_tf32),
                 ("cuDNN convolutions", self.conv_tf32),
+                ("cuDNN RNNs", self.rnn_tf32),
             )
             if used
+        ]
+
+    def cpu_reduced(self) -> list[str]:
+        """What oneDNN may run below fp32 on this CPU: 'CPU matmuls (bf16)', ..."""
+        return [
+            f"CPU {what} ({value})"
+            for what, node in (
+                ("matmuls", "mkldnn.matmul.fp32_precision"),
+                ("convolutions", "mkldnn.conv.fp32_precision"),
+                ("RNNs", "mkldnn.rnn.fp32_precision"),
+            )
+            if (value := self.node(node)) not in (None, "ieee", "none")
         ]
 
 
@@ -149,7 +171,8 @@ def _write_node(torch: ModuleType, node: str, value: str) -> None:
 
 
 def make_strict(torch: ModuleType) -> None:
-    """Full fp32 for CUDA matmuls and cuDNN convolutions / RNNs (TF32 off)."""
+    """Full fp32 for CUDA matmuls, cuDNN convolutions / RNNs (TF32 off) and oneDNN's on the
+    CPU (no bf16)."""
     if hasattr(torch, "set_float32_matmul_precision"):
         torch.set_float32_matmul_precision("highest")
     torch.backends.cuda.matmul.allow_tf32 = False
@@ -230,11 +253,16 @@ class PrecisionReport:
     gpus: list[str] = field(default_factory=list)
     tf32_gpus: list[str] = field(default_factory=list)  # those of them that have TF32
     strict: bool = False
+    cpu_reduced: list[str] = field(default_factory=list)  # oneDNN below fp32: 'CPU matmuls (bf16)'
 
     def meaning(self) -> str:
-        uses = " and ".join(self.tf32_uses)
+        cpu = _cpu_words(self.cpu_reduced)
+        return self._gpu_meaning() + (f"; {cpu}" if cpu else "")
+
+    def _gpu_meaning(self) -> str:
+        uses = _and_join(self.tf32_uses)
         if not uses:
-            return "TF32 is off: matmuls and convolutions run in full fp32 on every GPU"
+            return "TF32 is off: matmuls, convolutions and RNNs run in full fp32 on every GPU"
         if self.tf32_gpus:
             return (
                 f"{uses} run in TF32 on {', '.join(self.tf32_gpus)}: results differ from "
@@ -250,12 +278,15 @@ class PrecisionReport:
 
     def clause(self) -> str:
         """A few words for the one-line summary."""
-        uses = " and ".join(self.tf32_uses)
+        uses = _and_join(self.tf32_uses)
         if not uses:
-            return "full fp32 (TF32 off)"
-        if self.tf32_gpus:
-            return f"{uses} use TF32 here"
-        return f"{uses} would use TF32 on an {TF32_GPUS} (not here)"
+            words = "TF32 off" if self.cpu_reduced else "full fp32 (TF32 off)"
+        elif self.tf32_gpus:
+            words = f"{uses} use TF32 here"
+        else:
+            words = f"{uses} would use TF32 on an {TF32_GPUS} (not here)"
+        cpu = _cpu_words(self.cpu_reduced)
+        return words + (f"; {cpu}" if cpu else "")
 
     def lines(self) -> list[str]:
         """The settings, one line each, the fp32_precision tree on one line."""
@@ -266,6 +297,17 @@ class PrecisionReport:
         if tree:
             legacy.append("torch.backends.<node>.fp32_precision: " + ", ".join(tree))
         return legacy + [self.meaning()]
+
+
+def _and_join(items: list[str]) -> str:
+    return ", ".join(items[:-1]) + " and " + items[-1] if len(items) > 1 else "".join(items)
+
+
+def _cpu_words(reduced: list[str]) -> str:
+    """'CPU matmuls (bf16) may run below fp32 here (oneDNN does where this CPU can)'."""
+    if not reduced:
+        return ""
+    return f"{_and_join(reduced)} may run below fp32 here (oneDNN does where this CPU can)"
 
 
 def _node_label(name: str) -> str:
@@ -282,4 +324,5 @@ def precision_report(torch: ModuleType, strict: bool) -> PrecisionReport:
         gpus=[arch.label for arch in archs],
         tf32_gpus=[arch.label for arch in archs if arch.has_tf32],
         strict=strict,
+        cpu_reduced=flags.cpu_reduced(),
     )

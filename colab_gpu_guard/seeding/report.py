@@ -49,11 +49,26 @@ class SeedReport:
     notes: list[str] = field(default_factory=list)
     deterministic: bool = False
     warn_only: bool = False
+    strict: bool = False
     every_cell: Optional[bool] = None  # True: reseeding every cell from this seed
     precision: Optional[PrecisionReport] = None  # under deterministic mode, with torch
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
+
+    def command(self) -> str:
+        """The magic that does again what this call did: the seed with its flags (a plain
+        `%seed_all N` after `--strict` would switch deterministic mode off)."""
+        parts = [f"%seed_all {self.seed}"]
+        if self.deterministic and not (self.warn_only or self.strict):
+            parts.append("--deterministic")
+        if self.warn_only:
+            parts.append("--warn-only")
+        if self.strict:
+            parts.append("--strict")
+        if self.every_cell:
+            parts.append("--every-cell")
+        return " ".join(parts)
 
     def seeded_words(self) -> str:
         names, torch_parts = [], []
@@ -90,7 +105,7 @@ class SeedReport:
         """One line (warnings that need action on lines of their own)."""
         line = f"seed {self.seed}"
         if self.seed_source != "given":
-            line += f" (drawn from the OS: %seed_all {self.seed} reproduces this run)"
+            line += f" (drawn from the OS: {self.command()} reproduces this run)"
         line += f": {self.seeded_words()} seeded"
         skipped = self.skipped_words()
         if skipped:
@@ -107,7 +122,7 @@ class SeedReport:
     def __str__(self) -> str:
         lines = [f"seed_all: seed {self.seed} ({self.seed_source})"]
         if self.seed_source != "given":
-            lines[0] += f" - rerun with %seed_all {self.seed} to reproduce this run"
+            lines[0] += f" - rerun with {self.command()} to reproduce this run"
         for rng in self.seeded:
             lines.append(f"  seeded   {rng.name} {rng.version}: {rng.how}")
         for rng in self.skipped:

@@ -92,9 +92,10 @@ def seed_all(
         as they were before.
     warn_only: with deterministic mode, ops without a deterministic implementation warn
         instead of raising. Implies `deterministic=True`.
-    strict: with deterministic mode, also run matmuls and convolutions in full fp32 (TF32
-        off; it is on for cuDNN convolutions by default on Ampere and newer GPUs). Implies
-        `deterministic=True`; restored with the other flags.
+    strict: with deterministic mode, also run matmuls, convolutions and RNNs in full fp32
+        (TF32 off: it is on for cuDNN convolutions and RNNs by default on Ampere and newer
+        GPUs; no bf16 in oneDNN on the CPU). Implies `deterministic=True`; restored with
+        the other flags.
     """
     global _last_seed
     value = fresh_seed() if seed is None else validate_seed(seed)
@@ -118,6 +119,7 @@ def seed_all(
         determinism.restore(torch, report)
     report.deterministic = deterministic
     report.warn_only = warn_only
+    report.strict = strict
     _last_seed = value
     return report
 
@@ -171,7 +173,8 @@ def _seed_torch(torch, value: int, report: SeedReport) -> None:
         torch.manual_seed(value)
     report.seeded.append(SeededRng("PyTorch CPU", version, "torch.manual_seed"))
 
-    if torch_support.cuda_version(torch) is None:
+    hip = torch_support.hip_version(torch)  # a ROCm build drives AMD GPUs via torch.cuda
+    if torch_support.cpu_only_build(torch):
         report.skipped.append(SkippedRng("PyTorch CUDA", "this torch build has no CUDA"))
     elif devices == 0:
         report.skipped.append(SkippedRng("PyTorch CUDA", "no CUDA device visible"))
@@ -188,10 +191,11 @@ def _seed_torch(torch, value: int, report: SeedReport) -> None:
             how += _cuda_seeding_applied(torch, devices, contexts_before)
         else:
             how += "queued by torch until CUDA initialises, so seeding first is fine"
+        plural = "s" if devices != 1 else ""
         report.seeded.append(
             SeededRng(
-                f"PyTorch CUDA ({devices} device{'s' if devices != 1 else ''})",
-                f"CUDA {torch_support.cuda_version(torch)}",
+                f"PyTorch {'ROCm' if hip else 'CUDA'} ({devices} device{plural})",
+                f"ROCm {hip}" if hip else f"CUDA {torch_support.cuda_version(torch)}",
                 how,
             )
         )
@@ -273,11 +277,14 @@ def _set_hash_seed(value: int, report: SeedReport) -> None:
     at_start = _initial_environ_value("PYTHONHASHSEED")
     if at_start is None:
         current = "unknown on this platform"
-    elif at_start in ("", "random"):
+    elif at_start == "":
         current = "random (PYTHONHASHSEED was unset when it started)"
+    elif at_start == "random":
+        current = "random (PYTHONHASHSEED=random when it started)"
     else:
         current = f"PYTHONHASHSEED={at_start}"
     report.notes.append(
-        "PYTHONHASHSEED applies to child processes only; this interpreter's str hash seed "
-        f"was fixed at start: {current}"
+        "PYTHONHASHSEED applies to Python processes started from now on (subprocess, spawn "
+        "workers); this interpreter's str hash seed was fixed at its start, and forked "
+        f"workers keep it: {current}"
     )

@@ -71,14 +71,17 @@ class SeedMagics(GuardMagics):
     @argument(
         "--strict",
         action="store_true",
-        help="deterministic mode with full fp32 matmuls and convolutions (TF32 off; "
-        "restored when deterministic mode is switched off; implies --deterministic)",
+        help="deterministic mode with full fp32 matmuls, convolutions and RNNs (TF32 off "
+        "on GPUs, no bf16 in oneDNN on the CPU; restored when deterministic mode is "
+        "switched off; implies --deterministic)",
     )
     @argument(
         "--every-cell",
         action="store_true",
         help="reseed before every cell from (seed, cell source): a cell draws the same "
-        "numbers each run, whatever ran before it; a later %%seed_all SEED takes over",
+        "numbers each run, whatever ran before it (a training cell rerun per epoch repeats "
+        "its shuffle; an edit, whitespace too, gives new draws); a later %%seed_all SEED "
+        "takes over",
     )
     @argument(
         "--no-every-cell",
