@@ -141,9 +141,14 @@ def test_real_oom_gets_diagnosis_and_memory_returns_to_its_prior_level():
     assert "requested" in output and "1024 TiB" in output
     # the note's figure is what the weakrefs proved freed: `kept`, on the GPU
     assert "Released the traceback frame of step(): 256 MiB of tensors freed on cuda:0" in output
-    # the kernel is the only process on the GPU: listed as 'this process', or as 'Process N'
-    # inside a container, it is never filed under other processes
-    assert "stop them" not in output, output[-3000:]
+    # the kernel is never filed under other processes (listed as 'this process', or as
+    # 'Process N' inside a container); the only other process is this test runner, once
+    # earlier GPU tests started CUDA in it (as seen on an H100: "pid 468 (808 MiB)")
+    torch = sys.modules.get("torch")
+    if torch is not None and torch.cuda.is_initialized():
+        assert "other processes" not in output or f"pid {os.getpid()} " in output, output
+    else:
+        assert "stop them" not in output, output[-3000:]
     assert result["after"] == result["base"]
     assert result["after_plain"] >= result["base"] + 256 * 2**20
 

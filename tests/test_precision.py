@@ -208,3 +208,29 @@ def test_cpu_matmuls_below_fp32_are_said_and_strict_pins_them(torch_defaults):
     assert BACKENDS.mkldnn.matmul.fp32_precision == "bf16"
     torch.set_float32_matmul_precision("highest")
     assert torch.equal(strict, a @ b)
+
+
+@pytest.mark.gpu
+def test_gpu_cudnn_rnns_use_tf32_by_default_and_strict_turns_it_off(torch_defaults):
+    """The report counts cuDNN RNNs among TF32's users (ATen's RNN descriptor asks
+    allowTF32CuDNN(RNN)): an LSTM on an sm_80+ GPU differs from float64 by TF32's error
+    under torch's defaults, and by fp32's under --strict."""
+    if torch.cuda.get_device_capability() < (8, 0):
+        pytest.skip("TF32 needs compute capability 8.0 or newer")
+    torch.manual_seed(0)
+    lstm = torch.nn.LSTM(512, 512, num_layers=2, batch_first=True).cuda()
+    x = torch.randn(8, 64, 512, device="cuda")
+    with torch.no_grad():
+        reference = lstm.double()(x.double())[0]
+        lstm.float()
+        report = seed_all(0, deterministic=True)
+        assert "cuDNN RNNs" in report.precision.tf32_uses
+        tf32 = lstm(x)[0]
+        seed_all(0, strict=True)
+        full = lstm(x)[0]
+    seed_all(0)
+    scale = reference.abs().max().item()
+    tf32_error = (tf32.double() - reference).abs().max().item() / scale
+    full_error = (full.double() - reference).abs().max().item() / scale
+    assert full_error < 1e-5, full_error
+    assert tf32_error > 10 * full_error, (tf32_error, full_error)
