@@ -74,7 +74,10 @@ class HistoryMagics(GuardMagics):
         objects where it can tell: a list, dict or set the cell names that grew
         ("`losses` (grew by 1 autograd graph, 16 MiB saved)"), the earlier output
         ("`Out[7]`"), or a failed run's traceback ("<traceback: f() local 'x'>", which
-        %gpu_reset releases).
+        %gpu_reset releases). Host memory is measured exactly with glibc's malloc figures;
+        where they are missing (macOS, Windows, glibc before 2.33), what a rerun kept on the
+        host is read from those holders alone, so a host leak into a container the cell
+        does not name is not flagged there (CUDA figures are exact everywhere).
 
         Output history: after a cell whose displayed result keeps 256 MiB or more of
         accelerator memory alive (``Out[N]`` holds it until %gpu_reset), a line under the
