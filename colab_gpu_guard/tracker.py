@@ -73,6 +73,9 @@ class CellMemory:
         grew on a flagged rerun, listed with the holders the user did not knowingly keep.
     rerun_of: the cell number of the previous run of the same source.
     rss_after: the process's resident set size after the cell (Linux), else None.
+    rss_before: the resident set size the cell started from: the last cell's reading
+        after it, unless something ran between the two cells (the panel's refresh read it
+        anew: `MemoryTracker.rebase`); None where not read.
     nvml_process_used: after a cell in which torch held no CUDA memory, the bytes NVML
         charges this kernel's PID over all GPUs (0: NVML lists no process with this PID -
         not on a GPU, or a container, where NVML lists host PIDs); None when not known (no
@@ -100,6 +103,7 @@ class CellMemory:
     held_by: str = ""
     nvml_process_used: Optional[int] = None
     grew: tuple[str, ...] = ()
+    rss_before: Optional[int] = None
 
     @property
     def delta(self) -> int:
@@ -204,9 +208,17 @@ class MemoryTracker:
 
     def _rss_before(self) -> Optional[int]:
         # Between two cells nothing of the user's runs, so the last cell's reading stands
-        # in for a new one: one /proc read per cell instead of two.
+        # in for a new one: one /proc read per cell instead of two (`rebase` drops it
+        # where something of ours did run in between).
         last = self._last_rss
         return last if last is not None else self._rss.read()
+
+    def rebase(self) -> None:
+        """Something that allocates ran between two cells (the panel's refresh): the next
+        cell's figures before it are read anew, not taken from this cell's end, so what
+        ran in between is charged to no cell."""
+        self._last_rss = None
+        self._reruns.malloc.last = None
 
     def post_run_cell(self, result: Any = None) -> None:
         pending = self._pending
@@ -275,6 +287,7 @@ class MemoryTracker:
                 leaks,
                 held_by,
                 grew,
+                rss_before,
             )
         )
         nvml = self._nvml
@@ -323,6 +336,7 @@ class MemoryTracker:
                 held_by=record[16],
                 grew=record[17],
                 nvml_process_used=nvml_process.get(record[0]),
+                rss_before=record[18],
             )
             for record in records
         ]

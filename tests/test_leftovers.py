@@ -407,3 +407,21 @@ def test_one_table_for_every_view_of_the_leftovers():
         for entry in group.entries:
             assert f">{html.escape(entry.name)}" in body
     assert [entry.name for entry in status.leftovers] == [item.name for item in found]
+
+
+def test_memory_torch_and_numpy_share_is_counted_once():
+    """`t.numpy()` and `torch.from_numpy(a)` share their memory with the other framework's
+    array: one block each (as the data addresses say), not two."""
+    numpy = pytest.importorskip("numpy")
+    t = torch.randn(250_000)
+    a = numpy.ones(250_000, dtype=numpy.float32)
+    namespace = {"t": t, "n": t.numpy(), "a": a, "u": torch.from_numpy(a), "view": a[10:]}
+    assert namespace["n"].__array_interface__["data"][0] == t.data_ptr()
+    assert namespace["u"].data_ptr() == a.__array_interface__["data"][0]
+    items = find_leftovers(namespace=namespace)
+    assert sum(item.nbytes for item in items) == 2 * 250_000 * 4
+    groups = items.groups()
+    assert (groups.blocks, groups.total_bytes) == (2, 2 * 250_000 * 4)
+    assert {group.name for group in groups if group.count} == {"t", "a"}
+    empty = {"z": numpy.zeros(0), "y": numpy.zeros(0)}  # no memory: never "shared"
+    assert all(not group.shares for group in find_leftovers(namespace=empty).groups())

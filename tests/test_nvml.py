@@ -5,6 +5,7 @@ NVML with torch and nvidia-smi on a real device."""
 from __future__ import annotations
 
 import dataclasses
+import importlib
 import os
 import shutil
 import subprocess
@@ -194,20 +195,35 @@ def test_one_gpu_every_field(fake):
 
 
 def test_processes_sorted_named_and_this_process_marked(fake):
-    import psutil
-
     fake(fake_pynvml.one_gpu())
     gpu = nvml.snapshot().devices[0]
     assert [p.pid for p in gpu.processes] == [fake_pynvml.OTHER_PID, os.getpid()]
     other, mine = gpu.processes
-    assert other.name == "other_trainer"  # psutil cannot see it: NVML's name
-    assert mine.name == psutil.Process().name()  # psutil's name for this process
+    assert other.name == "other_trainer"  # NVML's name (the driver's: any PID namespace)
+    assert mine.name == "python3"  # NVML's too, where it has one
     assert (other.used_memory, mine.used_memory) == (2560 * MiB, 1280 * MiB)
     assert not other.this_process and mine.this_process
     assert gpu.this_process() == mine
     assert gpu.used_by_this_process() == 1280 * MiB
     assert gpu.other_processes() == (other,)
     assert mine.kinds == ("compute",) and mine.gpu_instance_id is None
+
+
+def test_a_process_name_comes_from_nvml_and_psutil_only_for_local_pids(fake, monkeypatch):
+    """NVML reports host PIDs inside a container: a local process of the same PID is
+    another program, so psutil names a PID only where this process is in the init PID
+    namespace; NVML's own name wins everywhere."""
+    import psutil
+
+    nvml_snapshot = importlib.import_module("colab_gpu_guard.nvml.snapshot")
+
+    world = fake_pynvml.one_gpu()
+    world.gpus[0].processes[1].name = None  # NVML has no name for this kernel's PID
+    fake(world)
+    assert nvml.snapshot().devices[0].processes[1].name == psutil.Process().name()
+    monkeypatch.setattr(nvml_snapshot, "_pids_are_local", lambda: False)
+    names = [p.name for p in nvml.snapshot().devices[0].processes]
+    assert names == ["other_trainer", None]  # not the local PID's process
 
 
 def test_processes_can_be_skipped(fake):

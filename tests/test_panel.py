@@ -20,7 +20,7 @@ import pytest
 
 ipywidgets = pytest.importorskip("ipywidgets")
 
-from colab_gpu_guard import cuda_health, nvml  # noqa: E402
+from colab_gpu_guard import cuda_health, host_memory, nvml  # noqa: E402
 from colab_gpu_guard.ipython import panel as panel_module  # noqa: E402
 from colab_gpu_guard.ipython.panel import refresh as panel_refresh  # noqa: E402
 from colab_gpu_guard.leftovers.groups import group_leftovers  # noqa: E402
@@ -155,7 +155,7 @@ def test_no_gpu_tree_says_why_and_stays_useful(ip, run_cell, show, torch):
     assert "cgg-badge" not in instance.header.value and "not initialised" not in html_of(instance)
     (only,) = instance.devices.children
     assert "No GPU: no NVIDIA driver on this machine" in only.value
-    assert "host RAM" in only.value and "free of" in only.value
+    assert "host RAM" in only.value and "available of" in only.value
     assert "CPU only: nothing hidden for Free memory to release" in instance.now.value
     assert "cgg-now-info" in instance.now.value and "cgg-now-warn" not in instance.now.value
     # the sections are closed, and drawn only once opened
@@ -172,7 +172,9 @@ def test_no_gpu_tree_says_why_and_stays_useful(ip, run_cell, show, torch):
     assert "What each cell kept" in instance.history.value
     details = instance.details.value
     assert "torch" in details and "CPU-only build" in details and "Colab: no" in details
-    assert "CUDA not used yet" in details and "host RAM" in details
+    # a CPU-only torch never uses CUDA: not "CUDA not used yet"
+    assert "torch is a CPU-only build: no CUDA" in details and "CUDA not used yet" not in details
+    assert "host RAM" in details
     labels = [w.description for w in instance.actions.children]
     assert labels[:2] == ["Refresh", "Free memory"]
     assert labels[2].startswith("\u25be Leftovers 1")
@@ -937,3 +939,31 @@ def test_real_gpu_bar_and_free_memory(ip, run_cell, show, torch):
     assert "gpu_kept" in ip.user_ns
     del ip.user_ns["gpu_kept"]
     ip.run_line_magic("gpu_reset", "")
+
+
+@pytest.mark.skipif(host_memory.RssReader().read() is None, reason="needs /proc/self/statm")
+def test_what_the_panels_refresh_allocates_is_charged_to_no_cell(ip, run_cell, show, monkeypatch):
+    """The refresh after a cell runs between two cells; what it keeps (here 32 MB,
+    written so it is resident) must not appear as the next cell's growth in the chart
+    (it did: the next cell started from the last cell's reading)."""
+    from colab_gpu_guard import tracker
+    from colab_gpu_guard.status import chart
+
+    instance = show()
+    kept: list = []
+    real = instance._cell_snapshot
+
+    def allocating():
+        kept.append(bytearray(b"\x01") * (32 * 2**20))
+        return real()
+
+    monkeypatch.setattr(instance, "_cell_snapshot", allocating)
+    run_cell("quiet_a = 1")  # its refresh allocates 32 MB after the tracker's reading
+    record = run_cell("quiet_b = 2").execution_count
+    (mine,) = [r for r in tracker.memory_history() if r.cell == record]
+    assert mine.rss_before is not None and mine.rss_after - mine.rss_before < 8 * MiB
+    _measure, changes = chart.cell_changes(tracker.memory_history(), None)
+    (change,) = [c for c in changes if c.cell == record]
+    assert change.change is not None and change.change < 8 * MiB
+    ip.user_ns.pop("quiet_a", None)
+    ip.user_ns.pop("quiet_b", None)

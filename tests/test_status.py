@@ -738,7 +738,7 @@ def test_a_v1_used_figure_says_it_includes_driver_reserved_memory(fake):
         CellMemory(1, 0, 0, 0, 0, 0, 5 * GiB, False, 0, 0.1), nvml_used_call="v1"
     )
     snap = dataclasses.replace(snap, history=(record,))
-    assert "NVML 5 GiB (including driver-reserved memory)" in snap.to_text()
+    assert "NVML used, all processes 5 GiB (including driver-reserved memory)" in snap.to_text()
 
 
 def test_views_render_the_snapshot_without_querying_again(fake):
@@ -1141,6 +1141,7 @@ def test_a_snapshot_written_before_the_house_move_still_reads():
     added = {"devices", "leak_kind", "peak_bound", "nvml_used_call", "leaks", "held_by"}
     added.add("nvml_process_used")  # issue 16: NVML's figure for this PID
     added.add("grew")  # issue 14: the containers a flagged rerun added to
+    added.add("rss_before")  # what a cell started from (the panel ran in between)
     assert set(again["history"][0]) - set(old["history"][0]) == added
 
 
@@ -1239,3 +1240,36 @@ def test_the_now_line_names_the_list_that_keeps_autograd_graphs(fake):
     assert [item.kind for item in now_items(calm)] == ["warn", "info"]
     plain = gpu_status(leftovers=True, namespace={"losses": [loss.item() for loss in losses]})
     assert not any("autograd" in item.text for item in now_items(plain))
+
+
+def test_the_gpu_line_never_files_this_kernels_memory_under_others_alone(fake, cuda_torch):
+    """(a) NVML lists this kernel without a figure: what is not the other process's is
+    'others + this kernel', not 'unlisted' (NVML does list it). (b) In a container where
+    this kernel is not identified among NVML's host PIDs, its CUDA context is inside the
+    rest: 'others + CUDA context', not 'others'."""
+    from colab_gpu_guard.status import compact
+
+    listed = fake_pynvml.FakeGpu(
+        used=6 * GiB,
+        processes=[
+            fake_pynvml.FakeProcess(os.getpid(), None, name="python3"),
+            fake_pynvml.FakeProcess(4242, 2 * GiB, name="other"),
+        ],
+    )
+    fake(fake_pynvml.FakeWorld(gpus=[listed]))
+    snap = gpu_status(leftovers=False)
+    parts = dict(compact.gpu_line(snap, snap.nvml.devices[0]).parts)
+    assert parts == {"others + this kernel": 6 * GiB, "free": snap.nvml.devices[0].memory_free}
+
+    hosts = fake_pynvml.FakeGpu(
+        used=8 * GiB,
+        processes=[
+            fake_pynvml.FakeProcess(4_999_999, 4 * GiB, name="python3"),
+            fake_pynvml.FakeProcess(5_000_001, 4 * GiB, name="other"),
+        ],
+    )
+    fake(fake_pynvml.FakeWorld(gpus=[hosts]))
+    cuda_torch([(types.SimpleNamespace(uuid=T4_UUID), stats(1 * GiB, 2 * GiB, 2 * GiB))])
+    snap = gpu_status(leftovers=False)
+    text = compact.compact_text(snap)
+    assert "this kernel 2 GiB / others + CUDA context 6 GiB / free" in text, text

@@ -113,7 +113,8 @@ def test_a_rerun_is_judged_by_what_the_cell_itself_kept(ip, run_cell):
     for previous, current in zip(runs, runs[1:]):
         record = records[current]
         assert record.rerun_leak and record.rerun_of == previous, format_history(memory_history())
-        assert record.leak_bytes >= saved
+        # malloc's figure is net: the cell may free a few KiB of IPython's own
+        assert record.leak_bytes >= saved - 64 * 1024
         if exact:
             assert record.leak_bytes < saved + 2**20  # the graph's input, and little else
     kept = signed_bytes(record.leak_bytes)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import sys
 from typing import Optional
 
 from .base import ArrayInfo, presence
@@ -31,7 +32,10 @@ def array_type() -> Optional[type]:
 
 def array_info(array) -> ArrayInfo:
     """An ndarray's metadata. Views are followed through ``.base`` to the array that owns
-    the memory, so a view and its base share one storage key."""
+    the memory, so a view and its base share one storage key. The key is the memory's
+    address, as torch's is: an ndarray over a torch tensor's memory (``t.numpy()``) takes
+    that tensor's storage key, and a tensor over an ndarray's (``torch.from_numpy``) has
+    the ndarray's address, so memory the two share is counted once."""
     ndarray = type(array)
     numpy = loaded()
     if numpy is not None:
@@ -39,12 +43,24 @@ def array_info(array) -> ArrayInfo:
     root = array
     while isinstance(root.base, ndarray):
         root = root.base
-    return ArrayInfo(
-        tuple(array.shape),
-        str(array.dtype),
-        "cpu",
-        int(array.nbytes),
-        ("numpy", id(root)),
-        int(root.nbytes),
-        id(root),
-    )
+    shape, dtype, nbytes = tuple(array.shape), str(array.dtype), int(array.nbytes)
+    owner = root.base
+    if owner is not None and _torch_tensor(owner):
+        from . import torch_arrays
+
+        held = torch_arrays.array_info(owner)
+        return ArrayInfo(
+            shape, dtype, "cpu", nbytes, held.storage_key, held.storage_nbytes, held.storage_id
+        )
+    size = int(root.nbytes)
+    address = root.__array_interface__["data"][0] if size else 0
+    if not address:  # an empty array: a key of its own
+        return ArrayInfo(shape, dtype, "cpu", nbytes, ("numpy", id(root)), size, id(root))
+    return ArrayInfo(shape, dtype, "cpu", nbytes, ("cpu", address), size, address)
+
+
+def _torch_tensor(obj: object) -> bool:
+    """A plain CPU torch tensor (what ``Tensor.numpy()`` leaves as its array's base); a
+    subclass is not read (its methods could run user code)."""
+    torch = sys.modules.get("torch")
+    return torch is not None and type(obj) is getattr(torch, "Tensor", None)

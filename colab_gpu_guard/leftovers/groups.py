@@ -112,7 +112,8 @@ class LeftoverGroup:
         return text
 
     def __str__(self) -> str:
-        mark = "  [%gpu_reset releases it]" if self.released_by_reset else ""
+        # a holder that only shares another's memory: the reset drops it and frees nothing
+        mark = "  [%gpu_reset releases it]" if self.released_by_reset and self.nbytes else ""
         return f"{format_bytes(self.nbytes):>10}  {self.name}  {self.describe()}{mark}"
 
     def to_dict(self) -> dict[str, Any]:

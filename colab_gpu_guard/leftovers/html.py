@@ -102,7 +102,7 @@ def group_html(group: Any, open_: bool = False) -> str:
     badges = ""
     if group.hidden:
         badges += f' <span class="cgg-hidden" style="{_HIDDEN_STYLE}">hidden</span>'
-    if group.released_by_reset:
+    if group.released_by_reset and group.nbytes:
         badges += f' <span class="cgg-reset" style="{_RESET_STYLE}">%gpu_reset releases it</span>'
     summary = (
         f'<summary style="cursor:pointer"><code>{_e(group.name)}</code> '

@@ -276,11 +276,15 @@ def _processes(
 
 
 class _ProcessNames:
-    """Process names by pid: psutil first, NVML's own lookup second; cached per snapshot."""
+    """Process names by pid: NVML's own lookup first (the driver's, right in any PID
+    namespace), psutil second, and only where NVML's PIDs are this process's namespace's
+    (inside a container NVML reports host PIDs: a local PID of the same number is another
+    process); cached per snapshot."""
 
     def __init__(self, module: ModuleType) -> None:
         self.module = module
         self.names: dict[int, Optional[str]] = {}
+        self._local: Optional[bool] = None
 
     def get(self, pid: int) -> Optional[str]:
         if pid not in self.names:
@@ -289,12 +293,31 @@ class _ProcessNames:
 
     def _lookup(self, pid: int) -> Optional[str]:
         try:
+            name = text(self.module.nvmlSystemGetProcessName(pid))
+        except Exception:
+            name = None
+        if name:
+            return os.path.basename(name.split(" ", 1)[0]) or name
+        if self._local is None:
+            self._local = _pids_are_local()
+        if not self._local:
+            return None
+        try:
             import psutil
 
             return psutil.Process(pid).name() or None
-        except Exception:  # ImportError, NoSuchProcess (another PID namespace), AccessDenied
-            pass
-        try:
-            return text(self.module.nvmlSystemGetProcessName(pid)) or None
-        except Exception:
+        except Exception:  # ImportError, NoSuchProcess, AccessDenied
             return None
+
+
+def _pids_are_local() -> bool:
+    """Whether this process is in the init PID namespace (its /proc status lists one PID
+    in 'NSpid'), so the PIDs NVML reports are this namespace's; True where not told."""
+    try:
+        with open("/proc/self/status", encoding="ascii", errors="replace") as status:
+            for line in status:
+                if line.startswith("NSpid:"):
+                    return len(line.split()) == 2
+    except OSError:
+        pass
+    return True

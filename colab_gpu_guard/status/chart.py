@@ -67,14 +67,23 @@ def cell_changes(
             return NVML_MEASURE, changes
     if not any(r.rss_after is not None for r in records):
         return "", []
-    return HOST_MEASURE, _differences(records, [r.rss_after for r in records])
+    starts = [r.rss_before for r in records]
+    return HOST_MEASURE, _differences(records, [r.rss_after for r in records], starts)
 
 
-def _differences(records: list[CellMemory], readings: list[Optional[int]]) -> list[CellChange]:
-    """Each cell's reading minus the one before it (None where either is missing)."""
+def _differences(
+    records: list[CellMemory],
+    readings: list[Optional[int]],
+    starts: Optional[list[Optional[int]]] = None,
+) -> list[CellChange]:
+    """Each cell's reading minus the one it started from (`starts`, where known), else
+    minus the reading after the cell before it (None where either is missing)."""
     changes, before = [], None
-    for record, value in zip(records, readings):
-        change = value - before if value is not None and before is not None else None
+    for index, (record, value) in enumerate(zip(records, readings)):
+        start = starts[index] if starts is not None else None
+        if start is None:
+            start = before
+        change = value - start if value is not None and start is not None else None
         changes.append(CellChange(record.cell, change, None, record, value))
         before = value
     return changes

@@ -25,10 +25,13 @@ if TYPE_CHECKING:
 # The parts of a GPU's memory as the compact line names them: unlisted is used memory NVML
 # charges to no process it lists (the driver's own; processes hidden from a container).
 KERNEL, OTHERS, UNLISTED, FREE = "this kernel", "others", "unlisted", "free"
+# others with what of this kernel's is not known apart from them (its CUDA context where
+# NVML does not list it; all of it where NVML lists it without a figure)
+OTHERS_CONTEXT, OTHERS_KERNEL = "others + CUDA context", "others + this kernel"
 _KERNEL_KEYS = ("tensors", "cache", "context", "kernel")
 _URGENCY = ("error", "warn", "info")
 FREEABLE_WARN = 2**20  # hidden memory below this is shown calmly, not as a warning
-NO_GPU_RAM = "host RAM {available} free of {total}; this kernel {rss}"
+NO_GPU_RAM = "host RAM {available} available of {total}; this kernel {rss}"
 
 
 class GpuLine(NamedTuple):
@@ -65,10 +68,12 @@ def device_segments(status: GpuStatus, device: NvmlDevice) -> list[tuple[str, in
     process, as far as the other processes NVML lists are charged them; unlisted = the rest
     of them, which NVML charges to no process it lists (a few MiB of the driver's beside a
     context; processes a container cannot see): with no other process listed, none of it is
-    called other processes; driver = what the driver sets aside (NVML v2 memory call; with
-    v1 it is inside NVML's used, and the others or unlisted key says so); free = NVML. This
-    kernel's NVML figure is its entry matched by PID, or by memory in a container
-    (`gpu_status`).
+    called other processes; others+kernel = used, where NVML lists this kernel without a
+    figure (its share is unknown); others+context = others with this kernel's CUDA
+    context, where NVML does not list it (a container's host PIDs); driver = what the
+    driver sets aside (NVML v2 memory call; with v1 it is inside NVML's used, and the
+    others or unlisted key says so); free = NVML. This kernel's NVML figure is its entry
+    matched by PID, or by memory in a container (`gpu_status`).
     """
     mine = status.memory_for(device.index)
     used = device.memory_used
@@ -88,6 +93,8 @@ def device_segments(status: GpuStatus, device: NvmlDevice) -> list[tuple[str, in
         v1 = "+driver" if device.memory_call == V1 else ""
         if mine and nvml_mine is None:
             segments.append(("others+context" + v1, max(0, used - reserved)))
+        elif nvml_mine is None and _listed_without_figure(device):
+            segments.append(("others+kernel" + v1, used))
         else:
             rest = max(0, used - (nvml_mine or 0))
             charged = _charged_to_others(device)
@@ -102,6 +109,12 @@ def device_segments(status: GpuStatus, device: NvmlDevice) -> list[tuple[str, in
     if device.memory_free is not None:
         segments.append(("free", device.memory_free))
     return segments
+
+
+def _listed_without_figure(device: NvmlDevice) -> bool:
+    """NVML lists this kernel on the GPU but gives no figure for it (Windows WDDM, MIG
+    without privileges): what is not the others' is partly this kernel's."""
+    return any(p.this_process and p.used_memory is None for p in device.processes or ())
 
 
 def _charged_to_others(device: NvmlDevice) -> Optional[int]:
@@ -122,10 +135,14 @@ def memory_parts(status: GpuStatus, device: NvmlDevice) -> tuple[tuple[str, int]
     (`device_segments`). Unlisted memory under 1% of the GPU's (the driver's few MiB
     beside a context) is left to the bar's tooltip and the used figure: the line stays
     short."""
-    sums = {KERNEL: 0, OTHERS: 0, UNLISTED: 0, FREE: 0}
+    sums = {KERNEL: 0, OTHERS: 0, OTHERS_CONTEXT: 0, OTHERS_KERNEL: 0, UNLISTED: 0, FREE: 0}
     for key, size in device_segments(status, device):
         if key in _KERNEL_KEYS:
             sums[KERNEL] += size
+        elif key.startswith("others+context"):
+            sums[OTHERS_CONTEXT] += size
+        elif key.startswith("others+kernel"):
+            sums[OTHERS_KERNEL] += size
         elif key.startswith("others"):
             sums[OTHERS] += size
         elif key.startswith("unlisted"):

@@ -18,8 +18,13 @@ from ..nvml import INCLUDES_RESERVED
 from ..units import format_bytes
 from . import theme
 from .compact import (
+    FREE,
     KERNEL,
     NO_GPU_RAM,
+    OTHERS,
+    OTHERS_CONTEXT,
+    OTHERS_KERNEL,
+    UNLISTED,
     device_segments,
     freshness,
     gpu_line,
@@ -58,6 +63,9 @@ SEGMENTS = {
     "others+context": "other processes + this kernel's CUDA context",
     "others+driver": f"other processes ({INCLUDES_RESERVED})",
     "others+context+driver": f"other processes + this kernel's CUDA context ({INCLUDES_RESERVED})",
+    "others+kernel": "other processes + this kernel (NVML lists it without a figure)",
+    "others+kernel+driver": "other processes + this kernel (NVML lists it without a figure; "
+    f"{INCLUDES_RESERVED})",
     "unlisted": "used, charged to no process NVML lists (the driver's; processes hidden "
     "from this container)",
     "unlisted+driver": f"used, charged to no process NVML lists ({INCLUDES_RESERVED})",
@@ -65,7 +73,14 @@ SEGMENTS = {
     "free": "free",
     "used": "used",
 }
-PART_COLOURS = {KERNEL: "tensors", "others": "others", "unlisted": "driver", "free": "free"}
+PART_COLOURS = {
+    KERNEL: "tensors",
+    OTHERS: "others",
+    OTHERS_CONTEXT: "others",
+    OTHERS_KERNEL: "others",
+    UNLISTED: "driver",
+    FREE: "free",
+}
 
 BADGES = {
     "broken": ("error", "CUDA context broken: restart the runtime"),
@@ -278,6 +293,8 @@ def render_details(status: GpuStatus, last_action: str = "") -> str:
     the last action's full report."""
     torch = status.torch
     health = HEALTH_WORDS.get(torch.health) or BADGES.get(torch.health, ("", torch.health))[1]
+    if torch.cpu_only:
+        health = "torch is a CPU-only build: no CUDA"
     colab = "yes" if status.host.runtime == "Colab" else "no"
     runtime = "" if status.host.runtime in ("Colab", "local") else f" ({status.host.runtime})"
     lines = [*version_lines(status), f"{health} · Colab: {colab}{runtime}"]

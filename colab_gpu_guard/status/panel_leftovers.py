@@ -113,7 +113,7 @@ def render_group_line(group: Any) -> str:
     """What a group is, beside its toggle: 'Sequential: 8 arrays on cpu', hidden or
     released by Free marked, and its size."""
     mark = ""
-    if group.released_by_reset:
+    if group.released_by_reset and group.nbytes:  # 0 B: it shares what another holds
         mark = theme.label("warn", "Free releases it", "cgg-released")
     elif group.hidden:
         mark = theme.label("warn", "hidden", "cgg-hidden")

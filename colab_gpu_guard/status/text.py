@@ -83,8 +83,15 @@ def _process_text(status: GpuStatus, device: NvmlDevice) -> list[str]:
             return [f"  processes    none ({KERNEL_UNLISTED})"]
         return ["  processes    none"]
     total = sum(p.used_memory or 0 for p in device.processes)
+    unknown = sum(1 for p in device.processes if p.used_memory is None)
+    if unknown == len(device.processes):
+        memory = f"memory {NA} (NVML gives no per-process figure)"
+    elif unknown:
+        memory = f"at least {format_bytes(total)} in all ({unknown} without a figure)"
+    else:
+        memory = f"{format_bytes(total)} in all"
     lines = [
-        f"  processes    {len(device.processes)}, {format_bytes(total)} in all"
+        f"  processes    {len(device.processes)}, {memory}"
         + (f" ({KERNEL_AMONG})" if kernel_not_identified(status, device) else "")
     ]
     shown, hidden = shown_processes(status, device)
@@ -336,7 +343,7 @@ def cell_line(record: CellMemory) -> str:
     elif record.rss_after is not None:
         line += f" host RSS {format_bytes(record.rss_after)}"
     if record.nvml_used_after is not None:
-        line += f" | NVML {format_bytes(record.nvml_used_after)}"
+        line += f" | NVML used, all processes {format_bytes(record.nvml_used_after)}"
         if record.nvml_used_call == V1:
             line += f" ({INCLUDES_RESERVED})"
     if record.duration_s is not None:

@@ -287,6 +287,17 @@ class PanelRefresh(PanelView):
             self.last_error = f"{type(error).__name__}: {error}"
             with contextlib.suppress(Exception):
                 self.show_message(render_message("error", f"refresh failed: {self.last_error}"))
+        finally:
+            self._rebase_tracker()
+
+    def _rebase_tracker(self) -> None:
+        """What the refresh allocated is the panel's, not the next cell's."""
+        from colab_gpu_guard import tracker
+
+        with contextlib.suppress(Exception):
+            recorder = tracker.active_tracker(self.shell)
+            if recorder is not None:
+                recorder.rebase()
 
     def attach(
         self, shell: Optional[InteractiveShell] = None, registration: Optional[Registration] = None
