@@ -214,6 +214,8 @@ def test_a_container_that_grew_on_a_flagged_rerun_is_listed_before_ordinary_stat
         assert rows.nbytes == 3 * 3_000_000 * 4
         assert "rows_g  list, grew on rerun: 3 arrays on cpu" in str(groups)
         assert groups.to_dict()["groups"][0]["kind"] == "grew on rerun"
+        # the user's own list is badged as what it is, not "hidden"
+        assert ">rerun leak</span>" in groups._repr_html_()
         held = str(gpu_reset(dry_run=True))
         assert held.index("rows_g  ") < held.index("state_g  ")
         # the reset's note names the holder once, after every cell it held memory for

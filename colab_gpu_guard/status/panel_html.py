@@ -293,11 +293,11 @@ def render_details(status: GpuStatus, last_action: str = "") -> str:
     the last action's full report."""
     torch = status.torch
     health = HEALTH_WORDS.get(torch.health) or BADGES.get(torch.health, ("", torch.health))[1]
-    if torch.cpu_only:
-        health = "torch is a CPU-only build: no CUDA"
     colab = "yes" if status.host.runtime == "Colab" else "no"
     runtime = "" if status.host.runtime in ("Colab", "local") else f" ({status.host.runtime})"
-    lines = [*version_lines(status), f"{health} · Colab: {colab}{runtime}"]
+    # a CPU-only torch: the version line says so; "CUDA not used yet" would not be true
+    context = "" if torch.cpu_only else f"{health} · "
+    lines = [*version_lines(status), f"{context}Colab: {colab}{runtime}"]
     lines.append(host_ram(status.host, NO_GPU_RAM))
     when = time.strftime("%H:%M:%S", time.localtime(status.taken_at))
     lines.append(f"snapshot {when}, took {status.duration_ms:.0f} ms")
