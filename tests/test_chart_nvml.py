@@ -302,3 +302,12 @@ def test_torch_cuda_figures_come_first_then_nvml_then_host():
     measure, changes = chart.cell_changes(host)
     assert measure == chart.HOST_MEASURE and changes[-1].change == MiB
     assert signed_bytes(changes[-1].change) == "+1 MiB"
+    # NVML's figure for this PID never moved (a constant context): host memory says more
+    still = [
+        cell_memory(cell=n, nvml_process_used=6 * GiB, rss_after=(100 + n) * MiB) for n in (1, 2)
+    ]
+    measure, changes = chart.cell_changes(still)
+    assert measure == chart.HOST_MEASURE and changes[-1].change == MiB
+    # without host figures, the flat NVML chart is all there is
+    flat = [cell_memory(cell=n, nvml_process_used=6 * GiB) for n in (1, 2)]
+    assert chart.cell_changes(flat)[0] == chart.NVML_MEASURE

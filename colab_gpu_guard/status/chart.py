@@ -63,7 +63,9 @@ def cell_changes(
         readings[-1] = process_now
     if any(readings):
         changes = _differences(records, readings)
-        if any(c.change is not None for c in changes):  # else the host's figures say more
+        # a figure that never moved says less than the host's (a constant context)
+        moved = any(c.change for c in changes) or not any(r.rss_after for r in records)
+        if moved and any(c.change is not None for c in changes):
             return NVML_MEASURE, changes
     if not any(r.rss_after is not None for r in records):
         return "", []
