@@ -425,3 +425,12 @@ def test_memory_torch_and_numpy_share_is_counted_once():
     assert {group.name for group in groups if group.count} == {"t", "a"}
     empty = {"z": numpy.zeros(0), "y": numpy.zeros(0)}  # no memory: never "shared"
     assert all(not group.shares for group in find_leftovers(namespace=empty).groups())
+
+    class Sneaky(numpy.ndarray):  # reading the address never runs a subclass's code
+        @property
+        def __array_interface__(self):
+            raise AssertionError("the scan ran user code")
+
+    sneaky = numpy.ones(1000).view(Sneaky)
+    items = find_leftovers(namespace={"s": sneaky, "u": torch.from_numpy(numpy.asarray(sneaky))})
+    assert sum(item.nbytes for item in items) == 8000

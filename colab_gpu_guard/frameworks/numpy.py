@@ -53,7 +53,8 @@ def array_info(array) -> ArrayInfo:
             shape, dtype, "cpu", nbytes, held.storage_key, held.storage_nbytes, held.storage_id
         )
     size = int(root.nbytes)
-    address = root.__array_interface__["data"][0] if size else 0
+    # ndarray's own descriptor: a subclass's __array_interface__ could be user code
+    address = ndarray.__array_interface__.__get__(root, ndarray)["data"][0] if size else 0
     if not address:  # an empty array: a key of its own
         return ArrayInfo(shape, dtype, "cpu", nbytes, ("numpy", id(root)), size, id(root))
     return ArrayInfo(shape, dtype, "cpu", nbytes, ("cpu", address), size, address)
