@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-import sys
 from typing import Optional
 
+from . import torch as torch_support
 from .base import ArrayInfo, presence
 
 NAME = "NumPy"
@@ -45,10 +45,9 @@ def array_info(array) -> ArrayInfo:
         root = root.base
     shape, dtype, nbytes = tuple(array.shape), str(array.dtype), int(array.nbytes)
     owner = root.base
-    if owner is not None and _torch_tensor(owner):
-        from . import torch_arrays
-
-        held = torch_arrays.array_info(owner)
+    # a plain tensor (a subclass is not read: its methods could run user code)
+    if owner is not None and type(owner) is torch_support.tensor_type():
+        held = torch_support.array_info(owner)
         return ArrayInfo(
             shape, dtype, "cpu", nbytes, held.storage_key, held.storage_nbytes, held.storage_id
         )
@@ -58,10 +57,3 @@ def array_info(array) -> ArrayInfo:
     if not address:  # an empty array: a key of its own
         return ArrayInfo(shape, dtype, "cpu", nbytes, ("numpy", id(root)), size, id(root))
     return ArrayInfo(shape, dtype, "cpu", nbytes, ("cpu", address), size, address)
-
-
-def _torch_tensor(obj: object) -> bool:
-    """A plain CPU torch tensor (what ``Tensor.numpy()`` leaves as its array's base); a
-    subclass is not read (its methods could run user code)."""
-    torch = sys.modules.get("torch")
-    return torch is not None and type(obj) is getattr(torch, "Tensor", None)

@@ -111,9 +111,20 @@ class LeftoverGroup:
             text += "; shares " + ", ".join(f"{s.count:,} with {s.owner}" for s in self.shares)
         return text
 
+    @property
+    def reset_frees(self) -> bool:
+        """A plain %gpu_reset frees memory here (a holder that only shares another's
+        memory is dropped by it, but frees nothing)."""
+        return self.released_by_reset and self.nbytes > 0
+
+    @property
+    def hidden_word(self) -> str:
+        """The badge of a hidden holder: a user's list that grew on a flagged rerun is no
+        secret, so it is named for what it is."""
+        return "rerun leak" if self.kind == GREW_ON_RERUN else "hidden"
+
     def __str__(self) -> str:
-        # a holder that only shares another's memory: the reset drops it and frees nothing
-        mark = "  [%gpu_reset releases it]" if self.released_by_reset and self.nbytes else ""
+        mark = "  [%gpu_reset releases it]" if self.reset_frees else ""
         return f"{format_bytes(self.nbytes):>10}  {self.name}  {self.describe()}{mark}"
 
     def to_dict(self) -> dict[str, Any]:

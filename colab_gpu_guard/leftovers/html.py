@@ -100,10 +100,10 @@ _MUTED_STYLE = "color:var(--jp-ui-font-color2,#616161)"
 def group_html(group: Any, open_: bool = False) -> str:
     """One group as ``<details>``: its summary line, then its entries' table."""
     badges = ""
-    if group.hidden:  # a list of the user's that grew on a flagged rerun is no secret
-        word = "rerun leak" if group.kind == "grew on rerun" else "hidden"  # groups.GREW_ON_RERUN
+    if group.hidden:
+        word = group.hidden_word
         badges += f' <span class="cgg-hidden" style="{_HIDDEN_STYLE}">{word}</span>'
-    if group.released_by_reset and group.nbytes:
+    if group.reset_frees:
         badges += f' <span class="cgg-reset" style="{_RESET_STYLE}">%gpu_reset releases it</span>'
     summary = (
         f'<summary style="cursor:pointer"><code>{_e(group.name)}</code> '

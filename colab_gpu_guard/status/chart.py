@@ -63,9 +63,10 @@ def cell_changes(
         readings[-1] = process_now
     if any(readings):
         changes = _differences(records, readings)
-        # a figure that never moved says less than the host's (a constant context)
-        moved = any(c.change for c in changes) or not any(r.rss_after for r in records)
-        if moved and any(c.change is not None for c in changes):
+        known = [c.change for c in changes if c.change is not None]
+        host = any(r.rss_after is not None for r in records)
+        # a figure that never moved (a constant context) says less than the host's
+        if known and (any(known) or not host):
             return NVML_MEASURE, changes
     if not any(r.rss_after is not None for r in records):
         return "", []

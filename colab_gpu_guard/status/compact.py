@@ -28,7 +28,15 @@ KERNEL, OTHERS, UNLISTED, FREE = "this kernel", "others", "unlisted", "free"
 # others with what of this kernel's is not known apart from them (its CUDA context where
 # NVML does not list it; all of it where NVML lists it without a figure)
 OTHERS_CONTEXT, OTHERS_KERNEL = "others + CUDA context", "others + this kernel"
-_KERNEL_KEYS = ("tensors", "cache", "context", "kernel")
+# each bar segment's part of the line (a "+driver" suffix dropped), in the line's order
+_PART_OF = {
+    **dict.fromkeys(("tensors", "cache", "context", "kernel"), KERNEL),
+    "others": OTHERS,
+    "others+context": OTHERS_CONTEXT,
+    "others+kernel": OTHERS_KERNEL,
+    "unlisted": UNLISTED,
+    "free": FREE,
+}
 _URGENCY = ("error", "warn", "info")
 FREEABLE_WARN = 2**20  # hidden memory below this is shown calmly, not as a warning
 NO_GPU_RAM = "host RAM {available} available of {total}; this kernel {rss}"
@@ -135,20 +143,11 @@ def memory_parts(status: GpuStatus, device: NvmlDevice) -> tuple[tuple[str, int]
     (`device_segments`). Unlisted memory under 1% of the GPU's (the driver's few MiB
     beside a context) is left to the bar's tooltip and the used figure: the line stays
     short."""
-    sums = {KERNEL: 0, OTHERS: 0, OTHERS_CONTEXT: 0, OTHERS_KERNEL: 0, UNLISTED: 0, FREE: 0}
+    sums = dict.fromkeys(_PART_OF.values(), 0)
     for key, size in device_segments(status, device):
-        if key in _KERNEL_KEYS:
-            sums[KERNEL] += size
-        elif key.startswith("others+context"):
-            sums[OTHERS_CONTEXT] += size
-        elif key.startswith("others+kernel"):
-            sums[OTHERS_KERNEL] += size
-        elif key.startswith("others"):
-            sums[OTHERS] += size
-        elif key.startswith("unlisted"):
-            sums[UNLISTED] += size
-        elif key == "free":
-            sums[FREE] += size
+        part = _PART_OF.get(key.removesuffix("+driver"))  # "driver" itself: no part
+        if part is not None:
+            sums[part] += size
     if device.memory_total and sums[UNLISTED] * 100 < device.memory_total:
         sums[UNLISTED] = 0
     return tuple((name, size) for name, size in sums.items() if size > 0)

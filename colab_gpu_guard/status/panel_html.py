@@ -90,7 +90,6 @@ BADGES = {
 HEALTH_WORDS = {
     "ok": "CUDA context ok",
     "not initialised": "CUDA not used yet",
-    "torch not imported": "torch not imported",
 }
 
 _LINE = f"{theme.FONT};{theme.ELLIPSIS}"

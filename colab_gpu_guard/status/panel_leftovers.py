@@ -14,7 +14,6 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from ..leftovers.groups import GREW_ON_RERUN
 from ..units import USER_VARIABLE, format_bytes
 from . import theme
 from .html import escape as _e
@@ -114,11 +113,10 @@ def render_group_line(group: Any) -> str:
     """What a group is, beside its toggle: 'Sequential: 8 arrays on cpu', hidden or
     released by Free marked, and its size."""
     mark = ""
-    if group.released_by_reset and group.nbytes:  # 0 B: it shares what another holds
+    if group.reset_frees:
         mark = theme.label("warn", "Free releases it", "cgg-released")
-    elif group.hidden:  # a list of the user's that grew on a flagged rerun is no secret
-        word = "rerun leak" if group.kind == GREW_ON_RERUN else "hidden"
-        mark = theme.label("warn", word, "cgg-hidden")
+    elif group.hidden:
+        mark = theme.label("warn", group.hidden_word, "cgg-hidden")
     what = _e(group.describe())
     return (
         f'<div class="cgg-group-line" style="{theme.FONT};{_LINE}">'
