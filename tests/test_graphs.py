@@ -132,7 +132,13 @@ def test_a_tensor_saved_by_two_graphs_is_counted_once_and_reported_as_shared():
     assert found["second"].graph_nbytes == 0
     assert found["first"].graph_shared_nbytes == shared_size
     assert found["second"].graph_shared_nbytes == shared_size
-    assert "shared with other graphs, counted once" in str(found["second"])
+    # which graph counts the shared memory is named, on both sides
+    assert found["first"].graph_shared_with == ("second",)
+    assert found["first"].graph_counted_under == ("",)
+    assert "(1 MiB shared with the graph of `second`, counted once here)" in str(found["first"])
+    assert found["second"].graph_shared_with == ("first",)
+    assert found["second"].graph_counted_under == ("first",)
+    assert "shared with the graph of `first`, counted once under `first`" in str(found["second"])
     assert "weight" in found and found["weight"].graph_tensors == 0  # the parameter
     del found
     namespace.pop("first")

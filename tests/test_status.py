@@ -1132,11 +1132,13 @@ def test_a_snapshot_written_before_the_house_move_still_reads():
             assert {key: now[key] for key in before} == before  # the old fields, unchanged
     graph = {"graph_nbytes", "graph_tensors", "graph_shared_nbytes"}  # issue 14: autograd graphs
     views = {"views_nbytes"}  # what the names use of the memory (None: not known)
+    sharing = {"graph_shared_with", "graph_counted_under"}  # which graphs share, named
     assert (
         set(again["leftovers"][0]) - set(old["leftovers"][0])
-        == {"array_nbytes", "holders"} | graph | views
+        == {"array_nbytes", "holders"} | graph | views | sharing
     )
     assert {key: again["leftovers"][0][key] for key in graph} == dict.fromkeys(graph, 0)
+    assert {key: again["leftovers"][0][key] for key in sharing} == {key: [] for key in sharing}
     assert again["leftovers"][0]["views_nbytes"] is None
     added = {"devices", "leak_kind", "peak_bound", "nvml_used_call", "leaks", "held_by"}
     added.add("nvml_process_used")  # issue 16: NVML's figure for this PID

@@ -6,12 +6,12 @@ from __future__ import annotations
 import collections
 import itertools
 import operator
-from collections.abc import Sequence
-from typing import Union
+from collections.abc import Callable, Sequence
+from typing import Optional, Union
 
 from ..units import HOLDERS
 from .found import ROW_HOLDER, ROW_PATH, Found, Ref
-from .graphs import Graph
+from .graphs import Graph, Graphs
 from .groups import Blocks as GroupColumns
 from .naming import ITEM, PathNames, rank, shared_names
 from .records import Leftover, leftover_of, with_graph
@@ -60,6 +60,8 @@ class Blocks:
         self.order: Sequence[int] = []  # blocks in the order of the list
         keys = self.keys = found.keys
         self.graph_of: dict[int, Graph] = {}  # block -> its autograd graph (add_graphs)
+        self._graph_block: dict = {}  # a graph owner's storage key -> its block
+        self._sharing: Optional[Callable] = None  # `Graphs.sharing`, once graphs are added
         self.row_of: Union[range, list[int]]
         if _distinct(found.storage_ids) or len(dict.fromkeys(keys)) == len(keys):
             self.row_of = range(len(rows))
@@ -89,20 +91,49 @@ class Blocks:
             self.holders.append(holder)
             self.devices.append(device)
 
-    def add_graphs(self, by_key: dict) -> None:
-        """Each block's autograd graph (storage key -> `Graph`), counted in its size."""
-        keys, sizes = self.keys, self.sizes
+    def add_graphs(self, graphs: Graphs) -> None:
+        """Each block's autograd graph (`Graphs.by_block`), counted in its size."""
+        keys, sizes, by_key = self.keys, self.sizes, graphs.by_block
         for block, index in enumerate(self.row_of):
             graph = by_key.get(keys[index])
             if graph is not None:
                 self.graph_of[block] = graph
+                self._graph_block[keys[index]] = block
                 sizes[block] += graph.nbytes
+        self._sharing = graphs.sharing
 
     def entry_with_graph(self, position: int) -> Leftover:
-        """`entry`, with the block's autograd graph when it has one (`add_graphs`)."""
+        """`entry`, with the block's autograd graph when it has one (`add_graphs`), naming
+        the other entries whose graphs share its memory."""
         item = self.entry(position)
-        graph = self.graph_of.get(self.order[position])
-        return item if graph is None else with_graph(item, graph)
+        block = self.order[position]
+        graph = self.graph_of.get(block)
+        if graph is None:
+            return item
+        if graph.shared_nbytes and self._sharing is not None:
+            others, counters = self._sharing(self.keys[self.row_of[block]])
+            shared_with = self._block_names(others)
+            if len(shared_with) == len(others):  # every one named: else the plain words
+                under = self._block_names(
+                    [key for key in counters if key != self.keys[self.row_of[block]]]
+                )
+                here = "" if len(under) < len(counters) else None
+                graph = graph._replace(
+                    shared_with=tuple(shared_with),
+                    counted_under=tuple(under) + (("",) if here is not None else ()),
+                )
+        return with_graph(item, graph)
+
+    def _block_names(self, keys: list) -> list[str]:
+        """The names of the blocks of these graph owners (those this list has)."""
+        names = []
+        for key in keys:
+            block = self._graph_block.get(key)
+            if block is not None:
+                shared = self.shared.get(block)
+                path = ROW_PATH(self.rows[self.row_of[block]])
+                names.append(shared.name if shared is not None else self.names.name_of(path))
+        return names
 
     def entry(self, position: int) -> Leftover:
         """The entry at ``position`` of ``order`` (set by the caller: blocks, sorted)."""

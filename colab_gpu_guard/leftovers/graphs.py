@@ -30,16 +30,21 @@ from .found import Ref
 NODE_BUDGET = 50_000  # graph nodes visited per scan, all owners together
 FIX = "fix: .item() for a loss you only log, .detach() for a tensor you keep"
 _NO_SAVED: tuple = ((), False)
+SHARERS_SHOWN = 3  # other graphs named in an entry's sharing note
 
 
 class Graph(NamedTuple):
     """What one block's autograd graph holds beyond named memory: ``tensors`` saved storages,
     ``nbytes`` of them counted in this entry, ``shared_nbytes`` of them also held by other
-    entries' graphs (counted once, under the first owner found)."""
+    entries' graphs (counted once, under the first owner found). ``shared_with`` names
+    those other entries and ``counted_under`` where the shared memory is counted ("" for
+    this entry), where the list names them (empty otherwise)."""
 
     tensors: int
     nbytes: int
     shared_nbytes: int
+    shared_with: tuple[str, ...] = ()
+    counted_under: tuple[str, ...] = ()
 
     def summary(self) -> str:
         """'2 saved tensors, 32 MiB' (and what other graphs share)."""
@@ -47,8 +52,23 @@ class Graph(NamedTuple):
             f"{self.tensors} saved tensor{'s' * (self.tensors != 1)}, {format_bytes(self.nbytes)}"
         )
         if self.shared_nbytes:
-            text += f" ({format_bytes(self.shared_nbytes)} shared with other graphs, counted once)"
+            text += f" ({format_bytes(self.shared_nbytes)} {self._sharing()})"
         return text
+
+    def _sharing(self) -> str:
+        """'shared with the graph of `b`, counted once under `a`' (or 'here')."""
+        if not self.shared_with:
+            return "shared with other graphs, counted once"
+        shown = ", ".join(f"`{name}`" for name in self.shared_with[:SHARERS_SHOWN])
+        more = len(self.shared_with) - SHARERS_SHOWN
+        if more > 0:
+            shown += f" (+{more} more)"
+        plural = "s" * (len(self.shared_with) > 1)
+        under = [f"`{name}`" for name in self.counted_under if name][:SHARERS_SHOWN]
+        places = (["here"] if "" in self.counted_under else []) + (
+            [f"under {', '.join(under)}"] if under else []
+        )
+        return f"shared with the graph{plural} of {shown}, counted once {' and '.join(places)}"
 
     def text(self) -> str:
         return f"autograd graph: {self.summary()} ({FIX})"
@@ -119,6 +139,7 @@ class Graphs:
         self.budget_hit = False
         self.unreadable = 0  # saved values a pack hook turned into something not a tensor
         self._readers: dict[type, Any] = {}
+        self._rank: dict[Hashable, int] = {}  # owner -> its place in the order found
 
     def resolve(self, named: set) -> None:
         """Walk the owners' graphs; ``named``: storage keys a name reaches (not counted)."""
@@ -214,6 +235,7 @@ class Graphs:
         self.saved[key] = _Saved(info, weak, id(tensor), [owner])
 
     def _total(self) -> None:
+        self._rank = {}
         for owner, keys in self.keys_by_block.items():
             counted = shared = 0
             for key in keys:
@@ -225,6 +247,23 @@ class Graphs:
                     shared += size
             if keys:
                 self.by_block[owner] = Graph(len(keys), counted, shared)
+
+    def sharing(self, owner: Hashable) -> tuple[list, list]:
+        """The other owners whose graphs saved some of what ``owner``'s did, and the owners
+        that shared memory is counted under (``owner`` itself included), in the order found."""
+        others: set = set()
+        counters: set = set()
+        for key in self.keys_by_block.get(owner, ()):
+            owners = self.saved[key].owners
+            if len(owners) > 1:
+                others.update(owners)
+                counters.add(owners[0])
+        others.discard(owner)
+        if not self._rank:
+            self._rank = {key: index for index, key in enumerate(self.keys_by_block)}
+        return sorted(others, key=self._rank.__getitem__), sorted(
+            counters, key=self._rank.__getitem__
+        )
 
     def resolve_unnamed(self, arrays: dict[Hashable, list], named: set) -> set:
         """Measure the graphs of tensors no name reaches (the deep scan's: storage key ->

@@ -49,6 +49,8 @@ class Leftover:
     graph_tensors: int = 0
     graph_shared_nbytes: int = 0
     views_nbytes: Optional[int] = None
+    graph_shared_with: tuple[str, ...] = ()
+    graph_counted_under: tuple[str, ...] = ()
 
     def __str__(self) -> str:
         shape = "x".join(str(size) for size in self.shape) or "scalar"
@@ -101,7 +103,13 @@ class Leftover:
         )
 
     def graph(self) -> Graph:
-        return Graph(self.graph_tensors, self.graph_nbytes, self.graph_shared_nbytes)
+        return Graph(
+            self.graph_tensors,
+            self.graph_nbytes,
+            self.graph_shared_nbytes,
+            self.graph_shared_with,
+            self.graph_counted_under,
+        )
 
     def to_dict(self) -> dict[str, Any]:
         """``dataclasses.asdict``'s dict (its fields hold only plain values and tuples of
@@ -160,6 +168,8 @@ def with_graph(item: Leftover, graph: Graph) -> Leftover:
         graph_nbytes=graph.nbytes,
         graph_tensors=graph.tensors,
         graph_shared_nbytes=graph.shared_nbytes,
+        graph_shared_with=graph.shared_with,
+        graph_counted_under=graph.counted_under,
     )
     return made
 
