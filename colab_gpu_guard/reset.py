@@ -144,13 +144,6 @@ def _build_plan(found: Scan, shell, namespace: dict, names: tuple, all_vars: boo
     return plan
 
 
-def _would_stay(found: Scan, freed: set) -> list:
-    """The scan's entries less the blocks in `freed` (where `dropping.still_held` cannot
-    read the list off the scan)."""
-    freed_ids = {(found.groups[key].storage_id, found.groups[key].device) for key in freed}
-    return [item for item in found.leftovers if (item.storage_id, item.device) not in freed_ids]
-
-
 # ---------------------------------------------------------------- caches and figures
 
 
@@ -308,8 +301,7 @@ def _reset(names: tuple, all_vars: bool, dry_run: bool, shell, namespace: dict) 
 
     if dry_run:
         report.devices = [DeviceRelease(name, alloc, res) for name, alloc, res in before]
-        held = dropping.still_held(found, dropped)
-        report.leftovers = held if held is not None else _would_stay(found, freed_keys)
+        report.leftovers = dropping.would_stay(found, dropped, freed_keys)
         _dry_run_notes(report, health)
         _add_history_notes(report, shell, namespace)
         return report

@@ -28,7 +28,7 @@ def shell(ip, run_cell):
     run_cell("import torch, weakref, sys\nrefs = {}")
     yield ip
     reset.gpu_reset(shell=ip)
-    names = "refs keep batch view a b cache Key everything also Phoenix reborn drop w loss train"
+    names = "refs keep batch view a b cache Key everything also Phoenix reborn drop w loss train out"
     for name in names.split():
         ip.user_ns.pop(name, None)
 
@@ -157,11 +157,32 @@ def test_graph_memory_named_only_by_a_dropped_output_is_counted_after(shell, run
     run_cell("del x")
     before = {item.name: item for item in find_leftovers(shell=shell)}
     assert any(item.name.startswith("Out[") for item in before.values())
+    dry = reset.gpu_reset(shell=shell, dry_run=True)
     report = reset.gpu_reset(shell=shell)
     assert walks == [1]
     held = {item.name: item for item in report.leftovers}
     assert held["loss"].graph_nbytes == before["loss"].graph_nbytes + N * 4
     assert_same_as_a_new_scan(shell, report)
+    # the graph keeps it: nothing was expected to go, so nothing is blamed on a hidden holder
+    assert dry.estimated_bytes == report.estimated_bytes == report.released_bytes == 0
+    assert not [note for note in report.notes if "expected to be freed" in note]
+    assert list(dry.leftovers) == list(report.leftovers)  # the dry run foresaw the count
+
+
+def test_a_dry_run_does_not_list_dropped_aliases_of_a_tensor_with_a_graph(shell, run_cell, walks):
+    """Out[n] shows `out` (a tensor with a grad_fn): the dry run would drop Out[n], _ and
+    _n, so its list of what would stay names only `out`, as the reset's does."""
+    run_cell(f"w = torch.ones({N}, requires_grad=True); out = (w * 2).sin(); out")
+    dry = reset.gpu_reset(shell=shell, dry_run=True)
+    assert any(name.startswith("Out[") for name in dry.dropped_names)
+    names = {item.name for item in dry.leftovers} | {
+        other for item in dry.leftovers for other in item.shared_with
+    }
+    assert not [name for name in names if name.startswith(("Out[", "_"))], names
+    done = reset.gpu_reset(shell=shell)
+    assert list(dry.leftovers) == list(done.leftovers)
+    assert dry.estimated_bytes == done.released_bytes == 0
+    assert_same_as_a_new_scan(shell, done)
 
 
 # ---------------------------------------------------------------- the scan's own answers
@@ -243,3 +264,24 @@ def test_still_held_groups_name_their_types_as_find_leftovers_does(shell, run_ce
     for report in (reset.gpu_reset(dry_run=True, shell=shell), reset.gpu_reset(shell=shell)):
         held = str(report)
         assert "keep  Linear: 2 arrays on cpu" in held and "batch  Tensor: 1 array" in held
+
+
+def test_deleting_a_tensor_a_kept_graph_saved_names_the_graph_as_its_holder(shell, run_cell):
+    """`loss`'s graph saved `x`: deleting `x` frees nothing, and the report says `loss`
+    keeps it (it said 977 KiB expected, 0 B freed, "something outside the notebook's
+    variables holds it")."""
+    run_cell(
+        f"w = torch.ones({N}, requires_grad=True); x = w * 2; loss = x.sin().sum()\n"
+        "refs['x'] = weakref.ref(x.untyped_storage())"
+    )
+    dry = reset.gpu_reset("x", shell=shell, dry_run=True)
+    done = reset.gpu_reset("x", shell=shell)
+    assert alive(shell, "x") and "x" not in shell.user_ns
+    assert dry.estimated_bytes == done.estimated_bytes == done.released_bytes == 0
+    stays = [note for note in done.notes if note.startswith("`x`")]
+    assert stays and "still held by `loss`" in stays[0], done.notes
+    assert not [note for note in done.notes if "expected to be freed" in note]
+    held = {item.name: item for item in done.leftovers}
+    assert held["loss"].graph_nbytes >= N * 4
+    assert list(dry.leftovers) == list(done.leftovers)
+    shell.user_ns.pop("x", None)

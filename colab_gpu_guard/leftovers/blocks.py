@@ -11,7 +11,7 @@ from typing import Optional, Union
 
 from ..units import HOLDERS
 from .found import ROW_HOLDER, ROW_PATH, Found, Ref
-from .graphs import Graph, Graphs
+from .graphs import Graph
 from .groups import Blocks as GroupColumns
 from .naming import ITEM, PathNames, rank, shared_names
 from .records import Leftover, leftover_of, with_graph
@@ -91,16 +91,17 @@ class Blocks:
             self.holders.append(holder)
             self.devices.append(device)
 
-    def add_graphs(self, graphs: Graphs) -> None:
-        """Each block's autograd graph (`Graphs.by_block`), counted in its size."""
-        keys, sizes, by_key = self.keys, self.sizes, graphs.by_block
+    def add_graphs(self, by_key: dict, sharing: Callable) -> None:
+        """Each block's autograd graph (storage key -> `Graph`: `Graphs.count`), counted in
+        its size; ``sharing``: `Graphs.sharing`, to name the graphs that share memory."""
+        keys, sizes = self.keys, self.sizes
         for block, index in enumerate(self.row_of):
             graph = by_key.get(keys[index])
             if graph is not None:
                 self.graph_of[block] = graph
                 self._graph_block[keys[index]] = block
                 sizes[block] += graph.nbytes
-        self._sharing = graphs.sharing
+        self._sharing = sharing
 
     def entry_with_graph(self, position: int) -> Leftover:
         """`entry`, with the block's autograd graph when it has one (`add_graphs`), naming
@@ -111,20 +112,16 @@ class Blocks:
         if graph is None:
             return item
         if graph.shared_nbytes and self._sharing is not None:
-            others, counters = self._sharing(self.keys[self.row_of[block]])
-            shared_with = self._block_names(others)
-            if len(shared_with) == len(others):  # every one named: else the plain words
-                under = self._block_names(
-                    [key for key in counters if key != self.keys[self.row_of[block]]]
-                )
-                here = "" if len(under) < len(counters) else None
-                graph = graph._replace(
-                    shared_with=tuple(shared_with),
-                    counted_under=tuple(under) + (("",) if here is not None else ()),
-                )
+            key = self.keys[self.row_of[block]]
+            others, counters = self._sharing(key)
+            elsewhere = [owner for owner in counters if owner != key]
+            shared_with, under = self._block_names(others), self._block_names(elsewhere)
+            if len(shared_with) == len(others) and len(under) == len(elsewhere):
+                here = ("",) if key in counters else ()  # else the plain words: one is unnamed
+                graph = graph._replace(shared_with=tuple(shared_with), counted_under=under + here)
         return with_graph(item, graph)
 
-    def _block_names(self, keys: list) -> list[str]:
+    def _block_names(self, keys: list) -> tuple[str, ...]:
         """The names of the blocks of these graph owners (those this list has)."""
         names = []
         for key in keys:
@@ -133,7 +130,7 @@ class Blocks:
                 shared = self.shared.get(block)
                 path = ROW_PATH(self.rows[self.row_of[block]])
                 names.append(shared.name if shared is not None else self.names.name_of(path))
-        return names
+        return tuple(names)
 
     def entry(self, position: int) -> Leftover:
         """The entry at ``position`` of ``order`` (set by the caller: blocks, sorted)."""

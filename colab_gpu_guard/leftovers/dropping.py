@@ -13,11 +13,12 @@ weakref). Otherwise `still_held` answers None and the caller scans again.
 
 from __future__ import annotations
 
+import functools
 import itertools
 import operator
 import weakref
 from collections.abc import Hashable, Iterable
-from typing import Any, NamedTuple, Optional
+from typing import Any, NamedTuple, Optional, Union
 
 from .. import notebook_refs
 from .blocks import Blocks
@@ -177,8 +178,48 @@ def still_held(scan: Scan, dropped: set, now: Optional[States] = None) -> Option
         return None
     if kept is None:
         return scan.leftovers
+    return _kept_listing(scan, dropped, kept)
+
+
+def would_stay(scan: Scan, dropped: set, freed: set) -> Union[LeftoverList, list]:
+    """A dry run's list of what would stay held once the `dropped` roots are gone:
+    `still_held` where it can say. Else, where the walk was complete and no root kept met
+    a container a dropped root reached first, the references under the roots kept, with
+    the autograd graphs of the owners among them as they would count then (a storage only
+    a dropped root names but a kept graph saved is that graph's memory; what a graph that
+    goes shared, the graphs that stay count). Else the scan's entries less the blocks in
+    `freed`, named as they are now (the dropped roots' names among them)."""
+    held = still_held(scan, dropped)
+    if held is not None:
+        return held
+    reach, graphs = scan.reach, scan.walker.graphs
+    dropped_rows = reach.dropped_rows(dropped)
+    if (
+        dropped_rows is not None
+        and scan.complete
+        and not scan.deep
+        and not reach.crosses_into(dropped)
+    ):
+        kept = list(map(operator.not_, dropped_rows))
+        staying = set(itertools.compress(scan.keys, kept))
+        sizes = dict(zip(scan.keys, scan.walker.found.storage_nbytes))
+        unnamed = {key: sizes[key] for key in graphs.named_saved if key not in staying}
+        gone = frozenset(owner for owner in graphs.keys_by_block if owner not in staying)
+        sharing = functools.partial(graphs.sharing, unnamed=unnamed, gone=gone)
+        return _kept_listing(scan, dropped, kept, (graphs.count(unnamed, gone), sharing))
+    freed_ids = {(scan.groups[key].storage_id, scan.groups[key].device) for key in freed}
+    return [item for item in scan.leftovers if (item.storage_id, item.device) not in freed_ids]
+
+
+def _kept_listing(
+    scan: Scan, dropped: set, kept: list[bool], graphs: Optional[tuple] = None
+) -> LeftoverList:
+    """The list of the scan's references where `kept` (those under the roots kept), named
+    afresh; ``graphs``: `Blocks.add_graphs`'s arguments, for the owners among them."""
     part = scan.walker.found.subset(kept)
     blocks = Blocks(part, PathNames(lambda: best_paths(part.refs)))
+    if graphs is not None and graphs[0]:
+        blocks.add_graphs(*graphs)
     types = {
         label: kind
         for label, kind in scan.root_types.items()

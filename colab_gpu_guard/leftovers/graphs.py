@@ -135,11 +135,13 @@ class Graphs:
         self.by_block: dict[Hashable, Graph] = {}
         self.keys_by_block: dict[Hashable, set] = {}
         self.saved: dict[Hashable, _Saved] = {}
+        # storages a name reaches that graphs saved too (not counted: the name's entry is)
+        self.named_saved: dict[Hashable, list] = {}  # storage key -> owners, first found first
+        self.named_by_block: dict[Hashable, set] = {}  # owner -> such storages its graph saved
         self.nodes = 0
         self.budget_hit = False
         self.unreadable = 0  # saved values a pack hook turned into something not a tensor
         self._readers: dict[type, Any] = {}
-        self._rank: dict[Hashable, int] = {}  # owner -> its place in the order found
 
     def resolve(self, named: set) -> None:
         """Walk the owners' graphs; ``named``: storage keys a name reaches (not counted)."""
@@ -163,7 +165,7 @@ class Graphs:
             if self.budget_hit:
                 break
         del owners
-        self._total()
+        self.by_block = self.count()
 
     def _saved_tensors(self, root, torch, tensor_type) -> Iterable:
         """The tensors the graph under ``root`` saved (one owner's walk, within the budget)."""
@@ -219,7 +221,13 @@ class Graphs:
         except Exception:
             return
         key = info.storage_key
-        if key in named or key in keys:
+        if key in keys:
+            return
+        if key in named:
+            mine = self.named_by_block.setdefault(owner, set())
+            if key not in mine:
+                mine.add(key)
+                self.named_saved.setdefault(key, []).append(owner)
             return
         keys.add(key)
         saved = self.saved.get(key)
@@ -234,36 +242,59 @@ class Graphs:
                 weak = None
         self.saved[key] = _Saved(info, weak, id(tensor), [owner])
 
-    def _total(self) -> None:
-        self._rank = {}
-        for owner, keys in self.keys_by_block.items():
+    def count(
+        self, unnamed: Optional[dict] = None, gone: frozenset = frozenset()
+    ) -> dict[Hashable, Graph]:
+        """Per owner block its `Graph` (``by_block``). For a drop not yet made (a dry run):
+        ``unnamed``, the storages a name reaches now that would lose every name (key ->
+        bytes), graph memory then; ``gone``, the owners that would go, whose share the
+        owners that stay count instead."""
+        by_block = {}
+        for owner in self.keys_by_block:
+            if owner in gone:
+                continue
+            keys = self._keys_of(owner, unnamed)
             counted = shared = 0
             for key in keys:
-                saved = self.saved[key]
-                size = saved.info.storage_nbytes
-                if saved.owners[0] == owner:
+                owners = self._owners_of(key, gone)
+                size = unnamed[key] if unnamed and key in unnamed else self._size(key)
+                if owners[0] == owner:
                     counted += size
-                if len(saved.owners) > 1:
+                if len(owners) > 1:
                     shared += size
             if keys:
-                self.by_block[owner] = Graph(len(keys), counted, shared)
+                by_block[owner] = Graph(len(keys), counted, shared)
+        return by_block
 
-    def sharing(self, owner: Hashable) -> tuple[list, list]:
+    def _keys_of(self, owner: Hashable, unnamed: Optional[dict]) -> set:
+        keys = self.keys_by_block.get(owner, set())
+        named = self.named_by_block.get(owner)
+        return keys | named.intersection(unnamed) if unnamed and named else keys
+
+    def _owners_of(self, key: Hashable, gone: frozenset = frozenset()) -> list:
+        saved = self.saved.get(key)
+        owners = saved.owners if saved is not None else self.named_saved[key]
+        return [owner for owner in owners if owner not in gone] if gone else owners
+
+    def _size(self, key: Hashable) -> int:
+        return self.saved[key].info.storage_nbytes
+
+    def sharing(
+        self, owner: Hashable, unnamed: Optional[dict] = None, gone: frozenset = frozenset()
+    ) -> tuple[list, list]:
         """The other owners whose graphs saved some of what ``owner``'s did, and the owners
-        that shared memory is counted under (``owner`` itself included), in the order found."""
+        that shared memory is counted under (``owner`` itself included), in the order found
+        (``unnamed``, ``gone``: as `count`)."""
         others: set = set()
         counters: set = set()
-        for key in self.keys_by_block.get(owner, ()):
-            owners = self.saved[key].owners
+        for key in self._keys_of(owner, unnamed):
+            owners = self._owners_of(key, gone)
             if len(owners) > 1:
                 others.update(owners)
                 counters.add(owners[0])
         others.discard(owner)
-        if not self._rank:
-            self._rank = {key: index for index, key in enumerate(self.keys_by_block)}
-        return sorted(others, key=self._rank.__getitem__), sorted(
-            counters, key=self._rank.__getitem__
-        )
+        rank = {key: index for index, key in enumerate(self.keys_by_block)}
+        return sorted(others, key=rank.__getitem__), sorted(counters, key=rank.__getitem__)
 
     def resolve_unnamed(self, arrays: dict[Hashable, list], named: set) -> set:
         """Measure the graphs of tensors no name reaches (the deep scan's: storage key ->
@@ -291,12 +322,21 @@ class Graphs:
 
     def add_reach(self, reach: dict[Hashable, set]) -> None:
         """Each root that reaches an owner's storage reaches what its graph saved."""
-        if not self.saved:
+        if not self.saved and not self.named_saved:
             return
         for keys in reach.values():
-            extra = [self.keys_by_block[key] for key in keys if key in self.keys_by_block]
+            extra = [saved for key in keys for saved in self.saved_by(key)]
             for graph_keys in extra:
                 keys |= graph_keys
+
+    def saved_by(self, owner: Hashable) -> list[set]:
+        """The storages ``owner``'s graph saved: those counted as graph memory, and those
+        a name reaches too."""
+        return [
+            found
+            for found in (self.keys_by_block.get(owner), self.named_by_block.get(owner))
+            if found
+        ]
 
     def refs(self, start: int) -> dict[Hashable, Ref]:
         """A `Ref` per saved storage (its weakref is to the storage: a saved output is a

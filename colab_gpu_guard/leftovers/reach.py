@@ -124,8 +124,8 @@ class Reach:
             for part in parts:
                 owners.update(by_owner.keys() & set(part))
             for owner in owners:
-                saved = by_owner[owner]
-                reached.update(saved if within is None else saved & within)
+                for saved in self.graphs.saved_by(owner):
+                    reached.update(saved if within is None else saved & within)
         return reached
 
     def only_through(self, roots: set) -> set:

@@ -312,7 +312,7 @@ def _listing(
     """A scan's blocks and its list (on `device`; with the allocator gaps when `deep`)."""
     blocks = Blocks(found, names)
     if graphs.by_block:
-        blocks.add_graphs(graphs)
+        blocks.add_graphs(graphs.by_block, graphs.sharing)
     gaps: list[DeviceGap] = allocator_gaps(blocks.devices, blocks.sizes) if deep else []
     order: Any = range(len(blocks.sizes))
     if device is not None:
