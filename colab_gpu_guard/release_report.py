@@ -18,6 +18,11 @@ NONE_NAMED = (
     "no arrays held by the notebook's variables, output history or last exception "
     "(imported modules are not searched: find_leftovers(deep=True) looks everywhere)"
 )
+# a dry run's: the arrays are still there, and nothing would hold them afterwards
+NONE_WOULD_STAY = (
+    "none would stay held by the notebook's variables, output history or last exception "
+    "(imported modules are not searched: find_leftovers(deep=True) looks everywhere)"
+)
 
 # what `dropped` counts (its keys stay as they are: the JSON report uses them), in words
 _DROPPED_WORDS = {
@@ -207,7 +212,7 @@ class ReleaseReport:
             )
             lines += [f"    {line}" for line in groups.lines(groups=8, entries=2)]
         else:
-            lines.append(f"  {NONE_NAMED}")
+            lines.append(f"  {NONE_WOULD_STAY if self.dry_run else NONE_NAMED}")
         return "\n".join(lines)
 
     def _repr_pretty_(self, printer, cycle) -> None:
@@ -248,7 +253,8 @@ class ReleaseReport:
 
 def _held_html(report: ReleaseReport) -> str:
     if not report.leftovers:
-        return f"<div>{html.escape(NONE_NAMED)}</div>"
+        none = NONE_WOULD_STAY if report.dry_run else NONE_NAMED
+        return f"<div>{html.escape(none)}</div>"
     return groups_html(report.held_groups())
 
 

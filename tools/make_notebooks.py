@@ -37,7 +37,9 @@ Load the extension first. It is cheap: it imports neither torch nor NumPy nor ip
 
 `%seed_all 42` seeds Python `random`, NumPy's global RNG and PyTorch. `torch.manual_seed`
 already seeds **every CUDA device** (and does so lazily, so seeding before CUDA starts is
-fine): the report says exactly that, and lists what it could not seed.
+fine). The line it prints says what it seeded (on a GPU, `torch (cpu, cuda (N))`) and
+what it could not; `%seed_all 42 -v` says how each was seeded, the queued CUDA seeding
+included.
 """),
     code("%seed_all 42"),
     code("""
@@ -57,12 +59,13 @@ assert again == first, (again, first)
 print("same seed, same draws:", again == first)
 """),
     md("""
-`--deterministic` also switches on deterministic algorithms (and says whether this torch
-still needs `CUBLAS_WORKSPACE_CONFIG`). Seeding again without it restores the flags.
-It leaves TF32 alone: on an A100, L4 or H100, convolutions use TF32 by default
-(`torch.backends.cudnn.allow_tf32` is `True`), so float32 results differ from a T4's or a
-CPU's, and the line it prints says so. `%seed_all 42 --strict` also switches
-matmuls and convolutions to full fp32.
+`--deterministic` also switches on deterministic algorithms, and sets
+`CUBLAS_WORKSPACE_CONFIG` where this torch still needs it (`-v` prints the whole report,
+which says whether it does). Seeding again without it restores the flags.
+It leaves TF32 alone: on an A100, L4 or H100, cuDNN convolutions and RNNs use TF32 by
+default (`torch.backends.cudnn.allow_tf32` is `True`), so float32 results differ from a
+T4's or a CPU's, and the line it prints says so. `%seed_all 42 --strict` also switches
+matmuls, convolutions and RNNs to full fp32.
 """),
     code("%seed_all 42 --deterministic"),
     code("%seed_all 42"),
@@ -77,6 +80,14 @@ Notebook cells get rerun out of order. With `--every-cell`, each cell is reseede
     code("_ = [random.random() for _ in range(10)]  # anything in between"),
     code("draw = torch.rand(2).tolist(); draw"),
     code("%seed_all --no-every-cell"),
+    md("""
+### What decides the numbers: `%repro`
+
+`%repro` sums up what decides this kernel's numbers: the seed, torch's deterministic and
+TF32 settings, the versions and the GPUs (`-v`: every field, the environment variables
+libraries read included). `%repro --save FILE` and `%repro --diff FILE` compare two runs.
+"""),
+    code("%repro"),
     md("""
 ## See the GPU: `%gpu_status` and the panel
 
@@ -105,7 +116,8 @@ weights * 2  # this result now lives on in Out and _
 
 When a cell dies with a CUDA error, the usual traceback is followed by the real cause and
 the fix. Here, a simulated out-of-memory error of the kind a too-large batch raises (for an
-OOM, the failed cell's frames are released automatically, so its tensors do not stay alive):
+OOM, the frames of the functions the failed cell called are released automatically, so their
+local tensors do not stay alive):
 """),
     code("%gpu_advice on"),
     code(
@@ -127,8 +139,8 @@ REPRODUCIBILITY = [
 # Reproducibility in notebooks, answered correctly
 
 Popular advice on seeding PyTorch is often wrong or out of date. Each claim below is
-checked against the installed PyTorch, and every cell runs on a CPU-only machine as well
-as on a GPU.
+checked against the installed PyTorch. Every cell runs on a CPU-only machine, and uses the
+GPU where there is one.
 """),
     code("""
 %load_ext colab_gpu_guard
@@ -197,12 +209,12 @@ Claim often repeated: "DataLoader workers copy Python `random` and NumPy state, 
 repeat each other's augmentations". Not since torch 1.9: each worker seeds `random`, NumPy
 and torch from the loader's base seed and its worker id
 (`torch/utils/data/_utils/worker.py`). What *is* true: the base seed comes from the
-loader's generator or torch's global RNG, which every DDP rank seeds alike, so without
-rank-aware seeding **every rank draws the same augmentations**. `seed_worker` reseeds
-`random` and NumPy from (torch's worker seed, rank, worker id); `dataloader_generator()`
-gives the loader a generator seeded from (seed, rank), for torch's draws and the shuffle
-order. The cell below checks both with a real DataLoader and 2 workers, simulating rank 0
-and rank 1 of a DDP job with the `RANK` environment variable.
+loader's generator or torch's global RNG, which a DDP script usually seeds alike on every
+rank, so without rank-aware seeding **every rank draws the same augmentations**.
+`seed_worker` reseeds `random` and NumPy from (torch's worker seed, rank, worker id);
+`dataloader_generator()` gives the loader a generator seeded from (seed, rank), for
+torch's draws and the shuffle order. The cell below checks both with a real DataLoader and
+2 workers, simulating rank 0 and rank 1 of a DDP job with the `RANK` environment variable.
 """),
     code("""
 from torch.utils.data import DataLoader, Dataset
@@ -238,7 +250,7 @@ assert "random.seed(seed)" in source and "np.random.seed(np_seed)" in source
 def draws_as_rank(rank, worker_init_fn=None):
     \"\"\"One epoch's (random, NumPy) draws as rank `rank` of a DDP job makes them.\"\"\"
     os.environ["RANK"] = str(rank)
-    torch.manual_seed(42)  # every rank seeds alike (it must, for identical initial weights)
+    torch.manual_seed(42)  # every rank seeds alike, as DDP scripts usually do
     loader = DataLoader(Augmented(), batch_size=4, num_workers=2, worker_init_fn=worker_init_fn)
     return [tuple(row[1:]) for batch in loader for row in batch.tolist()]
 
@@ -271,11 +283,13 @@ cell from (seed, the cell's source), so a cell draws the same numbers every time
     md("""
 ## Several GPUs / processes (DDP)
 
-With `DistributedDataParallel` every rank must build **identical initial weights** (same
-seed on every rank) but draw **different data** (a `DistributedSampler` per rank, with
-`set_epoch` each epoch, and rank-aware worker seeds). Below, two processes on the CPU with
-the gloo backend show both. The worker code lives in a module file because spawned
-processes cannot import functions defined in a notebook.
+With `DistributedDataParallel` every rank trains from **identical initial weights** (DDP
+copies rank 0's parameters and buffers to the other ranks when it wraps the model; the
+same seed on every rank makes them equal before that too) but must draw **different data**
+(a `DistributedSampler` per rank, with `set_epoch` each epoch, and rank-aware worker
+seeds). Below, two processes on the CPU with the gloo backend show both. The worker code
+lives in a module file because spawned processes cannot import functions defined in a
+notebook.
 """),
     code('''
 import json
@@ -484,21 +498,23 @@ print(device)
 
 `val_losses.append(val_loss)` looks like it keeps one number per run. It keeps a tensor
 with a `grad_fn`, and through it the autograd graph with every activation the forward pass
-saved for a backward that never comes: the most common way a notebook runs out of memory.
+saved for a backward that never comes: the first cause PyTorch's FAQ lists for running
+out of memory ("Don't accumulate history across your training loop").
 The last line's value lands in `Out` (and `_`) with its own graph.
 """),
     *[code(TRAIN_CELL) for _ in range(3)],  # the same cell, rerun
     md("""
 Every cell's memory effect is recorded (allocated before/after and peak on a GPU, host
 memory on a CPU). A rerun is flagged `LEAK` when it keeps memory again, that is, the
-previous run's objects are still alive, and the flag names what holds them:
+previous run's objects are still alive, and the flag names what holds them where it can
+tell:
 """),
     code("%gpu_history"),
     md("""
 ## A failed cell keeps its frames
 
 When a cell raises, Python keeps the traceback, and the traceback keeps every frame's
-locals: here a 32 MiB `activations` tensor inside `train_step`.
+locals: here `activations` inside `train_step`, 8 million float32 values: 30.5 MiB.
 """),
     code(
         """
@@ -526,12 +542,12 @@ fix. `%gpu_reset --dry-run` says what a reset would drop and free, changing noth
 
 `%gpu_reset` drops output history entries that hold tensors (plain outputs survive), the
 last exception and its frames, then collects garbage and empties the CUDA caches, and
-reports what was freed and what is *still* held. It never deletes a variable you did not
-name.
+reports what was freed and what is *still* held. It deletes no variable you did not name
+(unless you pass `--all`).
 """),
     code("%gpu_reset"),
     md("""
-`val_losses` is still held: it is your variable, and `%gpu_reset` never deletes what you
+`val_losses` is still held: it is your variable, and `%gpu_reset` deletes no variable you
 did not name. The fix is to keep numbers, not graphs: `val_losses.append(val_loss.item())`
 (or run validation under `torch.no_grad()`). Here, the list is turned into numbers, which
 frees every graph it kept:
@@ -551,6 +567,8 @@ print("after: val_losses holds", len(val_losses), "plain numbers and no tensor")
 
 def write(name: str, cells) -> Path:
     nb = new_notebook(cells=cells)
+    for index, cell in enumerate(nb.cells):  # stable ids: regenerating changes nothing else
+        cell["id"] = f"cell-{index:02d}"
     nb.metadata["kernelspec"] = {
         "name": "python3",
         "display_name": "Python 3",

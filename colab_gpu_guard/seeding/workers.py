@@ -57,11 +57,12 @@ def seed_worker(worker_id: int) -> None:
     torch already seeds `random`, NumPy and torch in every worker (since torch 1.9, in
     torch/utils/data/_utils/worker.py) from the loader's base seed and the worker id, so
     the workers of one loader do not repeat each other. But the base seed is drawn from
-    the loader's generator (or torch's global RNG), which every DDP rank seeds alike: without
-    rank-aware seeding, rank 1's workers draw exactly rank 0's augmentations. This reseeds
-    `random` and NumPy from (torch's worker seed, rank, worker id): reproducible, and
-    different per worker and per rank. For torch's own draws in workers (and the shuffle
-    order), pass `generator=dataloader_generator()`, seeded from (seed, rank).
+    the loader's generator (or torch's global RNG), which a DDP script usually seeds alike
+    on every rank: without rank-aware seeding, rank 1's workers draw exactly rank 0's
+    augmentations. This reseeds `random` and NumPy from (torch's worker seed, rank, worker
+    id): reproducible, and different per worker and per rank. For torch's own draws in
+    workers (and the shuffle order), pass `generator=dataloader_generator()`, seeded from
+    (seed, rank).
     """
     torch = torch_support.loaded() or torch_support.import_torch()
     value = derive_seed("worker", int(torch.initial_seed()), current_rank(), int(worker_id))

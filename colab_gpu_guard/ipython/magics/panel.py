@@ -58,15 +58,16 @@ class PanelMagics(GuardMagics):
         again after a cell only once it costs at most a tenth of the time since the last
         one; until then the leftovers shown say how old they are, and Refresh looks
         again. One panel per kernel: running %gpu_panel again shows the same live panel.
-        Core ipywidgets only, so it renders in Colab, JupyterLab, Notebook and VS Code.
+        Core ipywidgets only: no custom widget to install (Colab needs none). Checked in
+        JupyterLab 4 and Notebook 6.5; not checked in Colab or VS Code.
         From code: ``colab_gpu_guard.panel()``.
 
         --live SECONDS: one thread also re-reads NVML (no leftovers scan, no CUDA
         synchronisation) every SECONDS while a cell runs and updates the header ("GPU lines
         live, HH:MM:SS") and the GPU lines, so a long training cell shows its memory as it
         grows. It needs a front end that shows widget updates sent during a cell
-        (JupyterLab, Notebook, VS Code): in Colab, in a terminal or without a GPU it says
-        why and starts nothing. It applies to the open panel (opening one if none is).
+        (checked in JupyterLab 4 and Notebook 6.5): in Colab, in a terminal or without a
+        GPU it says why and starts nothing. It applies to the open panel (opening one if none is).
 
         Examples::
 
