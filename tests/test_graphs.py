@@ -107,6 +107,27 @@ def test_the_graph_fields_are_in_json_and_html():
     assert ".detach()" in page
 
 
+def test_a_running_total_names_the_graphs_it_shares_with_and_where_they_are_counted():
+    """`total = total + loss` keeps every step's graph, as `losses` does: the total's entry
+    names the first graphs it shares with and how many more, and where they are counted."""
+    weight = torch.randn(WIDTH, WIDTH, requires_grad=True)
+    losses, total = [], 0
+    for _ in range(6):
+        loss = (torch.randn(ROWS, WIDTH) @ weight).relu().mean()
+        losses.append(loss)
+        total = total + loss
+    found = {item.name: item for item in find_leftovers(namespace={"losses": losses, "t": total})}
+    text = str(found["t"])
+    assert found["t"].graph_shared_with == ("losses[0]", "losses[1]", "losses[2]", "(+3 more)")
+    assert "shared with the graphs of `losses[0]`, `losses[1]`, `losses[2]` (+3 more)" in text
+    assert "counted once under `losses[0]`, `losses[1]`, `losses[2]` (+3 more))" in text
+    assert found["t"].graph_nbytes == 0  # every saved tensor is counted under a loss
+    assert sum(item.graph_nbytes for item in found.values()) == sum(
+        found[f"losses[{step}]"].graph_nbytes for step in range(6)
+    )
+    assert "shared with the graph of `t`, counted once here" in str(found["losses[3]"])
+
+
 def test_deep_scan_does_not_list_graph_memory_again_as_unnamed():
     model, outs, watch = five_losses()
     shallow = find_leftovers(namespace={"model": model, "outs": outs})

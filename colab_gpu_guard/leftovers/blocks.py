@@ -11,7 +11,7 @@ from typing import Optional, Union
 
 from ..units import HOLDERS
 from .found import ROW_HOLDER, ROW_PATH, Found, Ref
-from .graphs import Graph
+from .graphs import SHARERS_SHOWN, Graph, named_few
 from .groups import Blocks as GroupColumns
 from .naming import ITEM, PathNames, rank, shared_names
 from .records import Leftover, leftover_of, with_graph
@@ -115,22 +115,26 @@ class Blocks:
             key = self.keys[self.row_of[block]]
             others, counters = self._sharing(key)
             elsewhere = [owner for owner in counters if owner != key]
-            shared_with, under = self._block_names(others), self._block_names(elsewhere)
-            if len(shared_with) == len(others) and len(under) == len(elsewhere):
-                here = ("",) if key in counters else ()  # else the plain words: one is unnamed
-                graph = graph._replace(shared_with=tuple(shared_with), counted_under=under + here)
+            listed = self._graph_block.__contains__
+            if all(map(listed, others)) and all(map(listed, elsewhere)):  # else plain words
+                shown = self._block_names(others[:SHARERS_SHOWN])
+                under = self._block_names(elsewhere[:SHARERS_SHOWN])
+                graph = graph._replace(
+                    shared_with=named_few(shown, len(others)),
+                    counted_under=named_few(under, len(elsewhere))
+                    + (("",) if key in counters else ()),
+                )
         return with_graph(item, graph)
 
-    def _block_names(self, keys: list) -> tuple[str, ...]:
-        """The names of the blocks of these graph owners (those this list has)."""
+    def _block_names(self, keys: list) -> list[str]:
+        """The names of the blocks of these graph owners (each one listed)."""
         names = []
         for key in keys:
-            block = self._graph_block.get(key)
-            if block is not None:
-                shared = self.shared.get(block)
-                path = ROW_PATH(self.rows[self.row_of[block]])
-                names.append(shared.name if shared is not None else self.names.name_of(path))
-        return tuple(names)
+            block = self._graph_block[key]
+            shared = self.shared.get(block)
+            path = ROW_PATH(self.rows[self.row_of[block]])
+            names.append(shared.name if shared is not None else self.names.name_of(path))
+        return names
 
     def entry(self, position: int) -> Leftover:
         """The entry at ``position`` of ``order`` (set by the caller: blocks, sorted)."""

@@ -19,7 +19,7 @@ budget runs out the scan's notes say so.
 from __future__ import annotations
 
 import weakref
-from collections.abc import Hashable, Iterable
+from collections.abc import Hashable, Iterable, Sequence
 from typing import Any, NamedTuple, Optional
 
 from ..frameworks import torch as torch_support
@@ -59,19 +59,28 @@ class Graph(NamedTuple):
         """'shared with the graph of `b`, counted once under `a`' (or 'here')."""
         if not self.shared_with:
             return "shared with other graphs, counted once"
-        shown = ", ".join(f"`{name}`" for name in self.shared_with[:SHARERS_SHOWN])
-        more = len(self.shared_with) - SHARERS_SHOWN
-        if more > 0:
-            shown += f" (+{more} more)"
+        shown = _quoted(self.shared_with)
         plural = "s" * (len(self.shared_with) > 1)
-        under = [f"`{name}`" for name in self.counted_under if name][:SHARERS_SHOWN]
+        under = _quoted([name for name in self.counted_under if name])
         places = (["here"] if "" in self.counted_under else []) + (
-            [f"under {', '.join(under)}"] if under else []
+            [f"under {under}"] if under else []
         )
         return f"shared with the graph{plural} of {shown}, counted once {' and '.join(places)}"
 
     def text(self) -> str:
         return f"autograd graph: {self.summary()} ({FIX})"
+
+
+def _quoted(names: Sequence[str]) -> str:
+    """'`a`, `b` (+3 more)': the names quoted, a '(+N more)' entry as it is."""
+    shown = ", ".join(f"`{name}`" for name in names if not name.startswith("(+"))
+    return " ".join([shown, *(name for name in names if name.startswith("(+"))])
+
+
+def named_few(names: list[str], total: int) -> tuple[str, ...]:
+    """The first `SHARERS_SHOWN` of `total` names, then '(+N more)' for the rest."""
+    more = total - SHARERS_SHOWN
+    return tuple(names[:SHARERS_SHOWN]) + ((f"(+{more} more)",) if more > 0 else ())
 
 
 def _graph_owners(arrays: dict[Hashable, list]) -> list[tuple[Hashable, Any]]:
@@ -138,6 +147,7 @@ class Graphs:
         # storages a name reaches that graphs saved too (not counted: the name's entry is)
         self.named_saved: dict[Hashable, list] = {}  # storage key -> owners, first found first
         self.named_by_block: dict[Hashable, set] = {}  # owner -> such storages its graph saved
+        self._rank: dict[Hashable, int] = {}  # owner -> its place in the order found
         self.nodes = 0
         self.budget_hit = False
         self.unreadable = 0  # saved values a pack hook turned into something not a tensor
@@ -293,8 +303,10 @@ class Graphs:
                 others.update(owners)
                 counters.add(owners[0])
         others.discard(owner)
-        rank = {key: index for index, key in enumerate(self.keys_by_block)}
-        return sorted(others, key=rank.__getitem__), sorted(counters, key=rank.__getitem__)
+        if len(self._rank) != len(self.keys_by_block):  # owners are only ever added
+            self._rank = {key: index for index, key in enumerate(self.keys_by_block)}
+        rank = self._rank.__getitem__
+        return sorted(others, key=rank), sorted(counters, key=rank)
 
     def resolve_unnamed(self, arrays: dict[Hashable, list], named: set) -> set:
         """Measure the graphs of tensors no name reaches (the deep scan's: storage key ->
