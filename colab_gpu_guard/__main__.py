@@ -5,7 +5,8 @@
       --watch, redrawn every SECONDS until Ctrl-C.
   repro [--diff FILE] [--json] [-v]
       This process's reproducibility record (versions, GPUs, env, torch's default flags),
-      or what differs from a record saved with `%repro --save FILE`.
+      or what differs on this machine from a record saved with `%repro --save FILE`
+      (seeds and torch flags are the program's: compared only by %repro --diff inside it).
 
 Exit codes: 0 when the command could report (a machine without a GPU is a report too),
 1 when it failed, 2 on bad arguments. Add a command with a function that takes the
@@ -15,6 +16,7 @@ subparsers object (see `add_status_command`) and list it in `COMMANDS`.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import math
 import os
@@ -117,24 +119,34 @@ def add_repro_command(subparsers: argparse._SubParsersAction) -> None:
         "cuDNN and driver versions, GPU models and compute capabilities, world size and "
         "rank, the environment variables libraries read, and torch's flags (as a new "
         "process has them: flags a running program set are recorded by "
-        "colab_gpu_guard.repro_record() or %%repro inside it). Imports torch if installed.",
+        "colab_gpu_guard.repro_record() or %repro inside it). Imports torch if installed.",
     )
     parser.add_argument(
         "--diff",
         metavar="FILE",
         default=None,
-        help="compare a record saved with %%repro --save FILE with this process",
+        help="compare a record saved with %%repro --save FILE with this machine (versions, "
+        "GPUs, environment, ranks; not seeds or torch flags, which only the program knows)",
     )
     parser.add_argument("--json", action="store_true", help="print JSON")
     parser.add_argument("-v", "--verbose", action="store_true", help="show every field")
     parser.set_defaults(handler=run_repro)
 
 
+# This command's process runs no model: its seeds and torch flags are nobody's.
+FRESH_LABEL = "this command's own process: no program's seeds or torch flags"
+NOT_COMPARED = (
+    "seeds and torch flags are set by the program that runs, which this command cannot see: "
+    "they were not compared (compare them inside the program: %repro --diff FILE, or "
+    "colab_gpu_guard.repro_diff(read_record(FILE), repro_record()))"
+)
+
+
 def run_repro(args: argparse.Namespace, out: Optional[TextIO] = None) -> int:
     from . import seeding
 
     out = out or sys.stdout
-    record = seeding.repro_record(import_torch=True)
+    record = dataclasses.replace(seeding.repro_record(import_torch=True), label=FRESH_LABEL)
     if args.diff is None:
         text = record.to_json() if args.json else record.to_text(verbose=args.verbose)
     else:
@@ -143,7 +155,18 @@ def run_repro(args: argparse.Namespace, out: Optional[TextIO] = None) -> int:
         except ValueError as error:
             sys.stderr.write(f"{PROG} repro: error: {error}\n")
             return 2
+        # Compare what this machine decides (versions, GPUs, env, ranks) as if the saved
+        # program ran here with its own seeds and flags.
+        if record.versions.torch is not None:
+            record = dataclasses.replace(record, torch_flags=saved.torch_flags)
+        env = dict(record.env)
+        if saved.seeding.seed is not None and saved.env_value("PYTHONHASHSEED") == str(
+            saved.seeding.seed
+        ):  # seed_all set it in the program
+            env["PYTHONHASHSEED"] = str(saved.seeding.seed)
+        record = dataclasses.replace(record, seeding=saved.seeding, env=tuple(env.items()))
         diff = seeding.repro_diff(saved, record, args.diff)
+        diff = dataclasses.replace(diff, notes=(*diff.notes, NOT_COMPARED))
         text = json.dumps(diff.to_dict(), indent=2) if args.json else str(diff)
     out.write(text + "\n")
     out.flush()

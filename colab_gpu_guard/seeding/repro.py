@@ -41,6 +41,10 @@ REPRO_ENV = (
     "MKL_NUM_THREADS",
 )
 Pairs = tuple[tuple[str, Optional[str]], ...]
+RECORD_FORM = (
+    "a record is the JSON that %repro --save FILE or `python -m colab_gpu_guard repro --json` "
+    "writes"
+)
 
 
 @dataclass(frozen=True)
@@ -138,8 +142,8 @@ class ReproRecord:
             matmul_tf32 = bool(flags.matmul_allow_tf32) or (
                 flags.float32_matmul_precision in ("high", "medium")
             )
-        if self.env_value("TORCH_ALLOW_TF32_CUBLAS_OVERRIDE") == "1":
-            matmul_tf32 = True
+        # TORCH_ALLOW_TF32_CUBLAS_OVERRIDE only seeds float32_matmul_precision when torch is
+        # imported (ATen's Context.h): the flags read above already hold what is in force
         return bool(conv_tf32), bool(matmul_tf32)
 
     # ------------------------------------------------------------ JSON
@@ -154,15 +158,18 @@ class ReproRecord:
     def from_dict(cls, data: Any) -> ReproRecord:
         if not isinstance(data, dict):
             raise ValueError(f"expected a JSON object, got {type(data).__name__}")
-        return from_versioned(
-            cls,
-            data,
-            SCHEMA_VERSION,
-            lambda found: (
-                f"not a ReproRecord of schema_version {SCHEMA_VERSION} "
-                f"(schema_version is {found!r}); save one with %repro --save FILE"
-            ),
-        )
+        record = from_versioned(cls, data, SCHEMA_VERSION, _wrong_schema)
+        # from_data zips a short [name, value] pair into a 1-tuple: reject it here, not
+        # later as a dict() error in the middle of a diff
+        for field, pairs in (
+            ("env", record.env),
+            ("frameworks", record.frameworks),
+            ("torch_flags.fp32_precision", record.torch_flags.fp32_precision),
+        ):
+            for pair in pairs:
+                if len(pair) != 2:
+                    raise ValueError(f"{field}: expected [name, value] pairs, got {list(pair)!r}")
+        return record
 
     @classmethod
     def from_json(cls, text: str) -> ReproRecord:
@@ -248,11 +255,24 @@ def read_record(path: str) -> ReproRecord:
     try:
         data = json.loads(text)
     except json.JSONDecodeError as error:
-        raise ValueError(f"{path!r} is not JSON: {error.msg} at line {error.lineno}") from None
+        raise ValueError(
+            f"{path!r} is not JSON: {error.msg} at line {error.lineno} ({RECORD_FORM})"
+        ) from None
     try:
         return ReproRecord.from_dict(data)
     except (ValueError, TypeError) as error:
-        raise ValueError(f"{path!r} is not a reproducibility record: {error}") from None
+        raise ValueError(
+            f"{path!r} is not a reproducibility record: {error} ({RECORD_FORM})"
+        ) from None
+
+
+def _wrong_schema(found: Any) -> str:
+    if isinstance(found, int) and not isinstance(found, bool) and found > SCHEMA_VERSION:
+        return (
+            f"it was written by a newer colab_gpu_guard (schema_version {found}; this one "
+            f"reads {SCHEMA_VERSION}): upgrade colab_gpu_guard here to compare with it"
+        )
+    return f"expected schema_version {SCHEMA_VERSION}, found {found!r}"
 
 
 def json_schema() -> dict[str, Any]:

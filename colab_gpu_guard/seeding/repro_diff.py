@@ -10,7 +10,7 @@ from ..serialize import to_data
 from .repro import ReproRecord, gpu_summary, supports_tf32
 
 STRICT_HINT = "run with %seed_all --strict to rule it out"
-TF32_EFFECT = "expect differences around 1e-3"
+TF32_EFFECT = "expect relative differences around 1e-3"
 
 # rank: most important first
 GPU, PRECISION, SEEDS, FLAGS, LIBRARIES, RANKS, ENVIRONMENT, OTHER_VERSIONS = range(8)
@@ -22,12 +22,15 @@ ENV_EFFECTS: dict[str, tuple[bool, str]] = {  # name -> (changes results, why)
     ),
     "TORCH_ALLOW_TF32_CUBLAS_OVERRIDE": (
         True,
-        "TORCH_ALLOW_TF32_CUBLAS_OVERRIDE=1 makes torch's float32 matmuls use TF32",
+        "read once, when torch is imported: =1 starts float32_matmul_precision at 'high' "
+        "(TF32 matmuls on Ampere or newer) until the program sets another; the torch flags "
+        "show what was in force",
     ),
     "CUBLAS_WORKSPACE_CONFIG": (
         True,
-        "cuBLAS is deterministic only with :4096:8 or :16:8; otherwise some of its calls "
-        "may differ from run to run",
+        "with several CUDA streams, cuBLAS is deterministic only with :4096:8 or :16:8 "
+        "(NVIDIA's cuBLAS docs); under use_deterministic_algorithms(True), torch before "
+        "2.10 raises at cuBLAS calls without one",
     ),
     "CUDA_VISIBLE_DEVICES": (True, "decides which GPUs (and how many) this process uses"),
     "PYTHONHASHSEED": (
@@ -62,8 +65,9 @@ FLAG_EFFECTS: dict[str, tuple[int, bool, str]] = {  # field -> (rank, changes re
     "deterministic_algorithms": (
         FLAGS,
         True,
-        "without deterministic algorithms, CUDA ops that use atomics (index_add_, "
-        "scatter_add_, many backward passes) may differ from run to run",
+        "without deterministic algorithms, ops that accumulate in parallel may differ from "
+        "run to run (on CUDA: index_add_, scatter_add_, many backward passes; on the CPU: "
+        "index_put_/put_ with accumulate=True, index_copy_)",
     ),
     "cudnn_deterministic": (
         FLAGS,
@@ -83,6 +87,15 @@ FLAG_EFFECTS: dict[str, tuple[int, bool, str]] = {  # field -> (rank, changes re
     ),
 }
 PRECISION_FIELDS = ("matmul_allow_tf32", "cudnn_allow_tf32", "float32_matmul_precision")
+# Which CPUs oneDNN runs float32 matmuls on in a lower precision (ATen's mkldnn/Matmul.cpp:
+# bf16 needs mkldnn_bf16_device_check, TF32 needs AMX-FP16), and the size of the effect.
+CPU_REDUCED = {
+    "bf16": "bf16 on CPUs with AVX-512 (BW, VL, DQ) or AVX-NE-CONVERT: expect relative "
+    "differences around 1e-2",
+    "tf32": "TF32 on CPUs with AMX-FP16: expect relative differences around 1e-3",
+}
+CPU_OPS = {"matmul": "matmuls", "conv": "convolutions", "rnn": "RNNs"}
+CPU_MODE = {"highest": "ieee", "high": "tf32", "medium": "bf16"}  # set_float32_matmul_precision
 
 
 @dataclass(frozen=True)
@@ -185,7 +198,11 @@ def _gpus(a: ReproRecord, b: ReproRecord, found: list, notes: list) -> None:
     before, after = gpu_summary(a.gpus) or "none", gpu_summary(b.gpus) or "none"
     if not a.gpus or not b.gpus:
         if bool(a.gpus) != bool(b.gpus):
-            reasons = ["a CPU run and a GPU run use different kernels: expect float differences"]
+            reasons = [
+                "a CPU run and a GPU run use different kernels: expect float differences; "
+                "tensors drawn on the GPU come from its own generator (Philox, not the CPU's "
+                "Mersenne Twister): the same seed draws other numbers there"
+            ]
             used = [
                 label
                 for label, on in zip(
@@ -223,29 +240,63 @@ def _precision(a: ReproRecord, b: ReproRecord, found: list, notes: list) -> None
         bool(r.gpus) and all(supports_tf32(g.compute_capability) for g in r.gpus) for r in (a, b)
     ]
     if all(capable):
-        explanation = "changes where TF32 is used on these Ampere-or-newer GPUs: " + TF32_EFFECT
+        gpu = "changes where TF32 is used on these Ampere-or-newer GPUs: " + TF32_EFFECT
         if a.tf32() != b.tf32():
-            explanation += f"; {STRICT_HINT}"
+            gpu += f"; {STRICT_HINT}"
     elif any(capable):
-        explanation = (
+        gpu = (
             "takes effect only on Ampere-or-newer GPUs (sm_80+), which only one of the runs "
             "has: the GPU difference decides"
         )
+    elif a.gpus or b.gpus:
+        gpu = "no effect on these GPUs (TF32 needs Ampere or newer, sm_80+)"
     else:
-        explanation = "no effect on these GPUs (TF32 needs Ampere or newer, sm_80+)"
+        gpu = "no effect on a GPU here (neither record lists one)"
     for what, was, now in pairs:
-        if was != now:
-            found.append(
-                Difference(what, _text(was), _text(now), explanation, PRECISION, all(capable))
-            )
+        if _fp32(was) == _fp32(now):
+            continue  # "none" inherits, and reads back as "none" only when nothing is set
+        cpu = _cpu_precision(what, was, now)
+        if what.startswith("torch.backends.mkldnn."):  # oneDNN: the CPU only
+            explanation, changes = cpu or "no effect on CPU float32 results", bool(cpu)
+        else:
+            explanation = gpu + (f"; {cpu}" if cpu else "")
+            changes = all(capable) or bool(cpu)
+        # a CPU-only effect needs particular CPUs: ranked with the flags, after the seeds
+        rank = PRECISION if all(capable) else FLAGS
+        found.append(Difference(what, _text(was), _text(now), explanation, rank, changes))
+
+
+def _fp32(value: object) -> object:
+    return "ieee" if value == "none" else value
+
+
+def _cpu_precision(what: str, was: object, now: object) -> Optional[str]:
+    """What a precision difference does to CPU float32 results through oneDNN, if anything:
+    set_float32_matmul_precision and the generic and mkldnn fp32_precision settings reach
+    it (torch's matmul_allow_tf32 and cudnn settings do not)."""
+    if what == "torch float32_matmul_precision":
+        modes = {CPU_MODE.get(str(was)), CPU_MODE.get(str(now))}
+    elif what == "torch.backends.fp32_precision" or what.startswith("torch.backends.mkldnn."):
+        modes = {_fp32(was), _fp32(now)}
+    else:
+        return None
+    reduced = [CPU_REDUCED[mode] for mode in ("bf16", "tf32") if mode in modes]
+    if not reduced:
+        return None
+    ops = next((ops for key, ops in CPU_OPS.items() if key in what), "ops")
+    return f"oneDNN may run CPU float32 {ops} in " + " or ".join(reduced)
 
 
 def _seeds(a: ReproRecord, b: ReproRecord, found: list, notes: list) -> None:
     sa, sb = a.seeding, b.seeding
     if sa.seed != sb.seed:
         why = "every random draw differs (initial weights, dropout, shuffling)"
-        if sb.seed is None:
-            why = "this process was not seeded with seed_all: its draws are not reproducible"
+        if None in (sa.seed, sb.seed):  # torch.manual_seed & co. leave no trace to read
+            run = "the saved run" if sa.seed is None else "this process"
+            why = (
+                f"{run} was not seeded with seed_all (seeding another way is not recorded): "
+                "the random draws may differ"
+            )
         found.append(Difference("seed", _text(sa.seed), _text(sb.seed), why, SEEDS))
     if sa.every_cell != sb.every_cell:
         why = (
@@ -266,15 +317,20 @@ def _seeds(a: ReproRecord, b: ReproRecord, found: list, notes: list) -> None:
 def _flags(a: ReproRecord, b: ReproRecord, found: list, notes: list) -> None:
     if a.versions.torch is None or b.versions.torch is None:
         if a.versions.torch != b.versions.torch:
+            which = "the saved record" if a.versions.torch is None else "the current record"
             notes.append(
-                "torch was not imported in one of the records: its flags were not compared "
-                "(import torch before taking the record)"
+                f"torch was not imported when {which} was taken: torch's version and flags "
+                "were not compared (import torch before taking the record)"
             )
         return
+    no_cudnn = a.versions.cudnn is None and b.versions.cudnn is None
     for name, (rank, changes, why) in FLAG_EFFECTS.items():
         was, now = getattr(a.torch_flags, name), getattr(b.torch_flags, name)
-        if was != now:
-            found.append(Difference(f"torch {name}", _text(was), _text(now), why, rank, changes))
+        if was == now:
+            continue
+        if name.startswith("cudnn_") and no_cudnn:  # torch consults them only in cuDNN calls
+            changes, why = False, "no effect here: neither record's torch has cuDNN"
+        found.append(Difference(f"torch {name}", _text(was), _text(now), why, rank, changes))
 
 
 def _versions(a: ReproRecord, b: ReproRecord, found: list, notes: list) -> None:
@@ -283,7 +339,8 @@ def _versions(a: ReproRecord, b: ReproRecord, found: list, notes: list) -> None:
         (
             "torch",
             LIBRARIES,
-            "other kernels and default algorithms: expect small float differences",
+            "other kernels and default algorithms: expect small float differences; random "
+            "draws may differ too (PyTorch does not promise reproducibility across releases)",
         ),
         (
             "cuda_runtime",
@@ -318,7 +375,12 @@ def _versions(a: ReproRecord, b: ReproRecord, found: list, notes: list) -> None:
         both = va.torch is not None and vb.torch is not None if rank == LIBRARIES else True
         if was != now and both and (name in ("cuda_runtime", "cudnn") or None not in (was, now)):
             label = {"cuda_runtime": "CUDA runtime", "cudnn": "cuDNN"}.get(name, name)
-            found.append(Difference(label, _text(was), _text(now), why, rank))
+            if None in (was, now):  # a torch built without CUDA / cuDNN
+                why = {
+                    "cuda_runtime": "a torch without CUDA runs every op on the CPU",
+                    "cudnn": "a torch without cuDNN runs convolutions and RNNs without it",
+                }.get(name, why)
+            found.append(Difference(label, was or "none", now or "none", why, rank))
     frameworks_a, frameworks_b = dict(a.frameworks), dict(b.frameworks)
     for name in sorted(set(frameworks_a) & set(frameworks_b)):
         if frameworks_a[name] != frameworks_b[name] and name not in ("NumPy", "PyTorch"):

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from typing import Any, Optional
 
 from IPython.core.magic import line_magic, magics_class
@@ -46,7 +47,8 @@ class ReproMagics(GuardMagics):
           %repro --json                # JSON (schema: colab_gpu_guard.seeding.repro.json_schema())
 
         From code: ``colab_gpu_guard.repro_record()`` and ``repro_diff(saved, current)``;
-        from a terminal or a DDP worker: ``python -m colab_gpu_guard repro [--diff FILE]``.
+        from a terminal or a DDP worker: ``python -m colab_gpu_guard repro [--diff FILE]``
+        (what the machine decides; a program's seeds and torch flags only it can compare).
         """
         from ... import seeding
 
@@ -82,6 +84,7 @@ class ReproMagics(GuardMagics):
 
     def _parse(self, line: str) -> Any:
         args = parse_line(self.repro, line, REPRO_USAGE)
+        args.diff, args.save = _path(args.diff), _path(args.save)
         if args.diff is not None and (args.save is not None or args.json):
             raise usage_error(
                 ValueError("--diff cannot be combined with --save or --json"), REPRO_USAGE
@@ -102,3 +105,13 @@ class ReproMagics(GuardMagics):
 
         bundle = {"text/plain": text or str(report), "text/html": report._repr_html_()}
         display(bundle, raw=True)
+
+
+def _path(text: Optional[str]) -> Optional[str]:
+    """A FILE argument as typed: IPython's argument splitter keeps the quotes around a path
+    with spaces, and nothing expands ``~``."""
+    if text is None:
+        return None
+    if len(text) >= 2 and text[0] == text[-1] and text[0] in "\"'":
+        text = text[1:-1]
+    return os.path.expanduser(text)
