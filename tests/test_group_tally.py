@@ -47,11 +47,16 @@ def reference_groups(entries, per_group):
         for name in entry.shared_with:
             if root_of(name) not in others:
                 others.append(root_of(name))
+        beside_out = any(name.startswith("Out[") for name in others)
         for other in others:
             if other == owner or other.startswith("(+"):
                 continue
-            if other not in groups and holder_of_root(other) == OUTPUT_HISTORY == entry.holder:
-                continue  # `_`, `__`, `_N` beside Out[N]: the owner's row names them
+            if (
+                other not in groups
+                and holder_of_root(other) == OUTPUT_HISTORY
+                and (entry.holder == OUTPUT_HISTORY or (beside_out and other[:4] != "Out["))
+            ):
+                continue  # `_`, `__`, `_N` beside Out[N]: the entry's row names them
             shares.setdefault(other, {}).setdefault(owner, 0)
             shares[other][owner] += 1
             if other not in groups:
@@ -162,9 +167,11 @@ def test_a_notebook_with_shared_blocks_graphs_and_output_history(ip, run_cell):
             )
         found = find_leftovers()
         groups = found.groups()
-        # kept ranks first: Out[N], __ and _N reach what it counts
-        for name in (f"Out[{number}]", "__", f"_{number}"):
-            assert groups_key([groups.named(name)])[0][3:7] == (0, 0, (), (("kept", 1),))
+        # kept ranks first: Out[N] reaches what it counts; __ and _N, the same output,
+        # are named in kept's entry row, not as groups of their own
+        assert groups_key([groups.named(f"Out[{number}]")])[0][3:7] == (0, 0, (), (("kept", 1),))
+        assert groups.named("__") is None and groups.named(f"_{number}") is None
+        assert {"__", f"_{number}"} <= set(next(iter(groups.named("kept").entries)).shared_with)
         assert groups.named(f"Out[{number + 1}]").count == 1
         assert groups.named("_") is None  # beside Out[N + 1]: its row names it
         assert groups.named("<exception ValueError>").count == 0  # owns no block

@@ -278,14 +278,17 @@ def group_leftovers(
     for position in blocks.shared_at:
         owner = blocks.roots[position]
         others = dict.fromkeys(root_of(name) for name in items[position].shared_with)
+        by_output = blocks.holders[position] == OUTPUT_HISTORY
+        beside_out = any(name.startswith("Out[") for name in others)
         for other in others:
             if other == owner or other.startswith("(+"):  # "(+N more)": names not kept
                 continue
             if (
                 other not in order
-                and holder_of_root(other) == OUTPUT_HISTORY == blocks.holders[position]
+                and holder_of_root(other) == OUTPUT_HISTORY
+                and (by_output or (beside_out and not other.startswith("Out[")))
             ):
-                continue  # `_`, `__`, `_18` beside `Out[18]`: the owner's row names them
+                continue  # `_`, `__`, `_18` beside `Out[18]`: the entry's row names them
             counts = shares.setdefault(other, {})
             counts[owner] = counts.get(owner, 0) + 1
             if other not in order:  # reaches only blocks another group counts
