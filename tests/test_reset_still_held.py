@@ -28,7 +28,9 @@ def shell(ip, run_cell):
     run_cell("import torch, weakref, sys\nrefs = {}")
     yield ip
     reset.gpu_reset(shell=ip)
-    names = "refs keep batch view a b cache Key everything also Phoenix reborn drop w loss train out"
+    names = (
+        "refs keep batch view a b cache Key everything also Phoenix reborn drop w loss train out"
+    )
     for name in names.split():
         ip.user_ns.pop(name, None)
 
@@ -298,3 +300,24 @@ def test_a_dry_run_that_would_drop_every_holder_does_not_say_none_is_held(shell,
     with capture_output() as done:
         shell.run_line_magic("gpu_reset", "--all")
     assert "no arrays held by the notebook's variables" in done.stdout, done.stdout
+
+
+def test_a_graphs_saved_weights_are_not_named_as_holding_the_list_s_memory(shell, run_cell):
+    """Each loss's graph saved the second layer's weight (the model's): deleting the list
+    leaves the last loss's graph (still `loss`'s) and names `loss` alone, not the model."""
+    run_cell(
+        "lin = torch.nn.Sequential(torch.nn.Linear(64, 256), torch.nn.ReLU(),"
+        " torch.nn.Linear(256, 1))\n"
+        "keep = []\n"
+        "for step in range(3):\n"
+        "    loss = lin(torch.randn(512, 64)).pow(2).mean()\n"
+        "    keep.append(loss)"
+    )
+    done = reset.gpu_reset("keep", shell=shell)
+    stays = [note for note in done.notes if note.startswith("`keep`")]
+    assert len(stays) == 1 and "still held by `loss` (" in stays[0], done.notes
+    held = {item.name: item for item in done.leftovers}
+    assert done.released_bytes == done.estimated_bytes > 0
+    assert held["loss"].graph_nbytes > 0 and "lin.2.weight" in held
+    shell.user_ns.pop("lin", None)
+    shell.user_ns.pop("step", None)

@@ -239,10 +239,13 @@ def held_elsewhere(scan: Scan, named: Iterable[Any], dropped: set, freed: set) -
     if not named:
         return []
     by_root = scan.reach.by_root()
+    # a named root's memory: not what a name reaches that its graphs saved (the model's
+    # weights a loss's graph saved are the model's)
+    own = scan.reach.by_root(named_saved=False)
     labels = {entry[0]: entry[1] for entry in scan.roots}
     stays = []
     for root in named:
-        kept = by_root.get(root, set()) - freed
+        kept = own.get(root, set()) - freed
         if not kept:
             continue
         holders = [

@@ -332,23 +332,21 @@ class Graphs:
         self.resolve(named | {key for key, _tensor in outer})
         return {key for key in arrays if key in self.saved}
 
-    def add_reach(self, reach: dict[Hashable, set]) -> None:
-        """Each root that reaches an owner's storage reaches what its graph saved."""
-        if not self.saved and not self.named_saved:
+    def add_reach(self, reach: dict[Hashable, set], named: bool = True) -> None:
+        """Each root that reaches an owner's storage reaches what its graph saved (not
+        `named`: only what no name reaches)."""
+        if not self.saved and not (named and self.named_saved):
             return
         for keys in reach.values():
-            extra = [saved for key in keys for saved in self.saved_by(key)]
+            extra = [saved for key in keys for saved in self.saved_by(key, named)]
             for graph_keys in extra:
                 keys |= graph_keys
 
-    def saved_by(self, owner: Hashable) -> list[set]:
-        """The storages ``owner``'s graph saved: those counted as graph memory, and those
-        a name reaches too."""
-        return [
-            found
-            for found in (self.keys_by_block.get(owner), self.named_by_block.get(owner))
-            if found
-        ]
+    def saved_by(self, owner: Hashable, named: bool = True) -> list[set]:
+        """The storages ``owner``'s graph saved: those counted as graph memory, and (when
+        `named`) those a name reaches too."""
+        found = [self.keys_by_block.get(owner), named and self.named_by_block.get(owner)]
+        return [keys for keys in found if keys]
 
     def refs(self, start: int) -> dict[Hashable, Ref]:
         """A `Ref` per saved storage (its weakref is to the storage: a saved output is a

@@ -135,15 +135,16 @@ class Reach:
             reached -= self.keys_reached(roots, inside=False, within=reached)
         return reached
 
-    def by_root(self) -> dict[Hashable, set]:
-        """Root -> every block it reaches."""
+    def by_root(self, named_saved: bool = True) -> dict[Hashable, set]:
+        """Root -> every block it reaches (with what its graphs saved; not `named_saved`:
+        without the blocks a name reaches that they saved, a model's weights say)."""
         keys = self.keys
         reach: dict = {}
         for root, start, end in self.runs:
             reach.setdefault(self._key(root), set()).update(keys[start:end])
         for root, rows in self.aliased().items():
             reach.setdefault(self._key(root), set()).update(map(keys.__getitem__, rows))
-        self.graphs.add_reach(reach)
+        self.graphs.add_reach(reach, named_saved)
         return reach
 
     def dropped_rows(self, roots: set) -> Optional[list[bool]]:
