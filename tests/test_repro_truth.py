@@ -243,3 +243,37 @@ def test_magic_takes_a_quoted_path_with_spaces_and_a_tilde(ip, tmp_path, monkeyp
     capsys.readouterr()
     ip.run_line_magic("repro", "--diff '~/run 1.json'")
     assert f"repro diff: {folder}/run 1.json → this kernel" in capsys.readouterr().out
+
+
+def test_cpu_threads_are_recorded_and_a_change_is_one_that_changes_results():
+    """torch.get_num_threads() decides the order CPU reductions add in: with 1 and 2
+    threads a 10^7-element sum differs in the last bits here. The record has the count, and
+    a diff of it says so; a record without the field (older) compares nothing."""
+    threads = torch.get_num_threads()
+    try:
+        torch.set_num_threads(1)
+        one = repro_record()
+        torch.manual_seed(0)
+        x = torch.randn(10_000_000)
+        single = x.sum().item()
+        torch.set_num_threads(2)
+        two = repro_record()
+        double = x.sum().item()
+    finally:
+        torch.set_num_threads(threads)
+    assert (one.torch_flags.cpu_threads, two.torch_flags.cpu_threads) == (1, 2)
+    found = {d.what: d for d in repro_diff(one, two).differences}
+    change = found["torch cpu_threads"]
+    assert (change.before, change.after, change.changes_results) == ("1", "2", True)
+    assert "torch.set_num_threads(N) in both runs" in change.explanation
+    if torch.get_num_threads() > 1 and single != double:  # the effect the text claims
+        assert abs(single - double) < 1e-3 * abs(single) + 1e-2
+    older = dataclasses.replace(
+        one, torch_flags=dataclasses.replace(one.torch_flags, cpu_threads=None)
+    )
+    assert "torch cpu_threads" not in {d.what for d in repro_diff(older, two).differences}
+    saved = json.loads(one.to_json())
+    del saved["torch_flags"]["cpu_threads"]  # a record written before the field existed
+    from colab_gpu_guard.seeding.repro import ReproRecord
+
+    assert ReproRecord.from_dict(saved).torch_flags.cpu_threads is None

@@ -68,6 +68,9 @@ class TorchFlags:
     float32_matmul_precision: Optional[str] = None  # highest / high / medium
     # the fp32_precision settings of torch >= 2.9 this torch has, by attribute path
     fp32_precision: Pairs = ()
+    # torch.get_num_threads(): the threads CPU ops split their work over (the machine's
+    # cores unless set), which decides the order a CPU sum or matmul adds in
+    cpu_threads: Optional[int] = None
 
 
 @dataclass(frozen=True)
@@ -214,7 +217,8 @@ class ReproRecord:
                 f"cudnn.deterministic={flags.cudnn_deterministic}, "
                 f"matmul.allow_tf32={flags.matmul_allow_tf32}, "
                 f"cudnn.allow_tf32={flags.cudnn_allow_tf32}, "
-                f"float32_matmul_precision={flags.float32_matmul_precision!r}"
+                f"float32_matmul_precision={flags.float32_matmul_precision!r}, "
+                f"CPU threads={flags.cpu_threads}"
             )
             lines += [f"    {name} = {value!r}" for name, value in flags.fp32_precision]
         lines += [f"  GPU {g.index}: {g.name} (sm_{_sm(g.compute_capability)})" for g in self.gpus]

@@ -85,6 +85,14 @@ FLAG_EFFECTS: dict[str, tuple[int, bool, str]] = {  # field -> (rank, changes re
         False,
         "decides only whether ops without a deterministic implementation raise or warn",
     ),
+    "cpu_threads": (
+        FLAGS,
+        True,
+        "torch splits CPU ops over another number of threads (torch.get_num_threads(): the "
+        "machine's cores unless set), so CPU sums, matmuls and softmax may add in another "
+        "order and differ in the last bits; torch.set_num_threads(N) in both runs rules "
+        "this out",
+    ),
 }
 PRECISION_FIELDS = ("matmul_allow_tf32", "cudnn_allow_tf32", "float32_matmul_precision")
 # Which CPUs oneDNN runs float32 matmuls on in a lower precision (ATen's mkldnn/Matmul.cpp:
@@ -326,8 +334,8 @@ def _flags(a: ReproRecord, b: ReproRecord, found: list, notes: list) -> None:
     no_cudnn = a.versions.cudnn is None and b.versions.cudnn is None
     for name, (rank, changes, why) in FLAG_EFFECTS.items():
         was, now = getattr(a.torch_flags, name), getattr(b.torch_flags, name)
-        if was == now:
-            continue
+        if was == now or (name == "cpu_threads" and None in (was, now)):
+            continue  # a record from before cpu_threads was recorded says nothing of them
         if name.startswith("cudnn_") and no_cudnn:  # torch consults them only in cuDNN calls
             changes, why = False, "no effect here: neither record's torch has cuDNN"
         found.append(Difference(f"torch {name}", _text(was), _text(now), why, rank, changes))

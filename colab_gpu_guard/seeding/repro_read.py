@@ -71,7 +71,15 @@ def _torch_flags(torch: Any) -> TorchFlags:
         cudnn_allow_tf32=precision.cudnn_allow_tf32,
         float32_matmul_precision=precision.matmul_precision,
         fp32_precision=tuple((f"torch.backends.{node}", value) for node, value in precision.fp32),
+        cpu_threads=_cpu_threads(torch),
     )
+
+
+def _cpu_threads(torch: Any) -> Optional[int]:
+    try:
+        return int(torch.get_num_threads())
+    except Exception:
+        return None
 
 
 def _versions(torch: Any, snapshot: Any) -> Versions:
