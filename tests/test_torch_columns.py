@@ -70,3 +70,29 @@ def test_bulk_read_of_vectors_builds_no_size_per_tensor():
     assert sizes() == before
     assert len(set(map(id, columns[0]))) == 2  # (2,) and (), each made once
     assert columns[0][0] == (2,) and columns[0][-1] == ()
+
+
+def test_a_scan_leaves_torch_one_storage_object_per_tensor_while_the_tensors_live():
+    """README (Benchmarks): reading a tensor's memory block makes torch keep a Python object
+    for it (72 bytes) for as long as the memory lives; it goes with the tensors."""
+    import gc
+    import sys
+    import weakref
+
+    from colab_gpu_guard import find_leftovers
+
+    tensors = [torch.zeros(2) for _ in range(1000)]
+    gc.collect()
+    before = len(gc.get_objects())
+    find_leftovers(namespace={"tensors": tensors})
+    gc.collect()
+    assert len(gc.get_objects()) - before >= 1000  # one storage object each, kept
+    storage = torch._C.TensorBase.untyped_storage(tensors[0])
+    assert sys.getsizeof(storage) <= 128  # 72 with torch 2.13 on Python 3.11
+    kept = [weakref.ref(torch._C.TensorBase.untyped_storage(t)) for t in tensors]
+    del storage
+    gc.collect()
+    assert all(ref() is not None for ref in kept)  # torch keeps them while the tensors live
+    del tensors
+    gc.collect()
+    assert all(ref() is None for ref in kept)
