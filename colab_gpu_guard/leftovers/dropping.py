@@ -203,8 +203,11 @@ def would_stay(scan: Scan, dropped: set, freed: set) -> Union[LeftoverList, list
         kept = list(map(operator.not_, dropped_rows))
         staying = set(itertools.compress(scan.keys, kept))
         losing = {key for key in graphs.named_saved if key not in staying}
-        chosen = map(losing.__contains__, scan.keys)
-        unnamed = dict(itertools.compress(zip(scan.keys, scan.walker.found.storage_nbytes), chosen))
+        unnamed = {}
+        if losing:
+            chosen = map(losing.__contains__, scan.keys)
+            sizes = zip(scan.keys, scan.walker.found.storage_nbytes)
+            unnamed = dict(itertools.compress(sizes, chosen))
         gone = frozenset(owner for owner in graphs.keys_by_block if owner not in staying)
         sharing = functools.partial(graphs.sharing, unnamed=unnamed, gone=gone)
         return _kept_listing(scan, dropped, kept, (graphs.count(unnamed, gone), sharing))
