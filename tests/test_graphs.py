@@ -116,7 +116,8 @@ def test_a_running_total_names_the_graphs_it_shares_with_and_where_they_are_coun
         loss = (torch.randn(ROWS, WIDTH) @ weight).relu().mean()
         losses.append(loss)
         total = total + loss
-    found = {item.name: item for item in find_leftovers(namespace={"losses": losses, "t": total})}
+    namespace = {"losses": losses, "t": total, "weight": weight}
+    found = {item.name: item for item in find_leftovers(namespace=namespace)}
     text = str(found["t"])
     assert found["t"].graph_shared_with == ("losses[0]", "losses[1]", "losses[2]", "(+3 more)")
     assert "shared with the graphs of `losses[0]`, `losses[1]`, `losses[2]` (+3 more)" in text
@@ -126,6 +127,27 @@ def test_a_running_total_names_the_graphs_it_shares_with_and_where_they_are_coun
         found[f"losses[{step}]"].graph_nbytes for step in range(6)
     )
     assert "shared with the graph of `t`, counted once here" in str(found["losses[3]"])
+
+
+def test_a_graph_keeps_the_weights_it_accumulates_into_once_no_name_does():
+    """`loss.backward()` ran, then `model` was deleted (or a rerun rebuilt it): the loss's
+    graph still holds the old weights and their grads (its AccumulateGrad nodes), so the
+    loss's entry counts them, and the bytes it names are the bytes that die with it."""
+    model = nn.Linear(WIDTH, WIDTH)
+    loss = model(torch.randn(ROWS, WIDTH)).sum()
+    loss.backward()
+    watch = [storage_weak(t) for t in (model.weight, model.weight.grad, model.bias)]
+    watch.append(storage_weak(model.bias.grad))
+    named = {item.name: item for item in find_leftovers(namespace={"model": model, "loss": loss})}
+    assert named["loss"].graph_nbytes == 0  # the model names them
+    del model
+    found = {item.name: item for item in find_leftovers(namespace={"loss": loss})}
+    held = sum(size for _weak, size in watch)
+    assert found["loss"].graph_tensors == 4 and found["loss"].graph_nbytes == held
+    assert all(weak() is not None for weak, _size in watch)
+    del loss, found
+    gc.collect()
+    assert all(weak() is None for weak, _size in watch)  # what the entry counted went
 
 
 def test_deep_scan_does_not_list_graph_memory_again_as_unnamed():

@@ -113,11 +113,38 @@ class _Saved(NamedTuple):
     owners: list  # owner storage keys, first found first
 
 
+class _Held(NamedTuple):
+    """A tensor a node keeps, read like a SavedTensor (its ``data``)."""
+
+    data: Any
+
+
+def _leaf_reader(node_type: type, torch) -> Any:
+    """AccumulateGrad: the leaf it accumulates into (``variable``, a parameter or any
+    tensor created with requires_grad) and the leaf's ``.grad``, which the graph keeps
+    alive however the leaf is named (after ``del model`` or a rerun that rebuilt it, only
+    the graph holds the old weights); read through torch's own descriptors."""
+    variable = node_type.__dict__.get("variable")
+    following = node_type.__dict__.get("next_functions")
+    if variable is None or following is None:
+        return None
+    grad = torch._C.TensorBase.__dict__["grad"].__get__
+
+    def read(node) -> tuple:
+        leaf = variable.__get__(node)
+        if leaf is None:
+            return ()
+        held = grad(leaf)
+        return (_Held(leaf),) if held is None else (_Held(leaf), _Held(held))
+
+    return (read, following.__get__)
+
+
 def _node_reader(node_type: type, torch) -> Any:
     """How to read a node type: (saved attribute names, next_functions reader), or None for
-    a node to skip (AccumulateGrad: a leaf parameter, named elsewhere)."""
-    if node_type.__name__ == "AccumulateGrad":
-        return None
+    a node to skip."""
+    if node_type.__name__ == "AccumulateGrad" and not node_type.__flags__ & (1 << 9):
+        return _leaf_reader(node_type, torch)
     base = torch._C._FunctionBase
     if issubclass(node_type, base):  # a custom autograd.Function: a user's class
         descriptors = base.__dict__
