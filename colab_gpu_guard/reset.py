@@ -290,6 +290,9 @@ def _reset(names: tuple, all_vars: bool, dry_run: bool, shell, namespace: dict) 
             f"the scan stopped at its {SCAN_BUDGET_S:g} s budget; what it did not reach is "
             f"neither counted nor released; not searched to the end: " + "; ".join(found.unfinished)
         )
+    # what the graphs' figures leave out (a pack hook's values, the node budget): the
+    # expected and released bytes are lower bounds then
+    report.notes += found.walker.graphs.notes()
     plan = _build_plan(found, shell, namespace, names, all_vars)
     report.dropped = plan.counts()
     report.dropped_names = plan.names()
@@ -308,7 +311,9 @@ def _reset(names: tuple, all_vars: bool, dry_run: bool, shell, namespace: dict) 
 
     # what the drop changes: a walk that went into it would not find the same again
     reusable = not dropping.walked_any(found, plan.changes(shell, namespace))
-    proofs = dropping.storage_proofs(found, freed_keys)  # an unseen alias keeps the memory
+    # a storage proves its memory went: the tensor objects the scan saw may die while an
+    # unseen alias or a graph's saved copy keeps it (every block a dropped root reaches)
+    proofs = dropping.storage_proofs(found, found.reach.keys_reached(dropped))
     host = host_memory.MallocInUse()
     report.host_in_use_before = host.read()
     done = plan.apply(shell, namespace)
@@ -322,10 +327,10 @@ def _reset(names: tuple, all_vars: bool, dry_run: bool, shell, namespace: dict) 
     report.host_in_use_after = host.read()
 
     now = dropping.states(found)  # which arrays the scan saw are gone: their weakrefs
-    staying = dropping.alive(proofs)  # expected freed, but the storage lives on
+    staying = dropping.alive(proofs)  # the storage lives on
     del proofs
     report.released_bytes = dropping.nbytes(found, dropping.released(found, now) - staying)
-    _unseen_holder_note(report, dropping.nbytes(found, staying))
+    _unseen_holder_note(report, dropping.nbytes(found, staying & freed_keys))
     _figures_after(report, before, torch)
     held = None
     if reusable and dropping.same_roots(found, dropped, shell, namespace):
