@@ -70,7 +70,7 @@ from .frameworks import torch_compile
 from .leftovers import Scan, dropping, find_leftovers, scan
 from .leftovers.found import ROW_FRAMEWORK
 from .leftovers.scan import COMPILED_GRAPH
-from .release_report import DeviceRelease, ReleaseReport
+from .release_report import HOST_LINE_MIN, DeviceRelease, ReleaseReport
 from .units import format_bytes
 
 SYNC_TIMEOUT_S = 5.0
@@ -329,8 +329,10 @@ def _reset(names: tuple, all_vars: bool, dry_run: bool, shell, namespace: dict) 
     now = dropping.states(found)  # which arrays the scan saw are gone: their weakrefs
     staying = dropping.alive(proofs)  # the storage lives on
     del proofs
-    report.released_bytes = dropping.nbytes(found, dropping.released(found, now) - staying)
+    gone = dropping.released(found, now) - staying
+    report.released_bytes = dropping.nbytes(found, gone)
     _unseen_holder_note(report, dropping.nbytes(found, staying & freed_keys))
+    _host_beyond_note(report, found, gone)
     _figures_after(report, before, torch)
     held = None
     if reusable and dropping.same_roots(found, dropped, shell, namespace):
@@ -352,6 +354,24 @@ def _reset(names: tuple, all_vars: bool, dry_run: bool, shell, namespace: dict) 
         report.notes.append("the last exception is gone: %debug and %tb have nothing to show")
     _add_history_notes(report, shell, namespace)
     return report
+
+
+def _host_beyond_note(report: ReleaseReport, found: Scan, gone: set) -> None:
+    """Where host memory in use fell by more than the host arrays the scan saw released:
+    what else went (the arrays of reference cycles no name reaches are found by no scan)."""
+    before, after = report.host_in_use_before, report.host_in_use_after
+    if before is None or after is None or before - after < HOST_LINE_MIN:
+        return
+    devices = found.walker.found.devices
+    on_host = {key for key, device in zip(found.keys, devices) if key in gone and device == "cpu"}
+    beyond = (before - after) - dropping.nbytes(found, on_host)
+    if beyond >= HOST_LINE_MIN:
+        report.notes.append(
+            f"host memory in use fell by {format_bytes(before - after)}, "
+            f"{format_bytes(beyond)} more than the arrays found: gc.collect() and the dropped "
+            "references freed more than the notebook's names reached (e.g. arrays in "
+            "reference cycles, such as the frames of earlier failed runs)"
+        )
 
 
 def _unseen_holder_note(report: ReleaseReport, stays: int) -> None:
