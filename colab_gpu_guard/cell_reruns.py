@@ -77,7 +77,7 @@ class PreviousRun(NamedTuple):
 class Verdict(NamedTuple):
     """leaks: what this run kept again, per device; rerun_of: the previous run's cell;
     held_by: what holds the previous run's objects, where it could tell; grew: the user's
-    containers among those holders (`rerun_holders.Holding.grew`)."""
+    containers among those holders (`rerun_holders.Holding.named`)."""
 
     leaks: Kept
     rerun_of: Optional[int]
@@ -331,7 +331,8 @@ class RerunLeakCheck:
         self._remember(source, cuda, host, exact, cell, duration, result, displayed, failed)
         if not again:
             return _new_tuple(Verdict, ((), previous.cell, "", ()))
-        return Verdict(tuple(again), previous.cell, read.text, read.grew)
+        held_by, grew = read.named(tuple(again))
+        return Verdict(tuple(again), previous.cell, held_by, grew)
 
     def _remember(
         self,

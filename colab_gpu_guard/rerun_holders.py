@@ -1,7 +1,8 @@
 """What holds the previous run's objects when a cell runs again, and how much it holds.
 
 Around a rerun (a cell whose source ran before): before it runs, the identities and
-lengths of the user's top-level lists, dicts, sets and deques that the source names (a few
+lengths of the user's top-level lists, dicts, sets and deques that the source names, or
+that a function of the notebook it names does (``step()`` filling a global ``cache``; a few
 ``len`` calls: the cell named them, so there are few); after it, which of them grew during
 the run. The items a container gained are this run's objects, and the same number of
 items before them the previous run's (the cell added them last time). Two more holders are
@@ -15,8 +16,10 @@ A `Holding` says, in words, what holds the previous run's objects (```losses`` (
 1 autograd graph, 16 MiB saved)`), and how many host bytes this run's and the previous
 run's objects hold there: what tells that a rerun kept host memory again where the memory
 counters cannot (a block the heap had freed and reuses leaves the resident size as it
-was). What an autograd graph saved is what the leftovers scan measures (`leftovers.graphs`:
-storages no name reaches), read from one scan bounded by `GRAPH_SCAN_S`.
+was). A LEAK line names a holder only where it holds a good part of what the rerun kept
+(`Holding.named`). What an autograd graph saved is what the leftovers scan measures
+(`leftovers.graphs`: storages no name reaches), read from one scan bounded by
+`GRAPH_SCAN_S`.
 
 Never calls user code: lengths and items are read with the built-in types' own methods (a
 subclass through its built-in part), arrays as `held_memory` reads them.
@@ -29,6 +32,7 @@ import gc
 import itertools
 import keyword
 import re
+import types
 import weakref
 from typing import Any, Callable, NamedTuple, Optional
 
@@ -47,20 +51,70 @@ _LENGTH_OF = (
 )
 # items that hold no memory worth naming a container for
 _EMPTY = (int, float, complex, bool, type(None), weakref.ref)
+# what a LEAK line's holders must hold of what a rerun kept (see `Holding.named`)
+EXPLAINED_SHARE = 0.5
+MINOR_SHARE = 0.1
+# the end of a LEAK line whose holders hold less than `EXPLAINED_SHARE` of what it kept
+UNEXPLAINED = "; the rest by something else: find_leftovers() lists what is alive"
+
+
+def _with_bytes(words: str, nbytes: int) -> str:
+    """A holder's words with the bytes it holds of the kept memory: "`losses` (grew by 1
+    item; 4 B of it)"."""
+    amount = f"{format_bytes(nbytes)} of it"
+    return f"{words[:-1]}; {amount})" if words.endswith(")") else f"{words} ({amount})"
 
 
 class Holding(NamedTuple):
     """What holds the previous run's objects. new / previous: host bytes this run's objects
-    and the previous run's hold in the holders found; text: the holders, as the LEAK line
-    names them ("" when none was found); grew: the user's containers among them (their
-    names), which the leftovers list shows with what the user did not knowingly keep;
-    held: ((device, bytes), ...) the previous run's objects hold in them, per device."""
+    and the previous run's hold in the holders found; text: the holders, all of them ("" when
+    none was found); grew: the user's containers among them (their names); held: ((device,
+    bytes), ...) the previous run's objects hold in them, per device; parts: each holder as
+    (words, container name or "", ((device, bytes), ...) the previous run's objects hold in
+    it, or None where that is not known: the autograd graphs in it were not measured). What
+    a LEAK line names of them is `named`."""
 
     new: int
     previous: int
     text: str
     grew: tuple = ()
     held: tuple = ()
+    parts: tuple = ()
+
+    def named(self, kept: tuple) -> tuple[str, tuple]:
+        """(the LEAK line's holders, the containers named as holding it) for a rerun that
+        kept `kept` ((device, bytes), ...) again.
+
+        A holder is named as holding the kept memory only where the previous run's objects
+        in it hold at least `MINOR_SHARE` of it (on the devices it was kept on), and those
+        holders only where together they hold at least `EXPLAINED_SHARE` of it. Else every
+        holder found is named with the bytes it holds, and the line says the rest is held
+        by something else: a list that gained a 4-byte tensor is not what keeps 4 MiB
+        (the cell may call a function that fills a list it does not name). A `Holding`
+        made without parts names its text; a holder whose bytes are not known counts as
+        holding all of it."""
+        if not self.parts:
+            return self.text, self.grew
+        devices = dict(kept)
+        total = sum(amount for amount in devices.values() if amount > 0)
+        shares = [
+            (
+                words,
+                name,
+                total
+                if held is None
+                else sum(nbytes for device, nbytes in held if device in devices),
+            )
+            for words, name, held in self.parts
+        ]
+        major = [entry for entry in shares if entry[2] > 0 and entry[2] >= MINOR_SHARE * total]
+        if major and sum(entry[2] for entry in major) >= EXPLAINED_SHARE * total:
+            return ", ".join(entry[0] for entry in major), tuple(e[1] for e in major if e[1])
+        found = [entry for entry in shares if entry[2] > 0]
+        if not found:
+            return "", ()
+        texts = [_with_bytes(words, nbytes) for words, _name, nbytes in found]
+        return ", ".join(texts) + UNEXPLAINED, tuple(e[1] for e in major if e[1])
 
 
 NOTHING = Holding(0, 0, "")
@@ -129,21 +183,39 @@ class RerunHolders:
         return names
 
     def before(self, source: str) -> dict:
-        """{name: (id, length)} of the containers `source` names, read before it runs."""
+        """{name: (id, length)} of the containers `source` names, or a function of the
+        notebook that it names does (``step()`` filling a global ``cache``: one level, not
+        the functions those call), read before it runs."""
         namespace = self._namespace
         if not namespace:
             return {}
-        lengths = {}
+        lengths: dict = {}
         get, bases = namespace.get, _BASES
         try:
-            for name in self._mentioned(source):
+            names = self._mentioned(source)
+            called: list = []
+            for name in names:
                 value = get(name)
                 if value is None:
                     continue
                 kind = type(value)
+                if kind is types.FunctionType:
+                    if value.__globals__ is namespace:
+                        called.append(value.__code__.co_names)
+                    continue
                 found = bases[kind] if kind in bases else _base(kind)
                 if found is not None:
                     lengths[name] = (id(value), found[1](value))
+            if called:
+                more = dict.fromkeys(itertools.chain.from_iterable(called))
+                for name in itertools.islice(more, MAX_NAMES):
+                    value = get(name)
+                    if value is None or name in lengths:
+                        continue
+                    kind = type(value)
+                    found = bases[kind] if kind in bases else _base(kind)
+                    if found is not None:
+                        lengths[name] = (id(value), found[1](value))
         except Exception:
             return {}
         return lengths
@@ -184,7 +256,8 @@ class _Reading:
         # (name, what its new items hold, how many, all tensors with a graph?, exceptions,
         # what its items from before this run hold)
         self.containers: list[tuple[str, Memory, int, bool, list, Memory]] = []
-        self.others: list[str] = []  # the output history's and tracebacks' names
+        # the output history's and tracebacks' names, with what they hold
+        self.others: list[tuple[str, Memory]] = []
 
     def memory(self, into: list) -> Memory:
         memory = Memory(self.seen)
@@ -217,7 +290,10 @@ class _Reading:
         # a container holds the previous run's objects where its items from before this
         # run's hold memory: one that gained a string names nothing
         containers = [entry for entry in self.containers if entry[5].total or entry[5].owners]
-        texts = [self._container_text(*entry[:5]) for entry in containers] + self.others
+        parts = [
+            (self._container_text(*entry[:5]), entry[0], _held(entry[5])) for entry in containers
+        ]
+        parts += [(text, "", _held(memory)) for text, memory in self.others]
         held: dict[str, int] = {}
         for memory in self.previous:
             for device, nbytes in memory.by_device.items():
@@ -225,9 +301,10 @@ class _Reading:
         return Holding(
             sum(memory.host for memory in self.new),
             sum(memory.host for memory in self.previous),
-            ", ".join(texts),
+            ", ".join(part[0] for part in parts),
             tuple(entry[0] for entry in containers),
             tuple(held.items()),
+            tuple(parts),
         )
 
     def _containers(self, before: dict) -> None:
@@ -264,14 +341,15 @@ class _Reading:
             memory = self.memory(self.previous)
             memory.add(outputs[cell])
             if memory.total:
-                self.others.append(f"`Out[{cell}]` ({OUTPUT_HISTORY})")
+                self.others.append((f"`Out[{cell}]` ({OUTPUT_HISTORY})", memory))
 
     def _previous_error(self, error: BaseException, previous_result: Any) -> None:
-        self.memory(self.previous).add(error)
+        memory = self.memory(self.previous)
+        memory.add(error)
         held = holding_locals(error)
         if held:
             labels = ", ".join(label for label, _size in held[:2])
-            self.others.append(f"{labels} ({self._why_alive(error, previous_result)})")
+            self.others.append((f"{labels} ({self._why_alive(error, previous_result)})", memory))
 
     def _why_alive(self, error: BaseException, previous_result: Any) -> str:
         from . import notebook_refs
@@ -306,6 +384,14 @@ class _Reading:
             return f"`{name}` (grew by {_plural(count, 'exception')}{holds})"
         text = f"`{name}` (grew by {_plural(count, 'item')}"
         return text + (f", {graph_text})" if graphs else ")")
+
+
+def _held(memory: Memory) -> Optional[tuple]:
+    """((device, bytes), ...) `memory` counted; None where it has autograd graphs that
+    were not measured (the scan did not finish): what they saved is not known."""
+    if memory.owners and memory.graph_nbytes is None:
+        return None
+    return tuple(memory.by_device.items())
 
 
 def _in_cycle(error: BaseException, record: Any) -> bool:

@@ -7,6 +7,7 @@ the storages prove that the holder named is what keeps the memory."""
 from __future__ import annotations
 
 import gc
+import weakref
 from contextlib import contextmanager
 
 import pytest
@@ -77,8 +78,13 @@ def test_a_failed_runs_traceback_is_named_and_collecting_frees_it(ip, run_cell):
     gc.collect()
     assert refs[0]() is None  # the cycle was all that held the first run's x
     assert refs[1]() is not None  # the last error's traceback holds the second's
-    ip.run_line_magic("gpu_reset", "")
+    with capture_output() as reset:
+        ip.run_line_magic("gpu_reset", "")
     assert refs[1]() is None  # %gpu_reset releases the last error's frames
+    # its note recalls the flag as history, and that what held the memory is gone
+    assert "cells flagged for keeping memory again when rerun: " in reset.stdout, reset.stdout
+    assert f"[{second}] is gone now" in reset.stdout, reset.stdout
+    assert "cells that kept memory again" not in reset.stdout
     pop(ip, "failed_refs", "step")
 
 
@@ -308,9 +314,68 @@ def test_the_resets_note_names_only_the_holders_still_there(ip, run_cell):
     for names in (("kept_n",), ()):
         notes = "\n".join(gpu_reset(*names).notes)
         cells = ", ".join(f"[{record.cell}]" for record in flagged)
-        assert f"cells that kept memory again when rerun: {cells}" in notes, notes
+        assert f"cells flagged for keeping memory again when rerun: {cells}" in notes, notes
         assert "held by" not in notes and "kept_n" not in notes and "Out[" not in notes, notes
+        assert f"holding the memory of {cells} is gone now" in notes, notes
     assert "kept_n" not in ip.user_ns
+
+
+def test_a_list_a_called_function_fills_is_named_not_the_list_the_cell_names(ip, run_cell):
+    """``losses.append(torch.randn(1)); step()`` rerun, where ``step`` fills a global list
+    the cell does not name: that list holds the 20 MB each run keeps, not `losses` (4 B a
+    run), and the LEAK line names it."""
+    run_cell(
+        "import torch, weakref\ncache_f = []\nlosses_f = []\n"
+        "def step_f():\n    cache_f.append(torch.ones(5_000_000))"
+    )
+    cell = "losses_f.append(torch.randn(1)); step_f()"
+    with capture_output():
+        runs = [run_cell(cell).execution_count for _ in range(3)]
+    history = format_history(memory_history())
+    for record in records(*runs[1:]):
+        assert record.rerun_leak and record.leak_bytes >= X_BYTES - SLACK, history
+        assert record.held_by == "`cache_f` (grew by 1 item)", history
+        assert record.grew == ("cache_f",)
+    refs = [weakref.ref(item) for item in ip.user_ns["cache_f"]]
+    ip.user_ns["cache_f"].clear()
+    assert all(ref() is None for ref in refs)  # the list named was what held them
+    pop(ip, "cache_f", "losses_f", "step_f")
+
+
+def test_a_holder_that_holds_little_of_the_kept_memory_is_not_named_as_holding_it(ip, run_cell):
+    """The same cell, but ``step`` keeps its 20 MB in a class attribute no holder check
+    reaches: the LEAK line says `losses` holds 4 B of it and the rest is held by something
+    else, the list is not shown as a rerun leak, and the recall (the reset's note, the CUDA
+    advisor's) names no holder for it."""
+    from colab_gpu_guard import gpu_reset, rerun_notes
+
+    run_cell(
+        "import torch\nlosses_u = []\nclass Store_u:\n    items = []\n"
+        "def step_u():\n    Store_u.items.append(torch.ones(5_000_000))"
+    )
+    cell = "losses_u.append(torch.randn(1)); step_u()"
+    with capture_output():
+        runs = [run_cell(cell).execution_count for _ in range(3)]
+    history = format_history(memory_history())
+    flagged = records(*runs[1:])
+    for record in flagged:
+        assert record.rerun_leak and record.leak_bytes >= X_BYTES - SLACK, history
+        assert record.held_by == (
+            "`losses_u` (grew by 1 item; 4 B of it); the rest by something else: "
+            "find_leftovers() lists what is alive"
+        ), history
+        assert record.grew == ()
+    assert "held by `losses_u` (grew by 1 item; 4 B of it); the rest by something else" in (history)
+    assert "losses_u" not in tracker.grown_on_rerun()
+    assert rerun_notes.holder_items(flagged[-1].held_by) == [
+        "`losses_u` (grew by 1 item; 4 B of it)"
+    ]
+    cells = ", ".join(f"[{record.cell}]" for record in flagged)
+    assert rerun_notes.holders_now(flagged, ip, ip.user_ns) == [(cells, "")]
+    note = "\n".join(gpu_reset(dry_run=True).notes)
+    assert f"when rerun: {cells} (see %gpu_history)" in note and "losses_u" not in note, note
+    assert len(ip.user_ns["Store_u"].items) == 3  # where the memory really is
+    pop(ip, "losses_u", "Store_u", "step_u")
 
 
 def test_holder_items_splits_a_leak_lines_holders():
