@@ -24,6 +24,11 @@ N = 250_000  # 1 MB of float32
 
 @pytest.fixture
 def shell(ip, run_cell):
+    # these tests compare whole lists: variables other test files left in the shared
+    # shell (not IPython's own names) would be listed too
+    for name in [name for name in ip.user_ns if name not in ip.user_ns_hidden]:
+        if not name.startswith("_"):
+            ip.user_ns.pop(name)
     reset.gpu_reset(shell=ip)
     run_cell("import torch, weakref, sys\nrefs = {}")
     yield ip

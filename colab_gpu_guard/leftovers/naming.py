@@ -26,10 +26,22 @@ Path = tuple  # (parent: Optional[Path], kind: int, key: object)
 RANK = {holder: rank for rank, holder in enumerate(HOLDERS)}
 
 
-def rank(ref: Any) -> tuple[int, int, int]:
-    """The order names of one block come in: by holder (user variables first), then the
-    shallowest path, then the order found (variables as defined, items by index)."""
-    return (RANK[ref.holder], ref.depth, ref.order)
+def rank(ref: Any) -> tuple[int, bool, int, int]:
+    """The order names of one block come in: by holder (user variables first), then a
+    name a user can type before one through a dict's key (``<key of opt.state>`` names
+    every key of ``opt.state`` alike), then the shallowest path, then the order found
+    (variables as defined, items by index)."""
+    return (RANK[ref.holder], through_key(ref.path), ref.depth, ref.order)
+
+
+def through_key(path: Path) -> bool:
+    """Whether a path reaches its array through a dict's key (its name says ``<key of``)."""
+    node: Optional[Path] = path
+    while node is not None:
+        if node[1] == KEY_OF:
+            return True
+        node = node[0]
+    return False
 
 
 def key_text(key: object) -> str:
@@ -43,13 +55,13 @@ def key_text(key: object) -> str:
 
 def best_paths(refs: Sequence[Any]) -> dict[int, Path]:
     """id(array) -> the path a user would type first (for arrays used as dict keys)."""
-    best: dict[int, tuple] = {}
+    best: dict[int, Any] = {}
     for ref in refs:
-        order = rank(ref)
         current = best.get(ref.ident)
-        if current is None or order < current[0]:
-            best[ref.ident] = (order, ref.path)
-    return {ident: entry[1] for ident, entry in best.items()}
+        # ranked only against another path to the same array: most arrays have one
+        if current is None or rank(ref) < rank(current):
+            best[ref.ident] = ref
+    return {ident: ref.path for ident, ref in best.items()}
 
 
 class PathNames:

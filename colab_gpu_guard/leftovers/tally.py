@@ -38,14 +38,14 @@ def root_of(name: str, holder: Optional[str] = None) -> str:
     ``Out[3]``, ``<traceback: f() local 'x'>[0]`` -> ``<traceback: f() local 'x'>``,
     ``<exception E>.args[0]`` -> ``<exception E>``, every ``<unnamed ...>`` -> UNNAMED.
     A user variable's name is never read as one of those labels (``<b>`` is a name); a
-    dict's key belongs to the dict's root (``<key of opt.state>`` -> ``opt``)."""
-    if name.startswith("<") and holder != USER_VARIABLE:
-        if name.startswith("<unnamed"):
-            return UNNAMED
+    dict's key belongs to the dict's root, whoever holds it (``<key of opt.state>`` ->
+    ``opt``)."""
+    if name.startswith("<"):
         label = _label(name)
-        if name.startswith("<key of "):  # `<key of opt.state>.grad`
+        if name.startswith("<key of ") and label.endswith(">"):  # `<key of opt.state>.grad`
             return root_of(label[len("<key of ") : -1], holder)
-        return label
+        if holder != USER_VARIABLE:
+            return UNNAMED if name.startswith("<unnamed") else label
     match = _VARIABLE_ROOT.match(name)
     return match.group(0) if match else name
 

@@ -280,6 +280,7 @@ def _leftovers(namespace: Optional[dict[str, Any]], top: int) -> dict[str, Any]:
             f" not searched to the end: {'; '.join(unfinished)} (find_leftovers(budget_s=None)"
             " searches everything)"
         )
+    scan_notes += _list_notes(found, bool(unfinished))
     # Only the top ones become entries: a notebook may hold 10^5 arrays, and the panel
     # takes a snapshot after every cell. A LeftoverList is one entry per block of memory,
     # biggest first, with its totals, and makes an entry only when it is read; anything
@@ -314,6 +315,18 @@ def _leftovers(namespace: Optional[dict[str, Any]], top: int) -> dict[str, Any]:
         "leftover_groups_count": group_count,
         "scan_notes": scan_notes,
     }
+
+
+def _list_notes(found: Any, unfinished: bool) -> list[str]:
+    """What the leftovers list says it could not see (graphs not measured, no framework
+    imported), in the status's words; the list's own note of an unfinished scan is left
+    out, as the status says that itself."""
+    notes = tuple(getattr(found, "notes", ()) or ())
+    return [
+        f"leftovers: {note}"
+        for note in notes
+        if isinstance(note, str) and not (unfinished and note.startswith("incomplete: "))
+    ]
 
 
 def _nbytes(item: Any) -> int:
