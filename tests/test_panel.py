@@ -450,6 +450,33 @@ def test_slow_leftovers_scan_is_not_repeated_after_every_cell(
     assert "made_after_slow_scan" not in leftovers_text(instance)
 
 
+def test_a_reused_slow_scan_keeps_what_it_said_of_its_leftovers(
+    ip, run_cell, show, monkeypatch, torch
+):
+    """The leftovers a slow scan found are shown again after the next cell: so is what
+    that scan said of them (here: graph values it could not measure); other notes are new."""
+    now = [1000.0]
+    monkeypatch.setattr(panel_refresh, "_clock", lambda: now[0])
+    real = panel_refresh._take_status
+    said = "leftovers: autograd graphs: 2 saved value(s) packed by a pack hook were not measured"
+
+    def slow(shell, leftovers=True):
+        status = real(shell, leftovers=leftovers)
+        if leftovers:
+            notes = (*status.notes, said, "an old note of the scan's snapshot")
+            return dataclasses.replace(status, duration_ms=800.0, notes=notes)
+        return status
+
+    monkeypatch.setattr(panel_refresh, "_take_status", slow)
+    instance = show()
+    monkeypatch.setattr(instance, "_snapshot", slow)
+    instance.refresh_button.click()
+    run_cell("pass")
+    assert "finding them took 800 ms" in leftovers_text(instance)  # the scan was reused
+    assert said in instance.last_status.notes
+    assert "an old note of the scan's snapshot" not in instance.last_status.notes
+
+
 def test_fast_leftovers_scan_runs_after_every_cell(ip, run_cell, show, monkeypatch, torch):
     now = [1000.0]
     monkeypatch.setattr(panel_refresh, "_clock", lambda: now[0])  # time stands still

@@ -233,8 +233,12 @@ class PanelRefresh(PanelView):
             f"as of {taken}: finding them took {seconds * 1000:.0f} ms, so after a cell it "
             f"runs at most every {seconds / SCAN_SHARE:.0f} s; Refresh finds them now"
         )
+        fresh = _take_status(self.shell, leftovers=False)
+        # what the reused scan said of its leftovers (incomplete, graphs not measured)
+        kept = [note for note in scanned.notes if note.startswith("leftovers")]
         return dataclasses.replace(
-            _take_status(self.shell, leftovers=False),
+            fresh,
+            notes=tuple(fresh.notes) + tuple(note for note in kept if note not in fresh.notes),
             leftovers=scanned.leftovers,
             leftovers_count=scanned.leftovers_count,
             leftovers_bytes=scanned.leftovers_bytes,
