@@ -144,6 +144,8 @@ def test_a_graph_keeps_the_weights_it_accumulates_into_once_no_name_does():
     found = {item.name: item for item in find_leftovers(namespace={"loss": loss})}
     held = sum(size for _weak, size in watch)
     assert found["loss"].graph_tensors == 4 and found["loss"].graph_nbytes == held
+    assert found["loss"].graph_leaves == 4  # the weight, the bias and their grads
+    assert "autograd graph: 4 leaf tensors and grads, " in str(found["loss"])
     assert all(weak() is not None for weak, _size in watch)
     del loss, found
     gc.collect()

@@ -1130,7 +1130,7 @@ def test_a_snapshot_written_before_the_house_move_still_reads():
     for kind in ("leftovers", "history"):
         for before, now in zip(old[kind], again[kind]):
             assert {key: now[key] for key in before} == before  # the old fields, unchanged
-    graph = {"graph_nbytes", "graph_tensors", "graph_shared_nbytes"}  # issue 14: autograd graphs
+    graph = {"graph_nbytes", "graph_tensors", "graph_shared_nbytes", "graph_leaves"}  # issue 14
     views = {"views_nbytes"}  # what the names use of the memory (None: not known)
     sharing = {"graph_shared_with", "graph_counted_under"}  # which graphs share, named
     assert (

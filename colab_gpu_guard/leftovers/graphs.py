@@ -45,12 +45,16 @@ class Graph(NamedTuple):
     shared_nbytes: int
     shared_with: tuple[str, ...] = ()
     counted_under: tuple[str, ...] = ()
+    leaves: int = 0  # of `tensors`: leaves it accumulates into (weights) and their grads
 
     def summary(self) -> str:
-        """'2 saved tensors, 32 MiB' (and what other graphs share)."""
-        text = (
-            f"{self.tensors} saved tensor{'s' * (self.tensors != 1)}, {format_bytes(self.nbytes)}"
-        )
+        """'2 saved tensors, 32 MiB', '4 leaf tensors and grads, 8 MiB' (and what other
+        graphs share)."""
+        saved = self.tensors - self.leaves
+        parts = [f"{saved} saved tensor{'s' * (saved != 1)}"] if saved or not self.leaves else []
+        if self.leaves:
+            parts.append(f"{self.leaves} leaf tensor{'s' * (self.leaves != 1)} and grads")
+        text = f"{', '.join(parts)}, {format_bytes(self.nbytes)}"
         if self.shared_nbytes:
             text += f" ({format_bytes(self.shared_nbytes)} {self._sharing()})"
         return text
@@ -175,6 +179,8 @@ class Graphs:
         self.named_saved: dict[Hashable, list] = {}  # storage key -> owners, first found first
         self.named_by_block: dict[Hashable, set] = {}  # owner -> such storages its graph saved
         self._rank: dict[Hashable, int] = {}  # owner -> its place in the order found
+        self.leaf_keys: set = set()  # storages of leaves (and their grads) graphs keep
+        self._leaves: set[int] = set()  # ids of those tensors, while `resolve` runs
         self.nodes = 0
         self.budget_hit = False
         self.unreadable = 0  # saved values a pack hook turned into something not a tensor
@@ -202,6 +208,7 @@ class Graphs:
             if self.budget_hit:
                 break
         del owners
+        self._leaves.clear()
         self.by_block = self.count()
 
     def _saved_tensors(self, root, torch, tensor_type) -> Iterable:
@@ -239,6 +246,8 @@ class Graphs:
                     if data is None:
                         continue  # freed by backward()
                     if isinstance(data, tensor_type):
+                        if type(item) is _Held:
+                            self._leaves.add(id(data))
                         yield data
                     elif type(data) in (list, tuple):  # e.g. save_on_cpu's (device, tensor)
                         found = [part for part in data if isinstance(part, tensor_type)]
@@ -258,6 +267,8 @@ class Graphs:
         except Exception:
             return
         key = info.storage_key
+        if self._leaves and id(tensor) in self._leaves:
+            self.leaf_keys.add(key)
         if key in keys:
             return
         if key in named:
@@ -300,7 +311,8 @@ class Graphs:
                 if len(owners) > 1:
                     shared += size
             if keys:
-                by_block[owner] = Graph(len(keys), counted, shared)
+                leaves = len(keys & self.leaf_keys) if self.leaf_keys else 0
+                by_block[owner] = Graph(len(keys), counted, shared, leaves=leaves)
         return by_block
 
     def _keys_of(self, owner: Hashable, unnamed: Optional[dict]) -> set:

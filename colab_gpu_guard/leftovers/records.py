@@ -51,6 +51,7 @@ class Leftover:
     views_nbytes: Optional[int] = None
     graph_shared_with: tuple[str, ...] = ()
     graph_counted_under: tuple[str, ...] = ()
+    graph_leaves: int = 0
 
     def __str__(self) -> str:
         shape = "x".join(str(size) for size in self.shape) or "scalar"
@@ -109,6 +110,7 @@ class Leftover:
             self.graph_shared_nbytes,
             self.graph_shared_with,
             self.graph_counted_under,
+            self.graph_leaves,
         )
 
     def to_dict(self) -> dict[str, Any]:
@@ -170,6 +172,7 @@ def with_graph(item: Leftover, graph: Graph) -> Leftover:
         graph_shared_nbytes=graph.shared_nbytes,
         graph_shared_with=graph.shared_with,
         graph_counted_under=graph.counted_under,
+        graph_leaves=graph.leaves,
     )
     return made
 
