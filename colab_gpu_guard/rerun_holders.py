@@ -51,6 +51,7 @@ _LENGTH_OF = (
 )
 # items that hold no memory worth naming a container for
 _EMPTY = (int, float, complex, bool, type(None), weakref.ref)
+GRAPH_NOTE_MIN = 2**20  # the previous run's graphs keeping this much more are named
 # what a LEAK line's holders must hold of what a rerun kept (see `Holding.named`)
 EXPLAINED_SHARE = 0.5
 MINOR_SHARE = 0.1
@@ -290,9 +291,7 @@ class _Reading:
         # a container holds the previous run's objects where its items from before this
         # run's hold memory: one that gained a string names nothing
         containers = [entry for entry in self.containers if entry[5].total or entry[5].owners]
-        parts = [
-            (self._container_text(*entry[:5]), entry[0], _held(entry[5])) for entry in containers
-        ]
+        parts = [(self._container_text(*entry), entry[0], _held(entry[5])) for entry in containers]
         parts += [(text, "", _held(memory)) for text, memory in self.others]
         held: dict[str, int] = {}
         for memory in self.previous:
@@ -368,12 +367,24 @@ class _Reading:
 
     @staticmethod
     def _container_text(
-        name: str, memory: Memory, count: int, items_are_graphs: bool, errors: list
+        name: str,
+        memory: Memory,
+        count: int,
+        items_are_graphs: bool,
+        errors: list,
+        previous: Optional[Memory] = None,
     ) -> str:
         graphs = len(memory.owners)
         graph_text = _plural(graphs, "autograd graph")
         if memory.graph_nbytes is not None:
             graph_text += f", {format_bytes(memory.graph_nbytes)} saved"
+            kept = previous.graph_nbytes if previous is not None and previous.owners else None
+            # this run's graphs may keep less than the previous run's: a rerun that rebuilt
+            # the model leaves the old weights to the old graphs alone
+            if kept is not None and kept >= 2 * memory.graph_nbytes + GRAPH_NOTE_MIN:
+                older = len(previous.owners)  # type: ignore[union-attr]
+                which = "graph keeps" if older == 1 else f"{older} graphs keep"
+                graph_text += f"; the previous run's {which} {format_bytes(kept)}"
         if items_are_graphs:
             return f"`{name}` (grew by {graph_text})"
         if errors and len(errors) == count:

@@ -197,6 +197,34 @@ def test_losses_are_described_by_their_graphs_and_the_bytes_saved_die_with_them(
     pop(ip, "model_l", "losses_l", "history_l", "inputs_l", "_hook")
 
 
+def test_a_rerun_that_rebuilds_the_model_names_what_the_previous_graph_keeps(ip, run_cell):
+    """Each run builds a new model and keeps its loss after backward(): the new loss's graph
+    keeps weights `model_r` still names (0 B of its own), the previous run's keeps the old
+    model's weights and grads (8 MiB): the LEAK line says both, and the bytes are real."""
+    run_cell("import torch, weakref\nlosses_r = []\nweights_r = []")
+    step = (
+        "model_r = torch.nn.Linear(1024, 1024)\n"
+        "weights_r.append(weakref.ref(model_r.weight.untyped_storage()))\n"
+        "loss_r = model_r(torch.randn(8, 1024)).sum()\nloss_r.backward()\n"
+        "losses_r.append(loss_r)"
+    )
+    runs = [run_cell(step).execution_count for _ in range(3)]
+    kept = 2 * (1024 * 1024 * 4 + 1024 * 4)  # weight, bias and their grads
+    for record in records(*runs[1:]):
+        assert record.rerun_leak, format_history(memory_history())
+        assert record.held_by == (
+            "`losses_r` (grew by 1 autograd graph, 0 B saved; the previous run's graph "
+            f"keeps {format_bytes(kept)})"
+        )
+    gc.collect()
+    assert all(ref() is not None for ref in ip.user_ns["weights_r"])
+    ip.user_ns["losses_r"].clear()
+    gc.collect()
+    alive = [ref() is not None for ref in ip.user_ns["weights_r"]]
+    assert alive == [False, False, True]  # the last model is still `model_r`'s
+    pop(ip, "losses_r", "weights_r", "model_r", "loss_r")
+
+
 def test_a_container_that_grew_on_a_flagged_rerun_is_listed_before_ordinary_state(ip, run_cell):
     """``rows.append(torch.ones(...))`` rerun: `rows` holds what the user did not mean to
     keep, so the leftovers list shows it with the hidden holders, before a bigger tensor the
