@@ -96,3 +96,29 @@ def test_a_scan_leaves_torch_one_storage_object_per_tensor_while_the_tensors_liv
     del tensors
     gc.collect()
     assert all(ref() is None for ref in kept)
+
+
+def test_no_subclass_torch_function_runs_while_tensors_are_read():
+    """A tensor subclass's __torch_function__ is user code: reading its metadata (the
+    scan, the reset's proofs, a status) must not run it. torch's getters and methods
+    dispatch to it on every call unless subclass dispatch is off."""
+    from colab_gpu_guard import find_leftovers, gpu_reset, gpu_status
+
+    calls: list = []
+
+    class Spy(torch.Tensor):
+        @classmethod
+        def __torch_function__(cls, func, types, args=(), kwargs=None):
+            calls.append(getattr(func, "__name__", repr(func)))
+            return super().__torch_function__(func, types, args, kwargs or {})
+
+    spy = Spy(torch.randn(64, 64)).requires_grad_()
+    loss = (torch.randn(8, 64) @ spy).sum()  # a Spy too, with a graph
+    namespace = {"spy": spy, "loss": loss, "rows": [spy[0].detach()]}
+    calls.clear()
+    found = {item.name: item for item in find_leftovers(namespace=namespace)}
+    gpu_status(namespace=namespace)
+    gpu_reset(namespace=namespace, dry_run=True)
+    gpu_reset("rows", namespace=namespace)
+    assert calls == []
+    assert found["spy"].nbytes == 64 * 64 * 4

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import sys
 import weakref
+from contextlib import nullcontext
 from functools import partial
 from operator import attrgetter, methodcaller
 from typing import Any, Optional
@@ -46,11 +47,27 @@ def _device_name(tensor) -> str:
     return str(tensor.device)
 
 
+def no_subclass_dispatch() -> Any:
+    """A context in which reading a tensor runs no subclass's ``__torch_function__`` (user
+    code): torch's own getters and methods check for one on every call (``.dim()``,
+    ``.grad_fn``, ``untyped_storage()``) unless subclass dispatch is switched off, as here
+    (torch's C context manager: cheap enough per tensor). Nothing without torch."""
+    torch = sys.modules.get("torch")
+    disable = getattr(getattr(torch, "_C", None), "DisableTorchFunctionSubclass", None)
+    return disable() if disable is not None else nullcontext()
+
+
 def array_info(tensor) -> ArrayInfo:
     """A tensor's metadata. Views share their base's untyped storage, so they share its
     key. Tensors without a storage (sparse, nested) count their own bytes under a key of
-    their own; meta tensors hold no memory and count 0 bytes.
+    their own; meta tensors hold no memory and count 0 bytes. A subclass's
+    ``__torch_function__`` never runs.
     """
+    with no_subclass_dispatch():
+        return _array_info(tensor)
+
+
+def _array_info(tensor) -> ArrayInfo:
     shape = tuple(tensor.shape)
     dtype = _dtype_name(tensor.dtype)
     device = _device_name(tensor)
@@ -155,6 +172,12 @@ def _device_texts(tensors: list) -> list[str]:
 
 
 def array_columns(tensors: list) -> tuple[list, ...]:
+    """`_array_columns`, running no subclass's ``__torch_function__``."""
+    with no_subclass_dispatch():
+        return _array_columns(tensors)
+
+
+def _array_columns(tensors: list) -> tuple[list, ...]:
     """``array_info`` of many tensors as columns, in `ArrayInfo`'s field order (shapes,
     dtypes, devices, nbytes, storage keys, storage nbytes, storage ids): one C-level pass
     per attribute (``map`` with ``attrgetter``/``methodcaller``; a notebook may hold 10^6
@@ -205,8 +228,9 @@ def storage_weakrefs(tensors: list) -> list[Optional[weakref.ref]]:
     be taken, or where this torch does not keep the storage's object (the weakref is dead
     at once, while the tensor lives)."""
     untyped_storage = _storage_methods()[0]
-    try:
-        weaks = list(map(weakref.ref, map(untyped_storage, tensors)))
-    except Exception:
-        weaks = [_storage_weakref(untyped_storage, tensor) for tensor in tensors]
+    with no_subclass_dispatch():
+        try:
+            weaks = list(map(weakref.ref, map(untyped_storage, tensors)))
+        except Exception:
+            weaks = [_storage_weakref(untyped_storage, tensor) for tensor in tensors]
     return [weak if weak is not None and weak() is not None else None for weak in weaks]

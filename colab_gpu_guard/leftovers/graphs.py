@@ -133,10 +133,11 @@ def _leaf_reader(node_type: type, torch) -> Any:
     if variable is None or following is None:
         return None
     grad = torch._C.TensorBase.__dict__["grad"].__get__
+    plain = (torch.Tensor, torch.nn.Parameter)
 
     def read(node) -> tuple:
         leaf = variable.__get__(node)
-        if leaf is None:
+        if type(leaf) not in plain:  # a subclass's getters may run its __torch_function__
             return ()
         held = grad(leaf)
         return (_Held(leaf),) if held is None else (_Held(leaf), _Held(held))

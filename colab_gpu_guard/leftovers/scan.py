@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 from typing import Any, NamedTuple, Optional
 
 from .. import notebook_refs
+from ..frameworks import torch as torch_support
 from ..frameworks import torch_compile
 from ..units import OTHER, USER_VARIABLE
 from .blocks import Blocks
@@ -238,7 +239,10 @@ def scan(
     collecting = gc.isenabled()
     gc.disable()
     try:
-        return _scan(shell, namespace, device, deep, max_depth, keep_refs, budget_s, variables_only)
+        with torch_support.no_subclass_dispatch():  # a tensor subclass's code never runs
+            return _scan(
+                shell, namespace, device, deep, max_depth, keep_refs, budget_s, variables_only
+            )
     finally:
         if collecting:
             gc.enable()
