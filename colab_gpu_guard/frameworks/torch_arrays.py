@@ -88,13 +88,30 @@ def _array_info(tensor) -> ArrayInfo:
     return ArrayInfo(shape, dtype, device, nbytes, (device, pointer), storage_nbytes, pointer)
 
 
+# a sparse layout's component tensors, by the name of its layout
+_SPARSE_PARTS = {
+    "sparse_coo": ("_indices", "_values"),
+    "sparse_csr": ("crow_indices", "col_indices", "values"),
+    "sparse_bsr": ("crow_indices", "col_indices", "values"),
+    "sparse_csc": ("ccol_indices", "row_indices", "values"),
+    "sparse_bsc": ("ccol_indices", "row_indices", "values"),
+}
+
+
 def _sparse_nbytes(tensor) -> Optional[int]:
+    """A sparse tensor's memory: its component tensors' storages (indices and values; a
+    CSR tensor's compressed rows too), each counted once; None for another layout."""
     try:
-        if tensor.is_sparse:
-            return _dense_nbytes(tensor._values()) + _dense_nbytes(tensor._indices())
+        parts = _SPARSE_PARTS.get(str(tensor.layout).rpartition(".")[2])
+        if parts is None:
+            return None
+        storages = {}
+        for name in parts:
+            storage = getattr(tensor, name)().untyped_storage()
+            storages[storage.data_ptr()] = storage.nbytes()
+        return sum(storages.values())
     except Exception:
         return None
-    return None
 
 
 _SHAPE = attrgetter("shape")
