@@ -328,9 +328,7 @@ def test_a_graphs_saved_weights_are_not_named_as_holding_the_list_s_memory(shell
     shell.user_ns.pop("step", None)
 
 
-def test_a_tensor_whose_object_dies_while_a_graph_keeps_its_memory_is_not_released(
-    shell, run_cell
-):
+def test_a_tensor_gone_while_a_graph_keeps_its_memory_is_not_released(shell, run_cell):
     """exp() saved its result: `del y` kills the tensor object the scan saw, but z's graph
     keeps y's memory. The reset said 'freed: 4 MiB (arrays released: 4 MiB, expected 0 B)'
     while the storage lived on."""

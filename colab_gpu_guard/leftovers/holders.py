@@ -2,9 +2,12 @@
 attributes (``Cache.store``), a function's closure cells (``fn.<closure 'buf'>``) and
 defaults, a bound method's ``__self__``, ``functools.partial``'s ``func``/``args``/
 ``keywords``, a suspended generator's or coroutine's locals (``g.<generator gen() local
-'batch'>``), what a built-in iterator holds (``it.<list>[0]``) and a NumPy object array's
-items (``objarr[3]``). Everything is read through `readers` (no code of the user's
-runs); code of the shell or of this package is not walked."""
+'batch'>``), what a built-in iterator holds (``it.<list>[0]``), a NumPy object array's
+items (``objarr[3]``), an exception's ``args``, chained exceptions and traceback frames'
+locals (``err.<traceback: train() local 'batch'>``), an ``nn.Module``'s hooks
+(``model.<forward hook 0>``) and a ``functools.lru_cache``'s results
+(``embed.<lru_cache>[0]``). Everything is read through `readers` (no code of the user's
+runs); code of the shell or of this package is not walked, nor a frame still executing."""
 
 from __future__ import annotations
 
@@ -12,14 +15,23 @@ import functools
 import types
 
 from ..frameworks import numpy as numpy_support
+from ..notebook_refs.frames import (
+    frame_function,
+    frame_locals,
+    is_function_frame,
+    traceback_frames_exited,
+)
 from .kinds import ATOMIC, opaque_module
 from .naming import ATTR, CLOSURE, FRAME_LOCAL, HELD, ITEM
 from .readers import (
     class_attributes,
     closure_values,
+    exception_fields,
+    frame_module,
     function_defaults,
     function_module,
     iterator_holds,
+    lru_cache_entries,
     suspended_locals,
     suspended_module,
     type_module,
@@ -83,6 +95,66 @@ def walk_iterator(walker, iterator, path, depth, holder, root) -> None:
         kind = type(value)
         if kind not in ATOMIC:
             walker.visit(value, (path, HELD, kind.__name__), depth, holder, root)
+
+
+def walk_exception(walker, exception, path, depth, holder, root) -> None:
+    """An exception's ``args`` (``err.args[1]``), its traceback frames' locals (named
+    under the exception itself), the exceptions chained to it (``err.__context__``) and an
+    exception group's ``exceptions``; its ``__dict__`` (``__notes__``) is walked as an
+    object's. Read through BaseException's own descriptors (a subclass's properties never
+    run)."""
+    args, traceback, cause, context, group = exception_fields(exception)
+    if group:  # before args, which hold the same exceptions: named as a user types them
+        walker.visit(group, (path, ATTR, "exceptions"), depth, holder, root)
+    if args:
+        walker.visit(args, (path, ATTR, "args"), depth, holder, root)
+    if traceback is not None:
+        walk_traceback(walker, traceback, path, depth, holder, root)
+    if cause is not None:
+        walker.visit(cause, (path, ATTR, "__cause__"), depth, holder, root)
+    if context is not None and context is not cause:
+        walker.visit(context, (path, ATTR, "__context__"), depth, holder, root)
+
+
+def walk_traceback(walker, traceback, path, depth, holder, root) -> None:
+    """The locals of the finished function frames on a traceback
+    (``tb.<traceback: f() local 'x'>``); frames still executing, module and class frames
+    (their locals are a namespace) and frames of the shell or of this package are not
+    read. A frame is read once per root."""
+    executing = walker.executing_frames()
+    for frame, _exited in traceback_frames_exited([traceback]):
+        if id(frame) in executing or not walker.enter_frame(frame, root):
+            continue
+        if not is_function_frame(frame) or opaque_module(frame_module(frame)):
+            continue
+        function = frame_function(frame)
+        for name, value in frame_locals(frame).items():
+            if type(value) not in ATOMIC and type(name) is str:
+                child = (path, FRAME_LOCAL, ("traceback:", function, name))
+                walker.visit(value, child, depth, holder, root)
+
+
+def walk_hooks(walker, hooks: dict, label: str, path, depth, holder, root) -> None:
+    """The hooks a module keeps in one of its ``_*hooks`` dicts, by position
+    (``model.<forward hook 0>``): functions, partials, bound methods, callable objects."""
+    for index, hook in enumerate(list(dict.values(hooks))):
+        if type(hook) not in ATOMIC:
+            walker.visit(hook, (path, HELD, f"{label} {index}"), depth, holder, root)
+
+
+def walk_lru_cache(walker, wrapper, path, depth, holder, root) -> None:
+    """A ``functools.lru_cache``/``cache`` wrapper's cached results
+    (``embed.<lru_cache>[0]``) and the keys holding objects (``embed.<lru_cache key>[0]``),
+    for a function outside the shell and this package."""
+    module, results, keys = lru_cache_entries(wrapper)
+    if opaque_module(module):
+        return
+    from .walker import walk_sequence
+
+    if results:
+        walk_sequence(walker, results, (path, HELD, "lru_cache"), depth, holder, root)
+    if keys:
+        walk_sequence(walker, keys, (path, HELD, "lru_cache key"), depth, holder, root)
 
 
 def walk_object_array(walker, array, path, depth, holder, root) -> None:

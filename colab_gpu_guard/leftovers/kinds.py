@@ -1,6 +1,7 @@
 """What a type is to the reference walk: plain values (nothing inside), an array of a
 framework, a container to walk into (sequence, named tuple, mapping, set, ``nn.Module``,
-an object's ``__dict__``), or machinery never walked. Cached per type for one scan."""
+an object's ``__dict__``), a holder (function, partial, generator, iterator, exception,
+traceback, ``lru_cache``), or machinery never walked. Cached per type for one scan."""
 
 from __future__ import annotations
 
@@ -18,6 +19,7 @@ from ..frameworks import torch as torch_support
 from ..frameworks.base import ArrayInfo
 from .readers import (
     ITERATOR_TYPES,
+    LRU_CACHE_TYPE,
     SUSPENDED_TYPES,
     Layout,
     layout_of,
@@ -98,6 +100,7 @@ _OPAQUE_PACKAGES = frozenset(
 # what the walk does with a type (Kind.tag)
 SKIP, ARRAY, SEQUENCE, NAMEDTUPLE, MAPPING, SET, NN_MODULE, OBJECT = range(8)
 FUNCTION, METHOD, PARTIAL, SUSPENDED, CLASS, ITERATOR = range(8, 14)
+EXCEPTION, TRACEBACK, LRU_CACHE = range(14, 17)
 _BUILT_IN_BASES = (list, tuple, collections.deque, dict, set, frozenset)
 
 
@@ -183,6 +186,12 @@ class Classifier:
             return Kind(ITERATOR)
         if functools.partial in bases:
             return Kind(PARTIAL, layout=layout_of(kind))
+        if BaseException in bases:
+            return Kind(EXCEPTION, layout=layout_of(kind))
+        if kind is types.TracebackType:
+            return Kind(TRACEBACK)
+        if kind is LRU_CACHE_TYPE:
+            return Kind(LRU_CACHE, layout=layout_of(kind))
         if type in bases:  # a class (of any metaclass): its own attributes
             return Kind(CLASS)
         if issubclass(kind, _NOT_WALKED):

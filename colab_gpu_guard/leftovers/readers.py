@@ -5,15 +5,20 @@ member descriptors, looked up along the type's MRO (never ``getattr`` on the ins
 no ``__getattr__``, property or ``__dict__`` override is called); and the holders that are
 not containers: a class's own attributes, a function's closure cells and defaults, a bound
 method's ``__self__``, ``functools.partial``'s arguments, a suspended generator's or
-coroutine's locals, what a built-in iterator holds."""
+coroutine's locals, what a built-in iterator holds, an exception's arguments, chain and
+traceback, a ``functools.lru_cache``'s entries, a tensor's ``__dict__`` and ``.grad``."""
 
 from __future__ import annotations
 
+import builtins
 import collections
+import functools
 import gc
 import itertools
 import types
 from typing import Any, Callable, NamedTuple, Optional
+
+from ..notebook_refs.frames import frame_locals
 
 _TYPE_MRO = type.__dict__["__mro__"].__get__
 _TYPE_DICT = type.__dict__["__dict__"].__get__  # a type's own mappingproxy, in C
@@ -203,10 +208,9 @@ def suspended_locals(generator: Any) -> tuple[str, str, dict]:
         return kind, "?", {}
     try:
         name = frame.f_code.co_name
-        local_vars = frame.f_locals
     except Exception:
         return kind, "?", {}
-    return kind, name, dict.copy(local_vars) if isinstance(local_vars, dict) else {}
+    return kind, name, frame_locals(frame)  # on 3.13+ f_locals is a proxy, not a dict
 
 
 def suspended_module(generator: Any) -> str:
@@ -257,3 +261,99 @@ def iterator_holds(iterator: Any) -> list:
     """What an iterator holds, as the garbage collector sees it (its C traverse function:
     no code of the user's runs)."""
     return gc.get_referents(iterator)
+
+
+_EXCEPTION_READERS = tuple(
+    BaseException.__dict__[name].__get__
+    for name in ("args", "__traceback__", "__cause__", "__context__")
+)
+_GROUP: Optional[type] = getattr(builtins, "BaseExceptionGroup", None)  # Python 3.11+
+_GROUP_EXCEPTIONS = None if _GROUP is None else _GROUP.__dict__["exceptions"].__get__
+
+
+def exception_fields(exception: BaseException) -> tuple[Any, Any, Any, Any, Any]:
+    """(args, __traceback__, __cause__, __context__, an exception group's exceptions or
+    None), read through BaseException's (and BaseExceptionGroup's) own descriptors."""
+    args, traceback, cause, context = (read(exception) for read in _EXCEPTION_READERS)
+    group = None
+    if _GROUP is not None and isinstance(exception, _GROUP):
+        group = _GROUP_EXCEPTIONS(exception)  # type: ignore[misc]
+    return args, traceback, cause, context, group
+
+
+def frame_module(frame: types.FrameType) -> str:
+    """The name of the module a frame's code runs in ('' if unknown)."""
+    try:
+        namespace = frame.f_globals
+        name = dict.get(namespace, "__name__") if isinstance(namespace, dict) else None
+    except Exception:
+        return ""
+    return name if type(name) is str else ""
+
+
+LRU_CACHE_TYPE: Optional[type] = getattr(functools, "_lru_cache_wrapper", None)
+_LRU_DICT = None if LRU_CACHE_TYPE is None else LRU_CACHE_TYPE.__dict__["__dict__"].__get__
+
+
+def lru_cache_entries(wrapper: Any) -> tuple[str, list, list]:
+    """The module of a ``functools.lru_cache`` wrapper's function, its cached results and
+    their keys, as the garbage collector sees them (no code of the user's runs): the
+    wrapper holds a dict of its keys, mapping to the results themselves (an unbounded
+    cache) or to list links the collector does not see into, whose key and result the
+    wrapper reports itself before that dict."""
+    try:
+        attributes = _LRU_DICT(wrapper)  # type: ignore[misc]
+    except Exception:
+        attributes = None
+    own = attributes if type(attributes) is dict else {}
+    module = dict.get(own, "__module__")
+    module = module if type(module) is str else ""
+    referents = gc.get_referents(wrapper)
+    position = next(
+        (index for index, item in enumerate(referents) if type(item) is dict and item is not own),
+        None,
+    )
+    if position is None:
+        return module, [], []
+    cache = referents[position]
+    keys = list(dict.keys(cache))
+    results = list(dict.values(cache))
+    if results and type(results[0]).__name__ == "_lru_list_elem":  # a bounded cache
+        skip = set(map(id, keys))
+        skip.update((id(dict.get(own, "__wrapped__")), id(type(wrapper)), id(type(results[0]))))
+        results = [item for item in referents[:position] if id(item) not in skip]
+    return module, results, keys
+
+
+def tensor_readers(tensor_type: Optional[type]) -> Optional[tuple[Callable, ...]]:
+    """The C-level getters of ``is_leaf``, ``retains_grad`` and ``grad`` of torch's
+    tensor base (``torch._C.TensorBase``): a subclass's properties never run."""
+    if tensor_type is None:
+        return None
+    bases = _TYPE_MRO(tensor_type)
+    if len(bases) < 2:
+        return None
+    namespace = _TYPE_DICT(bases[-2])
+    try:
+        return tuple(namespace[name].__get__ for name in ("is_leaf", "retains_grad", "grad"))
+    except KeyError:
+        return None
+
+
+def tensor_dicts(tensors: list) -> list[Optional[dict]]:
+    """The instance ``__dict__`` of each tensor, None for a tensor without one (reading a
+    tensor's ``__dict__`` would make one), as the garbage collector sees it."""
+    return [_tensor_dict(tensor) for tensor in tensors]
+
+
+def _tensor_dict(tensor: Any) -> Optional[dict]:
+    referents = gc.get_referents(tensor)
+    if not referents:  # torch hides what a tensor C++ code also owns holds from the collector
+        attributes = _generic_dict(tensor) if _GETSTATE is not None else None
+        return attributes if type(attributes) is dict else None
+    dicts = [item for item in referents if type(item) is dict]
+    if not dicts:
+        return None
+    getter = layout_of(type(tensor)).dict_getter
+    attributes = instance_dict(getter, tensor)
+    return attributes if any(attributes is item for item in dicts) else None

@@ -3,20 +3,25 @@ objects), sets, named tuples, ``nn.Module`` parameters/buffers/submodules (named
 ``named_parameters()``), optimizer state, objects' ``__dict__`` and slots (and the class
 of an object whose class the notebook defines: the object keeps it alive), and the holders
 in `holders` (class attributes, closures, bound methods, partials, suspended generators,
-iterators, NumPy object arrays), with a depth limit, cycle detection and a time budget. Containers
-and attributes are read through `readers` (no code of the user's runs); plain data is
-skipped in bulk (`plain`). Each array reached is recorded (`found.Found`) under its path
-(`naming`); a container first reached from another root is an alias: that root reaches
-what lies under it too (``aliases``, resolved by `reach.Reach`)."""
+iterators, NumPy object arrays, exceptions and tracebacks, module hooks, ``lru_cache``
+results), a tensor's own attributes and a retained ``.grad``, with a depth limit, cycle
+detection and a time budget. Containers and attributes are read through `readers` (no
+code of the user's runs); plain data is skipped in bulk (`plain`). Each array reached is
+recorded (`found.Found`) under its path (`naming`); a container first reached from another
+root is an alias: that root reaches what lies under it too (``aliases``, resolved by
+`reach.Reach`)."""
 
 from __future__ import annotations
 
+import gc
 import itertools
 import time
 from collections.abc import Hashable
-from operator import attrgetter
+from itertools import repeat
+from operator import attrgetter, is_, itemgetter
 from typing import Optional
 
+from ..notebook_refs.frames import executing_frames
 from . import holders
 from .found import Found
 from .graphs import Graphs
@@ -25,8 +30,10 @@ from .kinds import (
     ARRAY,
     ATOMIC,
     CLASS,
+    EXCEPTION,
     FUNCTION,
     ITERATOR,
+    LRU_CACHE,
     MAPPING,
     METHOD,
     NAMEDTUPLE,
@@ -37,6 +44,7 @@ from .kinds import (
     SET,
     SKIP,
     SUSPENDED,
+    TRACEBACK,
     Classifier,
     Kind,
 )
@@ -54,13 +62,21 @@ from .naming import (
     key_text,
 )
 from .plain import all_plain
-from .readers import BASE_ITER, instance_dict, own_attribute, slot_values
+from .readers import (
+    BASE_ITER,
+    instance_dict,
+    own_attribute,
+    slot_values,
+    tensor_dicts,
+    tensor_readers,
+)
 
 DEFAULT_MAX_DEPTH = 10
 CHUNK = 2048  # items checked in bulk at a time; the time budget is looked at between them
 SMALL = 64  # a chunk holding something is checked again in parts this big
 
 _REQUIRES_GRAD = attrgetter("requires_grad")
+_ROW_FRAMEWORK = itemgetter(4)
 
 
 class OutOfTime(Exception):
@@ -95,6 +111,9 @@ class Walker:
         self.deadline = None if budget_s is None else time.perf_counter() + budget_s
         self.unfinished: list[tuple] = []
         self.ran_out = False
+        self.tensor_fields = tensor_readers(self.classifier.tensor_type)
+        self._executing: Optional[set[int]] = None
+        self._frames_read: set[tuple] = set()  # (id(frame), root)
 
     def check_time(self) -> None:
         if self.deadline is not None and time.perf_counter() > self.deadline:
@@ -105,7 +124,24 @@ class Walker:
         """Walk from one root; ``root`` (its key) is recorded as a plain tuple (see `Row`)."""
         held = tuple(root) if isinstance(root, tuple) else root
         self.root_keys.setdefault(held, root)
+        start = len(self.found.pending)
         self.visit(value, (None, ROOT, label), depth, holder, held)
+        self._walk_tensor_attributes(start)
+
+    def executing_frames(self) -> set[int]:
+        """ids of the frames executing when first asked (in any thread): never read."""
+        if self._executing is None:
+            self._executing = executing_frames()
+        return self._executing
+
+    def enter_frame(self, frame, root) -> bool:
+        """True the first time a root reaches a traceback frame (a frame holds no path of
+        its own: each root names its locals under the exception that reached them)."""
+        key = (id(frame), root)
+        if key in self._frames_read:
+            return False
+        self._frames_read.add(key)
+        return True
 
     def visit(self, obj, path, depth: int, holder: str, root) -> None:
         kind = type(obj)
@@ -158,6 +194,12 @@ class Walker:
                 holders.walk_class(self, obj, path, depth + 1, holder, root)
             elif tag == ITERATOR:
                 holders.walk_iterator(self, obj, path, depth + 1, holder, root)
+            elif tag == EXCEPTION:
+                holders.walk_exception(self, obj, path, depth + 1, holder, root)
+            elif tag == TRACEBACK:
+                holders.walk_traceback(self, obj, path, depth + 1, holder, root)
+            elif tag == LRU_CACHE:
+                holders.walk_lru_cache(self, obj, path, depth + 1, holder, root)
             if what.layout is not None and tag != NN_MODULE:  # a module walks its own
                 self.walk_layout(obj, what, path, depth + 1, holder, root)
             if what.notebook_class:
@@ -235,12 +277,16 @@ class Walker:
         for name, child in list(dict.items(table)) if isinstance(table, dict) else ():
             if child is not None:
                 self.visit(child, (path, DOT, name), depth, holder, root)
-        rest = {
-            name: value
-            for name, value in dict.items(attributes)
-            if name not in ("_parameters", "_buffers", "_modules")
-            and not (type(name) is str and name.startswith("_") and name.endswith("hooks"))
-        }
+        rest = {}
+        for name, value in list(dict.items(attributes)):
+            if name in ("_parameters", "_buffers", "_modules"):
+                continue
+            if type(name) is str and name.startswith("_") and name.endswith("hooks"):
+                if isinstance(value, dict):  # "_forward_pre_hooks" -> "forward pre hook"
+                    label = name.strip("_")[:-1].replace("_", " ")
+                    holders.walk_hooks(self, value, label, path, depth + 1, holder, root)
+                continue
+            rest[name] = value
         self._walk_attributes(rest, path, depth + 1, holder, root)
         for name, value in slot_values(what.layout.slots, module):  # type: ignore[union-attr]
             self.visit(value, (path, ATTR, name), depth + 1, holder, root)
@@ -254,14 +300,57 @@ class Walker:
             holders.walk_object_array(self, array, path, depth + 1, holder, root)
 
     def visit_grad(self, tensor, path, depth, holder, root) -> None:
-        """A leaf tensor's ``.grad``, named ``<path>.grad``; any other tensor that requires
-        grad has a ``grad_fn``: what its graph saved is measured after the walk (`graphs`)."""
-        if not tensor.is_leaf:
+        """A leaf tensor's ``.grad``, named ``<path>.grad``, and a non-leaf's that
+        ``retain_grad()`` kept; a non-leaf tensor has a ``grad_fn``: what its graph saved
+        is measured after the walk (`graphs`). Read through torch's tensor base's own
+        getters (a subclass's properties never run)."""
+        if self.tensor_fields is None:
+            return
+        is_leaf, retains_grad, read_grad = self.tensor_fields
+        leaf = is_leaf(tensor)
+        if not leaf:
             self.graphs.owners.append(tensor)
-        elif depth < self.max_depth:
-            grad = tensor.grad
+        if depth < self.max_depth and (leaf or retains_grad(tensor)):
+            grad = read_grad(tensor)
             if grad is not None:
                 self.visit(grad, (path, ATTR, "grad"), depth + 1, holder, root)
+
+    def _walk_tensor_attributes(self, start: int) -> None:
+        """The attributes set on the tensors recorded since ``start`` (``a.extra``, a
+        subclass's ``s.payload``), named like an object's; a chunk of tensors without any
+        is passed over in bulk. Tensors recorded meanwhile are looked at too."""
+        pending, rows = self.found.pending, self.found.pending_rows
+        tensor_type = self.classifier.tensor_type
+        if tensor_type is None:
+            return
+        while start < len(pending):
+            end = min(len(pending), start + CHUNK)
+            held_only = gc.get_referents(*pending[start:end])
+            if len(held_only) == end - start and all(map(is_, held_only, repeat(tensor_type))):
+                start = end  # each holds its class only: the common case, checked in C
+                continue
+            torch_rows = list(map("torch".__eq__, map(_ROW_FRAMEWORK, rows[start:end])))
+            if not any(torch_rows):
+                start = end
+                continue
+            tensors = list(itertools.compress(pending[start:end], torch_rows))
+            held = list(itertools.compress(rows[start:end], torch_rows))
+            start = end
+            for attributes, row in zip(tensor_dicts(tensors), held):
+                if attributes:
+                    self._walk_tensor_dict(attributes, row)
+
+    def _walk_tensor_dict(self, attributes: dict, row: tuple) -> None:
+        path, holder, root, depth, _framework = row
+        if depth >= self.max_depth:
+            return
+        first = self.first_visit.get(id(attributes))
+        if first is not None:
+            if first[0] != root:
+                self.aliases.append((root, first[1], first[0]))
+            return
+        self.first_visit[id(attributes)] = (root, path)
+        self._walk_attributes(attributes, path, depth + 1, holder, root)
 
 
 def walk_sequence(walker: Walker, items, path, depth, holder, root, node=ITEM) -> None:

@@ -4,6 +4,7 @@ frames and the post-mortem debugger's: finding them, and clearing a finished fra
 from __future__ import annotations
 
 import contextlib
+import gc
 import sys
 import types
 from collections.abc import Iterator
@@ -184,6 +185,47 @@ def running_frames() -> set[int]:
         running.add(id(frame))
         frame = frame.f_back
     return running
+
+
+def executing_frames() -> set[int]:
+    """ids of the frames executing now, in every thread: never read or cleared."""
+    executing = set()
+    for top in list(sys._current_frames().values()):
+        frame: Optional[types.FrameType] = top
+        while frame is not None:
+            executing.add(id(frame))
+            frame = frame.f_back
+    return executing
+
+
+def frame_locals(frame: types.FrameType) -> dict:
+    """A copy of a finished frame's local variables, read without keeping them alive
+    longer: on Python < 3.13 reading ``frame.f_locals`` stores a snapshot dict on the frame
+    that outlives ``frame.clear()`` (gh-113939), so a snapshot this read created is emptied
+    again (one that was there before, such as a debugger's ``curframe_locals``, is left)."""
+    if sys.version_info >= (3, 13):
+        try:
+            return dict(frame.f_locals)
+        except Exception:
+            return {}
+    before = gc.get_referents(frame)
+    try:
+        snapshot = frame.f_locals
+    except Exception:
+        return {}
+    if not isinstance(snapshot, dict):
+        return {}
+    found = dict.copy(snapshot)
+    if is_function_frame(frame) and _made_by_this_read(frame, snapshot, before):
+        dict.clear(snapshot)
+    return found
+
+
+def _made_by_this_read(frame: types.FrameType, snapshot: dict, before: list) -> bool:
+    """The frame owns its locals (its code among what it holds: not a suspended
+    generator's, whose generator holds them) and held no snapshot before the read."""
+    code = frame.f_code
+    return any(item is code for item in before) and not any(item is snapshot for item in before)
 
 
 def finished_frames(exc_or_tb: Any) -> list[tuple[types.FrameType, bool]]:

@@ -104,15 +104,18 @@ def _output_roots(shell: Any, namespace: dict, hidden: dict, managed: dict) -> I
 
 
 def _ours(frame: types.FrameType) -> bool:
-    """A frame of this package's own code: its locals are our bookkeeping, never shown."""
+    """A frame of this package's own code, or of IPython's (``run_code()``, which ran the
+    cell): their locals are bookkeeping (IPython's holds the exception the last exception's
+    roots already reach), never shown."""
     try:
         module = frame.f_globals.get("__name__")
     except Exception:
         return False
-    return type(module) is str and module.partition(".")[0] == _PACKAGE
+    return type(module) is str and module.partition(".")[0] in _BOOKKEEPING
 
 
 _PACKAGE = __name__.partition(".")[0]
+_BOOKKEEPING = (_PACKAGE, "IPython")
 
 
 def _frame_roots(frame: types.FrameType, where: str, key: RootKey) -> Iterator[Root]:
