@@ -264,8 +264,13 @@ def test_ipythons_own_frame_locals_are_not_listed_after_a_failed_cell(ip, run_ce
             "import torch\ndef fails_here():\n    inner_local = torch.randn(256, 256)\n"
             "    raise ValueError('x')\nfails_here()"
         )
-    names = [item.name for item in find_leftovers(shell=ip)]
-    names += [other for item in find_leftovers(shell=ip) for other in item.shared_with]
-    assert "<traceback: fails_here() local 'inner_local'>" in names
-    assert not [name for name in names if "run_code()" in name], names
-    ip.user_ns.pop("fails_here", None)
+    try:
+        names = [item.name for item in find_leftovers(shell=ip)]
+        names += [other for item in find_leftovers(shell=ip) for other in item.shared_with]
+        assert "<traceback: fails_here() local 'inner_local'>" in names
+        assert not [name for name in names if "run_code()" in name], names
+    finally:
+        from colab_gpu_guard import gpu_reset
+
+        gpu_reset(shell=ip)  # the failed cell's exception: later tests start without it
+        ip.user_ns.pop("fails_here", None)
