@@ -5,14 +5,19 @@ defaults, a bound method's ``__self__``, ``functools.partial``'s ``func``/``args
 'batch'>``), what a built-in iterator holds (``it.<list>[0]``), a NumPy object array's
 items (``objarr[3]``), an exception's ``args``, chained exceptions and traceback frames'
 locals (``err.<traceback: train() local 'batch'>``), an ``nn.Module``'s hooks
-(``model.<forward hook 0>``) and a ``functools.lru_cache``'s results
-(``embed.<lru_cache>[0]``). Everything is read through `readers` (no code of the user's
-runs); code of the shell or of this package is not walked, nor a frame still executing."""
+(``model.<forward hook 0>``), a ``functools.lru_cache``'s results
+(``embed.<lru_cache>[0]``) and a tensor's own attributes (``a.extra``). Everything is
+read through `readers` (no code of the user's runs); code of the shell or of this package
+is not walked, nor a frame still executing."""
 
 from __future__ import annotations
 
 import functools
+import gc
+import itertools
 import types
+from itertools import repeat
+from operator import is_, itemgetter
 
 from ..frameworks import numpy as numpy_support
 from ..notebook_refs.frames import (
@@ -34,8 +39,12 @@ from .readers import (
     lru_cache_entries,
     suspended_locals,
     suspended_module,
+    tensor_dicts,
     type_module,
 )
+
+TENSOR_CHUNK = 2048  # tensors checked for attributes of their own in one C call
+_ROW_FRAMEWORK = itemgetter(4)
 
 _METHOD_SELF = types.MethodType.__dict__["__self__"].__get__
 _METHOD_FUNC = types.MethodType.__dict__["__func__"].__get__
@@ -184,3 +193,29 @@ def walk_object_array(walker, array, path, depth, holder, root) -> None:
             index.append(position)
         key = ", ".join(map(str, reversed(index)))
         walker.visit(item, (path, ITEM, key), depth, holder, root)
+
+
+def walk_tensor_attributes(walker, start: int) -> None:
+    """The attributes set on the tensors recorded since ``start`` (``a.extra``, a
+    subclass's ``s.payload``), named like an object's; a chunk of tensors without any
+    is passed over in bulk. Tensors recorded meanwhile are looked at too."""
+    pending, rows = walker.found.pending, walker.found.pending_rows
+    tensor_type = walker.classifier.tensor_type
+    if tensor_type is None:
+        return
+    while start < len(pending):
+        end = min(len(pending), start + TENSOR_CHUNK)
+        held_only = gc.get_referents(*pending[start:end])
+        if len(held_only) == end - start and all(map(is_, held_only, repeat(tensor_type))):
+            start = end  # each holds its class only: the common case, checked in C
+            continue
+        torch_rows = list(map("torch".__eq__, map(_ROW_FRAMEWORK, rows[start:end])))
+        if not any(torch_rows):
+            start = end
+            continue
+        tensors = list(itertools.compress(pending[start:end], torch_rows))
+        held = list(itertools.compress(rows[start:end], torch_rows))
+        start = end
+        for attributes, row in zip(tensor_dicts(tensors), held):
+            if attributes:
+                walker.walk_tensor_dict(attributes, row)

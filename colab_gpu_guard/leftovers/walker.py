@@ -13,12 +13,10 @@ root is an alias: that root reaches what lies under it too (``aliases``, resolve
 
 from __future__ import annotations
 
-import gc
 import itertools
 import time
 from collections.abc import Hashable
-from itertools import repeat
-from operator import attrgetter, is_, itemgetter
+from operator import attrgetter
 from typing import Optional
 
 from ..notebook_refs.frames import executing_frames
@@ -67,7 +65,6 @@ from .readers import (
     instance_dict,
     own_attribute,
     slot_values,
-    tensor_dicts,
     tensor_readers,
 )
 
@@ -76,7 +73,6 @@ CHUNK = 2048  # items checked in bulk at a time; the time budget is looked at be
 SMALL = 64  # a chunk holding something is checked again in parts this big
 
 _REQUIRES_GRAD = attrgetter("requires_grad")
-_ROW_FRAMEWORK = itemgetter(4)
 
 
 class OutOfTime(Exception):
@@ -126,7 +122,7 @@ class Walker:
         self.root_keys.setdefault(held, root)
         start = len(self.found.pending)
         self.visit(value, (None, ROOT, label), depth, holder, held)
-        self._walk_tensor_attributes(start)
+        holders.walk_tensor_attributes(self, start)
 
     def executing_frames(self) -> set[int]:
         """ids of the frames executing when first asked (in any thread): never read."""
@@ -315,32 +311,9 @@ class Walker:
             if grad is not None:
                 self.visit(grad, (path, ATTR, "grad"), depth + 1, holder, root)
 
-    def _walk_tensor_attributes(self, start: int) -> None:
-        """The attributes set on the tensors recorded since ``start`` (``a.extra``, a
-        subclass's ``s.payload``), named like an object's; a chunk of tensors without any
-        is passed over in bulk. Tensors recorded meanwhile are looked at too."""
-        pending, rows = self.found.pending, self.found.pending_rows
-        tensor_type = self.classifier.tensor_type
-        if tensor_type is None:
-            return
-        while start < len(pending):
-            end = min(len(pending), start + CHUNK)
-            held_only = gc.get_referents(*pending[start:end])
-            if len(held_only) == end - start and all(map(is_, held_only, repeat(tensor_type))):
-                start = end  # each holds its class only: the common case, checked in C
-                continue
-            torch_rows = list(map("torch".__eq__, map(_ROW_FRAMEWORK, rows[start:end])))
-            if not any(torch_rows):
-                start = end
-                continue
-            tensors = list(itertools.compress(pending[start:end], torch_rows))
-            held = list(itertools.compress(rows[start:end], torch_rows))
-            start = end
-            for attributes, row in zip(tensor_dicts(tensors), held):
-                if attributes:
-                    self._walk_tensor_dict(attributes, row)
-
-    def _walk_tensor_dict(self, attributes: dict, row: tuple) -> None:
+    def walk_tensor_dict(self, attributes: dict, row: tuple) -> None:
+        """A tensor's own attributes (`holders.walk_tensor_attributes`), under its row's
+        path, as an object's are; met before from another root: an alias."""
         path, holder, root, depth, _framework = row
         if depth >= self.max_depth:
             return
