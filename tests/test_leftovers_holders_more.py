@@ -17,15 +17,7 @@ import pytest
 torch = pytest.importorskip("torch")
 
 from colab_gpu_guard.leftovers import find_leftovers  # noqa: E402
-
-
-def names_and_sizes(items) -> dict[str, int]:
-    found = {}
-    for item in items:
-        found[item.name] = item.nbytes
-        for other in item.shared_with:
-            found.setdefault(other, item.nbytes)
-    return found
+from tests.test_leftovers_holders import names_and_sizes  # noqa: E402
 
 
 def storage_ref(tensor) -> weakref.ref:

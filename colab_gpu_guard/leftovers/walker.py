@@ -75,6 +75,20 @@ SMALL = 64  # a chunk holding something is checked again in parts this big
 _REQUIRES_GRAD = attrgetter("requires_grad")
 
 
+# the holders that are not containers (`holders`), by the kind the classifier gave them
+_HOLDER_WALKS = {
+    FUNCTION: holders.walk_function,
+    METHOD: holders.walk_method,
+    PARTIAL: holders.walk_partial,
+    SUSPENDED: holders.walk_suspended,
+    CLASS: holders.walk_class,
+    ITERATOR: holders.walk_iterator,
+    EXCEPTION: holders.walk_exception,
+    TRACEBACK: holders.walk_traceback,
+    LRU_CACHE: holders.walk_lru_cache,
+}
+
+
 class OutOfTime(Exception):
     """The scan's time budget ran out (caught by the scan; never reaches a user)."""
 
@@ -178,24 +192,8 @@ class Walker:
             elif tag == SET:
                 items = list(BASE_ITER[what.base](obj))
                 walk_sequence(self, items, path, depth + 1, holder, root, SET_ITEM)
-            elif tag == FUNCTION:
-                holders.walk_function(self, obj, path, depth + 1, holder, root)
-            elif tag == METHOD:
-                holders.walk_method(self, obj, path, depth + 1, holder, root)
-            elif tag == PARTIAL:
-                holders.walk_partial(self, obj, path, depth + 1, holder, root)
-            elif tag == SUSPENDED:
-                holders.walk_suspended(self, obj, path, depth + 1, holder, root)
-            elif tag == CLASS:
-                holders.walk_class(self, obj, path, depth + 1, holder, root)
-            elif tag == ITERATOR:
-                holders.walk_iterator(self, obj, path, depth + 1, holder, root)
-            elif tag == EXCEPTION:
-                holders.walk_exception(self, obj, path, depth + 1, holder, root)
-            elif tag == TRACEBACK:
-                holders.walk_traceback(self, obj, path, depth + 1, holder, root)
-            elif tag == LRU_CACHE:
-                holders.walk_lru_cache(self, obj, path, depth + 1, holder, root)
+            elif tag in _HOLDER_WALKS:
+                _HOLDER_WALKS[tag](self, obj, path, depth + 1, holder, root)
             if what.layout is not None and tag != NN_MODULE:  # a module walks its own
                 self.walk_layout(obj, what, path, depth + 1, holder, root)
             if what.notebook_class:
