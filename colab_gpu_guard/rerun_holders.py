@@ -191,35 +191,33 @@ class RerunHolders:
         if not namespace:
             return {}
         lengths: dict = {}
-        get, bases = namespace.get, _BASES
         try:
-            names = self._mentioned(source)
-            called: list = []
-            for name in names:
-                value = get(name)
-                if value is None:
-                    continue
-                kind = type(value)
-                if kind is types.FunctionType:
-                    if value.__globals__ is namespace:
-                        called.append(value.__code__.co_names)
-                    continue
-                found = bases[kind] if kind in bases else _base(kind)
-                if found is not None:
-                    lengths[name] = (id(value), found[1](value))
+            called = self._read_lengths(self._mentioned(source), lengths, True)
             if called:
                 more = dict.fromkeys(itertools.chain.from_iterable(called))
-                for name in itertools.islice(more, MAX_NAMES):
-                    value = get(name)
-                    if value is None or name in lengths:
-                        continue
-                    kind = type(value)
-                    found = bases[kind] if kind in bases else _base(kind)
-                    if found is not None:
-                        lengths[name] = (id(value), found[1](value))
+                self._read_lengths(itertools.islice(more, MAX_NAMES), lengths, False)
         except Exception:
             return {}
         return lengths
+
+    def _read_lengths(self, names: Any, lengths: dict, functions: bool) -> list:
+        """Each container among `names` not read yet: (id, length) into `lengths`; returns
+        the names used by the notebook's functions among them (`functions`)."""
+        namespace, bases = self._namespace, _BASES
+        called: list = []
+        for name in names:
+            value = namespace.get(name)
+            if value is None or name in lengths:
+                continue
+            kind = type(value)
+            if kind is types.FunctionType:
+                if functions and value.__globals__ is namespace:
+                    called.append(value.__code__.co_names)
+                continue
+            found = bases[kind] if kind in bases else _base(kind)
+            if found is not None:
+                lengths[name] = (id(value), found[1](value))
+        return called
 
     def clear(self) -> None:
         self._names.clear()

@@ -359,9 +359,9 @@ def _reset(names: tuple, all_vars: bool, dry_run: bool, shell, namespace: dict) 
 def _host_beyond_note(report: ReleaseReport, found: Scan, gone: set) -> None:
     """Where host memory in use fell by more than the host arrays the scan saw released:
     what else went (the arrays of reference cycles no name reaches are found by no scan)."""
-    before, after = report.host_in_use_before, report.host_in_use_after
-    if before is None or after is None or before - after < HOST_LINE_MIN:
+    if report.host_line() is None:  # no fall worth a line, or no malloc figures
         return
+    before, after = report.host_in_use_before or 0, report.host_in_use_after or 0
     devices = found.walker.found.devices
     on_host = {key for key, device in zip(found.keys, devices) if key in gone and device == "cpu"}
     beyond = (before - after) - dropping.nbytes(found, on_host)

@@ -31,6 +31,12 @@ def names_and_sizes(items) -> dict[str, int]:
     return found
 
 
+def assert_float32_sizes(found: dict[str, int], expected: dict[str, int]) -> None:
+    """Each expected name is found, holding that many float32 elements."""
+    for name, elements in expected.items():
+        assert found.get(name) == elements * 4, (name, sorted(found))
+
+
 @dataclasses.dataclass(slots=True)
 class SlotConfig:
     x: object
@@ -101,8 +107,7 @@ def test_slots_partials_closures_generators_object_arrays_and_keys_are_found_by_
             "<key of d>": 306,
             "method.__self__.t": 311,
         }
-        for name, elements in expected.items():
-            assert found.get(name) == elements * 4, (name, sorted(found))
+        assert_float32_sizes(found, expected)
     finally:
         coroutine.close()
 

@@ -17,7 +17,7 @@ import pytest
 torch = pytest.importorskip("torch")
 
 from colab_gpu_guard.leftovers import find_leftovers  # noqa: E402
-from tests.test_leftovers_holders import names_and_sizes  # noqa: E402
+from tests.test_leftovers_holders import assert_float32_sizes, names_and_sizes  # noqa: E402
 
 
 def storage_ref(tensor) -> weakref.ref:
@@ -78,8 +78,7 @@ def test_args_chained_exceptions_notes_and_a_traceback_variable_are_walked():
         "err.__notes__[0]": 1004,
         "tb.<traceback: _fails() local 'inner'>": 1005,
     }
-    for name, elements in expected.items():
-        assert found.get(name) == elements * 4, (name, sorted(found))
+    assert_float32_sizes(found, expected)
 
 
 @pytest.mark.skipif(sys.version_info < (3, 11), reason="exception groups are Python 3.11+")
@@ -172,8 +171,7 @@ def test_tensor_attributes_and_a_retained_grad_are_named():
     del plain, sub, nonleaf
     found = names_and_sizes(find_leftovers(namespace=namespace))
     expected = {"a.extra": 1009, "s.payload['big']": 1010, "nl.grad": 1011}
-    for name, elements in expected.items():
-        assert found.get(name) == elements * 4, (name, sorted(found))
+    assert_float32_sizes(found, expected)
     for name, ref in refs.items():
         assert dies_without(namespace, name, ref), name
 
@@ -217,8 +215,7 @@ def test_module_hooks_are_walked_and_named():
         "model.<forward pre hook 0>.__defaults__[0]": 1015,
         "model.1.<backward hook 0>.args[0]": 1015,
     }
-    for name, elements in expected.items():
-        assert found.get(name) == elements * 4, (name, sorted(found))
+    assert_float32_sizes(found, expected)
     assert dies_without(namespace, "model", ref)
 
 
