@@ -2,13 +2,14 @@
 
 Around a rerun (a cell whose source ran before): before it runs, the identities and
 lengths of the user's top-level lists, dicts, sets and deques that the source names, or
-that a function of the notebook it names does (``step()`` filling a global ``cache``; a few
-``len`` calls: the cell named them, so there are few); after it, which of them grew during
-the run. The items a container gained are this run's objects, and the same number of
-items before them the previous run's (the cell added them last time). Two more holders are
-looked at: the previous run's displayed result, still in the output history
-(``Out[7]``), and the previous run's error, still alive: its traceback frames keep their
-locals, named as the leftovers scan names them (``<traceback: f() local 'x'>``). IPython's
+that a function of the notebook it names does (``step()`` filling a global ``cache``, or
+a function that ``step()`` calls, a few levels down; a few ``len`` calls: the cell named
+them, so there are few); after it, which of them grew during the run. The items a
+container gained are this run's objects, and the same number of items before them the
+previous run's (the cell added them last time). Two more holders are looked at: the
+previous run's displayed result, still in the output history (``Out[7]``), and the
+previous run's error, still alive: its traceback frames keep their locals, named as the
+leftovers scan names them (``<traceback: f() local 'x'>``). IPython's
 record of a failed run and the error's traceback refer to each other, so a failed run's
 locals wait for the garbage collector even once a newer error has replaced it.
 
@@ -41,6 +42,7 @@ from .units import OUTPUT_HISTORY, format_bytes
 
 GRAPH_SCAN_S = 0.5  # the leftovers scan that measures graphs, when a container gained some
 MAX_NAMES = 256  # names of one source looked up before and after a rerun
+CALL_DEPTH = 3  # levels of the notebook's functions a rerun cell calls, looked into
 _NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 _NOT_NAMES = frozenset(keyword.kwlist)
 _LENGTH_OF = (
@@ -185,24 +187,32 @@ class RerunHolders:
 
     def before(self, source: str) -> dict:
         """{name: (id, length)} of the containers `source` names, or a function of the
-        notebook that it names does (``step()`` filling a global ``cache``: one level, not
-        the functions those call), read before it runs."""
+        notebook that it names does (``step()`` filling a global ``cache``), or one those
+        call in turn (``train()`` calling ``step()``: `CALL_DEPTH` levels, `MAX_NAMES`
+        names in all), read before it runs."""
         namespace = self._namespace
         if not namespace:
             return {}
         lengths: dict = {}
+        seen: set = set()
         try:
-            called = self._read_lengths(self._mentioned(source), lengths, True)
-            if called:
+            names: Any = self._mentioned(source)
+            budget = MAX_NAMES
+            for _level in range(CALL_DEPTH + 1):
+                called = self._read_lengths(names, lengths, seen)
+                if not called or budget <= 0:
+                    break
                 more = dict.fromkeys(itertools.chain.from_iterable(called))
-                self._read_lengths(itertools.islice(more, MAX_NAMES), lengths, False)
+                names = list(itertools.islice(more, budget))
+                budget -= len(names)
         except Exception:
             return {}
         return lengths
 
-    def _read_lengths(self, names: Any, lengths: dict, functions: bool) -> list:
+    def _read_lengths(self, names: Any, lengths: dict, seen: set) -> list:
         """Each container among `names` not read yet: (id, length) into `lengths`; returns
-        the names used by the notebook's functions among them (`functions`)."""
+        the names used by the notebook's functions among them not looked into yet (their
+        ids go into `seen`)."""
         namespace, bases = self._namespace, _BASES
         called: list = []
         for name in names:
@@ -211,7 +221,8 @@ class RerunHolders:
                 continue
             kind = type(value)
             if kind is types.FunctionType:
-                if functions and value.__globals__ is namespace:
+                if value.__globals__ is namespace and id(value) not in seen:
+                    seen.add(id(value))
                     called.append(value.__code__.co_names)
                 continue
             found = bases[kind] if kind in bases else _base(kind)
