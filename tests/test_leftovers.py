@@ -434,3 +434,44 @@ def test_memory_torch_and_numpy_share_is_counted_once():
     sneaky = numpy.ones(1000).view(Sneaky)
     items = find_leftovers(namespace={"s": sneaky, "u": torch.from_numpy(numpy.asarray(sneaky))})
     assert sum(item.nbytes for item in items) == 8000
+
+
+@pytest.mark.parametrize(
+    "make",
+    ["torch.from_numpy(a[10:])", "torch.as_tensor(a[:, 3])", "torch.from_numpy(a[5::2])"],
+)
+def test_a_tensor_over_a_numpy_view_shares_the_arrays_block(make):
+    """A tensor over a view of a NumPy array starts inside the array's buffer, at another
+    address: it is counted with the array (its block, the whole buffer), not as a block
+    of its own; the reset then expects nothing from deleting it, and says who holds it."""
+    numpy = pytest.importorskip("numpy")
+    a = numpy.ones((1000, 1000), dtype=numpy.float32)
+    t = eval(make, {"torch": torch, "a": a})
+    pointer = t.untyped_storage().data_ptr()
+    start = a.__array_interface__["data"][0]
+    assert start <= pointer and pointer + t.untyped_storage().nbytes() <= start + a.nbytes
+    for namespace in ({"a": a, "t": t}, {"t": t, "a": a}):
+        items = find_leftovers(namespace=namespace)
+        groups = items.groups()
+        assert (groups.blocks, groups.total_bytes) == (1, a.nbytes), str(items)
+        assert [item.nbytes for item in items] == [a.nbytes], str(items)
+    report = reset.gpu_reset("t", namespace={"a": a, "t": t})
+    assert (report.estimated_bytes, report.released_bytes) == (0, 0), str(report)
+    assert "`t`: 3.81 MiB of its memory stays: still held by `a`" in "\n".join(report.notes)
+    # the same memory, named only by the tensor: its storage's span, one block
+    alone = find_leftovers(namespace={"t": t}).groups()
+    assert (alone.blocks, alone.total_bytes) == (1, t.untyped_storage().nbytes())
+
+
+def test_a_graph_that_saved_a_batch_of_a_named_numpy_array_counts_none_of_it():
+    """``torch.from_numpy(X[64:128]) @ w``: the graph saved the batch, which is part of
+    ``X``'s buffer: the loss's graph keeps nothing ``X`` does not, so it counts 0 bytes
+    (not the batch's 25 KiB again) and is not listed as a hidden holder."""
+    numpy = pytest.importorskip("numpy")
+    X = numpy.ones((10_000, 100), dtype=numpy.float32)
+    w = torch.randn(100, 1, requires_grad=True)
+    loss = (torch.from_numpy(X[64:128]) @ w).sum()
+    items = find_leftovers(namespace={"X": X, "w": w, "loss": loss})
+    groups = items.groups()
+    assert (groups.blocks, groups.total_bytes) == (3, X.nbytes + 400 + 4), str(items)
+    assert all(not item.graph_nbytes for item in items), str(items)

@@ -98,6 +98,26 @@ _SPARSE_PARTS = {
 }
 
 
+# the calls that give them, as a leftovers name ends (``sp._indices()``)
+SPARSE_CALLS = frozenset(f"{name}()" for parts in _SPARSE_PARTS.values() for name in parts)
+
+
+def sparse_parts(tensor) -> Optional[list[tuple[str, Any]]]:
+    """A sparse tensor's component tensors, each with the call that gives it
+    (``"_indices()"``, ``"_values()"``; a CSR tensor's ``"crow_indices()"``...), read
+    with subclass dispatch off; None for any other tensor. Their storages are what the
+    sparse tensor holds, and may be tensors a name holds too (``sparse_coo_tensor(i, v)``
+    keeps ``i`` and ``v`` themselves)."""
+    with no_subclass_dispatch():
+        try:
+            parts = _SPARSE_PARTS.get(str(tensor.layout).rpartition(".")[2])
+            if parts is None:
+                return None
+            return [(f"{name}()", getattr(tensor, name)()) for name in parts]
+        except Exception:
+            return None
+
+
 def _sparse_nbytes(tensor) -> Optional[int]:
     """A sparse tensor's memory: its component tensors' storages (indices and values; a
     CSR tensor's compressed rows too), each counted once; None for another layout."""

@@ -13,6 +13,7 @@ from typing import Any, NamedTuple, Optional
 
 from ..frameworks import torch as torch_support
 from ..frameworks.base import ArrayInfo
+from .naming import DOT
 
 
 class Row(NamedTuple):
@@ -118,6 +119,41 @@ def _bulk_columns(
     return columns, kept
 
 
+def _sparse_parts(
+    arrays: list, rows: list[tuple], keys: list, kept: Optional[list[bool]]
+) -> Optional[tuple[list, list, list]]:
+    """Where sparse tensors are among `arrays` (their keys are their own: ``("tensor",
+    id)``), the arrays and rows again with each one's component tensors in its place
+    (``sp._indices()``, ``sp._values()``: a name may hold them too, and their memory is
+    counted once then), and the owner of each array (the sparse tensor for a component);
+    None where there is none."""
+    if not any(type(key) is tuple and key[0] == "tensor" for key in keys):
+        return None
+    indices = range(len(arrays)) if kept is None else itertools.compress(range(len(arrays)), kept)
+    sparse = {}
+    for index, key in zip(indices, keys):
+        if type(key) is tuple and key[0] == "tensor" and ROW_FRAMEWORK(rows[index]) == "torch":
+            parts = torch_support.sparse_parts(arrays[index])
+            if parts:
+                sparse[index] = parts
+    if not sparse:
+        return None
+    new_arrays, new_rows, owners = [], [], []
+    for index, (array, row) in enumerate(zip(arrays, rows)):
+        parts = sparse.get(index)
+        if parts is None:
+            new_arrays.append(array)
+            new_rows.append(row)
+            owners.append(array)
+            continue
+        path, holder, root, depth, framework = row
+        for call, part in parts:
+            new_arrays.append(part)
+            new_rows.append(((path, DOT, call), holder, root, depth + 1, framework))
+            owners.append(array)
+    return new_arrays, new_rows, owners
+
+
 _FIELDS = ArrayInfo._fields
 _KEY, _SIZE, _DEVICE, _ID = (
     _FIELDS.index(name) for name in ("storage_key", "storage_nbytes", "device", "storage_id")
@@ -183,8 +219,15 @@ class Found:
             return
         try:
             columns, kept = _bulk_columns(arrays, rows, self.readers)
-            idents = list(map(id, arrays))
-            weaks = _weaks(arrays, self.died.append) if self.keep_refs else []
+            owners = arrays
+            parts = _sparse_parts(arrays, rows, columns[_KEY], kept)
+            if parts is not None:  # sparse tensors: their components take their place
+                arrays, rows, owners = parts
+                columns, kept = _bulk_columns(arrays, rows, self.readers)
+            # a component's liveness and identity are its sparse tensor's (a new object
+            # each time it is read, it dies at once)
+            idents = list(map(id, owners))
+            weaks = _weaks(owners, self.died.append) if self.keep_refs else []
             if kept is not None:  # arrays whose metadata could not be read are left out
                 rows = list(itertools.compress(rows, kept))
                 idents = list(itertools.compress(idents, kept))
@@ -201,7 +244,7 @@ class Found:
                 self.rows, self.columns, self.idents, self.weaks = rows, columns, idents, weaks
         finally:
             # never keep an array alive past the scan; the lists stay (the walk appends to them)
-            del arrays[:]
+            del self.pending[:]
             del self.pending_rows[:]
 
     def subset(self, kept: list[bool]) -> Found:

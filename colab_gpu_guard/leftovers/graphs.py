@@ -19,7 +19,7 @@ budget runs out the scan's notes say so.
 from __future__ import annotations
 
 import weakref
-from collections.abc import Hashable, Iterable, Sequence
+from collections.abc import Callable, Hashable, Iterable, Sequence
 from typing import Any, NamedTuple, Optional
 
 from ..frameworks import torch as torch_support
@@ -73,6 +73,10 @@ class Graph(NamedTuple):
 
     def text(self) -> str:
         return f"autograd graph: {self.summary()} ({FIX})"
+
+
+def _same(info: ArrayInfo) -> ArrayInfo:
+    return info
 
 
 def _quoted(names: Sequence[str]) -> str:
@@ -186,6 +190,8 @@ class Graphs:
         self.budget_hit = False
         self.unreadable = 0  # saved values a pack hook turned into something not a tensor
         self._readers: dict[type, Any] = {}
+        # a saved tensor's metadata as the scan keys it (`numpy_sharing`: over a NumPy buffer)
+        self.join: Callable[[ArrayInfo], ArrayInfo] = _same
 
     def resolve(self, named: set) -> None:
         """Walk the owners' graphs; ``named``: storage keys a name reaches (not counted)."""
@@ -264,7 +270,7 @@ class Graphs:
 
     def _add(self, tensor, owner: Hashable, keys: set, named: set) -> None:
         try:
-            info = torch_support.array_info(tensor)
+            info = self.join(torch_support.array_info(tensor))
         except Exception:
             return
         key = info.storage_key

@@ -11,6 +11,7 @@ from dataclasses import asdict, dataclass, fields
 from typing import Any, Callable, Optional
 
 from ..frameworks.base import ArrayInfo
+from ..frameworks.torch_arrays import SPARSE_CALLS
 from ..units import HOLDERS, USER_VARIABLE, format_bytes
 from .graphs import Graph
 from .html import leftovers_html, notes_html
@@ -93,6 +94,12 @@ class Leftover:
         used = format_bytes(self.views_nbytes or 0)
         storage = format_bytes(self.nbytes - self.graph_nbytes)
         copy = _COPY_METHODS.get(self.framework, "copy")
+        sparse, dot, call = self.name.rpartition(".")
+        if dot and call in SPARSE_CALLS:  # a sparse tensor's component: copy the tensor
+            return (
+                f"view: uses {used} of the {storage} it keeps alive (keep {sparse}.{copy}(): "
+                f"it copies only what {sparse} uses)"
+            )
         if self.shared_with:
             return (
                 f"view: these names use {used} of the {storage} they keep alive (.{copy}() "

@@ -25,6 +25,7 @@ from .found import Found, Ref
 from .graphs import Graphs
 from .kinds import ATOMIC
 from .naming import PathNames, best_paths
+from .numpy_sharing import join_numpy_buffers
 from .reach import Reach
 from .records import DeviceGap, LeftoverList
 from .walker import DEFAULT_MAX_DEPTH, OutOfTime, Walker
@@ -260,11 +261,14 @@ def _scan(shell, namespace, device, deep, max_depth, keep_refs, budget_s, variab
         root_types, skipped = _scan_roots(walker, entries)
         del entries
         found.finish()
+        buffers = join_numpy_buffers(found, graphs) if walker.classifier.saw_numpy() else None
         if graphs.owners:
             graphs.resolve(set(found.keys))
         if deep:
             scan_unnamed(walker, notes)
             found.finish()
+            if buffers is not None:
+                buffers.join(found)
     finally:
         del graphs.owners[:]  # tensors the deep scan met: their graphs are not measured
     notes += graphs.notes()

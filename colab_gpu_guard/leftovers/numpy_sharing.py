@@ -1,0 +1,106 @@
+"""Tensors over a NumPy array's memory, counted once with it.
+
+``torch.from_numpy(a)`` and ``torch.as_tensor(a)`` make a tensor over the array's own
+buffer, and it keeps the array alive. When the array is a view (``a[10:]``,
+``a[:, 0]``), the tensor's storage starts inside the buffer of the array it views, at
+another address: keyed by its address, it was a block of its own, and the memory counted
+twice (once under ``a``, once under the tensor). A CPU tensor whose storage lies inside
+the buffer of a NumPy array the same scan found shares that array's block: its key,
+its size (the whole buffer: what the tensor keeps alive) and its id.
+
+A tensor over a NumPy array no name reaches keeps that whole array alive too, but nothing
+in torch's Python API leads from the tensor to it: such a tensor counts the part of the
+buffer it spans (README: "What the scan cannot see").
+"""
+
+from __future__ import annotations
+
+import bisect
+import itertools
+import sys
+from operator import itemgetter
+from typing import Optional
+
+from ..frameworks.base import ArrayInfo
+from .found import ROW_FRAMEWORK, Found
+from .graphs import Graphs
+
+_POINTER = itemgetter(1)  # ("cpu", address): the address
+
+
+class NumpyBuffers:
+    """The CPU buffers of the NumPy arrays a scan found: (start, size, key) by start."""
+
+    def __init__(self, spans: list[tuple]) -> None:
+        self.spans = spans
+        self.starts = [start for start, _size, _key in spans]
+
+    def info(self, info: ArrayInfo) -> ArrayInfo:
+        """One CPU tensor's metadata (`join`'s rule; a graph's saved tensors)."""
+        key, size = info.storage_key, info.storage_nbytes
+        if info.device != "cpu" or type(key) is not tuple or key[0] != "cpu":
+            return info
+        at = bisect.bisect_right(self.starts, key[1]) - 1
+        if at < 0:
+            return info
+        start, span, owner = self.spans[at]
+        if key[1] + size > start + span:
+            return info
+        return info._replace(storage_key=owner, storage_nbytes=span, storage_id=start)
+
+    def join(self, found: Found) -> None:
+        """Give each CPU tensor of `found` lying inside one of the buffers that buffer's
+        key, size and id (in place)."""
+        numpy = sys.modules["numpy"]
+        keys, sizes, ids = found.keys, found.storage_nbytes, found.storage_ids
+        # the torch rows on the CPU, keyed by their storage's address
+        chosen = [
+            framework == "torch" and device == "cpu" and type(key) is tuple and key[0] == "cpu"
+            for framework, device, key in zip(map(ROW_FRAMEWORK, found.rows), found.devices, keys)
+        ]
+        rows = list(itertools.compress(range(len(keys)), chosen))
+        if not rows:
+            return
+        spans = self.spans
+        starts = numpy.array(self.starts, dtype=numpy.uint64)
+        ends = numpy.array([start + size for start, size, _key in spans], dtype=numpy.uint64)
+        pointers = numpy.fromiter(
+            map(_POINTER, itertools.compress(keys, chosen)), dtype=numpy.uint64, count=len(rows)
+        )
+        lengths = numpy.fromiter(
+            itertools.compress(sizes, chosen), dtype=numpy.uint64, count=len(rows)
+        )
+        at = numpy.searchsorted(starts, pointers, side="right").astype(numpy.int64) - 1
+        inside = at >= 0
+        inside[inside] &= pointers[inside] + lengths[inside] <= ends[at[inside]]
+        for row, span in zip(numpy.flatnonzero(inside).tolist(), at[inside].tolist()):
+            start, size, key = spans[span]
+            index = rows[row]
+            keys[index], sizes[index], ids[index] = key, size, start
+
+
+def numpy_buffers(found: Found) -> Optional[NumpyBuffers]:
+    """The buffers of the NumPy arrays `found` holds; None where it holds none, or no
+    torch tensor to share them."""
+    if sys.modules.get("numpy") is None or "torch" not in map(ROW_FRAMEWORK, found.rows):
+        return None
+    buffers = {
+        key: size
+        for key, size, framework in zip(
+            found.keys, found.storage_nbytes, map(ROW_FRAMEWORK, found.rows)
+        )
+        if framework == "numpy" and type(key) is tuple and key[0] == "cpu" and size
+    }
+    if not buffers:
+        return None
+    return NumpyBuffers(sorted((_POINTER(key), size, key) for key, size in buffers.items()))
+
+
+def join_numpy_buffers(found: Found, graphs: Graphs) -> Optional[NumpyBuffers]:
+    """`NumpyBuffers.join` on `found`, and the same rule for what `graphs` will measure;
+    the buffers (None: nothing to join)."""
+    buffers = numpy_buffers(found)
+    if buffers is not None:
+        buffers.join(found)
+        graphs.join = buffers.info
+    return buffers
