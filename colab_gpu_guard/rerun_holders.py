@@ -29,7 +29,6 @@ subclass through its built-in part), arrays as `held_memory` reads them.
 from __future__ import annotations
 
 import collections
-import gc
 import itertools
 import keyword
 import re
@@ -37,6 +36,7 @@ import types
 import weakref
 from typing import Any, Callable, NamedTuple, Optional
 
+from .failed_runs import in_cycle
 from .held_memory import Memory, holding_locals
 from .units import OUTPUT_HISTORY, format_bytes
 
@@ -367,7 +367,7 @@ class _Reading:
         if any(exception is error for exception in exceptions):
             return "the last error's traceback: %gpu_reset releases it"
         where = f"run [{self.previous_cell}]'s error"
-        if _in_cycle(error, previous_result):
+        if in_cycle(error, previous_result):
             return (
                 f"{where}, in a reference cycle with IPython's record of the run: freed "
                 "when the garbage collector runs, or by %gpu_reset"
@@ -412,19 +412,6 @@ def _held(memory: Memory) -> Optional[tuple]:
     if memory.owners and memory.graph_nbytes is None:
         return None
     return tuple(memory.by_device.items())
-
-
-def _in_cycle(error: BaseException, record: Any) -> bool:
-    """Whether a frame on `error`'s traceback refers to `record` (the run's record that
-    refers to `error`): the two keep each other alive until the garbage collector runs."""
-    if record is None:
-        return False
-    tb = error.__traceback__
-    while tb is not None:
-        if any(item is record for item in gc.get_referents(tb.tb_frame)):
-            return True
-        tb = tb.tb_next
-    return False
 
 
 def _graph_sizes(namespace: Optional[dict]) -> Optional[dict]:

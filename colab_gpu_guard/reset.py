@@ -62,7 +62,7 @@ import gc
 import itertools
 from typing import Any, Optional
 
-from . import cuda_health, host_memory, notebook_refs, nvml, rerun_notes
+from . import cuda_health, failed_runs, host_memory, notebook_refs, nvml, rerun_notes
 from .frameworks import cupy as cupy_support
 from .frameworks import jax as jax_support
 from .frameworks import torch as torch_support
@@ -306,6 +306,9 @@ def _reset(names: tuple, all_vars: bool, dry_run: bool, shell, namespace: dict) 
         report.devices = [DeviceRelease(name, alloc, res) for name, alloc, res in before]
         report.leftovers = dropping.would_stay(found, dropped, freed_keys)
         _dry_run_notes(report, health)
+        failures = failed_runs.dry_run_note(shell, set(found.keys))
+        if failures is not None:
+            report.notes.append(failures)
         _add_history_notes(report, shell, namespace)
         return report
 
