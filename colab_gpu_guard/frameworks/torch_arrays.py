@@ -7,6 +7,7 @@ Framework protocol's names); never imports torch.
 
 from __future__ import annotations
 
+import itertools
 import sys
 import weakref
 from contextlib import nullcontext
@@ -189,12 +190,11 @@ def _shapes(tensors: list) -> list[tuple]:
         return list(map(tuple, map(_SHAPE, tensors)))
     counts = list(map(getattr(tensor_base, "numel", _NUMEL), tensors))
     made = _Shapes()
-    if max(dims, default=0) <= 1 and 0 not in dims:
-        return list(map(made.__getitem__, counts))
-    return [
-        made[count if dim else -1] if dim <= 1 else tuple(tensor.shape)
-        for tensor, dim, count in zip(tensors, dims, counts)
-    ]
+    shapes = list(map(made.__getitem__, counts))  # as if each were 1-d
+    # the others (a model's weights among 10^5 vectors) put right one by one
+    for index in itertools.compress(itertools.count(), map((1).__ne__, dims)):
+        shapes[index] = made[-1] if dims[index] == 0 else tuple(tensors[index].shape)
+    return shapes
 
 
 def _device_texts(tensors: list) -> list[str]:

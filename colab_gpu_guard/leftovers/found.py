@@ -98,15 +98,16 @@ def _info_or_none(info_of, array: Any) -> Optional[ArrayInfo]:
 
 def _bulk_columns(
     arrays: list, rows: list[tuple], readers: dict[str, Callable[[Any], ArrayInfo]]
-) -> tuple[list, Optional[list[bool]]]:
+) -> tuple[list, Optional[list[bool]], bool]:
     """The metadata of every recorded array (``readers``: its framework's ``info_of``), as
-    columns in `ArrayInfo`'s field order, and which arrays those are (None: all; the
-    others' metadata could not be read); torch tensors' in one C-level pass per attribute
-    (``torch_support.array_columns``)."""
+    columns in `ArrayInfo`'s field order, which arrays those are (None: all; the others'
+    metadata could not be read), and whether they were read one by one (else: torch
+    tensors' in one C-level pass per attribute, ``torch_support.array_columns``, which
+    fails on any unusual tensor, a sparse one included)."""
     frameworks = set(map(ROW_FRAMEWORK, rows))
     if frameworks == {"torch"} and readers.get("torch") is torch_support.array_info:
         try:
-            return list(torch_support.array_columns(arrays)), None
+            return list(torch_support.array_columns(arrays)), None, False
         except Exception:
             pass
     infos_of = map(readers.__getitem__, map(ROW_FRAMEWORK, rows))
@@ -116,7 +117,7 @@ def _bulk_columns(
         kept = [info is not None for info in infos]
         infos = list(itertools.compress(infos, kept))
     columns = [list(column) for column in zip(*infos)] if infos else [[] for _ in _FIELDS]
-    return columns, kept
+    return columns, kept, True
 
 
 def _sparse_parts(
@@ -218,12 +219,12 @@ class Found:
         if not arrays:
             return
         try:
-            columns, kept = _bulk_columns(arrays, rows, self.readers)
+            columns, kept, one_by_one = _bulk_columns(arrays, rows, self.readers)
             owners = arrays
-            parts = _sparse_parts(arrays, rows, columns[_KEY], kept)
+            parts = _sparse_parts(arrays, rows, columns[_KEY], kept) if one_by_one else None
             if parts is not None:  # sparse tensors: their components take their place
                 arrays, rows, owners = parts
-                columns, kept = _bulk_columns(arrays, rows, self.readers)
+                columns, kept, _ = _bulk_columns(arrays, rows, self.readers)
             # a component's liveness and identity are its sparse tensor's (a new object
             # each time it is read, it dies at once)
             idents = list(map(id, owners))

@@ -122,6 +122,12 @@ class Walker:
         self.unfinished: list[tuple] = []
         self.ran_out = False
         self.tensor_fields = tensor_readers(self.classifier.tensor_type)
+        tensor_kind = self.classifier.tensor_kind
+        # the commonest array, recorded inline by `_walk_items`: its type and framework
+        self.tensor = (
+            self.classifier.tensor_type,
+            tensor_kind.framework if tensor_kind is not None else None,
+        )
         self._executing: Optional[set[int]] = None
         self._frames_read: set[tuple] = set()  # (id(frame), root)
 
@@ -367,8 +373,7 @@ def _walk_items(walker: Walker, items, path, depth, holder, root, node) -> None:
     visit = walker.visit
     pending = walker.pending
     pending_rows = walker.pending_rows
-    tensor, tensor_what = walker.classifier.tensor_type, walker.classifier.tensor_kind
-    tensor_framework = tensor_what.framework if tensor_what is not None else None
+    tensor, tensor_framework = walker.tensor
     for index, item in items:
         kind = type(item)
         if kind is tensor:  # the commonest array first: what the general path does
