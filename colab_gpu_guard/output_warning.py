@@ -43,12 +43,30 @@ def parse_threshold(text: str) -> Optional[int]:
     return int(round(float(match.group(1)) * _UNIT[match.group(2).lower()]))
 
 
-def _tensor_bytes(tensor: Any, seen: set, found: dict) -> None:
+def _tensor_bytes(tensor: Any, seen: set, found: dict, inner: bool = True) -> None:
     info = torch_support.array_info(tensor)
     if info.storage_key in seen:
         return
     seen.add(info.storage_key)
     found[info.device] = found.get(info.device, 0) + info.storage_nbytes
+    if inner and not info.storage_nbytes and info.storage_key[0] == "tensor":
+        _inner_bytes(tensor, seen, found)
+
+
+def _inner_bytes(wrapper: Any, seen: set, found: dict) -> None:
+    """A wrapper subclass's memory (a quantized weight, DTensor): the tensors among its
+    attributes and slots, read without running its code."""
+    from .leftovers.readers import tensor_attributes
+
+    tensor = torch_support.tensor_type()
+    (held,) = tensor_attributes([wrapper])
+    if held is None or tensor is None:
+        return
+    attributes, slots = held
+    values = list(dict.values(attributes)) if attributes else []
+    for value in values + [value for _name, value in slots]:
+        if isinstance(value, tensor):
+            _tensor_bytes(value, seen, found, inner=False)
 
 
 def held_arrays(value: Any, include_cpu: bool = False) -> dict:

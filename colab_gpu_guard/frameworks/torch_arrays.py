@@ -68,8 +68,36 @@ def array_info(tensor) -> ArrayInfo:
         return _array_info(tensor)
 
 
+def _shape(tensor) -> tuple:
+    """A tensor's shape; a nested tensor with torch's older layout has none: its ragged
+    dimensions are shown as ``*`` (``2x*x8``)."""
+    try:
+        return tuple(tensor.shape)
+    except RuntimeError:
+        if not tensor.is_nested:
+            raise
+    sizes: list = []
+    for dim in range(tensor.dim()):
+        try:
+            sizes.append(tensor.size(dim))
+        except RuntimeError:
+            sizes.append("*")
+    return tuple(sizes)
+
+
+def _python_wrapper(tensor) -> bool:
+    """A wrapper subclass (``_make_wrapper_subclass``: DTensor, a nested tensor with the
+    jagged layout, a quantized weight): no memory of its own, its inner tensors (its
+    attributes) hold it."""
+    try:
+        python = sys.modules["torch"]._C.DispatchKey.Python
+        return sys.modules["torch"]._C._dispatch_keys(tensor).has(python)
+    except Exception:
+        return False
+
+
 def _array_info(tensor) -> ArrayInfo:
-    shape = tuple(tensor.shape)
+    shape = _shape(tensor)
     dtype = _dtype_name(tensor.dtype)
     device = _device_name(tensor)
     if device == "meta":
@@ -79,9 +107,12 @@ def _array_info(tensor) -> ArrayInfo:
         storage = tensor.untyped_storage()
         storage_nbytes = storage.nbytes()
         pointer = storage.data_ptr()
-    except Exception:  # sparse / nested / functional tensors have no plain storage
+    except Exception:  # sparse tensors and wrapper subclasses have no plain storage
         layout_bytes = _sparse_nbytes(tensor)
-        nbytes = layout_bytes if layout_bytes is not None else nbytes
+        if layout_bytes is not None:
+            nbytes = layout_bytes
+        elif _python_wrapper(tensor):
+            nbytes = 0
         return ArrayInfo(shape, dtype, device, nbytes, ("tensor", id(tensor)), nbytes, id(tensor))
     if storage_nbytes == 0 or pointer == 0:
         key = ("tensor", id(tensor))

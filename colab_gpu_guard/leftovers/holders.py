@@ -39,7 +39,7 @@ from .readers import (
     lru_cache_entries,
     suspended_locals,
     suspended_module,
-    tensor_dicts,
+    tensor_attributes,
     type_module,
 )
 
@@ -197,8 +197,10 @@ def walk_object_array(walker, array, path, depth, holder, root) -> None:
 
 def walk_tensor_attributes(walker, start: int) -> None:
     """The attributes set on the tensors recorded since ``start`` (``a.extra``, a
-    subclass's ``s.payload``), named like an object's; a chunk of tensors without any
-    is passed over in bulk. Tensors recorded meanwhile are looked at too."""
+    subclass's ``s.payload``, a wrapper subclass's inner tensors in its ``__dict__`` or
+    slots: ``w.data_int8``, ``dt._local_tensor``), named like an object's; a chunk of
+    tensors without any is passed over in bulk. Tensors recorded meanwhile are looked at
+    too."""
     pending, rows = walker.found.pending, walker.found.pending_rows
     tensor_type = walker.classifier.tensor_type
     if tensor_type is None:
@@ -216,6 +218,6 @@ def walk_tensor_attributes(walker, start: int) -> None:
         tensors = list(itertools.compress(pending[start:end], torch_rows))
         held = list(itertools.compress(rows[start:end], torch_rows))
         start = end
-        for attributes, row in zip(tensor_dicts(tensors), held):
+        for tensor, attributes, row in zip(tensors, tensor_attributes(tensors), held):
             if attributes:
-                walker.walk_tensor_dict(attributes, row)
+                walker.walk_tensor_attributes(id(tensor), *attributes, row)

@@ -340,10 +340,22 @@ def tensor_readers(tensor_type: Optional[type]) -> Optional[tuple[Callable, ...]
         return None
 
 
-def tensor_dicts(tensors: list) -> list[Optional[dict]]:
-    """The instance ``__dict__`` of each tensor, None for a tensor without one (reading a
-    tensor's ``__dict__`` would make one), as the garbage collector sees it."""
-    return [_tensor_dict(tensor) for tensor in tensors]
+def tensor_attributes(tensors: list) -> list[Optional[tuple[Optional[dict], list]]]:
+    """Each tensor's own attributes: its instance ``__dict__`` as the garbage collector
+    sees it (None without one: reading a tensor's ``__dict__`` would make one) and the
+    slots its class defines that are set (a wrapper subclass such as DTensor keeps its
+    inner tensor there); None for a tensor with neither."""
+    layouts: dict[type, tuple] = {}
+    found: list[Optional[tuple[Optional[dict], list]]] = []
+    for tensor in tensors:
+        kind = type(tensor)
+        slots = layouts.get(kind)
+        if slots is None:
+            slots = layouts[kind] = layout_of(kind).slots
+        attributes = _tensor_dict(tensor)
+        values = slot_values(slots, tensor) if slots else []
+        found.append((attributes, values) if attributes or values else None)
+    return found
 
 
 def _tensor_dict(tensor: Any) -> Optional[dict]:

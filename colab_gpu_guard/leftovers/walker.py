@@ -315,19 +315,25 @@ class Walker:
             if grad is not None:
                 self.visit(grad, (path, ATTR, "grad"), depth + 1, holder, root)
 
-    def walk_tensor_dict(self, attributes: dict, row: tuple) -> None:
-        """A tensor's own attributes (`holders.walk_tensor_attributes`), under its row's
-        path, as an object's are; met before from another root: an alias."""
+    def walk_tensor_attributes(
+        self, ident: int, attributes: Optional[dict], slots: list, row: tuple
+    ) -> None:
+        """A tensor's own attributes and slots (`holders.walk_tensor_attributes`), under
+        its row's path, as an object's are; met before from another root: an alias."""
         path, holder, root, depth, _framework = row
         if depth >= self.max_depth:
             return
-        first = self.first_visit.get(id(attributes))
+        first = self.first_visit.get(ident)
         if first is not None:
             if first[0] != root:
                 self.aliases.append((root, first[1], first[0]))
             return
-        self.first_visit[id(attributes)] = (root, path)
-        self._walk_attributes(attributes, path, depth + 1, holder, root)
+        self.first_visit[ident] = (root, path)
+        if attributes:
+            self._walk_attributes(attributes, path, depth + 1, holder, root)
+        for name, value in slots:
+            if type(value) not in ATOMIC:
+                self.visit(value, (path, ATTR, name), depth + 1, holder, root)
 
 
 def walk_sequence(walker: Walker, items, path, depth, holder, root, node=ITEM) -> None:
