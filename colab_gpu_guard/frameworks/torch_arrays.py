@@ -8,6 +8,7 @@ Framework protocol's names); never imports torch.
 from __future__ import annotations
 
 import itertools
+import operator
 import sys
 import weakref
 from contextlib import nullcontext
@@ -211,15 +212,17 @@ class _Shapes(dict):
         return shape
 
 
-def _shapes(tensors: list) -> list[tuple]:
+def _shapes(tensors: list, nbytes: list, dtypes: list) -> list[tuple]:
     """Each tensor's shape as a tuple. Reading ``.shape`` builds a torch.Size per tensor
     (about 0.8 µs, and an object the cyclic collector then goes over); a 0-d or 1-d
-    tensor's shape is known from its dim() and numel(), which build nothing."""
+    tensor's shape is known from its dim() and its element count: its bytes (``nbytes``)
+    over its dtype's item size."""
     tensor_base = _tensor_base()
     dims = list(map(getattr(tensor_base, "dim", _DIM), tensors))
     if min(dims, default=0) > 1:
         return list(map(tuple, map(_SHAPE, tensors)))
-    counts = list(map(getattr(tensor_base, "numel", _NUMEL), tensors))
+    sizes = {dtype: dtype.itemsize for dtype in set(dtypes)}
+    counts = list(map(operator.floordiv, nbytes, map(sizes.__getitem__, dtypes)))
     made = _Shapes()
     shapes = list(map(made.__getitem__, counts))  # as if each were 1-d
     # the others (a model's weights among 10^5 vectors) put right one by one
@@ -256,8 +259,8 @@ def _array_columns(tensors: list) -> tuple[list, ...]:
     device_texts = _device_texts(tensors)
     dtypes = list(map(_DTYPE, tensors))
     dtype_names = {dtype: _dtype_name(dtype) for dtype in set(dtypes)}
-    shapes = _shapes(tensors)
     nbytes = list(map(_NBYTES, tensors))  # numel() * element_size(), in C
+    shapes = _shapes(tensors, nbytes, dtypes)
     untyped_storage, storage_nbytes_of, data_ptr = _storage_methods()
     storages = list(map(untyped_storage, tensors))
     storage_nbytes = list(map(storage_nbytes_of, storages))
