@@ -45,7 +45,7 @@ import time
 import weakref
 from typing import Any, Callable, NamedTuple, Optional
 
-from . import host_noise
+from . import failed_runs, host_noise
 from .host_memory import MallocInUse, RssReader
 
 HOST = "cpu"
@@ -260,6 +260,9 @@ class RerunLeakCheck:
         from `lengths` (read before the run), called only for a flagged rerun or where
         host figures are not exact."""
         previous = self._last_by_source.pop(source, None) if source is not None else None
+        failed = getattr(result, "error_in_exec", None) is not None
+        if failed:
+            failed_runs.count_failure()
         host, exact = self._host_kept(rss_before, rss, malloc_before, duration)
         freed_before, blind_before = self.freed, self.blind
         if not exact:
@@ -269,7 +272,6 @@ class RerunLeakCheck:
         if source is None:
             return _FIRST
         displayed = getattr(result, "result", None) is not None
-        failed = getattr(result, "error_in_exec", None) is not None
         if previous is None:
             self._remember(source, cuda, host, exact, cell, duration, result, displayed, failed)
             return _FIRST

@@ -22,6 +22,22 @@ from .units import format_bytes
 
 MAX_LABELS = 2
 
+# failed cells since the reset's last full collection (None: not known, as before the
+# tracker counted): a dry run looks for their records only when there may be some
+_failures: Optional[int] = None
+
+
+def count_failure() -> None:
+    """A cell failed (the tracker's count)."""
+    global _failures
+    _failures = (_failures or 0) + 1
+
+
+def collected() -> None:
+    """A full collection ran (the reset's): no earlier failed run's cycle is left."""
+    global _failures
+    _failures = 0
+
 
 class FailedRun(NamedTuple):
     """An earlier failed run: its cell, the locals of its traceback that hold arrays, and
@@ -83,7 +99,10 @@ def earlier_failures(shell: Any, seen: set) -> list[FailedRun]:
 
 
 def dry_run_note(shell: Any, seen: set) -> Optional[str]:
-    """The dry run's note on earlier failed runs' tracebacks (None: none holds arrays)."""
+    """The dry run's note on earlier failed runs' tracebacks (None: none holds arrays;
+    no cell failed since the reset's last collection: not looked for)."""
+    if _failures == 0:
+        return None
     runs = earlier_failures(shell, seen)
     if not runs:
         return None

@@ -325,6 +325,7 @@ def _reset(names: tuple, all_vars: bool, dry_run: bool, shell, namespace: dict) 
     report.notes += done.notes
     del plan
     report.gc_collected = gc.collect()
+    failed_runs.collected()
     _reset_compiled(report, torch, namespace)
     _release_caches(report, torch)
     report.host_in_use_after = host.read()

@@ -470,11 +470,11 @@ def test_holder_items_splits_a_leak_lines_holders():
     assert holder_items("") == []
 
 
-def test_a_dry_run_names_what_earlier_failed_runs_tracebacks_hold(ip, run_cell):
+def test_a_dry_run_names_what_earlier_failed_runs_tracebacks_hold(ip, run_cell, monkeypatch):
     """Three failed runs of one cell: the last error is counted in the estimate; the two
     before it are in reference cycles no name reaches, so the estimate leaves them out and
     a note says what they hold (their bytes: the storages that die in the real reset)."""
-    from colab_gpu_guard import gpu_reset
+    from colab_gpu_guard import failed_runs, gpu_reset
 
     run_cell("import torch, weakref\ncycle_refs = []")
     cell = (
@@ -499,6 +499,16 @@ def test_a_dry_run_names_what_earlier_failed_runs_tracebacks_hold(ip, run_cell):
         assert note in dry.notes, str(dry)
         gpu_reset()
     assert all(ref() is None for ref in refs)  # what the note counted did die
+    # no cell failed since the reset's full collection: the dry run does not look (its
+    # look goes over every object the collector tracks)
+    looked: list = []
+    monkeypatch.setattr(failed_runs, "earlier_failures", lambda *args: looked.append(1) or [])
     after = gpu_reset(dry_run=True)
     assert not any("earlier failed run" in text for text in after.notes), str(after)
+    assert looked == []
+    with capture_output():
+        run_cell(cell)
+    gpu_reset(dry_run=True)
+    assert looked == [1]
+    ip.run_line_magic("gpu_reset", "")
     pop(ip, "cycle_refs", "fail_c")
