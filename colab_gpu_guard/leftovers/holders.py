@@ -44,6 +44,7 @@ from .readers import (
 )
 
 TENSOR_CHUNK = 2048  # tensors checked for attributes of their own in one C call
+MAX_OPAQUE = 64  # torch ScriptObjects a scan keeps the paths of
 _ROW_FRAMEWORK = itemgetter(4)
 
 _METHOD_SELF = types.MethodType.__dict__["__self__"].__get__
@@ -221,3 +222,9 @@ def walk_tensor_attributes(walker, start: int) -> None:
         for tensor, attributes, row in zip(tensors, tensor_attributes(tensors), held):
             if attributes:
                 walker.walk_tensor_attributes(id(tensor), *attributes, row)
+
+
+def note_opaque(walker, obj, path, depth, holder, root) -> None:
+    """A torch ScriptObject no binding lists the tensors of: its path, for a note."""
+    if len(walker.opaque) < MAX_OPAQUE:
+        walker.opaque.append(path)

@@ -8,6 +8,7 @@ from __future__ import annotations
 import collections
 import functools
 import itertools
+import sys
 import types
 import weakref
 from typing import Callable, NamedTuple, Optional
@@ -100,7 +101,7 @@ _OPAQUE_PACKAGES = frozenset(
 # what the walk does with a type (Kind.tag)
 SKIP, ARRAY, SEQUENCE, NAMEDTUPLE, MAPPING, SET, NN_MODULE, OBJECT = range(8)
 FUNCTION, METHOD, PARTIAL, SUSPENDED, CLASS, ITERATOR = range(8, 14)
-EXCEPTION, TRACEBACK, LRU_CACHE = range(14, 17)
+EXCEPTION, TRACEBACK, LRU_CACHE, OPAQUE = range(14, 18)
 _BUILT_IN_BASES = (list, tuple, collections.deque, dict, set, frozenset)
 
 
@@ -196,6 +197,8 @@ class Classifier:
             return Kind(CLASS)
         if issubclass(kind, _NOT_WALKED):
             return _SKIPPED
+        if _script_object(kind):
+            return Kind(OPAQUE)
         if self.nn_module is not None and self.nn_module in bases:
             return Kind(NN_MODULE, layout=layout_of(kind))
         if type_module(kind).partition(".")[0] in _OPAQUE_PACKAGES:
@@ -213,3 +216,16 @@ class Classifier:
 def opaque_module(module: str) -> bool:
     """Code of this module is machinery (the shell, this package): never walked into."""
     return module.partition(".")[0] in _OPAQUE_PACKAGES
+
+
+def _script_object(kind: type) -> bool:
+    """A torch ``ScriptObject`` that is not a script module: C++ state no binding lists
+    (the packed weights of ``torch.ao.quantization.quantize_dynamic``'s layers)."""
+    torch = sys.modules.get("torch")
+    script_object = getattr(torch, "ScriptObject", None)
+    script_module = getattr(torch, "ScriptModule", None)
+    return (
+        isinstance(script_object, type)
+        and issubclass(kind, script_object)
+        and not (isinstance(script_module, type) and issubclass(kind, script_module))
+    )

@@ -19,6 +19,7 @@ from .. import notebook_refs
 from ..frameworks import torch as torch_support
 from ..frameworks import torch_compile
 from ..units import OTHER, USER_VARIABLE
+from . import modules
 from .blocks import Blocks
 from .deep import allocator_gaps, scan_unnamed
 from .found import Found, Ref
@@ -272,6 +273,8 @@ def _scan(shell, namespace, device, deep, max_depth, keep_refs, budget_s, variab
     finally:
         del graphs.owners[:]  # tensors the deep scan met: their graphs are not measured
     notes += graphs.notes()
+    if walker.opaque:
+        notes.append(modules.opaque_note(list(map(names.name_of, walker.opaque))))
     unfinished: list[str] = []
     if walker.ran_out or skipped:
         unfinished = _unfinished(walker, names, skipped)

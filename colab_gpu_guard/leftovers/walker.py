@@ -20,7 +20,7 @@ from operator import attrgetter
 from typing import Optional
 
 from ..notebook_refs.frames import executing_frames
-from . import holders
+from . import holders, modules
 from .found import Found
 from .graphs import Graphs
 from .kinds import (
@@ -37,6 +37,7 @@ from .kinds import (
     NAMEDTUPLE,
     NN_MODULE,
     NOT_ATOMIC,
+    OPAQUE,
     PARTIAL,
     SEQUENCE,
     SET,
@@ -49,7 +50,6 @@ from .kinds import (
 from .naming import (
     ARRAY_KEY,
     ATTR,
-    DOT,
     ITEM,
     KEY,
     KEY_OF,
@@ -86,6 +86,7 @@ _HOLDER_WALKS = {
     EXCEPTION: holders.walk_exception,
     TRACEBACK: holders.walk_traceback,
     LRU_CACHE: holders.walk_lru_cache,
+    OPAQUE: holders.note_opaque,
 }
 
 
@@ -121,6 +122,7 @@ class Walker:
         self.deadline = None if budget_s is None else time.perf_counter() + budget_s
         self.unfinished: list[tuple] = []
         self.ran_out = False
+        self.opaque: list = []  # paths to torch ScriptObjects whose tensors no binding lists
         self.tensor_fields = tensor_readers(self.classifier.tensor_type)
         tensor_kind = self.classifier.tensor_kind
         # the commonest array, recorded inline by `_walk_items`: its type and framework
@@ -188,7 +190,7 @@ class Walker:
             elif tag == MAPPING:
                 self._walk_mapping(obj, path, depth + 1, holder, root)
             elif tag == NN_MODULE:
-                self._walk_module(obj, what, path, depth, holder, root)
+                modules.walk_module(self, obj, what, path, depth, holder, root)
             elif tag == NAMEDTUPLE:
                 fields = own_attribute(kind, "_fields")
                 if type(fields) is tuple:
@@ -212,7 +214,7 @@ class Walker:
         layout = what.layout
         attributes = instance_dict(layout.dict_getter, obj)  # type: ignore[union-attr]
         if attributes:
-            self._walk_attributes(attributes, path, depth, holder, root, skip)
+            self.walk_attributes(attributes, path, depth, holder, root, skip)
         for name, value in slot_values(layout.slots, obj):  # type: ignore[union-attr]
             if type(value) not in ATOMIC:
                 self.visit(value, (path, ATTR, name), depth, holder, root)
@@ -257,39 +259,12 @@ class Walker:
                 child = (path, OBJECT_KEY, key_kind.__name__)
             visit(value, child, depth, holder, root)
 
-    def _walk_attributes(self, attributes: dict, path, depth, holder, root, skip=()) -> None:
+    def walk_attributes(self, attributes: dict, path, depth, holder, root, skip=()) -> None:
         atomic = ATOMIC
         for name, value in list(dict.items(attributes)):
             if type(value) in atomic or type(name) is not str or name in skip:
                 continue
             self.visit(value, (path, ATTR, name), depth, holder, root)
-
-    def _walk_module(self, module, what: Kind, path, depth, holder, root) -> None:
-        """Parameters, buffers and submodules named as ``named_parameters()`` names them
-        (module nesting does not count against the depth limit)."""
-        attributes = instance_dict(what.layout.dict_getter, module) or {}  # type: ignore[union-attr]
-        for slot in ("_parameters", "_buffers"):
-            table = attributes.get(slot)
-            for name, tensor in list(dict.items(table)) if isinstance(table, dict) else ():
-                if tensor is not None:
-                    self.visit(tensor, (path, DOT, name), depth, holder, root)
-        table = attributes.get("_modules")
-        for name, child in list(dict.items(table)) if isinstance(table, dict) else ():
-            if child is not None:
-                self.visit(child, (path, DOT, name), depth, holder, root)
-        rest = {}
-        for name, value in list(dict.items(attributes)):
-            if name in ("_parameters", "_buffers", "_modules"):
-                continue
-            if type(name) is str and name.startswith("_") and name.endswith("hooks"):
-                if isinstance(value, dict):  # "_forward_pre_hooks" -> "forward pre hook"
-                    label = name.strip("_")[:-1].replace("_", " ")
-                    holders.walk_hooks(self, value, label, path, depth + 1, holder, root)
-                continue
-            rest[name] = value
-        self._walk_attributes(rest, path, depth + 1, holder, root)
-        for name, value in slot_values(what.layout.slots, module):  # type: ignore[union-attr]
-            self.visit(value, (path, ATTR, name), depth + 1, holder, root)
 
     def record(self, array, what: Kind, path, depth, holder, root) -> None:
         self.pending(array)
@@ -330,7 +305,7 @@ class Walker:
             return
         self.first_visit[ident] = (root, path)
         if attributes:
-            self._walk_attributes(attributes, path, depth + 1, holder, root)
+            self.walk_attributes(attributes, path, depth + 1, holder, root)
         for name, value in slots:
             if type(value) not in ATOMIC:
                 self.visit(value, (path, ATTR, name), depth + 1, holder, root)
