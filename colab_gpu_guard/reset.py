@@ -304,9 +304,16 @@ def _reset(names: tuple, all_vars: bool, dry_run: bool, shell, namespace: dict) 
 
     if dry_run:
         report.devices = [DeviceRelease(name, alloc, res) for name, alloc, res in before]
-        report.leftovers = dropping.would_stay(found, dropped, freed_keys)
+        seen = set(found.keys)
+        staying = dropping.would_stay(found, dropped)
+        if staying is None:  # walked again, as the drop would leave the notebook
+            del found
+            staying = scan(
+                namespace=namespace, shell=shell, budget_s=SCAN_BUDGET_S, without=dropped
+            ).leftovers
+        report.leftovers = staying
         _dry_run_notes(report, health)
-        failures = failed_runs.dry_run_note(shell, set(found.keys))
+        failures = failed_runs.dry_run_note(shell, seen)
         if failures is not None:
             report.notes.append(failures)
         _add_history_notes(report, shell, namespace)

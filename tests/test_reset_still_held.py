@@ -114,6 +114,18 @@ def test_a_kept_name_reaching_a_dropped_ones_list_is_walked_again(shell, run_cel
     assert_same_as_a_new_scan(shell, report)
 
 
+def test_a_dry_run_names_what_a_kept_name_reaches_as_it_would_be_named(shell, run_cell):
+    """`b` holds the list `a` names (found under `a` by the walk): a dry run of dropping
+    `a` lists it under `b`, as the reset then does, not under the name it would drop."""
+    run_cell("a = [torch.ones(10), torch.ones(20)]; b = {'x': a}")
+    dry = reset.gpu_reset("a", shell=shell, dry_run=True)
+    assert sorted(item.name for item in dry.leftovers) == ["b['x'][0]", "b['x'][1]"]
+    assert "a" in shell.user_ns
+    done = reset.gpu_reset("a", shell=shell)
+    assert list(dry.leftovers) == list(done.leftovers)
+    assert dry.estimated_bytes == done.released_bytes == 0
+
+
 def test_an_array_a_finalizer_frees_during_the_reset_is_not_listed(shell, run_cell, walks):
     """Dropping the output frees the key of a WeakKeyDictionary the user keeps; its
     callback removes the entry, and with it the only reference to a tensor."""

@@ -18,7 +18,7 @@ import itertools
 import operator
 import weakref
 from collections.abc import Hashable, Iterable
-from typing import Any, NamedTuple, Optional, Union
+from typing import Any, NamedTuple, Optional
 
 from .. import notebook_refs
 from .blocks import Blocks
@@ -181,14 +181,15 @@ def still_held(scan: Scan, dropped: set, now: Optional[States] = None) -> Option
     return _kept_listing(scan, dropped, kept)
 
 
-def would_stay(scan: Scan, dropped: set, freed: set) -> Union[LeftoverList, list]:
+def would_stay(scan: Scan, dropped: set) -> Optional[LeftoverList]:
     """A dry run's list of what would stay held once the `dropped` roots are gone:
     `still_held` where it can say. Else, where the walk was complete and no root kept met
     a container a dropped root reached first, the references under the roots kept, with
     the autograd graphs of the owners among them as they would count then (a storage only
     a dropped root names but a kept graph saved is that graph's memory; what a graph that
-    goes shared, the graphs that stay count). Else the scan's entries less the blocks in
-    `freed`, named as they are now (the dropped roots' names among them)."""
+    goes shared, the graphs that stay count). Else None: a kept root reaches what a
+    dropped one reached first (``b = {'x': a}`` with ``a`` dropped), and only a walk
+    without the dropped roots names it as it would be named then (``b['x'][0]``)."""
     held = still_held(scan, dropped)
     if held is not None:
         return held
@@ -211,8 +212,7 @@ def would_stay(scan: Scan, dropped: set, freed: set) -> Union[LeftoverList, list
         gone = frozenset(owner for owner in graphs.keys_by_block if owner not in staying)
         sharing = functools.partial(graphs.sharing, unnamed=unnamed, gone=gone)
         return _kept_listing(scan, dropped, kept, (graphs.count(unnamed, gone), sharing))
-    freed_ids = {(scan.groups[key].storage_id, scan.groups[key].device) for key in freed}
-    return [item for item in scan.leftovers if (item.storage_id, item.device) not in freed_ids]
+    return None
 
 
 def _kept_listing(

@@ -229,11 +229,13 @@ def scan(
     keep_refs: bool = False,
     budget_s: Optional[float] = DEFAULT_BUDGET_S,
     variables_only: bool = False,
+    without: frozenset = frozenset(),
 ) -> Scan:
     """The scan behind ``find_leftovers``; ``keep_refs`` keeps a weakref per reference;
     ``budget_s``: seconds the walk may take (None: no limit); ``variables_only``: walk
     `namespace`'s variables alone (not the output history, the last exception, the
-    debugger or torch.compile's graphs)."""
+    debugger or torch.compile's graphs); ``without``: root keys not walked from (what a
+    dry run's drop would leave)."""
     shell, namespace = notebook_refs.resolve_namespace(shell, namespace)
     # The walk builds many small tuples and no cycles: keep the cyclic collector from
     # running over every live object again and again meanwhile, and over the scan's own
@@ -243,19 +245,31 @@ def scan(
     try:
         with torch_support.no_subclass_dispatch():  # a tensor subclass's code never runs
             return _scan(
-                shell, namespace, device, deep, max_depth, keep_refs, budget_s, variables_only
+                shell,
+                namespace,
+                device,
+                deep,
+                max_depth,
+                keep_refs,
+                budget_s,
+                variables_only,
+                without,
             )
     finally:
         if collecting:
             gc.enable()
 
 
-def _scan(shell, namespace, device, deep, max_depth, keep_refs, budget_s, variables_only) -> Scan:
+def _scan(
+    shell, namespace, device, deep, max_depth, keep_refs, budget_s, variables_only, without
+) -> Scan:
     walker = Walker(max_depth=max_depth, keep_refs=keep_refs, budget_s=budget_s)
     found = walker.found
     names = PathNames(lambda: best_paths(found.refs))
     notes: list[str] = []
     entries = root_entries(shell, namespace, variables_only)
+    if without:
+        entries = [entry for entry in entries if entry[0] not in without]
     roots = root_ids(entries)
     graphs = walker.graphs
     try:
