@@ -370,18 +370,32 @@ def test_a_list_a_called_function_fills_is_named_not_the_list_the_cell_names(ip,
     pop(ip, "cache_f", "losses_f", "step_f")
 
 
-def test_a_list_filled_two_calls_down_is_named(ip, run_cell):
-    """``train()`` calls ``step()``, which fills a global list neither the cell nor
-    ``train`` names: the LEAK line names that list (the functions a called function calls
-    are looked into too), and clearing it frees what each run kept."""
-    run_cell(
-        "import torch\ncache_d = []\n"
-        "def step_d():\n    cache_d.append(torch.ones(5_000_000))\n"
-        "def epoch_d():\n    step_d()\n"
-        "def train_d():\n    epoch_d()"
-    )
+@pytest.mark.parametrize(
+    "functions, call",
+    [
+        (  # train() -> epoch() -> step(), which fills the list
+            "def step_d():\n    cache_d.append(torch.ones(5_000_000))\n"
+            "def epoch_d():\n    step_d()\n"
+            "def train_d():\n    epoch_d()",
+            "train_d()",
+        ),
+        (  # functions calling each other: each looked into once
+            "def ping_d(n):\n"
+            "    cache_d.append(torch.ones(5_000_000)) if n == 0 else pong_d(n - 1)\n"
+            "def pong_d(n):\n    ping_d(n)",
+            "ping_d(2)",
+        ),
+    ],
+    ids=["two calls down", "recursive"],
+)
+def test_a_list_a_function_fills_calls_down_is_named(ip, run_cell, functions, call):
+    """The cell calls a function that calls the one filling a global list neither the
+    cell nor the first function names: the LEAK line names that list (the functions a
+    called function calls are looked into too, each once), and clearing it frees what
+    each run kept."""
+    run_cell("import torch\ncache_d = []\n" + functions)
     with capture_output():
-        runs = [run_cell("train_d()").execution_count for _ in range(3)]
+        runs = [run_cell(call).execution_count for _ in range(3)]
     history = format_history(memory_history())
     for record in records(*runs[1:]):
         assert record.rerun_leak and record.leak_bytes >= X_BYTES - SLACK, history
@@ -389,23 +403,7 @@ def test_a_list_filled_two_calls_down_is_named(ip, run_cell):
     refs = [weakref.ref(item.untyped_storage()) for item in ip.user_ns["cache_d"]]
     ip.user_ns["cache_d"].clear()
     assert all(ref() is None for ref in refs)
-    pop(ip, "cache_d", "step_d", "epoch_d", "train_d")
-
-
-def test_functions_calling_each_other_are_looked_into_once(ip, run_cell):
-    """Recursive notebook functions (``ping`` and ``pong`` calling each other) end the
-    look-up: the holder of what the rerun kept is still found."""
-    run_cell(
-        "import torch\ncache_r = []\n"
-        "def ping_r(n):\n    cache_r.append(torch.ones(5_000_000)) if n == 0 else pong_r(n - 1)\n"
-        "def pong_r(n):\n    ping_r(n)"
-    )
-    with capture_output():
-        runs = [run_cell("ping_r(2)").execution_count for _ in range(3)]
-    history = format_history(memory_history())
-    for record in records(*runs[1:]):
-        assert record.rerun_leak and record.held_by == "`cache_r` (grew by 1 item)", history
-    pop(ip, "cache_r", "ping_r", "pong_r")
+    pop(ip, "cache_d", "step_d", "epoch_d", "train_d", "ping_d", "pong_d")
 
 
 def test_a_holder_that_holds_little_of_the_kept_memory_is_not_named_as_holding_it(
