@@ -270,3 +270,31 @@ def test_an_empty_list_says_so_in_words():
     assert str(found.groups()) == "leftovers: no arrays held"
     text = gpu_status(leftovers=True, namespace={"n": 1}).to_text()
     assert "leftovers: no arrays held" in text and "block(s)" not in text
+
+
+@pytest.mark.parametrize(
+    "make, expected",
+    [
+        ("b = {'x': a}", 2),  # the whole list, through another container
+        ("b = {'x': a, 'y': a[0]}", 2),  # and one of its tensors directly: counted once
+    ],
+)
+def test_a_variable_reaching_another_ones_container_is_a_group_that_shares(make, expected):
+    """`b` reaches the list `a` names (the walk met it under `a` first, so its tensors are
+    listed there): `b` is still shown, sharing those blocks with `a`, as a view is."""
+    a = [torch.ones(1000), torch.ones(10)]
+    namespace = {"a": a}
+    exec(make, {}, namespace)
+    groups = {group.name: group for group in find_leftovers(namespace=namespace).groups()}
+    assert groups["a"].count == 2 and groups["b"].count == 0
+    assert [(share.owner, share.count) for share in groups["b"].shares] == [("a", expected)]
+    assert groups["b"].describe() == f"dict: no array of its own; shares {expected} with a"
+
+
+def test_a_compiled_model_and_the_model_it_wraps_share_its_weights():
+    model = torch.nn.Linear(10, 10)
+    compiled = torch.compile(model)
+    groups = find_leftovers(namespace={"compiled": compiled, "model": model}).groups()
+    by_name = {group.name: group for group in groups}
+    assert by_name["compiled"].count == 2
+    assert [(s.owner, s.count) for s in by_name["model"].shares] == [("compiled", 2)]

@@ -62,6 +62,9 @@ class Blocks:
         self.graph_of: dict[int, Graph] = {}  # block -> its autograd graph (add_graphs)
         self._graph_block: dict = {}  # a graph owner's storage key -> its block
         self._sharing: Optional[Callable] = None  # `Graphs.sharing`, once graphs are added
+        # a user variable -> the rows it reaches through containers another root reached
+        # first (``b = {'x': a}``: `b` reaches what is listed under `a`)
+        self.aliased: dict[str, list[int]] = {}
         self.row_of: Union[range, list[int]]
         if _distinct(found.storage_ids) or len(dict.fromkeys(keys)) == len(keys):
             self.row_of = range(len(rows))
@@ -102,6 +105,14 @@ class Blocks:
                 self._graph_block[keys[index]] = block
                 sizes[block] += graph.nbytes
         self._sharing = sharing
+
+    def add_aliases(self, rows_by_root: dict, variables: dict) -> None:
+        """The rows each user variable reaches through another root's containers
+        (`reach.alias_rows`: root -> rows; `variables`: root -> the variable's name)."""
+        for root, rows in rows_by_root.items():
+            name = variables.get(root)
+            if name is not None and rows:
+                self.aliased[name] = rows
 
     def entry_with_graph(self, position: int) -> Leftover:
         """`entry`, with the block's autograd graph when it has one (`add_graphs`), naming
@@ -185,7 +196,19 @@ class Blocks:
             roots,
             shared_at,
             {position: self.graph_of[block].nbytes for position, block in graphs},
+            self._aliased_positions(order) if self.aliased else None,
         )
+
+    def _aliased_positions(self, order: Sequence[int]) -> dict[str, list[int]]:
+        """Each aliasing variable's blocks, as positions in ``order``."""
+        keys, row_of = self.keys, self.row_of
+        position_of = {keys[row_of[block]]: position for position, block in enumerate(order)}
+        found = {}
+        for name, rows in self.aliased.items():
+            positions = {position_of.get(keys[row]) for row in rows} - {None}
+            if positions:
+                found[name] = sorted(positions)  # type: ignore[type-var]
+        return found
 
 
 def _in_order(column: list, order: Sequence[int]) -> list:

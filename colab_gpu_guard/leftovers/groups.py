@@ -224,6 +224,7 @@ class Blocks(NamedTuple):
     roots: Sequence[str]
     shared_at: Sequence[int] = ()
     graphs: Optional[dict[int, int]] = None
+    aliased: Optional[dict[str, list[int]]] = None  # a variable -> blocks it reaches as an alias
 
 
 def _columns_of(items: Sequence[Leftover]) -> tuple[Blocks, list[Leftover]]:
@@ -275,6 +276,7 @@ def group_leftovers(
     roots = blocks.roots
     order = tally_roots(roots, blocks.sizes, blocks.holders, blocks.devices, entries_per_group)
     shares: dict[str, dict[str, int]] = {}
+    counted: set = set()  # (a root, a block) whose share is counted
     for position in blocks.shared_at:
         owner = blocks.roots[position]
         others = dict.fromkeys(root_of(name) for name in items[position].shared_with)
@@ -291,8 +293,19 @@ def group_leftovers(
                 continue  # `_`, `__`, `_18` beside `Out[18]`: the entry's row names them
             counts = shares.setdefault(other, {})
             counts[owner] = counts.get(owner, 0) + 1
+            counted.add((other, position))
             if other not in order:  # reaches only blocks another group counts
                 order[other] = [holder_of_root(other), 0, 0, {}, []]
+    # a variable reaching a container another root reached first (``b = {'x': a}``)
+    for other, positions in (blocks.aliased or {}).items():
+        for position in positions:
+            owner = roots[position]
+            if owner == other or (other, position) in counted:
+                continue
+            counts = shares.setdefault(other, {})
+            counts[owner] = counts.get(owner, 0) + 1
+            if other not in order:
+                order[other] = [USER_VARIABLE, 0, 0, {}, []]
     graph_bytes = dict.fromkeys(order, 0)
     for position, nbytes in (blocks.graphs or {}).items():
         graph_bytes[roots[position]] += nbytes

@@ -33,7 +33,7 @@ def runs_of(roots: list) -> list[Run]:
     return list(zip(map(roots.__getitem__, starts), starts, ends))
 
 
-def _alias_rows(rows: Sequence[tuple], aliases: Iterable[tuple]) -> dict[Hashable, list[int]]:
+def alias_rows(rows: Sequence[tuple], aliases: Iterable[tuple]) -> dict[Hashable, list[int]]:
     """Alias root -> the rows found under a container that root met after another root
     had reached it first. Worked out once per parent node (a list's items share one)."""
     node_roots: dict[int, tuple] = {}
@@ -88,7 +88,7 @@ class Reach:
     def aliased(self) -> dict[Hashable, list[int]]:
         """Root -> the rows it reaches through containers another root reached first."""
         if self._aliased is None:
-            self._aliased = _alias_rows(self._rows, self.aliases) if self.aliases else {}
+            self._aliased = alias_rows(self._rows, self.aliases) if self.aliases else {}
         return self._aliased
 
     def holding(self) -> set:

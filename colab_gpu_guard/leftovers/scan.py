@@ -22,12 +22,11 @@ from ..units import OTHER, USER_VARIABLE
 from . import modules
 from .blocks import Blocks
 from .deep import allocator_gaps, scan_unnamed
-from .found import Found, Ref
-from .graphs import Graphs
+from .found import Ref
 from .kinds import ATOMIC
 from .naming import PathNames, best_paths
 from .numpy_sharing import join_numpy_buffers
-from .reach import Reach
+from .reach import Reach, alias_rows
 from .records import DeviceGap, LeftoverList
 from .walker import DEFAULT_MAX_DEPTH, OutOfTime, Walker
 
@@ -308,7 +307,7 @@ def _scan(
     walker.kinds.clear()
     grown = _grown_on_rerun(shell)
     listing = functools.partial(
-        _listing, found, names, graphs, root_types, notes, unfinished, device, deep, grown
+        _listing, walker, names, root_types, notes, unfinished, device, deep, grown
     )
     return Scan(walker, roots, root_types, notes, unfinished, deep, grown, listing)
 
@@ -324,9 +323,8 @@ def _grown_on_rerun(shell) -> frozenset:
 
 
 def _listing(
-    found: Found,
+    walker: Walker,
     names: PathNames,
-    graphs: Graphs,
     root_types: dict[str, str],
     notes: list[str],
     unfinished: list[str],
@@ -335,9 +333,12 @@ def _listing(
     grown: frozenset,
 ) -> tuple[Blocks, LeftoverList]:
     """A scan's blocks and its list (on `device`; with the allocator gaps when `deep`)."""
+    found, graphs = walker.found, walker.graphs
     blocks = Blocks(found, names)
     if graphs.by_block:
         blocks.add_graphs(graphs.by_block, graphs.sharing)
+    if walker.aliases and walker.variables:
+        blocks.add_aliases(alias_rows(found.rows, walker.aliases), walker.variables)
     gaps: list[DeviceGap] = allocator_gaps(blocks.devices, blocks.sizes) if deep else []
     order: Any = range(len(blocks.sizes))
     if device is not None:

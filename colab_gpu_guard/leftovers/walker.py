@@ -20,6 +20,7 @@ from operator import attrgetter
 from typing import Optional
 
 from ..notebook_refs.frames import executing_frames
+from ..units import USER_VARIABLE
 from . import holders, modules
 from .found import Found
 from .graphs import Graphs
@@ -119,6 +120,7 @@ class Walker:
         self.first_visit: dict[int, tuple] = {}
         self.aliases: list[tuple] = []
         self.root_keys: dict[Hashable, Hashable] = {}  # a root as rows hold it -> its key
+        self.variables: dict[Hashable, str] = {}  # a user variable's root, as rows hold it -> name
         self.deadline = None if budget_s is None else time.perf_counter() + budget_s
         self.unfinished: list[tuple] = []
         self.ran_out = False
@@ -142,6 +144,8 @@ class Walker:
         """Walk from one root; ``root`` (its key) is recorded as a plain tuple (see `Row`)."""
         held = tuple(root) if isinstance(root, tuple) else root
         self.root_keys.setdefault(held, root)
+        if holder == USER_VARIABLE:
+            self.variables[held] = label
         start = len(self.found.pending)
         self.visit(value, (None, ROOT, label), depth, holder, held)
         holders.walk_tensor_attributes(self, start)
