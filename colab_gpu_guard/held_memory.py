@@ -10,7 +10,7 @@ items); an exception through its traceback: what the locals of its function fram
 measured by the leftovers scan, which knows what names reach.
 
 Never calls a user method: items are read with the built-in types' own accessors, and a
-tensor subclass (whose ``__torch_function__`` would run on any read) is not read.
+tensor subclass with subclass dispatch off (its ``__torch_function__`` never runs).
 """
 
 from __future__ import annotations
@@ -39,9 +39,11 @@ class Memory:
         self.graph_nbytes: Optional[int] = None  # what their graphs saved, once measured
         torch = torch_support.loaded()
         self._tensor_types: tuple = ()
+        self._tensor: Optional[type] = None
         self._grad_fn: Any = None
         if torch is not None:
             self._tensor_types = (torch.Tensor, torch.nn.Parameter)
+            self._tensor = torch.Tensor
             self._grad_fn = torch._C.TensorBase.__dict__["grad_fn"].__get__
         self._ndarray = numpy_support.array_type()
 
@@ -73,6 +75,21 @@ class Memory:
                 self.graph_nbytes += graph.nbytes
                 self.by_device[info.device] = self.by_device.get(info.device, 0) + graph.nbytes
 
+    def _add_subclass(self, tensor: Any, inner: bool = True) -> None:
+        """A tensor subclass (torchvision's ``tv_tensors.Image``, a quantized weight),
+        read with subclass dispatch off: its ``__torch_function__`` never runs. A wrapper
+        subclass holds no memory of its own: its inner tensors are counted."""
+        with torch_support.no_subclass_dispatch():
+            info = torch_support.array_info(tensor)
+            new = self._block(info.storage_key, info.device, info.storage_nbytes)
+            if new and self._grad_fn(tensor) is not None:
+                self.owners.append(tensor)
+        if new and inner and not info.storage_nbytes and info.storage_key[0] == "tensor":
+            from .leftovers.readers import inner_tensors
+
+            for value in inner_tensors(tensor, self._tensor):  # type: ignore[arg-type]
+                self._add_subclass(value, inner=False)
+
     def add(self, value: Any, depth: int = 1, errors: bool = True) -> None:
         """Count what `value` holds: an array, the arrays of a tuple/list/dict `depth` levels
         down, or (`errors`) what an exception's traceback frames hold."""
@@ -83,6 +100,8 @@ class Memory:
                 new = self._block(info.storage_key, info.device, info.storage_nbytes)
                 if new and self._grad_fn(value) is not None:
                     self.owners.append(value)
+            elif self._tensor is not None and issubclass(kind, self._tensor):
+                self._add_subclass(value)
             elif kind is self._ndarray:
                 info = numpy_support.array_info(value)
                 self._block(info.storage_key, info.device, info.storage_nbytes)

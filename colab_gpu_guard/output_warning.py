@@ -54,19 +54,12 @@ def _tensor_bytes(tensor: Any, seen: set, found: dict, inner: bool = True) -> No
 
 
 def _inner_bytes(wrapper: Any, seen: set, found: dict) -> None:
-    """A wrapper subclass's memory (a quantized weight, DTensor): the tensors among its
-    attributes and slots, read without running its code."""
-    from .leftovers.readers import tensor_attributes
+    """A wrapper subclass's memory (a quantized weight, DTensor): its inner tensors."""
+    from .leftovers.readers import inner_tensors
 
     tensor = torch_support.tensor_type()
-    (held,) = tensor_attributes([wrapper])
-    if held is None or tensor is None:
-        return
-    attributes, slots = held
-    values = list(dict.values(attributes)) if attributes else []
-    for value in values + [value for _name, value in slots]:
-        if isinstance(value, tensor):
-            _tensor_bytes(value, seen, found, inner=False)
+    for value in inner_tensors(wrapper, tensor) if tensor is not None else ():
+        _tensor_bytes(value, seen, found, inner=False)
 
 
 def held_arrays(value: Any, include_cpu: bool = False) -> dict:

@@ -134,3 +134,32 @@ def test_a_displayed_wrapper_is_measured_by_its_inner_tensors():
     assert held_arrays(w, include_cpu=True) == expected
     assert held_arrays([w, data], include_cpu=True) == expected  # shared: counted once
     assert Int8Weight.calls == []
+
+
+def test_a_rerun_keeping_subclass_tensors_names_their_list(ip, run_cell):
+    """torchvision's ``tv_tensors.Image`` is a tensor subclass: a list gaining one per
+    rerun holds what each run kept, and the LEAK line names it with its bytes (subclasses
+    were not measured: "held by something else"). No subclass code runs."""
+    from IPython.utils.capture import capture_output
+
+    from colab_gpu_guard.tracker import format_history, memory_history
+
+    run_cell(
+        "import torch\nimages_s = []\nimage_calls_s = []\n"
+        "class Image_s(torch.Tensor):\n"
+        "    @classmethod\n"
+        "    def __torch_function__(cls, func, types, args=(), kwargs=None):\n"
+        "        image_calls_s.append(func)\n"
+        "        return super().__torch_function__(func, types, args, kwargs or {})\n"
+    )
+    cell = "images_s.append(torch.ones(5_000_000).as_subclass(Image_s))"
+    with capture_output():
+        runs = [run_cell(cell).execution_count for _ in range(3)]
+    assert ip.user_ns["image_calls_s"] == []
+    by_cell = {record.cell: record for record in memory_history()}
+    history = format_history(memory_history())
+    for cell_number in runs[1:]:
+        record = by_cell[cell_number]
+        assert record.rerun_leak and record.held_by == "`images_s` (grew by 1 item)", history
+    for name in ("images_s", "image_calls_s", "Image_s"):
+        ip.user_ns.pop(name, None)

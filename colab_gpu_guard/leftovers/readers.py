@@ -358,6 +358,18 @@ def tensor_attributes(tensors: list) -> list[Optional[tuple[Optional[dict], list
     return found
 
 
+def inner_tensors(wrapper: Any, tensor_type: type) -> list:
+    """The tensors among a wrapper subclass's own attributes and slots (its memory: a
+    quantized weight's data and scale, DTensor's shard), read without running its code."""
+    (held,) = tensor_attributes([wrapper])
+    if held is None:
+        return []
+    attributes, slots = held
+    values = list(dict.values(attributes)) if attributes else []
+    values += [value for _name, value in slots]
+    return [value for value in values if issubclass(type(value), tensor_type)]
+
+
 def _tensor_dict(tensor: Any) -> Optional[dict]:
     referents = gc.get_referents(tensor)
     if not referents:  # torch hides what a tensor C++ code also owns holds from the collector
