@@ -37,3 +37,16 @@ def leftover(**fields) -> Leftover:
     )
     values.update(fields)
     return Leftover(**values)
+
+
+def reruns(run_cell, cell: str, times: int = 3) -> tuple[list[CellMemory], str]:
+    """Run `cell` `times` times in a real shell (its output captured): the tracker's
+    records of the runs after the first (the reruns), and the history as text after."""
+    from IPython.utils.capture import capture_output
+
+    from colab_gpu_guard.tracker import format_history, memory_history
+
+    with capture_output():
+        runs = [run_cell(cell).execution_count for _ in range(times)]
+    by_cell = {record.cell: record for record in memory_history()}
+    return [by_cell[run] for run in runs[1:]], format_history(memory_history())

@@ -16,6 +16,7 @@ from IPython.utils.capture import capture_output
 from colab_gpu_guard import tracker
 from colab_gpu_guard.tracker import format_history, memory_history
 from colab_gpu_guard.units import format_bytes
+from tests.records import reruns
 
 torch = pytest.importorskip("torch")
 
@@ -311,11 +312,8 @@ def test_a_list_that_gained_a_string_is_not_named_as_the_holder(ip, run_cell):
         "import torch\nlog = []\n_hidden = []\n"
         "def step():\n    _hidden.append(torch.ones(5_000_000))"
     )
-    cell = "log.append('step done')\nstep()"
-    with capture_output():
-        cells = [run_cell(cell).execution_count for _ in range(3)]
-    history = format_history(memory_history())
-    for record in records(*cells[1:]):
+    flagged, history = reruns(run_cell, "log.append('step done')\nstep()")
+    for record in flagged:
         assert "log" not in record.held_by and "log" not in record.grew, history
     pop(ip, "log", "_hidden", "step")
 
@@ -356,11 +354,8 @@ def test_a_list_a_called_function_fills_is_named_not_the_list_the_cell_names(ip,
         "import torch, weakref\ncache_f = []\nlosses_f = []\n"
         "def step_f():\n    cache_f.append(torch.ones(5_000_000))"
     )
-    cell = "losses_f.append(torch.randn(1)); step_f()"
-    with capture_output():
-        runs = [run_cell(cell).execution_count for _ in range(3)]
-    history = format_history(memory_history())
-    for record in records(*runs[1:]):
+    flagged, history = reruns(run_cell, "losses_f.append(torch.randn(1)); step_f()")
+    for record in flagged:
         assert record.rerun_leak and record.leak_bytes >= X_BYTES - SLACK, history
         assert record.held_by == "`cache_f` (grew by 1 item)", history
         assert record.grew == ("cache_f",)
@@ -394,10 +389,8 @@ def test_a_list_a_function_fills_calls_down_is_named(ip, run_cell, functions, ca
     called function calls are looked into too, each once), and clearing it frees what
     each run kept."""
     run_cell("import torch\ncache_d = []\n" + functions)
-    with capture_output():
-        runs = [run_cell(call).execution_count for _ in range(3)]
-    history = format_history(memory_history())
-    for record in records(*runs[1:]):
+    flagged, history = reruns(run_cell, call)
+    for record in flagged:
         assert record.rerun_leak and record.leak_bytes >= X_BYTES - SLACK, history
         assert record.held_by == "`cache_d` (grew by 1 item)", history
     refs = [weakref.ref(item.untyped_storage()) for item in ip.user_ns["cache_d"]]
@@ -424,11 +417,7 @@ def test_a_holder_that_holds_little_of_the_kept_memory_is_not_named_as_holding_i
         "import torch\nlosses_u = []\nclass Store_u:\n    items = []\n"
         "def step_u():\n    Store_u.items.append(torch.ones(5_000_000))"
     )
-    cell = "losses_u.append(torch.randn(1)); step_u()"
-    with capture_output():
-        runs = [run_cell(cell).execution_count for _ in range(3)]
-    history = format_history(memory_history())
-    flagged = records(*runs[1:])
+    flagged, history = reruns(run_cell, "losses_u.append(torch.randn(1)); step_u()")
     for record in flagged:
         assert record.rerun_leak and record.leak_bytes >= X_BYTES - SLACK, history
         assert record.held_by == (

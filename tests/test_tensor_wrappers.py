@@ -140,9 +140,7 @@ def test_a_rerun_keeping_subclass_tensors_names_their_list(ip, run_cell):
     """torchvision's ``tv_tensors.Image`` is a tensor subclass: a list gaining one per
     rerun holds what each run kept, and the LEAK line names it with its bytes (subclasses
     were not measured: "held by something else"). No subclass code runs."""
-    from IPython.utils.capture import capture_output
-
-    from colab_gpu_guard.tracker import format_history, memory_history
+    from tests.records import reruns
 
     run_cell(
         "import torch\nimages_s = []\nimage_calls_s = []\n"
@@ -152,14 +150,11 @@ def test_a_rerun_keeping_subclass_tensors_names_their_list(ip, run_cell):
         "        image_calls_s.append(func)\n"
         "        return super().__torch_function__(func, types, args, kwargs or {})\n"
     )
-    cell = "images_s.append(torch.ones(5_000_000).as_subclass(Image_s))"
-    with capture_output():
-        runs = [run_cell(cell).execution_count for _ in range(3)]
+    flagged, history = reruns(
+        run_cell, "images_s.append(torch.ones(5_000_000).as_subclass(Image_s))"
+    )
     assert ip.user_ns["image_calls_s"] == []
-    by_cell = {record.cell: record for record in memory_history()}
-    history = format_history(memory_history())
-    for cell_number in runs[1:]:
-        record = by_cell[cell_number]
+    for record in flagged:
         assert record.rerun_leak and record.held_by == "`images_s` (grew by 1 item)", history
     for name in ("images_s", "image_calls_s", "Image_s"):
         ip.user_ns.pop(name, None)

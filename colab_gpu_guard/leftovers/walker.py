@@ -178,6 +178,7 @@ class Walker:
             return
         if depth >= self.max_depth:
             return
+        # `first_entry`, inline: this runs once per container a scan meets
         ident = id(obj)
         first = self.first_visit.get(ident)
         if first is not None:
@@ -294,20 +295,25 @@ class Walker:
             if grad is not None:
                 self.visit(grad, (path, ATTR, "grad"), depth + 1, holder, root)
 
+    def first_entry(self, ident: int, root, path) -> bool:
+        """Whether this is the walk's first entry into the object `ident` (then recorded);
+        met before from another root, that root is an alias of the first."""
+        first = self.first_visit.get(ident)
+        if first is not None:
+            if first[0] != root:
+                self.aliases.append((root, first[1], first[0]))
+            return False
+        self.first_visit[ident] = (root, path)
+        return True
+
     def walk_tensor_attributes(
         self, ident: int, attributes: Optional[dict], slots: list, row: tuple
     ) -> None:
         """A tensor's own attributes and slots (`holders.walk_tensor_attributes`), under
         its row's path, as an object's are; met before from another root: an alias."""
         path, holder, root, depth, _framework = row
-        if depth >= self.max_depth:
+        if depth >= self.max_depth or not self.first_entry(ident, root, path):
             return
-        first = self.first_visit.get(ident)
-        if first is not None:
-            if first[0] != root:
-                self.aliases.append((root, first[1], first[0]))
-            return
-        self.first_visit[ident] = (root, path)
         if attributes:
             self.walk_attributes(attributes, path, depth + 1, holder, root)
         for name, value in slots:
