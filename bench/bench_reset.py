@@ -51,7 +51,7 @@ TENSOR_ELEMENTS = 1_000_000  # 4 MB of float32
 
 def scenario(shell, tensors: int, objects: int) -> list:
     """Reset the shell and rebuild the notebook state; return weakrefs to the hidden tensors."""
-    from colab_gpu_guard import reset
+    from colab_gpu_guard.reset import apply as reset
 
     reset.gpu_reset(shell=shell)
     shell.user_ns.pop("data", None)
@@ -87,7 +87,7 @@ def freed(refs: list) -> int:
 
 def outputs_scenario(shell, outputs: int, elements: int) -> list:
     """A fresh history of `outputs` cells, each showing a tensor; weakrefs to them."""
-    from colab_gpu_guard import reset
+    from colab_gpu_guard.reset import apply as reset
 
     reset.gpu_reset(shell=shell)
     gc.collect()
@@ -104,7 +104,7 @@ def outputs_scenario(shell, outputs: int, elements: int) -> list:
 def outputs_rows(shell, outputs: int, repeats: int) -> list[dict]:
     import torch
 
-    from colab_gpu_guard import reset
+    from colab_gpu_guard.reset import apply as reset
 
     elements = 16_384  # 64 KiB of float32 each
 
@@ -160,7 +160,7 @@ def many_tensors_rows(shell, count: int, repeats: int, full: bool) -> list[dict]
     tensors in one list, vs the gc loop."""
     import torch
 
-    from colab_gpu_guard import reset
+    from colab_gpu_guard.reset import apply as reset
 
     with redirect_stdout(io.StringIO()):
         shell.run_cell(f"many = [torch.zeros(2) for _ in range({count})]", store_history=True)
@@ -249,7 +249,7 @@ def main(argv=None) -> int:
     import torch
     from IPython.core.interactiveshell import InteractiveShell
 
-    from colab_gpu_guard import reset
+    from colab_gpu_guard.reset import apply as reset
 
     shell = InteractiveShell.instance()
     shell.run_line_magic("load_ext", "colab_gpu_guard")

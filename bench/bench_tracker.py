@@ -64,7 +64,7 @@ def measure(objects: int, cells: int, peer_cells: int, repeats: int) -> dict:
     import torch  # noqa: F401
     from IPython.core.interactiveshell import InteractiveShell
 
-    from colab_gpu_guard.tracker import MemoryTracker
+    from colab_gpu_guard.cells.tracker import MemoryTracker
 
     alive = [[n] for n in range(objects)]  # lists are always gc-tracked
     gc.collect()
@@ -165,7 +165,7 @@ def measure(objects: int, cells: int, peer_cells: int, repeats: int) -> dict:
     tracker.close()
     # the output warning's check of a displayed result that holds no arrays (None is one
     # comparison in its hook; a string or a list of numbers costs a type check)
-    from colab_gpu_guard.output_warning import OutputWarning
+    from colab_gpu_guard.cells.output_warning import OutputWarning
 
     warning = OutputWarning()
     plain = ["text", [1, 2, 3]]

@@ -53,7 +53,7 @@ SCRIPTS = {
     """,
     "the tracker's pre_run_cell + post_run_cell alone (us)": """
         import time, types, torch
-        from colab_gpu_guard.tracker import MemoryTracker
+        from colab_gpu_guard.cells.tracker import MemoryTracker
         tracker = MemoryTracker(nvml=False)
         info = types.SimpleNamespace(raw_cell="x = 1\\n")
         result = types.SimpleNamespace(execution_count=1)

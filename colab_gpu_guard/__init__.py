@@ -64,13 +64,13 @@ _EXPORTS = {
     "classify": "advisor",
     "GpuStatus": "status",
     "gpu_status": "status",
-    "ReleaseReport": "release_report",
+    "ReleaseReport": "reset",
     "gpu_reset": "reset",
     "Leftover": "leftovers",
-    "find_leftovers": "leftovers",
-    "CellMemory": "tracker",
-    "format_history": "history_text",
-    "memory_history": "tracker",
+    "find_leftovers": "cells.notebook_leftovers",
+    "CellMemory": "cells.tracker",
+    "format_history": "cells.history_text",
+    "memory_history": "cells.tracker",
     "panel": "ipython.panel",
 }
 

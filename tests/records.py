@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
+from colab_gpu_guard.cells.tracker import CellMemory
 from colab_gpu_guard.leftovers import Leftover
-from colab_gpu_guard.tracker import CellMemory
 
 
 def cell_memory(**fields) -> CellMemory:
@@ -44,7 +44,7 @@ def reruns(run_cell, cell: str, times: int = 3) -> tuple[list[CellMemory], str]:
     records of the runs after the first (the reruns), and the history as text after."""
     from IPython.utils.capture import capture_output
 
-    from colab_gpu_guard.tracker import format_history, memory_history
+    from colab_gpu_guard.cells.tracker import format_history, memory_history
 
     with capture_output():
         runs = [run_cell(cell).execution_count for _ in range(times)]

@@ -1275,17 +1275,17 @@ def test_oom_names_the_biggest_holders_grouped_by_variable(monkeypatch, no_nvml)
     not nine rows of one list's items; every name escaped in HTML."""
     torch = pytest.importorskip("torch")
 
-    from colab_gpu_guard import leftovers
+    from colab_gpu_guard.cells import notebook_leftovers
 
     calls = []
-    real = leftovers.find_leftovers
+    real = notebook_leftovers.find_leftovers
 
     def find_leftovers(device=None, namespace=None, deep=False, budget_s=None):
         calls.append(device)
         assert budget_s == 2.0  # the advisor bounds its scan
         return real(namespace=namespace)  # CPU tensors stand in for the CUDA ones
 
-    monkeypatch.setattr(leftovers, "find_leftovers", find_leftovers)
+    monkeypatch.setattr(notebook_leftovers, "find_leftovers", find_leftovers)
     namespace = {
         "<b>model</b>": torch.nn.Linear(64, 32),
         "many": [torch.zeros(4) for _ in range(1000)],
@@ -1307,7 +1307,7 @@ def test_oom_names_the_cells_that_kept_cuda_memory_again_on_rerun(ip, monkeypatc
     """A CUDA OOM after a cell kept memory again on each rerun: the advice says which
     cells and what holds their earlier results (the tracker's judgement), first among the
     fixes; host-memory leaks and a namespace that is not the notebook's are left out."""
-    from colab_gpu_guard import tracker
+    from colab_gpu_guard.cells import tracker
     from tests.records import cell_memory
 
     held = "`losses` (grew by 1 autograd graph, 8 MiB saved)"

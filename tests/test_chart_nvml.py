@@ -14,7 +14,8 @@ import types
 
 import pytest
 
-from colab_gpu_guard import nvml, tracker
+from colab_gpu_guard import nvml
+from colab_gpu_guard.cells import tracker
 from colab_gpu_guard.status import chart, gpu_status
 from colab_gpu_guard.units import format_bytes, signed_bytes
 from tests import fake_pynvml

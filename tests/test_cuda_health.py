@@ -251,9 +251,9 @@ def test_a_real_fork_during_a_synchronise_starts_clean(fake_torch):
 
 def test_panel_free_memory_on_a_busy_gpu_says_wait_not_restart(ip, fake_torch, monkeypatch):
     pytest.importorskip("ipywidgets")
-    from colab_gpu_guard import reset
     from colab_gpu_guard.ipython import panel as panel_module
     from colab_gpu_guard.ipython.panel.actions import BUSY_MESSAGE
+    from colab_gpu_guard.reset import apply as reset
 
     stub = fake_torch()
     monkeypatch.setattr(reset, "SYNC_TIMEOUT_S", 0.1)
@@ -295,7 +295,8 @@ def test_gpu_busy_gpu_is_busy_then_ok_and_reset_says_wait_not_restart():
         CUDA_PRELUDE
         + """
 from IPython.utils.capture import capture_output
-from colab_gpu_guard import cuda_health, reset
+from colab_gpu_guard import cuda_health
+from colab_gpu_guard.reset import apply as reset
 queue_seconds(3.0)
 probe = cuda_health.health(probe=True, timeout=0.5)
 plain = cuda_health.health()
@@ -338,7 +339,8 @@ import json, os, sys, tempfile, time
 import torch
 torch.zeros(1, device="cuda")
 torch.cuda.synchronize()
-from colab_gpu_guard import cuda_health, reset, status
+from colab_gpu_guard import cuda_health, status
+from colab_gpu_guard.reset import apply as reset
 out = tempfile.mktemp(suffix=".json")
 pid = os.fork()
 if pid == 0:

@@ -292,7 +292,7 @@ def kept(tensor):
 
 @pytest.fixture
 def shell(ip, run_cell):
-    from colab_gpu_guard import reset
+    from colab_gpu_guard.reset import apply as reset
 
     reset.gpu_reset(shell=ip)
     result = run_cell(WATCHED_MODEL)
@@ -328,7 +328,7 @@ def test_gpu_reset_of_an_output_with_a_graph_expects_what_it_releases(shell, run
 
 
 def test_gpu_reset_of_a_list_of_losses_expects_what_it_releases(shell, run_cell):
-    from colab_gpu_guard import reset
+    from colab_gpu_guard.reset import apply as reset
 
     result = run_cell(f"outs = [kept(model(torch.randn({ROWS}, {WIDTH})).sum()) for _ in range(3)]")
     assert result.error_in_exec is None

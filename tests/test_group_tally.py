@@ -13,7 +13,6 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
-from colab_gpu_guard import reset  # noqa: E402
 from colab_gpu_guard.leftovers import find_leftovers  # noqa: E402
 from colab_gpu_guard.leftovers.groups import group_leftovers, kind_of  # noqa: E402
 from colab_gpu_guard.leftovers.tally import (  # noqa: E402
@@ -24,6 +23,7 @@ from colab_gpu_guard.leftovers.tally import (  # noqa: E402
     run_starts,
     tally_roots,
 )
+from colab_gpu_guard.reset import apply as reset  # noqa: E402
 from colab_gpu_guard.units import OUTPUT_HISTORY, USER_VARIABLE  # noqa: E402
 
 

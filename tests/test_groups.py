@@ -11,13 +11,14 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
-from colab_gpu_guard import advisor, reset  # noqa: E402
+from colab_gpu_guard import advisor
 from colab_gpu_guard.leftovers import find_leftovers  # noqa: E402
 from colab_gpu_guard.leftovers.groups import (  # noqa: E402
     UNNAMED,
     group_leftovers,
     root_of,
 )
+from colab_gpu_guard.reset import apply as reset  # noqa: E402
 from colab_gpu_guard.status import GpuStatus  # noqa: E402
 
 SETUP = (

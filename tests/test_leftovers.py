@@ -23,13 +23,13 @@ try:
 except ImportError:  # the minimal environment
     np = None
 
-from colab_gpu_guard import reset  # noqa: E402
 from colab_gpu_guard.leftovers import (  # noqa: E402
     HOLDERS,
     Leftover,
     LeftoverList,
     find_leftovers,
 )
+from colab_gpu_guard.reset import apply as reset  # noqa: E402
 from tests.conftest import flush_output_history  # noqa: E402
 
 
@@ -337,7 +337,8 @@ def test_core_modules_import_no_framework_and_no_ipython():
     root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
     code = (
         "import sys\n"
-        "from colab_gpu_guard import leftovers, reset, tracker\n"
+        "from colab_gpu_guard import leftovers, reset\n"
+        "from colab_gpu_guard.cells import tracker\n"
         "leftovers.find_leftovers(namespace={'x': 1}, deep=True)\n"
         "reset.gpu_reset(namespace={'x': 1}, dry_run=True)\n"
         "tracker.format_history(tracker.memory_history())\n"

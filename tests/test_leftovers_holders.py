@@ -380,7 +380,7 @@ def test_a_scan_that_runs_out_of_time_says_what_it_did_not_search(monkeypatch):
 
 
 def test_gpu_status_and_gpu_reset_say_when_their_scan_ran_out_of_time(ip, run_cell, monkeypatch):
-    from colab_gpu_guard import reset
+    from colab_gpu_guard.reset import apply as reset
     from colab_gpu_guard.status import collect
 
     # what earlier tests left in the shell would take the fake clock's first ticks

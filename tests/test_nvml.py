@@ -626,7 +626,7 @@ def test_gpu_reset_reports_the_same_figure_and_says_which(fake, v2):
 def test_the_per_cell_history_records_the_same_figure_and_says_which(fake, v2):
     import types
 
-    from colab_gpu_guard.tracker import MemoryTracker, format_history
+    from colab_gpu_guard.cells.tracker import MemoryTracker, format_history
 
     world = fake_pynvml.two_gpus()
     if not v2:

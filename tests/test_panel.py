@@ -672,7 +672,7 @@ def test_refresh_button_takes_a_new_snapshot(ip, show):
 
 
 def test_free_memory_button_releases_output_history(ip, run_cell, show, torch):
-    pytest.importorskip("colab_gpu_guard.reset")
+    pytest.importorskip("colab_gpu_guard.reset.apply")
     run_cell("import torch, weakref")
     result = run_cell("torch.ones(512, 1024) * 3")  # the result lands in Out / _ / _N
     probe = weakref.ref(result.result)
@@ -693,7 +693,7 @@ def test_free_memory_button_releases_output_history(ip, run_cell, show, torch):
 
 
 def test_free_memory_never_deletes_user_variables(ip, run_cell, show, torch):
-    pytest.importorskip("colab_gpu_guard.reset")
+    pytest.importorskip("colab_gpu_guard.reset.apply")
     run_cell("import torch\nkept_by_user = torch.ones(128)")
     instance = show()
     instance.free_button.click()
@@ -705,13 +705,13 @@ def test_failing_free_shows_the_error_in_the_panel(ip, show, monkeypatch):
     instance = show()
     tracebacks = []
     monkeypatch.setattr(ip, "showtraceback", lambda *a, **k: tracebacks.append(a))
-    fake_reset = types.ModuleType("colab_gpu_guard.reset")
+    fake_reset = types.ModuleType("colab_gpu_guard.reset.apply")
 
     def gpu_reset(*names, **kwargs):
         raise RuntimeError("CUDA error: " + HOSTILE)
 
     fake_reset.gpu_reset = gpu_reset
-    monkeypatch.setitem(sys.modules, "colab_gpu_guard.reset", fake_reset)
+    monkeypatch.setitem(sys.modules, "colab_gpu_guard.reset.apply", fake_reset)
     instance.free_button.click()
     assert tracebacks == []
     assert "Free memory failed: RuntimeError: CUDA error:" in instance.message.value
@@ -726,14 +726,14 @@ def test_free_passes_no_all_and_shows_the_summary(ip, show, monkeypatch):
         def __str__(self):
             return "gpu_reset: freed 3.00 MiB\n  Out[3] cleared"
 
-    fake_reset = types.ModuleType("colab_gpu_guard.reset")
+    fake_reset = types.ModuleType("colab_gpu_guard.reset.apply")
 
     def gpu_reset(*names, **kwargs):
         seen["names"], seen["kwargs"] = names, kwargs
         return Report()
 
     fake_reset.gpu_reset = gpu_reset
-    monkeypatch.setitem(sys.modules, "colab_gpu_guard.reset", fake_reset)
+    monkeypatch.setitem(sys.modules, "colab_gpu_guard.reset.apply", fake_reset)
     instance.free_button.click()
     assert seen == {"names": (), "kwargs": {"shell": ip}}
     assert "gpu_reset: freed 3.00 MiB" in instance.message.value
@@ -895,7 +895,7 @@ def test_history_chart_on_cpu_draws_host_memory_changes(show):
 
 
 def test_history_from_the_real_tracker(ip, run_cell, show, torch):
-    pytest.importorskip("colab_gpu_guard.tracker")
+    pytest.importorskip("colab_gpu_guard.cells.tracker")
     instance = show()
     # as in a fresh kernel: freed heap goes back to the system, so a keep grows the RSS
     run_cell(
@@ -973,7 +973,7 @@ def test_what_the_panels_refresh_allocates_is_charged_to_no_cell(ip, run_cell, s
     """The refresh after a cell runs between two cells; what it keeps (here 32 MB,
     written so it is resident) must not appear as the next cell's growth in the chart
     (it did: the next cell started from the last cell's reading)."""
-    from colab_gpu_guard import tracker
+    from colab_gpu_guard.cells import tracker
     from colab_gpu_guard.status import chart
 
     instance = show()

@@ -13,8 +13,8 @@ from contextlib import contextmanager
 import pytest
 from IPython.utils.capture import capture_output
 
-from colab_gpu_guard import tracker
-from colab_gpu_guard.tracker import format_history, memory_history
+from colab_gpu_guard.cells import tracker
+from colab_gpu_guard.cells.tracker import format_history, memory_history
 from colab_gpu_guard.units import format_bytes
 from tests.records import reruns
 
@@ -230,7 +230,8 @@ def test_a_container_that_grew_on_a_flagged_rerun_is_listed_before_ordinary_stat
     """``rows.append(torch.ones(...))`` rerun: `rows` holds what the user did not mean to
     keep, so the leftovers list shows it with the hidden holders, before a bigger tensor the
     user keeps on purpose, in the text, the JSON and the reset's list alike."""
-    from colab_gpu_guard import gpu_reset, tracker
+    from colab_gpu_guard import gpu_reset
+    from colab_gpu_guard.cells import tracker
     from colab_gpu_guard.leftovers import find_leftovers
 
     run_cell("import torch\nrows_g = []\nstate_g = torch.ones(8_000_000)")
@@ -322,7 +323,7 @@ def test_the_resets_note_names_only_the_holders_still_there(ip, run_cell):
     """Rerun leaks held by a list and by the output history: a dry run's note recalls both;
     the reset that drops the list and the output history keeps the flagged cells in its
     note but names neither holder (they hold nothing now), and so does a later reset."""
-    from colab_gpu_guard import rerun_notes
+    from colab_gpu_guard.cells import past_leaks as rerun_notes
 
     run_cell("import torch\nkept_n = []")
     cell = "kept_n.append(torch.ones(5_000_000))\ntorch.ones(1_000_000)"
@@ -409,7 +410,8 @@ def test_a_holder_that_holds_little_of_the_kept_memory_is_not_named_as_holding_i
     is found): reads are made cheap here, as on a heap that is not fragmented (a costly
     read on a fragmented heap leaves the resident size, which a reused block does not
     move)."""
-    from colab_gpu_guard import gpu_reset, rerun_notes
+    from colab_gpu_guard import gpu_reset
+    from colab_gpu_guard.cells import past_leaks as rerun_notes
 
     monkeypatch.setattr(tracker.active_tracker(ip)._reruns.malloc, "cheap_read_s", 1e9)
 
@@ -439,7 +441,7 @@ def test_a_holder_that_holds_little_of_the_kept_memory_is_not_named_as_holding_i
 
 
 def test_holder_items_splits_a_leak_lines_holders():
-    from colab_gpu_guard.rerun_notes import holder_items
+    from colab_gpu_guard.cells.past_leaks import holder_items
 
     text = (
         "`losses` (grew by 5 autograd graphs, 480 MiB saved), `Out[3]` (output history), "
@@ -461,7 +463,8 @@ def test_a_dry_run_names_what_earlier_failed_runs_tracebacks_hold(ip, run_cell, 
     """Three failed runs of one cell: the last error is counted in the estimate; the two
     before it are in reference cycles no name reaches, so the estimate leaves them out and
     a note says what they hold (their bytes: the storages that die in the real reset)."""
-    from colab_gpu_guard import failed_runs, gpu_reset
+    from colab_gpu_guard import gpu_reset
+    from colab_gpu_guard.cells import failed_runs
 
     run_cell("import torch, weakref\ncycle_refs = []")
     cell = (

@@ -51,7 +51,7 @@ from IPython.utils.capture import capture_output
 
 ip = start_ipython()
 ip.run_line_magic("load_ext", "colab_gpu_guard")
-from colab_gpu_guard import tracker as engine
+from colab_gpu_guard.cells import tracker as engine
 
 check = engine.active_tracker()._reruns
 MODE, KEEPS, INNOCENT = {mode!r}, {keeps!r}, {innocent!r}
@@ -105,7 +105,7 @@ print("\\nRESULT" + json.dumps({{  # on a line of its own: IPython 7 may set the
 
 @pytest.mark.parametrize("mode", ["malloc read", "fragmented heap", "no malloc figure"])
 def test_a_keep_the_heap_reuses_is_flagged_on_the_second_run(mode):
-    from colab_gpu_guard.cell_reruns import CHEAP_READ_S
+    from colab_gpu_guard.cells.reruns import CHEAP_READ_S
 
     env = dict(os.environ, MALLOC_MMAP_THRESHOLD_=str(64 * MiB), MALLOC_TRIM_THRESHOLD_=str(2**30))
     code = CHILD.format(mode=mode, keeps=KEEPS, innocent=INNOCENT)

@@ -18,8 +18,9 @@ from IPython.utils.capture import capture_output
 
 torch = pytest.importorskip("torch")
 
-from colab_gpu_guard import cuda_health, notebook_refs, reset  # noqa: E402
+from colab_gpu_guard import cuda_health, notebook_refs
 from colab_gpu_guard.leftovers import find_leftovers  # noqa: E402
+from colab_gpu_guard.reset import apply as reset  # noqa: E402
 from tests.test_cuda_health import fake_torches  # noqa: E402
 
 N = 250_000  # 1 MB of float32 per tensor

@@ -12,7 +12,7 @@ from IPython.utils.capture import capture_output
 
 torch = pytest.importorskip("torch")
 
-from colab_gpu_guard import reset  # noqa: E402
+from colab_gpu_guard.reset import apply as reset  # noqa: E402
 from colab_gpu_guard.units import format_bytes  # noqa: E402
 
 MIB = 2**20
@@ -159,7 +159,7 @@ def test_a_tensor_only_a_reference_cycle_held_shows_as_host_memory_freed(ip, run
     no array is counted released, but gc.collect() frees it and the report shows host
     memory in use falling by it (malloc's figure; skipped where glibc's is missing)."""
     from colab_gpu_guard import host_memory
-    from colab_gpu_guard.reset import gpu_reset
+    from colab_gpu_guard.reset.apply import gpu_reset
 
     if host_memory.MallocInUse().read() is None:
         pytest.skip("needs glibc's mallinfo2")

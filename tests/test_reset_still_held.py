@@ -15,9 +15,9 @@ from IPython.utils.capture import capture_output
 
 torch = pytest.importorskip("torch")
 
-from colab_gpu_guard import reset  # noqa: E402
 from colab_gpu_guard.leftovers import dropping, find_leftovers, scan  # noqa: E402
 from colab_gpu_guard.notebook_refs import VARIABLE, RootKey  # noqa: E402
+from colab_gpu_guard.reset import apply as reset  # noqa: E402
 
 N = 250_000  # 1 MB of float32
 

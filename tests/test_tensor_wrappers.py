@@ -125,7 +125,7 @@ def test_dtensor_counts_its_local_shard_held_in_a_slot():
 def test_a_displayed_wrapper_is_measured_by_its_inner_tensors():
     """The line under a result that keeps memory measures a wrapper by its inner tensors
     (its shown float32 size would be 4x the int8 weight's; 0 would hide it)."""
-    from colab_gpu_guard.output_warning import held_arrays
+    from colab_gpu_guard.cells.output_warning import held_arrays
 
     data, scale = torch.zeros(1024, 1024, dtype=torch.int8), torch.ones(1024)
     w = Int8Weight(data, scale)

@@ -15,9 +15,9 @@ from IPython.utils.capture import capture_output
 
 torch = pytest.importorskip("torch")
 
-from colab_gpu_guard import reset  # noqa: E402
 from colab_gpu_guard.frameworks import torch_compile  # noqa: E402
 from colab_gpu_guard.leftovers import find_leftovers  # noqa: E402
+from colab_gpu_guard.reset import apply as reset  # noqa: E402
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 N = 250_000  # 1 MB of float32

@@ -10,11 +10,12 @@ import pytest
 from IPython.core.error import UsageError
 from IPython.utils.capture import capture_output
 
-from colab_gpu_guard import host_memory, nvml, tracker
-from colab_gpu_guard.cell_peaks import AT_LEAST, AT_MOST, EXACT, cell_peak, device_peak_bounds
+from colab_gpu_guard import host_memory, nvml
+from colab_gpu_guard.cells import tracker
+from colab_gpu_guard.cells.peaks import AT_LEAST, AT_MOST, EXACT, cell_peak, device_peak_bounds
+from colab_gpu_guard.cells.tracker import CellMemory, MemoryTracker, format_history, memory_history
 from colab_gpu_guard.frameworks import torch as torch_support
 from colab_gpu_guard.frameworks.torch import AllocatorStats
-from colab_gpu_guard.tracker import CellMemory, MemoryTracker, format_history, memory_history
 from colab_gpu_guard.units import format_bytes, signed_bytes
 from tests.records import cell_memory
 
@@ -452,8 +453,8 @@ def test_gpu_history_reset_peaks_is_opt_in_and_says_what_it_changes(ip, run_cell
 def test_host_noise_floor_is_measured_in_this_process():
     """The floor is what host memory grew by while an innocent step only rebound buffers
     and dropped a temporary: twice that, at least one arena; measured once, on first use."""
-    from colab_gpu_guard import host_noise
-    from colab_gpu_guard.cell_reruns import RerunLeakCheck
+    from colab_gpu_guard.cells import host_noise
+    from colab_gpu_guard.cells.reruns import RerunLeakCheck
 
     check = RerunLeakCheck(10)
     assert check._floor is None  # not measured on creation (nor on the per-cell path)
@@ -574,7 +575,7 @@ def test_an_output_kept_each_run_is_named_as_the_holder(ip, run_cell):
         assert record.rerun_leak, format_history(memory_history())
         assert record.held_by == f"`Out[{previous}]` (output history)"
         assert record.leak_bytes >= 6_000_000 * 4  # the tensor Out[previous] holds
-    from colab_gpu_guard.reset import gpu_reset
+    from colab_gpu_guard.reset.apply import gpu_reset
 
     note = f"[{runs[-1]}] `Out[{runs[-2]}]` (output history)"
     dry = gpu_reset(dry_run=True)
@@ -633,7 +634,7 @@ def _output_warning(ip):
 
 
 def test_parse_threshold_sizes_and_bad_input():
-    from colab_gpu_guard.output_warning import parse_threshold
+    from colab_gpu_guard.cells.output_warning import parse_threshold
 
     assert parse_threshold("256MiB") == 256 * MiB
     assert parse_threshold(" 1.5 GiB ") == GiB + GiB // 2
@@ -766,8 +767,8 @@ def test_a_cuda_keep_freed_by_a_cell_in_between_flags_the_rerun_only_if_found_he
     MiB again. The first run's keep may be what was freed, so the rerun is flagged only
     where its objects are found held; a rerun with nothing freed since is flagged on the
     figures."""
-    from colab_gpu_guard.cell_reruns import RerunLeakCheck
-    from colab_gpu_guard.rerun_holders import NOTHING, Holding
+    from colab_gpu_guard.cells.rerun_holders import NOTHING, Holding
+    from colab_gpu_guard.cells.reruns import RerunLeakCheck
 
     check = RerunLeakCheck(maxlen=10)
     check.malloc.enabled = False  # no host figures: only the CUDA changes are judged
@@ -801,9 +802,9 @@ def test_a_host_keep_a_cell_in_between_may_have_freed_unseen_flags_only_if_found
     (exact). That cell may have freed the first run's keep unseen, so the rerun is flagged
     only where the first run's objects are found held; with an exact figure for every
     cell since, it is flagged on the figures."""
-    from colab_gpu_guard import host_noise
-    from colab_gpu_guard.cell_reruns import RerunLeakCheck
-    from colab_gpu_guard.rerun_holders import Holding
+    from colab_gpu_guard.cells import host_noise
+    from colab_gpu_guard.cells.rerun_holders import Holding
+    from colab_gpu_guard.cells.reruns import RerunLeakCheck
 
     check = RerunLeakCheck(maxlen=10)
     check._floor = host_noise.NoiseFloor(2 * MiB, 2 * MiB, MiB, MiB)

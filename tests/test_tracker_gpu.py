@@ -9,7 +9,7 @@ import os
 
 import pytest
 
-from colab_gpu_guard import tracker
+from colab_gpu_guard.cells import tracker
 from tests.child import run_python
 
 pytestmark = pytest.mark.gpu

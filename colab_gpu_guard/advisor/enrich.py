@@ -37,12 +37,7 @@ from .kinds import (
     STICKY_ERROR,
     STICKY_ERROR_ELSEWHERE,
 )
-from .machine import (
-    arch_supports,
-    driver_facts,
-    gpu_processes,
-    torch_arch_list,
-)
+from .machine import arch_supports, driver_facts, gpu_processes, torch_arch_list
 
 # ---------------------------------------------------------------- facts from this process
 
@@ -59,12 +54,10 @@ def _context_usable() -> bool:
 def _leftover_holders(namespace: Optional[dict], device: Optional[str], limit: int = 5) -> Any:
     """The biggest holders of leftover arrays, by the variable (or hidden holder: output
     history, a traceback) that holds them, from colab_gpu_guard.leftovers when present."""
+    from ..cells.notebook_leftovers import find_leftovers
+
     try:
-        from .. import leftovers
-    except Exception:
-        return None
-    try:
-        found = leftovers.find_leftovers(device=device, namespace=namespace, budget_s=2.0)
+        found = find_leftovers(device=device, namespace=namespace, budget_s=2.0)
         groups = found.groups() if found else []
     except Exception:
         return None
@@ -114,7 +107,8 @@ def _rerun_leaks_on_cuda(diagnosis: Diagnosis, namespace: Optional[dict]) -> Non
     """The cells of this notebook that kept CUDA memory again each time they were rerun,
     and what holds it (the tracker's judgement): the commonest cause of an out-of-memory
     error on a cell's second run."""
-    from .. import notebook_refs, rerun_notes, tracker
+    from .. import notebook_refs
+    from ..cells import past_leaks, tracker
 
     shell, user_ns = notebook_refs.resolve_namespace(None, namespace)
     if shell is None:
@@ -124,7 +118,7 @@ def _rerun_leaks_on_cuda(diagnosis: Diagnosis, namespace: Optional[dict]) -> Non
         return
     diagnosis.facts["kept again on rerun"] = "; ".join(
         f"{cells} held by {holder}" if holder else cells
-        for cells, holder in rerun_notes.holders_now(leaks, shell, user_ns)
+        for cells, holder in past_leaks.holders_now(leaks, shell, user_ns)
     )
     diagnosis.fixes.insert(
         0,

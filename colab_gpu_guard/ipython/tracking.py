@@ -1,15 +1,15 @@
 """The tracker's event wiring: record every cell of a shell through IPython's
 ``pre_run_cell`` / ``post_run_cell`` until `%unload_ext` (the engine is
-`colab_gpu_guard.tracker`), and the warning line under a result that keeps much accelerator
-memory in the output history (`colab_gpu_guard.output_warning`)."""
+`colab_gpu_guard.cells.tracker`), and the warning line under a result that keeps much accelerator
+memory in the output history (`colab_gpu_guard.cells.output_warning`)."""
 
 from __future__ import annotations
 
 import sys
 from typing import TYPE_CHECKING, Any, NamedTuple
 
-from .. import tracker as engine
-from ..output_warning import OutputWarning
+from ..cells import tracker as engine
+from ..cells.output_warning import OutputWarning
 
 if TYPE_CHECKING:
     from .registration import Registration

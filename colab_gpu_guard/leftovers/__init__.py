@@ -42,10 +42,11 @@ from .groups import LeftoverGroup, LeftoverGroups
 from .html import leftovers_html
 from .naming import MAX_SHARED_NAMES
 from .records import DeviceGap, Leftover, LeftoverList
-from .scan import Group, Scan, find_leftovers, group_refs, scan
+from .scan import DEFAULT_BUDGET_S, Group, Scan, find_leftovers, group_refs, scan
 from .walker import DEFAULT_MAX_DEPTH
 
 __all__ = [
+    "DEFAULT_BUDGET_S",
     "DEFAULT_MAX_DEPTH",
     "HOLDERS",
     "MAX_SHARED_NAMES",

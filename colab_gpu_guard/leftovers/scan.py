@@ -229,12 +229,14 @@ def scan(
     budget_s: Optional[float] = DEFAULT_BUDGET_S,
     variables_only: bool = False,
     without: frozenset = frozenset(),
+    grown_on_rerun: frozenset = frozenset(),
 ) -> Scan:
     """The scan behind ``find_leftovers``; ``keep_refs`` keeps a weakref per reference;
     ``budget_s``: seconds the walk may take (None: no limit); ``variables_only``: walk
     `namespace`'s variables alone (not the output history, the last exception, the
     debugger or torch.compile's graphs); ``without``: root keys not walked from (what a
-    dry run's drop would leave)."""
+    dry run's drop would leave); ``grown_on_rerun``: the user's containers that grew on a
+    rerun flagged as a leak (the cell engine knows them: `cells.tracker.grown_for`)."""
     shell, namespace = notebook_refs.resolve_namespace(shell, namespace)
     # The walk builds many small tuples and no cycles: keep the cyclic collector from
     # running over every live object again and again meanwhile, and over the scan's own
@@ -253,6 +255,7 @@ def scan(
                 budget_s,
                 variables_only,
                 without,
+                grown_on_rerun,
             )
     finally:
         if collecting:
@@ -260,7 +263,7 @@ def scan(
 
 
 def _scan(
-    shell, namespace, device, deep, max_depth, keep_refs, budget_s, variables_only, without
+    shell, namespace, device, deep, max_depth, keep_refs, budget_s, variables_only, without, grown
 ) -> Scan:
     walker = Walker(max_depth=max_depth, keep_refs=keep_refs, budget_s=budget_s)
     found = walker.found
@@ -305,21 +308,10 @@ def _scan(
     # the cache of each type met keeps those classes alive, and a class its attributes:
     # gpu_reset's gc.collect() runs while it holds this scan
     walker.kinds.clear()
-    grown = _grown_on_rerun(shell)
     listing = functools.partial(
         _listing, walker, names, root_types, notes, unfinished, device, deep, grown
     )
     return Scan(walker, roots, root_types, notes, unfinished, deep, grown, listing)
-
-
-def _grown_on_rerun(shell) -> frozenset:
-    """The shell's containers that grew on a rerun flagged as a leak (its tracker's):
-    listed with the holders the user did not knowingly keep; none outside a shell."""
-    if shell is None:
-        return frozenset()
-    from .. import tracker  # the tracker, not this walk, knows the cells' runs
-
-    return tracker.grown_on_rerun(shell)
 
 
 def _listing(
@@ -390,6 +382,7 @@ def find_leftovers(
     shell: Any = None,
     max_depth: int = DEFAULT_MAX_DEPTH,
     budget_s: Optional[float] = DEFAULT_BUDGET_S,
+    grown_on_rerun: frozenset = frozenset(),
 ) -> LeftoverList:
     """Arrays still alive, by the name a user would type to reach them; biggest first.
 
@@ -408,6 +401,9 @@ def find_leftovers(
         what was found so far, ``complete`` is False, and ``unfinished`` (and a note) name
         the containers not searched to the end (``big_list: 1,000,000 items, 37%
         searched``).
+    grown_on_rerun: the user's containers that grew on a rerun flagged as a leak, listed
+        with the holders the user did not knowingly keep (``colab_gpu_guard.find_leftovers``
+        passes the notebook's own).
 
     Each entry is one block of memory (views and aliases deduplicated; the other names in
     ``shared_with``). Nothing is imported, changed or kept alive.
@@ -427,4 +423,5 @@ def find_leftovers(
         shell=shell,
         max_depth=max_depth,
         budget_s=budget_s,
+        grown_on_rerun=grown_on_rerun,
     ).leftovers

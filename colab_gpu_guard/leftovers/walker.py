@@ -61,13 +61,7 @@ from .naming import (
     key_text,
 )
 from .plain import all_plain
-from .readers import (
-    BASE_ITER,
-    instance_dict,
-    own_attribute,
-    slot_values,
-    tensor_readers,
-)
+from .readers import BASE_ITER, instance_dict, own_attribute, slot_values, tensor_readers
 
 DEFAULT_MAX_DEPTH = 10
 CHUNK = 2048  # items checked in bulk at a time; the time budget is looked at between them

@@ -21,7 +21,7 @@ from . import theme
 from .html import escape as _e
 
 if TYPE_CHECKING:
-    from ..tracker import CellMemory
+    from ..cells.tracker import CellMemory
     from .snapshot import GpuStatus
 
 CUDA_MEASURE = "CUDA allocated"

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import dataclasses
 import heapq
-import importlib
 import os
 import platform
 import sys
@@ -264,10 +263,8 @@ def _devices_with_context(
 
 
 def _leftovers(namespace: Optional[dict[str, Any]], top: int) -> dict[str, Any]:
-    try:
-        from ..leftovers import find_leftovers
-    except ImportError as error:
-        return {"leftovers_note": f"not available (colab_gpu_guard.leftovers: {error})"}
+    from ..cells.notebook_leftovers import find_leftovers
+
     try:
         found = find_leftovers(namespace=namespace, budget_s=LEFTOVERS_BUDGET_S)
     except Exception as error:
@@ -334,19 +331,9 @@ def _nbytes(item: Any) -> int:
 
 
 def _history(limit: int) -> dict[str, Any]:
-    try:
-        tracker = importlib.import_module("..tracker", __package__)
-    except ImportError as error:
-        return {"history_note": f"not available (colab_gpu_guard.tracker: {error})"}
-    try:
-        tail = getattr(tracker, "history_tail", None)
-        if tail is not None:  # only the shown cells become records
-            cells, total = tail(max(0, limit))
-        else:
-            cells = list(tracker.memory_history())
-            total = len(cells)
-    except Exception as error:
-        return {"history_note": f"could not be read: {type(error).__name__}: {error}"}
+    from ..cells import tracker
+
+    cells, total = tracker.history_tail(max(0, limit))  # only the shown cells become records
     records = tuple(cells[-limit:]) if limit > 0 else ()
     note = None if records else "no cells recorded yet"
     if total > len(records):

@@ -18,8 +18,8 @@ from ..units import USER_VARIABLE, format_bytes, signed_bytes
 from .text import host_ram
 
 if TYPE_CHECKING:
+    from ..cells.tracker import CellMemory
     from ..nvml import MigInstance, NvmlDevice
-    from ..tracker import CellMemory
     from .snapshot import GpuStatus
 
 # The parts of a GPU's memory as the compact line names them: unlisted is used memory NVML

@@ -11,12 +11,12 @@ import json
 from dataclasses import dataclass
 from typing import Any, Optional
 
+from ..cells.tracker import CellMemory
 from ..leftovers.groups import LeftoverGroup
 from ..leftovers.records import Leftover
 from ..nvml import NvmlSnapshot
 from ..serialize import from_versioned, to_data
 from ..serialize import json_schema as _json_schema
-from ..tracker import CellMemory
 from .html import render_html
 from .text import render_text
 

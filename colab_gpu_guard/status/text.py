@@ -7,14 +7,14 @@ import time
 from typing import TYPE_CHECKING, Any, Optional
 
 from .. import cuda_health
-from ..history_text import leak_text
+from ..cells.history_text import leak_text
 from ..nvml import INCLUDES_RESERVED, V1, MigInstance, NvmlDevice, NvmlProcess
 from ..units import NA, format_bytes
 
 if TYPE_CHECKING:
+    from ..cells.tracker import CellMemory
     from ..leftovers.groups import LeftoverGroups
     from ..leftovers.records import Leftover
-    from ..tracker import CellMemory
     from .snapshot import DeviceMemory, GpuStatus, HostInfo
 
 

@@ -14,8 +14,8 @@ from .base import GuardMagics, usage_error
 if TYPE_CHECKING:
     from IPython.core.interactiveshell import InteractiveShell
 
-    from ...output_warning import OutputWarning
-    from ...tracker import MemoryTracker
+    from ...cells.output_warning import OutputWarning
+    from ...cells.tracker import MemoryTracker
     from ..registration import Registration
 
 GPU_HISTORY_USAGE = "%gpu_history [--limit N] [--reset-peaks on|off] [--warn-output SIZE|off]"
@@ -103,7 +103,7 @@ class HistoryMagics(GuardMagics):
         From code: ``colab_gpu_guard.memory_history()`` (dataclasses) and
         ``colab_gpu_guard.format_history(...)``.
         """
-        from ...history_text import format_history
+        from ...cells.history_text import format_history
 
         failure = None
         try:
@@ -112,7 +112,7 @@ class HistoryMagics(GuardMagics):
             failure = usage_error(error, GPU_HISTORY_USAGE)
             negative = _NEGATIVE_SIZE.search(line)
             if negative:  # argparse took "-1MiB" for an option: "expected one argument"
-                from ...output_warning import SIZE_FORM
+                from ...cells.output_warning import SIZE_FORM
 
                 failure = usage_error(
                     ValueError(f"--warn-output takes {SIZE_FORM}, not {negative.group(1)!r}"),
@@ -123,7 +123,7 @@ class HistoryMagics(GuardMagics):
         if args.limit is not None and args.limit < 0:
             raise usage_error(ValueError("--limit must be 0 or more"), GPU_HISTORY_USAGE)
         if args.warn_output is not None:
-            from ...output_warning import parse_threshold
+            from ...cells.output_warning import parse_threshold
 
             try:
                 threshold = parse_threshold(args.warn_output)

@@ -61,7 +61,7 @@ class ResetMagics(GuardMagics):
 
         From code: ``colab_gpu_guard.gpu_reset("model", dry_run=True)`` returns the report.
         """
-        from ... import reset
+        from ...reset import apply as reset
 
         args = parse_line(self.gpu_reset, line, GPU_RESET_USAGE)
         failure = None

@@ -98,7 +98,7 @@ class PanelActions(PanelLive):
         self._run_action("Seed", self._seed)
 
     def _free(self) -> tuple[str, str]:
-        from colab_gpu_guard.reset import gpu_reset
+        from colab_gpu_guard.reset.apply import gpu_reset
 
         report = gpu_reset(shell=self.shell)  # not all_vars: user variables stay
         text = release_summary(report)

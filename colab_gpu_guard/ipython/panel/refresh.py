@@ -296,7 +296,7 @@ class PanelRefresh(PanelView):
 
     def _rebase_tracker(self) -> None:
         """What the refresh allocated is the panel's, not the next cell's."""
-        from colab_gpu_guard import tracker
+        from colab_gpu_guard.cells import tracker
 
         with contextlib.suppress(Exception):
             recorder = tracker.active_tracker(self.shell)

@@ -17,8 +17,8 @@ import gc
 import sys
 from typing import Any, NamedTuple, Optional
 
+from ..units import format_bytes
 from .held_memory import holding_locals
-from .units import format_bytes
 
 MAX_LABELS = 2
 
@@ -70,7 +70,7 @@ def earlier_failures(shell: Any, seen: set) -> list[FailedRun]:
     """The failed runs other than the last error whose record and traceback are in a
     reference cycle, with what their traceback locals hold that is not in `seen` (storage
     keys already counted: a name's, or another run's). Oldest first."""
-    from .notebook_refs import held_exceptions  # not needed by %load_ext
+    from ..notebook_refs import held_exceptions  # not needed by %load_ext
 
     result_type = _result_type()
     if result_type is None:

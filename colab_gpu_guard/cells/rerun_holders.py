@@ -36,9 +36,9 @@ import types
 import weakref
 from typing import Any, Callable, NamedTuple, Optional
 
+from ..units import OUTPUT_HISTORY, format_bytes
 from .failed_runs import in_cycle
 from .held_memory import Memory, holding_locals
-from .units import OUTPUT_HISTORY, format_bytes
 
 GRAPH_SCAN_S = 0.5  # the leftovers scan that measures graphs, when a container gained some
 MAX_NAMES = 256  # names of one source looked up before and after a rerun
@@ -360,7 +360,7 @@ class _Reading:
             self.others.append((f"{labels} ({self._why_alive(error, previous_result)})", memory))
 
     def _why_alive(self, error: BaseException, previous_result: Any) -> str:
-        from . import notebook_refs
+        from .. import notebook_refs
 
         shell, _namespace = notebook_refs.resolve_namespace(None, self.holders._namespace)
         exceptions, _tracebacks, _sources = notebook_refs.held_exceptions(shell)
@@ -417,7 +417,7 @@ def _held(memory: Memory) -> Optional[tuple]:
 def _graph_sizes(namespace: Optional[dict]) -> Optional[dict]:
     """storage key -> `Graph` for every named tensor's autograd graph, from one leftovers
     scan of the notebook (None when it did not finish within `GRAPH_SCAN_S`)."""
-    from .leftovers.scan import scan
+    from ..leftovers.scan import scan
 
     done = scan(namespace=namespace, budget_s=GRAPH_SCAN_S)
     if not done.leftovers.complete:

@@ -62,16 +62,18 @@ import gc
 import itertools
 from typing import Any, Optional
 
-from . import cuda_health, failed_runs, host_memory, notebook_refs, nvml, rerun_notes
-from .frameworks import cupy as cupy_support
-from .frameworks import jax as jax_support
-from .frameworks import torch as torch_support
-from .frameworks import torch_compile
-from .leftovers import Scan, dropping, find_leftovers, scan
-from .leftovers.found import ROW_FRAMEWORK
-from .leftovers.scan import COMPILED_GRAPH
-from .release_report import HOST_LINE_MIN, DeviceRelease, ReleaseReport
-from .units import format_bytes
+from .. import cuda_health, host_memory, notebook_refs, nvml
+from ..cells import failed_runs, past_leaks
+from ..cells.notebook_leftovers import find_leftovers, scan
+from ..frameworks import cupy as cupy_support
+from ..frameworks import jax as jax_support
+from ..frameworks import torch as torch_support
+from ..frameworks import torch_compile
+from ..leftovers import Scan, dropping
+from ..leftovers.found import ROW_FRAMEWORK
+from ..leftovers.scan import COMPILED_GRAPH
+from ..units import format_bytes
+from .report import HOST_LINE_MIN, DeviceRelease, ReleaseReport
 
 SYNC_TIMEOUT_S = 5.0
 # each leftovers scan: the plan's, and (where the plan's cannot say) what is still held
@@ -430,6 +432,6 @@ def _dry_run_notes(report: ReleaseReport, health) -> None:
 
 
 def _add_history_notes(report: ReleaseReport, shell: Any, namespace: dict) -> None:
-    note = rerun_notes.history_note(shell, namespace, report.dry_run)
+    note = past_leaks.history_note(shell, namespace, report.dry_run)
     if note is not None:
         report.notes.append(note)

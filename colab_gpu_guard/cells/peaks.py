@@ -28,7 +28,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Optional
 
-from .frameworks.torch import AllocatorStats
+from ..frameworks.torch import AllocatorStats
 
 EXACT = ""
 AT_MOST = "<="

@@ -23,7 +23,7 @@ from __future__ import annotations
 import re
 from typing import Any, Callable, Optional
 
-from . import notebook_refs
+from .. import notebook_refs
 from . import tracker as _tracker
 from .rerun_holders import UNEXPLAINED
 

@@ -39,7 +39,7 @@ class NvmlSampler:
     def request(self, seq: int, process: bool = False) -> None:
         """Read after cell `seq`; `process`: also what NVML charges this PID."""
         if self._thread is None:
-            from . import nvml  # once: %load_ext does not pay for NVML
+            from .. import nvml  # once: %load_ext does not pay for NVML
 
             if nvml.known_unavailable():
                 # A thread woken after every cell only to find no NVML would take the GIL
@@ -54,7 +54,7 @@ class NvmlSampler:
         self._queue.put((seq, process))
 
     def _run(self) -> None:
-        from . import nvml
+        from .. import nvml
 
         pid = os.getpid()
         while True:

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Optional
 
-from .units import format_bytes, signed_bytes
+from ..units import format_bytes, signed_bytes
 
 if TYPE_CHECKING:
     from .tracker import CellMemory
@@ -29,7 +29,7 @@ def leak_text(record: CellMemory) -> str:
 
 
 def _nvml_header(history: list[CellMemory]) -> str:
-    from .nvml import INCLUDES_RESERVED, V1
+    from ..nvml import INCLUDES_RESERVED, V1
 
     if any(record.nvml_used_call == V1 for record in history):
         return f"NVML used ({INCLUDES_RESERVED})"

@@ -45,8 +45,8 @@ import time
 import weakref
 from typing import Any, Callable, NamedTuple, Optional
 
+from ..host_memory import MallocInUse, RssReader
 from . import failed_runs, host_noise
-from .host_memory import MallocInUse, RssReader
 
 HOST = "cpu"
 CHEAP_READ_S = 2e-6  # a malloc read this quick is taken around every cell

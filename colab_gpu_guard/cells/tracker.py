@@ -34,15 +34,15 @@ import time
 from dataclasses import asdict, dataclass
 from typing import Any, Callable, Optional
 
-from . import cuda_health
-from .cell_peaks import EXACT, cell_peak
-from .cell_reruns import RerunLeakCheck, cuda_changes
-from .frameworks import torch as torch_support
+from .. import cuda_health, notebook_refs
+from ..frameworks import torch as torch_support
+from ..host_memory import RssReader as _RssReader
+from ..units import format_bytes
 from .history_text import PEAK_BOUND_NOTE, format_history, leak_text  # noqa: F401 (its API)
-from .host_memory import RssReader as _RssReader
 from .nvml_sampler import NvmlSampler
+from .peaks import EXACT, cell_peak
 from .rerun_holders import RerunHolders
-from .units import format_bytes
+from .reruns import RerunLeakCheck, cuda_changes
 
 DEFAULT_MAXLEN = 500
 GROWN_KEPT = 64  # names of containers that grew on a flagged rerun, the latest kept
@@ -376,9 +376,7 @@ def deactivate(shell: Any, tracker: MemoryTracker) -> None:
 def active_tracker(shell: Any = None) -> Optional[MemoryTracker]:
     """The tracker of `shell` (default: the running IPython shell), else the latest one."""
     if shell is None:
-        from .notebook_refs import running_shell
-
-        shell = running_shell()
+        shell = notebook_refs.running_shell()
     if shell is not None and id(shell) in _trackers:
         return _trackers[id(shell)]
     return _latest[0] if _latest else None
@@ -418,7 +416,7 @@ def leaks_by_holder(
     """(cells, holder) for the last `last` flagged records, one pair per holder in the
     order first met: ('[9], [10]', "`outs` (grew by 1 autograd graph, ...)"); holder ""
     where the check could not tell. `shown`: what of a record's holders to name
-    (`rerun_notes.holders_now`: those still there), all by default."""
+    (`past_leaks.holders_now`: those still there), all by default."""
     cells: dict[str, list[str]] = {}
     for record in leaks[-last:]:
         held = record.held_by if shown is None else shown(record.held_by)

@@ -21,7 +21,7 @@ from __future__ import annotations
 
 from typing import NamedTuple, Optional
 
-from .host_memory import MallocInUse, RssReader
+from ..host_memory import MallocInUse, RssReader
 
 MiB = 2**20
 MINIMUM = 1 * MiB

@@ -20,8 +20,8 @@ from __future__ import annotations
 import re
 from typing import Any, Optional
 
-from .frameworks import torch as torch_support
-from .units import OUTPUT_HISTORY, format_bytes
+from ..frameworks import torch as torch_support
+from ..units import OUTPUT_HISTORY, format_bytes
 
 DEFAULT_THRESHOLD = 256 * 2**20
 MAX_ITEMS = 64
@@ -55,7 +55,7 @@ def _tensor_bytes(tensor: Any, seen: set, found: dict, inner: bool = True) -> No
 
 def _inner_bytes(wrapper: Any, seen: set, found: dict) -> None:
     """A wrapper subclass's memory (a quantized weight, DTensor): its inner tensors."""
-    from .leftovers.readers import inner_tensors
+    from ..leftovers.readers import inner_tensors
 
     tensor = torch_support.tensor_type()
     for value in inner_tensors(wrapper, tensor) if tensor is not None else ():

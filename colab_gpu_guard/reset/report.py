@@ -7,11 +7,11 @@ import html
 from dataclasses import asdict, dataclass, field, replace
 from typing import Any, Optional
 
-from .leftovers import Leftover, LeftoverList
-from .leftovers.groups import ENTRIES_SHOWN, LeftoverGroups, group_leftovers
-from .leftovers.html import groups_html
-from .nvml import INCLUDES_RESERVED, V1
-from .units import format_bytes
+from ..leftovers import Leftover, LeftoverList
+from ..leftovers.groups import ENTRIES_SHOWN, LeftoverGroups, group_leftovers
+from ..leftovers.html import groups_html
+from ..nvml import INCLUDES_RESERVED, V1
+from ..units import format_bytes
 
 # what the scan searched: a module's globals (an imported module's cache) are not walked
 NONE_NAMED = (

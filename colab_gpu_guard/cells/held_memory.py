@@ -20,8 +20,8 @@ import types
 from collections.abc import Hashable, Iterator
 from typing import Any, Optional
 
-from .frameworks import numpy as numpy_support
-from .frameworks import torch as torch_support
+from ..frameworks import numpy as numpy_support
+from ..frameworks import torch as torch_support
 
 MAX_ITEMS = 64
 HOST = "cpu"
@@ -85,7 +85,7 @@ class Memory:
             if new and self._grad_fn(tensor) is not None:
                 self.owners.append(tensor)
         if new and inner and not info.storage_nbytes and info.storage_key[0] == "tensor":
-            from .leftovers.readers import inner_tensors
+            from ..leftovers.readers import inner_tensors
 
             for value in inner_tensors(tensor, self._tensor):  # type: ignore[arg-type]
                 self._add_subclass(value, inner=False)
@@ -120,7 +120,7 @@ class Memory:
 
 
 def _frames(exception: BaseException) -> Iterator[types.FrameType]:
-    from .notebook_refs import exception_chain
+    from ..notebook_refs import exception_chain
 
     seen: set[int] = set()
     for link in exception_chain(exception):
@@ -137,7 +137,7 @@ def traceback_locals(exception: BaseException) -> list[tuple[str, Any]]:
     """(label, value) for each local of the function frames on `exception`'s traceback (and
     its chained exceptions'), labelled ``<traceback: f() local 'x'>``; frames of this
     package are left out. Reads ``frame.f_locals`` of finished frames only."""
-    from .notebook_refs import frame_function, is_function_frame
+    from ..notebook_refs import frame_function, is_function_frame
 
     found = []
     running = set()
