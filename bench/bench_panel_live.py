@@ -181,7 +181,7 @@ def measure(quick: bool = False, real_nvml: bool = False) -> LiveCost:
         refresh = json.loads(kernel.run(REFRESH.format(runs=runs, call="panel.refresh()")))
         # the same tick, run by the cell's own thread: what it costs without a busy thread
         # beside it
-        alone = json.loads(kernel.run(REFRESH.format(runs=runs, call="panel._live_tick()")))
+        alone = json.loads(kernel.run(REFRESH.format(runs=runs, call="panel.live_lines.tick()")))
         ratios, same, ticks, cpu, wall = [], [], 0, 0.0, 0.0
         per_tick = []
         for _ in range(rounds):  # off, live, off: the live run against the two around it

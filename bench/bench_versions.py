@@ -6,7 +6,8 @@ Run: python bench/bench_versions.py --against REV [--quick] [--json PATH]
 REV is checked out into a temporary git worktree. Every sample runs in a fresh interpreter
 with PYTHONPATH set to one tree, the two trees alternating sample by sample, so machine
 drift hits both alike; ratio = this checkout / REV (below 1: this checkout is faster).
-Only the public API is used, so any two versions compare.
+The public API is used, and the tracker from either of its homes, so any two versions
+compare.
 """
 
 from __future__ import annotations
@@ -53,7 +54,10 @@ SCRIPTS = {
     """,
     "the tracker's pre_run_cell + post_run_cell alone (us)": """
         import time, types, torch
-        from colab_gpu_guard.cells.tracker import MemoryTracker
+        try:
+            from colab_gpu_guard.cells.tracker import MemoryTracker
+        except ImportError:  # a tree from before the cells/ room
+            from colab_gpu_guard.tracker import MemoryTracker
         tracker = MemoryTracker(nvml=False)
         info = types.SimpleNamespace(raw_cell="x = 1\\n")
         result = types.SimpleNamespace(execution_count=1)

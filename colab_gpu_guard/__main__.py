@@ -24,6 +24,8 @@ import sys
 import time
 from typing import Callable, Optional, Sequence, TextIO
 
+from .units import unavailable
+
 PROG = "python -m colab_gpu_guard"
 
 # ANSI: cursor to the top-left, clear the screen.
@@ -216,8 +218,8 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         except (OSError, ValueError):
             pass
         return 0
-    except Exception as error:  # could not report: say why in one line
-        sys.stderr.write(f"{PROG} {args.command}: error: {type(error).__name__}: {error}\n")
+    except Exception as error:  # the CLI's edge: any failure in one line, no traceback
+        sys.stderr.write(unavailable(error, f"{PROG} {args.command}: error").reason + "\n")
         return 1
 
 

@@ -1,26 +1,13 @@
-"""Is this process's CUDA context usable, busy or broken?
-
-CUDA work is asynchronous: a cell can end with seconds of kernels still queued, so a
-synchronise that outlasts its timeout means *busy* (the queued work is still running), never
-broken. Only a CUDA error raised by this process's own CUDA call (device-side assert,
-illegal memory access, launch failure) leaves the context unusable until the process
-restarts; whoever sees one marks the context broken here (`mark_broken`), so that status
-and reset report it. A probe that later synchronises clears the mark: a really broken
-context cannot pass a synchronise, so a passing one proves the mark was wrong.
-
-Synchronising visits only the devices this process already has a context on
-(``frameworks.torch.devices_with_context``): selecting another device would create a
-context there. One synchronise runs at a time, in a daemon thread; a probe while it still
-runs waits on that one instead of starting another.
-"""
+"""Is this process's CUDA context usable, busy or broken? A synchronise that outlasts its
+timeout means busy, never broken; only a CUDA error of this process's own call marks the
+context broken (`mark_broken`), and a later passing synchronise clears the mark."""
 
 from __future__ import annotations
 
 import os
 import threading
 import time
-from dataclasses import dataclass
-from typing import Any, Optional
+from typing import Any, NamedTuple, Optional
 
 from .frameworks import torch as torch_support
 
@@ -42,8 +29,7 @@ FORKED_DETAIL = (
 )
 
 
-@dataclass(frozen=True)
-class ContextHealth:
+class ContextHealth(NamedTuple):
     state: str  # ok, busy, broken, forked, not initialised, no torch
     detail: str = ""
 
@@ -57,6 +43,13 @@ class ContextHealth:
 
 
 # ---------------------------------------------------------------- the broken mark
+
+# CUDA work is asynchronous: a cell can end with seconds of kernels still queued, so a
+# synchronise that outlasts its timeout means *busy* (the queued work is still running).
+# Only a CUDA error raised by this process's own CUDA call (device-side assert, illegal
+# memory access, launch failure) leaves the context unusable until the process restarts;
+# whoever sees one marks it here, so that status and reset report it. A really broken
+# context cannot pass a synchronise, so a probe that passes proves a mark wrong.
 
 _broken_reason: Optional[str] = None
 
@@ -81,6 +74,11 @@ def clear() -> None:
 
 # ---------------------------------------------------------------- synchronising
 
+# Only the devices this process already has a context on are synchronised
+# (``frameworks.torch.devices_with_context``): selecting another would create a context
+# there. One synchronise runs at a time, in a daemon thread; a probe while it still runs
+# waits on that one instead of starting another.
+
 
 class _Sync:
     """One ``torch.cuda.synchronize`` of each device with a context, in a daemon thread."""
@@ -98,7 +96,7 @@ class _Sync:
         try:
             for index in self.devices:
                 torch.cuda.synchronize(index)
-        except Exception as error:  # torch.AcceleratorError / RuntimeError: our own call
+        except Exception as error:  # torch: AcceleratorError / RuntimeError of the synchronise
             self.error = f"{type(error).__name__}: {error}".strip()
             mark_broken(self.error)
         finally:
@@ -164,7 +162,7 @@ def synchronized_devices() -> str:
 def _in_bad_fork(torch: Any) -> bool:
     try:
         return torch_support.cuda_in_bad_fork(torch)
-    except Exception:
+    except Exception:  # torch: a build without the fork check
         return False
 
 

@@ -92,7 +92,7 @@ class MallocInUse:
         try:
             info = self._function()
             return int(info.uordblks) + int(info.hblkhd)
-        except Exception:
+        except Exception:  # glibc's mallinfo2 through ctypes
             return None
 
 
@@ -123,7 +123,7 @@ def _load_mallinfo2():
         function.restype = MallInfo2
         function.argtypes = []
         return function
-    except Exception:
+    except (ImportError, OSError, AttributeError):  # no ctypes, no libc, glibc < 2.33
         return None
 
 

@@ -1,9 +1,7 @@
 """Reports as JSON: a dataclass tree to JSON-ready data and back, and its JSON Schema.
 
-Every report is a (frozen) dataclass of primitives, Optionals, tuples and other dataclasses;
-``to_data`` turns one into dicts and lists, ``from_data`` rebuilds it (unknown keys are
-ignored, missing ones take their defaults) and ``json_schema`` describes the documents.
-"""
+A report is a (frozen) dataclass of primitives, Optionals, tuples, NamedTuples (written as
+arrays) and other dataclasses."""
 
 from __future__ import annotations
 
@@ -51,6 +49,13 @@ def from_data(kind: Any, data: Any) -> Any:
             elif f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING:
                 raise ValueError(f"{kind.__name__}: missing {f.name!r}")
         return kind(**values)
+    if _is_named_tuple(kind):
+        hints = _HINTS.get(kind)
+        if hints is None:
+            hints = _HINTS[kind] = typing.get_type_hints(kind)
+        if not isinstance(data, (list, tuple)):
+            raise ValueError(f"{kind.__name__}: expected a list, got {type(data).__name__}")
+        return kind(*(from_data(hints[name], item) for name, item in zip(kind._fields, data)))
     origin = typing.get_origin(kind)
     if origin is Union:
         options = [a for a in typing.get_args(kind) if a is not type(None)]
@@ -74,6 +79,10 @@ def from_data(kind: Any, data: Any) -> Any:
     if kind in (int, float, str, bool) and not isinstance(data, kind):
         raise ValueError(f"expected {kind.__name__}, got {data!r}")
     return data
+
+
+def _is_named_tuple(kind: Any) -> bool:
+    return isinstance(kind, type) and issubclass(kind, tuple) and hasattr(kind, "_fields")
 
 
 def json_schema(kind: type, title: str) -> dict[str, Any]:
@@ -107,6 +116,9 @@ def _schema_for(kind: Any, definitions: dict[str, Any]) -> dict[str, Any]:
                 ],
             }
         return {"$ref": f"#/$defs/{name}"}
+    if _is_named_tuple(kind):
+        hints = typing.get_type_hints(kind)
+        return _fixed_array([hints[name] for name in kind._fields], definitions)
     origin = typing.get_origin(kind)
     if origin is Union:
         options = typing.get_args(kind)
@@ -115,12 +127,7 @@ def _schema_for(kind: Any, definitions: dict[str, Any]) -> dict[str, Any]:
         args = typing.get_args(kind)
         if len(args) == 2 and args[1] is Ellipsis:
             return {"type": "array", "items": _schema_for(args[0], definitions)}
-        return {
-            "type": "array",
-            "prefixItems": [_schema_for(arg, definitions) for arg in args],
-            "minItems": len(args),
-            "maxItems": len(args),
-        }
+        return _fixed_array(list(args), definitions)
     simple = {
         type(None): "null",
         bool: "boolean",
@@ -131,3 +138,12 @@ def _schema_for(kind: Any, definitions: dict[str, Any]) -> dict[str, Any]:
     if kind in simple:
         return {"type": simple[kind]}
     raise TypeError(f"no JSON schema for {kind!r}")
+
+
+def _fixed_array(kinds: list[Any], definitions: dict[str, Any]) -> dict[str, Any]:
+    return {
+        "type": "array",
+        "prefixItems": [_schema_for(kind, definitions) for kind in kinds],
+        "minItems": len(kinds),
+        "maxItems": len(kinds),
+    }

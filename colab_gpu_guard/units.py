@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Optional
+from typing import NamedTuple, Optional
 
 NA = "n/a"
 
@@ -53,3 +53,27 @@ def cuda_version_text(version: Optional[int]) -> Optional[str]:
         return None
     version = int(version)
     return f"{version // 1000}.{(version % 1000) // 10}"
+
+
+class Unavailable(NamedTuple):
+    """The one record an optional part (NVML, a framework, psutil, a user object) fails
+    into: made at the boundary where its exception is caught, read by `reason`."""
+
+    reason: str
+
+
+def error_text(error: BaseException) -> str:
+    """``str(error)``, or its repr when ``__str__`` itself fails (an NVMLError asks its
+    library, which may be gone; a user's exception class may be broken)."""
+    try:
+        return str(error)
+    except Exception:  # the optional part's or user's own __str__
+        return repr(error)
+
+
+def unavailable(error: BaseException, part: str = "") -> Unavailable:
+    """The boundary helper: `error` from an optional part as ``Unavailable``, its reason
+    worded as the package words them, ``"<part>: <ExceptionType>: <message>"`` (no part:
+    ``"<ExceptionType>: <message>"``)."""
+    text = f"{type(error).__name__}: {error_text(error)}"
+    return Unavailable(f"{part}: {text}" if part else text)

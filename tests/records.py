@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from colab_gpu_guard.cells.rerun_holders import GRAPHS, ITEMS, VARIABLE, Growth, Holder
 from colab_gpu_guard.cells.tracker import CellMemory
 from colab_gpu_guard.leftovers import Leftover
 
@@ -22,6 +23,13 @@ def cell_memory(**fields) -> CellMemory:
     )
     values.update(fields)
     return CellMemory(**values)
+
+
+def grew(name: str, count: int = 1, graphs: int = 0, graph_nbytes=None) -> Holder:
+    """A user's list `name` that grew during a rerun by `count` items (all autograd graphs
+    where `graphs` is given), the holder of what the rerun kept (its bytes not measured)."""
+    items = GRAPHS if graphs else ITEMS
+    return Holder(VARIABLE, name, None, Growth(count, items, graphs, graph_nbytes))
 
 
 def leftover(**fields) -> Leftover:

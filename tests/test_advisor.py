@@ -1308,16 +1308,17 @@ def test_oom_names_the_cells_that_kept_cuda_memory_again_on_rerun(ip, monkeypatc
     cells and what holds their earlier results (the tracker's judgement), first among the
     fixes; host-memory leaks and a namespace that is not the notebook's are left out."""
     from colab_gpu_guard.cells import tracker
-    from tests.records import cell_memory
+    from tests.records import cell_memory, grew
 
     held = "`losses` (grew by 1 autograd graph, 8 MiB saved)"
+    losses = grew("losses", graphs=1, graph_nbytes=8 * 2**20)
     records = [
-        cell_memory(cell=cell, rerun_leak=True, leak_bytes=8 * 2**20, leak_kind=kind, held_by=by)
+        cell_memory(cell=cell, rerun_leak=True, leak_bytes=8 * 2**20, leak_kind=kind, holders=by)
         for cell, kind, by in (
-            (4, "cuda:0", held),
-            (5, "cuda:0", held),
-            (6, "cpu", "`rows` (grew by 1 item)"),
-            (7, "cuda:0, cpu", ""),
+            (4, "cuda:0", (losses,)),
+            (5, "cuda:0", (losses,)),
+            (6, "cpu", (grew("rows"),)),
+            (7, "cuda:0, cpu", ()),
         )
     ]
     monkeypatch.setattr(tracker, "memory_history", lambda shell=None: records)

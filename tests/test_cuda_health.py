@@ -253,10 +253,10 @@ def test_panel_free_memory_on_a_busy_gpu_says_wait_not_restart(ip, fake_torch, m
     pytest.importorskip("ipywidgets")
     from colab_gpu_guard.ipython import panel as panel_module
     from colab_gpu_guard.ipython.panel.actions import BUSY_MESSAGE
-    from colab_gpu_guard.reset import apply as reset
+    from colab_gpu_guard.reset import plan as reset_plan
 
     stub = fake_torch()
-    monkeypatch.setattr(reset, "SYNC_TIMEOUT_S", 0.1)
+    monkeypatch.setattr(reset_plan, "SYNC_TIMEOUT_S", 0.1)
     assert ip.run_cell("%gpu_panel", store_history=True).error_in_exec is None
     instance = panel_module.current_panel(ip)
     stub.cuda.release.clear()
@@ -296,14 +296,14 @@ def test_gpu_busy_gpu_is_busy_then_ok_and_reset_says_wait_not_restart():
         + """
 from IPython.utils.capture import capture_output
 from colab_gpu_guard import cuda_health
-from colab_gpu_guard.reset import apply as reset
+from colab_gpu_guard.reset import plan as reset_plan
 queue_seconds(3.0)
 probe = cuda_health.health(probe=True, timeout=0.5)
 plain = cuda_health.health()
 torch.cuda.synchronize()  # wait for the kernel here
 time.sleep(0.2)
 after = cuda_health.health(probe=True, timeout=2.0)
-queue_seconds(reset.SYNC_TIMEOUT_S + 2.5)
+queue_seconds(reset_plan.SYNC_TIMEOUT_S + 2.5)
 began = time.monotonic()
 with capture_output() as captured:
     ip.run_line_magic("gpu_reset", "")

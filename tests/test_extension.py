@@ -107,5 +107,5 @@ def test_load_ext_leaves_the_rest_of_the_package_for_first_use():
         [sys.executable, "-c", script], capture_output=True, text=True, check=True
     ).stdout
     rooms = set(out.split("ROOMS:", 1)[1].split())
-    assert "ipython" in rooms and "tracker" in rooms
+    assert "ipython" in rooms and "cells" in rooms
     assert not rooms & {"nvml", "advisor", "leftovers", "status", "seeding", "reset"}, rooms

@@ -17,6 +17,7 @@ from colab_gpu_guard.leftovers import find_leftovers  # noqa: E402
 from colab_gpu_guard.leftovers.groups import group_leftovers, kind_of  # noqa: E402
 from colab_gpu_guard.leftovers.tally import (  # noqa: E402
     BLOCKS_PER_RUN,
+    RootTally,
     holder_of_root,
     root_labels,
     root_of,
@@ -235,14 +236,14 @@ def test_root_labels_lift_a_list_of_pairs_to_its_list(monkeypatch):
 
 
 def reference_tally(roots, sizes, holders, devices, wanted):
-    tally: dict[str, list] = {}
+    tally: dict[str, RootTally] = {}
     for position, root in enumerate(roots):
-        row = tally.setdefault(root, [holders[position], 0, 0, {}, []])
-        row[1] += 1
-        row[2] += sizes[position]
-        row[3][devices[position]] = None
-        if wanted is None or len(row[4]) < wanted:
-            row[4].append(position)
+        row = tally.setdefault(root, RootTally(holders[position]))
+        row.count += 1
+        row.nbytes += sizes[position]
+        row.devices[devices[position]] = None
+        if wanted is None or len(row.positions) < wanted:
+            row.positions.append(position)
     return tally
 
 
@@ -264,7 +265,9 @@ def test_tally_roots_per_run_and_per_block(run):
         expected = reference_tally(roots, sizes, holders, devices, wanted)
         got = tally_roots(roots, sizes, holders, devices, wanted)
         assert list(got.items()) == list(expected.items())
-        assert [list(row[3]) for row in got.values()] == [list(row[3]) for row in expected.values()]
+        assert [list(row.devices) for row in got.values()] == [
+            list(row.devices) for row in expected.values()
+        ]
 
 
 def test_run_starts():

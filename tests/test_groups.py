@@ -171,11 +171,11 @@ def test_reset_releases_the_marked_groups_and_lists_what_stays(notebook):
 
 def test_oom_advice_names_the_groups(notebook, monkeypatch):
     ip, out_name, _ = notebook
-    from colab_gpu_guard import leftovers
+    from colab_gpu_guard.cells import notebook_leftovers
 
-    real = leftovers.find_leftovers
+    real = notebook_leftovers.find_leftovers
     monkeypatch.setattr(  # CPU tensors stand in for CUDA ones
-        leftovers,
+        notebook_leftovers,
         "find_leftovers",
         lambda device=None, namespace=None, budget_s=None: real(namespace=namespace),
     )

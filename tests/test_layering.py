@@ -3,9 +3,11 @@
 - core modules never import IPython, ipywidgets, pynvml or a framework at import time
   (a framework is looked up in sys.modules or imported inside the function that needs it);
 - only nvml/lib.py imports pynvml, at any level;
-- arrows point down: ipython/ -> core -> units, serialize, frameworks/, nvml/; nothing
-  below ipython/ imports it (the package's load/unload in __init__.py excepted);
-- no import cycle among the package's modules at import time;
+- a room imports only rooms listed above it in DESIGN.md's layout (`ROOMS`), imports inside
+  functions included (those under ``if TYPE_CHECKING:`` excepted); nothing below ipython/
+  imports it (the package's load/unload in __init__.py excepted);
+- no import circle among the package's modules, imports inside functions included;
+- no ``importlib.import_module`` outside __init__'s lazy exports (no import reader sees it);
 - the core reaches IPython's shell only through notebook_refs (no shell attribute names
   elsewhere).
 """
@@ -48,13 +50,26 @@ SHELL_ATTRIBUTES = {
     "history_manager",
     "user_global_ns",
 }
-# Bottom rooms: they may import each other's package only as listed.
-LOWER = {
-    "units": set(),
-    "serialize": {"units"},
-    "frameworks": {"units"},
-    "nvml": {"units", "serialize"},
-}
+# DESIGN.md's rooms in order: a room imports only rooms of an earlier tier (rooms of one tier
+# do not import each other). __init__ (the lazy exports, load/unload) and __main__ (the CLI)
+# stand outside the order.
+ROOMS = [
+    ["units"],
+    ["serialize"],
+    ["host_memory"],
+    ["frameworks"],
+    ["nvml", "cuda_health"],
+    ["notebook_refs"],
+    ["leftovers"],
+    ["cells"],
+    ["reset"],
+    ["trace"],
+    ["seeding"],
+    ["advisor"],
+    ["status"],
+    ["ipython"],
+]
+TIER = {room: tier for tier, rooms in enumerate(ROOMS) for room in rooms}
 
 
 def module_name(path: Path) -> str:
@@ -154,29 +169,48 @@ def test_nothing_below_the_ipython_layer_imports_it(module):
     assert not bad, f"{module} reaches up into the IPython layer: {bad}"
 
 
-@pytest.mark.parametrize("lower", sorted(LOWER))
-def test_bottom_rooms_import_only_further_down(lower):
-    allowed = LOWER[lower] | {lower}
+def test_every_room_is_in_the_order():
+    rooms = {room(module) for module in MODULES} - {"__init__", "__main__"}
+    assert rooms <= set(TIER), sorted(rooms - set(TIER))
+
+
+@pytest.mark.parametrize("module", [m for m in MODULES if room(m) in TIER])
+def test_a_room_imports_only_rooms_above_it(module):
+    here = room(module)
     bad = sorted(
-        f"{module} line {line}: {target}"
-        for module in MODULES
-        if room(module) == lower
+        f"line {line}: {target} ({room(target)} is not above {here})"
         for target, line in imports(module, top_level_only=False)
-        if internal(target) and target != NAME and room(target) not in allowed
+        if internal(target)
+        and target != NAME
+        and room(target) != here
+        and TIER.get(room(target), len(ROOMS)) >= TIER[here]
     )
-    assert not bad, bad
+    assert not bad, f"{module}: {bad}"
 
 
-def test_no_import_cycles_at_import_time():
+def test_import_module_only_in_the_lazy_exports():
+    users = sorted(
+        f"{module} line {node.lineno}"
+        for module, path in MODULES.items()
+        if module != NAME
+        for node in ast.walk(ast.parse(path.read_text()))
+        if (isinstance(node, ast.Attribute) and node.attr == "import_module")
+        or (isinstance(node, ast.ImportFrom) and any(a.name == "import_module" for a in node.names))
+    )
+    assert not users, users
+
+
+def test_no_import_circles():
+    """No circle among the package's modules, imports inside functions included (an import
+    deferred into a function is still an arrow between two ideas)."""
     graph = {
         module: {
             target
-            for target, _ in imports(module, top_level_only=True)
+            for target, _ in imports(module, top_level_only=False)
             if internal(target) and target in MODULES and target != module
         }
         for module in MODULES
     }
-    # a package's __init__ importing its own submodules is not a cycle of ideas
     state: dict[str, int] = {}
     cycles: list[list[str]] = []
 

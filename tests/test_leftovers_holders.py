@@ -380,7 +380,7 @@ def test_a_scan_that_runs_out_of_time_says_what_it_did_not_search(monkeypatch):
 
 
 def test_gpu_status_and_gpu_reset_say_when_their_scan_ran_out_of_time(ip, run_cell, monkeypatch):
-    from colab_gpu_guard.reset import apply as reset
+    from colab_gpu_guard.reset import plan as reset_plan
     from colab_gpu_guard.status import collect
 
     # what earlier tests left in the shell would take the fake clock's first ticks
@@ -393,7 +393,7 @@ def test_gpu_status_and_gpu_reset_say_when_their_scan_ran_out_of_time(ip, run_ce
     from colab_gpu_guard.leftovers import walker
 
     monkeypatch.setattr(collect, "LEFTOVERS_BUDGET_S", 0.0105)
-    monkeypatch.setattr(reset, "SCAN_BUDGET_S", 0.0105)
+    monkeypatch.setattr(reset_plan, "SCAN_BUDGET_S", 0.0105)
     monkeypatch.setattr(walker, "time", FakeClock())
     try:
         with capture_output() as out:

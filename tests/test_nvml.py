@@ -16,7 +16,7 @@ import time
 import pytest
 
 from colab_gpu_guard import nvml
-from colab_gpu_guard.nvml.snapshot import COMPUTE_PROCESS_CALLS, GRAPHICS_PROCESS_CALLS
+from colab_gpu_guard.nvml.lib import COMPUTE_PROCESS_CALLS, GRAPHICS_PROCESS_CALLS
 from colab_gpu_guard.serialize import from_data
 from tests import fake_pynvml
 from tests.fake_pynvml import GiB, MiB

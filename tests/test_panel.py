@@ -361,7 +361,7 @@ def test_refresh_takes_exactly_one_snapshot(ip, show, monkeypatch):
         calls.append(shell)
         return real(shell)
 
-    monkeypatch.setattr(instance, "_snapshot", counting)
+    monkeypatch.setattr(instance.refresher, "snapshot", counting)
     instance.refresh_button.click()
     assert calls == [ip]
 
@@ -423,7 +423,7 @@ def test_slow_leftovers_scan_is_not_repeated_after_every_cell(
 
     monkeypatch.setattr(panel_refresh, "_take_status", slow)
     instance = show()
-    monkeypatch.setattr(instance, "_snapshot", slow)
+    monkeypatch.setattr(instance.refresher, "snapshot", slow)
     instance.refresh_button.click()  # a full scan, timed at 0.8 s
     scans = len(full_scans)
     before = instance.refreshes
@@ -469,7 +469,7 @@ def test_a_reused_slow_scan_keeps_what_it_said_of_its_leftovers(
 
     monkeypatch.setattr(panel_refresh, "_take_status", slow)
     instance = show()
-    monkeypatch.setattr(instance, "_snapshot", slow)
+    monkeypatch.setattr(instance.refresher, "snapshot", slow)
     instance.refresh_button.click()
     run_cell("pass")
     assert "finding them took 800 ms" in leftovers_text(instance)  # the scan was reused
@@ -576,7 +576,7 @@ def test_snapshot_failure_is_shown_not_raised(ip, run_cell, show, monkeypatch):
     def broken(shell):
         raise RuntimeError("NVML exploded " + HOSTILE)
 
-    monkeypatch.setattr(instance, "_snapshot", broken)
+    monkeypatch.setattr(instance.refresher, "snapshot", broken)
     result = run_cell("g_value = 7")
     assert result.success
     instance.refresh_button.click()
@@ -978,13 +978,13 @@ def test_what_the_panels_refresh_allocates_is_charged_to_no_cell(ip, run_cell, s
 
     instance = show()
     kept: list = []
-    real = instance._cell_snapshot
+    real = instance.refresher.cell_snapshot
 
     def allocating():
         kept.append(bytearray(b"\x01") * (32 * 2**20))
         return real()
 
-    monkeypatch.setattr(instance, "_cell_snapshot", allocating)
+    monkeypatch.setattr(instance.refresher, "cell_snapshot", allocating)
     run_cell("quiet_a = 1")  # its refresh allocates 32 MB after the tracker's reading
     record = run_cell("quiet_b = 2").execution_count
     (mine,) = [r for r in tracker.memory_history() if r.cell == record]

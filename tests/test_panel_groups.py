@@ -184,7 +184,7 @@ def test_groups_stay_open_when_a_slow_scan_is_not_repeated(ip, run_cell, show, m
     monkeypatch.setattr(panel_refresh, "_take_status", slow)
     run_cell("import torch\nscanned_slowly = [torch.ones(10)]")
     instance = show()
-    monkeypatch.setattr(instance, "_snapshot", slow)
+    monkeypatch.setattr(instance.refresher, "snapshot", slow)
     instance.refresh_button.click()
     view = instance.leftovers
     click(view.row("scanned_slowly"))

@@ -97,8 +97,8 @@ def test_live_updates_the_gpu_line_while_a_cell_runs(ip, panel, machine, monkeyp
     before = machine.gpus[0].used
     assert used_text(before) in panel.devices.children[0].value
     full = []
-    real = panel._snapshot
-    monkeypatch.setattr(panel, "_snapshot", lambda shell: full.append(1) or real(shell))
+    real = panel.refresher.snapshot
+    monkeypatch.setattr(panel.refresher, "snapshot", lambda shell: full.append(1) or real(shell))
     for toggle in panel.toggles.values():  # every section open, as a user might have it
         toggle.value = True
     panel.live_every(0.5)
@@ -192,7 +192,7 @@ def test_a_tick_never_writes_after_the_cell_ended(ip, panel, monkeypatch):
         time.sleep(0.6)
         return real()
 
-    monkeypatch.setattr(panel, "_live_snapshot", slow)
+    monkeypatch.setattr(panel.live_lines, "snapshot", slow)
     panel.live_every(0.5)
     result = ip.run_cell("import time\ntime.sleep(0.7)", store_history=True)  # ends mid-tick
     assert slow_started.is_set()
@@ -210,7 +210,7 @@ def test_failing_ticks_stop_the_thread_and_say_so_after_the_cell(ip, panel, monk
     def broken():
         raise RuntimeError("NVML exploded <b>")
 
-    monkeypatch.setattr(panel, "_live_snapshot", broken)
+    monkeypatch.setattr(panel.live_lines, "snapshot", broken)
     panel.live_every(0.5)
     (thread,) = live_threads()
     ip.run_cell("import time\ntime.sleep(2.2)", store_history=True)

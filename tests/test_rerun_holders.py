@@ -230,9 +230,8 @@ def test_a_container_that_grew_on_a_flagged_rerun_is_listed_before_ordinary_stat
     """``rows.append(torch.ones(...))`` rerun: `rows` holds what the user did not mean to
     keep, so the leftovers list shows it with the hidden holders, before a bigger tensor the
     user keeps on purpose, in the text, the JSON and the reset's list alike."""
-    from colab_gpu_guard import gpu_reset
+    from colab_gpu_guard import find_leftovers, gpu_reset  # the scan told what grew on reruns
     from colab_gpu_guard.cells import tracker
-    from colab_gpu_guard.leftovers import find_leftovers
 
     run_cell("import torch\nrows_g = []\nstate_g = torch.ones(8_000_000)")
     try:
@@ -323,17 +322,18 @@ def test_the_resets_note_names_only_the_holders_still_there(ip, run_cell):
     """Rerun leaks held by a list and by the output history: a dry run's note recalls both;
     the reset that drops the list and the output history keeps the flagged cells in its
     note but names neither holder (they hold nothing now), and so does a later reset."""
-    from colab_gpu_guard.cells import past_leaks as rerun_notes
-
     run_cell("import torch\nkept_n = []")
     cell = "kept_n.append(torch.ones(5_000_000))\ntorch.ones(1_000_000)"
     with capture_output():
         runs = [run_cell(cell).execution_count for _ in range(3)]
     flagged = [record for record in records(*runs) if record.rerun_leak]
     assert flagged, format_history(memory_history())
-    holders = rerun_notes.holder_items(flagged[-1].held_by)
-    assert holders[0] == "`kept_n` (grew by 1 item)", flagged[-1].held_by
-    assert holders[1:] == [f"`Out[{runs[-2]}]` (output history)"], flagged[-1].held_by
+    holders = flagged[-1].holders
+    assert [(holder.kind, holder.name) for holder in holders] == [
+        ("variable", "kept_n"),
+        ("output", f"Out[{runs[-2]}]"),
+    ], flagged[-1].held_by
+    assert flagged[-1].held_by == (f"`kept_n` (grew by 1 item), `Out[{runs[-2]}]` (output history)")
     from colab_gpu_guard import gpu_reset
 
     dry = "\n".join(gpu_reset(dry_run=True).notes)
@@ -429,9 +429,9 @@ def test_a_holder_that_holds_little_of_the_kept_memory_is_not_named_as_holding_i
         assert record.grew == ()
     assert "held by `losses_u` (grew by 1 item; 4 B of it); the rest by something else" in (history)
     assert "losses_u" not in tracker.grown_on_rerun()
-    assert rerun_notes.holder_items(flagged[-1].held_by) == [
-        "`losses_u` (grew by 1 item; 4 B of it)"
-    ]
+    (holder,) = flagged[-1].holders
+    assert not flagged[-1].explained and holder.name == "losses_u"
+    assert holder.share(flagged[-1].leaks) == 4
     cells = ", ".join(f"[{record.cell}]" for record in flagged)
     assert rerun_notes.holders_now(flagged, ip, ip.user_ns) == [(cells, "")]
     note = "\n".join(gpu_reset(dry_run=True).notes)
@@ -440,23 +440,41 @@ def test_a_holder_that_holds_little_of_the_kept_memory_is_not_named_as_holding_i
     pop(ip, "losses_u", "Store_u", "step_u")
 
 
-def test_holder_items_splits_a_leak_lines_holders():
-    from colab_gpu_guard.cells.past_leaks import holder_items
+def test_holders_are_worded_at_the_edge():
+    """Each kind of holder record in words, as a LEAK line joins them; a line whose holders
+    hold little of what was kept gives each one's bytes and says the rest is elsewhere."""
+    from colab_gpu_guard.cells import rerun_holders as rh
+    from colab_gpu_guard.cells.history_text import held_by_text
 
-    text = (
+    holders = (
+        rh.Holder(rh.VARIABLE, "losses", None, rh.Growth(5, rh.GRAPHS, 5, 480 * MiB)),
+        rh.Holder(rh.OUTPUT, "Out[3]", (("cpu", MiB),), cell=3),
+        rh.Holder(
+            rh.TRACEBACK,
+            "",
+            (("cpu", MiB),),
+            cell=2,
+            locals=("<traceback: step() local 'x'>", "<traceback: step() local 'y'>"),
+            alive=rh.LAST_ERROR,
+        ),
+        rh.Holder(
+            rh.VARIABLE,
+            "errs",
+            (("cpu", MiB),),
+            rh.Growth(2, rh.EXCEPTIONS, 0, None, locals=("<traceback: f() local 'a'>",)),
+        ),
+    )
+    assert held_by_text(holders, True, (("cpu", 4 * MiB),)) == (
         "`losses` (grew by 5 autograd graphs, 480 MiB saved), `Out[3]` (output history), "
         "<traceback: step() local 'x'>, <traceback: step() local 'y'> (the last error's "
         "traceback: %gpu_reset releases it), `errs` (grew by 2 exceptions: <traceback: "
-        "f() local 'a'>, <traceback: g() local 'b'>)"
+        "f() local 'a'>)"
     )
-    assert holder_items(text) == [
-        "`losses` (grew by 5 autograd graphs, 480 MiB saved)",
-        "`Out[3]` (output history)",
-        "<traceback: step() local 'x'>, <traceback: step() local 'y'> (the last error's "
-        "traceback: %gpu_reset releases it)",
-        "`errs` (grew by 2 exceptions: <traceback: f() local 'a'>, <traceback: g() local 'b'>)",
-    ]
-    assert holder_items("") == []
+    assert held_by_text(holders[1:2], False, (("cpu", 4 * MiB),)) == (
+        "`Out[3]` (output history; 1 MiB of it); the rest by something else: "
+        "find_leftovers() lists what is alive"
+    )
+    assert held_by_text((), True, ()) == ""
 
 
 def test_a_dry_run_names_what_earlier_failed_runs_tracebacks_hold(ip, run_cell, monkeypatch):

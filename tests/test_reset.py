@@ -513,8 +513,10 @@ def fake_torch(monkeypatch):
 
 
 def test_busy_gpu_waits_then_says_run_again_and_never_restart(shell, fake_torch, monkeypatch):
+    from colab_gpu_guard.reset import plan
+
     stub = fake_torch()
-    monkeypatch.setattr(reset, "SYNC_TIMEOUT_S", 0.2)
+    monkeypatch.setattr(plan, "SYNC_TIMEOUT_S", 0.2)
     stub.cuda.release.clear()  # a long kernel queued by the last cell is still running
     with capture_output() as captured:
         shell.run_line_magic("gpu_reset", "")

@@ -17,7 +17,7 @@ from hypothesis import strategies as st
 from colab_gpu_guard import cuda_health, nvml, status
 from colab_gpu_guard.cells.tracker import CellMemory
 from colab_gpu_guard.frameworks import torch as torch_support
-from colab_gpu_guard.leftovers import Leftover
+from colab_gpu_guard.leftovers import Leftover, LeftoverList
 from colab_gpu_guard.serialize import from_data, to_data
 from colab_gpu_guard.status import GpuStatus, gpu_status
 from colab_gpu_guard.units import format_bytes
@@ -111,7 +111,7 @@ def leftovers_module(monkeypatch):
             )
             if isinstance(result, Exception):
                 raise result
-            return list(result)
+            return LeftoverList(result)  # one entry per block, biggest first, as the scan's
 
         monkeypatch.setattr(notebook_leftovers, "find_leftovers", find_leftovers)
         return calls
@@ -516,24 +516,24 @@ def test_leftovers_plug_in(fake, leftovers_module):
     fake(fake_pynvml.zero_gpus())
     items = [
         Leftover(f"t{i}", "user namespace", (i, 4), "float32", "cuda:0", i * MiB, i)
-        for i in range(1, 13)
+        for i in range(12, 0, -1)
     ]
-    items.append(Leftover("view_of_t12", "list l[0]", (12, 4), "float32", "cuda:0", 12 * MiB, 12))
     calls = leftovers_module(items)
     namespace = {"x": 1}
     snap = gpu_status(namespace=namespace, top=3)
     assert calls[0]["namespace"] is namespace
     assert calls[0]["budget_s"] == 2.0  # a snapshot bounds its leftovers scan
     assert [e.name for e in snap.leftovers][:1] == ["t12"]
-    assert len(snap.leftovers) == 3 and snap.leftovers_count == 13
-    assert snap.leftovers_bytes == sum(range(1, 13)) * MiB  # the view's storage counted once
+    assert len(snap.leftovers) == 3 and snap.leftovers_count == 12
+    assert snap.leftovers_bytes == sum(range(1, 13)) * MiB
     assert snap.leftovers_freeable_bytes == snap.leftovers_bytes  # no "user variable" holder
     assert snap.leftovers[0] == Leftover(
         "t12", "user namespace", (12, 4), "float32", "cuda:0", 12 * MiB, 12, ()
     )
     text = snap.to_text()
-    assert "leftovers (3 of 13, 78 MiB in all)" in text
-    assert "t12 | 12 MiB | cuda:0 | float32 | (12, 4) | held by user namespace" in text
+    assert "leftovers: 12 block(s), 78 MiB in 12 group(s)" in text
+    assert "12 MiB  t12  float32 [12x4] cuda:0  (user namespace)" in text
+    assert "... 9 more group(s), 45 MiB" in text
     assert snap.leftovers[0].framework == ""
 
 

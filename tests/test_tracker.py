@@ -761,6 +761,14 @@ def test_the_resident_size_read_in_a_forked_child_is_the_childs():
     assert mine > own - 4 * MiB >= 64 * MiB
 
 
+def grew_by_one(name: str):
+    """A list `name` that grew by one item during a rerun, holding what it kept (bytes not
+    measured)."""
+    from colab_gpu_guard.cells.rerun_holders import ITEMS, VARIABLE, Growth, Holder
+
+    return Holder(VARIABLE, name, None, Growth(1, ITEMS, 0, None))
+
+
 def test_a_cuda_keep_freed_by_a_cell_in_between_flags_the_rerun_only_if_found_held():
     """The judgement on per-device changes (what torch's allocator counters give on a
     GPU): a cell keeps 1 MiB on cuda:0; another cell frees 1 MiB there; the rerun keeps 1
@@ -768,20 +776,21 @@ def test_a_cuda_keep_freed_by_a_cell_in_between_flags_the_rerun_only_if_found_he
     where its objects are found held; a rerun with nothing freed since is flagged on the
     figures."""
     from colab_gpu_guard.cells.rerun_holders import NOTHING, Holding
-    from colab_gpu_guard.cells.reruns import RerunLeakCheck
+    from colab_gpu_guard.cells.reruns import CellRun, RerunLeakCheck
 
-    check = RerunLeakCheck(maxlen=10)
+    found: list = []
+
+    def holding(_lengths, _result, _previous) -> Holding:
+        return found[0]
+
+    check = RerunLeakCheck(maxlen=10, holding=holding)
     check.malloc.enabled = False  # no host figures: only the CUDA changes are judged
     result = types.SimpleNamespace(result=None, error_in_exec=None)
-    found: list = []
 
     def run(source: str, change: int, held: Holding = NOTHING) -> tuple:
         found[:] = [held]
         cuda = [("cuda:0", change)]
-        return check.judge(source, cuda, None, None, None, 1, 0.1, result, holding, {"x": 0})
-
-    def holding(_lengths, _result, _previous) -> Holding:
-        return found[0]
+        return check.judge(CellRun(source, cuda, None, None, None, {"x": 0}, 1, 0.1, result))
 
     cell = "outs.append(torch.ones(2**18, device='cuda'))"
     run(cell, MiB)
@@ -789,9 +798,9 @@ def test_a_cuda_keep_freed_by_a_cell_in_between_flags_the_rerun_only_if_found_he
     assert run(cell, MiB).leaks == ()  # nothing found holding the first run's tensor
     assert run(cell, MiB).leaks == (("cuda:0", MiB),)  # nothing freed since: flagged
     run("del something_else", -MiB)
-    held = Holding(0, 0, "`outs` (grew by 1 item)", ("outs",), (("cuda:0", MiB),))
+    held = Holding(0, 0, (grew_by_one("outs"),), (("cuda:0", MiB),))
     verdict = run(cell, MiB, held)
-    assert verdict.leaks == (("cuda:0", MiB),) and verdict.held_by == held.text
+    assert verdict.leaks == (("cuda:0", MiB),) and verdict.named == (held.holders, True, ("outs",))
     assert check.freed == (("cuda:0", 2 * MiB),)
 
 
@@ -804,35 +813,36 @@ def test_a_host_keep_a_cell_in_between_may_have_freed_unseen_flags_only_if_found
     cell since, it is flagged on the figures."""
     from colab_gpu_guard.cells import host_noise
     from colab_gpu_guard.cells.rerun_holders import Holding
-    from colab_gpu_guard.cells.reruns import RerunLeakCheck
+    from colab_gpu_guard.cells.reruns import CellRun, RerunLeakCheck
 
-    check = RerunLeakCheck(maxlen=10)
+    found: list = []
+
+    def holding(_lengths, _result, _previous) -> Holding:
+        return found[0]
+
+    check = RerunLeakCheck(maxlen=10, holding=holding)
     check._floor = host_noise.NoiseFloor(2 * MiB, 2 * MiB, MiB, MiB)
     heap = [100 * MiB]
     check.malloc.reader.read = lambda: heap[0]
     check.malloc.cheap_read_s = -1.0  # every read is costly: only reruns that need one
     check.malloc.read_share = 1e-12
     result = types.SimpleNamespace(result=None, error_in_exec=None)
-    found: list = []
-
-    def holding(_lengths, _result, _previous) -> Holding:
-        return found[0]
 
     def run(source: str, change: int, held: Holding) -> tuple:
         found[:] = [held]
         before, _ = check.before_run(source)
         heap[0] += change
-        return check.judge(source, [], 500 * MiB, 500 * MiB, before, 1, 0.1, result, holding, {})
+        return check.judge(CellRun(source, [], 500 * MiB, 500 * MiB, before, {}, 1, 0.1, result))
 
     cell = "outs.append(bytearray(20 * 2**20))"
-    nothing = Holding(0, 0, "")
+    nothing = Holding(0, 0)
     run(cell, 20 * MiB, nothing)  # the first read is taken: its cost is not known yet
     assert check._last_by_source[cell].kept == (("cpu", 20 * MiB),)
     run("outs.clear()", -20 * MiB, nothing)  # no read: its free unseen
     assert check.blind == 1
     assert run(cell, 20 * MiB, nothing).leaks == ()  # nothing found holding the first run's
-    held = Holding(20 * MiB, 20 * MiB, "`outs` (grew by 1 item)", ("outs",))
+    held = Holding(20 * MiB, 20 * MiB, (grew_by_one("outs"),))
     run("outs.clear()", 0, nothing)  # unseen again; this time it freed nothing
     verdict = run(cell, 20 * MiB, held)
-    assert verdict.leaks == (("cpu", 20 * MiB),) and verdict.held_by == held.text
+    assert verdict.leaks == (("cpu", 20 * MiB),) and verdict.named.holders == held.holders
     assert run(cell, 20 * MiB, nothing).leaks == (("cpu", 20 * MiB),)  # nothing unseen since

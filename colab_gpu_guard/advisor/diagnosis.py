@@ -110,7 +110,7 @@ def classify(exc: BaseException) -> Optional[Diagnosis]:
                     if found.kind == STICKY_ERROR:
                         found.details["origin"] = "child"
                 return _build(found.kind, found.details, link.exception)
-    except Exception:
+    except Exception:  # a user's exception and its chain: classify never raises
         return None
     return None
 

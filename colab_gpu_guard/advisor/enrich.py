@@ -59,7 +59,7 @@ def _leftover_holders(namespace: Optional[dict], device: Optional[str], limit: i
     try:
         found = find_leftovers(device=device, namespace=namespace, budget_s=2.0)
         groups = found.groups() if found else []
-    except Exception:
+    except Exception:  # the scan meets every user object: advice without holders
         return None
     return list(groups[:limit])  # hidden holders first, then the biggest
 
@@ -77,7 +77,7 @@ def _enrich(diagnosis: Diagnosis, namespace: Optional[dict]) -> None:
     for enrich in _ENRICHERS.get(diagnosis.kind, ()):
         try:
             enrich(diagnosis, namespace)
-        except Exception:
+        except Exception:  # torch, NVML or user objects: one failing leaves the rest
             continue
 
 
@@ -217,7 +217,7 @@ def _enrich_driver(diagnosis: Diagnosis, namespace: Optional[dict]) -> None:
         try:
             capability = tuple(torch.cuda.get_device_capability())
             devices = [{"index": torch.cuda.current_device(), "capability": capability}]
-        except Exception:
+        except Exception:  # torch: a context the error may have broken
             devices = []
     for device in devices:
         capability = device.get("capability")
@@ -280,7 +280,7 @@ def _enrich_processes(diagnosis: Diagnosis, namespace: Optional[dict]) -> None:
 def _has_cuda_context() -> bool:
     try:
         return bool(torch_support.devices_with_context(torch_support.loaded()))
-    except Exception:
+    except AttributeError:  # a torch-like module without torch._C
         return False
 
 
@@ -349,7 +349,7 @@ def advise(
             return None
         if diagnosis.kind == STICKY_ERROR and not origin.own_sticky_error(diagnosis):
             diagnosis = rebuild(diagnosis, origin="not started here")
-    except Exception:
+    except Exception:  # a user's exception (see classify): the advice never raises
         return None
     try:
         # An out-of-memory error met only as the implicit context of another error (say, a
@@ -365,9 +365,9 @@ def advise(
             note = release.note()
             if note:
                 diagnosis.notes.append(note)
-    except Exception:
+    except Exception:  # torch and user frames: the advice shows without the release
         pass
-    with contextlib.suppress(Exception):
+    with contextlib.suppress(Exception):  # torch, NVML, user objects: the last net
         _enrich(diagnosis, namespace)
     child = diagnosis.details.get("child")
     if child and diagnosis.kind != STICKY_ERROR_ELSEWHERE:

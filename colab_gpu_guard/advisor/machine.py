@@ -22,10 +22,7 @@ class GpuProcess:
 
 def _nvml_snapshot() -> Optional[nvml.NvmlSnapshot]:
     """NVML's snapshot, or None when NVML is not available (no CUDA context needed)."""
-    try:
-        snapshot = nvml.snapshot(processes=True)
-    except Exception:
-        return None
+    snapshot = nvml.snapshot(processes=True)  # never raises
     return snapshot if snapshot.available else None
 
 
@@ -78,7 +75,7 @@ def torch_arch_list(torch: Any) -> Optional[list[str]]:
             text = flags()
             return text.split() if text else []
         return list(torch.cuda.get_arch_list())
-    except Exception:
+    except Exception:  # torch: a build without the arch list
         return None
 
 

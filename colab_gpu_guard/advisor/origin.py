@@ -86,7 +86,4 @@ def default_start_method() -> str:
     does."""
     import multiprocessing
 
-    try:
-        return multiprocessing.get_all_start_methods()[0]
-    except Exception:
-        return "unknown"
+    return multiprocessing.get_all_start_methods()[0]

@@ -256,10 +256,10 @@ _OOM_MODULES = ("torch", "cupy", "cupy_backends", "jax", "jaxlib", "tensorflow")
 def _message(exc: BaseException) -> str:
     try:
         text = str(exc)
-    except Exception:
+    except Exception:  # a user's exception class: a broken __str__
         try:
             text = " ".join(str(arg) for arg in exc.args)
-        except Exception:
+        except Exception:  # a user's exception class: odd args
             text = ""
     return text
 

@@ -137,7 +137,7 @@ def release_frames(exc: BaseException) -> FramesRelease:
         if found is not None and len(found.walker.found.rows) > MEASURE_LIMIT:
             too_many, found = len(found.walker.found.rows), None
         proofs = dropping.storage_proofs(found) if found is not None else {}
-    except Exception:
+    except Exception:  # the scan meets the frames' user objects: released, unmeasured
         found, proofs = None, {}
     del functions
     release = FramesRelease(notebook_refs.clear_frames(frames))
@@ -148,7 +148,7 @@ def release_frames(exc: BaseException) -> FramesRelease:
     if found is not None and release.functions:
         try:
             _measure(release, found, proofs)
-        except Exception:
+        except Exception:  # torch storages of user arrays: released, unmeasured
             release = FramesRelease(release.functions)
     return release
 
@@ -160,7 +160,7 @@ def _largest_local(frames: list[FrameType]) -> int:
     for frame in frames:
         try:
             values = list(frame.f_locals.values())
-        except Exception:
+        except Exception:  # a frame's locals: a user's mapping where exec gave one
             continue
         for value in values:
             kind = type(value)
@@ -182,7 +182,7 @@ def _search(frames: list[FrameType]) -> Any:
                 # on Python < 3.13 the frame's own snapshot: clear_frame empties it
                 local_vars = frame.f_locals
                 pairs = list(local_vars.items())
-            except Exception:
+            except Exception:  # a frame's locals: a user's mapping where exec gave one
                 continue
             del local_vars
             for name, value in pairs:

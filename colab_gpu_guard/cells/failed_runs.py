@@ -1,15 +1,5 @@
-"""Earlier failed runs whose tracebacks still hold arrays, for a dry run's estimate.
-
-IPython's record of a failed run (``ExecutionResult``, whose ``error_in_exec`` is the
-error) and the error's traceback (whose ``run_code`` frame holds that record) refer to
-each other: once a newer error has replaced it as the last one, nothing names the run,
-yet its frames' locals stay alive until the garbage collector runs. No scan from the
-notebook's names reaches them, so a dry run's "would free" leaves them out, while the real
-reset's ``gc.collect()`` frees them. `dry_run_note` says how much they hold, and where.
-
-Read without running user code: records are found among the objects the collector
-tracks (their exact class), locals are measured as `held_memory` measures them.
-"""
+"""Earlier failed runs whose tracebacks still hold arrays (a reference cycle with IPython's
+record of the run), for a dry run's estimate (see docs/cells.md, "Earlier failed runs")."""
 
 from __future__ import annotations
 

@@ -1,17 +1,6 @@
-"""What memory a value holds through arrays, per device: the measure a rerun uses to tell
-what holds the previous run's objects, and how much (`rerun_holders`).
-
-Arrays: torch tensors (plain or ``Parameter``; a storage several views share is counted
-once), NumPy arrays (the buffer that owns the memory), ``bytes`` and ``bytearray``. A
-tuple, list or dict (the built-in types) is looked into one level (at most `MAX_ITEMS`
-items); an exception through its traceback: what the locals of its function frames hold
-(`traceback_locals`, named as the leftovers scan names them: ``<traceback: f() local
-'x'>``). Tensors with an autograd graph are collected in ``owners``: what a graph saved is
-measured by the leftovers scan, which knows what names reach.
-
-Never calls a user method: items are read with the built-in types' own accessors, and a
-tensor subclass with subclass dispatch off (its ``__torch_function__`` never runs).
-"""
+"""What memory a value holds through arrays, per device, read without calling user code: the
+measure a rerun uses to tell what holds the previous run's objects (see docs/cells.md,
+"The memory a value holds")."""
 
 from __future__ import annotations
 
@@ -115,7 +104,7 @@ class Memory:
             elif errors and isinstance(value, BaseException):
                 for _label, local in traceback_locals(value):
                     self.add(local, 1, errors=False)
-        except Exception:
+        except Exception:  # a user object or a framework's array that cannot be read: not counted
             return
 
 

@@ -1,11 +1,13 @@
-"""The per-cell memory history as text: `format_history` (what %gpu_history prints) and a
-flagged rerun in words (`leak_text`), as every view says them."""
+"""The per-cell memory history as text: `format_history` (what %gpu_history prints), a
+flagged rerun in words (`leak_text`) and what holds its earlier objects (`held_by_text`),
+as every view says them."""
 
 from __future__ import annotations
 
 from typing import TYPE_CHECKING, Optional
 
-from ..units import format_bytes, signed_bytes
+from ..units import OUTPUT_HISTORY, format_bytes, signed_bytes
+from .rerun_holders import EXCEPTIONS, GRAPHS, IN_CYCLE, LAST_ERROR, OUTPUT, TRACEBACK, Holder
 
 if TYPE_CHECKING:
     from .tracker import CellMemory
@@ -15,6 +17,69 @@ PEAK_BOUND_NOTE = (
     "itself), so only a bound is known; %gpu_history --reset-peaks on gives exact per-cell "
     "peaks (it resets torch's peak counters before every cell)"
 )
+
+
+GRAPH_NOTE_MIN = 2**20  # the previous run's graphs keeping this much more are named
+# the end of a LEAK line whose holders hold less than half of what it kept
+UNEXPLAINED = "; the rest by something else: find_leftovers() lists what is alive"
+
+
+def _plural(count: int, word: str) -> str:
+    return f"{count} {word}" + ("" if count == 1 else "s")
+
+
+def holder_words(holder: Holder) -> str:
+    """A holder as a LEAK line names it: "`losses` (grew by 1 autograd graph, 16 MiB
+    saved)", "`Out[7]` (output history)", "<traceback: f() local 'x'> (the last error's
+    traceback: %gpu_reset releases it)"."""
+    if holder.kind == OUTPUT:
+        return f"`{holder.name}` ({OUTPUT_HISTORY})"
+    if holder.kind == TRACEBACK:
+        return f"{', '.join(holder.locals)} ({_why_alive(holder)})"
+    growth = holder.growth  # a VARIABLE's
+    assert growth is not None
+    graph_text = _plural(growth.graphs, "autograd graph")
+    if growth.graph_nbytes is not None:
+        graph_text += f", {format_bytes(growth.graph_nbytes)} saved"
+        kept = growth.earlier_nbytes
+        if kept is not None and kept >= 2 * growth.graph_nbytes + GRAPH_NOTE_MIN:
+            older = growth.earlier_graphs
+            which = "graph keeps" if older == 1 else f"{older} graphs keep"
+            graph_text += f"; the previous run's {which} {format_bytes(kept)}"
+    name = holder.name
+    if growth.items == GRAPHS:
+        return f"`{name}` (grew by {graph_text})"
+    if growth.items == EXCEPTIONS:
+        holds = f": {', '.join(growth.locals)}" if growth.locals else ""
+        return f"`{name}` (grew by {_plural(growth.count, 'exception')}{holds})"
+    text = f"`{name}` (grew by {_plural(growth.count, 'item')}"
+    return text + (f", {graph_text})" if growth.graphs else ")")
+
+
+def _why_alive(holder: Holder) -> str:
+    """Why a failed run's error, whose traceback holds memory, is still alive."""
+    if holder.alive == LAST_ERROR:
+        return "the last error's traceback: %gpu_reset releases it"
+    where = f"run [{holder.cell}]'s error"
+    if holder.alive == IN_CYCLE:
+        return (
+            f"{where}, in a reference cycle with IPython's record of the run: freed "
+            "when the garbage collector runs, or by %gpu_reset"
+        )
+    return f"{where}, still alive"
+
+
+def held_by_text(holders: tuple[Holder, ...], explained: bool, kept: tuple) -> str:
+    """What a LEAK line says holds a rerun's earlier objects (`CellMemory.held_by`): its
+    `holders`' words; where they hold less than half of what it `kept` ((device, bytes),
+    ...), each with the bytes it holds and "the rest by something else"; "" for none."""
+    if explained or not holders:
+        return ", ".join(holder_words(holder) for holder in holders)
+    texts = []
+    for holder in holders:
+        words, amount = holder_words(holder), f"{format_bytes(holder.share(kept))} of it"
+        texts.append(f"{words[:-1]}; {amount})" if words.endswith(")") else f"{words} ({amount})")
+    return ", ".join(texts) + UNEXPLAINED
 
 
 def leak_text(record: CellMemory) -> str:

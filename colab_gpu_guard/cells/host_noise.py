@@ -1,21 +1,6 @@
 """How much host memory moves in this process without anything being kept: the floor below
-which a cell's host growth is noise, measured, not guessed.
-
-Host memory grows during a cell without the cell keeping anything when the allocator keeps
-what was freed: glibc's mmap threshold rises to the size of each large block freed, so the
-next blocks of that size come from the heap and stay resident once freed; CPython keeps its
-small-object arenas. So the floor is measured by doing what an innocent cell does, here,
-in this process, with its allocator in its current state: rebind a buffer to a new one of
-the same size (the old one is freed: ``x = torch.ones(n)`` run again) for sizes on both
-sides of the mmap threshold, and build and drop a list of 10^5 floats (a temporary), then
-read how much each measure grew. The floor of a measure is twice the most it grew (the
-margin covers a second allocation pattern of the same size), and at least `MINIMUM` (one
-CPython arena, the smallest step resident memory takes for Python objects, plus IPython's
-own bookkeeping of a cell: its source and history entries).
-
-It runs once per tracker, the first time a rerun needs judging on host memory (never on
-the ordinary per-cell path) and takes a few milliseconds.
-"""
+which a cell's host growth is noise, measured once, not guessed (see docs/cells.md, "The
+host noise floor")."""
 
 from __future__ import annotations
 

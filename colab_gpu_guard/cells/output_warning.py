@@ -1,19 +1,6 @@
-"""Prevent, not only cure: one line under a cell's displayed result when that result keeps
-much accelerator memory alive through the output history (``Out[N]``, ``_``).
-
-IPython keeps every displayed result in ``Out``; a result that is (or holds) a CUDA tensor
-keeps its memory until ``%gpu_reset`` or until it leaves the cache. After such a cell the
-user reads: ``Out[12] keeps 2.1 GiB on cuda:0 alive (output history): end the line with
-';' or run %gpu_reset``. The threshold (default 256 MiB) applies to accelerator memory: CPU
-tensors are host memory, which the output history holds too but which is not what runs out
-on a GPU. `OutputWarning(include_cpu=True)` counts CPU tensors as well (how the logic is
-tested on machines without a GPU; not offered to users).
-
-Cheap by construction: a result of None (a statement, a line ending with ';') costs one
-comparison; any other result costs a type check, and only an array or a tuple, list or dict
-of them (one level, at most `MAX_ITEMS` items) is measured, with the built-in types' own
-accessors (no user method is called).
-"""
+"""One line under a cell's displayed result when that result keeps much accelerator memory
+alive through the output history (``Out[N]``, ``_``); see docs/cells.md, "The output
+warning"."""
 
 from __future__ import annotations
 
@@ -101,7 +88,7 @@ class OutputWarning:
             return None
         try:
             held = held_arrays(value, self.include_cpu)
-        except Exception:
+        except Exception:  # the user's result, read through a framework: no line, no error
             return None
         if not held or sum(held.values()) < self.threshold:
             return None

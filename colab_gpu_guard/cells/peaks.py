@@ -1,27 +1,5 @@
-"""A cell's peak CUDA memory, derived from torch's allocator counters without resetting them.
-
-torch's caching allocator keeps, per device, for its allocated bytes (c10 ``Stat``):
-``current``; ``peak``, the most ever held (``reset_peak_memory_stats`` sets it to
-``current``); and ``allocated``, every byte ever handed out (only
-``reset_accumulated_memory_stats`` zeroes it). From those figures read before and after a
-cell, with the peak left alone (the user's ``torch.cuda.max_memory_allocated()`` keeps
-covering the whole process):
-
-- the cell set a new peak (peak after > peak before): the cell's peak is that new peak,
-  exactly;
-- otherwise the cell stayed at or below the earlier peak, and also at or below what it
-  started with plus every byte it allocated: the smaller of the two is an upper bound, and
-  the larger of the allocated bytes before and after is a lower bound. When they meet (a
-  cell that only allocated, or that touched nothing), the peak is exact; else the upper
-  bound is shown as such ("<= 1.2 GiB");
-- the peak went down (the cell reset it itself): what came after the reset gives a lower
-  bound, the bytes allocated still give an upper bound.
-
-A cell that resets the counters itself and then climbs above the earlier peak, or that
-resets the accumulated counters, can make these figures wrong; with the tracker's opt-in
-(``%gpu_history --reset-peaks on``) the peak is reset before every cell, and then the
-allocator's peak after the cell is the cell's own, exactly.
-"""
+"""A cell's peak CUDA memory, derived from torch's allocator counters without resetting them:
+exact, or a bound (see docs/cells.md, "A cell's peak")."""
 
 from __future__ import annotations
 

@@ -1,30 +1,6 @@
-"""What holds the previous run's objects when a cell runs again, and how much it holds.
-
-Around a rerun (a cell whose source ran before): before it runs, the identities and
-lengths of the user's top-level lists, dicts, sets and deques that the source names, or
-that a function of the notebook it names does (``step()`` filling a global ``cache``, or
-a function that ``step()`` calls, a few levels down; a few ``len`` calls: the cell named
-them, so there are few); after it, which of them grew during the run. The items a
-container gained are this run's objects, and the same number of items before them the
-previous run's (the cell added them last time). Two more holders are looked at: the
-previous run's displayed result, still in the output history (``Out[7]``), and the
-previous run's error, still alive: its traceback frames keep their locals, named as the
-leftovers scan names them (``<traceback: f() local 'x'>``). IPython's
-record of a failed run and the error's traceback refer to each other, so a failed run's
-locals wait for the garbage collector even once a newer error has replaced it.
-
-A `Holding` says, in words, what holds the previous run's objects (```losses`` (grew by
-1 autograd graph, 16 MiB saved)`), and how many host bytes this run's and the previous
-run's objects hold there: what tells that a rerun kept host memory again where the memory
-counters cannot (a block the heap had freed and reuses leaves the resident size as it
-was). A LEAK line names a holder only where it holds a good part of what the rerun kept
-(`Holding.named`). What an autograd graph saved is what the leftovers scan measures
-(`leftovers.graphs`: storages no name reaches), read from one scan bounded by
-`GRAPH_SCAN_S`.
-
-Never calls user code: lengths and items are read with the built-in types' own methods (a
-subclass through its built-in part), arrays as `held_memory` reads them.
-"""
+"""What holds the previous run's objects when a cell runs again, and how much it holds: one
+`Holder` record per holder found (a user's container that grew, the output history, a
+failed run's traceback); see docs/cells.md, "What holds a rerun's earlier objects"."""
 
 from __future__ import annotations
 
@@ -36,7 +12,6 @@ import types
 import weakref
 from typing import Any, Callable, NamedTuple, Optional
 
-from ..units import OUTPUT_HISTORY, format_bytes
 from .failed_runs import in_cycle
 from .held_memory import Memory, holding_locals
 
@@ -53,74 +28,118 @@ _LENGTH_OF = (
 )
 # items that hold no memory worth naming a container for
 _EMPTY = (int, float, complex, bool, type(None), weakref.ref)
-GRAPH_NOTE_MIN = 2**20  # the previous run's graphs keeping this much more are named
 # what a LEAK line's holders must hold of what a rerun kept (see `Holding.named`)
 EXPLAINED_SHARE = 0.5
 MINOR_SHARE = 0.1
-# the end of a LEAK line whose holders hold less than `EXPLAINED_SHARE` of what it kept
-UNEXPLAINED = "; the rest by something else: find_leftovers() lists what is alive"
+
+# what holds the previous run's objects (`Holder.kind`)
+VARIABLE = "variable"  # a user's list, dict, set or deque that grew during the rerun
+OUTPUT = "output"  # the previous run's displayed result, in the output history
+TRACEBACK = "traceback"  # the previous run's error: its traceback frames' locals
+# what a container's new items all are (`Growth.items`)
+ITEMS = "item"
+GRAPHS = "autograd graph"
+EXCEPTIONS = "exception"
+# why the previous run's error is still alive (`Holder.alive`)
+LAST_ERROR = "last error"  # it is the error IPython keeps as the last one
+IN_CYCLE = "in a cycle"  # in a reference cycle with IPython's record of the run
+ALIVE = "alive"  # something else holds it
 
 
-def _with_bytes(words: str, nbytes: int) -> str:
-    """A holder's words with the bytes it holds of the kept memory: "`losses` (grew by 1
-    item; 4 B of it)"."""
-    amount = f"{format_bytes(nbytes)} of it"
-    return f"{words[:-1]}; {amount})" if words.endswith(")") else f"{words} ({amount})"
+class Growth(NamedTuple):
+    """How a user's container grew during a rerun: `count` items, all `items` (`ITEMS`,
+    `GRAPHS`, `EXCEPTIONS`); `graphs`: the tensors with an autograd graph among them (or
+    one level in), `graph_nbytes` what those saved (None: not measured); `earlier_graphs`
+    / `earlier_nbytes`: the same of the previous run's items, where measured (this run's
+    graphs may keep less than the previous run's: a rerun that rebuilt the model leaves
+    the old weights to the old graphs alone); `locals`: the new exceptions' traceback
+    locals that hold memory (the first two, as the leftovers scan names them)."""
+
+    count: int
+    items: str
+    graphs: int
+    graph_nbytes: Optional[int]
+    earlier_graphs: int = 0
+    earlier_nbytes: Optional[int] = None
+    locals: tuple[str, ...] = ()
+
+
+class Holder(NamedTuple):
+    """One thing that holds the previous run's objects, made where it is found.
+
+    kind: `VARIABLE`, `OUTPUT` or `TRACEBACK`; name: the name a user types ("losses",
+    "Out[7]"; "" for a traceback); held: ((device, bytes), ...) the previous run's objects
+    hold in it, or None where that is not known (its autograd graphs were not measured);
+    growth: how a `VARIABLE` grew; cell: the `OUTPUT` entry's number, or the failed run of
+    a `TRACEBACK`; locals: a `TRACEBACK`'s frame locals that hold memory (the first two);
+    alive: why that error is still alive (`LAST_ERROR`, `IN_CYCLE`, `ALIVE`). Worded by
+    `history_text.holder_words`."""
+
+    kind: str
+    name: str
+    held: Optional[tuple]
+    growth: Optional[Growth] = None
+    cell: Optional[int] = None
+    locals: tuple[str, ...] = ()
+    alive: str = ""
+
+    def share(self, kept: tuple) -> int:
+        """The bytes it holds of `kept` ((device, bytes), ...), on the devices kept on; all
+        of it where its bytes are not known."""
+        devices = dict(kept)
+        if self.held is None:
+            return sum(amount for amount in devices.values() if amount > 0)
+        return sum(nbytes for device, nbytes in self.held if device in devices)
+
+
+class Named(NamedTuple):
+    """What a LEAK line names as holding what a rerun kept (`Holding.named`): holders;
+    explained: whether they hold most of it (else each is named with its bytes, and the
+    rest is said to be held by something else); grew: the user's containers named as
+    holding it."""
+
+    holders: tuple[Holder, ...]
+    explained: bool
+    grew: tuple[str, ...]
+
+
+NAMED_NONE = Named((), True, ())
 
 
 class Holding(NamedTuple):
     """What holds the previous run's objects. new / previous: host bytes this run's objects
-    and the previous run's hold in the holders found; text: the holders, all of them ("" when
-    none was found); grew: the user's containers among them (their names); held: ((device,
-    bytes), ...) the previous run's objects hold in them, per device; parts: each holder as
-    (words, container name or "", ((device, bytes), ...) the previous run's objects hold in
-    it, or None where that is not known: the autograd graphs in it were not measured). What
-    a LEAK line names of them is `named`."""
+    and the previous run's hold in the holders found; holders: each of them; held:
+    ((device, bytes), ...) the previous run's objects hold in them. What a LEAK line names
+    of them is `named`."""
 
     new: int
     previous: int
-    text: str
-    grew: tuple = ()
+    holders: tuple[Holder, ...] = ()
     held: tuple = ()
-    parts: tuple = ()
 
-    def named(self, kept: tuple) -> tuple[str, tuple]:
-        """(the LEAK line's holders, the containers named as holding it) for a rerun that
-        kept `kept` ((device, bytes), ...) again.
+    def named(self, kept: tuple) -> Named:
+        """What a LEAK line names for a rerun that kept `kept` ((device, bytes), ...) again.
 
         A holder is named as holding the kept memory only where the previous run's objects
         in it hold at least `MINOR_SHARE` of it (on the devices it was kept on), and those
         holders only where together they hold at least `EXPLAINED_SHARE` of it. Else every
         holder found is named with the bytes it holds, and the line says the rest is held
         by something else: a list that gained a 4-byte tensor is not what keeps 4 MiB
-        (the cell may call a function that fills a list it does not name). A `Holding`
-        made without parts names its text; a holder whose bytes are not known counts as
-        holding all of it."""
-        if not self.parts:
-            return self.text, self.grew
-        devices = dict(kept)
-        total = sum(amount for amount in devices.values() if amount > 0)
-        shares = [
-            (
-                words,
-                name,
-                total
-                if held is None
-                else sum(nbytes for device, nbytes in held if device in devices),
-            )
-            for words, name, held in self.parts
-        ]
-        major = [entry for entry in shares if entry[2] > 0 and entry[2] >= MINOR_SHARE * total]
-        if major and sum(entry[2] for entry in major) >= EXPLAINED_SHARE * total:
-            return ", ".join(entry[0] for entry in major), tuple(e[1] for e in major if e[1])
-        found = [entry for entry in shares if entry[2] > 0]
+        (the cell may call a function that fills a list it does not name). A holder whose
+        bytes are not known counts as holding all of it."""
+        total = sum(amount for _device, amount in kept if amount > 0)
+        shares = [(holder, holder.share(kept)) for holder in self.holders]
+        found = [(holder, nbytes) for holder, nbytes in shares if nbytes > 0]
+        major = [(holder, nbytes) for holder, nbytes in found if nbytes >= MINOR_SHARE * total]
+        grew = tuple(holder.name for holder, _nbytes in major if holder.kind == VARIABLE)
+        if major and sum(nbytes for _holder, nbytes in major) >= EXPLAINED_SHARE * total:
+            return Named(tuple(holder for holder, _nbytes in major), True, grew)
         if not found:
-            return "", ()
-        texts = [_with_bytes(words, nbytes) for words, _name, nbytes in found]
-        return ", ".join(texts) + UNEXPLAINED, tuple(e[1] for e in major if e[1])
+            return NAMED_NONE
+        return Named(tuple(holder for holder, _nbytes in found), False, grew)
 
 
-NOTHING = Holding(0, 0, "")
+NOTHING = Holding(0, 0)
 
 
 _BASES: dict[type, Optional[tuple]] = {}
@@ -142,10 +161,6 @@ def _base(kind: type) -> Optional[tuple]:
         _BASES.clear()
     _BASES[kind] = found
     return found
-
-
-def _plural(count: int, word: str) -> str:
-    return f"{count} {word}" + ("" if count == 1 else "s")
 
 
 def _items(value: Any, base: type, end: int, count: int, skip: int) -> list:
@@ -205,7 +220,7 @@ class RerunHolders:
                 more = dict.fromkeys(itertools.chain.from_iterable(called))
                 names = list(itertools.islice(more, budget))
                 budget -= len(names)
-        except Exception:
+        except Exception:  # the user's namespace and values: none read, the cell still recorded
             return {}
         return lengths
 
@@ -249,8 +264,21 @@ class RerunHolders:
         try:
             failed = previous.failed() if previous.failed is not None else None
             return _Reading(self, previous.cell).read(before, previous.displayed, result, failed)
-        except Exception:
+        except Exception:  # user objects, a framework, the leftovers scan: nothing found held
             return NOTHING
+
+
+class _Grown(NamedTuple):
+    """A user's container that grew during a rerun, as read: its name, what its new items
+    hold (`new`) and how many there are, whether they all are tensors with a graph, the
+    exceptions among them, and what its items from before this run hold (`earlier`)."""
+
+    name: str
+    new: Memory
+    count: int
+    all_graphs: bool
+    errors: list
+    earlier: Memory
 
 
 class _Reading:
@@ -263,11 +291,10 @@ class _Reading:
         self.seen: set = set()
         self.previous: list[Memory] = []
         self.new: list[Memory] = []
-        # (name, what its new items hold, how many, all tensors with a graph?, exceptions,
-        # what its items from before this run hold)
-        self.containers: list[tuple[str, Memory, int, bool, list, Memory]] = []
-        # the output history's and tracebacks' names, with what they hold
-        self.others: list[tuple[str, Memory]] = []
+        self.containers: list[_Grown] = []
+        # the output history's entry and the previous error's traceback, with what they
+        # hold (`Holder.held` is filled in once the graphs are measured)
+        self.others: list[tuple[Holder, Memory]] = []
 
     def memory(self, into: list) -> Memory:
         memory = Memory(self.seen)
@@ -299,9 +326,12 @@ class _Reading:
                     memory.add_graphs(sizes)
         # a container holds the previous run's objects where its items from before this
         # run's hold memory: one that gained a string names nothing
-        containers = [entry for entry in self.containers if entry[5].total or entry[5].owners]
-        parts = [(self._container_text(*entry), entry[0], _held(entry[5])) for entry in containers]
-        parts += [(text, "", _held(memory)) for text, memory in self.others]
+        holders = [
+            Holder(VARIABLE, grown.name, _held(grown.earlier), _growth(grown))
+            for grown in self.containers
+            if grown.earlier.total or grown.earlier.owners
+        ]
+        holders += [holder._replace(held=_held(memory)) for holder, memory in self.others]
         held: dict[str, int] = {}
         for memory in self.previous:
             for device, nbytes in memory.by_device.items():
@@ -309,10 +339,8 @@ class _Reading:
         return Holding(
             sum(memory.host for memory in self.new),
             sum(memory.host for memory in self.previous),
-            ", ".join(part[0] for part in parts),
-            tuple(entry[0] for entry in containers),
+            tuple(holders),
             tuple(held.items()),
-            tuple(parts),
         )
 
     def _containers(self, before: dict) -> None:
@@ -338,9 +366,9 @@ class _Reading:
             for item in added:
                 memory.add(item)
             owners = {id(owner) for owner in memory.owners}  # items, or one level in them
-            items_are_graphs = bool(added) and all(id(item) in owners for item in added)
+            all_graphs = bool(added) and all(id(item) in owners for item in added)
             errors = [item for item in added if isinstance(item, BaseException)]
-            self.containers.append((name, memory, count, items_are_graphs, errors, previous))
+            self.containers.append(_Grown(name, memory, count, all_graphs, errors, previous))
 
     def _output(self) -> None:
         outputs = self.holders._outputs()
@@ -349,15 +377,19 @@ class _Reading:
             memory = self.memory(self.previous)
             memory.add(outputs[cell])
             if memory.total:
-                self.others.append((f"`Out[{cell}]` ({OUTPUT_HISTORY})", memory))
+                self.others.append((Holder(OUTPUT, f"Out[{cell}]", None, cell=cell), memory))
 
     def _previous_error(self, error: BaseException, previous_result: Any) -> None:
         memory = self.memory(self.previous)
         memory.add(error)
         held = holding_locals(error)
         if held:
-            labels = ", ".join(label for label, _size in held[:2])
-            self.others.append((f"{labels} ({self._why_alive(error, previous_result)})", memory))
+            labels = tuple(label for label, _size in held[:2])
+            alive = self._why_alive(error, previous_result)
+            holder = Holder(
+                TRACEBACK, "", None, cell=self.previous_cell, locals=labels, alive=alive
+            )
+            self.others.append((holder, memory))
 
     def _why_alive(self, error: BaseException, previous_result: Any) -> str:
         from .. import notebook_refs
@@ -365,45 +397,32 @@ class _Reading:
         shell, _namespace = notebook_refs.resolve_namespace(None, self.holders._namespace)
         exceptions, _tracebacks, _sources = notebook_refs.held_exceptions(shell)
         if any(exception is error for exception in exceptions):
-            return "the last error's traceback: %gpu_reset releases it"
-        where = f"run [{self.previous_cell}]'s error"
-        if in_cycle(error, previous_result):
-            return (
-                f"{where}, in a reference cycle with IPython's record of the run: freed "
-                "when the garbage collector runs, or by %gpu_reset"
-            )
-        return f"{where}, still alive"
+            return LAST_ERROR
+        return IN_CYCLE if in_cycle(error, previous_result) else ALIVE
 
-    @staticmethod
-    def _container_text(
-        name: str,
-        memory: Memory,
-        count: int,
-        items_are_graphs: bool,
-        errors: list,
-        previous: Optional[Memory] = None,
-    ) -> str:
-        graphs = len(memory.owners)
-        graph_text = _plural(graphs, "autograd graph")
-        if memory.graph_nbytes is not None:
-            graph_text += f", {format_bytes(memory.graph_nbytes)} saved"
-            kept = previous.graph_nbytes if previous is not None and previous.owners else None
-            # this run's graphs may keep less than the previous run's: a rerun that rebuilt
-            # the model leaves the old weights to the old graphs alone
-            if kept is not None and kept >= 2 * memory.graph_nbytes + GRAPH_NOTE_MIN:
-                older = len(previous.owners)  # type: ignore[union-attr]
-                which = "graph keeps" if older == 1 else f"{older} graphs keep"
-                graph_text += f"; the previous run's {which} {format_bytes(kept)}"
-        if items_are_graphs:
-            return f"`{name}` (grew by {graph_text})"
-        if errors and len(errors) == count:
-            labels: list[str] = []
-            for error in errors:
-                labels += [label for label, _size in holding_locals(error)]
-            holds = f": {', '.join(list(dict.fromkeys(labels))[:2])}" if labels else ""
-            return f"`{name}` (grew by {_plural(count, 'exception')}{holds})"
-        text = f"`{name}` (grew by {_plural(count, 'item')}"
-        return text + (f", {graph_text})" if graphs else ")")
+
+def _growth(grown: _Grown) -> Growth:
+    """How `grown` grew, as its words say it."""
+    new, earlier = grown.new, grown.earlier
+    if grown.all_graphs:
+        items = GRAPHS
+    elif grown.errors and len(grown.errors) == grown.count:
+        items = EXCEPTIONS
+    else:
+        items = ITEMS
+    labels: list[str] = []
+    if items == EXCEPTIONS:
+        for error in grown.errors:
+            labels += [label for label, _size in holding_locals(error)]
+    return Growth(
+        grown.count,
+        items,
+        len(new.owners),
+        new.graph_nbytes,
+        len(earlier.owners),
+        earlier.graph_nbytes if earlier.owners else None,
+        tuple(dict.fromkeys(labels))[:2],
+    )
 
 
 def _held(memory: Memory) -> Optional[tuple]:

@@ -1,52 +1,16 @@
-"""Rerun leaks: does a cell that ran before keep memory again, run after run?
-
-A cell's effect is what it kept: memory after it minus memory before *it*, so what other
-cells allocated in between is never charged to it. It is measured per device: torch's
-allocated bytes on each CUDA device (exact: any growth counts), and host memory ("cpu"),
-always, CUDA or not. A rerun is flagged on a device when this run kept a significant amount
-there and the previous run of the same source did too: its earlier objects are still held
-somewhere (``losses.append(loss)``), where a cell that rebinds its names
-(``big = torch.ones(...)``) keeps nothing on a rerun. Unless the user freed them: where the
-cells run since the previous run freed at least what it kept on a device (what each cell
-freed, its fall, is summed per device: ``outs.clear()``, ``%gpu_reset``), its figure no
-longer tells that its objects are held, and the rerun is flagged there only if they are
-found held (`rerun_holders`). A cell that frees and allocates as much hides its free in its
-net change, so such a free is not counted. On the host, a cell in between without an exact
-figure (below) may have freed it unseen: the rerun is then flagged only on what is found
-held, too.
-
-Host memory is exact where malloc's in-use bytes (glibc ``mallinfo2``) are read before and
-after the cell; else there is only the resident set size's growth. ``mallinfo2`` walks
-malloc's free lists: a microsecond on a tidy heap, milliseconds on a fragmented one. So it
-is read around every cell while a read costs at most `CHEAP_READ_S` (one read per cell:
-the reading after a cell is the next cell's before), else after a cell that took long
-enough that a read is at most `READ_SHARE` of it, around a rerun whose previous run took
-that long, and always around a rerun of a cell whose previous run kept host memory (the
-judgement needs this run's exact figure). A short cell on a heap where a read is costly
-gets none.
-
-Where a rerun's host figure is not exact, what it kept is read from its objects instead
-(`rerun_holders`: what the containers the cell names gained during the run hold, the
-output history, a failed run's traceback), and so is what the previous run kept where its
-figure was not exact either: a rerun whose objects, and the previous run's, hold a
-significant amount there is flagged, whatever the resident size did; the resident size
-alone flags nothing (a keep the heap had room for leaves it unchanged; a freed block that
-stays resident grows it).
-Significant means above a noise floor *measured* in this process (``host_noise``) the first
-time a rerun is judged: malloc's floor for exact figures (and for the bytes of objects),
-else the resident set's. Runs on the per-cell hot path: no CUDA calls, and no object walk
-but for a flagged rerun or one whose host figure is not exact, where the holders are read
-(a few containers; one bounded leftovers scan when they gained autograd graphs).
-"""
+"""Rerun leaks: does a cell that ran before keep memory again, run after run? Remembers what
+each source kept per device and judges its next run (see docs/cells.md, "Rerun leaks")."""
 
 from __future__ import annotations
 
 import time
 import weakref
+from collections.abc import Sequence
 from typing import Any, Callable, NamedTuple, Optional
 
 from ..host_memory import MallocInUse, RssReader
 from . import failed_runs, host_noise
+from .rerun_holders import NAMED_NONE, NOTHING, Holding, Named
 
 HOST = "cpu"
 CHEAP_READ_S = 2e-6  # a malloc read this quick is taken around every cell
@@ -74,18 +38,35 @@ class PreviousRun(NamedTuple):
     blind: int = 0
 
 
+class CellRun(NamedTuple):
+    """One run of a cell as read around it: its source; what it kept (+) or freed (-) per
+    CUDA device, ((device, bytes), ...); the resident size before and after it and
+    malloc's in-use bytes before it (None where not read); the lengths of the containers
+    it names, read before it (`rerun_holders.RerunHolders.before`; None where not
+    needed); its cell, how long it took, and its ``ExecutionResult``."""
+
+    source: Optional[str]
+    cuda: Sequence
+    rss_before: Optional[int]
+    rss_after: Optional[int]
+    malloc_before: Optional[int]
+    lengths: Optional[dict]
+    cell: Optional[int]
+    duration: float
+    result: Any
+
+
 class Verdict(NamedTuple):
     """leaks: what this run kept again, per device; rerun_of: the previous run's cell;
-    held_by: what holds the previous run's objects, where it could tell; grew: the user's
-    containers among those holders (`rerun_holders.Holding.named`)."""
+    named: what holds the previous run's objects, where it could tell
+    (`rerun_holders.Holding.named`)."""
 
     leaks: Kept
     rerun_of: Optional[int]
-    held_by: str
-    grew: tuple
+    named: Named = NAMED_NONE
 
 
-_FIRST = Verdict((), None, "", ())
+_FIRST = Verdict((), None)
 _new_tuple = tuple.__new__  # a NamedTuple made without its Python-level __new__: hot path
 
 
@@ -149,11 +130,40 @@ class MallocReadings:
         return cost is None or cost <= self.cheap_read_s or cost <= self.read_share * duration
 
 
+def _nothing_held(_lengths: dict, _result: Any, _previous: PreviousRun) -> Holding:
+    return NOTHING
+
+
+class _Found:
+    """What holds a previous run's objects, read once, when first needed (a few containers,
+    sometimes a bounded leftovers scan)."""
+
+    def __init__(self, holding: Callable, run: CellRun, previous: PreviousRun) -> None:
+        self._holding = holding
+        self._run = run
+        self._previous = previous
+        self._read: Optional[Holding] = None
+
+    def __call__(self) -> Holding:
+        if self._read is None:
+            self._read = self._holding(self._run.lengths or {}, self._run.result, self._previous)
+        return self._read
+
+
 class RerunLeakCheck:
     """Remembers what each cell source kept on its last run and judges the next run of it."""
 
-    def __init__(self, maxlen: int, rss: Optional[RssReader] = None) -> None:
+    def __init__(
+        self,
+        maxlen: int,
+        rss: Optional[RssReader] = None,
+        holding: Optional[Callable[[dict, Any, PreviousRun], Holding]] = None,
+    ) -> None:
+        """`holding` (`rerun_holders.RerunHolders.after`) reads what holds a previous run's
+        objects after a rerun, from the lengths read before it; called only for a rerun
+        that may be flagged (none: nothing is found held)."""
         self.maxlen = maxlen
+        self._holding = holding or _nothing_held
         self._last_by_source: dict[str, PreviousRun] = {}
         self.malloc = MallocReadings()
         self._rss = rss if rss is not None else RssReader()
@@ -212,161 +222,168 @@ class RerunLeakCheck:
         kept_host = self._significant(_host_of(previous.kept), exact=True)
         return kept_host or self.malloc.affordable(previous.duration)
 
-    def _host_kept(
-        self,
-        rss_before: Optional[int],
-        rss: Optional[int],
-        malloc_before: Optional[int],
-        duration: float,
-    ) -> tuple[Optional[int], bool]:
-        """(change of host bytes over the cell, exact?): of malloc's in-use bytes where
-        they were read before and after the cell, else of the resident size; None when
-        neither.
+    def _host_kept(self, run: CellRun) -> tuple[Optional[int], bool]:
+        """(change of host bytes over `run`, exact?): of malloc's in-use bytes where they
+        were read before and after the cell, else of the resident size; None when neither.
         The reading after a cell is taken where the cell wanted one before (see
-        `malloc_before`), or where it is affordable for this cell; it stands as the next
+        `before_run`), or where it is affordable for this cell; it stands as the next
         cell's reading before."""
+        malloc_before = run.malloc_before
         malloc = self.malloc
         pending, malloc.pending = malloc.pending, False
         if (
             (pending and malloc_before is not None)
-            or malloc.affordable(duration)
+            or malloc.affordable(run.duration)
             or malloc.probe_due()
         ):
             after = malloc.last = malloc.read()
             if after is not None and malloc_before is not None:
                 return after - malloc_before, True
+        rss, rss_before = run.rss_after, run.rss_before
         if rss is None or rss_before is None:
             return None, False
         return rss - rss_before, False
 
     # -- the judgement
-    def judge(
-        self,
-        source: Optional[str],
-        cuda: list,
-        rss_before: Optional[int],
-        rss: Optional[int],
-        malloc_before: Optional[int],
-        cell: Optional[int],
-        duration: float,
-        result: Any,
-        holding: Callable[[dict, Any, PreviousRun], Any],
-        lengths: Optional[dict],
-    ) -> Verdict:
-        """Judge a run of `source` that kept `cuda` ([(device, bytes)], a list this call
-        owns) and went from `rss_before` to `rss` resident bytes (`malloc_before`: malloc's
-        in-use bytes before it, or None). `result`: its ``ExecutionResult``; `holding`
-        (`rerun_holders.RerunHolders.after`) reads what holds the previous run's objects
-        from `lengths` (read before the run), called only for a flagged rerun or where
-        host figures are not exact."""
+    def judge(self, run: CellRun) -> Verdict:
+        """Judge `run`: whether it kept memory again, where its previous run kept some, and
+        what holds the previous run's objects (see docs/cells.md, "Rerun leaks")."""
+        source = run.source
         previous = self._last_by_source.pop(source, None) if source is not None else None
-        failed = getattr(result, "error_in_exec", None) is not None
+        failed = getattr(run.result, "error_in_exec", None) is not None
         if failed:
             failed_runs.count_failure()
-        host, exact = self._host_kept(rss_before, rss, malloc_before, duration)
-        freed_before, blind_before = self.freed, self.blind
+        freed_before, blind_before = self.freed, self.blind  # as the previous cell left them
+        # what it kept per CUDA device and on the host (None: no figure; exact or not);
+        # what it freed goes to the running totals
+        cuda = run.cuda
+        host, exact = self._host_kept(run)
         if not exact:
             self.blind = blind_before + 1
         if (host is not None and host < 0) or _any_freed(cuda):
             cuda, host = self._count_frees(cuda, host)
         if source is None:
             return _FIRST
-        displayed = getattr(result, "result", None) is not None
+        displayed = getattr(run.result, "result", None) is not None
         if previous is None:
-            self._remember(source, cuda, host, exact, cell, duration, result, displayed, failed)
-            return _FIRST
-        if not _any_kept(cuda) and (
+            verdict = _FIRST
+        elif not _any_kept(cuda) and (
             (exact and host <= host_noise.MINIMUM)
-            or (
-                not exact
-                and not lengths
-                and not (displayed or failed or previous.displayed)
-                and previous.failed is None
-            )
+            or (not exact and _nothing_could_hold(run, previous, displayed, failed))
         ):
             # the common rerun: it kept nothing, as malloc's exact figure says, or nothing
             # could hold either run's objects (no container it names, no result, no error)
-            self._remember(source, cuda, host, exact, cell, duration, result, displayed, failed)
-            return _new_tuple(Verdict, ((), previous.cell, "", ()))
+            verdict = _new_tuple(Verdict, ((), previous.cell, NAMED_NONE))
+        else:
+            since = _freed_since(freed_before, previous.freed)
+            unseen = blind_before != previous.blind  # a cell since may have freed it unseen
+            verdict = self._again(run, previous, cuda, host, exact, since, unseen)
+            host_again = _host_of(verdict.leaks)
+            if host_again is not None:  # what it kept, as its objects tell where inexact
+                host = max(host or 0, host_again)
+        self._remember(run, cuda, host, exact, displayed, failed)
+        return verdict
+
+    def _again(
+        self,
+        run: CellRun,
+        previous: PreviousRun,
+        cuda: Sequence,
+        host: Optional[int],
+        exact: bool,
+        since: dict,
+        unseen: bool,
+    ) -> Verdict:
+        """The verdict on a rerun that kept memory, or may have: on which devices it kept
+        memory again, and what holds the previous run's objects. `since`: what cells freed
+        per device since the previous run; `unseen`: a cell since had no exact host figure.
+
+        On a CUDA device, what the previous run kept is still held, as far as the figures
+        tell, where the cells since freed less than it there; else only if its objects
+        are found held (the user may have freed them: `outs.clear()`, %gpu_reset)."""
+        found = _Found(self._holding, run, previous)
         before = dict(previous.kept)
-        # what the previous run kept is still held, as far as the figures tell, where the
-        # cells since freed less than it on that device; else only if its objects are
-        # found held (the user may have freed them: `outs.clear()`, %gpu_reset). On the
-        # host, a cell since without an exact figure may have freed it unseen.
-        since = _freed_since(freed_before, previous.freed)
         again = []
         doubtful = []
         for device, amount in cuda:
             if amount and before.get(device):
                 held = before[device] > since.get(device, 0)
                 (again if held else doubtful).append((device, amount))
-        host_again: Optional[int] = None
-        read = None
-        # a figure that is not exact flags nothing by itself: the resident size misses a
-        # keep the heap had room for, and counts a freed block that stays resident
-        this_kept = exact and self._significant(host, True)
-        previous_host = before.get(HOST)
-        previous_kept = (
-            previous_host is not None
-            and blind_before == previous.blind
-            and self._significant(previous_host - since.get(HOST, 0), previous.host_exact)
-        )
-        freed_since = not previous_kept and self._significant(previous_host, previous.host_exact)
-        if this_kept and previous_kept:
-            host_again = host
-        elif not exact or (this_kept and (freed_since or not previous.host_exact)):
-            read = holding(lengths or {}, result, previous)  # what objects hold: exact
-            if (this_kept or self._significant(read.new, True)) and (
-                previous_kept or self._significant(read.previous, True)
-            ):
-                host_again = host if this_kept else read.new
         if doubtful:
-            if read is None:
-                read = holding(lengths or {}, result, previous)
-            held = dict(read.held)
-            again += [(device, amount) for device, amount in doubtful if held.get(device)]
+            held_on = dict(found().held)
+            again += [(device, amount) for device, amount in doubtful if held_on.get(device)]
+        host_again = self._host_again(host, exact, previous, since.get(HOST, 0), unseen, found)
         if host_again is not None:
             again.append((HOST, host_again))
-            host = max(host or 0, host_again)
-        if read is None and again:
-            read = holding(lengths or {}, result, previous)
-        self._remember(source, cuda, host, exact, cell, duration, result, displayed, failed)
         if not again:
-            return _new_tuple(Verdict, ((), previous.cell, "", ()))
-        held_by, grew = read.named(tuple(again))
-        return Verdict(tuple(again), previous.cell, held_by, grew)
+            return _new_tuple(Verdict, ((), previous.cell, NAMED_NONE))
+        kept = tuple(again)
+        return Verdict(kept, previous.cell, found().named(kept))
+
+    def _host_again(
+        self,
+        host: Optional[int],
+        exact: bool,
+        previous: PreviousRun,
+        freed_since: int,
+        unseen: bool,
+        found: _Found,
+    ) -> Optional[int]:
+        """What a rerun kept again on the host, or None.
+
+        A figure that is not exact flags nothing by itself: the resident size misses a keep
+        the heap had room for, and counts a freed block that stays resident. Both runs'
+        figures flag it where this one's is exact and the previous run's keep is still
+        held as far as they tell (the cells since freed less, all with exact figures);
+        else the objects the runs left in the holders found decide (their bytes are
+        exact)."""
+        if exact and not self._significant(host, True):
+            return None  # it kept nothing there, as malloc's exact figure says
+        previous_host = _host_of(previous.kept)
+        previous_held = (
+            previous_host is not None
+            and not unseen
+            and self._significant(previous_host - freed_since, previous.host_exact)
+        )
+        if exact and previous_held:
+            return host
+        if exact and previous.host_exact and not self._significant(previous_host, True):
+            return None  # the previous run kept nothing there
+        objects = found()
+        if (exact or self._significant(objects.new, True)) and (
+            previous_held or self._significant(objects.previous, True)
+        ):
+            return host if exact else objects.new
+        return None
 
     def _remember(
         self,
-        source: str,
-        cuda: list,
+        run: CellRun,
+        cuda: Sequence,
         host: Optional[int],
         exact: bool,
-        cell: Optional[int],
-        duration: float,
-        result: Any,
         displayed: bool,
         failed: bool,
     ) -> None:
-        kept = cuda
-        if host is not None:
-            kept.append((HOST, host))
         failed_run = None
         if failed:
             try:
-                failed_run = weakref.ref(result)
+                failed_run = weakref.ref(run.result)
             except TypeError:
                 failed_run = None
+        kept = tuple(cuda)
+        if host is not None:  # without CUDA figures no list is built: the hot path
+            kept = (*kept, (HOST, host)) if kept else ((HOST, host),)
         last = self._last_by_source
-        last[source] = _new_tuple(
+        last[run.source] = _new_tuple(  # type: ignore[index]
             PreviousRun,
-            (tuple(kept), cell, exact, duration, displayed, failed_run, self.freed, self.blind),
+            (kept, run.cell, exact, run.duration, displayed, failed_run, self.freed, self.blind),
         )
         if len(last) > 4 * self.maxlen:
             for stale in list(last)[: 2 * self.maxlen]:
                 del last[stale]
 
-    def _count_frees(self, cuda: list, host: Optional[int]) -> tuple[list, Optional[int]]:
+    def _count_frees(self, cuda: Sequence, host: Optional[int]) -> tuple[list, Optional[int]]:
         """Add what a cell freed per device (its falls) to the running totals; return its
         changes clamped at 0: what it kept."""
         totals = self._freed_totals
@@ -389,14 +406,24 @@ class RerunLeakCheck:
         self.blind = 0
 
 
-def _any_kept(cuda: list) -> bool:
+def _nothing_could_hold(run: CellRun, previous: PreviousRun, displayed: bool, failed: bool) -> bool:
+    """Nothing can hold either run's objects: the cell names no container, and neither
+    run displayed a result or failed."""
+    return (
+        not run.lengths
+        and not (displayed or failed or previous.displayed)
+        and previous.failed is None
+    )
+
+
+def _any_kept(cuda: Sequence) -> bool:
     for _, amount in cuda:  # noqa: SIM110 - any() of a generator costs on the hot path
         if amount > 0:
             return True
     return False
 
 
-def _any_freed(cuda: list) -> bool:
+def _any_freed(cuda: Sequence) -> bool:
     for _, change in cuda:  # noqa: SIM110 - as above
         if change < 0:
             return True

@@ -1,48 +1,29 @@
-"""Per-cell memory history, recorded by IPython's ``pre_run_cell`` / ``post_run_cell``.
-
-What is measured for each cell:
-
-- CUDA (torch, once torch has initialised CUDA): allocated bytes before and after the
-  cell, the peak during it (per device, summed over devices), reserved bytes after, and
-  the change in ``num_ooms`` (a cheap out-of-memory detector). These are the caching
-  allocator's host-side counters: reading them makes no CUDA call and never synchronises.
-  Peaks are left alone (``torch.cuda.max_memory_allocated()`` stays the process's peak):
-  a cell's peak is derived (``cell_peaks``), exact or shown as a bound "<= X";
-  ``reset_peaks=True`` (``%gpu_history --reset-peaks on``) resets them before every cell.
-- Host: the process's resident set size after the cell, CUDA or not (one ``pread`` of
-  ``/proc/self/statm``; Linux only, else None), and malloc's in-use bytes where reading
-  them is cheap (``cell_reruns``: what a cell kept, exactly).
-- NVML: the GPUs' used memory after the cell (``nvml.used_memory``: the v2 memory call,
-  which leaves out what the driver reserves, else v1, which counts it; the record says
-  which), and after a cell in which torch held no CUDA memory what NVML charges this
-  kernel's PID (CuPy, JAX, TensorFlow), read by a background thread (an NVML call can take
-  milliseconds), so they appear in the history a moment after the cell ends; None when
-  NVML is not available.
-
-Rerun leaks: when a cell with the same source runs again and keeps memory again on a
-device (what it added during its own run, as its previous run did: torch's allocated bytes
-per CUDA device, host memory above a measured noise floor), the record is flagged (the
-judgement: ``cell_reruns``) and names, where it can tell, what holds the previous run's
-objects (``rerun_holders``: a list that grew, an earlier output, a failed run's traceback).
-"""
+"""Per-cell memory history, recorded by IPython's ``pre_run_cell`` / ``post_run_cell``: torch's
+CUDA allocator figures, the process's resident size and NVML's used memory after each cell,
+and the rerun judgement (see docs/cells.md, "The tracker")."""
 
 from __future__ import annotations
 
 import collections
 import sys
 import time
-from dataclasses import asdict, dataclass
-from typing import Any, Callable, Optional
+from dataclasses import InitVar, asdict, dataclass
+from typing import Any, Callable, NamedTuple, Optional
 
 from .. import cuda_health, notebook_refs
 from ..frameworks import torch as torch_support
 from ..host_memory import RssReader as _RssReader
 from ..units import format_bytes
-from .history_text import PEAK_BOUND_NOTE, format_history, leak_text  # noqa: F401 (its API)
+from .history_text import (  # noqa: F401 (PEAK_BOUND_NOTE, format_history, leak_text: its API)
+    PEAK_BOUND_NOTE,
+    format_history,
+    held_by_text,
+    leak_text,
+)
 from .nvml_sampler import NvmlSampler
 from .peaks import EXACT, cell_peak
-from .rerun_holders import RerunHolders
-from .reruns import RerunLeakCheck, cuda_changes
+from .rerun_holders import Holder, Named, RerunHolders
+from .reruns import CellRun, RerunLeakCheck, cuda_changes
 
 DEFAULT_MAXLEN = 500
 GROWN_KEPT = 64  # names of containers that grew on a flagged rerun, the latest kept
@@ -68,7 +49,7 @@ class CellMemory:
     leaks: what this run kept again, per device: ((device, bytes), ...).
     held_by: what holds the previous run's objects, where the check could tell
         ("`losses` (grew by 1 autograd graph, 16 MiB saved)", "`Out[7]` (output
-        history)", "<traceback: f() local 'x'> (...)"), else "".
+        history)", "<traceback: f() local 'x'> (...)"), else "": `holders` in words.
     grew: the user's lists, dicts, sets or deques among ``held_by`` (their names): what
         grew on a flagged rerun, listed with the holders the user did not knowingly keep.
     rerun_of: the cell number of the previous run of the same source.
@@ -81,6 +62,9 @@ class CellMemory:
         not on a GPU, or a container, where NVML lists host PIDs); None when not known (no
         NVML, processes not listable, torch on CUDA, or the next cell began before NVML
         was read).
+    holders / explained (not fields: the JSON document has `held_by`, their words): the
+        holders `held_by` names, as records (`rerun_holders.Holder`), and whether they hold
+        most of what the rerun kept; () on a record read back from JSON.
     """
 
     cell: Optional[int]
@@ -104,6 +88,13 @@ class CellMemory:
     nvml_process_used: Optional[int] = None
     grew: tuple[str, ...] = ()
     rss_before: Optional[int] = None
+    holders: InitVar[tuple[Holder, ...]] = ()
+    explained: InitVar[bool] = True
+
+    def __post_init__(self, holders: tuple[Holder, ...], explained: bool) -> None:
+        if holders:  # else the class's defaults: () and True
+            object.__setattr__(self, "holders", holders)
+            object.__setattr__(self, "explained", explained)
 
     @property
     def delta(self) -> int:
@@ -129,6 +120,49 @@ class CellMemory:
         return asdict(self)
 
 
+class _Pending(NamedTuple):
+    """What `pre_run_cell` read, for `post_run_cell`: the cell's source, when it started,
+    the per-device allocator stats, whether torch's peaks were reset, the resident size
+    and malloc's in-use bytes before it, and the container lengths a rerun's holders are
+    read from (None where not needed)."""
+
+    source: Optional[str]
+    started: float
+    stats: tuple
+    reset_peaks: bool
+    rss_before: Optional[int]
+    malloc_before: Optional[int]
+    lengths: Optional[dict]
+
+
+class _Row(NamedTuple):
+    """One recorded cell as the tracker keeps it: `CellMemory`'s figures in the order they
+    are read (NVML's join in `history`, from the sampler, by `seq`)."""
+
+    seq: int
+    cell: Optional[int]
+    duration_s: float
+    # torch's CUDA allocator
+    devices: int
+    allocated_before: int
+    allocated_after: int
+    peak: int
+    peak_bound: str
+    reserved_after: int
+    ooms: int
+    # the process
+    rss_before: Optional[int]
+    rss_after: Optional[int]
+    # the rerun judgement
+    rerun_of: Optional[int]
+    leaks: tuple
+    leak_bytes: int
+    leak_kind: str
+    named: Named  # what holds the previous run's objects
+
+
+# a NamedTuple made without its Python-level __new__ (the per-cell hot path)
+_new_tuple = tuple.__new__
 _NO_CUDA: tuple = (0, ())
 
 
@@ -173,14 +207,14 @@ class MemoryTracker:
         # True: reset torch's peak counters before every cell (exact per-cell peaks, but
         # the user's max_memory_allocated() then covers the current cell only)
         self.reset_peaks = bool(reset_peaks)
-        self._records: collections.deque = collections.deque(maxlen=maxlen)
-        self._pending: Optional[tuple] = None
+        self._records: collections.deque[_Row] = collections.deque(maxlen=maxlen)
+        self._pending: Optional[_Pending] = None
         self._seq = 0
         self._nvml_used: dict[int, int] = {}
         self._nvml_process: dict[int, Optional[int]] = {}
         self._rss = _RssReader()
-        self._reruns = RerunLeakCheck(maxlen, self._rss)
         self._holders = RerunHolders(namespace, outputs or dict, maxlen)
+        self._reruns = RerunLeakCheck(maxlen, self._rss, self._holders.after)
         self._last_rss: Optional[int] = None
         self._grown: dict[str, None] = {}  # containers that grew on a flagged rerun
         self._nvml = (
@@ -194,16 +228,19 @@ class MemoryTracker:
             devices, stats = _cuda_stats(reset)
             source = getattr(info, "raw_cell", None)
             malloc, holders = self._reruns.before_run(source)
-            self._pending = (
-                source,
-                time.perf_counter(),
-                stats,
-                reset,
-                self._rss_before(),
-                malloc,
-                self._holders.before(source) if holders else None,
+            self._pending = _new_tuple(
+                _Pending,
+                (
+                    source,
+                    time.perf_counter(),
+                    stats,
+                    reset,
+                    self._rss_before(),
+                    malloc,
+                    self._holders.before(source) if holders else None,
+                ),
             )
-        except Exception:
+        except Exception:  # an IPython hook: it must never break the user's cell
             self._pending = None
 
     def _rss_before(self) -> Optional[int]:
@@ -227,12 +264,12 @@ class MemoryTracker:
             return
         try:  # noqa: SIM105 - contextlib.suppress costs on this hot path
             self._record(pending, result)
-        except Exception:
+        except Exception:  # an IPython hook: it must never break the user's cell
             pass
 
-    def _record(self, pending: tuple, result: Any) -> None:
-        source, started, stats_before, reset, rss_before, malloc_before, lengths = pending
-        duration = time.perf_counter() - started
+    def _record(self, pending: _Pending, result: Any) -> None:
+        duration = time.perf_counter() - pending.started
+        stats_before = pending.stats
         devices, stats = _cuda_stats()
         allocated_before = ooms_before = allocated = reserved = ooms = 0
         for before in stats_before:
@@ -242,52 +279,59 @@ class MemoryTracker:
             allocated += after.allocated
             reserved += after.reserved
             ooms += after.num_ooms
-        peak, peak_bound = cell_peak(stats_before, stats, reset) if devices else (0, EXACT)
+        peak, peak_bound = (
+            cell_peak(stats_before, stats, pending.reset_peaks) if devices else (0, EXACT)
+        )
         rss = self._last_rss = self._rss.read()
         cell = getattr(result, "execution_count", None)
 
-        leaks, rerun_of, held_by, grew = self._reruns.judge(
-            source,
-            cuda_changes(stats_before, stats) if devices else [],
-            rss_before,
-            rss,
-            malloc_before,
-            cell,
-            duration,
-            result,
-            self._holders.after,
-            lengths,
+        leaks, rerun_of, named = self._reruns.judge(
+            _new_tuple(
+                CellRun,
+                (
+                    pending.source,
+                    cuda_changes(stats_before, stats) if devices else (),
+                    pending.rss_before,
+                    rss,
+                    pending.malloc_before,
+                    pending.lengths,
+                    cell,
+                    duration,
+                    result,
+                ),
+            )
         )
         leak_bytes = 0
         leak_kind = ""
         if leaks:
             leak_bytes = sum(amount for _, amount in leaks)
             leak_kind = ", ".join(device for device, _ in leaks)
-            self._grew_on_rerun(grew)
+            self._grew_on_rerun(named.grew)
 
         self._seq += 1
         seq = self._seq
         self._records.append(
-            (
-                seq,
-                cell,
-                allocated_before,
-                allocated,
-                peak,
-                reserved,
-                max(0, ooms - ooms_before),
-                bool(leaks),
-                leak_bytes,
-                duration,
-                rss,
-                devices,
-                leak_kind,
-                rerun_of,
-                peak_bound,
-                leaks,
-                held_by,
-                grew,
-                rss_before,
+            _new_tuple(
+                _Row,
+                (
+                    seq,
+                    cell,
+                    duration,
+                    devices,
+                    allocated_before,
+                    allocated,
+                    peak,
+                    peak_bound,
+                    reserved,
+                    max(0, ooms - ooms_before),
+                    pending.rss_before,
+                    rss,
+                    rerun_of,
+                    leaks,
+                    leak_bytes,
+                    leak_kind,
+                    named,
+                ),
             )
         )
         nvml = self._nvml
@@ -318,27 +362,43 @@ class MemoryTracker:
         records = list(self._records)
         nvml_used, nvml_process = self._nvml_used, self._nvml_process
         if records and len(nvml_used) > 2 * self.maxlen:
-            oldest = records[0][0]
+            oldest = records[0].seq
             for seq in [seq for seq in list(nvml_used) if seq < oldest]:  # list(): atomic
                 nvml_used.pop(seq, None)
                 nvml_process.pop(seq, None)
         if last is not None:
             records = records[-last:] if last > 0 else []
         call = self._nvml.call if self._nvml is not None else None
-        # a record is (seq, CellMemory's fields in order without nvml_used_after)
+        # CellMemory's fields in order, by position: a keyword call costs a third more
         return [
             CellMemory(
-                *record[1:7],
-                nvml_used.get(record[0]),
-                *record[7:15],
-                nvml_used_call=call if record[0] in nvml_used else None,
-                leaks=record[15],
-                held_by=record[16],
-                grew=record[17],
-                nvml_process_used=nvml_process.get(record[0]),
-                rss_before=record[18],
+                row.cell,
+                row.allocated_before,
+                row.allocated_after,
+                row.peak,
+                row.reserved_after,
+                row.ooms,
+                nvml_used.get(row.seq),  # nvml_used_after
+                bool(row.leaks),  # rerun_leak
+                row.leak_bytes,
+                row.duration_s,
+                row.rss_after,
+                row.devices,
+                row.leak_kind,
+                row.rerun_of,
+                row.peak_bound,
+                call if row.seq in nvml_used else None,  # nvml_used_call
+                row.leaks,
+                held_by_text(row.named.holders, row.named.explained, row.leaks)
+                if row.named.holders
+                else "",  # held_by
+                nvml_process.get(row.seq),  # nvml_process_used
+                row.named.grew,
+                row.rss_before,
+                row.named.holders,
+                row.named.explained,
             )
-            for record in records
+            for row in records
         ]
 
     def clear(self) -> None:
@@ -411,14 +471,14 @@ def rerun_leaks(history: Optional[list[CellMemory]] = None) -> list[CellMemory]:
 
 
 def leaks_by_holder(
-    leaks: list[CellMemory], shown: Optional[Callable[[str], str]] = None, last: int = 10
+    leaks: list[CellMemory], shown: Optional[Callable[[CellMemory], str]] = None, last: int = 10
 ) -> list[tuple[str, str]]:
     """(cells, holder) for the last `last` flagged records, one pair per holder in the
     order first met: ('[9], [10]', "`outs` (grew by 1 autograd graph, ...)"); holder ""
-    where the check could not tell. `shown`: what of a record's holders to name
+    where the check could not tell. `shown`: what of a record's holders to name, in words
     (`past_leaks.holders_now`: those still there), all by default."""
     cells: dict[str, list[str]] = {}
     for record in leaks[-last:]:
-        held = record.held_by if shown is None else shown(record.held_by)
+        held = record.held_by if shown is None else shown(record)
         cells.setdefault(held, []).append(f"[{record.cell}]")
     return [(", ".join(numbers), holder) for holder, numbers in cells.items()]

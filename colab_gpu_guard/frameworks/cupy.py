@@ -37,7 +37,7 @@ def device_count() -> int:
         return 0
     try:
         return int(cupy.cuda.runtime.getDeviceCount())
-    except Exception:  # CUDARuntimeError without a driver or device
+    except Exception:  # CuPy: CUDARuntimeError without a driver or device
         return 0
 
 

@@ -42,13 +42,13 @@ def array_info(array) -> ArrayInfo:
     are the global size."""
     try:
         devices = sorted(array.devices(), key=lambda d: getattr(d, "id", 0))
-    except Exception:
+    except Exception:  # JAX: a user's array (deleted, or on an odd backend)
         devices = []
     device = "+".join(_device_name(d) for d in devices) or "unknown"
     nbytes = int(array.nbytes)
     try:
         pointer = int(array.unsafe_buffer_pointer()) if len(devices) == 1 else 0
-    except Exception:  # sharded or deleted arrays
+    except Exception:  # JAX: a sharded or deleted user's array
         pointer = 0
     if pointer:
         return ArrayInfo(
@@ -78,7 +78,7 @@ def live_arrays() -> list:
         return []
     try:
         return [a for a in jax.live_arrays() if not a.is_deleted()]
-    except Exception:
+    except Exception:  # JAX: an array deleted while listed
         return []
 
 

@@ -61,7 +61,7 @@ def cuda_initialized(torch: Optional[ModuleType] = None) -> bool:
     cuda = getattr(torch, "cuda", None)
     try:
         return bool(cuda is not None and cuda.is_initialized())
-    except Exception:
+    except Exception:  # torch: CUDA state of an unusual build
         return False
 
 
@@ -77,7 +77,7 @@ def cuda_device_count(torch: Optional[ModuleType] = None) -> int:
         return 0
     try:
         return int(torch.cuda.device_count())
-    except Exception:
+    except Exception:  # torch: no driver, or a broken CUDA install
         return 0
 
 
@@ -99,7 +99,7 @@ def devices_with_context(torch: Optional[ModuleType] = None) -> list[int]:
         if has_context is None:
             return [int(torch.cuda.current_device())] if count else []
         return [index for index in range(count) if has_context(index)]
-    except Exception:
+    except Exception:  # torch: the driver query (no driver, a broken context)
         return []
 
 
@@ -107,7 +107,7 @@ def mps_available(torch: ModuleType) -> bool:
     mps = getattr(getattr(torch, "backends", None), "mps", None)
     try:
         return bool(mps is not None and mps.is_available())
-    except Exception:
+    except Exception:  # torch: the MPS backend of this build
         return False
 
 
@@ -115,7 +115,7 @@ def xpu_available(torch: ModuleType) -> bool:
     xpu = getattr(torch, "xpu", None)
     try:
         return bool(xpu is not None and xpu.is_available())
-    except Exception:
+    except Exception:  # torch: the XPU backend of this build
         return False
 
 
@@ -183,7 +183,7 @@ def _device_to_seed_from(torch: ModuleType) -> Optional[int]:
         if has_context(int(torch.cuda.current_device())):
             return None
         return next(iter(devices_with_context(torch)), None)
-    except Exception:
+    except Exception:  # torch: the driver query (no driver, a broken context)
         return None
 
 

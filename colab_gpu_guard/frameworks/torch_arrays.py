@@ -22,7 +22,7 @@ from .base import ArrayInfo
 def _dense_nbytes(tensor) -> int:
     try:
         return tensor.numel() * tensor.element_size()
-    except Exception:
+    except Exception:  # torch: a user's tensor (a subclass may refuse)
         return 0
 
 
@@ -93,7 +93,7 @@ def _python_wrapper(tensor) -> bool:
     try:
         python = sys.modules["torch"]._C.DispatchKey.Python
         return sys.modules["torch"]._C._dispatch_keys(tensor).has(python)
-    except Exception:
+    except Exception:  # torch: this build's dispatch internals
         return False
 
 
@@ -108,7 +108,7 @@ def _array_info(tensor) -> ArrayInfo:
         storage = tensor.untyped_storage()
         storage_nbytes = storage.nbytes()
         pointer = storage.data_ptr()
-    except Exception:  # sparse tensors and wrapper subclasses have no plain storage
+    except Exception:  # torch: sparse tensors and wrapper subclasses have no plain storage
         layout_bytes = _sparse_nbytes(tensor)
         if layout_bytes is not None:
             nbytes = layout_bytes
@@ -147,7 +147,7 @@ def sparse_parts(tensor) -> Optional[list[tuple[str, Any]]]:
             if parts is None:
                 return None
             return [(f"{name}()", getattr(tensor, name)()) for name in parts]
-        except Exception:
+        except Exception:  # torch: a user's sparse tensor
             return None
 
 
@@ -163,7 +163,7 @@ def _sparse_nbytes(tensor) -> Optional[int]:
             storage = getattr(tensor, name)().untyped_storage()
             storages[storage.data_ptr()] = storage.nbytes()
         return sum(storages.values())
-    except Exception:
+    except Exception:  # torch: a user's sparse tensor
         return None
 
 
@@ -286,7 +286,7 @@ def array_infos(tensors: list) -> list[ArrayInfo]:
 def _storage_weakref(untyped_storage, tensor) -> Optional[weakref.ref]:
     try:
         return weakref.ref(untyped_storage(tensor))
-    except Exception:
+    except Exception:  # torch: a storage that takes no weakref
         return None
 
 
@@ -302,6 +302,6 @@ def storage_weakrefs(tensors: list) -> list[Optional[weakref.ref]]:
     with no_subclass_dispatch():
         try:
             weaks = list(map(weakref.ref, map(untyped_storage, tensors)))
-        except Exception:
+        except Exception:  # torch: one refused, so one by one
             weaks = [_storage_weakref(untyped_storage, tensor) for tensor in tensors]
     return [weak if weak is not None and weak() is not None else None for weak in weaks]

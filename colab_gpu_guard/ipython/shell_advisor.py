@@ -73,12 +73,12 @@ class ShellAdvisor:
             diagnosis = advise(
                 value, release_frames=True, namespace=getattr(shell, "user_ns", None)
             )
-        except Exception:
+        except Exception:  # the exception hook: advice never breaks the user's traceback
             return None
         if diagnosis is None:
             return None
         self.last = diagnosis
-        with contextlib.suppress(Exception):
+        with contextlib.suppress(Exception):  # the exception hook: a front end refusing the display
             self._display(diagnosis)
         return None
 
@@ -104,12 +104,12 @@ class ShellAdvisor:
                 shell.showsyntaxerror()  # what run_cell does when compiling the cell fails
             else:
                 _showtraceback(shell, (etype, value, tb), tb_offset)
-        except Exception:
+        except Exception:  # the exception hook: IPython's own display of the user's error
             try:
                 import traceback
 
                 traceback.print_exception(etype, value, tb)
-            except Exception:
+            except Exception:  # the exception hook's last net: print what we can
                 pass
 
     def _display(self, diagnosis: Diagnosis) -> None:

@@ -45,7 +45,7 @@ def install(registration: Registration, maxlen: int = engine.DEFAULT_MAXLEN) -> 
             line = warning.line(value, f"Out[{cell}]")
             if line is None or outputs().get(cell) is not value:
                 return  # light, or not kept in Out (history not stored, or the cache is off)
-        except Exception:
+        except Exception:  # an event callback on a user's value: never breaks the cell
             return
         print(line, file=sys.stdout)
 

@@ -1,10 +1,5 @@
-"""The deep scan: arrays alive that no name reaches (torch and CuPy via
-``gc.get_objects()``, JAX via ``jax.live_arrays()``), what kind of object refers to the
-biggest of them, and per CUDA device the bytes found vs torch's ``memory_allocated``.
-
-An unnamed tensor with an autograd graph carries what its graph saved, as a named one does
-(`graphs`): the saved tensors, often kept only from C++ (``<unnamed: no Python
-referrer>``), are counted in its entry, not listed apart."""
+"""The deep scan: arrays alive that no name reaches (``gc.get_objects()``, JAX's live
+arrays), what refers to the biggest, and per CUDA device found vs allocated bytes."""
 
 from __future__ import annotations
 
@@ -22,6 +17,7 @@ from .kinds import ARRAY, ATOMIC, opaque_module
 from .naming import ROOT
 from .readers import mro, type_module
 from .records import DeviceGap
+from .visit import Visit
 from .walker import Walker
 
 _UNNAMED_DESCRIBED = 20  # unnamed storages whose referrers are looked up
@@ -76,7 +72,7 @@ def scan_unnamed(walker: Walker, notes: list[str]) -> None:
                     continue
                 try:
                     key = what.info_of(obj).storage_key  # type: ignore[misc]
-                except Exception:
+                except Exception:  # a framework's reader on an array gc found (any state)
                     continue
                 if key not in named:
                     found.setdefault(key, (what, []))[1].append(obj)
@@ -90,7 +86,7 @@ def scan_unnamed(walker: Walker, notes: list[str]) -> None:
                 break
             try:
                 key = jax_support.array_info(array).storage_key
-            except Exception:
+            except Exception:  # JAX's reader on a live array
                 continue
             if key not in named:
                 found.setdefault(key, (jax_what, []))[1].append(array)
@@ -115,7 +111,7 @@ def scan_unnamed(walker: Walker, notes: list[str]) -> None:
             label = f"<unnamed #{index + 1}: referenced by {', '.join(held_by)}>"
         else:
             label = f"<unnamed #{index + 1}: no Python referrer (held from C++, e.g. autograd)>"
-        walker.record(arrays[0], what, (None, ROOT, label), 0, OTHER, ("unnamed",))
+        walker.record(arrays[0], what, Visit((None, ROOT, label), 0, OTHER, ("unnamed",)))
     notes.append(f"{len(found)} block(s) are alive but reached by no name in the notebook")
 
 
@@ -123,7 +119,7 @@ def _safe_info(entry) -> ArrayInfo:
     what, arrays = entry
     try:
         return what.info_of(arrays[0])
-    except Exception:
+    except Exception:  # a framework's reader on an unnamed array
         return _NO_INFO
 
 
@@ -141,21 +137,21 @@ def _referrer_descriptions(array_lists: list[list], found: dict) -> dict[int, li
     descriptions: dict[int, list[str]] = {index: [] for index in range(len(array_lists))}
     try:
         referrers = gc.get_referrers(*all_arrays)
-    except Exception:
+    except Exception:  # the collector's traversal of user objects (C extensions' tp_traverse)
         return {}
     for referrer in referrers:
         if id(referrer) in own:
             continue
         try:
             referents = gc.get_referents(referrer)
-        except Exception:
+        except Exception:  # a user object's traversal (a C extension's tp_traverse)
             continue
         hit = {targets[id(obj)] for obj in referents if id(obj) in targets}
         if not hit or _ours(referrer):
             continue
         try:
             text = _describe_referrer(referrer)
-        except Exception:
+        except Exception:  # a user object read through its type's descriptors
             text = "an object"
         for index in hit:
             if text not in descriptions[index] and len(descriptions[index]) < 3:
@@ -167,7 +163,7 @@ def allocator_gaps(devices: list[str], sizes: list[int]) -> list[DeviceGap]:
     """Per CUDA device: the bytes of the blocks found there vs torch's allocated bytes."""
     try:
         stats = torch_support.allocator_stats()
-    except Exception:
+    except Exception:  # torch's allocator (optional framework)
         return []
     gaps = []
     for stat in stats:

@@ -1,15 +1,5 @@
-"""What dropping some of a scan's roots changes, read off the scan (`gpu_reset`): the
-blocks only those roots reach (what dropping them frees), the blocks released since (all
-their arrays' weakrefs dead), and the list of what stays held.
-
-That list is read off the scan instead of walking the notebook again only where a second
-walk would find exactly the same references under the roots kept: the scan searched
-everything; no root kept met a container that a dropped root had reached first (its
-references are named under the dropped root's path); no autograd graph is measured
-against a dropped name; and, after the drop, the same roots hold the same objects, no
-container the drop changed was walked, and every reference kept is still alive (its
-weakref). Otherwise `still_held` answers None and the caller scans again.
-"""
+"""What dropping some of a scan's roots frees and leaves held, read off the scan itself
+(``gpu_reset`` and its dry run). See docs/leftovers.md."""
 
 from __future__ import annotations
 
@@ -23,8 +13,8 @@ from typing import Any, NamedTuple, Optional
 from .. import notebook_refs
 from .blocks import Blocks
 from .found import ROW_FRAMEWORK
+from .leftover_list import LeftoverList
 from .naming import PathNames, best_paths
-from .records import LeftoverList
 from .scan import Scan, listed, root_entries, root_ids
 
 _IS_NONE = type(None).__instancecheck__  # x is None, as a C-level callable
@@ -230,7 +220,12 @@ def _kept_listing(
         if notebook_refs.RootKey(notebook_refs.VARIABLE, label) not in dropped
     }
     return listed(
-        blocks, range(len(blocks.sizes)), types, notes=scan.notes, grown_on_rerun=scan.grown
+        blocks,
+        range(len(blocks.sizes)),
+        types,
+        notes=scan.notes,
+        grown_on_rerun=scan.grown,
+        incomplete=scan.incomplete,
     )
 
 

@@ -92,7 +92,7 @@ def _weaks(arrays: list, callback: Callable) -> list[Optional[weakref.ref]]:
 def _info_or_none(info_of, array: Any) -> Optional[ArrayInfo]:
     try:
         return info_of(array)
-    except Exception:
+    except Exception:  # a framework's reader on a user's array
         return None
 
 
@@ -108,7 +108,7 @@ def _bulk_columns(
     if frameworks == {"torch"} and readers.get("torch") is torch_support.array_info:
         try:
             return list(torch_support.array_columns(arrays)), None, False
-        except Exception:
+        except Exception:  # torch's bulk reader: any unusual tensor (sparse, meta, subclass)
             pass
     infos_of = map(readers.__getitem__, map(ROW_FRAMEWORK, rows))
     infos = list(map(_info_or_none, infos_of, arrays))

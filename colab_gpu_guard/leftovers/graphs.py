@@ -1,20 +1,5 @@
-"""What autograd graphs hold: a tensor with a ``grad_fn`` keeps alive every tensor its graph
-saved for the backward pass (a layer's input, a ReLU's output, ...). ``losses.append(loss)``
-keeps a whole forward pass per step, while the tensor itself is 4 bytes.
-
-The walk records such tensors (`Graphs.owners`); `Graphs.resolve` then follows each one's
-``grad_fn`` through ``next_functions`` and reads every node's saved tensors without
-unpacking them: ``_raw_saved_*`` (torch's generated nodes) and ``_raw_saved_tensors`` (a
-custom ``autograd.Function``, read with ``_FunctionBase``'s own descriptors, so no method
-of the user's class runs) give ``SavedTensor`` objects whose ``data`` is the stored tensor,
-or what a ``saved_tensors_hooks`` pack hook returned; the unpack hook is never called.
-``AccumulateGrad`` nodes lead to leaf parameters, which the walk names already.
-
-Saved tensors are counted per block of memory (storage), once: a storage a name reaches
-is not graph memory, and one saved by several graphs is counted under the first owner
-found and reported as shared by the others. The walk is bounded (`NODE_BUDGET`); when the
-budget runs out the scan's notes say so.
-"""
+"""What autograd graphs hold: the tensors a ``grad_fn``'s graph saved that no name
+reaches, counted in the entry of the tensor owning the graph. See docs/leftovers.md."""
 
 from __future__ import annotations
 
@@ -109,7 +94,7 @@ def _graph_owners(arrays: dict[Hashable, list]) -> list[tuple[Hashable, Any]]:
                 if grad_fn(array) is not None:
                     owners.append((key, array))
                     break
-            except Exception:
+            except Exception:  # torch: reading a user tensor's grad_fn
                 continue
     return owners
 
@@ -205,7 +190,7 @@ class Graphs:
             try:
                 key = torch_support.array_info(tensor).storage_key
                 root = grad_fn(tensor)
-            except Exception:
+            except Exception:  # torch: a user tensor's metadata and grad_fn
                 continue
             if root is None:
                 continue
@@ -235,7 +220,9 @@ class Graphs:
             if reader is _NO_SAVED:
                 try:
                     reader = readers[kind] = _node_reader(kind, torch)
-                except Exception:
+                except (
+                    Exception
+                ):  # torch: an autograd node type's readers (private API, varies by version)
                     reader = readers[kind] = None
             if reader is None:
                 continue
@@ -271,7 +258,7 @@ class Graphs:
     def _add(self, tensor, owner: Hashable, keys: set, named: set) -> None:
         try:
             info = self.join(torch_support.array_info(tensor))
-        except Exception:
+        except Exception:  # torch: a saved tensor's metadata
             return
         key = info.storage_key
         if self._leaves and id(tensor) in self._leaves:
@@ -293,7 +280,7 @@ class Graphs:
         if self.keep_refs:
             try:  # torch keeps a storage's Python object while its memory lives
                 weak = weakref.ref(tensor.untyped_storage())
-            except Exception:
+            except Exception:  # torch: a storage's Python object
                 weak = None
         self.saved[key] = _Saved(info, weak, id(tensor), [owner])
 

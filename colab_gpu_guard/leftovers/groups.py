@@ -1,14 +1,5 @@
-"""Leftovers grouped by the variable that holds them: ``model`` (8 tensors, 2 MiB), ``opt``
-(12 tensors; shares 4 with model), ``many`` (list of 100,000 tensors), with what the user
-did not knowingly keep (output history, tracebacks, the debugger, compiled graphs,
-autograd graphs, containers that grew on a rerun flagged as a leak) listed first and what
-the default ``%gpu_reset`` releases marked.
-
-A group is one root: a user variable, ``Out[N]``, ``_``, one traceback local, the last
-exception, a compiled graph. Every block of memory is counted once, in the group of the
-name it is listed under (user variables rank first, see `naming.rank`); a group that also
-reaches blocks counted elsewhere says so (``shares 4 with model``).
-"""
+"""Leftovers grouped by the root holding them (a variable, ``Out[N]``, a traceback local,
+the last exception, a compiled graph), hidden holders first: ``LeftoverList.groups()``."""
 
 from __future__ import annotations
 
@@ -19,8 +10,9 @@ from typing import Any, NamedTuple, Optional
 
 from ..units import OUTPUT_HISTORY, TRACEBACK_FRAME, USER_VARIABLE, format_bytes
 from .html import groups_html
+from .naming import listed_names
 from .records import Leftover
-from .tally import UNNAMED, holder_of_root, root_of, tally_roots
+from .tally import UNNAMED, RootTally, holder_of_root, root_of, tally_roots
 
 ENTRIES_SHOWN = 3  # per group, in the text and HTML views
 GROUPS_SHOWN = 12  # in the text view (one screen)
@@ -279,11 +271,11 @@ def group_leftovers(
     counted: set = set()  # (a root, a block) whose share is counted
     for position in blocks.shared_at:
         owner = blocks.roots[position]
-        others = dict.fromkeys(root_of(name) for name in items[position].shared_with)
+        others = dict.fromkeys(map(root_of, listed_names(items[position].shared_with)))
         by_output = blocks.holders[position] == OUTPUT_HISTORY
         beside_out = any(name.startswith("Out[") for name in others)
         for other in others:
-            if other == owner or other.startswith("(+"):  # "(+N more)": names not kept
+            if other == owner:
                 continue
             if (
                 other not in order
@@ -295,7 +287,7 @@ def group_leftovers(
             counts[owner] = counts.get(owner, 0) + 1
             counted.add((other, position))
             if other not in order:  # reaches only blocks another group counts
-                order[other] = [holder_of_root(other), 0, 0, {}, []]
+                order[other] = RootTally(holder_of_root(other))
     # a variable reaching a container another root reached first (``b = {'x': a}``)
     for other, positions in (blocks.aliased or {}).items():
         for position in positions:
@@ -305,17 +297,17 @@ def group_leftovers(
             counts = shares.setdefault(other, {})
             counts[owner] = counts.get(owner, 0) + 1
             if other not in order:
-                order[other] = [USER_VARIABLE, 0, 0, {}, []]
+                order[other] = RootTally(USER_VARIABLE)
     graph_bytes = dict.fromkeys(order, 0)
     for position, nbytes in (blocks.graphs or {}).items():
         graph_bytes[roots[position]] += nbytes
     types = root_types or {}
     grown = frozenset(grown_on_rerun)
     made = []
-    for name, (holder, count, nbytes, devices, positions) in order.items():
-        entries = tuple(items[position] for position in positions)
+    for name, tally in order.items():
+        entries = tuple(items[position] for position in tally.positions)
         graph = graph_bytes[name]
-        kind = kind_of(name, holder)
+        kind = kind_of(name, tally.holder)
         if kind == USER_STATE and graph:
             kind = AUTOGRAD_GRAPH
         elif kind == USER_STATE and name in grown:
@@ -323,13 +315,13 @@ def group_leftovers(
         made.append(
             LeftoverGroup(
                 name=name,
-                holder=holder,
+                holder=tally.holder,
                 kind=kind,
                 hidden=kind != USER_STATE,
                 released_by_reset=kind in RELEASED_KINDS,
-                count=count,
-                nbytes=nbytes,
-                devices=tuple(devices),
+                count=tally.count,
+                nbytes=tally.nbytes,
+                devices=tuple(tally.devices),
                 type_name=types.get(name, ""),
                 shares=tuple(GroupShare(o, n) for o, n in shares.get(name, {}).items()),
                 graph_nbytes=graph,

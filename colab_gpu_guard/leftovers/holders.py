@@ -1,14 +1,7 @@
-"""Holders that are not containers, walked for what they keep alive: a class's own
-attributes (``Cache.store``), a function's closure cells (``fn.<closure 'buf'>``) and
-defaults, a bound method's ``__self__``, ``functools.partial``'s ``func``/``args``/
-``keywords``, a suspended generator's or coroutine's locals (``g.<generator gen() local
-'batch'>``), what a built-in iterator holds (``it.<list>[0]``), a NumPy object array's
-items (``objarr[3]``), an exception's ``args``, chained exceptions and traceback frames'
-locals (``err.<traceback: train() local 'batch'>``), an ``nn.Module``'s hooks
-(``model.<forward hook 0>``), a ``functools.lru_cache``'s results
-(``embed.<lru_cache>[0]``) and a tensor's own attributes (``a.extra``). Everything is
-read through `readers` (no code of the user's runs); code of the shell or of this package
-is not walked, nor a frame still executing."""
+"""What the walk reads in holders that are not containers (functions, methods, partials,
+generators, classes, iterators, exceptions, tracebacks, ``lru_cache``, NumPy object
+arrays, ScriptObjects) and in tensors beyond their storage (``.grad``, own attributes).
+Read through `readers`: no code of the user's runs. Names: docs/leftovers.md."""
 
 from __future__ import annotations
 
@@ -16,18 +9,36 @@ import functools
 import gc
 import itertools
 import types
+from collections.abc import Callable
 from itertools import repeat
-from operator import is_, itemgetter
+from operator import is_
+from typing import Any, Optional
 
 from ..frameworks import numpy as numpy_support
 from ..notebook_refs.frames import (
+    executing_frames,
     frame_function,
     frame_locals,
     is_function_frame,
     traceback_frames_exited,
 )
-from .kinds import ATOMIC, opaque_module
-from .naming import ATTR, CLOSURE, FRAME_LOCAL, HELD, ITEM
+from .found import ROW_FRAMEWORK, Found
+from .graphs import Graphs
+from .kinds import (
+    ATOMIC,
+    CLASS,
+    EXCEPTION,
+    FUNCTION,
+    ITERATOR,
+    LRU_CACHE,
+    METHOD,
+    OPAQUE,
+    PARTIAL,
+    SUSPENDED,
+    TRACEBACK,
+    opaque_module,
+)
+from .naming import ATTR, CLOSURE, FRAME_LOCAL, HELD, ITEM, Path
 from .readers import (
     class_attributes,
     closure_values,
@@ -42,10 +53,10 @@ from .readers import (
     tensor_attributes,
     type_module,
 )
+from .visit import Visit
 
 TENSOR_CHUNK = 2048  # tensors checked for attributes of their own in one C call
 MAX_OPAQUE = 64  # torch ScriptObjects a scan keeps the paths of
-_ROW_FRAMEWORK = itemgetter(4)
 
 _METHOD_SELF = types.MethodType.__dict__["__self__"].__get__
 _METHOD_FUNC = types.MethodType.__dict__["__func__"].__get__
@@ -53,178 +64,247 @@ _PARTIAL_FIELDS = tuple(
     (name, functools.partial.__dict__[name].__get__) for name in ("func", "args", "keywords")
 )
 
-
-def walk_function(walker, function, path, depth, holder, root) -> None:
-    if opaque_module(function_module(function)):
-        return
-    for name, value in closure_values(function):
-        if type(value) not in ATOMIC:
-            walker.visit(value, (path, CLOSURE, name), depth, holder, root)
-    defaults, keyword_defaults = function_defaults(function)
-    if defaults:
-        walker.visit(defaults, (path, ATTR, "__defaults__"), depth, holder, root)
-    if keyword_defaults:
-        walker.visit(keyword_defaults, (path, ATTR, "__kwdefaults__"), depth, holder, root)
+Visitor = Callable[[Any, Visit], None]  # `Walker.visit`
+SequenceWalk = Callable[..., None]  # `ItemWalk.walk_sequence(items, at, node=ITEM)`
+AttributesWalk = Callable[[dict, Visit], None]  # `Walker.walk_attributes`
 
 
-def walk_method(walker, method, path, depth, holder, root) -> None:
-    walker.visit(_METHOD_SELF(method), (path, ATTR, "__self__"), depth, holder, root)
-    walker.visit(_METHOD_FUNC(method), (path, ATTR, "__func__"), depth, holder, root)
+class HolderWalks:
+    """The holders that are not containers, walked for what they keep alive; ``opaque``
+    collects the paths of the torch ScriptObjects met (no binding lists their tensors)."""
 
+    def __init__(self, visit: Visitor, walk_sequence: SequenceWalk) -> None:
+        self.visit = visit
+        self.walk_sequence = walk_sequence
+        self.opaque: list[Path] = []
 
-def walk_partial(walker, partial, path, depth, holder, root) -> None:
-    for name, read in _PARTIAL_FIELDS:
-        value = read(partial)
-        if value is not None and type(value) not in ATOMIC:
-            walker.visit(value, (path, ATTR, name), depth, holder, root)
+    def by_tag(self) -> dict[str, Visitor]:
+        """The walk of each holder, by the tag `kinds.Classifier` gives its type."""
+        return {
+            FUNCTION: self.function,
+            METHOD: self.method,
+            PARTIAL: self.partial,
+            SUSPENDED: self.suspended,
+            CLASS: self.cls,
+            ITERATOR: self.iterator,
+            LRU_CACHE: self.lru_cache,
+            OPAQUE: self.note_opaque,
+        }
 
-
-def walk_suspended(walker, generator, path, depth, holder, root) -> None:
-    if opaque_module(suspended_module(generator)):
-        return
-    kind, function, local_vars = suspended_locals(generator)
-    for name, value in local_vars.items():
-        if type(value) not in ATOMIC and type(name) is str:
-            walker.visit(value, (path, FRAME_LOCAL, (kind, function, name)), depth, holder, root)
-
-
-def walk_class(walker, cls, path, depth, holder, root) -> None:
-    """A class's own attributes (``Cache.store``), for a class written in Python outside
-    the shell and this package."""
-    if opaque_module(type_module(cls)):
-        return
-    for name, value in class_attributes(cls):
-        if type(value) not in ATOMIC:
-            walker.visit(value, (path, ATTR, name), depth, holder, root)
-
-
-def walk_iterator(walker, iterator, path, depth, holder, root) -> None:
-    """What a built-in iterator or an itertools adaptor holds (``it.<list>[3]``; a
-    ``cycle(loader)`` keeps every batch it yielded: ``batches.<list>[0]``)."""
-    for value in iterator_holds(iterator):
-        kind = type(value)
-        if kind not in ATOMIC:
-            walker.visit(value, (path, HELD, kind.__name__), depth, holder, root)
-
-
-def walk_exception(walker, exception, path, depth, holder, root) -> None:
-    """An exception's ``args`` (``err.args[1]``), its traceback frames' locals (named
-    under the exception itself), the exceptions chained to it (``err.__context__``) and an
-    exception group's ``exceptions``; its ``__dict__`` (``__notes__``) is walked as an
-    object's. Read through BaseException's own descriptors (a subclass's properties never
-    run)."""
-    args, traceback, cause, context, group = exception_fields(exception)
-    if group:  # before args, which hold the same exceptions: named as a user types them
-        walker.visit(group, (path, ATTR, "exceptions"), depth, holder, root)
-    if args:
-        walker.visit(args, (path, ATTR, "args"), depth, holder, root)
-    if traceback is not None:
-        walk_traceback(walker, traceback, path, depth, holder, root)
-    if cause is not None:
-        walker.visit(cause, (path, ATTR, "__cause__"), depth, holder, root)
-    if context is not None and context is not cause:
-        walker.visit(context, (path, ATTR, "__context__"), depth, holder, root)
-
-
-def walk_traceback(walker, traceback, path, depth, holder, root) -> None:
-    """The locals of the finished function frames on a traceback
-    (``tb.<traceback: f() local 'x'>``); frames still executing, module and class frames
-    (their locals are a namespace) and frames of the shell or of this package are not
-    read. A frame is read once per root."""
-    executing = walker.executing_frames()
-    for frame, _exited in traceback_frames_exited([traceback]):
-        if id(frame) in executing or not walker.enter_frame(frame, root):
-            continue
-        if not is_function_frame(frame) or opaque_module(frame_module(frame)):
-            continue
-        function = frame_function(frame)
-        for name, value in frame_locals(frame).items():
-            if type(value) not in ATOMIC and type(name) is str:
-                child = (path, FRAME_LOCAL, ("traceback:", function, name))
-                walker.visit(value, child, depth, holder, root)
-
-
-def walk_hooks(walker, hooks: dict, label: str, path, depth, holder, root) -> None:
-    """The hooks a module keeps in one of its ``_*hooks`` dicts, by position
-    (``model.<forward hook 0>``): functions, partials, bound methods, callable objects."""
-    for index, hook in enumerate(list(dict.values(hooks))):
-        if type(hook) not in ATOMIC:
-            walker.visit(hook, (path, HELD, f"{label} {index}"), depth, holder, root)
-
-
-def walk_lru_cache(walker, wrapper, path, depth, holder, root) -> None:
-    """A ``functools.lru_cache``/``cache`` wrapper's cached results
-    (``embed.<lru_cache>[0]``) and the keys holding objects (``embed.<lru_cache key>[0]``),
-    for a function outside the shell and this package."""
-    module, results, keys = lru_cache_entries(wrapper)
-    if opaque_module(module):
-        return
-    from .walker import walk_sequence
-
-    if results:
-        walk_sequence(walker, results, (path, HELD, "lru_cache"), depth, holder, root)
-    if keys:
-        walk_sequence(walker, keys, (path, HELD, "lru_cache key"), depth, holder, root)
-
-
-def walk_object_array(walker, array, path, depth, holder, root) -> None:
-    """A NumPy array of Python objects: its items, by index (``objarr[3]``,
-    ``grid[1, 2]``)."""
-    ndarray = numpy_support.array_type()
-    try:
-        if not array.dtype.hasobject or not isinstance(ndarray, type):
+    def function(self, function, at: Visit) -> None:
+        """Closure cells (``fn.<closure 'buf'>``) and defaults."""
+        if opaque_module(function_module(function)):
             return
-        shape = tuple(array.shape)
-        items = ndarray.tolist(ndarray.ravel(array))
-    except Exception:
-        return
-    if type(items) is not list:
-        return
-    from .walker import walk_sequence
+        for name, value in closure_values(function):
+            if type(value) not in ATOMIC:
+                self.visit(value, at.child(CLOSURE, name))
+        defaults, keyword_defaults = function_defaults(function)
+        if defaults:
+            self.visit(defaults, at.child(ATTR, "__defaults__"))
+        if keyword_defaults:
+            self.visit(keyword_defaults, at.child(ATTR, "__kwdefaults__"))
 
-    if len(shape) == 1:
-        walk_sequence(walker, items, path, depth, holder, root)
-        return
-    for flat, item in enumerate(items):
-        if type(item) in ATOMIC:
-            continue
-        index, rest = [], flat
-        for size in reversed(shape):
-            rest, position = divmod(rest, size) if size else (0, 0)
-            index.append(position)
-        key = ", ".join(map(str, reversed(index)))
-        walker.visit(item, (path, ITEM, key), depth, holder, root)
+    def method(self, method, at: Visit) -> None:
+        self.visit(_METHOD_SELF(method), at.child(ATTR, "__self__"))
+        self.visit(_METHOD_FUNC(method), at.child(ATTR, "__func__"))
+
+    def partial(self, partial, at: Visit) -> None:
+        for name, read in _PARTIAL_FIELDS:
+            value = read(partial)
+            if value is not None and type(value) not in ATOMIC:
+                self.visit(value, at.child(ATTR, name))
+
+    def suspended(self, generator, at: Visit) -> None:
+        """A suspended generator's or coroutine's locals (``g.<generator gen() local 'b'>``)."""
+        if opaque_module(suspended_module(generator)):
+            return
+        kind, function, local_vars = suspended_locals(generator)
+        for name, value in local_vars.items():
+            if type(value) not in ATOMIC and type(name) is str:
+                self.visit(value, at.child(FRAME_LOCAL, (kind, function, name)))
+
+    def cls(self, cls: type, at: Visit) -> None:
+        """A class's own attributes (``Cache.store``), for a class written in Python outside
+        the shell and this package."""
+        if opaque_module(type_module(cls)):
+            return
+        for name, value in class_attributes(cls):
+            if type(value) not in ATOMIC:
+                self.visit(value, at.child(ATTR, name))
+
+    def iterator(self, iterator, at: Visit) -> None:
+        """What a built-in iterator or an itertools adaptor holds (``it.<list>[3]``; a
+        ``cycle(loader)`` keeps every batch it yielded: ``batches.<list>[0]``)."""
+        for value in iterator_holds(iterator):
+            kind = type(value)
+            if kind not in ATOMIC:
+                self.visit(value, at.child(HELD, kind.__name__))
+
+    def lru_cache(self, wrapper, at: Visit) -> None:
+        """Cached results (``embed.<lru_cache>[0]``) and the keys holding objects
+        (``embed.<lru_cache key>[0]``), for a function outside the shell and this package."""
+        module, results, keys = lru_cache_entries(wrapper)
+        if opaque_module(module):
+            return
+        if results:
+            self.walk_sequence(results, at.within(HELD, "lru_cache"))
+        if keys:
+            self.walk_sequence(keys, at.within(HELD, "lru_cache key"))
+
+    def object_array(self, array, at: Visit) -> None:
+        """A NumPy array of Python objects: its items, by index (``objarr[3]``,
+        ``grid[1, 2]``)."""
+        ndarray = numpy_support.array_type()
+        try:  # a user's array (or a subclass of ndarray): NumPy's own code reads it
+            if not array.dtype.hasobject or not isinstance(ndarray, type):
+                return
+            shape = tuple(array.shape)
+            items = ndarray.tolist(ndarray.ravel(array))
+        except Exception:
+            return
+        if type(items) is not list:
+            return
+        if len(shape) == 1:
+            self.walk_sequence(items, at)
+            return
+        for flat, item in enumerate(items):
+            if type(item) in ATOMIC:
+                continue
+            index, rest = [], flat
+            for size in reversed(shape):
+                rest, position = divmod(rest, size) if size else (0, 0)
+                index.append(position)
+            self.visit(item, at.child(ITEM, ", ".join(map(str, reversed(index)))))
+
+    def note_opaque(self, obj, at: Visit) -> None:
+        """A torch ScriptObject no binding lists the tensors of: its path, for a note."""
+        if len(self.opaque) < MAX_OPAQUE:
+            self.opaque.append(at.path)
 
 
-def walk_tensor_attributes(walker, start: int) -> None:
-    """The attributes set on the tensors recorded since ``start`` (``a.extra``, a
-    subclass's ``s.payload``, a wrapper subclass's inner tensors in its ``__dict__`` or
-    slots: ``w.data_int8``, ``dt._local_tensor``), named like an object's; a chunk of
-    tensors without any is passed over in bulk. Tensors recorded meanwhile are looked at
-    too."""
-    pending, rows = walker.found.pending, walker.found.pending_rows
-    tensor_type = walker.classifier.tensor_type
-    if tensor_type is None:
-        return
-    while start < len(pending):
-        end = min(len(pending), start + TENSOR_CHUNK)
-        held_only = gc.get_referents(*pending[start:end])
-        if len(held_only) == end - start and all(map(is_, held_only, repeat(tensor_type))):
-            start = end  # each holds its class only: the common case, checked in C
-            continue
-        torch_rows = list(map("torch".__eq__, map(_ROW_FRAMEWORK, rows[start:end])))
-        if not any(torch_rows):
+class FrameWalks:
+    """Exceptions and tracebacks: a finished function frame's locals, named under the
+    exception or traceback that reached them; frames still executing, module and class
+    frames (their locals are a namespace) and frames of the shell or of this package are
+    not read. A frame is read once per root."""
+
+    def __init__(self, visit: Visitor) -> None:
+        self.visit = visit
+        self._executing: Optional[set[int]] = None
+        self._read: set[tuple] = set()  # (id(frame), root)
+
+    def by_tag(self) -> dict[str, Visitor]:
+        return {EXCEPTION: self.exception, TRACEBACK: self.traceback}
+
+    def executing(self) -> set[int]:
+        """ids of the frames executing when first asked (in any thread): never read."""
+        if self._executing is None:
+            self._executing = executing_frames()
+        return self._executing
+
+    def exception(self, exception: BaseException, at: Visit) -> None:
+        """``args`` (``err.args[1]``), the traceback's frames' locals, the exceptions
+        chained (``err.__context__``) and an exception group's ``exceptions``; its
+        ``__dict__`` (``__notes__``) is walked as an object's. Read through
+        BaseException's own descriptors (a subclass's properties never run)."""
+        args, traceback, cause, context, group = exception_fields(exception)
+        if group:  # before args, which hold the same exceptions: named as a user types them
+            self.visit(group, at.child(ATTR, "exceptions"))
+        if args:
+            self.visit(args, at.child(ATTR, "args"))
+        if traceback is not None:
+            self.traceback(traceback, at)
+        if cause is not None:
+            self.visit(cause, at.child(ATTR, "__cause__"))
+        if context is not None and context is not cause:
+            self.visit(context, at.child(ATTR, "__context__"))
+
+    def traceback(self, traceback: types.TracebackType, at: Visit) -> None:
+        """The locals of the finished function frames (``tb.<traceback: f() local 'x'>``)."""
+        executing, read = self.executing(), self._read
+        for frame, _exited in traceback_frames_exited([traceback]):
+            key = (id(frame), at.root)
+            if id(frame) in executing or key in read:
+                continue
+            read.add(key)
+            if not is_function_frame(frame) or opaque_module(frame_module(frame)):
+                continue
+            function = frame_function(frame)
+            for name, value in frame_locals(frame).items():
+                if type(value) not in ATOMIC and type(name) is str:
+                    self.visit(value, at.child(FRAME_LOCAL, ("traceback:", function, name)))
+
+
+class TensorParts:
+    """What a tensor holds beyond its storage: a retained ``.grad`` and the attributes set
+    on it (``a.extra``, a wrapper subclass's inner tensors: ``w.data_int8``), named like an
+    object's; read through torch's tensor base's own getters. A non-leaf tensor's graph is
+    measured after the walk: it goes to ``graphs.owners``."""
+
+    def __init__(
+        self,
+        visit: Visitor,
+        walk_attributes: AttributesWalk,
+        first_entry: Callable[[int, Visit], bool],
+        readers: Optional[tuple[Callable, ...]],
+        found: Found,
+        graphs: Graphs,
+        max_depth: int,
+    ) -> None:
+        self.visit = visit
+        self.walk_attributes = walk_attributes
+        self.first_entry = first_entry
+        self.readers = readers  # `readers.tensor_readers`: None without torch
+        self.found = found
+        self.graphs = graphs
+        self.max_depth = max_depth
+
+    def grad(self, tensor, at: Visit) -> None:
+        """A leaf tensor's ``.grad`` (``<path>.grad``), and a non-leaf's that
+        ``retain_grad()`` kept."""
+        if self.readers is None:
+            return
+        is_leaf, retains_grad, read_grad = self.readers
+        leaf = is_leaf(tensor)
+        if not leaf:
+            self.graphs.owners.append(tensor)
+        if at.depth < self.max_depth and (leaf or retains_grad(tensor)):
+            grad = read_grad(tensor)
+            if grad is not None:
+                self.visit(grad, at.child(ATTR, "grad"))
+
+    def attributes_since(self, start: int, tensor_type: Optional[type]) -> None:
+        """The attributes of the tensors recorded since ``start`` (tensors recorded
+        meanwhile too); a chunk of tensors without any is passed over in bulk."""
+        pending, rows = self.found.pending, self.found.pending_rows
+        if tensor_type is None:
+            return
+        while start < len(pending):
+            end = min(len(pending), start + TENSOR_CHUNK)
+            held_only = gc.get_referents(*pending[start:end])
+            if len(held_only) == end - start and all(map(is_, held_only, repeat(tensor_type))):
+                start = end  # each holds its class only: the common case, checked in C
+                continue
+            torch_rows = list(map("torch".__eq__, map(ROW_FRAMEWORK, rows[start:end])))
+            if not any(torch_rows):
+                start = end
+                continue
+            tensors = list(itertools.compress(pending[start:end], torch_rows))
+            held = list(itertools.compress(rows[start:end], torch_rows))
             start = end
-            continue
-        tensors = list(itertools.compress(pending[start:end], torch_rows))
-        held = list(itertools.compress(rows[start:end], torch_rows))
-        start = end
-        for tensor, attributes, row in zip(tensors, tensor_attributes(tensors), held):
-            if attributes:
-                walker.walk_tensor_attributes(id(tensor), *attributes, row)
+            for tensor, attributes, row in zip(tensors, tensor_attributes(tensors), held):
+                if attributes:
+                    self._own_attributes(id(tensor), *attributes, row)
 
-
-def note_opaque(walker, obj, path, depth, holder, root) -> None:
-    """A torch ScriptObject no binding lists the tensors of: its path, for a note."""
-    if len(walker.opaque) < MAX_OPAQUE:
-        walker.opaque.append(path)
+    def _own_attributes(self, ident: int, attributes: Optional[dict], slots: list, row) -> None:
+        """One tensor's attributes and slots, under its row's path; met before from
+        another root: an alias."""
+        path, holder, root, depth, _framework = row
+        at = Visit(path, depth, holder, root)
+        if depth >= self.max_depth or not self.first_entry(ident, at):
+            return
+        if attributes:
+            self.walk_attributes(attributes, at)
+        for name, value in slots:
+            if type(value) not in ATOMIC:
+                self.visit(value, at.child(ATTR, name))

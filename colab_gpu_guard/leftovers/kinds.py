@@ -154,7 +154,7 @@ class Classifier:
             result = self._classify(kind)
             if result.tag not in (SKIP, ARRAY) and written_in_the_notebook(kind):
                 result = result._replace(notebook_class=True)
-        except Exception:
+        except Exception:  # a user type (its metaclass may run code on isinstance/issubclass)
             result = _SKIPPED
         self.kinds[kind] = result
         return result

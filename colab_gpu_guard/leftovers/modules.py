@@ -1,26 +1,16 @@
-"""Where an ``nn.Module``'s tensors are, and how the walk names them.
-
-A module keeps its parameters, buffers and submodules in plain dicts, named as
-``named_parameters()`` names them (``model.0.weight``); its hooks and other attributes are
-walked as an object's. A TorchScript module (``torch.jit.script`` / ``torch.jit.trace``)
-keeps them in its C++ module, behind wrappers (``torch.jit._script``'s
-``OrderedDictWrapper`` over a ``torch.ParameterDict`` / ``torch.BufferDict`` binding, and
-``OrderedModuleDict`` with the Python submodules in ``_python_modules``); a traced module
-forwards to its ``_actual_script_module``. Those tables are read through torch's own
-bindings (``items()`` of the C++ dict: torch's code, never a user's), so a traced model is
-not "no arrays held". A torch ``ScriptObject`` that is not a module (a dynamically
-quantized layer's packed weights) holds tensors no binding lists (``kinds``: OPAQUE):
-`opaque_note` says so.
-"""
+"""Where an ``nn.Module``'s tensors are (plain or TorchScript tables) and how the walk names
+them (``model.0.weight``, ``model.<forward hook 0>``). See docs/leftovers.md."""
 
 from __future__ import annotations
 
 import sys
 from typing import Any, Optional
 
-from . import holders
-from .naming import ATTR, DOT
+from .holders import AttributesWalk, Visitor
+from .kinds import ATOMIC, Kind
+from .naming import ATTR, DOT, HELD
 from .readers import instance_dict, layout_of, slot_values, type_module
+from .visit import Visit
 
 _TABLES = ("_parameters", "_buffers", "_modules")
 _SCRIPT = "torch.jit._script"
@@ -37,7 +27,7 @@ def _binding_items(wrapper: Any, binding_names: tuple[str, ...]) -> Optional[lis
         return None
     try:
         items = table.items()
-    except Exception:
+    except Exception:  # torch's C++ dict binding of a user's TorchScript module
         return None
     return [item for item in items if type(item) is tuple and len(item) == 2]
 
@@ -71,33 +61,47 @@ def opaque_note(names: list[str]) -> str:
     )
 
 
-def walk_module(walker, module, what, path, depth, holder, root) -> None:
-    """Parameters, buffers and submodules named as ``named_parameters()`` names them
-    (module nesting does not count against the depth limit), then the module's hooks and
-    other attributes."""
-    attributes = instance_dict(what.layout.dict_getter, module) or {}
-    for slot in _TABLES:
-        table = attributes.get(slot)
-        if isinstance(table, dict):
-            items = list(dict.items(table))
-        else:  # a TorchScript module's tables
-            items = table_items(table, slot) or []
-        for name, value in items:
-            if value is not None:
-                walker.visit(value, (path, DOT, name), depth, holder, root)
-    rest = {}
-    for name, value in list(dict.items(attributes)):
-        if name in _TABLES:
-            continue
-        if name == TRANSPARENT:  # a traced module's script module: the module itself
-            walker.visit(value, path, depth, holder, root)
-            continue
-        if type(name) is str and name.startswith("_") and name.endswith("hooks"):
-            if isinstance(value, dict):  # "_forward_pre_hooks" -> "forward pre hook"
-                label = name.strip("_")[:-1].replace("_", " ")
-                holders.walk_hooks(walker, value, label, path, depth + 1, holder, root)
-            continue
-        rest[name] = value
-    walker.walk_attributes(rest, path, depth + 1, holder, root)
-    for name, value in slot_values(what.layout.slots, module):
-        walker.visit(value, (path, ATTR, name), depth + 1, holder, root)
+class ModuleWalk:
+    """An ``nn.Module``'s parameters, buffers and submodules, named as
+    ``named_parameters()`` names them (module nesting does not count against the depth
+    limit), then its hooks (``model.<forward hook 0>``) and other attributes."""
+
+    def __init__(self, visit: Visitor, walk_attributes: AttributesWalk) -> None:
+        self.visit = visit
+        self.walk_attributes = walk_attributes
+
+    def walk(self, module, what: Kind, at: Visit) -> None:
+        visit, layout = self.visit, what.layout
+        assert layout is not None  # a module is an object with a __dict__ (`kinds`)
+        attributes = instance_dict(layout.dict_getter, module) or {}
+        for slot in _TABLES:
+            table = attributes.get(slot)
+            if isinstance(table, dict):
+                items = list(dict.items(table))
+            else:  # a TorchScript module's tables
+                items = table_items(table, slot) or []
+            for name, value in items:
+                if value is not None:
+                    visit(value, at.within(DOT, name))
+        rest = {}
+        for name, value in list(dict.items(attributes)):
+            if name in _TABLES:
+                continue
+            if name == TRANSPARENT:  # a traced module's script module: the module itself
+                visit(value, at)
+                continue
+            if type(name) is str and name.startswith("_") and name.endswith("hooks"):
+                if isinstance(value, dict):  # "_forward_pre_hooks" -> "forward pre hook"
+                    self._hooks(value, name.strip("_")[:-1].replace("_", " "), at)
+                continue
+            rest[name] = value
+        self.walk_attributes(rest, at)
+        for name, value in slot_values(layout.slots, module):
+            visit(value, at.child(ATTR, name))
+
+    def _hooks(self, hooks: dict, label: str, at: Visit) -> None:
+        """The hooks kept in one of a module's ``_*hooks`` dicts, by position: functions,
+        partials, bound methods, callable objects."""
+        for index, hook in enumerate(list(dict.values(hooks))):
+            if type(hook) not in ATOMIC:
+                self.visit(hook, at.child(HELD, f"{label} {index}"))

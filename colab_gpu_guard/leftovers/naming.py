@@ -1,11 +1,5 @@
-"""How a path from a root to an array gets the name a user would type (``model.0.weight``,
-``Out[3][0]``, ``opt.state[model.0.weight]['exp_avg']``), which of several names for one
-block of memory comes first, and the other names listed beside it.
-
-A path is a linked tuple ``(parent, kind, key)``, ``parent`` None at the root; the walk
-shares a container's node among everything under it, so names of shared prefixes are
-memoised by the node's id for the scan (the nodes live as long as the scan).
-"""
+"""The name a user would type for a path (``model.0.weight``, ``Out[3][0]``), which name of
+one block comes first, and the other names listed beside it."""
 
 from __future__ import annotations
 
@@ -127,6 +121,12 @@ class PathNames:
                 text = f"{text}.<{key}>"
             cache[id(node)] = text
         return text
+
+
+def listed_names(shared_with: tuple[str, ...]) -> tuple[str, ...]:
+    """The names `shared_names` listed, without its '(+N more)' entry (always its last,
+    after MAX_SHARED_NAMES names)."""
+    return shared_with[:MAX_SHARED_NAMES]
 
 
 def shared_names(name_of: Callable[[Path], str], refs: Sequence[Any]) -> tuple[str, tuple]:

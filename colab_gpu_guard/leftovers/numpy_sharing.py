@@ -1,17 +1,5 @@
-"""Tensors over a NumPy array's memory, counted once with it.
-
-``torch.from_numpy(a)`` and ``torch.as_tensor(a)`` make a tensor over the array's own
-buffer, and it keeps the array alive. When the array is a view (``a[10:]``,
-``a[:, 0]``), the tensor's storage starts inside the buffer of the array it views, at
-another address: keyed by its address, it was a block of its own, and the memory counted
-twice (once under ``a``, once under the tensor). A CPU tensor whose storage lies inside
-the buffer of a NumPy array the same scan found shares that array's block: its key,
-its size (the whole buffer: what the tensor keeps alive) and its id.
-
-A tensor over a NumPy array no name reaches keeps that whole array alive too, but nothing
-in torch's Python API leads from the tensor to it: such a tensor counts the part of the
-buffer it spans (README: "What the scan cannot see").
-"""
+"""Tensors over a NumPy array's memory (``torch.from_numpy``), counted once with it.
+See docs/leftovers.md."""
 
 from __future__ import annotations
 

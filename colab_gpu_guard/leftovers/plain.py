@@ -1,10 +1,5 @@
-"""Whether a batch of objects holds nothing the walk could record, decided in C: a level at
-a time, the types of the batch are compared with the plain value types, and the next
-level is every item of every exact list, tuple and dict in the batch, gathered by one
-``gc.get_referents`` call (the containers' own C-level traversal: a list's or tuple's
-items, a dict's values and its keys unless they are all strings; no user code runs).
-A notebook's 10^6 JSON-like records are skipped this way in a few C-level passes, where
-visiting them one by one would cost microseconds each."""
+"""Whether a batch of objects holds nothing the walk could record, decided in C a level at
+a time (plain data skipped in bulk)."""
 
 from __future__ import annotations
 

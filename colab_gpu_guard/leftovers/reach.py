@@ -1,11 +1,4 @@
-"""Which roots reach which blocks of memory, worked out in bulk from a scan's rows.
-
-A root reaches the blocks of the references found under it, the blocks under a container
-it met after another root had reached it first (an alias: the walk goes in once), and what
-the autograd graphs of those blocks saved (`graphs`). A notebook may hold 10^6 arrays in
-one list, so the rows are read as runs (the walk records one root's references one after
-another) and the sets are built in C, never a Python step per reference.
-"""
+"""Which roots reach which blocks of memory, worked out in bulk from a scan's rows."""
 
 from __future__ import annotations
 

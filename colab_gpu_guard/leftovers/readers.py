@@ -1,12 +1,5 @@
 """Reading what an object holds without running any of its code: the C-level accessors of
-the exact built-in type (``list.__iter__(obj)``, ``dict.items(obj)``), an instance's
-``__dict__`` through the interpreter's own descriptor and its ``__slots__`` through their
-member descriptors, looked up along the type's MRO (never ``getattr`` on the instance, so
-no ``__getattr__``, property or ``__dict__`` override is called); and the holders that are
-not containers: a class's own attributes, a function's closure cells and defaults, a bound
-method's ``__self__``, ``functools.partial``'s arguments, a suspended generator's or
-coroutine's locals, what a built-in iterator holds, an exception's arguments, chain and
-traceback, a ``functools.lru_cache``'s entries, a tensor's ``__dict__`` and ``.grad``."""
+its built-in base and the interpreter's own descriptors. See docs/leftovers.md."""
 
 from __future__ import annotations
 
@@ -45,7 +38,7 @@ def mro(kind: type) -> tuple:
 def type_module(kind: type) -> str:
     try:
         module = _TYPE_MODULE(kind)
-    except Exception:
+    except Exception:  # a user type's __module__ (missing, or a metaclass's)
         return ""
     return module if type(module) is str else ""
 
@@ -136,7 +129,7 @@ def instance_dict(getter: Optional[Callable[[Any], Any]], obj: Any) -> Optional[
         return None
     try:
         value = getter(obj)
-    except Exception:
+    except Exception:  # a user object's __dict__ getter
         return None
     return value if type(value) is dict else None
 
@@ -183,7 +176,7 @@ def function_defaults(function: types.FunctionType) -> tuple[Any, Any]:
 def function_name(function: Any) -> str:
     try:
         name = _FUNCTION_CODE(function).co_name
-    except Exception:
+    except Exception:  # a user object passed for a function (no code object)
         return "?"
     return name if type(name) is str else "?"
 
@@ -208,7 +201,7 @@ def suspended_locals(generator: Any) -> tuple[str, str, dict]:
         return kind, "?", {}
     try:
         name = frame.f_code.co_name
-    except Exception:
+    except Exception:  # a user generator's frame (finished, or an odd one)
         return kind, "?", {}
     return kind, name, frame_locals(frame)  # on 3.13+ f_locals is a proxy, not a dict
 
@@ -218,7 +211,7 @@ def suspended_module(generator: Any) -> str:
     _kind, frame_of = _SUSPENDED[type(generator)]
     try:
         name = frame_of(generator).f_globals.get("__name__")
-    except Exception:
+    except Exception:  # a user generator's frame globals
         return ""
     return name if type(name) is str else ""
 
@@ -229,7 +222,7 @@ _FUNCTION_MODULE = types.FunctionType.__dict__["__module__"].__get__
 def function_module(function: Any) -> str:
     try:
         name = _FUNCTION_MODULE(function)
-    except Exception:
+    except Exception:  # a user function's __module__
         return ""
     return name if type(name) is str else ""
 
@@ -286,7 +279,7 @@ def frame_module(frame: types.FrameType) -> str:
     try:
         namespace = frame.f_globals
         name = dict.get(namespace, "__name__") if isinstance(namespace, dict) else None
-    except Exception:
+    except Exception:  # a user frame's globals
         return ""
     return name if type(name) is str else ""
 
@@ -303,7 +296,7 @@ def lru_cache_entries(wrapper: Any) -> tuple[str, list, list]:
     wrapper reports itself before that dict."""
     try:
         attributes = _LRU_DICT(wrapper)  # type: ignore[misc]
-    except Exception:
+    except Exception:  # a user function's lru_cache wrapper dict
         attributes = None
     own = attributes if type(attributes) is dict else {}
     module = dict.get(own, "__module__")

@@ -1,8 +1,5 @@
-"""``find_leftovers()`` and the scan behind it: walk what the notebook keeps alive
-(`notebook_refs.roots`), read the arrays' metadata in bulk, group references by the memory
-they live in, and list one entry per block, biggest first. `Scan` is what ``gpu_reset``
-reads: the list, the references per block, which roots reach which blocks (`reach`), and
-the roots it started from (`dropping` reads what dropping some of them changes)."""
+"""``find_leftovers()`` and the scan behind it (`Scan`: the list, the references per block,
+which roots reach which blocks, the roots walked)."""
 
 from __future__ import annotations
 
@@ -24,10 +21,11 @@ from .blocks import Blocks
 from .deep import allocator_gaps, scan_unnamed
 from .found import Ref
 from .kinds import ATOMIC
+from .leftover_list import LeftoverList
 from .naming import PathNames, best_paths
 from .numpy_sharing import join_numpy_buffers
 from .reach import Reach, alias_rows
-from .records import DeviceGap, LeftoverList
+from .records import DeviceGap
 from .walker import DEFAULT_MAX_DEPTH, OutOfTime, Walker
 
 COMPILED_GRAPH = "compiled graph"  # a root kind: a graph torch.compile installed
@@ -80,8 +78,9 @@ def group_refs(refs: Iterable[Ref]) -> dict[Hashable, list[Ref]]:
 class Scan:
     """A scan's result: ``leftovers`` (the public list, made on first use), ``groups``
     (storage key -> its `Group`), ``reach`` (which roots reach which blocks), ``roots``
-    (`root_ids`: each root walked, in order), the list's ``notes`` and what the walk did
-    not search to the end (``unfinished``). It holds no array (weakrefs at most)."""
+    (`root_ids`: each root walked, in order), what it could not see (``notes``; and
+    ``incomplete``, the note of a walk that ran out of time) and what the walk did not
+    search to the end (``unfinished``). It holds no array (weakrefs at most)."""
 
     walker: Walker = field(repr=False)
     roots: list[tuple] = field(default_factory=list, repr=False)
@@ -90,6 +89,7 @@ class Scan:
     unfinished: list[str] = field(default_factory=list)
     deep: bool = False
     grown: frozenset = frozenset()
+    incomplete: str = ""  # the note of a walk that ran out of time, before `notes`
     _listing: Optional[Callable[[], tuple[Blocks, LeftoverList]]] = field(default=None, repr=False)
     _listed: Optional[tuple[Blocks, LeftoverList]] = field(default=None, repr=False)
     _groups: Optional[dict[Hashable, Group]] = field(default=None, repr=False)
@@ -246,16 +246,16 @@ def scan(
     try:
         with torch_support.no_subclass_dispatch():  # a tensor subclass's code never runs
             return _scan(
-                shell,
-                namespace,
-                device,
-                deep,
-                max_depth,
-                keep_refs,
-                budget_s,
-                variables_only,
-                without,
-                grown_on_rerun,
+                shell=shell,
+                namespace=namespace,
+                device=device,
+                deep=deep,
+                max_depth=max_depth,
+                keep_refs=keep_refs,
+                budget_s=budget_s,
+                variables_only=variables_only,
+                without=without,
+                grown=grown_on_rerun,
             )
     finally:
         if collecting:
@@ -263,7 +263,17 @@ def scan(
 
 
 def _scan(
-    shell, namespace, device, deep, max_depth, keep_refs, budget_s, variables_only, without, grown
+    *,
+    shell: Any,
+    namespace: dict,
+    device,
+    deep: bool,
+    max_depth: int,
+    keep_refs: bool,
+    budget_s: Optional[float],
+    variables_only: bool,
+    without: frozenset,
+    grown: frozenset,
 ) -> Scan:
     walker = Walker(max_depth=max_depth, keep_refs=keep_refs, budget_s=budget_s)
     found = walker.found
@@ -292,12 +302,12 @@ def _scan(
     if walker.opaque:
         notes.append(modules.opaque_note(list(map(names.name_of, walker.opaque))))
     unfinished: list[str] = []
+    incomplete = ""
     if walker.ran_out or skipped:
         unfinished = _unfinished(walker, names, skipped)
-        notes.insert(
-            0,
+        incomplete = (
             f"incomplete: the scan stopped at its {budget_s:g} s time budget; not searched "
-            f"to the end: {'; '.join(unfinished)}",
+            f"to the end: {'; '.join(unfinished)}"
         )
     if not walker.classifier.array_types:
         notes.append("no array framework (torch, NumPy, CuPy, JAX) is imported")
@@ -309,9 +319,19 @@ def _scan(
     # gpu_reset's gc.collect() runs while it holds this scan
     walker.kinds.clear()
     listing = functools.partial(
-        _listing, walker, names, root_types, notes, unfinished, device, deep, grown
+        _listing, walker, names, root_types, notes, unfinished, device, deep, grown, incomplete
     )
-    return Scan(walker, roots, root_types, notes, unfinished, deep, grown, listing)
+    return Scan(
+        walker,
+        roots,
+        root_types,
+        notes,
+        unfinished,
+        deep,
+        grown,
+        incomplete=incomplete,
+        _listing=listing,
+    )
 
 
 def _listing(
@@ -323,6 +343,7 @@ def _listing(
     device,
     deep: bool,
     grown: frozenset,
+    incomplete: str,
 ) -> tuple[Blocks, LeftoverList]:
     """A scan's blocks and its list (on `device`; with the allocator gaps when `deep`)."""
     found, graphs = walker.found, walker.graphs
@@ -345,6 +366,7 @@ def _listing(
         deep=deep,
         unfinished=unfinished,
         grown_on_rerun=grown,
+        incomplete=incomplete,
     )
     return blocks, leftovers
 

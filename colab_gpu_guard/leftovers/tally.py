@@ -1,18 +1,12 @@
 """Which group each block belongs to (`root_of`, `root_labels`) and what each group counts
-(`tally_roots`), for `groups.group_leftovers`.
-
-A list's blocks come in runs: the items of one list share one parent path node, and the
-list is ordered biggest first with equal sizes in the order found, so a list of 10^6
-equal tensors is one run of one root. Both columns are worked once per run, with the runs'
-ends found in C; where runs are many (every block its own, roots interleaved by size) they
-are worked once per block instead, as a per-run Python step would cost more there.
-"""
+(`tally_roots`), worked per run of one root. See docs/leftovers.md."""
 
 from __future__ import annotations
 
 import collections
 import re
 from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
 from itertools import compress, islice, repeat
 from operator import is_not, itemgetter, ne
 from typing import Callable, Optional
@@ -181,8 +175,20 @@ def _parent_labels(parents: dict[int, tuple]) -> dict[int, str]:
     return label_of
 
 
-# root -> [holder, count, nbytes, devices (a dict, as an ordered set), positions]
-Tally = dict[str, list]
+@dataclass(slots=True)
+class RootTally:
+    """What one group counts: its holder (that of its first block), its blocks, their
+    bytes, their devices (a dict as an ordered set, in the order first met) and the
+    positions of the blocks it lists."""
+
+    holder: str
+    count: int = 0
+    nbytes: int = 0
+    devices: dict[str, None] = field(default_factory=dict)
+    positions: list[int] = field(default_factory=list)
+
+
+Tally = dict[str, RootTally]  # root -> its tally, roots in the order first met
 
 
 def tally_roots(
@@ -203,15 +209,15 @@ def tally_roots(
         root = roots[start]
         row = tally.get(root)
         if row is None:
-            row = tally[root] = [holders[start], 0, 0, {}, []]
-        row[1] += end - start
-        row[2] += sum(sizes[start:end])
+            row = tally[root] = RootTally(holders[start])
+        row.count += end - start
+        row.nbytes += sum(sizes[start:end])
         seen = devices[start:end]
         if seen.count(seen[0]) == len(seen):  # one device (in C, at identity speed)
-            row[3][seen[0]] = None
+            row.devices[seen[0]] = None
         else:
-            row[3].update(dict.fromkeys(seen))
-        positions = row[4]
+            row.devices.update(dict.fromkeys(seen))
+        positions = row.positions
         more = end - start if wanted is None else wanted - len(positions)
         if more > 0:
             positions += range(start, min(end, start + more))
@@ -252,5 +258,5 @@ def _tally_per_block(
                     wanted,
                 )
             )
-        tally[root] = [holders[first[root]], count, totals[root], seen[root], positions]
+        tally[root] = RootTally(holders[first[root]], count, totals[root], seen[root], positions)
     return tally

@@ -12,7 +12,8 @@ IPython is never imported here unless the user's process already has it.
 
 from __future__ import annotations
 
-from .drop import Dropped, DropPlan, plan_drop
+from typing import Any
+
 from .frames import (
     ChainLink,
     clear_frame,
@@ -93,3 +94,15 @@ __all__ = [
     "traceback_frames",
     "traceback_frames_exited",
 ]
+
+# The drop plan is imported when first asked for: `%load_ext` imports this package for the
+# tracker, which needs none of it.
+_DROP = ("DropPlan", "Dropped", "plan_drop")
+
+
+def __getattr__(name: str) -> Any:
+    if name in _DROP:
+        from . import drop
+
+        return getattr(drop, name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

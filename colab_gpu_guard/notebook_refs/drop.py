@@ -117,6 +117,7 @@ class DropPlan:
             changed.append(output_history(shell))
         if sys.version_info < (3, 13):
             for frame, _exited in self.frames:
+                # a frame's locals: a user's mapping where exec gave one
                 with contextlib.suppress(Exception):
                     changed.append(frame.f_locals)
         return changed
@@ -153,7 +154,7 @@ class DropPlan:
             hidden[name] = ""  # after the user's own `_ = x`: x stays theirs
         hook = getattr(shell, "displayhook", None)
         for name in self.hook_attributes:
-            with contextlib.suppress(Exception):
+            with contextlib.suppress(Exception):  # the display hook: maybe a user's
                 setattr(hook, name, "")
         result = getattr(shell, "last_execution_result", None)
         if result is not None:

@@ -140,7 +140,7 @@ def holds_locals(frame: types.FrameType) -> bool:
     nothing and is not counted."""
     try:
         return len(frame.f_locals) > 0
-    except Exception:
+    except Exception:  # a frame's locals: a user's mapping where exec gave one
         return True
 
 
@@ -168,9 +168,8 @@ def clear_frame(frame: types.FrameType, exited: bool = False) -> bool:
         frame.clear()
     except RuntimeError:  # still executing
         return False
-    except Exception:
-        return False
     if sys.version_info < (3, 13) and is_function_frame(frame):
+        # a frame's locals: a user's mapping where exec gave one
         with contextlib.suppress(Exception):
             snapshot = frame.f_locals
             if isinstance(snapshot, dict) and snapshot is not frame.f_globals:
@@ -206,12 +205,12 @@ def frame_locals(frame: types.FrameType) -> dict:
     if sys.version_info >= (3, 13):
         try:
             return dict(frame.f_locals)
-        except Exception:
+        except Exception:  # a frame's locals: a user's mapping where exec gave one
             return {}
     before = gc.get_referents(frame)
     try:
         snapshot = frame.f_locals
-    except Exception:
+    except Exception:  # a frame's locals: a user's mapping where exec gave one
         return {}
     if not isinstance(snapshot, dict):
         return {}

@@ -107,10 +107,7 @@ def _ours(frame: types.FrameType) -> bool:
     """A frame of this package's own code, or of IPython's (``run_code()``, which ran the
     cell): their locals are bookkeeping (IPython's holds the exception the last exception's
     roots already reach), never shown."""
-    try:
-        module = frame.f_globals.get("__name__")
-    except Exception:
-        return False
+    module = frame.f_globals.get("__name__")
     return type(module) is str and module.partition(".")[0] in _BOOKKEEPING
 
 
@@ -123,7 +120,7 @@ def _frame_roots(frame: types.FrameType, where: str, key: RootKey) -> Iterator[R
         return
     try:
         local_vars = dict(frame.f_locals)
-    except Exception:
+    except Exception:  # a frame's locals: a user's mapping where exec gave one
         return
     function = frame_function(frame)
     for var, value in local_vars.items():

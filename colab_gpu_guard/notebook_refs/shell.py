@@ -16,12 +16,9 @@ def running_shell() -> Any:
         return None
     try:
         from IPython import get_ipython
-    except Exception:
+    except ImportError:  # IPython half imported (its import failed, or is under way)
         return None
-    try:
-        return get_ipython()
-    except Exception:
-        return None
+    return get_ipython()
 
 
 def resolve_namespace(shell: Any, namespace: Optional[dict]) -> tuple[Any, dict]:

@@ -20,7 +20,8 @@ from dataclasses import dataclass
 from types import ModuleType
 from typing import Any, Optional
 
-from .records import NvmlSnapshot, Unavailable
+from ..units import error_text
+from .records import MissingField, MissingFields, NvmlSnapshot
 
 # NVML marks "no value" in unsigned fields with all bits set.
 _UINT_NOT_AVAILABLE = 0xFFFFFFFF
@@ -52,6 +53,22 @@ MISSING = (
     "NVMLError_ArgumentVersionMismatch",
 )
 LOST = ("NVMLError_GpuIsLost",)
+
+# Process calls, newest first. Each may be missing from an older nvidia-ml-py (AttributeError)
+# or from an older driver (NVMLError_FunctionNotFound); the unversioned one maps to whichever
+# version the installed binding was written for.
+COMPUTE_PROCESS_CALLS = (
+    "nvmlDeviceGetComputeRunningProcesses_v3",
+    "nvmlDeviceGetComputeRunningProcesses_v2",
+    "nvmlDeviceGetComputeRunningProcesses",
+)
+GRAPHICS_PROCESS_CALLS = (
+    "nvmlDeviceGetGraphicsRunningProcesses_v3",
+    "nvmlDeviceGetGraphicsRunningProcesses_v2",
+    "nvmlDeviceGetGraphicsRunningProcesses",
+)
+
+PROCESS_CALLS = (("compute", COMPUTE_PROCESS_CALLS), ("graphics", GRAPHICS_PROCESS_CALLS))
 
 # Why NVML could not be initialised at all, by exception class name.
 _INIT_FAILURES = {
@@ -110,8 +127,7 @@ def reset() -> None:
 def _shutdown(state: _State) -> None:
     if state.module is None or state.pid != os.getpid():
         return  # a forked child: its parent owns that initialisation
-    # It may be shut down by someone else already, or the library may be unloading.
-    with contextlib.suppress(Exception):
+    with contextlib.suppress(Exception):  # NVML: shut down already, or the library unloading
         state.module.nvmlShutdown()
 
 
@@ -150,7 +166,7 @@ def initialised() -> tuple[Optional[ModuleType], Optional[NvmlSnapshot]]:
             return None, _state.failure
         try:
             module.nvmlInit()
-        except Exception as error:
+        except Exception as error:  # NVML: any NVMLError (no driver, no permission...) is cached
             _state = _State(module, False, pid, _failure(error))
             return None, _state.failure
         _state = _State(module, True, pid)
@@ -187,13 +203,6 @@ def _failure(error: BaseException) -> NvmlSnapshot:
     return NvmlSnapshot(available=False, error=message, error_kind=kind, pid=os.getpid())
 
 
-def error_text(error: BaseException) -> str:
-    try:
-        return str(error)
-    except Exception:  # NVMLError.__str__ asks the library, which may be gone
-        return repr(error)
-
-
 def reason_for(error: BaseException) -> str:
     """A short human reason for a failed NVML call."""
     if isinstance(error, AttributeError):
@@ -223,7 +232,7 @@ class Query:
             return False, None, LOST[0]
         try:
             return True, getattr(self.module, function)(*args, **kwargs), ""
-        except Exception as error:
+        except Exception as error:  # NVML: its NVMLError, AttributeError: not in this binding
             kind = "AttributeError" if isinstance(error, AttributeError) else type(error).__name__
             if kind in LOST:
                 self.lost = True
@@ -259,8 +268,8 @@ class Query:
         self.fail(field, "not in this driver or nvidia-ml-py")
         return False, None
 
-    def unavailable(self) -> Unavailable:
-        return tuple(sorted(self.reasons.items()))
+    def unavailable(self) -> MissingFields:
+        return tuple(MissingField(field, why) for field, why in sorted(self.reasons.items()))
 
 
 # ---------------------------------------------------------------- value helpers
@@ -290,3 +299,16 @@ def ulonglong(value: Any) -> Optional[int]:
 
 def watts(milliwatts: Optional[int]) -> Optional[float]:
     return None if milliwatts is None else int(milliwatts) / 1000.0
+
+
+def process_entries(query: Query, handle: Any) -> Optional[list[tuple[str, Any]]]:
+    """("compute" or "graphics", NVML's entry) for each process NVML lists on `handle`;
+    None when neither list could be read (the reasons under "processes.compute" and
+    "processes.graphics" in `query`)."""
+    listed: Optional[list[tuple[str, Any]]] = None
+    for kind, calls in PROCESS_CALLS:
+        ok, value = query.first(f"processes.{kind}", calls, handle)
+        if ok:
+            listed = listed or []
+            listed.extend((kind, entry) for entry in value or ())
+    return listed

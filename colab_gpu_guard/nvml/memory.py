@@ -1,16 +1,6 @@
-"""A GPU's memory as NVML reports it: one reader for every "NVML used" figure the package
-shows (`%gpu_status`, the panel, the per-cell history, `%gpu_reset`), and `used_memory()`,
-the cheap reading taken after each cell (with `used_by_process()`, what NVML charges this
-kernel's PID, where torch does not count its CUDA memory).
-
-NVML has two memory calls. v1 (``nvmlMemory_t``) counts what the driver and firmware set
-aside as used ("Sum of Reserved and Allocated device memory"): 480 MiB on an idle H100 with
-no process at all. v2 (``nvmlMemory_v2_t``, R510 drivers and later, nvidia-ml-py's
-``nvmlMemory_v2``) reports that part as ``reserved`` and leaves it out of ``used``; on an
-H100 (driver 580) total == used + reserved + free exactly. Every figure comes from v2 where
-the binding and the driver have it, else from v1, and says which (`V2` / `V1`): a v1 "used"
-includes driver-reserved memory.
-"""
+"""A GPU's memory as NVML reports it: `read`, the one reader of every "NVML used" figure
+the package shows, and `used_memory()` / `used_by_process()`, the cheap readings taken
+after each cell. Figures come from the v2 memory call where it exists, else v1 (`V2`/`V1`)."""
 
 from __future__ import annotations
 
@@ -19,6 +9,11 @@ from typing import Any, NamedTuple, Optional
 from . import lib
 from .lib import Query
 
+# NVML has two memory calls. v1 (``nvmlMemory_t``) counts what the driver and firmware set
+# aside as used ("Sum of Reserved and Allocated device memory"): 480 MiB on an idle H100
+# with no process at all. v2 (``nvmlMemory_v2_t``, R510 drivers and later, nvidia-ml-py's
+# ``nvmlMemory_v2``) reports that part as ``reserved`` and leaves it out of ``used``; on an
+# H100 (driver 580) total == used + reserved + free exactly.
 V2 = "v2"  # used excludes what the driver reserves (reported apart)
 V1 = "v1"  # used includes what the driver reserves
 
@@ -126,8 +121,6 @@ def used_by_process(pid: int) -> Optional[int]:
     memory of an entry of `pid`. Uses the handles `used_memory` looked up: read after
     each cell in the tracker's thread, for a kernel whose CUDA memory torch does not count."""
     global _cache
-    from .snapshot import COMPUTE_PROCESS_CALLS, GRAPHICS_PROCESS_CALLS  # snapshot imports us
-
     module, _failure = lib.initialised()
     if module is None:
         return None
@@ -137,25 +130,19 @@ def used_by_process(pid: int) -> Optional[int]:
         return None
     total = 0
     for handle in cache.handles:
-        listed = False
+        listed = lib.process_entries(query, handle)
         entries: dict[tuple[Optional[int], Optional[int]], Optional[int]] = {}
-        for kind, calls in (
-            ("compute", COMPUTE_PROCESS_CALLS),
-            ("graphics", GRAPHICS_PROCESS_CALLS),
-        ):
-            ok, value = query.first(f"processes.{kind}", calls, handle)
-            listed = listed or ok
-            for entry in value or ():
-                if int(entry.pid) != pid:
-                    continue
-                key = (
-                    lib.uint(getattr(entry, "gpuInstanceId", None)),
-                    lib.uint(getattr(entry, "computeInstanceId", None)),
-                )
-                used = lib.ulonglong(getattr(entry, "usedGpuMemory", None))
-                known = entries.get(key)
-                entries[key] = used if known is None else max(known, used or 0)
-        if not listed or any(used is None for used in entries.values()):
+        for _kind, entry in listed or ():
+            if int(entry.pid) != pid:
+                continue
+            key = (
+                lib.uint(getattr(entry, "gpuInstanceId", None)),
+                lib.uint(getattr(entry, "computeInstanceId", None)),
+            )
+            used = lib.ulonglong(getattr(entry, "usedGpuMemory", None))
+            known = entries.get(key)
+            entries[key] = used if known is None else max(known, used or 0)
+        if listed is None or any(used is None for used in entries.values()):
             return None
         total += sum(used or 0 for used in entries.values())
     return total

@@ -1,22 +1,30 @@
 """What NVML says, as immutable records: the machine, each GPU, its MIG instances and the
 processes using it. Every field may be None ("not available"), with the reason kept in the
-record's ``unavailable`` pairs."""
+record's ``unavailable`` tuple of `MissingField`."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Optional, Union
+from typing import Any, NamedTuple, Optional, Union
 
 from ..serialize import from_data, to_data
 from ..units import NA
 
-Unavailable = tuple[tuple[str, str], ...]
+
+class MissingField(NamedTuple):
+    """A field NVML could not give, and why (JSON: ``[field, reason]``)."""
+
+    field: str
+    reason: str
+
+
+MissingFields = tuple[MissingField, ...]
 
 
 class _Reasons:
     """Mixin: look up why a field is not available."""
 
-    unavailable: Unavailable
+    unavailable: MissingFields
 
     def reason(self, field: str) -> Optional[str]:
         """Why `field` is not available, or None if it is (or was never asked for)."""
@@ -60,7 +68,7 @@ class MigInstance(_Reasons):
     memory_free: Optional[int] = None
     gpu_instance_id: Optional[int] = None
     compute_instance_id: Optional[int] = None
-    unavailable: Unavailable = ()
+    unavailable: MissingFields = ()
 
 
 @dataclass(frozen=True)
@@ -96,7 +104,7 @@ class NvmlDevice(_Reasons):
     ecc_errors_uncorrected: Optional[int] = None
     processes: Optional[tuple[NvmlProcess, ...]] = None
     lost: bool = False
-    unavailable: Unavailable = ()
+    unavailable: MissingFields = ()
 
     def this_process(self) -> Optional[NvmlProcess]:
         """The entry for the process that took the snapshot, if NVML listed it."""
@@ -131,7 +139,7 @@ class NvmlSnapshot(_Reasons):
     devices: tuple[NvmlDevice, ...] = ()
     pid: int = 0
     processes_queried: bool = True
-    unavailable: Unavailable = ()
+    unavailable: MissingFields = ()
 
     def to_dict(self) -> dict[str, Any]:
         return to_data(self)

@@ -1,15 +1,7 @@
-"""`snapshot()`: NVML's view of this machine at one moment.
-
-A snapshot holds the driver, CUDA driver and NVML versions, and per device its name, UUID,
-PCI bus id, memory (total / used / free, and what the driver reserves where the v2 memory
-call exists; read by `memory.read`, the one source of "NVML used"), utilisation,
-temperature, power draw and limit, compute mode, compute capability, MIG mode and MIG
-instances, ECC mode and volatile uncorrected errors, and the processes using it (compute
-and graphics; pid, name, used memory, and which one is this process). A call that raises
-(not supported on this GPU, no permission, function not in this driver, GPU lost...)
-leaves that field ``None`` with its reason, without failing the rest; a lost GPU stops the
-queries for that device only. ``psutil`` is imported on first use.
-"""
+"""`snapshot()`: NVML's view of this machine at one moment (the records: `records.py`).
+A call that raises (not supported, no permission, not in this driver, GPU lost...) leaves
+that field None with its reason and the rest is read; a lost GPU stops that device's
+queries only. ``psutil`` is imported on first use."""
 
 from __future__ import annotations
 
@@ -17,24 +9,10 @@ import os
 from types import ModuleType
 from typing import Any, Optional
 
-from ..units import cuda_version_text
+from ..units import cuda_version_text, unavailable
 from . import lib, memory
 from .lib import Query, text, uint, ulonglong, watts
-from .records import MigInstance, NvmlDevice, NvmlProcess, NvmlSnapshot
-
-# Process calls, newest first. Each may be missing from an older nvidia-ml-py (AttributeError)
-# or from an older driver (NVMLError_FunctionNotFound); the unversioned one maps to whichever
-# version the installed binding was written for.
-COMPUTE_PROCESS_CALLS = (
-    "nvmlDeviceGetComputeRunningProcesses_v3",
-    "nvmlDeviceGetComputeRunningProcesses_v2",
-    "nvmlDeviceGetComputeRunningProcesses",
-)
-GRAPHICS_PROCESS_CALLS = (
-    "nvmlDeviceGetGraphicsRunningProcesses_v3",
-    "nvmlDeviceGetGraphicsRunningProcesses_v2",
-    "nvmlDeviceGetGraphicsRunningProcesses",
-)
+from .records import MigInstance, MissingField, NvmlDevice, NvmlProcess, NvmlSnapshot
 
 COMPUTE_MODES = {
     0: "Default",
@@ -87,9 +65,9 @@ def _safe_device(
 ) -> NvmlDevice:
     try:
         return _device(module, index, pid, processes, names)
-    except Exception as error:  # an answer of a shape we did not expect: this GPU only
-        reason = f"could not be read: {type(error).__name__}: {lib.error_text(error)}"
-        return NvmlDevice(index=index, unavailable=(("device", reason),))
+    except Exception as error:  # NVML answered in a shape we did not expect: this GPU only
+        reason = unavailable(error, "could not be read").reason
+        return NvmlDevice(index=index, unavailable=(MissingField("device", reason),))
 
 
 def _device(
@@ -238,12 +216,8 @@ def _mig_processes(
 def _processes(
     query: Query, handle: Any, pid: int, names: _ProcessNames
 ) -> Optional[tuple[NvmlProcess, ...]]:
-    listed = []
-    for kind, calls in (("compute", COMPUTE_PROCESS_CALLS), ("graphics", GRAPHICS_PROCESS_CALLS)):
-        ok, value = query.first(f"processes.{kind}", calls, handle)
-        if ok:
-            listed.extend((kind, entry) for entry in value or ())
-    if "processes.compute" in query.reasons and "processes.graphics" in query.reasons:
+    listed = lib.process_entries(query, handle)
+    if listed is None:
         query.fail("processes", query.reasons["processes.compute"])
         return None
     merged: dict[tuple[int, Optional[int], Optional[int]], dict[str, Any]] = {}
@@ -294,7 +268,7 @@ class _ProcessNames:
     def _lookup(self, pid: int) -> Optional[str]:
         try:
             name = text(self.module.nvmlSystemGetProcessName(pid))
-        except Exception:
+        except Exception:  # NVML: no name for this process
             name = None
         if name:
             return os.path.basename(name.split(" ", 1)[0]) or name
@@ -306,7 +280,7 @@ class _ProcessNames:
             import psutil
 
             return psutil.Process(pid).name() or None
-        except Exception:  # ImportError, NoSuchProcess, AccessDenied
+        except Exception:  # psutil: ImportError, NoSuchProcess, AccessDenied
             return None
 
 

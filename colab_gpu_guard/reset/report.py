@@ -1,11 +1,12 @@
-"""What gpu_reset did: per device allocated/reserved and NVML used before and after, the
-bytes freed, what was dropped, the notes and warnings, and the leftovers still alive."""
+"""What gpu_reset did (or, for a dry run, would do): per device allocated/reserved and NVML
+used before and after, the bytes freed, what was dropped, the notes and warnings, and the
+leftovers still alive."""
 
 from __future__ import annotations
 
 import html
 from dataclasses import asdict, dataclass, field, replace
-from typing import Any, Optional
+from typing import Any, Callable, NamedTuple, Optional
 
 from ..leftovers import Leftover, LeftoverList
 from ..leftovers.groups import ENTRIES_SHOWN, LeftoverGroups, group_leftovers
@@ -23,6 +24,36 @@ NONE_WOULD_STAY = (
     "none would stay held by the notebook's variables, output history or last exception "
     "(imported modules are not searched: find_leftovers(deep=True) looks everywhere)"
 )
+
+
+class Wording(NamedTuple):
+    """How a report words what it describes: a reset done, or a plan (a dry run). The
+    amounts are ``str.format`` templates over ``freed``, ``released`` and ``expected``."""
+
+    title: str
+    dropped: str  # "dropped: 2 output names"
+    amount_text: str
+    amount_html: str
+    held: str  # "still held: 3 block(s) ..."
+    none_held: str
+    stays: str  # "`model`: 2.00 MiB of its memory stays: still held by `alias`"
+
+
+# each field of the wording: (a reset done, a plan)
+_WORDS = {
+    "title": ("gpu_reset", "gpu_reset --dry-run (nothing changed)"),
+    "dropped": ("dropped", "would drop"),
+    "amount_text": (
+        "freed: {freed} (arrays released: {released}, expected {expected})",
+        "would free about {expected}",
+    ),
+    "amount_html": ("freed: {freed}", "would free about: {expected}"),
+    "held": ("still", "would still be"),
+    "none_held": (NONE_NAMED, NONE_WOULD_STAY),
+    "stays": ("stays", "would stay"),
+}
+DONE = Wording(**{name: words[0] for name, words in _WORDS.items()})
+PLANNED = Wording(**{name: words[1] for name, words in _WORDS.items()})
 
 # what `dropped` counts (its keys stay as they are: the JSON report uses them), in words
 _DROPPED_WORDS = {
@@ -83,7 +114,7 @@ class ReleaseReport:
         a `LeftoverList` from the scan, whose entries are made when read.
     """
 
-    dry_run: bool = False
+    dry_run: bool = False  # set once, by the plan: the report describes that plan
     names: list[str] = field(default_factory=list)
     all_vars: bool = False
     dropped: dict[str, int] = field(default_factory=dict)
@@ -103,6 +134,11 @@ class ReleaseReport:
     leftovers: list[Leftover] = field(default_factory=list)
     warnings: list[str] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
+
+    @property
+    def wording(self) -> Wording:
+        """The words for what this report describes: the one place ``dry_run`` is read."""
+        return PLANNED if self.dry_run else DONE
 
     @property
     def freed_bytes(self) -> int:
@@ -154,23 +190,15 @@ class ReleaseReport:
         return texts
 
     def __str__(self) -> str:
-        verb = "would drop" if self.dry_run else "dropped"
-        title = "gpu_reset --dry-run (nothing changed)" if self.dry_run else "gpu_reset"
-        lines = [title]
+        words = self.wording
+        lines = [words.title]
         counts = self.dropped_counts()
-        lines.append(f"  {verb}: {', '.join(counts) if counts else 'nothing'}")
+        lines.append(f"  {words.dropped}: {', '.join(counts) if counts else 'nothing'}")
         if self.dropped_names:
             shown = self.dropped_names[:20]
             more = len(self.dropped_names) - len(shown)
             lines.append(f"  names: {', '.join(shown)}" + (f" (+{more} more)" if more > 0 else ""))
-        if self.dry_run:
-            lines.append(f"  would free about {format_bytes(self.estimated_bytes)}")
-        else:
-            lines.append(
-                f"  freed: {format_bytes(self.freed_bytes)} "
-                f"(arrays released: {format_bytes(self.released_bytes)}, "
-                f"expected {format_bytes(self.estimated_bytes)})"
-            )
+        lines.append(f"  {words.amount_text.format(**self._amounts(format_bytes))}")
         for device in self.devices:
             if device.allocated_after is None:
                 lines.append(
@@ -206,13 +234,13 @@ class ReleaseReport:
         if self.leftovers:
             groups = self.held_groups()
             lines.append(
-                f"  {'would still be' if self.dry_run else 'still'} held: "
+                f"  {words.held} held: "
                 f"{groups.blocks} block(s), {format_bytes(groups.total_bytes)} in "
                 f"{len(groups)} group(s) (hidden holders first, then biggest):"
             )
             lines += [f"    {line}" for line in groups.lines(groups=8, entries=2)]
         else:
-            lines.append(f"  {NONE_WOULD_STAY if self.dry_run else NONE_NAMED}")
+            lines.append(f"  {words.none_held}")
         return "\n".join(lines)
 
     def _repr_pretty_(self, printer, cycle) -> None:
@@ -220,18 +248,14 @@ class ReleaseReport:
 
     def _repr_html_(self) -> str:
         esc = html.escape
-        title = "gpu_reset --dry-run (nothing changed)" if self.dry_run else "gpu_reset"
+        words = self.wording
         counts = self.dropped_counts()
-        items = [f"<li>{'would drop' if self.dry_run else 'dropped'}: "]
-        items[0] += esc(", ".join(counts) if counts else "nothing") + "</li>"
+        items = [f"<li>{words.dropped}: {esc(', '.join(counts) if counts else 'nothing')}</li>"]
         if self.dropped_names:
             names = ", ".join(f"<code>{esc(name)}</code>" for name in self.dropped_names[:50])
             items.append(f"<li>names: {names}</li>")
-        amount = self.estimated_bytes if self.dry_run else self.freed_bytes
-        items.append(
-            f"<li>{'would free about' if self.dry_run else 'freed'}: "
-            f"{esc(format_bytes(amount))}</li>"
-        )
+        amounts = self._amounts(lambda amount: esc(format_bytes(amount)))
+        items.append(f"<li>{words.amount_html.format(**amounts)}</li>")
         for device in self.devices:
             after = (
                 ""
@@ -248,14 +272,16 @@ class ReleaseReport:
         items += [f"<li>done: {esc(step)}</li>" for step in self.steps]
         items += [f"<li><b>warning</b>: {esc(text)}</li>" for text in self.warnings]
         items += [f"<li>note: {esc(text)}</li>" for text in self.notes]
-        return f"<div><b>{esc(title)}</b><ul>{''.join(items)}</ul>{_held_html(self)}</div>"
+        if self.leftovers:
+            held = groups_html(self.held_groups())
+        else:
+            held = f"<div>{esc(words.none_held)}</div>"
+        return f"<div><b>{esc(words.title)}</b><ul>{''.join(items)}</ul>{held}</div>"
 
-
-def _held_html(report: ReleaseReport) -> str:
-    if not report.leftovers:
-        none = NONE_WOULD_STAY if report.dry_run else NONE_NAMED
-        return f"<div>{html.escape(none)}</div>"
-    return groups_html(report.held_groups())
-
-
-# ---------------------------------------------------------------- the plan
+    def _amounts(self, shown: Callable[[int], str]) -> dict[str, str]:
+        """The figures the wording's amount templates name, each as `shown` writes it."""
+        return {
+            "freed": shown(self.freed_bytes),
+            "released": shown(self.released_bytes),
+            "expected": shown(self.estimated_bytes),
+        }

@@ -78,7 +78,7 @@ def _torch_flags(torch: Any) -> TorchFlags:
 def _cpu_threads(torch: Any) -> Optional[int]:
     try:
         return int(torch.get_num_threads())
-    except Exception:
+    except Exception:  # torch: a build without get_num_threads
         return None
 
 
@@ -90,7 +90,7 @@ def _versions(torch: Any, snapshot: Any) -> Versions:
         cuda = torch_support.cuda_version(torch)
         try:
             found = torch.backends.cudnn.version()  # loads libcudnn; creates no context
-        except Exception:
+        except Exception:  # torch: libcudnn missing or broken
             found = None
         cudnn = _cudnn_text(found) if found else None
     return Versions(
@@ -144,7 +144,7 @@ def _distributed(torch: Any) -> Distributed:
                 _int_env("LOCAL_RANK"),
                 f"torch.distributed ({dist.get_backend()})",
             )
-    except Exception:
+    except Exception:  # torch.distributed: a process group torn down meanwhile
         pass
     world_size, rank = _int_env("WORLD_SIZE"), _int_env("RANK")
     if world_size is None and rank is None:

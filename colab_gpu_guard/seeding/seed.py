@@ -133,7 +133,7 @@ def _torch_for_seeding(report: SeedReport):
         return None
     try:
         return torch_support.import_torch()
-    except Exception as error:  # a broken install must not stop the other RNGs
+    except Exception as error:  # torch: a broken install must not stop the other RNGs
         report.skipped.append(SkippedRng("PyTorch", f"installed but import failed: {error}"))
         return None
 
@@ -142,7 +142,7 @@ def _seed_framework(framework: Any, value: int, report: SeedReport) -> bool:
     """Seed one framework's global RNG and record it as seeded, or as skipped with why."""
     try:
         how = framework.seed(value)
-    except Exception as error:  # a broken framework must not stop the other RNGs
+    except Exception as error:  # a framework's seed: a broken one must not stop the others
         report.skipped.append(SkippedRng(framework.NAME, f"could not be seeded: {error}"))
         return False
     report.seeded.append(SeededRng(framework.NAME, framework.version(), how))

@@ -19,7 +19,7 @@ def current_rank() -> int:
     try:
         if dist is not None and dist.is_available() and dist.is_initialized():
             return int(dist.get_rank())
-    except Exception:
+    except Exception:  # torch.distributed: a process group torn down meanwhile
         pass
     try:
         return int(os.environ.get("RANK", "0"))

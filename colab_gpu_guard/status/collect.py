@@ -7,17 +7,15 @@ Nothing here initialises CUDA, imports torch, IPython or NumPy. Every part may b
 from __future__ import annotations
 
 import dataclasses
-import heapq
 import os
 import platform
 import sys
 import time
-from collections.abc import Sequence
 from typing import Any, Optional
 
 from .. import host_memory, notebook_refs, nvml
 from ..nvml import NvmlDevice, NvmlSnapshot
-from ..units import USER_VARIABLE
+from ..units import unavailable
 from .matching import (
     KernelOn,
     find_by_memory,
@@ -115,7 +113,7 @@ def _host() -> HostInfo:
     }
     try:
         ram = host_memory.host_ram()
-    except Exception as error:  # psutil missing or unable to read /proc
+    except Exception as error:  # psutil: missing (ImportError) or its own psutil.Error
         return HostInfo(**base, note=f"host memory not available: {type(error).__name__}")
     return HostInfo(
         **base, ram_total=ram.total, ram_available=ram.available, process_rss=ram.process_rss
@@ -154,8 +152,8 @@ def _memory(
         return ()
     try:
         stats = torch_support.allocator_stats(torch)
-    except Exception as error:
-        notes.append(f"allocator figures not available: {type(error).__name__}: {error}")
+    except Exception as error:  # torch's allocator (a build or state we do not know)
+        notes.append(unavailable(error, "allocator figures not available").reason)
         return ()
     broken = torch_info.health == "broken"
     result = []
@@ -257,7 +255,7 @@ def _devices_with_context(
     if torch_info.health != "broken":
         try:
             return set(torch_support.devices_with_context(torch))
-        except Exception:
+        except AttributeError:  # a torch-like module without torch._C: judged by memory
             pass
     return {item.device for item in memory if item.reserved > 0}
 
@@ -267,67 +265,30 @@ def _leftovers(namespace: Optional[dict[str, Any]], top: int) -> dict[str, Any]:
 
     try:
         found = find_leftovers(namespace=namespace, budget_s=LEFTOVERS_BUDGET_S)
-    except Exception as error:
-        return {"leftovers_note": f"could not be listed: {type(error).__name__}: {error}"}
-    unfinished = tuple(getattr(found, "unfinished", ()) or ())
+    except Exception as error:  # the scan meets every user object: the rest still shows
+        return {"leftovers_note": unavailable(error, "could not be listed").reason}
     scan_notes = []
-    if unfinished:  # what was found so far is listed; the note says what was not searched
+    if found.unfinished:  # what was found so far is listed; the note says what was not searched
         scan_notes.append(
             f"leftovers incomplete: the scan stopped at its {LEFTOVERS_BUDGET_S:g} s budget;"
-            f" not searched to the end: {'; '.join(unfinished)} (find_leftovers(budget_s=None)"
-            " searches everything)"
+            f" not searched to the end: {'; '.join(found.unfinished)} (find_leftovers("
+            "budget_s=None) searches everything)"
         )
-    scan_notes += _list_notes(found, bool(unfinished))
+    # What else the list says it could not see (graphs not measured, no framework imported).
+    scan_notes += [f"leftovers: {note}" for note in found.limits]
     # Only the top ones become entries: a notebook may hold 10^5 arrays, and the panel
     # takes a snapshot after every cell. A LeftoverList is one entry per block of memory,
-    # biggest first, with its totals, and makes an entry only when it is read; anything
-    # else is deduplicated and sorted here.
-    total = getattr(found, "total_bytes", None)
-    freeable = getattr(found, "freeable_bytes", None)
-    groups, group_count = None, 0
-    if isinstance(total, int) and isinstance(freeable, int) and isinstance(found, Sequence):
-        biggest = list(found[: max(0, top)])
-        if callable(getattr(found, "groups", None)):
-            every = found.groups()
-            groups, group_count = tuple(every[: max(0, top)]), len(every)
-    else:
-        found = list(found)
-        sizes: dict[Any, int] = {}
-        freeable = 0
-        for item in found:  # a block reached under two entries counts once
-            storage = getattr(item, "storage_id", None)
-            key = (getattr(item, "device", None), storage) if isinstance(storage, int) else id(item)
-            if key not in sizes:
-                sizes[key] = _nbytes(item)
-                if getattr(item, "holder", None) != USER_VARIABLE:
-                    freeable += sizes[key]
-        total = sum(sizes.values())
-        biggest = heapq.nlargest(max(0, top), found, key=_nbytes)
+    # biggest first, with its totals, and makes an entry only when it is read.
+    groups = found.groups()
     return {
-        "leftovers": tuple(biggest),
+        "leftovers": tuple(found[: max(0, top)]),
         "leftovers_count": len(found),
-        "leftovers_bytes": total,
-        "leftovers_freeable_bytes": freeable,
-        "leftover_groups": groups,
-        "leftover_groups_count": group_count,
+        "leftovers_bytes": found.total_bytes,
+        "leftovers_freeable_bytes": found.freeable_bytes,
+        "leftover_groups": tuple(groups[: max(0, top)]),
+        "leftover_groups_count": len(groups),
         "scan_notes": scan_notes,
     }
-
-
-def _list_notes(found: Any, unfinished: bool) -> list[str]:
-    """What the leftovers list says it could not see (graphs not measured, no framework
-    imported), in the status's words; the list's own note of an unfinished scan is left
-    out, as the status says that itself."""
-    notes = tuple(getattr(found, "notes", ()) or ())
-    return [
-        f"leftovers: {note}"
-        for note in notes
-        if isinstance(note, str) and not (unfinished and note.startswith("incomplete: "))
-    ]
-
-
-def _nbytes(item: Any) -> int:
-    return int(getattr(item, "nbytes", 0) or 0)
 
 
 def _history(limit: int) -> dict[str, Any]:

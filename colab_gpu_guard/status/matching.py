@@ -61,7 +61,7 @@ def match_device(
     if not broken:  # a broken context is not asked anything
         try:
             properties = torch.cuda.get_device_properties(index)
-        except Exception:
+        except Exception:  # torch: a stub or a context the driver refuses
             properties = None
     uuid = str(getattr(properties, "uuid", "") or "")
     if uuid:

@@ -1,12 +1,7 @@
-"""The widget panel's sections as HTML fragments, each a view of one `GpuStatus`.
-
-Collapsed, the panel is a header with the figures' age, one line per GPU (`render_device`,
-MIG instances under it) or one calm line without a GPU (`render_no_gpu`), the buttons, and
-one line of what matters now (`render_now`) or of the last action (`render_message`). The
-collapsible sections: leftovers (`panel_leftovers`), processes (`render_processes`), the
-per-cell chart (`chart`) and details (`render_details`). Pure functions: no widget, no query.
-Everything shown that this module did not write itself is HTML-escaped; colours come from
-`theme`.
+"""The widget panel's sections as HTML fragments, each a view of one `GpuStatus`: the
+header, a line per GPU, what matters now, an action's message, processes and details (the
+leftovers in `panel_leftovers`, the per-cell chart in `chart`). Pure functions; all text
+not written here is escaped, colours come from `theme`.
 """
 
 from __future__ import annotations

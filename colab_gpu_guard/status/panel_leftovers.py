@@ -1,24 +1,21 @@
-"""The panel's Leftovers section as HTML fragments, each a view of one `GpuStatus`.
-
-The section is a line of totals (`render_leftovers_head`), one line per holder group -
-the variable or hidden holder keeping arrays, hidden holders first - (`render_group_line`)
-that opens to its arrays (`render_group_body`), and the lines under them
-(`render_leftovers_foot`: the groups not shown, what Free memory releases, how old a slow
-scan's figures are). The live panel gives each group its own widgets
-(``ipython/panel/groups.py``) so that an opened group stays open across refreshes; the views
-outside the panel (``%gpu_status``, reports) use ``<details>`` (``leftovers/html.py``).
-Pure functions; everything not written here is escaped; colours come from `theme`.
+"""The panel's Leftovers section as HTML fragments, each a view of one `GpuStatus`: the
+totals, a line per holder group that opens to its arrays, and the lines under them. The
+live panel gives each group its own widgets (``ipython/panel/groups.py``); the views
+outside it use ``<details>`` (``leftovers/html.py``). Pure functions; all text not
+written here is escaped, colours come from `theme`.
 """
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Sequence
 
 from ..units import USER_VARIABLE, format_bytes
 from . import theme
 from .html import escape as _e
 
 if TYPE_CHECKING:
+    from ..leftovers.groups import LeftoverGroup
+    from ..leftovers.records import Leftover
     from .snapshot import GpuStatus
 
 TOP_LEFTOVERS = 10  # the leftovers (or holder groups) the panel lists
@@ -44,11 +41,11 @@ def _cell(text: str, css: str = "", title: bool = True) -> str:
     return f'<td{tip} style="{theme.ELLIPSIS};padding:0 8px 0 0;{css}">{_e(text)}</td>'
 
 
-def shown_groups(status: GpuStatus, top: int = TOP_LEFTOVERS) -> tuple:
+def shown_groups(status: GpuStatus, top: int = TOP_LEFTOVERS) -> tuple[LeftoverGroup, ...]:
     """The holder groups the panel lists: the snapshot's first `top`, one per name."""
     if status.leftovers is None or not status.leftovers:
         return ()
-    unique: dict[str, Any] = {}
+    unique: dict[str, LeftoverGroup] = {}
     for group in status.leftover_groups or ():
         unique.setdefault(group.name, group)
     return tuple(unique.values())[:top]
@@ -109,7 +106,7 @@ def render_leftovers_foot(status: GpuStatus, top: int = TOP_LEFTOVERS) -> str:
     return f'<div class="cgg-leftovers-foot" style="{theme.FONT}">{"".join(lines)}</div>'
 
 
-def render_group_line(group: Any) -> str:
+def render_group_line(group: LeftoverGroup) -> str:
     """What a group is, beside its toggle: 'Sequential: 8 arrays on cpu', hidden or
     released by Free marked, and its size."""
     mark = ""
@@ -127,7 +124,7 @@ def render_group_line(group: Any) -> str:
     )
 
 
-def render_group_body(group: Any) -> str:
+def render_group_body(group: LeftoverGroup) -> str:
     """An opened group: its biggest arrays, and how many more it holds."""
     body = entries_table(group.entries) if group.entries else ""
     if group.more > 0:
@@ -137,7 +134,7 @@ def render_group_body(group: Any) -> str:
     )
 
 
-def entries_table(entries: list) -> str:
+def entries_table(entries: Sequence[Leftover]) -> str:
     """Arrays, one row each, in a fixed layout that fits any width (long names ellipsised,
     the full name on hover)."""
     rows = [
@@ -154,9 +151,9 @@ def entries_table(entries: list) -> str:
     for entry in entries:
         also = ", ".join(entry.shared_with)
         name = entry.name + (f" (also {also})" if also else "")
-        view = getattr(entry, "view_summary", None)
-        if view is not None and view():
-            name += f" (view: {view()})"
+        view = entry.view_summary()
+        if view:
+            name += f" (view: {view})"
         rows.append(
             "<tr>"
             + _cell(name)

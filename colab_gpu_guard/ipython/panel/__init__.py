@@ -1,65 +1,183 @@
-"""The widget panel: GPU memory, driver, leftovers and per-cell history, with buttons.
+"""The widget panel (``%gpu_panel``, ``colab_gpu_guard.panel()``): GPU memory, driver,
+leftovers and per-cell history, with buttons, in core ipywidgets only (Colab renders it
+without a custom widget manager; ipywidgets 7.7.1 and 8). One panel per kernel; it
+refreshes after every cell while open, and with ``--live`` also while a cell runs.
 
-``%gpu_panel`` (or ``colab_gpu_guard.panel()``, which returns the widget) shows one live
-panel per kernel, built only from core ipywidgets (``VBox``, ``HBox``, ``HTML``, ``Button``,
-``IntText``, ``Checkbox``) with HTML and inline SVG inside ``widgets.HTML``: Colab renders it
-without ``enable_custom_widget_manager()``, and so do JupyterLab, Notebook 6.5/7 and VS Code,
-with ipywidgets 7.7.1 as with 8.x.
-
-Every refresh takes one `GpuStatus` snapshot (`colab_gpu_guard.status.gpu_status`) and
-renders each section from it; a section's widget is written only when its HTML changed, so a
-refresh with nothing new sends (almost) nothing to the front end. The panel refreshes after
-every cell (IPython's ``post_run_cell``) while it is open, and stops when it is closed
-(``widget.close()``, ``Widget.close_all()``) or the extension is unloaded. Nothing runs
-between cells. With ``%gpu_panel --live SECONDS`` (``live_every``) one thread per panel also
-updates the header and GPU lines while a cell runs, where the front end shows widget updates
-sent from a thread (not Colab: live.py); closing, stopping or unloading ends and joins it.
-
-Everything shown that this module did not write itself - variable names, process names, GPU
-names, error texts - is HTML-escaped.
-
-widget.py holds the widgets and layout, refresh.py the snapshots and the per-cell hooks,
-live.py the live thread, actions.py the buttons; this module the panel itself and the one
-panel per kernel.
+`GpuPanel` is composed of a view (view.py), a refresher (refresh.py), the live GPU lines
+(live.py, ticker.py), its buttons (actions.py) and its event hooks (hooks.py).
 """
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, Optional
+import contextlib
+from typing import TYPE_CHECKING, Any, Callable, Optional
 
 import ipywidgets as widgets
 
 from colab_gpu_guard import notebook_refs
-from colab_gpu_guard.status.compact import compact_text
 from colab_gpu_guard.status.panel_html import render_message
-from colab_gpu_guard.status.panel_static import render_static_panel
 
 from ..registration import Registration, registration_for
 from .actions import PanelActions
+from .hooks import CellHooks
+from .live import LiveLines
+from .refresh import Refresher, starting_cell
+from .view import PanelView, panel_layout
 
 if TYPE_CHECKING:
     from IPython.core.interactiveshell import InteractiveShell
 
+    from colab_gpu_guard.status import GpuStatus
+
 __all__ = ["GpuPanel", "current_panel", "panel", "stop_panels"]
 
 WIDGET_VIEW = "application/vnd.jupyter.widget-view+json"
+# the view's widgets that code and tests reach from the panel (``panel.header``)
+PARTS = (
+    "header",
+    "devices",
+    "actions",
+    "toggles",
+    "sections",
+    "now",
+    "message",
+    "leftovers",
+    "processes",
+    "history",
+    "details",
+    "details_box",
+    "seed_row",
+    "seed_value",
+    "deterministic",
+    "refresh_button",
+    "free_button",
+    "seed_button",
+)
 
 
-class GpuPanel(PanelActions):
+class _Delegate:
+    """A read-only attribute of the panel that is one of its parts' (``panel.refreshes``
+    is ``panel.refresher.refreshes``)."""
+
+    def __init__(self, part: str, name: str = "") -> None:
+        self.part, self.name = part, name
+
+    def __set_name__(self, owner: type, name: str) -> None:
+        self.name = self.name or name
+
+    def __get__(self, panel: Optional[GpuPanel], owner: Optional[type] = None) -> Any:
+        if panel is None:
+            return self
+        return getattr(getattr(panel, self.part), self.name)
+
+
+class GpuPanel(widgets.VBox):
     """The panel widget (a core ``VBox``). Refreshes after every cell while open; with
     `live_every(seconds)` its GPU lines also update while a cell runs.
 
-    Parts, for code and tests: ``header``, ``notes``, ``devices`` (a VBox, one HTML per GPU
-    or the no-GPU line), ``leftovers``, ``history``, ``refresh_button``, ``free_button``,
-    ``seed_value``, ``deterministic``, ``seed_button``, ``message``, ``footer``.
-    ``refreshes`` counts refreshes and ``updates`` the widget values written.
+    Its widgets, for code and tests, are the view's `PARTS` (``panel.header``). It is
+    composed of ``view``, ``refresher``, ``live_lines``, ``clicks`` (what the buttons do)
+    and ``hooks`` (the cell events it follows).
     """
+
+    def __init__(
+        self,
+        shell: Optional[InteractiveShell] = None,
+        *,
+        snapshot: Optional[Callable[..., GpuStatus]] = None,
+        **kwargs: Any,
+    ) -> None:
+        self.view = view = PanelView()
+        for name in PARTS:
+            setattr(self, name, getattr(view.parts, name))
+        super().__init__(view.parts.children, layout=panel_layout(), **kwargs)
+        self.add_class("cgg-panel")
+        self.refresher = Refresher(view, shell, lambda: self.closed, snapshot)
+        self.hooks = CellHooks(
+            (("pre_run_cell", self._pre_run_cell), ("post_run_cell", self._post_run_cell))
+        )
+        self.live_lines = LiveLines(view, self.refresher)
+        self.clicks = PanelActions(view, self.refresher, self.hooks)
+
+    # what its parts hold, read from the panel
+    updates = _Delegate("view")  # widget values written
+    last_status = _Delegate("view", "status")  # the snapshot shown
+    refreshes = _Delegate("refresher")
+    last_error = _Delegate("refresher")
+    shell = _Delegate("refresher")
+    registration = _Delegate("hooks")
+    queued = _Delegate("clicks")  # actions clicked while a cell runs, run when it ends
+    live_seconds = _Delegate("live_lines", "seconds")  # None: no live updates
+    live_thread = _Delegate("live_lines", "thread")
+    live_stats = _Delegate("live_lines", "stats")
+
+    @property
+    def closed(self) -> bool:
+        return self.comm is None
+
+    @property
+    def live(self) -> bool:
+        """Open and refreshing after every cell."""
+        return not self.closed and not self.hooks.stopped and self.hooks.attached
+
+    def refresh(self, status: Optional[GpuStatus] = None) -> int:
+        """Take one snapshot (unless given one) and write the sections that changed.
+        Returns how many widget values were written."""
+        return self.refresher.refresh(status)
+
+    # ------------------------------------------------------------ following the cells
+
+    def attach(
+        self, shell: Optional[InteractiveShell] = None, registration: Optional[Registration] = None
+    ) -> None:
+        """Refresh after every cell of `shell`: through the extension's `registration`
+        when given (so `%unload_ext` stops it), else directly on the shell's events."""
+        self.hooks.detach()
+        if shell is not None:
+            self.refresher.shell = shell
+        shell = self.refresher.shell
+        if shell is None or self.closed:
+            return
+        self.hooks.attach(shell, registration)
+        for button in self.view.parts.buttons:
+            button.disabled = False
+
+    def detach(self) -> None:
+        """Stop refreshing after cells."""
+        self.hooks.detach()
+
+    def _pre_run_cell(self, info: Any = None) -> None:
+        # boundary: IPython's pre_run_cell callback, which must never raise into IPython
+        with contextlib.suppress(Exception):
+            stored = getattr(info, "store_history", True)
+            self.refresher.cell_began(starting_cell(self.shell) if stored else None)
+            self.live_lines.cell_started()
+
+    def _post_run_cell(self, result: Any = None) -> None:
+        self.live_lines.cell_ended()
+        if self.closed:
+            self.refresher.running = None
+            self.hooks.detach()
+        else:
+            self.refresher.cell_ended(result)
+        self.live_lines.say_if_stopped()
+        self.clicks.run_queued()
+
+    # ------------------------------------------------------------ live GPU lines
+
+    def live_every(self, seconds: Optional[float], this_cell: Optional[int] = None) -> None:
+        """Update the header and GPU lines every `seconds` while a cell runs (0.5 to 60);
+        None stops that. The caller checks `live.why_not_live`. `this_cell`: the cell
+        calling this, when the panel may not have seen it begin (it was opened in it): the
+        rest of that cell runs live too."""
+        following = not self.closed and not self.hooks.stopped
+        self.live_lines.every(seconds, this_cell, following)
+
+    # ------------------------------------------------------------ shown without widgets
 
     def text(self) -> str:
         """The compact status in plain text (what a terminal or a text-only output shows)."""
-        if self.last_status is None:
-            return "GPU guard panel: no snapshot yet"
-        return compact_text(self.last_status, self._cell)
+        return self.view.text(self.refresher.cell)
 
     def __repr__(self) -> str:
         return self.text()
@@ -68,26 +186,14 @@ class GpuPanel(PanelActions):
         printer.text(self.text())
 
     def snapshot_html(self) -> str:
-        """The panel as static HTML, as it is now (header, GPU lines, the line of what
-        matters now or of the last action): what renderers without widgets show."""
-        shown = self.message.layout.display != "none"
-        return render_static_panel(
-            self.last_status, self._cell, self.message.value if shown else ""
-        )
+        """The panel as static HTML, as it is now: what renderers without widgets show."""
+        return self.view.static_html(self.refresher.cell)
 
     def _repr_mimebundle_(self, **kwargs: Any) -> dict[str, Any]:
         """The live widget, and beside it the compact status as text and a static copy of
         the panel as HTML (nbconvert, GitHub and `make demo` show that; front ends with a
         widget manager show the widget)."""
-        base = getattr(super(), "_repr_mimebundle_", None)  # ipywidgets 8
-        if base is not None:
-            data = dict(base(**kwargs) or {})
-        elif not self.closed:  # ipywidgets 7's view, as its _ipython_display_ writes it
-            data = {
-                WIDGET_VIEW: {"version_major": 2, "version_minor": 0, "model_id": self.model_id}
-            }
-        else:
-            data = {}
+        data = _widget_view(self, **kwargs)
         data["text/plain"] = self.text()  # whole: ipywidgets cuts a repr at 110 characters
         data["text/html"] = self.snapshot_html()
         return data
@@ -100,26 +206,36 @@ class GpuPanel(PanelActions):
             display(self._repr_mimebundle_(), raw=True)
             self._handle_displayed(**kwargs)
 
+    # ------------------------------------------------------------ the end
+
     def stop(self, reason: str = "colab_gpu_guard was unloaded") -> None:
         """Stop refreshing, disable the buttons and say why (the view stays visible)."""
-        self.stop_live()
-        self.detach()
-        self._stopped = True
+        self.live_lines.stop()
+        self.hooks.stop()
         if self.closed:
             return
-        for button in self.buttons:
+        for button in self.view.parts.buttons:
             button.disabled = True
-        self.show_message(render_message("info", f"{reason}: this panel no longer refreshes"))
+        self.view.show_message(render_message("info", f"{reason}: this panel no longer refreshes"))
 
     def close(self) -> None:
         """Close the panel: stop refreshing and close every widget it is made of."""
-        self.stop_live()
-        self.detach()
-        self._stopped = True
+        self.live_lines.stop()
+        self.hooks.stop()
         _forget(self)
-        for part in self._parts():
-            part.close()
+        self.view.close()
         super().close()
+
+
+def _widget_view(panel: GpuPanel, **kwargs: Any) -> dict[str, Any]:
+    """The widget's own output: ipywidgets 8's bundle, or 7's view as its
+    ``_ipython_display_`` writes it."""
+    base = getattr(widgets.VBox, "_repr_mimebundle_", None)  # ipywidgets 8
+    if base is not None:
+        return dict(base(panel, **kwargs) or {})
+    if panel.closed:
+        return {}
+    return {WIDGET_VIEW: {"version_major": 2, "version_minor": 0, "model_id": panel.model_id}}
 
 
 # ---------------------------------------------------------------- one panel per kernel

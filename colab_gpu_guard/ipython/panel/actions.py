@@ -1,29 +1,21 @@
 """The panel's buttons: Refresh, Free memory (gpu_reset) and Seed (seed_all), and the
-messages they leave. An action never raises into the front end: a failure is shown.
-
-A click read while a cell runs, in a thread other than the cell's, waits for the cell to
-end: JupyterLab 4.4+ sends comm messages to a kernel subshell, whose thread reads them at
-once (ipykernel 7.0 to 7.3; 7.4 sends them where the widget last published from, a subshell
-when code run there wrote to it), and an action must not walk or free what the running cell
-is using. Read in the cell's own thread (the cell clicked, or processed UI events) it runs."""
+messages they leave. An action never raises into the front end: a failure is shown."""
 
 from __future__ import annotations
 
 import contextlib
 import threading
-from typing import TYPE_CHECKING, Any, Callable, Optional
+from typing import TYPE_CHECKING, Callable, Optional
 
 import ipywidgets as widgets
 
 from colab_gpu_guard.cuda_health import BUSY
 from colab_gpu_guard.status.panel_html import release_summary, render_message
 
-from .live import PanelLive
-
 if TYPE_CHECKING:
-    from IPython.core.interactiveshell import InteractiveShell
-
-    from colab_gpu_guard.status import GpuStatus
+    from .hooks import CellHooks
+    from .refresh import Refresher
+    from .view import PanelView
 
 BUSY_MESSAGE = (
     "the GPU is still running CUDA work queued by the last cell, so its cached memory was "
@@ -31,65 +23,72 @@ BUSY_MESSAGE = (
 )
 
 
-class PanelActions(PanelLive):
-    """The panel's buttons; after each action the panel refreshes. ``queued`` names the
+class PanelActions:
+    """What the buttons do; after each action the panel refreshes. ``queued`` names the
     actions clicked while a cell runs, to run when it ends."""
 
-    def __init__(
-        self,
-        shell: Optional[InteractiveShell] = None,
-        *,
-        snapshot: Optional[Callable[..., GpuStatus]] = None,
-        **kwargs: Any,
-    ) -> None:
+    def __init__(self, view: PanelView, refresher: Refresher, hooks: CellHooks) -> None:
+        self.view = view
+        self.refresher = refresher
+        self.hooks = hooks
         self.queued: dict[str, Callable[[], None]] = {}
-        super().__init__(shell, snapshot=snapshot, **kwargs)
-        self.refresh_button.on_click(self._on_refresh)
-        self.free_button.on_click(self._on_free)
-        self.seed_button.on_click(self._on_seed)
+        parts = view.parts
+        parts.refresh_button.on_click(self._on_refresh)
+        parts.free_button.on_click(self._on_free)
+        parts.seed_button.on_click(self._on_seed)
 
     def _queue(self, name: str, run: Callable[[], None]) -> bool:
-        """Keep a click read in another thread while a cell runs (True), to run after it."""
-        running = self._running
+        """Keep a click read in another thread while a cell runs (True), to run after it.
+
+        JupyterLab 4.4+ sends comm messages to a kernel subshell, whose thread reads them at
+        once (ipykernel 7.0 to 7.3; 7.4 sends them where the widget last published from, a
+        subshell when code run there wrote to it), and an action must not walk or free what
+        the running cell is using. Read in the cell's own thread (the cell clicked, or
+        processed UI events) it runs."""
+        running = self.refresher.running
         if running is None or running.thread == threading.get_ident():
             return False
-        with self._writing:
+        with self.view.lock:
             self.queued[name] = run
             names = ", ".join(self.queued)
-            self.show_message(render_message("info", f"{names}: queued, runs when the cell ends"))
+            self.view.show_message(
+                render_message("info", f"{names}: queued, runs when the cell ends")
+            )
         return True
 
-    def _post_run_cell(self, result: Any = None) -> None:
-        super()._post_run_cell(result)
-        with self._writing:
+    def run_queued(self) -> None:
+        """Run the clicks kept while the cell ran (it has ended)."""
+        with self.view.lock:
             queued, self.queued = list(self.queued.values()), {}
         for run in queued:
-            with contextlib.suppress(Exception):  # a callback must never raise into IPython
+            # boundary: this runs in IPython's post_run_cell callback, which must never raise
+            with contextlib.suppress(Exception):
                 run()
 
     def _run_action(self, name: str, action: Callable[[], tuple[str, str]]) -> None:
-        if self.closed or self._queue(name, lambda: self._run_action(name, action)):
+        refresher, view = self.refresher, self.view
+        if refresher.closed() or self._queue(name, lambda: self._run_action(name, action)):
             return
-        if self._stopped:
-            self.show_message(render_message("error", "this panel is stopped: run %gpu_panel"))
+        if self.hooks.stopped:
+            view.show_message(render_message("error", "this panel is stopped: run %gpu_panel"))
             return
-        self.show_message(render_message("info", f"{name}..."))
+        view.show_message(render_message("info", f"{name}..."))
         try:
             text, details = action()
-        except Exception as error:
-            self.last_error = f"{type(error).__name__}: {error}"
-            self._last_action = f"{name} failed: {self.last_error}"
-            self.show_message(render_message("error", self._last_action))
+        except Exception as error:  # boundary: gpu_reset / seed_all on the user's objects
+            refresher.last_error = f"{type(error).__name__}: {error}"
+            view.last_action = f"{name} failed: {refresher.last_error}"
+            view.show_message(render_message("error", view.last_action))
         else:
-            self.last_error = None
-            self._last_action = details or text
-            self.show_message(render_message("ok", text, details))
-        self.refresh()
+            refresher.last_error = None
+            view.last_action = details or text
+            view.show_message(render_message("ok", text, details))
+        refresher.refresh()
 
     def _on_refresh(self, _button: Optional[widgets.Button] = None) -> None:
-        if self.closed or self._queue("Refresh", self._on_refresh):
+        if self.refresher.closed() or self._queue("Refresh", self._on_refresh):
             return
-        self.refresh()
+        self.refresher.refresh()
 
     def _on_free(self, _button: Optional[widgets.Button] = None) -> None:
         self._run_action("Free memory", self._free)
@@ -100,7 +99,7 @@ class PanelActions(PanelLive):
     def _free(self) -> tuple[str, str]:
         from colab_gpu_guard.reset.apply import gpu_reset
 
-        report = gpu_reset(shell=self.shell)  # not all_vars: user variables stay
+        report = gpu_reset(shell=self.refresher.shell)  # not all_vars: user variables stay
         text = release_summary(report)
         if getattr(report, "cuda_state", None) == BUSY:  # busy, not broken: no restart
             text = f"{BUSY_MESSAGE}; {text}"
@@ -109,8 +108,11 @@ class PanelActions(PanelLive):
     def _seed(self) -> tuple[str, str]:
         from colab_gpu_guard.seeding import seed_all
 
-        report = seed_all(int(self.seed_value.value), deterministic=bool(self.deterministic.value))
-        manager = getattr(self.shell, "magics_manager", None)
+        parts = self.view.parts
+        report = seed_all(
+            int(parts.seed_value.value), deterministic=bool(parts.deterministic.value)
+        )
+        manager = getattr(self.refresher.shell, "magics_manager", None)
         seed_magics = manager.registry.get("SeedMagics") if manager is not None else None
         if seed_magics is not None:  # %seed_all --every-cell on: this seed becomes its base
             seed_magics.take_over_every_cell(report)

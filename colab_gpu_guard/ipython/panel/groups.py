@@ -1,17 +1,6 @@
-"""The panel's Leftovers section as widgets: the totals, one row per holder group (the
-variable or hidden holder keeping arrays), and the lines under them.
-
-A group row is a core ``ToggleButton`` (the group's name) beside one line of what it is,
-and its arrays under it while open. Which groups are open lives here, in the kernel, by
-the group's name (``model``, ``Out[3]``, ``<traceback: f() local 'x'>``), not by its place
-in the list: a refresh rewrites only what changed, a group that moves keeps its row (the
-rows are reordered), and a group that drops out of the list - deleted, freed, or no longer
-among the biggest - comes back as the user left it, open or closed, as long as the name is
-among the last `REMEMBERED` opened. The browser's own ``<details>`` cannot do this: a
-changed HTML value replaces the DOM and closes it.
-
-At most `TOP_LEFTOVERS` rows ever exist: a row whose group left the list is kept aside and
-reused for the next new group.
+"""The panel's Leftovers section as widgets: the totals, one row per holder group (a
+core ``ToggleButton`` with the group's name, one line of what it is, its arrays under it
+while open), and the lines under them. Open groups stay open across refreshes.
 """
 
 from __future__ import annotations
@@ -30,13 +19,14 @@ from colab_gpu_guard.status.panel_leftovers import (
 )
 
 if TYPE_CHECKING:
+    from colab_gpu_guard.leftovers.groups import LeftoverGroup
     from colab_gpu_guard.status import GpuStatus
 
 OPEN, SHUT = "\u25be ", "\u25b8 "  # the disclosure triangles on the panel's toggles
 REMEMBERED = 100  # open group names kept, the most recently opened
 
-Write = Callable[..., bool]  # PanelView._set(widget, value, trait="value")
-Show = Callable[[widgets.Widget, bool], None]  # PanelView._show(widget, shown)
+Write = Callable[..., bool]  # PanelView.set(widget, value, trait="value")
+Show = Callable[[widgets.Widget, bool], None]  # PanelView.show(widget, shown)
 
 
 def _layout(**css: Any) -> widgets.Layout:
@@ -50,7 +40,7 @@ class GroupRow(widgets.VBox):
 
     def __init__(self, on_toggle: Callable[[GroupRow], None]) -> None:
         self.name: Optional[str] = None
-        self.group: Any = None
+        self.group: Optional[LeftoverGroup] = None
         self.toggle = widgets.ToggleButton(
             value=False,
             description="",
@@ -82,8 +72,18 @@ class GroupRow(widgets.VBox):
 
 class LeftoversView(widgets.VBox):
     """The Leftovers section. ``opened``: the names of the groups the user opened (oldest
-    first); ``rows``: the shown rows in order. Writes go through the panel's `write` and
-    `show`, which send only what changed and count it."""
+    first); ``rows``: the shown rows in order. Writes go through the view's `write` and
+    `show`, which send only what changed and count it.
+
+    Which groups are open lives here, in the kernel, by the group's name (``model``,
+    ``Out[3]``, ``<traceback: f() local 'x'>``), not by its place in the list: a refresh
+    rewrites only what changed, a group that moves keeps its row (the rows are reordered),
+    and a group that drops out of the list - deleted, freed, or no longer among the
+    biggest - comes back as the user left it, open or closed, as long as the name is among
+    the last `REMEMBERED` opened. The browser's own ``<details>`` cannot do this: a changed
+    HTML value replaces the DOM and closes it. At most `top` rows ever exist: a row whose
+    group left the list is kept aside and reused for the next new group.
+    """
 
     def __init__(self, write: Write, show: Show, top: int = TOP_LEFTOVERS, **kwargs: Any):
         self._write, self._show_part = write, show

@@ -1,8 +1,5 @@
-"""Refreshing the panel: one snapshot per refresh, the cheap snapshot after a cell versus
-the full one, and the ``pre_run_cell`` / ``post_run_cell`` hooks: while a cell runs the
-header says so, and after it the panel refreshes. Every write to the panel's widgets holds
-its write lock (`_writing`): the live thread (live.py) and a click handled in another thread
-(a front end that sends comms to a kernel subshell) write too."""
+"""Refreshing the panel: one snapshot per refresh (after a cell, the cheap one when the
+last full one was slow and recent), drawn by the view; while a cell runs, which one."""
 
 from __future__ import annotations
 
@@ -15,26 +12,16 @@ from typing import TYPE_CHECKING, Any, Callable, NamedTuple, Optional
 import IPython
 
 from colab_gpu_guard import notebook_refs
-from colab_gpu_guard.status.chart import render_history
-from colab_gpu_guard.status.panel_html import (
-    TOP_LEFTOVERS,
-    render_details,
-    render_header,
-    render_message,
-    render_now,
-    render_processes,
-    section_label,
-)
+from colab_gpu_guard.status.panel_html import TOP_LEFTOVERS, render_message
 
-from .groups import OPEN, SHUT
-from .widget import PanelView
+from .view import HISTORY_CELLS, PanelView
 
 if TYPE_CHECKING:
     from IPython.core.interactiveshell import InteractiveShell
 
     from colab_gpu_guard.status import GpuStatus
 
-    from ..registration import Registration
+__all__ = ["HISTORY_CELLS", "SCAN_SHARE", "Refresher", "Running", "running_cell"]
 
 # After a cell, a snapshot that took this long or less is always taken again; a slower one
 # (the leftovers scan of a namespace holding 10^5 arrays takes ~0.5 s) is repeated only once
@@ -43,7 +30,6 @@ if TYPE_CHECKING:
 ALWAYS_SCAN_S = 0.05
 SCAN_SHARE = 0.1
 _clock = time.monotonic  # tests move it
-HISTORY_CELLS = 30  # the cells the history chart shows
 QUEUED = "a click now is queued: runs when the cell ends"
 
 
@@ -60,12 +46,23 @@ def running_cell(shell: Optional[InteractiveShell]) -> Optional[int]:
     return count if isinstance(count, int) else None
 
 
-def _starting_cell(shell: Optional[InteractiveShell]) -> Optional[int]:
+def starting_cell(shell: Optional[InteractiveShell]) -> Optional[int]:
     """The number of the cell about to run, in its pre_run_cell event."""
     count = getattr(shell, "execution_count", None)
     if not isinstance(count, int):
         return None
     return count - 1 if _COUNTS_FIRST else count
+
+
+def _last_cell(shell: Optional[InteractiveShell]) -> Optional[int]:
+    """The last cell that ended, for a panel made now."""
+    running = running_cell(shell)
+    if running is not None:  # made in a cell: the last one that ended is the one before
+        return running - 1 or None
+    count = getattr(shell, "execution_count", None)
+    if isinstance(count, int):  # between cells: the next one gets `count`
+        return count - 1 or None
+    return None
 
 
 def _take_status(shell: Optional[InteractiveShell], leftovers: bool = True) -> GpuStatus:
@@ -95,133 +92,70 @@ class Running(NamedTuple):
     since: str
     thread: int
 
-
-class _Hook(NamedTuple):
-    """Where the post_run_cell callback is registered: through the extension's
-    registration (so `%unload_ext` stops it), or else on the shell's events directly."""
-
-    shell: InteractiveShell
-    registration: Optional[Registration]
+    def text(self, live_at: str = "") -> str:
+        """What the header says while it runs."""
+        live = f" · GPU lines live, {live_at}" if live_at else ""
+        cell = "a cell" if self.cell is None else f"cell [{self.cell}]"
+        return f"{cell} running since {self.since}{live} · {QUEUED}"
 
 
-class PanelRefresh(PanelView):
-    """The panel's refreshes: ``refreshes`` counts them; ``last_status`` is the snapshot
-    shown, ``last_error`` the last failure."""
+class Refresher:
+    """Takes the panel's snapshots and has the view draw them. ``snapshot(shell)`` takes
+    a full one; ``refreshes`` counts refreshes, ``last_error`` is the last failure,
+    ``cell`` the last cell that ended, ``running`` the cell running now."""
 
     def __init__(
         self,
-        shell: Optional[InteractiveShell] = None,
-        *,
+        view: PanelView,
+        shell: Optional[InteractiveShell],
+        closed: Callable[[], bool],
         snapshot: Optional[Callable[..., GpuStatus]] = None,
-        **kwargs: Any,
     ) -> None:
+        self.view = view
         self.shell = shell
-        self._snapshot = snapshot or _take_status
-        self._hook: Optional[_Hook] = None
-        self._stopped = False
+        self.closed = closed
+        self.snapshot = snapshot or _take_status
         self.refreshes = 0
-        self.last_status: Optional[GpuStatus] = None
         self.last_error: Optional[str] = None
+        self.cell = _last_cell(shell)
+        self.running: Optional[Running] = None
         self._scan: Optional[_Scan] = None
-        self._cell: Optional[int] = None  # the last cell that ended
-        self._last_action = ""  # the last action's full report, for Details
-        self._writing = threading.RLock()
-        self._running: Optional[Running] = None  # the cell running now, if any
-        super().__init__(**kwargs)
-        running = running_cell(shell)
-        count = getattr(shell, "execution_count", None)
-        if running is not None:  # made in a cell: the last one that ended is the one before
-            self._cell = running - 1 or None
-        elif isinstance(count, int):  # between cells: the next one gets `count`
-            self._cell = count - 1 or None
-        for name, toggle in self.toggles.items():
-            toggle.observe(lambda change, name=name: self._on_toggle(name), names="value")
-
-    def _render_section(self, name: str, status: GpuStatus) -> None:
-        if name == "Leftovers":
-            self.leftovers.render(status)
-        elif name == "Processes":
-            self._set(self.processes, render_processes(status))
-        elif name == "History":
-            self._set(self.history, render_history(status, HISTORY_CELLS))
-        else:
-            self._set(self.details, render_details(status, self._last_action))
-
-    def _on_toggle(self, name: str) -> None:
-        """Open or close a section; an opened one is drawn from the snapshot shown."""
-        with self._writing:
-            self._toggle(name)
-
-    def _toggle(self, name: str) -> None:
-        shown = self.is_open(name)
-        toggle = self.toggles[name]
-        words = section_label(name, self.last_status)
-        self._set(toggle, (OPEN if shown else SHUT) + words, "description")
-        if shown and self.last_status is not None:
-            self._render_section(name, self.last_status)
-        self._show(self.sections[name], shown)
-
-    def show_message(self, html: str) -> None:
-        """Show an action's outcome in place of the line of what matters now."""
-        with self._writing:
-            self._set(self.message, html)
-            self._show(self.message, True)
-            self._show(self.now, False)
-
-    def hide_message(self) -> None:
-        with self._writing:
-            self._show(self.message, False)
-            self._show(self.now, True)
-
-    @property
-    def live(self) -> bool:
-        """Open and refreshing after every cell."""
-        return not self.closed and not self._stopped and self._hook is not None
 
     def refresh(self, status: Optional[GpuStatus] = None) -> int:
         """Take one snapshot (unless given one) and write the sections that changed.
         Returns how many widget values were written."""
-        if self.closed:
+        view = self.view
+        if self.closed():
             return 0
-        started = self.updates
-        try:
-            if status is None:
+        started = view.updates
+        if status is None:
+            try:
                 status = self._full_snapshot()
-        except Exception as error:  # never a traceback in the log
-            self.last_error = f"{type(error).__name__}: {error}"
-            self.show_message(render_message("error", f"snapshot failed: {self.last_error}"))
-            return self.updates - started
-        with self._writing:
-            self.last_status = status
+            except Exception as error:  # boundary: NVML, frameworks, the user's objects
+                self._say_failed("snapshot", error)
+                return view.updates - started
+        with view.lock:
             self.refreshes += 1
-            running = self._running
-            self._set(
-                self.header,
-                render_header(status, self._cell, self._running_text(running) if running else ""),
-            )
-            self._render_devices(status)
-            self._set(self.now, render_now(status))
-            for name, toggle in self.toggles.items():
-                shown = self.is_open(name)
-                words = (OPEN if shown else SHUT) + section_label(name, status)
-                self._set(toggle, words, "description")
-                if shown:  # a closed section is drawn when it opens
-                    self._render_section(name, status)
-        return self.updates - started
+            running = self.running
+            view.draw(status, self.cell, running.text() if running else "")
+        return view.updates - started
+
+    def _say_failed(self, what: str, error: Exception) -> None:
+        self.last_error = f"{type(error).__name__}: {error}"
+        self.view.show_message(render_message("error", f"{what} failed: {self.last_error}"))
 
     def _full_snapshot(self) -> GpuStatus:
-        status = self._snapshot(self.shell)
-        seconds = float(getattr(status, "duration_ms", 0.0) or 0.0) / 1000.0
-        self._scan = _Scan(_clock(), seconds, status)
+        status = self.snapshot(self.shell)
+        self._scan = _Scan(_clock(), status.duration_ms / 1000.0, status)
         return status
 
-    def _cell_snapshot(self) -> GpuStatus:
+    def cell_snapshot(self) -> GpuStatus:
         """The snapshot after a cell: a full one, unless the last full one was slow and
         recent; then everything but the leftovers is new, and they say how old they are."""
         scan = self._scan
         if (
             scan is None
-            or self._snapshot is not _take_status
+            or self.snapshot is not _take_status
             or scan.status.leftovers is None
             or scan.seconds <= ALWAYS_SCAN_S
             or _clock() - scan.done_at >= scan.seconds / SCAN_SHARE
@@ -248,49 +182,35 @@ class PanelRefresh(PanelView):
             leftovers_note=note,
         )
 
-    def _pre_run_cell(self, info: Any = None) -> None:
-        with contextlib.suppress(Exception):  # a callback must never raise into IPython
-            stored = getattr(info, "store_history", True)
-            self._cell_began(_starting_cell(self.shell) if stored else None)
-
-    def _cell_began(self, cell: Optional[int]) -> None:
+    def cell_began(self, cell: Optional[int]) -> None:
         """Say which cell runs, and that a click now waits for it: the kernel reads a
         button's click once the running cell ends, or, read in another thread while it
         runs, the panel keeps it until then (actions.py)."""
         running = Running(cell, time.strftime("%H:%M:%S"), threading.get_ident())
-        self._running = running
-        if self.closed or self.last_status is None:
+        self.running = running
+        status = self.view.status
+        if self.closed() or status is None:
             return
-        with self._writing:
-            text = self._running_text(running)
-            self._set(self.header, render_header(self.last_status, self._cell, text))
+        with self.view.lock:
+            self.view.draw_header(status, self.cell, running.text())
 
-    def _running_text(self, running: Running, live_at: str = "") -> str:
-        live = f" · GPU lines live, {live_at}" if live_at else ""
-        cell = "a cell" if running.cell is None else f"cell [{running.cell}]"
-        return f"{cell} running since {running.since}{live} · {QUEUED}"
-
-    def _post_run_cell(self, result: Any = None) -> None:
-        self._running = None
-        if self.closed:
-            self.detach()
-            return
+    def cell_ended(self, result: Any = None) -> None:
+        """The refresh after a cell (`result` is IPython's ExecutionResult)."""
+        self.running = None
         try:
             count = getattr(result, "execution_count", None)
             if count is not None:
-                self._cell = count
-            self.hide_message()
+                self.cell = count
+            self.view.hide_message()
             try:
-                status = self._cell_snapshot()
-            except Exception as error:
-                self.last_error = f"{type(error).__name__}: {error}"
-                self.show_message(render_message("error", f"snapshot failed: {self.last_error}"))
+                status = self.cell_snapshot()
+            except Exception as error:  # boundary: NVML, frameworks, the user's objects
+                self._say_failed("snapshot", error)
                 return
             self.refresh(status)
-        except Exception as error:  # a callback must never raise into IPython
-            self.last_error = f"{type(error).__name__}: {error}"
-            with contextlib.suppress(Exception):
-                self.show_message(render_message("error", f"refresh failed: {self.last_error}"))
+        except Exception as error:  # boundary: a callback must never raise into IPython
+            with contextlib.suppress(Exception):  # the front end's widgets, as above
+                self._say_failed("refresh", error)
         finally:
             self._rebase_tracker()
 
@@ -298,46 +218,6 @@ class PanelRefresh(PanelView):
         """What the refresh allocated is the panel's, not the next cell's."""
         from colab_gpu_guard.cells import tracker
 
-        with contextlib.suppress(Exception):
-            recorder = tracker.active_tracker(self.shell)
-            if recorder is not None:
-                recorder.rebase()
-
-    def attach(
-        self, shell: Optional[InteractiveShell] = None, registration: Optional[Registration] = None
-    ) -> None:
-        """Refresh after every cell of `shell`: through the extension's `registration`
-        when given (so `%unload_ext` stops it), else directly on the shell's events."""
-        self.detach()
-        if shell is not None:
-            self.shell = shell
-        if self.shell is None or self.closed:
-            return
-        self._stopped = False
-        for event, callback in self._callbacks():
-            if registration is not None:
-                registration.register_event(event, callback)
-            else:
-                self.shell.events.register(event, callback)
-        self._hook = _Hook(self.shell, registration)
-        for button in self.buttons:
-            button.disabled = False
-
-    def detach(self) -> None:
-        """Stop refreshing after cells."""
-        hook, self._hook = self._hook, None
-        if hook is None:
-            return
-        for event, callback in self._callbacks():
-            if hook.registration is not None:
-                hook.registration.unregister_event(event, callback)
-            else:
-                with contextlib.suppress(ValueError):  # already removed by someone else
-                    hook.shell.events.unregister(event, callback)
-
-    def _callbacks(self) -> tuple[tuple[str, Callable[..., None]], ...]:
-        return (("pre_run_cell", self._pre_run_cell), ("post_run_cell", self._post_run_cell))
-
-    @property
-    def registration(self) -> Optional[Registration]:
-        return self._hook.registration if self._hook is not None else None
+        recorder = tracker.active_tracker(self.shell)
+        if recorder is not None:
+            recorder.rebase()

@@ -1,0 +1,276 @@
+"""What a `gpu_reset` would drop, free and keep, worked out before anything changes: one
+scan of the notebook, the roots to drop and the bytes only they reach. `apply` carries a
+plan out; a dry run is the plan, described (`describe`). See docs/reset.md."""
+
+from __future__ import annotations
+
+import itertools
+from dataclasses import dataclass
+from types import ModuleType
+from typing import Any, NamedTuple, Optional
+
+from .. import cuda_health, notebook_refs, nvml
+from ..cells import failed_runs, past_leaks
+from ..cells.notebook_leftovers import scan
+from ..frameworks import cupy as cupy_support
+from ..frameworks import torch as torch_support
+from ..frameworks import torch_compile
+from ..leftovers import Scan, dropping
+from ..leftovers.found import ROW_FRAMEWORK
+from ..leftovers.scan import COMPILED_GRAPH
+from ..units import format_bytes
+from .report import DeviceRelease, ReleaseReport
+
+SYNC_TIMEOUT_S = 5.0
+# each leftovers scan: the plan's, and (where the plan's cannot say) what is still held
+SCAN_BUDGET_S = 10.0
+
+
+class DeviceFigures(NamedTuple):
+    """torch's caching allocator on one device (bytes)."""
+
+    device: str
+    allocated: int
+    reserved: int
+
+
+@dataclass
+class ResetPlan:
+    """A reset worked out, nothing changed yet.
+
+    report: what is known before anything changes (what would be dropped, the bytes only
+        that reaches, who else holds a named variable's memory, the figures before); it
+        describes this plan, worded once from ``dry_run``.
+    found: the plan's scan; drop: what to drop. Both hold what the reset frees: `take`
+        hands them over, and the plan keeps no reference to them after.
+    dropped: the keys of the roots dropped; freed_keys: the blocks only they reach.
+    sync_timeout_s, scan_budget_s: read once, here, for the whole reset.
+    """
+
+    dry_run: bool
+    shell: Any
+    namespace: dict
+    torch: Optional[ModuleType]
+    health: cuda_health.ContextHealth
+    before: list[DeviceFigures]
+    report: ReleaseReport
+    found: Optional[Scan]
+    drop: Optional[notebook_refs.DropPlan]
+    dropped: set[notebook_refs.RootKey]
+    freed_keys: set
+    sync_timeout_s: float
+    scan_budget_s: float
+
+    def take(self) -> tuple[Scan, notebook_refs.DropPlan]:
+        """The scan and the drop, handed over once: whoever takes them lets go of them
+        (``del``) where the memory they reach must be free to go."""
+        found, drop = self.found, self.drop
+        assert found is not None and drop is not None, "a plan is carried out once"
+        self.found = self.drop = None
+        return found, drop
+
+
+# ---------------------------------------------------------------- the arguments
+
+
+def validate(names: tuple, all_vars: object, dry_run: object, namespace: dict, shell) -> None:
+    """Every argument checked before anything changes: raises TypeError or ValueError."""
+    if not isinstance(all_vars, bool):
+        raise TypeError("all_vars must be True or False")
+    if not isinstance(dry_run, bool):
+        raise TypeError("dry_run must be True or False")
+    if all_vars and names:
+        raise ValueError(
+            "give either variable names or --all (every variable holding accelerator "
+            "memory), not both"
+        )
+    bad = [name for name in names if not isinstance(name, str) or not name.isidentifier()]
+    if bad:
+        raise ValueError(f"not a variable name: {', '.join(repr(name) for name in bad)}")
+    unknown = [name for name in names if name not in namespace]
+    if unknown:
+        raise ValueError(f"no such variable: {', '.join(unknown)} (nothing was changed)")
+    own = notebook_refs.ipython_names(shell, namespace, names)
+    if own:
+        raise ValueError(
+            f"{', '.join(own)}: IPython's own name(s), not user variables; %gpu_reset "
+            "already drops output history that holds arrays (nothing was changed)"
+        )
+    if len(set(names)) != len(names):
+        raise ValueError("a variable is named twice")
+
+
+# ---------------------------------------------------------------- the plan
+
+
+def make_plan(
+    names: tuple, all_vars: bool, dry_run: bool, shell: Any, namespace: dict
+) -> ResetPlan:
+    """Validate the arguments, then scan the notebook once and work out the drop. Changes
+    nothing; raises as `validate` does."""
+    validate(names, all_vars, dry_run, namespace, shell)
+    report = ReleaseReport(dry_run=dry_run, names=list(names), all_vars=all_vars)
+    torch = torch_support.loaded()
+    health = cuda_health.health()
+    report.cuda_state = health.state
+    before = device_figures(torch)  # host-side allocator bookkeeping: no CUDA call
+    used = nvml.used_memory()  # the v2 memory call, else v1: the call is reported
+    if used is not None:
+        report.nvml_used_before = list(used.per_device)
+        report.nvml_used_call = used.call
+
+    budget = SCAN_BUDGET_S
+    # a dry run proves nothing released: its scan keeps no weakrefs
+    found = scan(namespace=namespace, shell=shell, keep_refs=not dry_run, budget_s=budget)
+    if not found.complete:
+        report.warnings.append(
+            f"the scan stopped at its {budget:g} s budget; what it did not reach is "
+            f"neither counted nor released; not searched to the end: " + "; ".join(found.unfinished)
+        )
+    # what the graphs' figures leave out (a pack hook's values, the node budget): the
+    # expected and released bytes are lower bounds then
+    report.notes += found.walker.graphs.notes()
+    drop = _plan_drop(found, shell, namespace, names, all_vars)
+    report.dropped = drop.counts()
+    report.dropped_names = drop.names()
+    dropped = set(drop.roots)
+    freed_keys = found.reach.only_through(dropped)
+    report.estimated_bytes = dropping.nbytes(found, freed_keys)
+    named = [notebook_refs.RootKey(notebook_refs.VARIABLE, name) for name in names]
+    _held_elsewhere_notes(report, dropping.held_elsewhere(found, named, dropped, freed_keys))
+    return ResetPlan(
+        dry_run=dry_run,
+        shell=shell,
+        namespace=namespace,
+        torch=torch,
+        health=health,
+        before=before,
+        report=report,
+        found=found,
+        drop=drop,
+        dropped=dropped,
+        freed_keys=freed_keys,
+        sync_timeout_s=SYNC_TIMEOUT_S,
+        scan_budget_s=budget,
+    )
+
+
+def _accelerator_visible() -> bool:
+    if torch_support.has_accelerator():
+        return True
+    return cupy_support.loaded() is not None and cupy_support.device_count() > 0
+
+
+def _variables_holding_accelerator_memory(found: Scan) -> list[str]:
+    """``--all``: the user variables reaching arrays on an accelerator (CPU torch/JAX
+    tensors when none is visible; NumPy arrays never count)."""
+    accelerator = _accelerator_visible()
+
+    def counts(device: str, framework: Optional[str]) -> bool:
+        return not device.startswith("cpu") or (not accelerator and framework in ("torch", "jax"))
+
+    walker = found.walker
+    frameworks = map(ROW_FRAMEWORK, walker.found.rows)
+    places = list(zip(walker.found.devices, frameworks))
+    wanted = {place for place in set(places) if counts(*place)}
+    keys = set(itertools.compress(found.keys, map(wanted.__contains__, places)))
+    keys.update(
+        key for key, saved in walker.graphs.saved.items() if counts(saved.info.device, "torch")
+    )
+    chosen = [
+        root.key
+        for root, reached in found.reach_by_root().items()
+        if root.kind == notebook_refs.VARIABLE and not keys.isdisjoint(reached)
+    ]
+    return sorted(chosen)
+
+
+def _plan_drop(
+    found: Scan, shell, namespace: dict, names: tuple, all_vars: bool
+) -> notebook_refs.DropPlan:
+    holding = found.reach.holding()
+    variables = _variables_holding_accelerator_memory(found) if all_vars else list(names)
+    drop = notebook_refs.plan_drop(shell, namespace, holding, variables)
+    drop.roots.update(root for root in holding if root.kind == COMPILED_GRAPH)  # dynamo's reset
+    return drop
+
+
+def device_figures(torch: Optional[ModuleType]) -> list[DeviceFigures]:
+    """Each CUDA device's allocator figures now; none without torch or its figures."""
+    if torch is None:
+        return []
+    try:
+        return [
+            DeviceFigures(f"cuda:{stats.device}", stats.allocated, stats.reserved)
+            for stats in torch_support.allocator_stats(torch)
+        ]
+    except Exception:  # torch's allocator (a framework): no figures is what the report shows
+        return []
+
+
+def _held_elsewhere_notes(report: ReleaseReport, stays: list[tuple]) -> None:
+    """Why deleting a variable the user named frees less than it holds: who else holds it."""
+    verb = report.wording.stays
+    for label, amount, holders in stays:
+        shown = ", ".join(
+            holder if holder.startswith("<") else f"`{holder}`" for holder in holders[:5]
+        )
+        more = f" (+{len(holders) - 5} more)" if len(holders) > 5 else ""
+        where = f": still held by {shown}{more}" if holders else ""
+        report.notes.append(
+            f"`{label}`: {format_bytes(amount)} of its memory {verb}{where} (they keep it "
+            "alive: delete them too to free it)"
+        )
+
+
+def add_history_note(plan: ResetPlan) -> None:
+    """The note on earlier reruns' leaks (`cells.past_leaks`), last in either report."""
+    note = past_leaks.history_note(plan.shell, plan.namespace, plan.dry_run)
+    if note is not None:
+        plan.report.notes.append(note)
+
+
+# ---------------------------------------------------------------- the dry run
+
+
+def describe(plan: ResetPlan) -> ReleaseReport:
+    """The dry run's report: the plan, with the figures now and what would stay held."""
+    report = plan.report
+    report.devices = [DeviceRelease(*figures) for figures in plan.before]
+    found, _drop = plan.take()  # the drop is never applied
+    seen = set(found.keys)
+    staying = dropping.would_stay(found, plan.dropped)
+    if staying is None:  # walked again, as the drop would leave the notebook
+        del found
+        staying = scan(
+            namespace=plan.namespace,
+            shell=plan.shell,
+            budget_s=plan.scan_budget_s,
+            without=plan.dropped,
+        ).leftovers
+    report.leftovers = staying
+    _dry_run_notes(report, plan.health, plan.sync_timeout_s)
+    failures = failed_runs.dry_run_note(plan.shell, seen)
+    if failures is not None:
+        report.notes.append(failures)
+    add_history_note(plan)
+    return report
+
+
+def _dry_run_notes(report: ReleaseReport, health: cuda_health.ContextHealth, wait_s: float) -> None:
+    if health.broken:
+        report.restart_required = True
+        report.warnings.append(f"{health.detail}; {cuda_health.RESTART_ADVICE}")
+    elif health.busy:
+        report.notes.append(
+            f"the GPU is still running CUDA work queued by the last cell ({health.detail});"
+            f" %gpu_reset waits up to {wait_s:g} s for it before emptying the cache"
+        )
+    elif health.state == cuda_health.FORKED:
+        report.notes.append(f"no CUDA cache to empty: {health.detail}")
+    frames = len(torch_compile.compiled_codes())
+    if frames:
+        report.notes.append(
+            f"would run torch._dynamo.reset(): {frames} compiled frame(s); "
+            f"{torch_compile.RECOMPILE_NOTE}"
+        )
