@@ -40,3 +40,33 @@ def run_python(
         lines = done.stdout.strip().splitlines()[-1:]
     assert lines, f"no result {output}"
     return json.loads(lines[-1][len(marker) :])
+
+
+MARK = "ADVISOR-RESULT:"
+PRELUDE = """
+import json, sys, time
+import IPython
+from IPython.testing.globalipapp import start_ipython
+ip = start_ipython() or IPython.get_ipython()
+ip.run_line_magic("load_ext", "colab_gpu_guard")
+def report(**values):
+    sys.stdout.flush()
+    print("ADVISOR-RESULT:" + json.dumps(values), flush=True)
+"""
+
+
+def run_script(body: str, timeout: float = 300) -> tuple[dict, str]:
+    env = dict(os.environ, PYTHONPATH=str(ROOT) + os.pathsep + os.environ.get("PYTHONPATH", ""))
+    env.pop("CUDA_LAUNCH_BLOCKING", None)
+    done = subprocess.run(
+        [sys.executable, "-c", PRELUDE + textwrap.dedent(body)],
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        cwd=ROOT,
+        env=env,
+    )
+    output = done.stdout + done.stderr
+    lines = [line for line in done.stdout.splitlines() if line.startswith(MARK)]
+    assert lines, f"no result (exit {done.returncode}):\n{output[-4000:]}"
+    return json.loads(lines[-1][len(MARK) :]), output

@@ -5,9 +5,12 @@ from __future__ import annotations
 
 import importlib.util
 import os
+import re
 import sys
 
 import pytest
+
+from tests.shared_shell import global_shell
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 if ROOT not in sys.path:
@@ -47,29 +50,11 @@ def pytest_collection_modifyitems(config, items):
             item.add_marker(skip_build)
 
 
-def global_shell():
-    """IPython's real global test shell (an InteractiveShell), started once per process."""
-    import IPython
-    from IPython.testing.globalipapp import start_ipython
-
-    return start_ipython() or IPython.get_ipython()
-
-
 @pytest.fixture(autouse=True, scope="session")
 def _shell_running():
     """Tests run as in a notebook: an IPython shell runs in this process (several test
     modules start it at import; this makes a single file run the same way)."""
     global_shell()
-
-
-def flush_output_history(shell) -> None:
-    """``%reset -f out``, then what it forgets: IPython's flush clears ``_``/``__``/``___``
-    in ``user_ns`` but not in ``user_ns_hidden``, and from then on the display hook takes
-    them for user-assigned and stops updating them (later tests rely on ``_``)."""
-    shell.run_line_magic("reset", "-f out")
-    for name in ("_", "__", "___"):
-        if name in shell.user_ns_hidden and name in shell.user_ns:
-            shell.user_ns_hidden[name] = shell.user_ns[name]
 
 
 @pytest.fixture
@@ -92,6 +77,44 @@ def run_cell(ip):
         return ip.run_cell(source, store_history=True)
 
     return run
+
+
+@pytest.fixture
+def shell(ip, run_cell):
+    """The shell for tests that prove what is freed: the notebook's hidden holders (output
+    history, the last error, ...) emptied by a `gpu_reset` before and after; torch,
+    weakref, sys and gc imported and an empty `refs` dict for the test's weakrefs; the
+    variables the test made removed after. A test module that needs more overrides this
+    fixture and asks for it by name (`def shell(shell): ...`)."""
+    pytest.importorskip("torch")
+    from colab_gpu_guard.reset import apply as reset
+
+    reset.gpu_reset(shell=ip)
+    before = set(ip.user_ns)
+    result = run_cell("import torch, weakref, sys, gc\nrefs = {}")
+    assert result.error_in_exec is None, result.error_in_exec
+    yield ip
+    made = [name for name in ip.user_ns if name not in before and not _ipython_name(name)]
+    for name in made:
+        ip.user_ns.pop(name, None)
+    reset.gpu_reset(shell=ip)
+
+
+def _ipython_name(name: str) -> bool:
+    """IPython's own names for inputs and outputs: `_`, `__`, `_i`, `_ii`, `_i7`, `_7`."""
+    return re.fullmatch(r"_+|_i+|_i?\d+", name) is not None
+
+
+@pytest.fixture
+def bare_shell():
+    """The global test shell with colab_gpu_guard not loaded; after the test it is unloaded
+    again and the custom exception handler the test found is restored."""
+    shell = global_shell()
+    shell.run_line_magic("unload_ext", "colab_gpu_guard")
+    saved = shell.custom_exceptions, shell.CustomTB
+    yield shell
+    shell.run_line_magic("unload_ext", "colab_gpu_guard")
+    shell.custom_exceptions, shell.CustomTB = saved
 
 
 @pytest.fixture

@@ -31,7 +31,7 @@ MiB = 1 << 20
 # pytorch PR 86509) and over 1 GB before it. Library workspaces come from torch's own
 # allocator (ATen's CublasHandlePool keeps cuBLAS workspaces as allocator DataPtrs), so
 # they are in reserved already. 1.5 GiB is about three measured fresh contexts: room for
-# the kernels libraries load as they are used (tests/test_status.py measures a context
+# the kernels libraries load as they are used (tests/unit/test_status.py measures a context
 # after cuBLAS and cuDNN work on the GPU against it). An eagerly loaded context, or another
 # allocator in this process (CuPy, JAX), may not fit: the kernel is then "not identified",
 # never guessed. Only an unambiguous fit counts (`find_by_memory`).

@@ -14,7 +14,7 @@ from __future__ import annotations
 import pytest
 
 from tests.browser import frontends
-from tests.browser.test_panel_browser import (
+from tests.browser.notebook_page import (
     TIMEOUT_MS,
     group_body,
     group_toggle,

@@ -1,0 +1,1 @@
+"""The package in another process: notebooks in a real kernel (nbclient), fresh interpreters."""

@@ -1,0 +1,1 @@
+"""The %gpu_panel widget in a real IPython shell (fixtures in conftest.py here)."""

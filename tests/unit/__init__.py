@@ -1,0 +1,1 @@
+"""Unit tests: pure functions, fakes and real CPU tensors; no shell needed."""
