@@ -207,8 +207,10 @@ class MemoryTracker:
         # True: reset torch's peak counters before every cell (exact per-cell peaks, but
         # the user's max_memory_allocated() then covers the current cell only)
         self.reset_peaks = bool(reset_peaks)
-        self._records: collections.deque[_Row] = collections.deque(maxlen=maxlen)
-        self._pending: Optional[_Pending] = None
+        self._records: collections.deque[tuple] = collections.deque(
+            maxlen=maxlen
+        )  # `_Row`s' fields
+        self._pending: Optional[tuple] = None  # `_Pending`'s fields
         self._seq = 0
         self._nvml_used: dict[int, int] = {}
         self._nvml_process: dict[int, Optional[int]] = {}
@@ -228,17 +230,16 @@ class MemoryTracker:
             devices, stats = _cuda_stats(reset)
             source = getattr(info, "raw_cell", None)
             malloc, holders = self._reruns.before_run(source)
-            self._pending = _new_tuple(
-                _Pending,
-                (
-                    source,
-                    time.perf_counter(),
-                    stats,
-                    reset,
-                    self._rss_before(),
-                    malloc,
-                    self._holders.before(source) if holders else None,
-                ),
+            # a plain tuple in `_Pending`'s field order (one allocation less per cell; it is
+            # read once, unpacked, in `_record`)
+            self._pending = (
+                source,
+                time.perf_counter(),
+                stats,
+                reset,
+                self._rss_before(),
+                malloc,
+                self._holders.before(source) if holders else None,
             )
         except Exception:  # an IPython hook: it must never break the user's cell
             self._pending = None
@@ -267,9 +268,10 @@ class MemoryTracker:
         except Exception:  # an IPython hook: it must never break the user's cell
             pass
 
-    def _record(self, pending: _Pending, result: Any) -> None:
-        duration = time.perf_counter() - pending.started
-        stats_before = pending.stats
+    def _record(self, pending: tuple, result: Any) -> None:
+        # unpacked once, in its fields' order: the per-cell hot path reads each many times
+        source, started, stats_before, reset_peaks, rss_before, malloc_before, lengths = pending
+        duration = time.perf_counter() - started
         devices, stats = _cuda_stats()
         allocated_before = ooms_before = allocated = reserved = ooms = 0
         for before in stats_before:
@@ -279,9 +281,7 @@ class MemoryTracker:
             allocated += after.allocated
             reserved += after.reserved
             ooms += after.num_ooms
-        peak, peak_bound = (
-            cell_peak(stats_before, stats, pending.reset_peaks) if devices else (0, EXACT)
-        )
+        peak, peak_bound = cell_peak(stats_before, stats, reset_peaks) if devices else (0, EXACT)
         rss = self._last_rss = self._rss.read()
         cell = getattr(result, "execution_count", None)
 
@@ -289,12 +289,12 @@ class MemoryTracker:
             _new_tuple(
                 CellRun,
                 (
-                    pending.source,
+                    source,
                     cuda_changes(stats_before, stats) if devices else (),
-                    pending.rss_before,
+                    rss_before,
                     rss,
-                    pending.malloc_before,
-                    pending.lengths,
+                    malloc_before,
+                    lengths,
                     cell,
                     duration,
                     result,
@@ -310,28 +310,27 @@ class MemoryTracker:
 
         self._seq += 1
         seq = self._seq
+        # a plain tuple in `_Row`'s field order (one allocation less per cell): `history`
+        # makes it a `_Row` when read
         self._records.append(
-            _new_tuple(
-                _Row,
-                (
-                    seq,
-                    cell,
-                    duration,
-                    devices,
-                    allocated_before,
-                    allocated,
-                    peak,
-                    peak_bound,
-                    reserved,
-                    max(0, ooms - ooms_before),
-                    pending.rss_before,
-                    rss,
-                    rerun_of,
-                    leaks,
-                    leak_bytes,
-                    leak_kind,
-                    named,
-                ),
+            (
+                seq,
+                cell,
+                duration,
+                devices,
+                allocated_before,
+                allocated,
+                peak,
+                peak_bound,
+                reserved,
+                max(0, ooms - ooms_before),
+                rss_before,
+                rss,
+                rerun_of,
+                leaks,
+                leak_bytes,
+                leak_kind,
+                named,
             )
         )
         nvml = self._nvml
@@ -362,7 +361,7 @@ class MemoryTracker:
         records = list(self._records)
         nvml_used, nvml_process = self._nvml_used, self._nvml_process
         if records and len(nvml_used) > 2 * self.maxlen:
-            oldest = records[0].seq
+            oldest = _new_tuple(_Row, records[0]).seq
             for seq in [seq for seq in list(nvml_used) if seq < oldest]:  # list(): atomic
                 nvml_used.pop(seq, None)
                 nvml_process.pop(seq, None)
@@ -370,6 +369,7 @@ class MemoryTracker:
             records = records[-last:] if last > 0 else []
         call = self._nvml.call if self._nvml is not None else None
         # CellMemory's fields in order, by position: a keyword call costs a third more
+        rows = [_new_tuple(_Row, record) for record in records]
         return [
             CellMemory(
                 row.cell,
@@ -398,7 +398,7 @@ class MemoryTracker:
                 row.named.holders,
                 row.named.explained,
             )
-            for row in records
+            for row in rows
         ]
 
     def clear(self) -> None:
