@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from typing import NamedTuple, Optional
 
 NA = "n/a"
@@ -77,3 +78,38 @@ def unavailable(error: BaseException, part: str = "") -> Unavailable:
     ``"<ExceptionType>: <message>"``)."""
     text = f"{type(error).__name__}: {error_text(error)}"
     return Unavailable(f"{part}: {text}" if part else text)
+
+
+# Words a default report never prints: they name this package's internals or CPython's and
+# IPython's, not the things a PyTorch user in a notebook knows. Detail behind `-v` may say
+# more, in plain words too. Tests hold every default report, the README's first screen and
+# new wording to this list (`jargon_in`).
+JARGON = (
+    "block",
+    "blocks",
+    "block(s)",
+    "group",
+    "groups",
+    "group(s)",
+    "hidden holder",
+    "hidden holders",
+    "arrays released",
+    "gc.collect()",
+    "user_ns_hidden",
+    "gh-113939",
+    "Philox",
+    "sticky error",
+    "NVML v1",
+    "NVML v2",
+    "jagged layout",
+    "fp32_precision",
+)
+_JARGON = re.compile(
+    "|".join(rf"(?<![\w.]){re.escape(word)}(?![\w(])" for word in sorted(JARGON, key=len)[::-1]),
+    re.IGNORECASE,
+)
+
+
+def jargon_in(text: str) -> list[str]:
+    """The words of `JARGON` that `text` uses, as written there, in order (none: [])."""
+    return [match.group(0) for match in _JARGON.finditer(text)]
