@@ -62,52 +62,58 @@ def _named_size(name: str, pattern: str, text: str) -> Optional[int]:
     return parse_size(match.group(name))
 
 
+# What an out-of-memory message states, as (fact, pattern), in the order tried: a fact keeps
+# the first figure found. A pattern with {SIZE} reads a printed size (any case); one with a
+# group reads a number as written (a device index, or bytes printed in parentheses).
+_OOM_FIGURES: tuple[tuple[str, str], ...] = (
+    ("requested_bytes", r"Tried to allocate {SIZE}"),
+    ("requested_bytes", r"Out of memory allocating {SIZE}"),
+    ("requested_bytes", r"out of memory to allocate {SIZE}"),
+    ("requested_bytes", r"while trying to allocate {SIZE}"),
+    ("requested_bytes", r"Failed to allocate request for [^(]*\((\d+)B\)"),
+    ("requested_bytes", r"Failed to allocate request for {SIZE}"),
+    # torch >= 2.1: "GPU 0 has a total capacity of X of which Y is free."
+    ("device", r"GPU (\d+) has a total capac\w* of"),
+    ("total_bytes", r"total capac\w* of {SIZE}"),
+    ("free_bytes", r"of which {SIZE} is free"),
+    ("process_bytes", r"this process has {SIZE} memory in use"),
+    ("allocated_bytes", r"Of the allocated memory {SIZE}"),
+    ("reserved_unallocated_bytes", r"and {SIZE} is reserved by PyTorch"),
+    # torch < 2.1: "(GPU 0; 6.00 GiB total capacity; 3.49 GiB already allocated; 1.04 GiB
+    # free; 3.50 GiB reserved in total by PyTorch)"
+    ("device", r"\(GPU (\d+);"),
+    ("total_bytes", r"{SIZE} total capacity"),
+    ("allocated_bytes", r"{SIZE} already allocated"),
+    ("free_bytes", r"; {SIZE} free"),
+    ("reserved_bytes", r"{SIZE} reserved in total by PyTorch"),
+    ("reserved_bytes", r"{SIZE} cached\)"),
+    # CuPy: "(allocated so far: N bytes)" / "(total N bytes)"
+    ("allocated_bytes", r"allocated so far: {SIZE}"),
+    # JAX: "on device ordinal 0"; TensorFlow: "/device:GPU:0"
+    ("device", r"device ordinal (\d+)"),
+    ("device", r"device:GPU:(\d+)"),
+)
+
+
 def parse_oom_message(text: str) -> dict[str, Any]:
     """Figures an out-of-memory message states, in bytes, for every wording we know:
     torch 1.0 to current (including torch 2.1's 'capacty'), CuPy, JAX/XLA and TensorFlow."""
     facts: dict[str, Any] = {}
-
-    def put(key: str, value: Any) -> None:
-        if value is not None and key not in facts:
-            facts[key] = value
-
-    put("requested_bytes", _named_size("s", r"Tried to allocate {SIZE}", text))
-    put("requested_bytes", _named_size("s", r"Out of memory allocating {SIZE}", text))
-    put("requested_bytes", _named_size("s", r"out of memory to allocate {SIZE}", text))
-    put("requested_bytes", _named_size("s", r"while trying to allocate {SIZE}", text))
-    match = re.search(r"Failed to allocate request for [^(]*\((\d+)B\)", text)
-    if match:
-        put("requested_bytes", int(match.group(1)))
-    put("requested_bytes", _named_size("s", r"Failed to allocate request for {SIZE}", text))
-
-    # torch >= 2.1: "GPU 0 has a total capacity of X of which Y is free."
-    match = re.search(r"GPU (\d+) has a total capac\w* of", text)
-    if match:
-        put("device", int(match.group(1)))
-    put("total_bytes", _named_size("s", r"total capac\w* of {SIZE}", text))
-    put("free_bytes", _named_size("s", r"of which {SIZE} is free", text))
-    put("process_bytes", _named_size("s", r"this process has {SIZE} memory in use", text))
-    put("allocated_bytes", _named_size("s", r"Of the allocated memory {SIZE}", text))
-    put("reserved_unallocated_bytes", _named_size("s", r"and {SIZE} is reserved by PyTorch", text))
-    # torch < 2.1: "(GPU 0; 6.00 GiB total capacity; 3.49 GiB already allocated; 1.04 GiB free;
-    #  3.50 GiB reserved in total by PyTorch)"
-    match = re.search(r"\(GPU (\d+);", text)
-    if match:
-        put("device", int(match.group(1)))
-    put("total_bytes", _named_size("s", r"{SIZE} total capacity", text))
-    put("allocated_bytes", _named_size("s", r"{SIZE} already allocated", text))
-    put("free_bytes", _named_size("s", r"; {SIZE} free", text))
-    put("reserved_bytes", _named_size("s", r"{SIZE} reserved in total by PyTorch", text))
-    put("reserved_bytes", _named_size("s", r"{SIZE} cached\)", text))
-    # CuPy: "(allocated so far: N bytes)" / "(total N bytes)"
-    put("allocated_bytes", _named_size("s", r"allocated so far: {SIZE}", text))
-    # JAX: "on device ordinal 0"; TensorFlow: "/device:GPU:0"
-    match = re.search(r"device ordinal (\d+)", text) or re.search(r"device:GPU:(\d+)", text)
-    if match:
-        put("device", int(match.group(1)))
+    for fact, pattern in _OOM_FIGURES:
+        if fact in facts:
+            continue
+        if "{SIZE}" in pattern:
+            value = _named_size("s", pattern, text)
+        else:
+            match = re.search(pattern, text)
+            value = int(match.group(1)) if match else None
+        if value is not None:
+            facts[fact] = value
 
     if "total_bytes" in facts and "reserved_bytes" in facts and "allocated_bytes" in facts:
-        put("reserved_unallocated_bytes", facts["reserved_bytes"] - facts["allocated_bytes"])
+        facts.setdefault(
+            "reserved_unallocated_bytes", facts["reserved_bytes"] - facts["allocated_bytes"]
+        )
     _listed_processes(text, facts)
     return facts
 
