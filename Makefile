@@ -4,7 +4,7 @@ VENV ?= .venv
 TORCH ?= torch==2.13.0
 PY := $(VENV)/bin/python
 
-.PHONY: demo test lint bench bench-quick browser
+.PHONY: demo test lint wheel bench bench-quick browser
 
 $(VENV)/.installed: pyproject.toml Makefile
 	$(PYTHON) -m venv $(VENV)
@@ -18,6 +18,11 @@ demo: $(VENV)/.installed
 
 test: $(VENV)/.installed
 	$(PY) -m pytest $(PYTEST_ARGS)
+
+# The wheel to upload to Colab (`!pip install colab_gpu_guard-*.whl`): pip only, no .venv.
+wheel:
+	rm -f dist/colab_gpu_guard-*.whl
+	$(PYTHON) -m pip wheel --no-deps -w dist .
 
 lint: $(VENV)/.installed
 	$(PY) -m ruff format --check .

@@ -1,16 +1,8 @@
-"""``python -m colab_gpu_guard COMMAND``: the package's terminal commands.
-
-  status [--json] [--processes] [--watch SECONDS]
-      One GPU status snapshot (NVML beside this process's view) as text or JSON; with
-      --watch, redrawn every SECONDS until Ctrl-C.
-  repro [--diff FILE] [--json] [-v]
-      This process's reproducibility record (versions, GPUs, env, torch's default flags),
-      or what differs on this machine from a record saved with `%repro --save FILE`
-      (seeds and torch flags are the program's: compared only by %repro --diff inside it).
+"""``python -m colab_gpu_guard COMMAND``: the package's terminal commands, ``status`` and
+``repro``.
 
 Exit codes: 0 when the command could report (a machine without a GPU is a report too),
-1 when it failed, 2 on bad arguments. Add a command with a function that takes the
-subparsers object (see `add_status_command`) and list it in `COMMANDS`.
+1 when it failed, 2 on bad arguments.
 """
 
 from __future__ import annotations
@@ -49,6 +41,9 @@ def positive_seconds(text: str) -> float:
 
 
 def add_status_command(subparsers: argparse._SubParsersAction) -> None:
+    """``status [--json] [--processes] [--watch SECONDS]``: one GPU status snapshot (NVML
+    beside this process's view) as text or JSON; with --watch, redrawn every SECONDS until
+    Ctrl-C."""
     parser = subparsers.add_parser(
         "status",
         help="show GPU status: NVML's view and this process's",
@@ -114,6 +109,10 @@ def _isatty(stream: TextIO) -> bool:
 
 
 def add_repro_command(subparsers: argparse._SubParsersAction) -> None:
+    """``repro [--diff FILE] [--json] [-v]``: this process's reproducibility record
+    (versions, GPUs, env, torch's default flags), or what differs on this machine from a
+    record saved with `%repro --save FILE` (seeds and torch flags are the program's:
+    compared only by %repro --diff inside it)."""
     parser = subparsers.add_parser(
         "repro",
         help="show this process's reproducibility record, or diff it with a saved one",
@@ -177,6 +176,8 @@ def run_repro(args: argparse.Namespace, out: Optional[TextIO] = None) -> int:
 
 # ---------------------------------------------------------------- the program
 
+# Add a command with a function that takes the subparsers object (see `add_status_command`)
+# and list it here.
 COMMANDS: list[Callable[[argparse._SubParsersAction], None]] = [
     add_status_command,
     add_repro_command,

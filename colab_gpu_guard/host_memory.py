@@ -1,11 +1,5 @@
-"""This process's and the host's memory, read cheaply: one reader for each figure.
-
-- `RssReader`: the resident set size from ``/proc/self/statm`` (one ``pread``; Linux only),
-  read by the tracker after every cell;
-- `MallocInUse`: the bytes malloc has in use (glibc ``mallinfo2``), read by the tracker
-  where a read is cheap or a rerun needs it (``cell_reruns``);
-- `host_ram`: the host's total and available RAM and this process's resident memory, from
-  ``psutil`` (imported on first use), read by `gpu_status`.
+"""This process's and the host's memory, read cheaply: one reader for each figure
+(`RssReader`, `MallocInUse`, `host_ram`).
 """
 
 from __future__ import annotations
@@ -18,7 +12,8 @@ from typing import Any, NamedTuple, Optional
 
 
 class RssReader:
-    """Resident set size from /proc/self/statm with one pread on a kept-open descriptor.
+    """Resident set size from /proc/self/statm with one pread on a kept-open descriptor
+    (Linux only), read by the tracker after every cell.
 
     /proc/self is resolved when the file is opened: a forked child reopens it (through
     `os.register_at_fork`, so the per-cell read makes no getpid call)."""
@@ -75,8 +70,9 @@ class MallocInUse:
 
     Exact where RSS is not (a freed block in the middle of the heap stays resident), but it
     walks the allocator's free lists, so it can take milliseconds on a fragmented heap: the
-    tracker times its reads and takes them only where that is cheap (``cell_reruns``).
-    pymalloc's small objects live in arenas outside malloc and are not counted.
+    tracker times its reads and takes them only where that is cheap or a rerun needs it
+    (``cell_reruns``). pymalloc's small objects live in arenas outside malloc and are not
+    counted.
     """
 
     def __init__(self) -> None:
@@ -134,8 +130,9 @@ class HostRam(NamedTuple):
 
 
 def host_ram() -> HostRam:
-    """The host's RAM and this process's resident set size, from psutil. Raises when
-    psutil is missing or cannot read them (the caller says why the figures are missing)."""
+    """The host's total and available RAM and this process's resident set size, from
+    psutil (imported on first use), read by `gpu_status`. Raises when psutil is missing or
+    cannot read them (the caller says why the figures are missing)."""
     import psutil
 
     memory = psutil.virtual_memory()

@@ -83,19 +83,26 @@ def run_demo(
 
 
 def notebook_html(nb, title: str) -> str:
-    """A self-contained HTML page of an executed notebook (sources escaped)."""
+    """A self-contained HTML page of an executed notebook: markdown cells rendered,
+    sources and text outputs escaped."""
     esc = html.escape
     parts = [
         "<!doctype html><meta charset='utf-8'>",
         f"<title>{esc(title)}</title>",
         "<style>body{font-family:sans-serif;max-width:60em;margin:auto}"
         "pre{background:#f6f6f6;padding:.5em;overflow-x:auto}"
-        ".out{border-left:3px solid #8a8;padding-left:.5em}.err{border-left-color:#c44}</style>",
+        ".out{border-left:3px solid #8a8;padding-left:.5em}.err{border-left-color:#c44}"
+        "code{background:#f0f0f0;padding:0 .2em}"
+        # The panel's static copy keeps each line to one line, cut with an ellipsis where
+        # it is wider than its box (right for the live widget, whose tooltips show the
+        # rest); a page has no tooltips, so its lines wrap here and every figure shows.
+        ".cgg-static [style*=ellipsis]{white-space:normal!important;overflow:visible!important}"
+        "</style>",
         f"<h1>{esc(title)}</h1>",
     ]
     for cell in nb.cells:
         if cell.cell_type == "markdown":
-            parts.append(f"<div class='md'><pre>{esc(cell.source)}</pre></div>")
+            parts.append(f"<div class='md'>{markdown_html(cell.source)}</div>")
             continue
         if cell.cell_type != "code":
             continue
@@ -104,6 +111,87 @@ def notebook_html(nb, title: str) -> str:
         for output in cell.get("outputs", []):
             parts.append(_output_html(output))
     return "\n".join(parts)
+
+
+_BLOCK_START = re.compile(r"(#{1,6}) |[-*] |\d+\. |```")
+_INLINE = re.compile(
+    r"`(?P<code>[^`]+)`"
+    r"|\*\*(?P<bold>.+?)\*\*"
+    r"|(?<![\w*])\*(?P<em>[^*\s](?:[^*]*[^*\s])?)\*(?![\w*])"
+    r"|\[(?P<text>[^\]]+)\]\((?P<url>[^)\s]+)\)"
+)
+
+
+def markdown_html(text: str) -> str:
+    """The markdown the notebooks use, as HTML: headings, paragraphs, `-`/`*` and
+    numbered lists, fenced code, and inline code, bold, italics and links. Every piece of
+    text is escaped; anything else shows as plain text."""
+    lines = text.splitlines()
+    out: list[str] = []
+    paragraph: list[str] = []
+    items: list[str] = []
+    list_tag = ""
+
+    def close() -> None:
+        nonlocal list_tag
+        if paragraph:
+            out.append(f"<p>{_inline_html(' '.join(paragraph))}</p>")
+            paragraph.clear()
+        if items:
+            out.append(f"<{list_tag}>" + "".join(f"<li>{item}</li>" for item in items))
+            out.append(f"</{list_tag}>")
+            items.clear()
+
+    index = 0
+    while index < len(lines):
+        line = lines[index].strip()
+        index += 1
+        start = _BLOCK_START.match(line)
+        if not line:
+            close()
+        elif line.startswith("```"):
+            close()
+            code = []
+            while index < len(lines) and not lines[index].strip().startswith("```"):
+                code.append(lines[index])
+                index += 1
+            index += 1  # the closing fence
+            out.append(f"<pre>{html.escape(chr(10).join(code))}</pre>")
+        elif start and start.group(1):
+            close()
+            level = len(start.group(1))
+            out.append(f"<h{level}>{_inline_html(line[start.end() :])}</h{level}>")
+        elif start:
+            tag = "ol" if line[0].isdigit() else "ul"
+            if paragraph or (items and tag != list_tag):
+                close()
+            list_tag = tag
+            items.append(_inline_html(line[start.end() :]))
+        elif items:  # a list item's continuation line
+            items[-1] += " " + _inline_html(line)
+        else:
+            paragraph.append(line)
+    close()
+    return "\n".join(out)
+
+
+def _inline_html(text: str) -> str:
+    parts, end = [], 0
+    for match in _INLINE.finditer(text):
+        parts.append(html.escape(text[end : match.start()]))
+        end = match.end()
+        if match.group("code") is not None:
+            parts.append(f"<code>{html.escape(match.group('code'))}</code>")
+        elif match.group("bold") is not None:
+            parts.append(f"<b>{_inline_html(match.group('bold'))}</b>")
+        elif match.group("em") is not None:
+            parts.append(f"<i>{_inline_html(match.group('em'))}</i>")
+        else:
+            url = match.group("url")
+            safe = url if re.match(r"(https?://|[\w./#-]+$)", url) else "#"
+            parts.append(f'<a href="{html.escape(safe)}">{_inline_html(match.group("text"))}</a>')
+    parts.append(html.escape(text[end:]))
+    return "".join(parts)
 
 
 def _output_html(output) -> str:

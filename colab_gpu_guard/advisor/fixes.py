@@ -21,7 +21,7 @@ from .kinds import (
 RESTART_SESSION = "Colab: Runtime > Restart session; Jupyter: Kernel > Restart"
 RESET_FIX = (
     "Run `%gpu_reset` to release what the notebook still holds (output history, the last "
-    "traceback, cached blocks), then rerun."
+    "traceback, cached GPU memory no tensor is using), then rerun."
 )
 # added where the advice lists the biggest leftovers (`enrich`)
 DEL_LEFTOVERS = " `del` the big leftovers listed above that you no longer need."
@@ -148,7 +148,7 @@ def _culprits(error: str) -> str:
 
 
 def _sticky(details: dict[str, Any]) -> Advice:
-    error = details.get("cuda_error", "a sticky CUDA error")
+    error = details.get("cuda_error", "a CUDA error")
     if details.get("origin") is not None:
         return _sticky_elsewhere(error, details)
     summary = (

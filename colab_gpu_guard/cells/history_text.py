@@ -28,14 +28,23 @@ def _plural(count: int, word: str) -> str:
     return f"{count} {word}" + ("" if count == 1 else "s")
 
 
-def holder_words(holder: Holder) -> str:
+def holder_words(holder: Holder, share: str = "") -> str:
     """A holder as a LEAK line names it: "`losses` (grew by 1 autograd graph, 16 MiB
-    saved)", "`Out[7]` (output history)", "<traceback: f() local 'x'> (the last error's
-    traceback: %gpu_reset releases it)"."""
+    saved; fix: ...)", "`Out[7]` (output history: %gpu_reset releases it)", "<traceback:
+    f() local 'x'> (the last error's traceback: %gpu_reset releases it)"; `share` ("1 MiB
+    of it") goes after what it is, before what to do."""
+    name, what, then = _holder_parts(holder)
+    return f"{name} ({what}{f'; {share}' if share else ''}{then})"
+
+
+def _holder_parts(holder: Holder) -> tuple[str, str, str]:
+    """A holder's name, what it is, and what to do with its separator ("" for none)."""
     if holder.kind == OUTPUT:
-        return f"`{holder.name}` ({OUTPUT_HISTORY})"
+        return f"`{holder.name}`", OUTPUT_HISTORY, ": %gpu_reset releases it"
     if holder.kind == TRACEBACK:
-        return f"{', '.join(holder.locals)} ({_why_alive(holder)})"
+        return ", ".join(holder.locals), _why_alive(holder), ""
+    from ..leftovers.graphs import FIX as GRAPH_FIX  # not at %load_ext: only when worded
+
     growth = holder.growth  # a VARIABLE's
     assert growth is not None
     graph_text = _plural(growth.graphs, "autograd graph")
@@ -46,14 +55,15 @@ def holder_words(holder: Holder) -> str:
             older = growth.earlier_graphs
             which = "graph keeps" if older == 1 else f"{older} graphs keep"
             graph_text += f"; the previous run's {which} {format_bytes(kept)}"
-    name = holder.name
+    name = f"`{holder.name}`"
     if growth.items == GRAPHS:
-        return f"`{name}` (grew by {graph_text})"
+        return name, f"grew by {graph_text}", f"; {GRAPH_FIX}"
     if growth.items == EXCEPTIONS:
         holds = f": {', '.join(growth.locals)}" if growth.locals else ""
-        return f"`{name}` (grew by {_plural(growth.count, 'exception')}{holds})"
-    text = f"`{name}` (grew by {_plural(growth.count, 'item')}"
-    return text + (f", {graph_text})" if growth.graphs else ")")
+        return name, f"grew by {_plural(growth.count, 'exception')}{holds}", ""
+    if growth.graphs:
+        return name, f"grew by {_plural(growth.count, 'item')}, {graph_text}", f"; {GRAPH_FIX}"
+    return name, f"grew by {_plural(growth.count, 'item')}", ""
 
 
 def _why_alive(holder: Holder) -> str:
@@ -75,21 +85,20 @@ def held_by_text(holders: tuple[Holder, ...], explained: bool, kept: tuple) -> s
     ...), each with the bytes it holds and "the rest by something else"; "" for none."""
     if explained or not holders:
         return ", ".join(holder_words(holder) for holder in holders)
-    texts = []
-    for holder in holders:
-        words, amount = holder_words(holder), f"{format_bytes(holder.share(kept))} of it"
-        texts.append(f"{words[:-1]}; {amount})" if words.endswith(")") else f"{words} ({amount})")
+    texts = [
+        holder_words(holder, f"{format_bytes(holder.share(kept))} of it") for holder in holders
+    ]
     return ", ".join(texts) + UNEXPLAINED
 
 
 def leak_text(record: CellMemory) -> str:
-    """A flagged rerun in words, as every view says it: "LEAK: kept +80 MiB cpu again (run
-    before: [3]); held by `losses` (grew by 1 item)"; "" for a record not flagged."""
+    """A flagged rerun in words, as every view says it: "LEAK: rerun of [3] kept +80 MiB on
+    cpu again; held by `losses` (grew by 1 item)"; "" for a record not flagged."""
     if not record.rerun_leak:
         return ""
     per_device = record.leaks or ((record.leak_kind, record.leak_bytes),)
-    kept = ", ".join(f"{signed_bytes(amount)} {device}" for device, amount in per_device)
-    text = f"LEAK: kept {kept} again (run before: [{record.rerun_of}])"
+    kept = ", ".join(f"{signed_bytes(amount)} on {device}" for device, amount in per_device)
+    text = f"LEAK: rerun of [{record.rerun_of}] kept {kept} again"
     return text + (f"; held by {record.held_by}" if record.held_by else "")
 
 

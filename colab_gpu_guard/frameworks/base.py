@@ -1,13 +1,4 @@
-"""What every framework module answers, and the answers they share.
-
-Each module of this package (``torch``, ``numpy``, ``cupy``, ``jax``, ``tensorflow``,
-``python_random``) is a `Framework`: ``NAME`` (what reports call it), ``MODULE`` (its
-``sys.modules`` key), and ``loaded()`` (the module if the user already imported it, never
-importing it), ``installed()`` and ``version()``, made by `presence`. Frameworks with a
-global RNG add ``seed(value) -> str`` (how it was seeded); those with caches to empty add
-``release_caches() -> list[str]`` (what was done); those with arrays add
-``array_type() -> Optional[type]`` and ``array_info(array) -> ArrayInfo``.
-"""
+"""What every framework module answers (`Framework`), and the answers they share."""
 
 from __future__ import annotations
 
@@ -36,6 +27,16 @@ class ArrayInfo(NamedTuple):
 
 
 class Framework(Protocol):
+    """What each module of this package (``torch``, ``numpy``, ``cupy``, ``jax``,
+    ``tensorflow``, ``python_random``) is: ``NAME`` (what reports call it), ``MODULE`` (its
+    ``sys.modules`` key), and ``loaded()`` (the module if the user already imported it,
+    never importing it), ``installed()`` and ``version()``, made by `presence`.
+
+    Frameworks with a global RNG add ``seed(value) -> str`` (how it was seeded); those with
+    caches to empty add ``release_caches() -> list[str]`` (what was done); those with arrays
+    add ``array_type() -> Optional[type]`` and ``array_info(array) -> ArrayInfo``.
+    """
+
     NAME: str
     MODULE: str
 

@@ -1,15 +1,5 @@
 """CuPy: seeded and its pools emptied only when the user imported it already, and only on
 devices that already have a CUDA context.
-
-What CuPy does (checked in its source, v14): ``cupy.random.seed`` seeds the generator of
-the *current* device, creating it (a cuRAND generator, so a CUDA context) if that device has
-none; a device's generator is otherwise created at its first ``cupy.random`` use, seeded
-from ``CUPY_SEED`` when that is set (``cupy/random/_generator.py``, ``get_random_state``).
-The memory pool's ``free_all_blocks``, ``used_bytes`` and ``total_bytes`` act on the current
-device's pool only (``cupy/cuda/memory.pyx``, ``MemoryPool.device_pool``). And
-``with cupy.cuda.Device(i)`` calls ``cudaSetDevice`` on entry and, to restore, on exit
-(``cupy/cuda/device.pyx``): under CUDA 12 that creates a context on a device without one.
-So a device is made current only when both it and the device current before have one.
 """
 
 from __future__ import annotations
@@ -42,6 +32,17 @@ def device_count() -> int:
 
 
 # ---------------------------------------------------------------- which devices have a context
+
+# What CuPy does (checked in its source, v14): ``cupy.random.seed`` seeds the generator of
+# the *current* device, creating it (a cuRAND generator, so a CUDA context) if that device
+# has none; a device's generator is otherwise created at its first ``cupy.random`` use,
+# seeded from ``CUPY_SEED`` when that is set (``cupy/random/_generator.py``,
+# ``get_random_state``). The memory pool's ``free_all_blocks``, ``used_bytes`` and
+# ``total_bytes`` act on the current device's pool only (``cupy/cuda/memory.pyx``,
+# ``MemoryPool.device_pool``). And ``with cupy.cuda.Device(i)`` calls ``cudaSetDevice`` on
+# entry and, to restore, on exit (``cupy/cuda/device.pyx``): under CUDA 12 that creates a
+# context on a device without one. So a device is made current only when both it and the
+# device current before have one.
 
 _CUDA_ERROR_NOT_INITIALIZED = 3
 _DRIVER_NAMES = ("nvcuda.dll",) if sys.platform == "win32" else ("libcuda.so.1", "libcuda.so")
@@ -212,7 +213,7 @@ def release_caches() -> list[str]:
         if before:
             done.append(
                 f"cupy memory pool on cuda:{index}: freed {format_bytes(before - after)} of "
-                f"cached blocks ({format_bytes(used)} still in use by arrays)"
+                f"unused cached memory ({format_bytes(used)} still in use by arrays)"
             )
     if reachable and not done:
         done.append(f"cupy memory pool: nothing cached on {_names(reachable)}")
@@ -235,6 +236,6 @@ def _release_pinned(cupy, can_free: bool) -> list[str]:
     if not blocks:
         return []
     if not can_free:
-        return [f"cupy pinned memory pool: {blocks} free block(s) kept (no CUDA context current)"]
+        return [f"cupy pinned memory pool: {blocks} unused buffers kept (no CUDA context current)"]
     pinned.free_all_blocks()
-    return [f"cupy pinned memory pool: {blocks} free block(s) freed"]
+    return [f"cupy pinned memory pool: {blocks} unused buffers freed"]

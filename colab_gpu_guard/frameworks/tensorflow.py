@@ -1,12 +1,5 @@
-"""TensorFlow: seeded and made deterministic only when the user imported it already.
-
-Importing TensorFlow allocates no GPU memory. Initialising its runtime does: the first op
-or tensor, or ``tf.config.list_logical_devices`` ("triggers the runtime to configure any
-PhysicalDevice visible to the runtime, thereby preventing further configuration"), and by
-default it then maps nearly all memory of every visible GPU unless memory growth was
-switched on before (``tf.config.experimental.set_memory_growth``, which raises once the
-runtime is initialised). TensorFlow is never imported here: the import is slow, and the
-memory settings are the user's to choose before anything initialises it.
+"""TensorFlow: seeded and made deterministic only when the user imported it already; it is
+never imported here.
 """
 
 from __future__ import annotations
@@ -16,6 +9,13 @@ from .base import presence
 NAME = "TensorFlow"
 MODULE = "tensorflow"
 
+# Importing TensorFlow allocates no GPU memory. Initialising its runtime does: the first op
+# or tensor, or ``tf.config.list_logical_devices`` ("triggers the runtime to configure any
+# PhysicalDevice visible to the runtime, thereby preventing further configuration"), and by
+# default it then maps nearly all memory of every visible GPU unless memory growth was
+# switched on before (``tf.config.experimental.set_memory_growth``, which raises once the
+# runtime is initialised). TensorFlow is never imported here: the import is slow, and the
+# memory settings are the user's to choose before anything initialises it.
 loaded, installed, version = presence(MODULE)
 
 

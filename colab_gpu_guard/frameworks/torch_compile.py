@@ -1,19 +1,4 @@
-"""What torch.compile keeps alive in this process, and its reset.
-
-TorchDynamo caches each compiled frame on the frame's code object (its guards and the
-transformed code), and installs the compiled graph as a global of the frame's module, named
-``__compiled_fn_<n>_<uuid>`` (``OutputGraph.install_global``): for a function defined in a
-notebook cell, in the notebook's namespace; for ``torch.compile(model)``, in the module that
-defines ``forward`` (torch.nn's, for a ``Sequential``). Those globals are removed only when
-the cache entry goes. A graph holds as attributes the tensors it was built around that are
-not inputs (a tensor marked ``torch._dynamo.mark_static_address(t, guard=True)``, as
-compiled optimizers mark theirs; constants), and inductor's CUDA-graph trees
-(``mode="reduce-overhead"``) keep memory pools per device on the thread that ran them.
-Deleting the model frees none of that (pytorch issues 104095, 105181, 119607); the fix is
-``torch._dynamo.reset()``, which clears every in-memory cache of dynamo. torch 2.13's also
-resets the CUDA-graph trees (when CUDA is available; added by pytorch PR 171879, January
-2026); before that, only a backend compiled with cudagraphs on reset them, so they are
-reset here too when their module is loaded.
+"""What torch.compile keeps alive in this process, and its reset (why: docs/frameworks.md).
 
 Nothing here imports dynamo: it is looked up in ``sys.modules``, and only what dynamo has
 compiled is reset. Compiled graphs are found without calling anything of theirs.

@@ -112,7 +112,9 @@ def scan_unnamed(walker: Walker, notes: list[str]) -> None:
         else:
             label = f"<unnamed #{index + 1}: no Python referrer (held from C++, e.g. autograd)>"
         walker.record(arrays[0], what, Visit((None, ROOT, label), 0, OTHER, ("unnamed",)))
-    notes.append(f"{len(found)} block(s) are alive but reached by no name in the notebook")
+    notes.append(
+        f"{len(found)} more arrays' memory is alive but reached by no name in the notebook"
+    )
 
 
 def _safe_info(entry) -> ArrayInfo:

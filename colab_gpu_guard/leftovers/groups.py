@@ -9,7 +9,7 @@ from dataclasses import dataclass
 from typing import Any, NamedTuple, Optional
 
 from ..units import OUTPUT_HISTORY, TRACEBACK_FRAME, USER_VARIABLE, format_bytes
-from .html import groups_html
+from .html import advice_html, groups_html
 from .naming import listed_names
 from .records import Leftover
 from .tally import UNNAMED, RootTally, holder_of_root, root_of, tally_roots
@@ -31,6 +31,33 @@ NO_NAME = "no name in the notebook"  # what refers to it: the entry says (deep s
 RELEASED_KINDS = frozenset(
     {OUTPUT_HISTORY, TRACEBACK_FRAME, DEBUGGER_FRAME, EXCEPTION, COMPILED_GRAPH}
 )
+# what a plain %gpu_reset releases, by kind, as the "to free" line names it
+_RELEASED_WORDS = {
+    OUTPUT_HISTORY: "output history",
+    TRACEBACK_FRAME: "the last error",
+    EXCEPTION: "the last error",
+    DEBUGGER_FRAME: "the debugger's frames",
+    COMPILED_GRAPH: "torch.compile's graphs",
+}
+# the user's own variables: `del name` frees them
+OWN_KINDS = frozenset({USER_STATE, AUTOGRAD_GRAPH, GREW_ON_RERUN})
+# who keeps a hidden group's memory, as its badge says it
+_BADGES = {
+    GREW_ON_RERUN: "rerun leak",
+    AUTOGRAD_GRAPH: "autograd graphs",
+    DEBUGGER_FRAME: "kept by the debugger",
+    COMPILED_GRAPH: "kept by torch.compile",
+    NO_NAME: "no name",
+}
+
+
+def _arrays(count: int) -> str:
+    return f"{count:,} {'array' if count == 1 else 'arrays'}"
+
+
+def _joined(words: list[str]) -> str:
+    """'a', 'a and b', 'a, b and c'."""
+    return words[0] if len(words) == 1 else f"{', '.join(words[:-1])} and {words[-1]}"
 
 
 def kind_of(name: str, holder: str) -> str:
@@ -86,22 +113,42 @@ class LeftoverGroup:
         return self.count - len(self.entries)
 
     def describe(self) -> str:
-        """'Sequential: 8 arrays on cpu; shares 4 with model', 'Tensor: no array of its own;
-        shares 1 with big' (a view whose block is counted under big) - no name, no size."""
+        """'Sequential: 8 arrays on cpu; shares 4 arrays with model', 'Tensor: no array of
+        its own; shares 1 array with big' (a view whose memory is counted under big), 'list:
+        2 arrays on cpu, autograd graphs keep 32 MiB' - no name, no size."""
         what = self.kind
-        if self.type_name and self.kind in (USER_STATE, GREW_ON_RERUN):
-            what = self.type_name if self.kind == USER_STATE else f"{self.type_name}, {what}"
+        if self.type_name and self.kind in (USER_STATE, AUTOGRAD_GRAPH):
+            what = self.type_name
+        elif self.type_name and self.kind == GREW_ON_RERUN:
+            what = f"{self.type_name}, {what}"
         if not self.count and self.shares:  # a view, an alias: its memory is counted there
             text = f"{what}: no array of its own"
         else:
-            text = f"{what}: {self.count:,} {'array' if self.count == 1 else 'arrays'}"
+            text = f"{what}: {_arrays(self.count)}"
         if self.devices:
             text += f" on {', '.join(self.devices)}"
         if self.graph_nbytes:
             text += f", autograd graphs keep {format_bytes(self.graph_nbytes)}"
         if self.shares:
-            text += "; shares " + ", ".join(f"{s.count:,} with {s.owner}" for s in self.shares)
+            text += f"; {self.shares_text()}"
         return text
+
+    def shares_text(self) -> str:
+        """'shares 4 arrays with model, 1 array with opt' ('' for none)."""
+        if not self.shares:
+            return ""
+        return "shares " + ", ".join(
+            f"{_arrays(share.count)} with {share.owner}" for share in self.shares
+        )
+
+    @property
+    def single(self) -> Optional[Leftover]:
+        """The group's one array where it holds just one (``x``, ``Out[7][1]``): the views
+        list it once, as that entry (named from the root), not as the group and its member;
+        None otherwise."""
+        if self.count == 1 and len(self.entries) == 1:
+            return self.entries[0]
+        return None
 
     @property
     def reset_frees(self) -> bool:
@@ -111,13 +158,32 @@ class LeftoverGroup:
 
     @property
     def hidden_word(self) -> str:
-        """The badge of a hidden holder: a user's list that grew on a flagged rerun is no
-        secret, so it is named for what it is."""
-        return "rerun leak" if self.kind == GREW_ON_RERUN else "hidden"
+        """The badge of a holder the user may not know keeps memory: who keeps it, in words
+        ("kept by IPython" for output history and the last error; a user's list that grew
+        on a flagged rerun is named for what it is)."""
+        return _BADGES.get(self.kind, "kept by IPython")
+
+    @property
+    def mark(self) -> str:
+        """'  [%gpu_reset releases it]' where a plain reset frees memory here; '' otherwise."""
+        return "  [%gpu_reset releases it]" if self.reset_frees else ""
+
+    def text_lines(self, entries: int = ENTRIES_SHOWN) -> list[str]:
+        """The group as the text views list it: its line, then its biggest `entries`
+        (indented) and how many more; a group that is one array itself is one line."""
+        single = self.single
+        if single is not None and entries:
+            shares = f"  {self.shares_text()}" if self.shares else ""
+            return [f"{single}{shares}{self.mark}"]
+        lines = [str(self)]
+        lines += [f"    {entry}" for entry in self.entries[:entries]]
+        more = self.count - min(len(self.entries), entries)
+        if more > 0 and self.count > 1:
+            lines.append(f"    ... {more:,} more in {self.name}")
+        return lines
 
     def __str__(self) -> str:
-        mark = "  [%gpu_reset releases it]" if self.reset_frees else ""
-        return f"{format_bytes(self.nbytes):>10}  {self.name}  {self.describe()}{mark}"
+        return f"{format_bytes(self.nbytes):>10}  {self.name}  {self.describe()}{self.mark}"
 
     def to_dict(self) -> dict[str, Any]:
         from ..serialize import to_data
@@ -161,29 +227,44 @@ class LeftoverGroups:
         if not self.blocks and not self.groups:
             return "leftovers: no arrays held"
         return (
-            f"leftovers: {self.blocks:,} block(s), {format_bytes(self.total_bytes)} in "
-            f"{self.total_groups} group(s); hidden holders first"
+            f"leftovers: {format_bytes(self.total_bytes)} in {_arrays(self.blocks)}, "
+            "by what holds them"
         )
 
     def lines(self, groups: int = GROUPS_SHOWN, entries: int = ENTRIES_SHOWN) -> list[str]:
-        """The groups (at most `groups`), each with its biggest `entries`, indented."""
+        """The groups (at most `groups`), each with its biggest `entries`, indented; a group
+        that is one array itself is that array's line only (listed once)."""
         lines = []
         for group in self.groups[:groups]:
-            lines.append(str(group))
-            lines += [f"    {entry}" for entry in group.entries[:entries]]
-            more = group.count - min(len(group.entries), entries)
-            if more > 0 and group.count > 1:
-                lines.append(f"    ... {more:,} more in {group.name}")
+            lines += group.text_lines(entries)
         shown = self.groups[:groups]
         if self.total_groups > len(shown):
+            rest = self.total_groups - len(shown)
             size = format_bytes(self.total_bytes - sum(group.nbytes for group in shown))
-            lines.append(f"... {self.total_groups - len(shown)} more group(s), {size}")
+            lines.append(f"... {rest:,} more {'holder' if rest == 1 else 'holders'}, {size}")
         return lines
+
+    def advice(self, groups: int = GROUPS_SHOWN) -> str:
+        """What frees the memory of the first `groups` groups, in one line: ``del`` for the
+        user's own variables, ``%gpu_reset`` for what it releases, named by kind; '' when
+        neither is listed."""
+        shown = self.groups[:groups]
+        parts = []
+        if any(group.kind in OWN_KINDS and group.nbytes for group in shown):
+            parts.append("`del name` for your own variables")
+        released = dict.fromkeys(
+            _RELEASED_WORDS[group.kind] for group in shown if group.released_by_reset
+        )
+        if released:
+            parts.append(f"%gpu_reset releases {_joined(list(released))}")
+        return f"to free: {'; '.join(parts)}" if parts else ""
 
     def __str__(self) -> str:
         if not self.groups:
             return "leftovers: no arrays held"
         lines = [self.heading()] + [f"  {line}" for line in self.lines()]
+        advice = self.advice()
+        lines += [f"  {advice}"] if advice else []
         return "\n".join(lines + [f"  note: {note}" for note in self.notes])
 
     def _repr_pretty_(self, printer, cycle) -> None:
@@ -192,8 +273,10 @@ class LeftoverGroups:
     def _repr_html_(self) -> str:
         if not self.groups:
             return "<div>no arrays held</div>"
-        return groups_html(self.groups) + "".join(
-            f"<div>note: {html.escape(str(note))}</div>" for note in self.notes
+        return (
+            groups_html(self.groups)
+            + advice_html(self.advice())
+            + "".join(f"<div>note: {html.escape(str(note))}</div>" for note in self.notes)
         )
 
     def to_dict(self) -> dict[str, Any]:

@@ -98,13 +98,22 @@ _MUTED_STYLE = "color:var(--jp-ui-font-color2,#616161)"
 
 
 def group_html(group: Any, open_: bool = False) -> str:
-    """One group as ``<details>``: its summary line, then its entries' table."""
+    """One group as ``<details>``: its summary line, then its entries' table; a group that
+    is one array itself (`LeftoverGroup.single`) as one line, that array's."""
     badges = ""
     if group.hidden:
         word = group.hidden_word
-        badges += f' <span class="cgg-hidden" style="{_HIDDEN_STYLE}">{word}</span>'
+        badges += f' <span class="cgg-hidden" style="{_HIDDEN_STYLE}">{_e(word)}</span>'
     if group.reset_frees:
         badges += f' <span class="cgg-reset" style="{_RESET_STYLE}">%gpu_reset releases it</span>'
+    single = group.single
+    if single is not None:
+        words = _entry_words(single) + (f"; {group.shares_text()}" if group.shares else "")
+        return (
+            f'<div class="cgg-group"><code>{_e(single.name)}</code> '
+            f"<b>{_e(format_bytes(group.nbytes))}</b> "
+            f'<span style="{_MUTED_STYLE}">{_e(words)}</span>{badges}</div>'
+        )
     summary = (
         f'<summary style="cursor:pointer"><code>{_e(group.name)}</code> '
         f"<b>{_e(format_bytes(group.nbytes))}</b> "
@@ -114,6 +123,29 @@ def group_html(group: Any, open_: bool = False) -> str:
     if group.more > 0:
         body += f'<div style="{_MUTED_STYLE}">... {group.more:,} more in {_e(group.name)}</div>'
     return f'<details class="cgg-group"{" open" if open_ else ""}>{summary}{body}</details>'
+
+
+def _entry_words(entry: Any) -> str:
+    """'float32 (2000, 1000) on cpu, user variable; also reached as Out[8], _' and its
+    autograd graph and view notes: one array as its group's single line says it."""
+    text = " ".join(part for part in (entry.dtype, shape_text(entry.shape)) if part)
+    if entry.device:
+        text += f" on {entry.device}"
+    if entry.holder:
+        text += f", {entry.holder}"
+    if entry.shared_with:
+        text += f"; also reached as {', '.join(entry.shared_with)}"
+    if getattr(entry, "graph_tensors", 0):
+        text += f"; {entry.graph().text()}"
+    view = _view_text(entry)
+    if view:
+        text += f"; {view}"
+    return text
+
+
+def advice_html(advice: str) -> str:
+    """The 'to free: ...' line of a leftovers view ('' for none)."""
+    return f'<div class="cgg-advice">{_e(advice)}</div>' if advice else ""
 
 
 def groups_html(groups: Iterable[Any]) -> str:

@@ -11,7 +11,7 @@ from typing import Any, Callable, Optional
 from ..units import USER_VARIABLE
 from .groups import Blocks as GroupColumns
 from .groups import LeftoverGroups, group_leftovers
-from .html import groups_html, leftovers_html, notes_html
+from .html import advice_html, groups_html, leftovers_html, notes_html
 from .records import DeviceGap, Leftover
 
 _IS_NONE = type(None).__instancecheck__  # x is None, as a C-level callable
@@ -96,9 +96,9 @@ class LeftoverList(collections.abc.Sequence):
         return self._group_columns() if self._group_columns is not None else None
 
     def groups(self, entries_per_group: Optional[int] = 3) -> LeftoverGroups:
-        """The entries by the root holding them (`groups.LeftoverGroups`): hidden holders
-        (output history, frames, graphs) first, what ``%gpu_reset`` releases marked; each
-        group keeps its biggest `entries_per_group` entries (None: all)."""
+        """The entries by the root holding them (`groups.LeftoverGroups`): what the user may
+        not know keeps memory (output history, frames, graphs) first, what ``%gpu_reset``
+        releases marked; each group keeps its biggest `entries_per_group` entries (None: all)."""
         return group_leftovers(
             self,
             entries_per_group,
@@ -180,6 +180,8 @@ class LeftoverList(collections.abc.Sequence):
         else:
             groups = self.groups()
             lines = [groups.heading()] + [f"  {line}" for line in groups.lines()]
+            advice = groups.advice()
+            lines += [f"  {advice}"] if advice else []
         lines += [f"  {gap}" for gap in self.gaps]
         lines += [f"  note: {note}" for note in self.notes]
         return "\n".join(lines)
@@ -193,4 +195,7 @@ class LeftoverList(collections.abc.Sequence):
     def _repr_html_(self) -> str:
         if not self:
             return leftovers_html((), self.gaps, self.notes)
-        return groups_html(self.groups()) + notes_html(self.gaps, self.notes)
+        groups = self.groups()
+        return (
+            groups_html(groups) + advice_html(groups.advice()) + notes_html(self.gaps, self.notes)
+        )

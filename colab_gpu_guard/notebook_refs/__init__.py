@@ -1,19 +1,19 @@
 """Where a notebook keeps references behind the user's back, and how to let go of them.
 
-The only package that knows IPython's attributes: the running shell (`shell`), the user
-namespace and ``user_ns_hidden``, the output history (``Out``/``_oh``, ``_N``,
-``_``/``__``/``___`` in ``user_ns``, in ``user_ns_hidden`` and on the display hook, the last
-cell's result), the last exception (``sys.last_*``, ``last_execution_result``,
-``InteractiveTB.tb``, exceptions chained to it) and the post-mortem debugger's frames
-(`frames`). `roots()` lists every reference a scan starts from as typed `Root` records; a
-`DropPlan` (`plan_drop`) says what dropping some of them would do and `apply()` does it.
-IPython is never imported here unless the user's process already has it.
+The only package that knows IPython's attributes; IPython is never imported here unless the
+user's process already has it.
 """
 
 from __future__ import annotations
 
 from typing import Any
 
+# The references IPython keeps: the running shell (`shell`), the user namespace and
+# ``user_ns_hidden``, the output history (``Out``/``_oh``, ``_N``, ``_``/``__``/``___`` in
+# ``user_ns``, in ``user_ns_hidden`` and on the display hook, the last cell's result), the
+# last exception (``sys.last_*``, ``last_execution_result``, ``InteractiveTB.tb``,
+# exceptions chained to it) and the post-mortem debugger's frames (`frames`). `roots()`
+# lists every reference a scan starts from as typed `Root` records.
 from .frames import (
     ChainLink,
     clear_frame,
@@ -95,6 +95,7 @@ __all__ = [
     "traceback_frames_exited",
 ]
 
+# A `DropPlan` (`plan_drop`) says what dropping some roots would do and `apply()` does it.
 # The drop plan is imported when first asked for: `%load_ext` imports this package for the
 # tracker, which needs none of it.
 _DROP = ("DropPlan", "Dropped", "plan_drop")

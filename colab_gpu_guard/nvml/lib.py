@@ -1,13 +1,7 @@
 """The one door to NVML: the only module that imports ``pynvml`` (nvidia-ml-py).
 
-NVML is initialised once per process, on first use, and shut down at interpreter exit. A
-failed initialisation (no driver: ``NVMLError_LibraryNotFound``; driver not loaded...) is
-cached, so asking on a machine without a GPU costs microseconds; `reset()` forgets the
-cached state (tests, or after attaching a driver). `set_pynvml(module)` swaps in another
-``pynvml`` module (tests use a fake one); ``None`` restores the real nvidia-ml-py.
-
-Calls go through a `Query`, which calls NVML functions by name, tries older versions of a
-call while the driver or binding lacks the newer one, and keeps why each call failed.
+NVML is initialised once per process, on first use, and shut down at interpreter exit; a
+failed initialisation is cached, and each failed call keeps why it failed (`Query`).
 """
 
 from __future__ import annotations
@@ -108,7 +102,8 @@ _atexit_registered = False
 
 
 def set_pynvml(module: Optional[ModuleType]) -> None:
-    """Use `module` as pynvml from now on (a fake one in tests); None: the real one."""
+    """Use `module` as pynvml from now on (a fake one in tests); None: the real one
+    (nvidia-ml-py)."""
     global _override
     with _lock:
         reset()
@@ -116,7 +111,8 @@ def set_pynvml(module: Optional[ModuleType]) -> None:
 
 
 def reset() -> None:
-    """Forget the cached initialisation (shutting NVML down if this process started it)."""
+    """Forget the cached initialisation (shutting NVML down if this process started it):
+    for tests, or after attaching a driver."""
     global _state
     with _lock:
         state, _state = _state, None
@@ -147,7 +143,9 @@ def _import_pynvml() -> ModuleType:
 
 def initialised() -> tuple[Optional[ModuleType], Optional[NvmlSnapshot]]:
     """(pynvml module, None) once NVML is initialised in this process, or (None, the
-    cached "not available" snapshot) when it cannot be."""
+    cached "not available" snapshot) when it cannot be. A failed initialisation (no
+    driver: ``NVMLError_LibraryNotFound``; driver not loaded...) is cached, so asking on a
+    machine without a GPU costs microseconds."""
     global _state, _atexit_registered
     state = _state
     if state is not None and (state.pid == os.getpid() or not state.ok):
@@ -215,7 +213,8 @@ def reason_for(error: BaseException) -> str:
 
 
 class Query:
-    """Calls NVML functions by name for one record, keeping the reasons for failures.
+    """Calls NVML functions by name for one record, keeping the reasons for failures; tries
+    older versions of a call while the driver or binding lacks the newer one (`first`).
 
     Once a call says the GPU is lost, every later call on this query is skipped.
     """

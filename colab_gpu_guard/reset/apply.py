@@ -220,8 +220,8 @@ def _host_beyond_note(report: ReleaseReport, found: Scan, gone: set) -> None:
     if beyond >= HOST_LINE_MIN:
         report.notes.append(
             f"host memory in use fell by {format_bytes(before - after)}, "
-            f"{format_bytes(beyond)} more than the arrays found: gc.collect() and the dropped "
-            "references freed more than the notebook's names reached (e.g. arrays in "
+            f"{format_bytes(beyond)} more than the arrays found: Python's garbage collector and "
+            "the dropped references freed more than the notebook's names reached (e.g. arrays in "
             "reference cycles, such as the frames of earlier failed runs)"
         )
 

@@ -5,11 +5,12 @@ leftovers still alive."""
 from __future__ import annotations
 
 import html
+import re
 from dataclasses import asdict, dataclass, field, replace
 from typing import Any, Callable, NamedTuple, Optional
 
 from ..leftovers import Leftover, LeftoverList
-from ..leftovers.groups import ENTRIES_SHOWN, LeftoverGroups, group_leftovers
+from ..leftovers.groups import ENTRIES_SHOWN, OWN_KINDS, LeftoverGroups, group_leftovers
 from ..leftovers.html import groups_html
 from ..nvml import INCLUDES_RESERVED, V1
 from ..units import format_bytes
@@ -28,29 +29,26 @@ NONE_WOULD_STAY = (
 
 class Wording(NamedTuple):
     """How a report words what it describes: a reset done, or a plan (a dry run). The
-    amounts are ``str.format`` templates over ``freed``, ``released`` and ``expected``."""
+    amount is a ``str.format`` template over ``freed`` and ``expected``."""
 
     title: str
-    dropped: str  # "dropped: 2 output names"
+    dropped: str  # "dropped: 1 output history entry, 2 references to outputs"
     amount_text: str
-    amount_html: str
-    held: str  # "still held: 3 block(s) ..."
+    held: str  # "still held (3 MiB):"
     none_held: str
     stays: str  # "`model`: 2.00 MiB of its memory stays: still held by `alias`"
+    free_it: str  # "to free it: %gpu_reset x"
 
 
 # each field of the wording: (a reset done, a plan)
 _WORDS = {
     "title": ("gpu_reset", "gpu_reset --dry-run (nothing changed)"),
     "dropped": ("dropped", "would drop"),
-    "amount_text": (
-        "freed: {freed} (arrays released: {released}, expected {expected})",
-        "would free about {expected}",
-    ),
-    "amount_html": ("freed: {freed}", "would free about: {expected}"),
+    "amount_text": ("freed: {freed} of tensors", "would free about {expected} of tensors"),
     "held": ("still", "would still be"),
     "none_held": (NONE_NAMED, NONE_WOULD_STAY),
     "stays": ("stays", "would stay"),
+    "free_it": ("to free it", "to free that too"),
 }
 DONE = Wording(**{name: words[0] for name, words in _WORDS.items()})
 PLANNED = Wording(**{name: words[1] for name, words in _WORDS.items()})
@@ -58,13 +56,18 @@ PLANNED = Wording(**{name: words[1] for name, words in _WORDS.items()})
 # what `dropped` counts (its keys stay as they are: the JSON report uses them), in words
 _DROPPED_WORDS = {
     "output history": ("output history entry", "output history entries"),
-    "output names": ("output name", "output names"),
+    # _, __, ___, _N, and the copies IPython's display hook and hidden namespace keep
+    "output names": ("reference to an output", "references to outputs"),
     "last cell result": ("last cell result", "last cell results"),
     "exceptions": ("exception", "exceptions"),
     "traceback frames": ("traceback frame", "traceback frames"),
     "debugger": ("debugger session", "debugger sessions"),
-    "user variables": ("user variable", "user variables"),
+    "user variables": ("variable", "variables"),
 }
+# a dropped name the user can type: Out[3], _, _7, model (not an internal label)
+_TYPED_NAME = re.compile(r"Out\[\d+\]|[^\W\d]\w*")
+NAMES_SHOWN = 20  # dropped names in the text view
+FREE_HINT_NAMES = 5  # variables named in the "to free it" hint
 
 
 HOST_LINE_MIN = 2**20  # a smaller fall of host memory is malloc's noise, not a release
@@ -189,43 +192,51 @@ class ReleaseReport:
                 texts.append(f"{count} {one if count == 1 else many}")
         return texts
 
-    def __str__(self) -> str:
+    def typed_names(self) -> list[str]:
+        """The dropped names a user can type (``Out[3]``, ``_``, ``_7``, ``model``), in
+        order; the rest of ``dropped_names`` are IPython's and Python's own references."""
+        return [name for name in self.dropped_names if _TYPED_NAME.fullmatch(name)]
+
+    def free_hint(self) -> Optional[str]:
+        """'to free it: %gpu_reset x y (deletes those variables)' for the user's variables
+        still holding memory, biggest first; None when none is listed."""
+        if not self.leftovers:
+            return None
+        names = [
+            group.name
+            for group in self.held_groups()
+            # a view's variable shares its memory: deleting the other alone frees nothing
+            if group.kind in OWN_KINDS
+            and (group.nbytes or group.shares)
+            and group.name.isidentifier()
+        ]
+        if not names:
+            return None
+        shown = names[:FREE_HINT_NAMES]
+        which = "that variable" if len(shown) == 1 else "those variables"
+        more = (
+            f"; {len(names) - len(shown)} more are listed above" if len(names) > len(shown) else ""
+        )
+        return f"{self.wording.free_it}: %gpu_reset {' '.join(shown)} (deletes {which}){more}"
+
+    def to_text(self, verbose: bool = False) -> str:
+        """The report as text: what was dropped and freed, by the figures torch and NVML
+        give, what is still held by name and how to free it. `verbose` adds what the
+        reset did inside (the figure it expected, the garbage collector's count, every
+        reference dropped)."""
         words = self.wording
         lines = [words.title]
         counts = self.dropped_counts()
         lines.append(f"  {words.dropped}: {', '.join(counts) if counts else 'nothing'}")
-        if self.dropped_names:
-            shown = self.dropped_names[:20]
-            more = len(self.dropped_names) - len(shown)
+        typed = self.typed_names()
+        if typed:
+            shown = typed[:NAMES_SHOWN]
+            more = len(typed) - len(shown)
             lines.append(f"  names: {', '.join(shown)}" + (f" (+{more} more)" if more > 0 else ""))
-        lines.append(f"  {words.amount_text.format(**self._amounts(format_bytes))}")
-        for device in self.devices:
-            if device.allocated_after is None:
-                lines.append(
-                    f"  {device.device}: allocated {format_bytes(device.allocated_before)}, "
-                    f"reserved {format_bytes(device.reserved_before)}"
-                )
-            else:
-                lines.append(
-                    f"  {device.device}: allocated {format_bytes(device.allocated_before)} -> "
-                    f"{format_bytes(device.allocated_after)}, reserved "
-                    f"{format_bytes(device.reserved_before)} -> "
-                    f"{format_bytes(device.reserved_after)}"
-                )
-        host = self.host_line()
-        if host is not None:
-            lines.append(f"  {host}")
-        if self.nvml_used_before is not None:
-            after = self.nvml_used_after or [None] * len(self.nvml_used_before)
-            for index, (before, now) in enumerate(zip(self.nvml_used_before, after)):
-                text = f"  GPU {index} (NVML, all processes): used {format_bytes(before)}"
-                if now is not None:
-                    text += f" -> {format_bytes(now)}"
-                if self.nvml_used_call == V1:
-                    text += f" ({INCLUDES_RESERVED})"
-                lines.append(text)
-        if self.gc_collected is not None:
-            lines.append(f"  gc.collect(): {self.gc_collected} objects")
+        lines.append(f"  {self._amount_text(format_bytes)}")
+        lines += [f"  {line}" for line in self._figure_lines()]
+        if verbose:
+            lines += [f"  {line}" for line in self._verbose_lines(typed)]
         lines += [f"  done: {step}" for step in self.steps]
         for warning in self.warnings:
             lines.append(f"  WARNING: {warning}")
@@ -233,15 +244,78 @@ class ReleaseReport:
             lines.append(f"  note: {note}")
         if self.leftovers:
             groups = self.held_groups()
-            lines.append(
-                f"  {words.held} held: "
-                f"{groups.blocks} block(s), {format_bytes(groups.total_bytes)} in "
-                f"{len(groups)} group(s) (hidden holders first, then biggest):"
-            )
+            lines.append(f"  {words.held} held ({format_bytes(groups.total_bytes)}):")
             lines += [f"    {line}" for line in groups.lines(groups=8, entries=2)]
+            hint = self.free_hint()
+            if hint is not None:
+                lines.append(f"  {hint}")
         else:
             lines.append(f"  {words.none_held}")
         return "\n".join(lines)
+
+    def __str__(self) -> str:
+        return self.to_text()
+
+    def _figure_lines(self) -> list[str]:
+        """torch's allocator figures per device and NVML's used memory per GPU."""
+        lines = []
+        for device in self.devices:
+            if device.allocated_after is None:
+                lines.append(
+                    f"{device.device}: allocated {format_bytes(device.allocated_before)}, "
+                    f"reserved {format_bytes(device.reserved_before)}"
+                )
+            else:
+                lines.append(
+                    f"{device.device}: allocated {format_bytes(device.allocated_before)} -> "
+                    f"{format_bytes(device.allocated_after)}, reserved "
+                    f"{format_bytes(device.reserved_before)} -> "
+                    f"{format_bytes(device.reserved_after)}"
+                )
+        host = self.host_line()
+        if host is not None:
+            lines.append(host)
+        if self.nvml_used_before is not None:
+            after = self.nvml_used_after or [None] * len(self.nvml_used_before)
+            for index, (before, now) in enumerate(zip(self.nvml_used_before, after)):
+                text = f"GPU {index} (NVML, all processes): used {format_bytes(before)}"
+                if now is not None:
+                    text += f" -> {format_bytes(now)}"
+                if self.nvml_used_call == V1:
+                    text += f" ({INCLUDES_RESERVED})"
+                lines.append(text)
+        return lines
+
+    def _verbose_lines(self, typed: list[str]) -> list[str]:
+        """What -v adds: the figure the scan expected, the references dropped that have no
+        name a user types, and the garbage collector's count."""
+        lines = []
+        if not self.dry_run:
+            lines.append(
+                f"expected to free: {format_bytes(self.estimated_bytes)} (the tensors only "
+                "the dropped references reached, found before the reset)"
+            )
+        others = len(self.dropped_names) - len(typed)
+        if others:
+            what = "reference" if others == 1 else "references"
+            lines.append(
+                f"also {self.wording.dropped}: {others} {what} IPython or Python keeps on its "
+                "own (of these kinds: IPython's copies of _, the last cell result, the last "
+                "exception, the debugger's frames)"
+            )
+        if self.gc_collected is not None:
+            lines.append(
+                f"Python's garbage collector found {self.gc_collected} unreachable objects"
+            )
+        return lines
+
+    def _amount_text(self, shown: Callable[[int], str]) -> str:
+        """'freed: 4 MiB of tensors' (', of 8 MiB expected' where less went than the scan
+        expected), or the dry run's 'would free about 4 MiB of tensors'."""
+        text = self.wording.amount_text.format(**self._amounts(shown))
+        if not self.dry_run and self.released_bytes < self.estimated_bytes:
+            text += f", of {shown(self.estimated_bytes)} expected"
+        return text
 
     def _repr_pretty_(self, printer, cycle) -> None:
         printer.text(str(self))
@@ -251,29 +325,19 @@ class ReleaseReport:
         words = self.wording
         counts = self.dropped_counts()
         items = [f"<li>{words.dropped}: {esc(', '.join(counts) if counts else 'nothing')}</li>"]
-        if self.dropped_names:
-            names = ", ".join(f"<code>{esc(name)}</code>" for name in self.dropped_names[:50])
+        typed = self.typed_names()
+        if typed:
+            names = ", ".join(f"<code>{esc(name)}</code>" for name in typed[:50])
             items.append(f"<li>names: {names}</li>")
-        amounts = self._amounts(lambda amount: esc(format_bytes(amount)))
-        items.append(f"<li>{words.amount_html.format(**amounts)}</li>")
-        for device in self.devices:
-            after = (
-                ""
-                if device.allocated_after is None
-                else f" &rarr; {esc(format_bytes(device.allocated_after))}"
-            )
-            items.append(
-                f"<li>{esc(device.device)}: allocated "
-                f"{esc(format_bytes(device.allocated_before))}{after}</li>"
-            )
-        host = self.host_line()
-        if host is not None:
-            items.append(f"<li>{esc(host)}</li>")
+        items.append(f"<li>{self._amount_text(lambda amount: esc(format_bytes(amount)))}</li>")
+        items += [f"<li>{esc(line)}</li>" for line in self._figure_lines()]
         items += [f"<li>done: {esc(step)}</li>" for step in self.steps]
         items += [f"<li><b>warning</b>: {esc(text)}</li>" for text in self.warnings]
         items += [f"<li>note: {esc(text)}</li>" for text in self.notes]
         if self.leftovers:
-            held = groups_html(self.held_groups())
+            hint = self.free_hint()
+            held = f"<div>{esc(words.held)} held:</div>{groups_html(self.held_groups())}"
+            held += f"<div>{esc(hint)}</div>" if hint is not None else ""
         else:
             held = f"<div>{esc(words.none_held)}</div>"
         return f"<div><b>{esc(words.title)}</b><ul>{''.join(items)}</ul>{held}</div>"
@@ -281,7 +345,6 @@ class ReleaseReport:
     def _amounts(self, shown: Callable[[int], str]) -> dict[str, str]:
         """The figures the wording's amount templates name, each as `shown` writes it."""
         return {
-            "freed": shown(self.freed_bytes),
-            "released": shown(self.released_bytes),
+            "freed": shown(self.released_bytes),
             "expected": shown(self.estimated_bytes),
         }

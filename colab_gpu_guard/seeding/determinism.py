@@ -1,12 +1,5 @@
 """Deterministic mode: torch's global determinism switches, cuBLAS's workspace
 requirement, the env vars libraries read, and how to switch it all on and back off.
-
-``CUBLAS_WORKSPACE_CONFIG`` matters only for torch builds that still carry the cuBLAS
-workspace check, torch before 2.10.0 (pytorch/pytorch#161749 removed it). Such a build
-reads the variable at the first cuBLAS matmul in the process, deterministic mode on or off
-(``Context::alertCuBLASConfigNotDeterministic`` keeps it in a function-local static), and
-keeps that value for the life of the process: setting it after CUDA started is fine, after
-the first CUDA matmul it is too late.
 """
 
 from __future__ import annotations
@@ -25,6 +18,13 @@ from ..frameworks import torch as torch_support
 from . import precision
 from .report import Change, SeedReport
 
+# ``CUBLAS_WORKSPACE_CONFIG`` matters only for torch builds that still carry the cuBLAS
+# workspace check, torch before 2.10.0 (pytorch/pytorch#161749 removed it). Such a build
+# reads the variable at the first cuBLAS matmul in the process, deterministic mode on or off
+# (``Context::alertCuBLASConfigNotDeterministic`` keeps it in a function-local static), and
+# keeps that value for the life of the process: setting it after CUDA started is fine, after
+# the first CUDA matmul it is too late.
+#
 # The literal that ATen's Context.cpp compiles in while it still enforces a cuBLAS workspace
 # configuration under deterministic mode (removed by pytorch/pytorch#161749).
 CUBLAS_CHECK_MARKER = b"it uses CuBLAS and you have CUDA >= 10.2"

@@ -1,18 +1,5 @@
 """fp32 precision under deterministic mode: which TF32 / matmul precision settings are in
 force, what they mean on this machine's GPUs, and the strict switch to full fp32.
-
-TF32 (10-bit mantissa inside fp32 matmuls and convolutions) runs only on compute capability
-8.0 and newer (Ampere: A100, L4, H100...). torch's defaults leave cuDNN convolutions on TF32
-and cuBLAS matmuls on full fp32, so the same seed gives different numbers on a T4 and an A100.
-
-torch keeps two views of these settings (ATen's Context.cpp). The legacy one:
-``torch.backends.cuda.matmul.allow_tf32`` / ``torch.set_float32_matmul_precision`` and
-``torch.backends.cudnn.allow_tf32``. The newer ``fp32_precision`` tree (generic -> cuda /
-mkldnn -> matmul / conv / rnn; "none" inherits from the parent, reads return the resolved
-value). The legacy setters write both views; reading a legacy flag raises when the two
-disagree ("a mix of the legacy and new APIs"). So strict mode writes through the legacy
-setters first (keeping both views agreed) and then pins the leaves to "ieee", which a
-``torch.backends.fp32_precision = "tf32"`` higher up can no longer override.
 """
 
 from __future__ import annotations
@@ -58,6 +45,10 @@ STRICT_NODES = (
 # what restore writes back. Never a parent: torch 2.13's mkldnn.fp32_precision setter
 # writes the generic node, and strict mode leaves the parents alone anyway.
 RESTORED_NODES = STRICT_NODES
+# TF32 (10-bit mantissa inside fp32 matmuls and convolutions) runs only on compute
+# capability 8.0 and newer (Ampere: A100, L4, H100...). torch's defaults leave cuDNN
+# convolutions on TF32 and cuBLAS matmuls on full fp32, so the same seed gives different
+# numbers on a T4 and an A100.
 TF32_MIN_CAPABILITY = (8, 0)
 TF32_GPUS = "A100/L4/H100"
 
@@ -172,7 +163,17 @@ def _write_node(torch: ModuleType, node: str, value: str) -> None:
 
 def make_strict(torch: ModuleType) -> None:
     """Full fp32 for CUDA matmuls, cuDNN convolutions / RNNs (TF32 off) and oneDNN's on the
-    CPU (no bf16)."""
+    CPU (no bf16).
+
+    torch keeps two views of these settings (ATen's Context.cpp). The legacy one:
+    ``torch.backends.cuda.matmul.allow_tf32`` / ``torch.set_float32_matmul_precision`` and
+    ``torch.backends.cudnn.allow_tf32``. The newer ``fp32_precision`` tree (generic -> cuda
+    / mkldnn -> matmul / conv / rnn; "none" inherits from the parent, reads return the
+    resolved value). The legacy setters write both views; reading a legacy flag raises when
+    the two disagree ("a mix of the legacy and new APIs"). So strict mode writes through the
+    legacy setters first (keeping both views agreed) and then pins the leaves to "ieee",
+    which a ``torch.backends.fp32_precision = "tf32"`` higher up can no longer override.
+    """
     if hasattr(torch, "set_float32_matmul_precision"):
         torch.set_float32_matmul_precision("highest")
     torch.backends.cuda.matmul.allow_tf32 = False

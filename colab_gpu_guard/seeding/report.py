@@ -132,13 +132,22 @@ class SeedReport:
         if self.every_cell is not None:
             every = f"reseeded from (seed {self.seed}, the cell's source)"
             lines.append(f"  every cell: {every if self.every_cell else 'off'}")
-        if self.precision is not None:
-            lines += [f"  precision {line}" for line in self.precision.lines()]
+        lines += [f"  precision {line}" for line in self.precision_lines()]
         for note in self.notes:
             lines.append(f"  note     {note}")
         for warning in self.warnings:
             lines.append(f"  WARNING  {warning}")
         return "\n".join(lines)
+
+    def precision_lines(self) -> list[str]:
+        """The float32 precision in force under deterministic mode: torch's three settings
+        a user sets (the fp32_precision settings they resolve to are left out: the "set"
+        lines name those this call changed), then what they mean on this machine."""
+        if self.precision is None:
+            return []
+        flags = self.precision.flags.items()
+        settings = [f"{name} = {value}" for name, value in flags if "fp32_precision" not in name]
+        return settings + [self.precision.meaning()]
 
     def _repr_pretty_(self, printer: Any, cycle: bool) -> None:
         printer.text(str(self))  # the report as text, not the dataclass repr
@@ -160,11 +169,10 @@ class SeedReport:
             f"<td>{esc(_show(c.old))} &rarr; {esc(_show(c.new))}</td></tr>"
             for c in self.changes
         ]
-        if self.precision is not None:
-            rows += [
-                f"<tr><td>precision</td><td colspan=2>{esc(line)}</td></tr>"
-                for line in self.precision.lines()
-            ]
+        rows += [
+            f"<tr><td>precision</td><td colspan=2>{esc(line)}</td></tr>"
+            for line in self.precision_lines()
+        ]
         rows += [f"<tr><td>note</td><td colspan=2>{esc(n)}</td></tr>" for n in self.notes]
         line, *warnings = self.summary().splitlines()
         shown = "".join(

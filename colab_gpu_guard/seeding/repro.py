@@ -21,6 +21,10 @@ from ..serialize import json_schema as _json_schema
 
 SCHEMA_VERSION = 1
 TF32_MIN_CAPABILITY = (8, 0)  # Ampere: the first GPUs with TF32 tensor cores
+TF32_GPUS = "Ampere (A100, sm_80)"
+# what TF32 costs, as PyTorch's CUDA notes measure it: a 10240x10240 float32 matmul ~7x
+# faster on an A100, its relative error 0.0022 against 0.000039 in full float32
+TF32_MEANS = "may use TF32 (faster, ~1e-3 relative error)"
 
 # Environment variables that change results or which device runs, and what reads them.
 REPRO_ENV = (
@@ -128,18 +132,22 @@ class ReproRecord:
     def tf32(self) -> tuple[Optional[bool], Optional[bool]]:
         """(convolutions, matmuls) use TF32 on this record's GPUs: None when unknown (no
         torch or no GPU); False on GPUs older than Ampere, whatever the flags."""
-        flags = self.torch_flags
-        if flags.cudnn_allow_tf32 is None or not self.gpus:
+        if self.torch_flags.cudnn_allow_tf32 is None or not self.gpus:
             return None, None
         if not all(supports_tf32(gpu.compute_capability) for gpu in self.gpus):
             return False, False
         if self.env_value("NVIDIA_TF32_OVERRIDE") == "0":
             return False, False
-        precision = dict(flags.fp32_precision)
-        conv = precision.get("torch.backends.cudnn.conv.fp32_precision")
-        conv_tf32 = conv == "tf32" if conv not in (None, "none") else flags.cudnn_allow_tf32
-        matmul = precision.get("torch.backends.cuda.matmul.fp32_precision")
-        if matmul not in (None, "none"):
+        return self.tf32_allowed()
+
+    def tf32_allowed(self) -> tuple[bool, bool]:
+        """(convolutions, matmuls) may use TF32 under these settings on an Ampere or newer
+        GPU: the fp32_precision leaf where it is set, else the legacy flags."""
+        flags = self.torch_flags
+        conv = self.precision_of("torch.backends.cudnn.conv.fp32_precision")
+        conv_tf32 = conv == "tf32" if conv is not None else bool(flags.cudnn_allow_tf32)
+        matmul = self.precision_of("torch.backends.cuda.matmul.fp32_precision")
+        if matmul is not None:
             matmul_tf32 = matmul == "tf32"
         else:
             matmul_tf32 = bool(flags.matmul_allow_tf32) or (
@@ -147,7 +155,13 @@ class ReproRecord:
             )
         # TORCH_ALLOW_TF32_CUBLAS_OVERRIDE only seeds float32_matmul_precision when torch is
         # imported (ATen's Context.h): the flags read above already hold what is in force
-        return bool(conv_tf32), bool(matmul_tf32)
+        return conv_tf32, matmul_tf32
+
+    def precision_of(self, node: str) -> Optional[str]:
+        """An fp32_precision setting ('ieee', 'tf32', 'bf16'); None where this torch has
+        none or it is 'none' (it follows its parent, then the legacy flags)."""
+        value = dict(self.torch_flags.fp32_precision).get(node)
+        return None if value in (None, "none") else value
 
     # ------------------------------------------------------------ JSON
 
@@ -189,15 +203,10 @@ class ReproRecord:
         if v.torch is None:
             lines.append("  torch not imported: its flags are not recorded")
         else:
-            conv, matmul = self.tf32()
-            if conv is not None:
-                tf32 = f"conv {_on(conv)}, matmul {_on(matmul)}"
-            else:
-                tf32 = "n/a (no GPU listed)" if not self.gpus else "unknown"
             lines.append(
                 f"  torch {v.torch} (CUDA {v.cuda_runtime or '-'}, cuDNN {v.cudnn or '-'}): "
                 f"deterministic {_on(flags.deterministic_algorithms)}, cudnn.benchmark "
-                f"{_on(flags.cudnn_benchmark)}, TF32 {tf32}"
+                f"{_on(flags.cudnn_benchmark)}, {self._tf32_words()}"
             )
         lines.append(f"  GPUs: {gpu_summary(self.gpus) or self.gpu_note or 'none'}")
         if self.distributed.world_size > 1:
@@ -205,25 +214,85 @@ class ReproRecord:
             lines.append(f"  rank {d.rank} of {d.world_size} ({d.source})")
         return lines
 
+    def _tf32_words(self) -> str:
+        """'TF32 for convolutions, not for float32 matmuls': where TF32 is used here."""
+        conv, matmul = self.tf32()
+        if conv is None:
+            return "TF32 not used (no GPU listed)" if not self.gpus else "TF32 unknown"
+        if not (conv or matmul):
+            if not all(supports_tf32(gpu.compute_capability) for gpu in self.gpus):
+                return f"TF32 not used (it needs an {TF32_GPUS} or newer GPU)"
+            return "TF32 off"
+        if conv and matmul:
+            return "TF32 for convolutions and float32 matmuls"
+        if conv:
+            return "TF32 for convolutions, not for float32 matmuls"
+        return "TF32 for float32 matmuls, not for convolutions"
+
     def details(self) -> list[str]:
         v, flags = self.versions, self.torch_flags
         lines = [
-            f"  versions: Python {v.python}, NumPy {v.numpy or '-'}, driver {v.driver or '-'} "
-            f"(CUDA {v.cuda_driver or '-'}), platform {self.platform}"
+            f"  versions: Python {v.python}, NumPy {v.numpy or '-'}, NVIDIA driver "
+            f"{v.driver or '-'} (CUDA {v.cuda_driver or '-'}), platform {self.platform}"
         ]
         if v.torch is not None:
             lines.append(
-                f"  torch flags: warn_only={flags.deterministic_warn_only}, "
-                f"cudnn.deterministic={flags.cudnn_deterministic}, "
-                f"matmul.allow_tf32={flags.matmul_allow_tf32}, "
-                f"cudnn.allow_tf32={flags.cudnn_allow_tf32}, "
-                f"float32_matmul_precision={flags.float32_matmul_precision!r}, "
-                f"CPU threads={flags.cpu_threads}"
+                f"  determinism: torch.use_deterministic_algorithms "
+                f"{_on(flags.deterministic_algorithms)}"
+                + (" (warn only)" if flags.deterministic_warn_only else "")
+                + f", cudnn.deterministic {_on(flags.cudnn_deterministic)}"
             )
-            lines += [f"    {name} = {value!r}" for name, value in flags.fp32_precision]
+            lines += [f"  {line}" for line in self.precision_lines()]
+            if flags.cpu_threads is not None:
+                lines.append(
+                    f"  CPU threads: {flags.cpu_threads} (torch.get_num_threads(); each thread "
+                    "adds up its own part of a large CPU sum, so another count can change "
+                    "float results slightly)"
+                )
         lines += [f"  GPU {g.index}: {g.name} (sm_{_sm(g.compute_capability)})" for g in self.gpus]
         lines += [f"  env {name}={value}" for name, value in self.env if value is not None]
         lines += [f"  imported {name} {version}" for name, version in self.frameworks]
+        return lines
+
+    def precision_lines(self) -> list[str]:
+        """What the float32 precision settings mean, a line each: GPU matmuls, GPU
+        convolutions (each with the setting that decides it), whether this machine's GPUs
+        can use TF32 at all, and the CPU's oneDNN where it may go below float32."""
+        flags = self.torch_flags
+        conv, matmul = self.tf32_allowed()
+        node = self.precision_of("torch.backends.cuda.matmul.fp32_precision")
+        matmul_set = (
+            f"torch.backends.cuda.matmul.fp32_precision = {node!r}"
+            if node is not None
+            else f"torch.get_float32_matmul_precision() = {_read(flags.float32_matmul_precision)}"
+        )
+        node = self.precision_of("torch.backends.cudnn.conv.fp32_precision")
+        conv_set = (
+            f"torch.backends.cudnn.conv.fp32_precision = {node!r}"
+            if node is not None
+            else f"torch.backends.cudnn.allow_tf32 = {_read(flags.cudnn_allow_tf32)}"
+        )
+        lines = [
+            f"float32 matmuls on the GPU: {_precision_words(matmul)}; set by {matmul_set}",
+            f"float32 convolutions on the GPU: {_precision_words(conv)}; set by {conv_set}",
+        ]
+        if (conv or matmul) and self.env_value("NVIDIA_TF32_OVERRIDE") == "0":
+            lines.append("NVIDIA_TF32_OVERRIDE=0: NVIDIA's libraries use no TF32 at all")
+        elif (conv or matmul) and not self.gpus:
+            lines.append(f"TF32 runs only on an {TF32_GPUS} or newer GPU: none is listed here")
+        elif (conv or matmul) and not all(
+            supports_tf32(gpu.compute_capability) for gpu in self.gpus
+        ):
+            lines.append(f"TF32 runs only on an {TF32_GPUS} or newer GPU: not on every GPU here")
+        for what, leaf in (("matmuls", "matmul"), ("convolutions", "conv"), ("RNNs", "rnn")):
+            value = self.precision_of(f"torch.backends.mkldnn.{leaf}.fp32_precision")
+            if value in ("bf16", "tf32"):
+                name = "bfloat16" if value == "bf16" else "TF32"
+                lines.append(
+                    f"float32 {what} on the CPU: may compute in {name} inside oneDNN, on CPUs "
+                    f"that support it; set by torch.backends.mkldnn.{leaf}.fp32_precision = "
+                    f"{value!r}"
+                )
         return lines
 
     def to_text(self, verbose: bool = False) -> str:
@@ -298,6 +367,17 @@ def _sm(capability: Optional[str]) -> str:
 
 def gpu_summary(gpus: tuple[Gpu, ...]) -> str:
     return ", ".join(f"{g.name} (sm_{_sm(g.compute_capability)})" for g in gpus)
+
+
+def _read(value: object) -> str:
+    """A setting as recorded: None where torch refused to read it (or has no such one)."""
+    if value is None:
+        return "unknown (torch did not say: its old and new precision settings disagree)"
+    return repr(value)
+
+
+def _precision_words(tf32: bool) -> str:
+    return TF32_MEANS if tf32 else "full float32 precision"
 
 
 def _on(value: Optional[bool]) -> str:

@@ -208,8 +208,8 @@ def _gpus(a: ReproRecord, b: ReproRecord, found: list, notes: list) -> None:
         if bool(a.gpus) != bool(b.gpus):
             reasons = [
                 "a CPU run and a GPU run use different kernels: expect float differences; "
-                "tensors drawn on the GPU come from its own generator (Philox, not the CPU's "
-                "Mersenne Twister): the same seed draws other numbers there"
+                "tensors drawn on the GPU come from the GPU's own random number generator, "
+                "not the CPU's: the same seed draws other numbers there"
             ]
             used = [
                 label

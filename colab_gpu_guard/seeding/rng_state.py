@@ -1,19 +1,6 @@
-"""Exact save and restore of every RNG stream `seed_all` seeds.
-
-`rng_state()` captures Python `random`, NumPy's legacy global RNG, torch's CPU generator,
-each CUDA device's generator (devices with a CUDA context: reading another device's would
-create one), MPS and XPU generators, and any `torch.Generator` the caller names (a
-DataLoader's ``generator=``). `restore_rng_state(state)` puts them all back, after checking
-that this process can restore every one (else it restores nothing). `isolated_rng()` runs a
-block and restores the streams after it.
-
-CuPy and TensorFlow, when imported, are listed as not captured: CuPy's global generators
-are cuRAND generators whose position CuPy does not expose (``cupy.random.RandomState`` has
-no ``get_state``), and TensorFlow keeps its stateful random ops' state inside cached op
-kernels. Reseed those with `seed_all` after restoring.
-
-The state holds plain Python values (bytes, ints, tuples), so it pickles without torch or
-NumPy and reads back in another process.
+"""Exact save and restore of every RNG stream `seed_all` seeds: `rng_state()` captures
+them, `restore_rng_state(state)` puts them all back or restores nothing, and
+`isolated_rng()` runs a block and restores the streams after it.
 """
 
 from __future__ import annotations
@@ -47,7 +34,10 @@ class GeneratorState:
 
 @dataclass(frozen=True)
 class RngState:
-    """Every captured RNG stream of one moment; picklable, restored by `restore_rng_state`."""
+    """Every captured RNG stream of one moment; picklable, restored by `restore_rng_state`.
+
+    The state holds plain Python values (bytes, ints, tuples), so it pickles without torch
+    or NumPy and reads back in another process."""
 
     python: tuple
     numpy: Optional[tuple] = None  # ("MT19937", keys, pos, has_gauss, cached_gaussian)
@@ -98,10 +88,13 @@ class RngState:
 
 
 def rng_state(generators: Generators = None) -> RngState:
-    """Capture every RNG stream `seed_all` seeds, plus `generators`: a mapping of names to
-    `torch.Generator` objects (e.g. ``{"train_loader": g}`` for ``DataLoader(generator=g)``)
-    or a list of them (named "0", "1", ...). Pass the same generators to
-    `restore_rng_state`. Creates no CUDA context and imports nothing."""
+    """Capture every RNG stream `seed_all` seeds: Python `random`, NumPy's legacy global
+    RNG, torch's CPU generator, each CUDA device's generator (devices with a CUDA context:
+    reading another device's would create one), MPS and XPU generators; plus `generators`,
+    any `torch.Generator` the caller names (a DataLoader's ``generator=``): a mapping of
+    names to `torch.Generator` objects (e.g. ``{"train_loader": g}`` for
+    ``DataLoader(generator=g)``) or a list of them (named "0", "1", ...). Pass the same
+    generators to `restore_rng_state`. Creates no CUDA context and imports nothing."""
     numpy_random = sys.modules.get("numpy.random")  # never import it
     numpy_state = None
     if numpy_random is not None and hasattr(numpy_random, "get_state"):
@@ -168,6 +161,11 @@ def _named_states(pairs: list[tuple[str, Any]]) -> tuple[GeneratorState, ...]:
 
 
 def _not_captured() -> tuple[tuple[str, str], ...]:
+    """CuPy and TensorFlow, when imported, are listed as not captured: CuPy's global
+    generators are cuRAND generators whose position CuPy does not expose
+    (``cupy.random.RandomState`` has no ``get_state``), and TensorFlow keeps its stateful
+    random ops' state inside cached op kernels. Reseed those with `seed_all` after
+    restoring."""
     missing = []
     if cupy_support.loaded() is not None:
         missing.append(

@@ -1,11 +1,4 @@
-"""Seed every RNG that matters and say exactly what was done and what could not be done.
-
-What is true about PyTorch (and what popular advice gets wrong):
-- ``torch.manual_seed`` already seeds the CPU generator *and every CUDA device*
-  (torch/random.py calls ``torch.cuda.manual_seed_all``), plus MPS and XPU.
-- CUDA seeding is deferred until CUDA initialises (``torch.cuda._lazy_call``), so seeding
-  before or after the first CUDA use both work.
-"""
+"""Seed every RNG that matters and say exactly what was done and what could not be done."""
 
 from __future__ import annotations
 
@@ -165,6 +158,15 @@ def _seed_python_and_numpy(value: int, report: SeedReport) -> None:
 
 
 def _seed_torch(torch, value: int, report: SeedReport) -> None:
+    """Seed torch with ``torch.manual_seed`` and report which of its generators that seeded.
+
+    What is true about PyTorch (and what popular advice gets wrong):
+
+    - ``torch.manual_seed`` already seeds the CPU generator *and every CUDA device*
+      (torch/random.py calls ``torch.cuda.manual_seed_all``), plus MPS and XPU.
+    - CUDA seeding is deferred until CUDA initialises (``torch.cuda._lazy_call``), so
+      seeding before or after the first CUDA use both work.
+    """
     version = str(torch.__version__)
     devices = torch_support.cuda_device_count(torch)
     initialised = torch_support.cuda_initialized(torch)

@@ -6,7 +6,7 @@ from __future__ import annotations
 import html
 from typing import TYPE_CHECKING, Any
 
-from ..leftovers.html import groups_html, leftovers_table
+from ..leftovers.html import advice_html, groups_html, leftovers_table
 from ..nvml import NvmlDevice
 from ..units import format_bytes
 from .text import (
@@ -15,6 +15,7 @@ from .text import (
     LOST_ROW,
     cell_line,
     device_title,
+    grouped,
     host_ram,
     kernel_line,
     kernel_not_identified,
@@ -25,6 +26,7 @@ from .text import (
     memory_line,
     mig_line,
     mode_line,
+    nvml_summary,
     process_label,
     reasons,
     shown_processes,
@@ -52,6 +54,7 @@ def escape(value: Any) -> str:
 
 
 _e = escape
+_NA = ' class="cgg-na"'
 
 
 def _row(label: str, value: str) -> str:
@@ -69,10 +72,9 @@ def render_html(status: GpuStatus) -> str:
     parts.append("</table>")
     parts += [f'<div class="cgg-banner">{_e(banner)}</div>' for banner in lost_banners(status)]
     view = status.nvml
-    if view.available and not view.devices and view.reason("devices") is None:
-        parts.append("<div>no GPU visible to NVML</div>")
-    if view.unavailable:
-        parts.append(f'<div class="cgg-na">not available: {_e(reasons(view))}</div>')
+    parts += [
+        f"<div{_NA if missing else ''}>{_e(line)}</div>" for line, missing in nvml_summary(status)
+    ]
     for device in view.devices:
         parts.append(f"<div><b>{_e(device_title(status, device))}</b></div><table>")
         if device.lost:  # every field would read "n/a (GPU is lost)": the banner says it
@@ -99,6 +101,7 @@ def render_html(status: GpuStatus) -> str:
         parts.append(f"<div><b>{_e(leftovers_heading(status))}</b></div>")
         if status.leftover_groups:
             parts.append(groups_html(status.leftover_groups))
+            parts.append(advice_html(grouped(status).advice()))
         elif status.leftovers:
             parts.append(leftovers_table(status.leftovers))
     elif status.leftovers_note and status.leftovers_note != "not collected":

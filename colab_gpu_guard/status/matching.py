@@ -1,14 +1,5 @@
-"""Which NVML device is which torch CUDA device, which NVML process is this kernel, and
-what NVML charges it.
-
-CUDA_VISIBLE_DEVICES and MIG remap indices, so torch's cuda:N is matched to an NVML GPU (or
-MIG instance) by UUID, else by PCI bus id, else by index only when nothing can remap.
-
-NVML lists processes by host PID: inside a container's PID namespace (Docker, Kubernetes,
-Kaggle, many cloud notebooks) no entry has ``os.getpid()``. `find_by_memory` then looks for
-this kernel by its memory: NVML charges a process its CUDA context, the kernels libraries
-load into it, and every ``cudaMalloc``, so this kernel uses at least what torch's caching
-allocator has reserved and at most that plus a context-sized margin (`CONTEXT_MARGIN`).
+"""Which NVML device is which torch CUDA device (`match_device`), which NVML process is this
+kernel (by PID, else `find_by_memory`), and what NVML charges it.
 """
 
 from __future__ import annotations
@@ -54,7 +45,8 @@ def match_device(
     torch: Any, index: int, view: NvmlSnapshot, torch_count: int, broken: bool
 ) -> Match:
     """Which NVML GPU (or MIG instance) is torch's cuda:`index`: by UUID, else PCI bus id,
-    else by index when nothing can remap devices."""
+    else by index when nothing can remap devices (CUDA_VISIBLE_DEVICES and MIG remap
+    indices)."""
     if not view.available or not view.devices:
         return _NO_MATCH
     properties = None
@@ -136,7 +128,14 @@ def find_by_memory(
     instance) in `places`, the compute processes whose used memory lies between torch's
     reserved bytes and those plus `margin`; a process has one PID, so the one PID that fits
     on all of them. None unless exactly one does, and when NVML does not say every
-    process's memory there (the unknown one could be this kernel)."""
+    process's memory there (the unknown one could be this kernel).
+
+    NVML lists processes by host PID: inside a container's PID namespace (Docker,
+    Kubernetes, Kaggle, many cloud notebooks) no entry has ``os.getpid()``, so this looks
+    for this kernel by its memory: NVML charges a process its CUDA context, the kernels
+    libraries load into it, and every ``cudaMalloc``, so this kernel uses at least what
+    torch's caching allocator has reserved and at most that plus a context-sized margin
+    (`CONTEXT_MARGIN`)."""
     if not places:
         return None
     common: Optional[set[int]] = None

@@ -210,8 +210,11 @@ def render_no_gpu(status: GpuStatus) -> str:
     why = no_gpu_text(status)
     ram = host_ram(status.host, NO_GPU_RAM)
     return (
-        f'<div class="cgg-no-gpu" style="{_LINE}" title="{_e(why)}">'
-        f"<b>{_e(why)}</b> · {_e(ram)}</div>"
+        # the reason may be cut (its title has it whole); the host-RAM figure never is: at a
+        # narrow width it wraps to its own line
+        f'<div class="cgg-no-gpu" style="{theme.FONT};{_ROW}" title="{_e(why)}">'
+        f'<b style="{theme.ELLIPSIS}">{_e(why)}</b>'
+        f'<span style="{theme.NOWRAP}">{_e(ram)}</span></div>'
     )
 
 

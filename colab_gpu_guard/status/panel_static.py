@@ -1,12 +1,4 @@
-"""The compact panel as static HTML, for renderers that show no widgets.
-
-A displayed panel carries this beside its widget: front ends with a widget manager
-(JupyterLab, Notebook, VS Code, Colab) show the live widget; nbconvert's HTML (when no
-widget state is saved), GitHub and `make demo` show this copy of it as it was when
-displayed - the header with the figures' age, one line per GPU (or the no-GPU line), and
-the line of what matters now or of the last action. Built from `panel_html`'s fragments;
-no query.
-"""
+"""The compact panel as static HTML, for renderers that show no widgets."""
 
 from __future__ import annotations
 
@@ -33,7 +25,14 @@ def render_static_panel(
     status: Optional[GpuStatus], cell: Optional[int] = None, message: str = ""
 ) -> str:
     """The compact panel for `status` after cell `cell`; `message`: the last action's line
-    (HTML from `panel_html.render_message`) shown in place of what matters now."""
+    (HTML from `panel_html.render_message`) shown in place of what matters now.
+
+    A displayed panel carries this beside its widget: front ends with a widget manager
+    (JupyterLab, Notebook, VS Code, Colab) show the live widget; nbconvert's HTML (when no
+    widget state is saved), GitHub and `make demo` show this copy of it as it was when
+    displayed - the header with the figures' age, one line per GPU (or the no-GPU line),
+    and the line of what matters now or of the last action. Built from `panel_html`'s
+    fragments; no query."""
     if status is None:
         body = message or f'<div style="{theme.FONT}">GPU guard panel: no snapshot yet</div>'
     else:

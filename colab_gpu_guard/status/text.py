@@ -30,10 +30,7 @@ def _render_text(status: GpuStatus) -> str:
     lines += [f"  {line}" for line in version_lines(status)]
     lines += [f"!! {banner}" for banner in lost_banners(status)]
     view = status.nvml
-    if view.available and not view.devices and view.reason("devices") is None:
-        lines.append("  no GPU visible to NVML")
-    if view.unavailable:
-        lines.append(f"  not available: {reasons(view)}")
+    lines += [f"  {line}" for line, _missing in nvml_summary(status)]
     for device in view.devices:
         lines.append(device_title(status, device))
         if device.lost:  # every field would read "n/a (GPU is lost)": the banner says it
@@ -57,8 +54,11 @@ def _render_text(status: GpuStatus) -> str:
             lines.append(f"this kernel  {kernel_line(item)}")
     lines.append(f"host RAM     {host_ram(status.host)}")
     if status.leftover_groups is not None:
+        groups = grouped(status)
         lines.append(leftovers_heading(status))
-        lines += [f"  {line}" for line in grouped(status).lines()]
+        lines += [f"  {line}" for line in groups.lines()]
+        advice = groups.advice()
+        lines += [f"  {advice}"] if advice else []
     elif status.leftovers is not None:
         lines.append(leftovers_heading(status))
         lines += [f"  {_leftover_line(entry)}" for entry in status.leftovers]
@@ -124,6 +124,18 @@ def _on_off(value: Optional[bool]) -> str:
 
 def when(status: GpuStatus) -> str:
     return time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(status.taken_at))
+
+
+def nvml_summary(status: GpuStatus) -> list[tuple[str, bool]]:
+    """What the text and HTML views say of NVML before its GPUs, as (line, whether it says
+    what is missing): that it lists no GPU, and what it could not answer."""
+    view = status.nvml
+    lines = []
+    if view.available and not view.devices and view.reason("devices") is None:
+        lines.append(("no GPU visible to NVML", False))
+    if view.unavailable:
+        lines.append((f"not available: {reasons(view)}", True))
+    return lines
 
 
 def version_lines(status: GpuStatus) -> list[str]:
@@ -225,7 +237,7 @@ def device_title(status: GpuStatus, device: NvmlDevice) -> str:
 def memory_line(device: NvmlDevice) -> str:
     line = f"{format_bytes(device.memory_used)} used"
     if device.memory_call == V1:
-        line += f" ({INCLUDES_RESERVED}: NVML v1 memory call)"
+        line += f" ({INCLUDES_RESERVED}: this driver reports them together)"
     if device.memory_reserved is not None:
         line += f" + {format_bytes(device.memory_reserved)} reserved by the driver"
     return (

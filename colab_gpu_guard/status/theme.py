@@ -1,15 +1,9 @@
-"""The panel's colours and type, from the front end's theme.
-
-Text takes the theme's own colour (``inherit``) and muted text lowers its opacity, so it
-reads in light and dark themes of JupyterLab, Notebook 6, VS Code and Colab alike. Where a
-colour carries meaning (an error, a warning, a badge) it comes as a pair we choose -
-background and text together, each pair at least 4.5:1 - so it never depends on the page
-behind it. Bar segments are not text: they take JupyterLab's variables where they exist,
-VS Code's next, then a fixed colour that reads on white and on black.
-"""
+"""The panel's colours and type, from the front end's theme."""
 
 from __future__ import annotations
 
+# Text takes the theme's own colour (``inherit``) and muted text lowers its opacity, so it
+# reads in light and dark themes of JupyterLab, Notebook 6, VS Code and Colab alike.
 FONT = (
     "font-family:var(--jp-ui-font-family,var(--vscode-font-family,system-ui,sans-serif));"
     "font-size:13px;line-height:18px;color:inherit"
@@ -19,7 +13,9 @@ NOWRAP = "white-space:nowrap"
 ELLIPSIS = "white-space:nowrap;overflow:hidden;text-overflow:ellipsis;min-width:0"
 BORDER = "var(--jp-border-color1,var(--vscode-panel-border,rgba(128,128,128,.55)))"
 
-# meaning -> (background, text): each pair >= 4.5:1 on its own
+# meaning -> (background, text): each pair >= 4.5:1 on its own. Where a colour carries
+# meaning (an error, a warning, a badge) it comes as a pair we choose - background and text
+# together - so it never depends on the page behind it.
 PAIRS = {
     "error": ("#b71c1c", "#ffffff"),  # 6.6:1
     "warn": ("#ffd54f", "#000000"),  # 14:1
@@ -27,7 +23,8 @@ PAIRS = {
     "info": ("transparent", "inherit"),
 }
 
-# bar segments (not text)
+# bar segments (not text): JupyterLab's variables where they exist, VS Code's next, then a
+# fixed colour that reads on white and on black
 SEGMENT_COLOURS = {
     "tensors": "var(--jp-brand-color1,var(--vscode-charts-blue,#1976d2))",
     "cache": "var(--jp-brand-color3,var(--vscode-charts-blue,#90caf9))",

@@ -415,7 +415,7 @@ def normalise(text: str) -> str:
     text = re.sub(r"took \d+ ms\b", "took <n> ms", text)
     text = re.sub(r"\b\d+\.\d{3} s\b", "<t> s", text)
     text = re.sub(r"\b\d+\.\d\d s\b", "<t> s", text)
-    text = re.sub(r"gc\.collect\(\): \d+ objects", "gc.collect(): <n> objects", text)
+    text = re.sub(r"collector found \d+ unreachable", "collector found <n> unreachable", text)
     text = re.sub(r"model_id='[0-9a-f]+'", "model_id='<id>'", text)
     # the history table's columns widen with the time column's text: fold the padding
     return "\n".join(re.sub(r"(?<=\S)  +", "  ", line).rstrip() for line in text.splitlines())

@@ -200,3 +200,38 @@ def test_static_copy_sizes_come_from_the_snapshot():
     shown = render_static_panel(status, 7, message)
     assert message in shown and panel_html.render_now(status) not in shown
     assert "no snapshot yet" in render_static_panel(None)
+
+
+def test_demo_renders_markdown_cells_escaped():
+    """Markdown cells show as HTML (headings, lists, code, emphasis, links), never raw in a
+    <pre>; every piece of text is escaped, and a link to a script is not followed."""
+    from tools.demo import markdown_html
+
+    nb = nbformat.v4.new_notebook()
+    nb.cells = [
+        nbformat.v4.new_markdown_cell(
+            "## Memory `Out[N]` & <b>\n\nText with **bold**, *one* word and a\n"
+            "[notebook](memory_leaks.ipynb).\n\n- `%gpu_status`\n  continued\n- two\n\n"
+            "1. first\n2. second\n\n```\nx = 1 < 2\n```\n\n[bad](javascript:alert)"
+        )
+    ]
+    page = notebook_html(nb, title="t")
+    assert "<div class='md'><pre>" not in page and "##" not in page and "`" not in page
+    assert "<h2>Memory <code>Out[N]</code> &amp; &lt;b&gt;</h2>" in page
+    assert "<p>Text with <b>bold</b>, <i>one</i> word and a " in page
+    assert '<a href="memory_leaks.ipynb">notebook</a>.</p>' in page
+    assert "<ul><li><code>%gpu_status</code> continued</li><li>two</li>" in page
+    assert "<ol><li>first</li><li>second</li>" in page
+    assert "<pre>x = 1 &lt; 2</pre>" in page
+    assert 'href="#"' in page and "javascript" not in page.split("<a href")[-1].split(">")[0]
+    assert markdown_html("2 * 3 * 4 and a*b") == "<p>2 * 3 * 4 and a*b</p>"
+
+
+def test_demo_page_shows_every_figure_of_the_static_panel():
+    """The static panel cuts a line wider than its box with an ellipsis (the live widget's
+    tooltips show the rest); the demo's page, with no tooltips, lets those lines wrap."""
+    page = notebook_html(nbformat.v4.new_notebook(), title="t")
+    assert (
+        ".cgg-static [style*=ellipsis]{white-space:normal!important;overflow:visible!important}"
+        in page
+    )

@@ -553,7 +553,10 @@ def test_gpu_advice_takes_any_case(ip):
 
 
 def test_gpu_advice_help_is_useful(ip):
-    doc = ip.find_line_magic("gpu_advice").__doc__
+    """Its help and the rest of it in docs/reference.md (its module's REFERENCE)."""
+    from colab_gpu_guard.ipython.magics import advice
+
+    doc = ip.find_line_magic("gpu_advice").__doc__ + advice.REFERENCE
     assert "%gpu_advice off" in doc and "%gpu_advice on" in doc
     assert "device-side assert" in doc and "%debug" in doc
     assert "advise(exc)" in doc

@@ -15,6 +15,7 @@ from IPython.utils.capture import capture_output
 
 from colab_gpu_guard.cells import tracker
 from colab_gpu_guard.cells.tracker import format_history, memory_history
+from colab_gpu_guard.leftovers.graphs import FIX as GRAPH_FIX
 from colab_gpu_guard.units import format_bytes
 from tests.records import reruns
 
@@ -164,13 +165,16 @@ def test_losses_are_described_by_their_graphs_and_the_bytes_saved_die_with_them(
     for record in records(*runs[1:]):
         assert record.rerun_leak, format_history(memory_history())
         assert (
-            record.held_by == f"`losses_l` (grew by 1 autograd graph, {format_bytes(saved)} saved)"
+            record.held_by
+            == f"`losses_l` (grew by 1 autograd graph, {format_bytes(saved)} saved; {GRAPH_FIX})"
         )
     # the panel's chart and its line of what matters now name the same holder
     from colab_gpu_guard.status import chart, compact, gpu_status
 
     status = gpu_status(leftovers=False, history=True)
-    holder = f"held by `losses_l` (grew by 1 autograd graph, {format_bytes(saved)} saved)"
+    holder = (
+        f"held by `losses_l` (grew by 1 autograd graph, {format_bytes(saved)} saved; {GRAPH_FIX})"
+    )
     assert f"[{runs[2]}] (rerun of [{runs[1]}]) kept" in chart.render_history(status)
     assert holder in chart.render_history(status).replace("&#x27;", "'")
     assert any(holder in item.text for item in compact.now_items(status))
@@ -180,7 +184,7 @@ def test_losses_are_described_by_their_graphs_and_the_bytes_saved_die_with_them(
     (record,) = records(more[1])
     assert record.rerun_leak, format_history(memory_history())
     assert record.held_by == (
-        f"`history_l` (grew by 1 item, 1 autograd graph, {format_bytes(saved)} saved)"
+        f"`history_l` (grew by 1 item, 1 autograd graph, {format_bytes(saved)} saved; {GRAPH_FIX})"
     )
     from colab_gpu_guard import find_leftovers
 
@@ -215,7 +219,7 @@ def test_a_rerun_that_rebuilds_the_model_names_what_the_previous_graph_keeps(ip,
         assert record.rerun_leak, format_history(memory_history())
         assert record.held_by == (
             "`losses_r` (grew by 1 autograd graph, 0 B saved; the previous run's graph "
-            f"keeps {format_bytes(kept)})"
+            f"keeps {format_bytes(kept)}; {GRAPH_FIX})"
         )
     gc.collect()
     assert all(ref() is not None for ref in ip.user_ns["weights_r"])
@@ -333,7 +337,9 @@ def test_the_resets_note_names_only_the_holders_still_there(ip, run_cell):
         ("variable", "kept_n"),
         ("output", f"Out[{runs[-2]}]"),
     ], flagged[-1].held_by
-    assert flagged[-1].held_by == (f"`kept_n` (grew by 1 item), `Out[{runs[-2]}]` (output history)")
+    assert flagged[-1].held_by == (
+        f"`kept_n` (grew by 1 item), `Out[{runs[-2]}]` (output history: %gpu_reset releases it)"
+    )
     from colab_gpu_guard import gpu_reset
 
     dry = "\n".join(gpu_reset(dry_run=True).notes)
@@ -465,13 +471,15 @@ def test_holders_are_worded_at_the_edge():
         ),
     )
     assert held_by_text(holders, True, (("cpu", 4 * MiB),)) == (
-        "`losses` (grew by 5 autograd graphs, 480 MiB saved), `Out[3]` (output history), "
+        f"`losses` (grew by 5 autograd graphs, 480 MiB saved; {GRAPH_FIX}), `Out[3]` (output "
+        "history: %gpu_reset releases it), "
         "<traceback: step() local 'x'>, <traceback: step() local 'y'> (the last error's "
         "traceback: %gpu_reset releases it), `errs` (grew by 2 exceptions: <traceback: "
         "f() local 'a'>)"
     )
     assert held_by_text(holders[1:2], False, (("cpu", 4 * MiB),)) == (
-        "`Out[3]` (output history; 1 MiB of it); the rest by something else: "
+        "`Out[3]` (output history; 1 MiB of it: %gpu_reset releases it); the rest by something "
+        "else: "
         "find_leftovers() lists what is alive"
     )
     assert held_by_text((), True, ()) == ""

@@ -15,6 +15,7 @@ torch = pytest.importorskip("torch")
 from IPython.core.error import UsageError
 
 from colab_gpu_guard import seed_all, seeding
+from colab_gpu_guard.ipython.magics import usage_lines
 from colab_gpu_guard.seeding import determinism
 
 LINE = re.compile(r"seed (?P<seed>\d+)(?: \([^)]*\))?: (?P<seeded>.+?) seeded(?P<rest>;.*)$")
@@ -219,7 +220,7 @@ def test_conflicting_every_cell_flags_change_nothing(ip, run_cell):
         ip.run_line_magic("seed_all", "7 --every-cell --no-every-cell")
     message = str(caught.value)
     assert "--every-cell and --no-every-cell contradict each other" in message
-    assert "Usage: %seed_all [SEED]" in message
+    assert f"Usage: {usage_lines()['seed_all']}" in message
     assert (random.getstate(), torch.get_rng_state().tolist(), seeding.last_seed()) == before
     assert cell_draw(ip, run_cell) == from_5  # still reseeding from 5
     run_cell("%seed_all --no-every-cell")

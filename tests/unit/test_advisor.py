@@ -1308,9 +1308,10 @@ def test_oom_names_the_cells_that_kept_cuda_memory_again_on_rerun(ip, monkeypatc
     cells and what holds their earlier results (the tracker's judgement), first among the
     fixes; host-memory leaks and a namespace that is not the notebook's are left out."""
     from colab_gpu_guard.cells import tracker
+    from colab_gpu_guard.leftovers.graphs import FIX
     from tests.records import cell_memory, grew
 
-    held = "`losses` (grew by 1 autograd graph, 8 MiB saved)"
+    held = f"`losses` (grew by 1 autograd graph, 8 MiB saved; {FIX})"
     losses = grew("losses", graphs=1, graph_nbytes=8 * 2**20)
     records = [
         cell_memory(cell=cell, rerun_leak=True, leak_bytes=8 * 2**20, leak_kind=kind, holders=by)

@@ -183,9 +183,11 @@ def test_release_empties_every_device_with_a_context(fake_cupy):
     assert fake.pools[0]["total"] == 32 * MiB and fake.pools[1]["total"] == 0
     assert fake.current == 1 and fake.contexts == {0, 1}
     assert steps == [
-        "cupy memory pool on cuda:0: freed 64 MiB of cached blocks (32 MiB still in use by arrays)",
-        "cupy memory pool on cuda:1: freed 8 MiB of cached blocks (0 B still in use by arrays)",
-        "cupy pinned memory pool: 3 free block(s) freed",
+        "cupy memory pool on cuda:0: freed 64 MiB of unused cached memory"
+        " (32 MiB still in use by arrays)",
+        "cupy memory pool on cuda:1: freed 8 MiB of unused cached memory"
+        " (0 B still in use by arrays)",
+        "cupy pinned memory pool: 3 unused buffers freed",
     ]
 
 
@@ -195,7 +197,8 @@ def test_release_switches_to_no_device_without_a_context(fake_cupy):
     steps = cupy_support.release_caches()
     assert fake.set_devices == [] and fake.contexts == {0}
     assert steps == [
-        "cupy memory pool on cuda:0: freed 4 MiB of cached blocks (0 B still in use by arrays)"
+        "cupy memory pool on cuda:0: freed 4 MiB of unused cached memory"
+        " (0 B still in use by arrays)"
     ]
 
 
@@ -207,7 +210,7 @@ def test_release_leaves_devices_it_cannot_reach_and_says_so(fake_cupy):
     assert fake.set_devices == [] and fake.contexts == {1}
     assert fake.pools[1]["total"] == 4 * MiB
     assert "cuda:1: not emptied; the current device cuda:0 has no CUDA context" in steps[0]
-    assert steps[1] == "cupy pinned memory pool: 2 free block(s) kept (no CUDA context current)"
+    assert steps[1] == "cupy pinned memory pool: 2 unused buffers kept (no CUDA context current)"
 
 
 def test_release_with_nothing_cached_says_so(fake_cupy):

@@ -20,6 +20,7 @@ from colab_gpu_guard.leftovers.groups import (  # noqa: E402
 )
 from colab_gpu_guard.reset import apply as reset  # noqa: E402
 from colab_gpu_guard.status import GpuStatus  # noqa: E402
+from colab_gpu_guard.units import format_bytes, jargon_in  # noqa: E402
 
 SETUP = (
     "import torch\n"
@@ -112,18 +113,23 @@ def test_text_html_and_json_use_the_groups(notebook):
     found = find_leftovers()
     text = str(found)
     lines = text.splitlines()
-    assert lines[0].startswith(f"leftovers: {len(found):,} block(s)")
-    assert "hidden holders first" in lines[0]
-    assert lines[1] == (
-        f"     352 KiB  {out_name}  output history: 1 array on cpu  [%gpu_reset releases it]"
-    )
+    size = format_bytes(found.total_bytes)
+    assert lines[0] == f"leftovers: {size} in {len(found):,} arrays, by what holds them"
+    # Out[N] holds one tensor: one line, that tensor's (not a group line and its member)
+    assert lines[1].startswith(f"     352 KiB  {out_name}  float32 [")
+    assert lines[1].endswith("[%gpu_reset releases it]") and "(output history)" in lines[1]
+    assert text.count(f"  {out_name}  ") == 1
     assert "  1.53 MiB  many  list: 100,000 arrays on cpu" in text
     assert "many[0]" in text and "many[3]" not in text  # three entries shown per group
     assert "... 99,997 more in many" in text
-    assert "shares 8 with model" in text
+    assert "shares 8 arrays with model" in text
+    assert (
+        "  to free: `del name` for your own variables; %gpu_reset releases output history" in lines
+    )
     assert len(lines) < 60  # one screen, not 10^5 rows
     page = found._repr_html_()
-    assert page.count('<details class="cgg-group"') == len(found.groups())
+    assert page.count('class="cgg-group"') == len(found.groups())
+    assert page.count("<code>" + out_name + "</code>") == 1  # its one tensor, once
     assert "var(--jp-" in page and "%gpu_reset releases it" in page
     data = json.loads(json.dumps(found.to_dict()))
     groups = {group["name"]: group for group in data["groups"]}
@@ -149,7 +155,7 @@ def test_gpu_status_and_its_json_carry_the_groups(notebook, capsys):
     assert (many.count, many.nbytes, many.entries[0].name) == (100_000, 1_600_000, "many[0]")
     ip.run_line_magic("gpu_status", "")
     text = capsys.readouterr().out
-    assert f"{out_name}  output history: 1 array on cpu  [%gpu_reset releases it]" in text
+    assert f"{out_name}  float32 [" in text and "[%gpu_reset releases it]" in text
     assert text.index(out_name) < text.index("  many  list") < text.index("  model  Sequential")
 
 
@@ -164,7 +170,8 @@ def test_reset_releases_the_marked_groups_and_lists_what_stays(notebook):
     report = reset.gpu_reset(shell=ip)
     assert gone() is None and kept() is not None  # what was marked is what died
     text = str(report)
-    assert "in " in text and "group(s) (hidden holders first, then biggest):" in text
+    total = format_bytes(report.held_groups().total_bytes)
+    assert f"still held ({total}):" in text and jargon_in(text) == []
     assert "  many  list: 100,000 arrays on cpu" in text or "many  " in text
     assert [group["name"] for group in report.to_dict()["held_groups"]][:1] != [out_name]
 
@@ -289,7 +296,7 @@ def test_a_variable_reaching_another_ones_container_is_a_group_that_shares(make,
     groups = {group.name: group for group in find_leftovers(namespace=namespace).groups()}
     assert groups["a"].count == 2 and groups["b"].count == 0
     assert [(share.owner, share.count) for share in groups["b"].shares] == [("a", expected)]
-    assert groups["b"].describe() == f"dict: no array of its own; shares {expected} with a"
+    assert groups["b"].describe() == f"dict: no array of its own; shares {expected} arrays with a"
 
 
 def test_a_compiled_model_and_the_model_it_wraps_share_its_weights():

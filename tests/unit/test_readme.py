@@ -1,15 +1,102 @@
-"""The README's magics reference is generated from the magics' docstrings: never stale."""
+"""The README starts where a user is: install, load, the four everyday commands, in plain
+words, on its first screen; its links stay in the repository; its outputs come from a run."""
 
 from __future__ import annotations
 
-from tools.magic_reference import README, render
+import re
+from pathlib import Path
+
+import pytest
+
+from colab_gpu_guard import units
+from tools import readme_outputs
+
+ROOT = Path(__file__).resolve().parents[2]
+README = ROOT / "README.md"
+FIRST_SCREEN = 60
+PUBLIC_DOCUMENTATION = ("https://pytorch.org/docs/", "https://pytorch.org/get-started/")
 
 
-def test_readme_magics_reference_matches_the_docstrings():
-    current = README.read_text(encoding="utf-8")
-    assert render(current) == current, "run: python tools/magic_reference.py"
+def _readme() -> str:
+    return README.read_text(encoding="utf-8")
+
+
+def _first_screen() -> str:
+    return "\n".join(_readme().splitlines()[:FIRST_SCREEN])
+
+
+def test_the_first_screen_says_how_to_install_and_load_it():
+    head = _first_screen()
+    assert "!pip install colab_gpu_guard-" in head and "pip install ." in head
+    assert "make wheel" in head
+    assert "%load_ext colab_gpu_guard" in head
+
+
+@pytest.mark.parametrize("command", ["%seed_all 42", "%gpu_status", "%gpu_reset", "%gpu_panel"])
+def test_the_first_screen_shows_the_everyday_commands(command):
+    assert command in _first_screen()
+
+
+def test_the_first_screen_uses_no_jargon():
+    assert units.jargon_in(_first_screen()) == []
+
+
+def test_readme_is_short():
+    """About 200 lines: the rest is in docs/reference.md and CONTRIBUTING.md (the slack is
+    for the generated outputs, whose length follows the reports')."""
+    assert len(_readme().splitlines()) <= 225
 
 
 def test_readme_shows_both_setup_commands():
-    text = README.read_text(encoding="utf-8")
+    text = _readme()
     assert "make demo" in text and "make test" in text
+
+
+def test_the_magics_reference_lives_in_docs():
+    text = _readme()
+    assert "(docs/reference.md)" in text
+    assert "magics-reference" not in text  # the generated block moved there
+
+
+def test_every_link_stays_in_the_repository_or_is_public_documentation():
+    text = _readme()
+    links = re.findall(r"\]\(([^)\s]+)\)", text) + re.findall(r"https?://[^\s)>`\"]+", text)
+    assert links
+    for link in links:
+        if link.startswith(("http://", "https://")):
+            assert link.startswith(PUBLIC_DOCUMENTATION), link
+        else:
+            assert (ROOT / link.split("#")[0]).exists(), link
+    assert "colab-gpu-guard/" not in text  # no address the repository never stated
+
+
+def test_every_output_block_is_generated():
+    """Each `<!-- output: NAME -->` block is one tools/readme_outputs.py writes, and it has
+    been written (CI runs `tools/readme_outputs.py --check` to compare it with a run)."""
+    blocks = {m.group(2): m.group(3) for m in readme_outputs.BLOCK.finditer(_readme())}
+    names = {cell.block for cells in readme_outputs.SESSIONS.values() for cell in cells}
+    assert set(blocks) == (names - {None}) | {"oom_advice"}
+    assert all(text.strip() for text in blocks.values()), "run: python tools/readme_outputs.py"
+
+
+def test_the_oom_message_shown_is_a_real_one():
+    """The advisor example reads the first torch OutOfMemoryError of the fixtures, whose
+    text is PyTorch's (each entry there names its source)."""
+    message = readme_outputs._oom_message()
+    assert message.startswith("CUDA out of memory. Tried to allocate ")
+    assert message in _readme()
+
+
+def test_make_wheel_builds_the_wheel_the_readme_installs():
+    """README: `make wheel` (or `pip wheel --no-deps -w dist .`) writes the wheel that
+    `!pip install colab_gpu_guard-*.whl` installs (dry run: the command, not the build)."""
+    import shutil
+    import subprocess
+
+    if shutil.which("make") is None:
+        pytest.skip("make is not installed here")
+    done = subprocess.run(
+        ["make", "-n", "wheel"], cwd=ROOT, capture_output=True, text=True, check=True
+    )
+    assert "-m pip wheel --no-deps -w dist ." in done.stdout
+    assert "pip wheel --no-deps -w dist ." in _first_screen()

@@ -119,7 +119,7 @@ def test_without_a_gpu_the_record_says_why():
     record = repro_record()
     assert record.gpus == () and record.gpu_note == "no GPU listed: NVML sees none"
     assert record.tf32() == (None, None)
-    assert "TF32 n/a (no GPU listed)" in str(record)  # not used, rather than "unknown"
+    assert "TF32 not used (no GPU listed)" in str(record)  # not used, rather than "unknown"
 
 
 def test_json_round_trip_and_schema():
@@ -335,11 +335,11 @@ def test_magic_rejects_unwritable_file_and_bad_combinations(ip, tmp_path):
 
 
 def test_magic_help_is_the_docstring(ip):
+    from colab_gpu_guard.ipython.magics import repro  # the rest: docs/reference.md
+
     info = ip.object_inspect("%repro")
-    assert (
-        "--diff run.json" in info["docstring"]
-        and "python -m colab_gpu_guard repro" in (info["docstring"])
-    )
+    assert "--diff run.json" in info["docstring"]
+    assert "python -m colab_gpu_guard repro" in repro.REFERENCE
 
 
 def test_cli_repro_and_diff(tmp_path, capsys):

@@ -531,9 +531,9 @@ def test_leftovers_plug_in(fake, leftovers_module):
         "t12", "user namespace", (12, 4), "float32", "cuda:0", 12 * MiB, 12, ()
     )
     text = snap.to_text()
-    assert "leftovers: 12 block(s), 78 MiB in 12 group(s)" in text
+    assert "leftovers: 78 MiB in 12 arrays, by what holds them" in text
     assert "12 MiB  t12  float32 [12x4] cuda:0  (user namespace)" in text
-    assert "... 9 more group(s), 45 MiB" in text
+    assert "... 9 more holders, 45 MiB" in text
     assert snap.leftovers[0].framework == ""
 
 
@@ -614,7 +614,7 @@ def test_history_plug_in(fake, tracker_module):
     assert snap.history[1].nvml_used_after is None
     text = snap.to_text()
     assert "[3] allocated 3 MiB (+3 MiB)" in text
-    assert "LEAK: kept +1 MiB cuda:0 again (run before: [2])" in text  # as %gpu_history says
+    assert "LEAK: rerun of [2] kept +1 MiB on cuda:0 again" in text  # as %gpu_history says
     assert "[4] host RSS 700 MiB | 0.25 s" in text  # no CUDA figures: no 'allocated 0 B'
     assert GpuStatus.from_json(snap.to_json()) == snap
     assert gpu_status(leftovers=False).history is None  # only when asked
@@ -709,8 +709,8 @@ def test_a_v1_used_figure_says_it_includes_driver_reserved_memory(fake):
     snap = gpu_status(leftovers=False)
     text = snap.to_text()
     assert (
-        "3.91 GiB used (including driver-reserved memory: NVML v1 memory call) / 15 GiB total"
-        in text
+        "3.91 GiB used (including driver-reserved memory: this driver reports them together) "
+        "/ 15 GiB total" in text
     )
     device = snap.nvml.devices[0]
     segments = dict(panel_html.device_segments(snap, device))
@@ -956,7 +956,7 @@ def test_magic_junk_in_a_cell_shows_no_traceback(ip, run_cell, capsys):
 def test_magic_help_is_useful(ip):
     magic = ip.find_line_magic("gpu_status")
     doc = magic.__doc__
-    for text in ("--json", "--processes", "--history", "--no-leftovers", "Examples", "NVML"):
+    for text in ("--json", "--processes", "--history", "--no-leftovers", "Example:", "NVML"):
         assert text in doc
     info = ip.object_inspect("%gpu_status")
     assert info["found"] and "--no-leftovers" in (info.get("docstring") or "")
@@ -997,8 +997,10 @@ def test_real_leftovers_and_history_plug_in(ip, run_cell, capsys):
     view = next(g for g in snap.leftover_groups if g.name == "guard_view")
     assert view.count == 0 and [(s.owner, s.count) for s in view.shares] == [("guard_big", 1)]
     text = snap.to_text()
-    assert "  3.81 MiB  guard_big  Tensor: 1 array on cpu\n" in text
-    assert "guard_view  Tensor: no array of its own; shares 1 with guard_big" in text
+    # the tensor is listed once: its group is that array itself
+    assert "  3.81 MiB  guard_big  float32 [1000000] cpu  (user variable)  also: " in text
+    assert text.count("guard_big  ") == 1, text
+    assert "guard_view  Tensor: no array of its own; shares 1 array with guard_big" in text
     assert snap.history and all(isinstance(r.cell, int) for r in snap.history)
 
 

@@ -73,7 +73,7 @@ def test_bulk_read_of_vectors_builds_no_size_per_tensor():
 
 
 def test_a_scan_leaves_torch_one_storage_object_per_tensor_while_the_tensors_live():
-    """README (Benchmarks): reading a tensor's memory block makes torch keep a Python object
+    """docs/benchmarks.md: reading a tensor's memory block makes torch keep a Python object
     for it (72 bytes) for as long as the memory lives; it goes with the tensors."""
     import gc
     import sys

@@ -16,6 +16,8 @@ from colab_gpu_guard.cells.peaks import AT_LEAST, AT_MOST, EXACT, cell_peak, dev
 from colab_gpu_guard.cells.tracker import CellMemory, MemoryTracker, format_history, memory_history
 from colab_gpu_guard.frameworks import torch as torch_support
 from colab_gpu_guard.frameworks.torch import AllocatorStats
+from colab_gpu_guard.ipython.magics import history as history_magic
+from colab_gpu_guard.leftovers.graphs import FIX as GRAPH_FIX
 from colab_gpu_guard.units import format_bytes, signed_bytes
 from tests.records import cell_memory
 
@@ -119,9 +121,9 @@ def test_a_rerun_is_judged_by_what_the_cell_itself_kept(ip, run_cell):
         if exact:
             assert record.leak_bytes < saved + 2**20  # the graph's input, and little else
     kept = signed_bytes(record.leak_bytes)
-    line = f"LEAK: kept {kept} cpu again (run before: [{runs[1]}]); held by `losses` (grew by 1"
+    line = f"LEAK: rerun of [{runs[1]}] kept {kept} on cpu again; held by `losses` (grew by 1"
     assert line in format_history(memory_history())
-    assert record.held_by == "`losses` (grew by 1 autograd graph, 16 MiB saved)"
+    assert record.held_by == f"`losses` (grew by 1 autograd graph, 16 MiB saved; {GRAPH_FIX})"
     # no leftover for the next test
     for name in ("big_in_between", "model", "losses"):
         ip.user_ns.pop(name, None)
@@ -419,13 +421,13 @@ def test_gpu_history_magic(ip, run_cell):
     for bad in ("--limit -1", "--limit many", "--bogus"):
         with pytest.raises(UsageError):
             ip.run_line_magic("gpu_history", bad)
-    assert "Examples" in ip.find_line_magic("gpu_history").__doc__
+    assert "Example: %gpu_history" in ip.find_line_magic("gpu_history").__doc__
 
 
 def test_gpu_history_reset_peaks_is_opt_in_and_says_what_it_changes(ip, run_cell):
     history_tracker = tracker.active_tracker(ip)
     assert history_tracker.reset_peaks is False  # the user's peak counters are left alone
-    doc = ip.find_line_magic("gpu_history").__doc__
+    doc = ip.find_line_magic("gpu_history").__doc__ + history_magic.REFERENCE
     assert "max_memory_allocated()" in doc and "--reset-peaks on" in doc and "<= X" in doc
     try:
         with capture_output() as captured:
@@ -573,11 +575,11 @@ def test_an_output_kept_each_run_is_named_as_the_holder(ip, run_cell):
     for previous, current in zip(runs, runs[1:]):
         record = records[current]
         assert record.rerun_leak, format_history(memory_history())
-        assert record.held_by == f"`Out[{previous}]` (output history)"
+        assert record.held_by == f"`Out[{previous}]` (output history: %gpu_reset releases it)"
         assert record.leak_bytes >= 6_000_000 * 4  # the tensor Out[previous] holds
     from colab_gpu_guard.reset.apply import gpu_reset
 
-    note = f"[{runs[-1]}] `Out[{runs[-2]}]` (output history)"
+    note = f"[{runs[-1]}] `Out[{runs[-2]}]` (output history: %gpu_reset releases it)"
     dry = gpu_reset(dry_run=True)
     assert any("held by: " in line and note in line for line in dry.notes), dry.notes
     report = gpu_reset()  # it drops the output history: the note names no holder then
@@ -699,7 +701,7 @@ def test_warn_output_rejects_bad_sizes_and_changes_nothing(ip):
         # "-1GiB" too: argparse would take it for an option ("expected one argument")
         assert "e.g. 256MiB" in str(raised.value) and repr(bad) in str(raised.value)
         assert warning.threshold == 256 * MiB
-    doc = ip.find_line_magic("gpu_history").__doc__
+    doc = ip.find_line_magic("gpu_history").__doc__ + history_magic.REFERENCE
     assert "--warn-output 1GiB" in doc and "256 MiB" in doc
 
 

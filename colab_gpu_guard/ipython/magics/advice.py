@@ -8,7 +8,7 @@ from IPython.core.error import UsageError
 from IPython.core.magic import line_magic, magics_class
 from IPython.core.magic_arguments import argument, magic_arguments, parse_argstring
 
-from .base import GuardMagics
+from .base import GuardMagics, help_format, usage_error
 
 if TYPE_CHECKING:
     from IPython.core.interactiveshell import InteractiveShell
@@ -16,7 +16,31 @@ if TYPE_CHECKING:
     from ..registration import Registration
     from ..shell_advisor import ShellAdvisor
 
-GPU_ADVICE_USAGE = "%gpu_advice [on|off]"
+REFERENCE = """\
+Examples:
+
+```text
+%gpu_advice          # is it on?
+%gpu_advice on       # explain CUDA errors under their traceback (the default)
+%gpu_advice off      # plain tracebacks only, exactly as without the extension
+```
+
+When a cell fails with a CUDA error, the normal traceback is shown unchanged and then a
+short diagnosis: the real cause and the fix. It covers:
+
+- CUDA out of memory (torch, CuPy, JAX/XLA, TensorFlow): requested vs free, and the biggest
+  tensors still held, by name. The frames of the functions the failed cell called are
+  released, and a note names them and the tensor memory that freed.
+- Errors after which this process's CUDA context is unusable, such as a device-side
+  assert: the runtime must be restarted (`%gpu_status` and `%gpu_reset` then say so too).
+- CUDA used in forked DataLoader workers.
+- cuBLAS determinism, and operations with no deterministic implementation.
+- A driver too old for the CUDA build, a build with no code for this GPU, no GPU at all,
+  and the driver out of memory because another process holds the GPU.
+
+Any other error is shown exactly as without the extension, and `%debug` works as usual.
+Outside notebooks: `colab_gpu_guard.advise(exc)`.
+"""
 
 
 @magics_class
@@ -35,34 +59,25 @@ class AdvisorMagics(GuardMagics):
         self.registration.add_cleanup(self.advisor.uninstall)
 
     @magic_arguments()
+    @help_format()
     @argument(
         "state",
         nargs="?",
         type=str.lower,
         choices=("on", "off"),
-        help="on: diagnose CUDA errors; off: plain tracebacks; none: say which it is",
+        metavar="on|off",
+        help="on: explain CUDA errors; off: plain tracebacks; none: say which",
     )
     @line_magic
     def gpu_advice(self, line: str = "") -> None:
-        """Turn the CUDA error advisor on or off, or show whether it is on.
+        """Turn the CUDA error advisor on or off, or show whether it is on (it is on from
+        %load_ext).
 
-        Usage::
+        When a cell fails with a CUDA error (out of memory, a device-side assert, ...),
+        the cause and the fix follow the traceback. Other errors are shown unchanged.
 
-          %gpu_advice          # is it on?
-          %gpu_advice on       # diagnose CUDA errors under their traceback (the default)
-          %gpu_advice off      # plain tracebacks only, exactly as without the extension
-
-        When a cell fails with a CUDA error, the normal traceback is shown unchanged and then
-        a short diagnosis: the real cause and the fix. It covers CUDA out-of-memory (torch,
-        CuPy, JAX/XLA, TensorFlow: requested vs free, the biggest leftover tensors by name;
-        the frames of the functions the failed cell called are released, and a note names
-        them and the tensor bytes that freed), sticky errors such as a device-side assert
-        (the runtime must be restarted; the context is marked broken for %gpu_status and
-        %gpu_reset), CUDA in forked DataLoader workers, cuBLAS determinism and ops with no
-        deterministic implementation, driver/build mismatches, and the driver out of memory
-        because another process holds the GPU. Any other error is shown exactly as without
-        the extension, and %debug works as usual. Outside notebooks:
-        ``colab_gpu_guard.advise(exc)``.
+        Example: %gpu_advice off
+        More (the errors it explains): docs/reference.md
         """
         state, bad = None, False
         try:
@@ -70,8 +85,8 @@ class AdvisorMagics(GuardMagics):
         except UsageError:
             bad = True
         if bad:  # raised outside the handler: nothing internal chained to it
-            raise UsageError(
-                f"expected 'on' or 'off', got {line.strip()!r}\nUsage: {GPU_ADVICE_USAGE}"
+            raise usage_error(
+                ValueError(f"expected 'on' or 'off', got {line.strip()!r}"), self.gpu_advice
             )
         if state == "on":
             self.advisor.install()

@@ -9,7 +9,7 @@ from IPython.core.error import UsageError
 from IPython.core.magic import line_magic, magics_class
 from IPython.core.magic_arguments import argument, magic_arguments, parse_argstring
 
-from .base import GuardMagics, usage_error
+from .base import GuardMagics, help_format, usage_error
 
 if TYPE_CHECKING:
     from IPython.core.interactiveshell import InteractiveShell
@@ -18,7 +18,51 @@ if TYPE_CHECKING:
     from ...cells.tracker import MemoryTracker
     from ..registration import Registration
 
-GPU_HISTORY_USAGE = "%gpu_history [--limit N] [--reset-peaks on|off] [--warn-output SIZE|off]"
+REFERENCE = """\
+Examples:
+
+```text
+%gpu_history                     # every recorded cell (the last 500 at most)
+%gpu_history --limit 10          # the last 10
+%gpu_history --reset-peaks on    # exact per-cell peaks from the next cell on
+%gpu_history --warn-output 1GiB  # warn under results keeping >= 1 GiB
+```
+
+Per cell: the time, torch's CUDA memory allocated before and after, the change, the peak
+during the cell, reserved, CUDA out-of-memory errors, NVML used, host RSS, and a LEAK line
+when the same cell code, run again, kept memory again.
+
+What a cell keeps is the memory after it minus the memory before it (what other cells
+allocated in between is not its), per device: torch's allocated bytes on each CUDA device,
+and host memory ("cpu") above a noise floor measured in this kernel (how much host memory
+grows when a cell only rebinds names and drops temporaries). A rerun is flagged when it
+and the run before it both kept some on a device, and the LEAK line says what holds the
+earlier run's objects where it can tell: a list, dict or set the cell names that grew (such
+as `losses`, by one autograd graph a run), the earlier output (`Out[7]`), or a failed run's
+traceback (the line says whether `%gpu_reset` releases it).
+
+Host memory is measured exactly with glibc's malloc figures; where they are missing
+(macOS, Windows, glibc before 2.33), what a rerun kept on the host is read from those
+holders alone, so a host leak into a container the cell does not name is not flagged there
+(CUDA figures are exact everywhere).
+
+**Output history** (`--warn-output`): after a cell whose displayed result keeps 256 MiB or
+more of accelerator memory alive (`Out[N]` holds it until `%gpu_reset`), a line under the
+output says so. `--warn-output 1GiB` changes the size (e.g. 1GiB, 500MB), `--warn-output
+off` turns the line off.
+
+**Peaks** (`--reset-peaks`): torch's peak counters are left alone, so your own
+`torch.cuda.max_memory_allocated()` keeps covering the whole process. A cell's peak is then
+exact when the cell set a new process peak, or only allocated; otherwise the cell stayed
+below an earlier peak and the column shows an upper bound, "<= X" (the smaller of that
+earlier peak and what the cell started with plus all it allocated). `--reset-peaks on`
+resets torch's peak counters before every cell instead: every peak is exact, and
+`max_memory_allocated()` then covers only the current cell; `--reset-peaks off` leaves
+them alone again.
+
+From code: `colab_gpu_guard.memory_history()` (records) and
+`colab_gpu_guard.format_history(...)`.
+"""
 _NEGATIVE_SIZE = re.compile(r"--warn-output\s+(-\S*)")
 
 
@@ -35,73 +79,29 @@ class HistoryMagics(GuardMagics):
         self.tracker, self.output_warning = install(self.registration)
 
     @magic_arguments()
-    @argument(
-        "--limit",
-        type=int,
-        default=None,
-        metavar="N",
-        help="show only the last N cells (default: all recorded, at most 500)",
-    )
+    @help_format()
+    @argument("--limit", type=int, default=None, metavar="N", help="show only the last N cells")
     @argument(
         "--reset-peaks",
         type=str.lower,
         choices=("on", "off"),
         default=None,
         metavar="on|off",
-        help="on: reset torch's peak memory counters before every cell (exact per-cell "
-        "peaks; torch.cuda.max_memory_allocated() then covers the current cell only); "
-        "off (the default): leave them alone",
+        help="on: exact per-cell peaks (resets torch's peak counters)",
     )
     @argument(
         "--warn-output",
         default=None,
         metavar="SIZE|off",
-        help="warn under a displayed result that keeps at least SIZE of accelerator memory "
-        "alive in the output history (default 256MiB; e.g. 1GiB, 500MB); off: never",
+        help="warn under a result that keeps SIZE alive (default 256MiB)",
     )
     @line_magic
     def gpu_history(self, line: str = "") -> None:
-        """Show each cell's memory effect since the extension was loaded.
+        """Show each cell's memory effect since the extension was loaded: memory before
+        and after, the peak, and a LEAK line when a cell run again kept memory again.
 
-        Per cell: time, torch CUDA allocated before/after, change, peak during the cell,
-        reserved, CUDA out-of-memory errors, NVML used, host RSS, and LEAK when the same
-        cell source, run again, kept memory again: what a cell keeps is the memory after it
-        minus the memory before it (what other cells allocated in between is not its), per
-        device: torch's allocated bytes on each CUDA device, and host memory ("cpu") above
-        a noise floor measured in this kernel (how much host memory grows when a cell only
-        rebinds names and drops temporaries). A rerun is flagged when it and the run before
-        it both kept some on a device, and the flag says what holds the earlier run's
-        objects where it can tell: a list, dict or set the cell names that grew
-        ("`losses` (grew by 1 autograd graph, 16 MiB saved)"), the earlier output
-        ("`Out[7]`"), or a failed run's traceback ("<traceback: f() local 'x'>", which
-        %gpu_reset releases). Host memory is measured exactly with glibc's malloc figures;
-        where they are missing (macOS, Windows, glibc before 2.33), what a rerun kept on the
-        host is read from those holders alone, so a host leak into a container the cell
-        does not name is not flagged there (CUDA figures are exact everywhere).
-
-        Output history: after a cell whose displayed result keeps 256 MiB or more of
-        accelerator memory alive (``Out[N]`` holds it until %gpu_reset), a line under the
-        output says so. ``--warn-output 1GiB`` changes the size, ``--warn-output off``
-        turns the line off.
-
-        Peaks: torch's peak counters are left alone, so your own
-        ``torch.cuda.max_memory_allocated()`` keeps covering the whole process. A cell's
-        peak is then exact when the cell set a new process peak, or only allocated;
-        otherwise the cell stayed below an earlier peak and the column shows an upper bound,
-        "<= X" (the smaller of that earlier peak and what the cell started with plus all it
-        allocated). ``--reset-peaks on`` resets torch's peak counters before every cell
-        instead: every peak is exact, and ``max_memory_allocated()`` then covers only the
-        current cell; ``--reset-peaks off`` leaves them alone again.
-
-        Examples::
-
-          %gpu_history                  # every recorded cell (the last 500 at most)
-          %gpu_history --limit 10       # the last 10
-          %gpu_history --reset-peaks on # exact per-cell peaks from the next cell on
-          %gpu_history --warn-output 1GiB  # warn under results keeping >= 1 GiB
-
-        From code: ``colab_gpu_guard.memory_history()`` (dataclasses) and
-        ``colab_gpu_guard.format_history(...)``.
+        Example: %gpu_history --limit 10
+        More (each column, peaks, the LEAK line): docs/reference.md
         """
         from ...cells.history_text import format_history
 
@@ -109,26 +109,26 @@ class HistoryMagics(GuardMagics):
         try:
             args = parse_argstring(self.gpu_history, line)
         except UsageError as error:
-            failure = usage_error(error, GPU_HISTORY_USAGE)
+            failure = usage_error(error, self.gpu_history)
             negative = _NEGATIVE_SIZE.search(line)
             if negative:  # argparse took "-1MiB" for an option: "expected one argument"
                 from ...cells.output_warning import SIZE_FORM
 
                 failure = usage_error(
                     ValueError(f"--warn-output takes {SIZE_FORM}, not {negative.group(1)!r}"),
-                    GPU_HISTORY_USAGE,
+                    self.gpu_history,
                 )
         if failure is not None:
             raise failure  # outside the handler: no internal exception chained to it
         if args.limit is not None and args.limit < 0:
-            raise usage_error(ValueError("--limit must be 0 or more"), GPU_HISTORY_USAGE)
+            raise usage_error(ValueError("--limit must be 0 or more"), self.gpu_history)
         if args.warn_output is not None:
             from ...cells.output_warning import parse_threshold
 
             try:
                 threshold = parse_threshold(args.warn_output)
             except ValueError as error:
-                failure = usage_error(error, GPU_HISTORY_USAGE)
+                failure = usage_error(error, self.gpu_history)
             if failure is not None:
                 raise failure  # outside the handler: no exception of ours chained to it
             if self.output_warning is not None:

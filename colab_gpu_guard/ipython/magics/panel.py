@@ -8,9 +8,44 @@ from typing import TYPE_CHECKING
 from IPython.core.magic import line_magic, magics_class
 from IPython.core.magic_arguments import argument, magic_arguments
 
-from .base import GuardMagics, parse_line, usage_error
+from .base import GuardMagics, help_format, parse_line, usage_error
 
-GPU_PANEL_USAGE = "%gpu_panel [--new] [--close] [--live SECONDS]"
+REFERENCE = """\
+Examples:
+
+```text
+%gpu_panel             # show the panel
+%gpu_panel --live 2    # GPU lines update every 2 s while a cell runs
+%gpu_panel --live off  # back to refreshing after each cell only
+%gpu_panel --new       # replace it with a fresh one
+%gpu_panel --close     # close it (no more refreshes)
+```
+
+The panel is compact: when its figures were taken (after which cell), one line per GPU
+(this kernel / other processes / free, used of total, utilisation, temperature, power;
+"unlisted" for used memory NVML charges to no process it lists, such as the driver's own
+few MiB) with its MIG instances, the buttons Refresh and Free memory (`%gpu_reset`), and
+one line of what matters now. Sections that stay open across refreshes: Leftovers,
+Processes, History (what each cell kept) and Details (versions, notes, and Seed:
+`%seed_all` with a seed and deterministic mode).
+
+It refreshes after every cell while shown; without `--live` nothing runs between cells.
+While a cell runs the header says "cell [N] running since HH:MM:SS", and a click then is
+queued: it runs when the cell ends. A slow snapshot (looking for leftovers among 10^5
+arrays takes about 0.5 s) is taken again after a cell only once it costs at most a tenth
+of the time since the last one; until then the leftovers shown say how old they are, and
+Refresh looks again. One panel per kernel: running `%gpu_panel` again shows the same live
+panel. Core ipywidgets only: no custom widget to install (Colab needs none). Checked in
+JupyterLab 4 and Notebook 6.5; not checked in Colab or VS Code. From code:
+`colab_gpu_guard.panel()`.
+
+`--live SECONDS` (0.5 to 60; `off` or 0 stops it): one thread also re-reads NVML (no
+leftovers scan, no CUDA synchronisation) every SECONDS while a cell runs and updates the
+header ("GPU lines live, HH:MM:SS") and the GPU lines, so a long training cell shows its
+memory as it grows. It needs a front end that shows widget updates sent during a cell
+(checked in JupyterLab 4 and Notebook 6.5): in Colab, in a terminal or without a GPU it
+says why and starts nothing. It applies to the open panel (opening one if none is).
+"""
 
 if TYPE_CHECKING:
     from ..panel import GpuPanel
@@ -32,63 +67,35 @@ class PanelMagics(GuardMagics):
             panel_module.stop_panels(self.shell)
 
     @magic_arguments()
-    @argument("--new", action="store_true", help="close the current panel and show a fresh one")
+    @help_format()
+    @argument("--new", action="store_true", help="close the panel and show a fresh one")
     @argument("--close", action="store_true", help="close the panel (it stops refreshing)")
     @argument(
         "--live",
         metavar="SECONDS",
-        help="also update the GPU lines every SECONDS (0.5 to 60) while a cell runs; "
-        "off (or 0) stops that",
+        help="also update the GPU lines every SECONDS while a cell runs; off: stop",
     )
     @line_magic
     def gpu_panel(self, line: str = "") -> None:
-        """Show the live GPU panel, compact: when its figures were taken (after which cell),
-        one line per GPU (this kernel / other processes / free, used of total,
-        utilisation, temperature, power; "unlisted" for used memory NVML charges to no
-        process it lists, such as the driver's own few MiB) with its MIG instances, the
-        buttons Refresh and Free memory (gpu_reset), and one line of what matters now.
-        Sections that stay open across refreshes: Leftovers, Processes, History (what each
-        cell kept) and Details (versions, notes, and Seed: seed_all with a seed and
-        deterministic mode).
+        """Show the live GPU panel: per GPU the memory this kernel and other processes use
+        and what is free, buttons to refresh and to free memory, and sections to open for
+        more. It refreshes after every cell; %gpu_panel again shows the same panel.
 
-        It refreshes after every cell while shown; without --live (below) nothing runs
-        between cells. While a cell runs the header says "cell [N] running since
-        HH:MM:SS", and a click then is queued: it runs when the cell ends. A slow
-        snapshot (looking for leftovers among 10^5 arrays takes about 0.5 s) is taken
-        again after a cell only once it costs at most a tenth of the time since the last
-        one; until then the leftovers shown say how old they are, and Refresh looks
-        again. One panel per kernel: running %gpu_panel again shows the same live panel.
-        Core ipywidgets only: no custom widget to install (Colab needs none). Checked in
-        JupyterLab 4 and Notebook 6.5; not checked in Colab or VS Code.
-        From code: ``colab_gpu_guard.panel()``.
-
-        --live SECONDS: one thread also re-reads NVML (no leftovers scan, no CUDA
-        synchronisation) every SECONDS while a cell runs and updates the header ("GPU lines
-        live, HH:MM:SS") and the GPU lines, so a long training cell shows its memory as it
-        grows. It needs a front end that shows widget updates sent during a cell
-        (checked in JupyterLab 4 and Notebook 6.5): in Colab, in a terminal or without a
-        GPU it says why and starts nothing. It applies to the open panel (opening one if none is).
-
-        Examples::
-
-          %gpu_panel             # show the panel
-          %gpu_panel --live 2    # GPU lines update every 2 s while a cell runs
-          %gpu_panel --live off  # back to refreshing after each cell only
-          %gpu_panel --new       # replace it with a fresh one
-          %gpu_panel --close     # close it (no more refreshes)
+        Example: %gpu_panel --live 2
+        More (what it shows, --live): docs/reference.md
         """
         from IPython.display import display
 
         from .. import panel as panel_module
         from ..panel import live
 
-        args = parse_line(self.gpu_panel, line, GPU_PANEL_USAGE)
+        args = parse_line(self.gpu_panel, line)
         seconds = failure = None
         if args.live is not None:
             try:
                 seconds = live.parse_seconds(args.live)
             except ValueError as error:
-                failure = usage_error(error, live.FORM)
+                failure = usage_error(error, self.gpu_panel)
         if failure is not None:
             raise failure  # outside the handler: no exception of ours chained to it
         if args.close:

@@ -8,14 +8,37 @@ from typing import Any, Optional
 from IPython.core.magic import line_magic, magics_class
 from IPython.core.magic_arguments import argument, magic_arguments
 
-from .base import GuardMagics, parse_line, usage_error
+from .base import GuardMagics, help_format, parse_line, usage_error
 
-REPRO_USAGE = "%repro [-v] [--json] [--save FILE] [--diff FILE]"
+REFERENCE = """\
+Examples:
+
+```text
+%repro                       # a short summary (-v: every field)
+%repro --save run.json       # write the record as JSON
+%repro --diff run.json       # what differs from that run, and what it does
+                             # to the numbers, most important first
+%repro --json                # JSON (schema: colab_gpu_guard.seeding.repro.json_schema())
+```
+
+The record: the `%seed_all` seed and per-cell reseeding base; torch's deterministic
+settings (use_deterministic_algorithms, cudnn.deterministic, cudnn.benchmark); TF32
+(matmul and cuDNN) and float32 precision; the environment variables libraries read
+(CUBLAS_WORKSPACE_CONFIG, PYTHONHASHSEED, CUDA_VISIBLE_DEVICES, NVIDIA_TF32_OVERRIDE,
+XLA_FLAGS, thread counts...); Python, NumPy, torch, CUDA runtime, cuDNN and driver
+versions; each GPU's model and compute capability (from NVML: no CUDA context is
+created); world size and rank; the imported frameworks' versions.
+
+From code: `colab_gpu_guard.repro_record()` and `repro_diff(saved, current)`; from a
+terminal or a DDP worker: `python -m colab_gpu_guard repro [--diff FILE]` (what the
+machine decides; a program's seeds and torch flags only it can compare).
+"""
 
 
 @magics_class
 class ReproMagics(GuardMagics):
     @magic_arguments()
+    @help_format()
     @argument("-v", "--verbose", action="store_true", help="show every field, not the summary")
     @argument("--json", action="store_true", help="print the record as JSON")
     @argument("--save", metavar="FILE", default=None, help="write the record to FILE as JSON")
@@ -23,32 +46,16 @@ class ReproMagics(GuardMagics):
         "--diff",
         metavar="FILE",
         default=None,
-        help="compare a record saved with --save (the earlier run) with this kernel now",
+        help="compare a record saved with --save with this kernel",
     )
     @line_magic
     def repro(self, line: str = "") -> None:
-        """Show what decides this kernel's numbers, save it, or compare it with a saved run.
+        """Show what decides this kernel's numbers (seeds, deterministic and TF32
+        settings, environment variables, versions, GPUs), save it, or compare it with a
+        saved run.
 
-        The record: the seed_all seed and per-cell reseeding base; torch's deterministic
-        flags (use_deterministic_algorithms, cudnn.deterministic, cudnn.benchmark); TF32
-        and float32 precision (matmul and cuDNN allow_tf32, float32_matmul_precision,
-        fp32_precision); the environment variables libraries read (CUBLAS_WORKSPACE_CONFIG,
-        PYTHONHASHSEED, CUDA_VISIBLE_DEVICES, NVIDIA_TF32_OVERRIDE, XLA_FLAGS, thread
-        counts...); Python, NumPy, torch, CUDA runtime, cuDNN and driver versions; each
-        GPU's model and compute capability (from NVML: no CUDA context is created); world
-        size and rank; the imported frameworks' versions.
-
-        Examples::
-
-          %repro                       # a short summary (-v: every field)
-          %repro --save run.json       # write the record as JSON
-          %repro --diff run.json       # what differs from that run, and what it does
-                                       # to the numbers, most important first
-          %repro --json                # JSON (schema: colab_gpu_guard.seeding.repro.json_schema())
-
-        From code: ``colab_gpu_guard.repro_record()`` and ``repro_diff(saved, current)``;
-        from a terminal or a DDP worker: ``python -m colab_gpu_guard repro [--diff FILE]``
-        (what the machine decides; a program's seeds and torch flags only it can compare).
+        Example: %repro --diff run.json
+        More (every field, from a terminal): docs/reference.md
         """
         from ... import seeding
 
@@ -60,7 +67,7 @@ class ReproMagics(GuardMagics):
             try:
                 saved = seeding.read_record(args.diff)
             except ValueError as error:
-                failure = usage_error(error, REPRO_USAGE)
+                failure = usage_error(error, self.repro)
             if failure is not None:
                 raise failure
             self._show(seeding.repro_diff(saved, record, args.diff, "this kernel"))
@@ -72,7 +79,7 @@ class ReproMagics(GuardMagics):
             except OSError as error:
                 failure = usage_error(
                     ValueError(f"cannot write {args.save!r}: {error.strerror or error}"),
-                    REPRO_USAGE,
+                    self.repro,
                 )
             if failure is not None:
                 raise failure
@@ -83,11 +90,11 @@ class ReproMagics(GuardMagics):
         self._show(record, record.to_text(verbose=args.verbose))
 
     def _parse(self, line: str) -> Any:
-        args = parse_line(self.repro, line, REPRO_USAGE)
+        args = parse_line(self.repro, line)
         args.diff, args.save = _path(args.diff), _path(args.save)
         if args.diff is not None and (args.save is not None or args.json):
             raise usage_error(
-                ValueError("--diff cannot be combined with --save or --json"), REPRO_USAGE
+                ValueError("--diff cannot be combined with --save or --json"), self.repro
             )
         return args
 

@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING, Callable, Optional
 from IPython.core.magic import line_magic, magics_class
 from IPython.core.magic_arguments import argument, magic_arguments
 
-from .base import GuardMagics, parse_line, usage_error
+from .base import GuardMagics, help_format, parse_line, usage_error
 
 if TYPE_CHECKING:
     from IPython.core.interactiveshell import InteractiveShell
@@ -16,10 +16,38 @@ if TYPE_CHECKING:
     from ...seeding import SeedReport
     from ..registration import Registration
 
-SEED_ALL_USAGE = (
-    "%seed_all [SEED] [--deterministic] [--warn-only] [--strict] "
-    "[--every-cell | --no-every-cell] [-v]"
-)
+REFERENCE = """\
+Examples:
+
+```text
+%seed_all 42                    # seed everything with 42
+%seed_all                       # draw a seed from the OS and print it
+%seed_all 42 --deterministic    # and use deterministic algorithms
+%seed_all 42 --strict           # deterministic, and full float32 math (TF32 off)
+%seed_all 42 --every-cell       # reseed before each cell from (42, its code)
+%seed_all 5                     # ...then reseed each cell from 5 instead
+%seed_all --no-every-cell       # stop per-cell reseeding
+%seed_all 42 -v                 # the full report
+```
+
+It prints one line of what was seeded and what was not; a warning that needs action gets
+a line of its own. `-v` prints the full report: what each random number generator was
+seeded with, the flags and environment variables set, the precision settings, and notes.
+
+- `--warn-only`: deterministic mode that warns instead of raising on an operation with no
+  deterministic implementation (implies `--deterministic`).
+- `--strict`: deterministic mode with full float32 matrix multiplications, convolutions
+  and RNNs (TF32 off on GPUs, no bfloat16 in oneDNN on the CPU; restored when
+  deterministic mode is switched off; implies `--deterministic`).
+- `--every-cell`: reseed before every cell from (seed, the cell's code): a cell draws the
+  same numbers each run, whatever ran before it (a training cell rerun per epoch repeats
+  its shuffle; an edit, whitespace too, gives new draws). A later `%seed_all SEED` takes
+  over as the base.
+
+`torch.manual_seed` already seeds every CUDA device; seeding before or after CUDA starts
+both work. For DataLoader workers use `colab_gpu_guard.seed_worker` and
+`colab_gpu_guard.dataloader_generator()`.
+"""
 
 
 @magics_class
@@ -51,71 +79,34 @@ class SeedMagics(GuardMagics):
         self.registration.add_cleanup(self._stop_every_cell)
 
     @magic_arguments()
+    @help_format()
     @argument(
-        "seed",
-        nargs="?",
-        default=None,
-        help="integer 0..4294967295; omitted: a fresh seed is drawn and printed",
+        "seed", nargs="?", default=None, metavar="SEED", help="0 to 4294967295; none: draw one"
     )
     @argument(
         "--deterministic",
         action="store_true",
-        help="also switch on deterministic algorithms (torch, cuDNN, cuBLAS, TF)",
+        help="also use deterministic algorithms (torch, cuDNN, cuBLAS, TF)",
     )
     @argument(
-        "--warn-only",
-        action="store_true",
-        help="deterministic mode that warns instead of raising on ops without a "
-        "deterministic implementation (implies --deterministic)",
+        "--warn-only", action="store_true", help="like --deterministic, but warn instead of raising"
     )
     @argument(
-        "--strict",
-        action="store_true",
-        help="deterministic mode with full fp32 matmuls, convolutions and RNNs (TF32 off "
-        "on GPUs, no bf16 in oneDNN on the CPU; restored when deterministic mode is "
-        "switched off; implies --deterministic)",
+        "--strict", action="store_true", help="deterministic, and full float32 math (no TF32)"
     )
     @argument(
-        "--every-cell",
-        action="store_true",
-        help="reseed before every cell from (seed, cell source): a cell draws the same "
-        "numbers each run, whatever ran before it (a training cell rerun per epoch repeats "
-        "its shuffle; an edit, whitespace too, gives new draws); a later %%seed_all SEED "
-        "takes over",
+        "--every-cell", action="store_true", help="reseed before every cell from (SEED, its code)"
     )
-    @argument(
-        "--no-every-cell",
-        action="store_true",
-        help="stop reseeding before every cell",
-    )
-    @argument(
-        "-v",
-        "--verbose",
-        action="store_true",
-        help="print the full report (what each RNG was seeded with, the flags and env "
-        "vars set, the precision settings, notes) instead of one line",
-    )
+    @argument("--no-every-cell", action="store_true", help="stop reseeding before every cell")
+    @argument("-v", "--verbose", action="store_true", help="the full report instead of one line")
     @line_magic
     def seed_all(self, line: str = "") -> None:
-        """Seed Python random, NumPy, PyTorch (CPU and every CUDA device) and any
-        TensorFlow/CuPy already imported, then print in one line what was seeded and
-        what was not (warnings that need action on lines of their own; the full report
-        with -v).
+        """Seed Python, NumPy, torch (CPU and every GPU) and CuPy/TensorFlow if imported.
 
-        Examples::
+        Prints one line: what was seeded and what was not (-v: the full report).
 
-          %seed_all 42                    # seed everything with 42
-          %seed_all                       # draw a seed from the OS and print it
-          %seed_all 42 --deterministic    # and use deterministic algorithms
-          %seed_all 42 --strict           # deterministic, and full fp32 (TF32 off)
-          %seed_all 42 --every-cell       # reseed before each cell from (42, its source)
-          %seed_all 5                     # ...then reseed each cell from 5 instead
-          %seed_all --no-every-cell       # stop per-cell reseeding
-          %seed_all 42 -v                 # the full report
-
-        `torch.manual_seed` already seeds every CUDA device; seeding before or after CUDA
-        starts both work. For DataLoader workers use `colab_gpu_guard.seed_worker` and
-        `colab_gpu_guard.dataloader_generator()`.
+        Example: %seed_all 42 --deterministic
+        More (each option, DataLoader workers): docs/reference.md
         """
         from ... import seeding
 
@@ -144,18 +135,18 @@ class SeedMagics(GuardMagics):
     def _parse(self, line: str) -> argparse.Namespace:
         from ... import seeding
 
-        args = parse_line(self.seed_all, line, SEED_ALL_USAGE)
+        args = parse_line(self.seed_all, line)
         if args.every_cell and args.no_every_cell:
             raise usage_error(
                 ValueError("--every-cell and --no-every-cell contradict each other: give one"),
-                SEED_ALL_USAGE,
+                self.seed_all,
             )
         failure = None
         if args.seed is not None:
             try:
                 args.seed = seeding.validate_seed(args.seed)
             except (TypeError, ValueError) as error:
-                failure = usage_error(error, SEED_ALL_USAGE)
+                failure = usage_error(error, self.seed_all)
         if failure is not None:
             raise failure  # outside the handler: no internal exception chained to it
         return args

@@ -5,20 +5,41 @@ from __future__ import annotations
 from IPython.core.magic import line_magic, magics_class
 from IPython.core.magic_arguments import argument, magic_arguments
 
-from .base import GuardMagics, parse_line
+from .base import GuardMagics, help_format, parse_line
 
-GPU_STATUS_USAGE = "%gpu_status [--json] [--processes] [--history] [--no-leftovers]"
+REFERENCE = """\
+Examples:
+
+```text
+%gpu_status                  # HTML in notebooks, text in terminals
+%gpu_status --processes      # every process on each GPU
+%gpu_status --history        # plus the per-cell memory history
+%gpu_status --json           # JSON (schema: colab_gpu_guard.status.json_schema())
+```
+
+What it shows: the driver, CUDA driver and NVML versions; per GPU its name, UUID, PCI bus
+id, memory (used / reserved by the driver / total / free), utilisation, temperature,
+power, compute mode, MIG instances and ECC; the processes using it (this kernel marked;
+by default the 5 using the most memory, and this kernel); this kernel's allocated and
+reserved memory per device beside what NVML charges to it (the difference is the CUDA
+context and other libraries); whether this process's CUDA context is usable; torch and
+CUDA runtime versions; host RAM; the biggest arrays still held between runs. It works
+without a GPU (it says so).
+
+The same snapshot from code: `colab_gpu_guard.gpu_status()`; from a terminal:
+`python -m colab_gpu_guard status [--json] [--watch SECONDS]`.
+"""
 
 
 @magics_class
 class StatusMagics(GuardMagics):
     @magic_arguments()
+    @help_format()
     @argument("--json", action="store_true", help="print the snapshot as JSON instead")
     @argument(
         "--processes",
         action="store_true",
-        help="list every process on each GPU (default: the 5 using the most memory, "
-        "and this kernel)",
+        help="list every process on each GPU (default: the top 5)",
     )
     @argument("--history", action="store_true", help="add the per-cell memory history")
     @argument(
@@ -29,29 +50,16 @@ class StatusMagics(GuardMagics):
     )
     @line_magic
     def gpu_status(self, line: str = "") -> None:
-        """Show one snapshot of the GPU: NVML's view beside this kernel's allocator.
+        """Show the GPU now: its memory as NVML sees it (used by this kernel, by other
+        processes, free), what this kernel's tensors hold, and the biggest arrays still
+        held between runs. Works without a GPU (it says so).
 
-        Driver, CUDA driver and NVML versions; per GPU its name, UUID, PCI bus id, memory
-        (used / reserved by the driver / total / free), utilisation, temperature, power,
-        compute mode, MIG instances and ECC; the processes using it (this kernel marked);
-        this kernel's allocated and reserved bytes per device beside what NVML charges to
-        it (the difference is the CUDA context and other libraries); the CUDA context's
-        health; torch and CUDA runtime versions; host RAM; the biggest arrays still held
-        between runs. Works without a GPU (it says so).
-
-        Examples::
-
-          %gpu_status                  # HTML in notebooks, text in terminals
-          %gpu_status --processes      # every process on each GPU
-          %gpu_status --history        # plus the per-cell memory history
-          %gpu_status --json           # JSON (schema: colab_gpu_guard.status.json_schema())
-
-        The same snapshot from code: ``colab_gpu_guard.gpu_status()``; from a terminal:
-        ``python -m colab_gpu_guard status [--json] [--watch SECONDS]``.
+        Example: %gpu_status --processes
+        More (every line it shows, the terminal command): docs/reference.md
         """
         from ... import notebook_refs, status
 
-        args = parse_line(self.gpu_status, line, GPU_STATUS_USAGE)
+        args = parse_line(self.gpu_status, line)
         snapshot = status.gpu_status(
             leftovers=args.leftovers,
             history=args.history,

@@ -2,9 +2,6 @@
 leftovers and per-cell history, with buttons, in core ipywidgets only (Colab renders it
 without a custom widget manager; ipywidgets 7.7.1 and 8). One panel per kernel; it
 refreshes after every cell while open, and with ``--live`` also while a cell runs.
-
-`GpuPanel` is composed of a view (view.py), a refresher (refresh.py), the live GPU lines
-(live.py, ticker.py), its buttons (actions.py) and its event hooks (hooks.py).
 """
 
 from __future__ import annotations
@@ -76,8 +73,9 @@ class GpuPanel(widgets.VBox):
     `live_every(seconds)` its GPU lines also update while a cell runs.
 
     Its widgets, for code and tests, are the view's `PARTS` (``panel.header``). It is
-    composed of ``view``, ``refresher``, ``live_lines``, ``clicks`` (what the buttons do)
-    and ``hooks`` (the cell events it follows).
+    composed of ``view`` (view.py), ``refresher`` (refresh.py), ``live_lines`` (the live
+    GPU lines: live.py, ticker.py), ``clicks`` (what the buttons do: actions.py) and
+    ``hooks`` (the cell events it follows: hooks.py).
     """
 
     def __init__(

@@ -1,10 +1,5 @@
 """The panel's view: its core ipywidgets tree (`PanelParts`) and how a snapshot is drawn
 into it (`PanelView`), writing only the values that changed.
-
-Collapsed, the panel is a header, one line per GPU, a row of buttons and section toggles,
-and one line of what matters now (or of the last action); a section opens under them when
-its toggle is pressed, and stays open across refreshes (the toggle's value lives in the
-kernel).
 """
 
 from __future__ import annotations
@@ -69,7 +64,12 @@ def panel_layout() -> widgets.Layout:
 
 class PanelParts:
     """The panel's widgets: ``children`` are the panel box's, in order. The Leftovers
-    section writes through `write` and `show` (the view's)."""
+    section writes through `write` and `show` (the view's).
+
+    Collapsed, the panel is a header, one line per GPU, a row of buttons and section
+    toggles, and one line of what matters now (or of the last action); a section opens
+    under them when its toggle is pressed, and stays open across refreshes (the toggle's
+    value lives in the kernel)."""
 
     def __init__(self, write: Write, show: Show) -> None:
         self.header = _html_part("header")

@@ -1,0 +1,104 @@
+"""Each `%magic?` fits a screen, in plain words, and its usage line is the same in its help,
+in its error messages and in docs/reference.md: one source, `usage_lines()`."""
+
+from __future__ import annotations
+
+import pytest
+from IPython.core.error import UsageError
+from IPython.utils.capture import capture_output
+
+from colab_gpu_guard import units
+from colab_gpu_guard.ipython.magics import line_magics, usage_lines
+from tools import magic_reference
+
+SCREEN = 25  # lines: the most `%magic?` may print
+WIDTH = 100  # characters a line
+
+# A line each magic refuses (besides an unknown option), and what its error says.
+BAD_INPUT = {
+    "seed_all": ("-7", "seed must be an integer"),
+    "repro": ("--diff a.json --json", "--diff cannot be combined"),
+    "gpu_status": ("extra", "unrecognized arguments: extra"),
+    "gpu_advice": ("maybe", "expected 'on' or 'off', got 'maybe'"),
+    "gpu_panel": ("--live fast", "--live takes seconds or off"),
+    "gpu_history": ("--limit -1", "--limit must be 0 or more"),
+    "gpu_reset": ("1x", "not a variable name: '1x'"),
+}
+NAMES = list(usage_lines())
+
+
+def test_every_magic_is_covered():
+    assert sorted(BAD_INPUT) == sorted(NAMES)
+
+
+def pager_text(ip, name: str) -> str:
+    """What `%name?` prints in a real IPython shell."""
+    with capture_output() as captured:
+        result = ip.run_cell(f"%{name}?")
+    assert result.success
+    return captured.stdout
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_help_fits_a_screen(ip, name):
+    text = pager_text(ip, name)
+    lines = text.rstrip("\n").splitlines()
+    assert len(lines) <= SCREEN, text
+    assert max(len(line) for line in lines) <= WIDTH, text
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_help_is_usage_options_one_example_and_the_reference(ip, name):
+    text = pager_text(ip, name)
+    assert f"\n  {usage_lines()[name]}\n" in text  # the usage line, as `::` code
+    examples = [line for line in text.splitlines() if line.startswith("Example")]
+    assert len(examples) == 1 and examples[0].startswith(f"Example: %{name}"), text
+    assert "docs/reference.md" in text
+    # one line per option: each option's help follows it on its line
+    parser = line_magics()[name].parser
+    for action in parser._actions:
+        names = action.option_strings or [action.metavar or action.dest]
+        line = next(line for line in text.splitlines() if line.startswith(f"  {names[0]}"))
+        assert action.help and line.rstrip().endswith(action.help), line
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_help_uses_no_jargon(ip, name):
+    assert units.jargon_in(pager_text(ip, name)) == []
+
+
+@pytest.mark.parametrize("name", NAMES)
+@pytest.mark.parametrize("kind", ["unknown option", "bad value"])
+def test_errors_end_with_the_helps_usage_line(ip, name, kind):
+    line, message = ("--bogus", "unrecognized arguments: --bogus")
+    if name == "gpu_advice":  # it says what it takes, whatever it got
+        message = "expected 'on' or 'off', got '--bogus'"
+    if kind == "bad value":
+        line, message = BAD_INPUT[name]
+    with pytest.raises(UsageError) as raised:
+        ip.run_line_magic(name, line)
+    text = str(raised.value)
+    assert message in text
+    assert text.endswith(f"\nUsage: {usage_lines()[name]}"), text
+    assert f"\n  {usage_lines()[name]}\n" in ip.find_line_magic(name).__doc__
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_the_reference_shows_the_help_and_the_usage_line(name):
+    reference = magic_reference.REFERENCE_MD.read_text(encoding="utf-8")
+    help_text = magic_reference.help_text(line_magics()[name])
+    assert help_text.startswith(usage_lines()[name] + "\n")
+    assert f"## `%{name}`\n\n```text\n{help_text}\n```\n" in reference
+
+
+def test_the_reference_is_up_to_date():
+    reference = magic_reference.REFERENCE_MD.read_text(encoding="utf-8")
+    assert reference == magic_reference.reference(), "run: python tools/magic_reference.py"
+    assert magic_reference.main(["--check"]) == 0
+
+
+def test_the_glossary_is_in_the_reference_and_uses_no_jargon():
+    reference = magic_reference.REFERENCE_MD.read_text(encoding="utf-8")
+    for term, meaning in magic_reference.GLOSSARY:
+        assert f"- **{term}**: {meaning}" in reference
+        assert units.jargon_in(f"{term} {meaning}") == [], term

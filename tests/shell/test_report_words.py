@@ -1,0 +1,101 @@
+"""The default reports a notebook user reads after a training loop that leaks (issue 30,
+"reports in the user's words"): `%gpu_status`, the printed `find_leftovers()` and
+`%gpu_history`, run as magics and cells in the real IPython shell, use no word of
+`units.JARGON`, in their text and in their HTML; a tensor held by one variable is listed
+once; the LEAK lines name the holders by the names the user types."""
+
+from __future__ import annotations
+
+import html
+import re
+
+import pytest
+from IPython.utils.capture import capture_output
+
+from colab_gpu_guard.units import jargon_in
+
+pytest.importorskip("torch")
+
+STEP = "loss_w = model_w(torch.randn(2000, 1000)).pow(2).mean()\nlosses_w.append(loss_w)"
+OUTPUT = "torch.ones(2_000_000)"  # rerun: each run's result stays in Out[N]
+
+
+def page_text(page: str) -> str:
+    """An HTML report as the reader sees it (class names and tags are not read)."""
+    return html.unescape(re.sub(r"<[^>]+>", " ", page))
+
+
+@pytest.fixture
+def leaky(shell, run_cell):
+    """A notebook whose loss list keeps each run's autograd graph (rerun three times), whose
+    output history keeps a tensor per run, and a tensor held by one variable only."""
+    run_cell(
+        "model_w = torch.nn.Linear(1000, 1000)\nlosses_w = []\nonly_w = torch.ones(300_000)\n"
+        "from colab_gpu_guard import find_leftovers"
+    )
+    with capture_output():
+        steps = [run_cell(STEP).execution_count for _ in range(3)]
+        outputs = [run_cell(OUTPUT).execution_count for _ in range(3)]
+    return shell, steps, outputs
+
+
+def shown(shell, line: str, kind: str = "text/plain") -> str:
+    """What running `line` shows: its printed text and each display's `kind` (a magic
+    displays its report as text and HTML, for the front end to choose)."""
+    with capture_output() as captured:
+        shell.run_cell(line, store_history=False)
+    displayed = [output.data[kind] for output in captured.outputs if kind in output.data]
+    return captured.stdout + "".join(displayed)
+
+
+def test_gpu_status_speaks_plainly_and_lists_a_tensor_once(leaky):
+    shell, _, outputs = leaky
+    text = shown(shell, "%gpu_status")
+    assert "leftovers: " in text and "by what holds them" in text, text
+    assert jargon_in(text) == [], text
+    # one variable, one tensor: one line (not a holder's line and then its member's)
+    assert len(re.findall(r"\bonly_w\b", text)) == 1, text
+    assert f"Out[{outputs[-2]}]" in text and "%gpu_reset releases" in text
+    assert "to free: `del name` for your own variables" in text
+    with_history = shown(shell, "%gpu_status --history")
+    assert "LEAK: rerun of [" in with_history and jargon_in(with_history) == [], with_history
+
+
+def test_the_printed_leftovers_speak_plainly_and_list_a_tensor_once(leaky):
+    shell, _, outputs = leaky
+    text = shown(shell, "print(find_leftovers())")
+    assert text.startswith("leftovers: ") and jargon_in(text) == [], text
+    assert len(re.findall(r"\bonly_w\b", text)) == 1, text
+    # the loss list is named by its variable, with what to do about its graphs
+    assert "  losses_w  list: " in text and "fix: .item()" in text, text
+    # an output kept in the history: one line, that tensor's, marked for %gpu_reset
+    (out_line,) = [line for line in text.splitlines() if f"  Out[{outputs[0]}]  " in line]
+    assert "(output history)" in out_line and out_line.endswith("[%gpu_reset releases it]")
+    shell.run_cell("_leftovers_page = find_leftovers()._repr_html_()", store_history=False)
+    page = shell.user_ns.pop("_leftovers_page")
+    assert jargon_in(page_text(page)) == [], page_text(page)
+    assert page.count("<code>only_w</code>") == 1 and "only_w</td>" not in page
+
+
+def test_the_status_html_speaks_plainly(leaky):
+    page = shown(leaky[0], "%gpu_status", "text/html")
+    assert "by what holds them" in page
+    assert jargon_in(page_text(page)) == [], page_text(page)
+    assert page.count("<code>only_w</code>") == 1
+
+
+def test_gpu_history_names_the_holders_and_what_to_do(leaky):
+    shell, steps, outputs = leaky
+    text = shown(shell, "%gpu_history")
+    assert jargon_in(text) == [], text
+    leaks = {
+        int(cell): line for cell, line in re.findall(r"^\[(\d+)\]\s.*?(LEAK: .*)$", text, re.M)
+    }
+    for previous, cell in zip(steps, steps[1:]):
+        assert leaks[cell].startswith(f"LEAK: rerun of [{previous}] kept +"), text
+        assert "held by `losses_w` (grew by 1 autograd graph" in leaks[cell]
+        assert "fix: .item() for a loss you only log" in leaks[cell]
+    for previous, cell in zip(outputs, outputs[1:]):
+        assert leaks[cell].endswith(
+            f"held by `Out[{previous}]` (output history: %gpu_reset releases it)"
+        ), text
