@@ -166,7 +166,9 @@ def format_history(history: list[CellMemory], limit: Optional[int] = None) -> st
     title = f"memory history: {len(history)} cell(s)"
     if not cuda:
         title += (
-            " (no torch CUDA figures recorded)" if nvml else " (no GPU figures: host memory only)"
+            " (no torch CUDA figures recorded)"
+            if nvml
+            else " (no GPU figures: host RSS is the whole kernel process's memory)"
         )
     if leaks:
         cells = ", ".join(f"[{record.cell}]" for record in leaks)

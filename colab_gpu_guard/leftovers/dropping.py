@@ -57,12 +57,15 @@ def forget_weakrefs(scan: Scan) -> None:
     scan.walker.found.keep_refs = False
 
 
-def nbytes(scan: Scan, keys: set) -> int:
-    """The bytes of these blocks (storage keys), each counted once."""
+def nbytes(scan: Scan, keys: set, device: Optional[str] = None) -> int:
+    """The bytes of these blocks (storage keys), each counted once: those a name reaches and
+    those only an autograd graph saved; only those on `device` ("cpu") where given."""
     if not keys:
         return 0
     found = scan.walker.found
     chosen = list(map(keys.__contains__, found.keys))
+    if device is not None:
+        chosen = [wanted and on == device for wanted, on in zip(chosen, found.devices)]
     sizes = dict(
         zip(
             itertools.compress(found.keys, chosen),
@@ -70,7 +73,7 @@ def nbytes(scan: Scan, keys: set) -> int:
         )
     )
     for key, saved in scan.walker.graphs.saved.items():
-        if key in keys:
+        if key in keys and (device is None or saved.info.device == device):
             sizes.setdefault(key, saved.info.storage_nbytes)
     return sum(sizes.values())
 

@@ -214,9 +214,7 @@ def _host_beyond_note(report: ReleaseReport, found: Scan, gone: set) -> None:
     if report.host_line() is None:  # no fall worth a line, or no malloc figures
         return
     before, after = report.host_in_use_before or 0, report.host_in_use_after or 0
-    devices = found.walker.found.devices
-    on_host = {key for key, device in zip(found.keys, devices) if key in gone and device == "cpu"}
-    beyond = (before - after) - dropping.nbytes(found, on_host)
+    beyond = (before - after) - dropping.nbytes(found, gone, "cpu")
     if beyond >= HOST_LINE_MIN:
         report.notes.append(
             f"host memory in use fell by {format_bytes(before - after)}, "

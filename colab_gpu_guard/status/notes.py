@@ -36,7 +36,8 @@ def status_notes(
     elif torch_info.health == cuda_health.FORKED:
         notes.append(cuda_health.FORKED_DETAIL)
     if torch_info.cpu_only:
-        notes.append(f"torch {torch_info.version} is a CPU-only build: it cannot use a GPU")
+        if view.devices:  # without a GPU, the torch line says "CPU-only build" already
+            notes.append(f"torch {torch_info.version} is a CPU-only build: it cannot use a GPU")
     elif torch_info.health == cuda_health.FORKED:
         pass  # said above: CUDA cannot start in this process at all
     elif torch_info.cuda_runtime is not None and not torch_info.cuda_initialized:

@@ -170,8 +170,11 @@ def test_torch_versions_as_imported(fake):
     snap = gpu_status(leftovers=False)
     assert snap.torch.version == torch.__version__
     assert snap.torch.cuda_runtime == torch.version.cuda
-    if torch.version.cuda is None:
-        assert any("CPU-only build" in note for note in snap.notes)
+    if torch.version.cuda is None:  # said once, on the torch line: no GPU to use anyway
+        assert snap.torch.cpu_only and not any("CPU-only build" in note for note in snap.notes)
+        fake(fake_pynvml.one_gpu())  # a GPU it cannot use: then a note says so
+        with_gpu = gpu_status(leftovers=False)
+        assert any("is a CPU-only build: it cannot use a GPU" in n for n in with_gpu.notes)
     assert snap.torch.health == cuda_health.health().state
 
 
@@ -185,7 +188,7 @@ def test_the_torch_build_line_says_what_the_build_can_use(fake, monkeypatch):
     monkeypatch.setattr(torch.version, "hip", None, raising=False)
     text = gpu_status(leftovers=False).to_text()
     assert f"torch {torch.__version__} | CPU-only build: no CUDA\n" in text
-    assert "CUDA context" not in text and "is a CPU-only build: it cannot use a GPU" in text
+    assert "CUDA context" not in text and text.count("CPU-only") == 1  # no GPU: said once
     monkeypatch.setattr(torch.version, "hip", "6.2.41133")
     snap = gpu_status(leftovers=False)
     assert not snap.torch.cpu_only and snap.torch.hip_runtime == "6.2.41133"

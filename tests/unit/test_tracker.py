@@ -380,7 +380,9 @@ def test_no_nvml_means_none_and_sampling_stops(monkeypatch):
     assert sampled._nvml.available is False
     text = format_history(sampled.history())
     assert "NVML" not in text  # no column of dashes for a figure nobody has
-    assert text.startswith("memory history: 3 cell(s) (no GPU figures: host memory only)")
+    assert text.startswith(
+        "memory history: 3 cell(s) (no GPU figures: host RSS is the whole kernel process's memory)"
+    )
     sampled.close()
 
 
