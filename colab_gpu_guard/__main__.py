@@ -16,7 +16,7 @@ import sys
 import time
 from typing import Callable, Optional, Sequence, TextIO
 
-from .units import unavailable
+from .units import escape_text, unavailable
 
 PROG = "python -m colab_gpu_guard"
 
@@ -154,7 +154,7 @@ def run_repro(args: argparse.Namespace, out: Optional[TextIO] = None) -> int:
         try:
             saved = seeding.read_record(args.diff)
         except ValueError as error:
-            sys.stderr.write(f"{PROG} repro: error: {error}\n")
+            sys.stderr.write(escape_text(f"{PROG} repro: error: {error}") + "\n")
             return 2
         # Compare what this machine decides (versions, GPUs, env, ranks) as if the saved
         # program ran here with its own seeds and flags.
@@ -220,7 +220,8 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
             pass
         return 0
     except Exception as error:  # the CLI's edge: any failure in one line, no traceback
-        sys.stderr.write(unavailable(error, f"{PROG} {args.command}: error").reason + "\n")
+        reason = unavailable(error, f"{PROG} {args.command}: error").reason
+        sys.stderr.write(escape_text(reason) + "\n")  # one line, whatever the error says
         return 1
 
 

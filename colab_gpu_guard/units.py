@@ -1,9 +1,10 @@
-"""How sizes, versions and the few shared labels are written in every report and view."""
+"""How sizes, versions and the few shared labels are written in every report and view, and
+how a text view escapes what it did not write (`escape_text`)."""
 
 from __future__ import annotations
 
 import re
-from typing import NamedTuple, Optional
+from typing import Iterable, NamedTuple, Optional
 
 NA = "n/a"
 
@@ -54,6 +55,42 @@ def cuda_version_text(version: Optional[int]) -> Optional[str]:
         return None
     version = int(version)
     return f"{version // 1000}.{(version % 1000) // 10}"
+
+
+# Text escaping for terminals. A name the package did not write (a variable, an NVML process
+# or GPU name, a hostname, a saved record's field) may hold control characters: on a shared
+# GPU host another user chooses a process's name, and an ESC sequence in it retitles the
+# terminal or clears the screen, a newline fakes a table row, a bidi override reorders what
+# follows. Every text view shows them escaped (JSON escapes them its own way): C0,
+# DEL, C1, the Unicode line/paragraph separators and the bidi controls (Unicode's
+# Bidi_Control: U+061C, U+200E/F, U+202A-U+202E, U+2066-U+2069). Printable text, non-ASCII
+# names included ('модель', '重み'), is unchanged.
+_CONTROL = re.compile(
+    "[\x00-\x1f\x7f-\x9f\u061c\u200e\u200f\u2028\u2029\u202a-\u202e\u2066-\u2069]"
+)
+_NAMED_CONTROLS = {"\n": "\\n", "\r": "\\r", "\t": "\\t"}
+
+
+def _escaped(match: re.Match) -> str:
+    char = match.group(0)
+    named = _NAMED_CONTROLS.get(char)
+    if named is not None:
+        return named
+    code = ord(char)
+    return f"\\x{code:02x}" if code < 0x100 else f"\\u{code:04x}"
+
+
+def escape_text(text: str) -> str:
+    """`text` safe for a terminal: every control character shown as its escape ('\\x1b',
+    '\\n', '\\u202e'), everything else unchanged. Idempotent (what it writes is printable),
+    so a line built from escaped parts may be escaped again at the view's edge."""
+    return _CONTROL.sub(_escaped, text)
+
+
+def escape_lines(lines: Iterable[str]) -> str:
+    """A text view's `lines`, each escaped (`escape_text`), one per line: a name inside a
+    line can neither end it nor start another."""
+    return "\n".join(map(escape_text, lines))
 
 
 class Unavailable(NamedTuple):

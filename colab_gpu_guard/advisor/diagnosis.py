@@ -13,6 +13,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Any, Optional
 
 from .. import notebook_refs
+from ..units import escape_lines
 from .fixes import BUILDERS
 from .kinds import STICKY_ERROR, TITLES
 from .recognise import child_process, first_line, recognise
@@ -55,7 +56,7 @@ class Diagnosis:
         for note in self.notes:
             lines.append(f"Note: {note}")
         lines.append("(%gpu_advice off turns these notes off)")
-        return "\n".join(lines)
+        return escape_lines(lines)  # process names, a child's message: escaped
 
     def _repr_pretty_(self, printer: Any, cycle: bool) -> None:
         printer.text(str(self))

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Optional
 
-from ..units import OUTPUT_HISTORY, format_bytes, signed_bytes
+from ..units import OUTPUT_HISTORY, escape_lines, escape_text, format_bytes, signed_bytes
 from .rerun_holders import EXCEPTIONS, GRAPHS, IN_CYCLE, LAST_ERROR, OUTPUT, TRACEBACK, Holder
 
 if TYPE_CHECKING:
@@ -99,7 +99,8 @@ def leak_text(record: CellMemory) -> str:
     per_device = record.leaks or ((record.leak_kind, record.leak_bytes),)
     kept = ", ".join(f"{signed_bytes(amount)} on {device}" for device, amount in per_device)
     text = f"LEAK: rerun of [{record.rerun_of}] kept {kept} again"
-    return text + (f"; held by {record.held_by}" if record.held_by else "")
+    # the holders' names are the notebook's (or a JSON file's): escaped for every text view
+    return escape_text(text + (f"; held by {record.held_by}" if record.held_by else ""))
 
 
 def _nvml_header(history: list[CellMemory]) -> str:
@@ -176,4 +177,4 @@ def format_history(history: list[CellMemory], limit: Optional[int] = None) -> st
     footer = []
     if any(record.devices and record.peak_bound for record in history):
         footer.append(PEAK_BOUND_NOTE)
-    return "\n".join([title, *lines, *footer])
+    return escape_lines([title, *lines, *footer])

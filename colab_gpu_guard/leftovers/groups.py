@@ -8,7 +8,14 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any, NamedTuple, Optional
 
-from ..units import OUTPUT_HISTORY, TRACEBACK_FRAME, USER_VARIABLE, format_bytes
+from ..units import (
+    OUTPUT_HISTORY,
+    TRACEBACK_FRAME,
+    USER_VARIABLE,
+    escape_lines,
+    escape_text,
+    format_bytes,
+)
 from .html import advice_html, groups_html
 from .naming import listed_names
 from .records import Leftover
@@ -174,16 +181,18 @@ class LeftoverGroup:
         single = self.single
         if single is not None and entries:
             shares = f"  {self.shares_text()}" if self.shares else ""
-            return [f"{single}{shares}{self.mark}"]
+            return [escape_text(f"{single}{shares}{self.mark}")]
         lines = [str(self)]
         lines += [f"    {entry}" for entry in self.entries[:entries]]
         more = self.count - min(len(self.entries), entries)
         if more > 0 and self.count > 1:
-            lines.append(f"    ... {more:,} more in {self.name}")
+            lines.append(escape_text(f"    ... {more:,} more in {self.name}"))
         return lines
 
     def __str__(self) -> str:
-        return f"{format_bytes(self.nbytes):>10}  {self.name}  {self.describe()}{self.mark}"
+        """The group's line, its names (the notebook's) escaped (`units.escape_text`)."""
+        text = f"{format_bytes(self.nbytes):>10}  {self.name}  {self.describe()}{self.mark}"
+        return escape_text(text)
 
     def to_dict(self) -> dict[str, Any]:
         from ..serialize import to_data
@@ -265,7 +274,7 @@ class LeftoverGroups:
         lines = [self.heading()] + [f"  {line}" for line in self.lines()]
         advice = self.advice()
         lines += [f"  {advice}"] if advice else []
-        return "\n".join(lines + [f"  note: {note}" for note in self.notes])
+        return escape_lines(lines + [f"  note: {note}" for note in self.notes])
 
     def _repr_pretty_(self, printer, cycle) -> None:
         printer.text(str(self) if not cycle else "LeftoverGroups(...)")

@@ -8,7 +8,7 @@ import itertools
 from dataclasses import asdict
 from typing import Any, Callable, Optional
 
-from ..units import USER_VARIABLE
+from ..units import USER_VARIABLE, escape_lines
 from .groups import Blocks as GroupColumns
 from .groups import LeftoverGroups, group_leftovers
 from .html import advice_html, groups_html, leftovers_html, notes_html
@@ -184,7 +184,7 @@ class LeftoverList(collections.abc.Sequence):
             lines += [f"  {advice}"] if advice else []
         lines += [f"  {gap}" for gap in self.gaps]
         lines += [f"  note: {note}" for note in self.notes]
-        return "\n".join(lines)
+        return escape_lines(lines)  # variable names are the notebook's: escaped
 
     def __repr__(self) -> str:
         return f"LeftoverList({list(self)!r})"

@@ -9,7 +9,7 @@ from typing import Any, Optional
 
 from ..frameworks.base import ArrayInfo
 from ..frameworks.torch_arrays import SPARSE_CALLS
-from ..units import HOLDERS, format_bytes
+from ..units import HOLDERS, escape_text, format_bytes
 from .graphs import Graph
 
 
@@ -61,7 +61,7 @@ class Leftover:
         view = self.view_text()
         if view:
             text += f"  {view}"
-        return text
+        return escape_text(text)  # the names are the notebook's: no raw control character
 
     @property
     def unused_nbytes(self) -> int:

@@ -13,7 +13,6 @@ from typing import Any
 from .frames import (
     clear_frames,
     debugger_of,
-    held_exceptions,
     holds_locals,
     is_function_frame,
     is_resumable,
@@ -31,6 +30,7 @@ from .roots import (
     UNDERSCORE,
     VARIABLE,
     RootKey,
+    users_exceptions,
 )
 from .shell import (
     UNDERSCORES,
@@ -198,7 +198,9 @@ def plan_drop(
     plan = DropPlan()
     if shell is not None:
         _plan_output(plan, shell, namespace, holding)
-    exceptions, tracebacks, sources = held_exceptions(shell)
+    # a usage error our own magic raised is not the user's: not listed or counted (the
+    # references to it go with sys.last_* and the cell's result all the same)
+    exceptions, tracebacks, sources = users_exceptions(shell)
     handling = sys.exc_info()[1]
     for exception, source in zip(exceptions, sources):
         if exception is not handling:

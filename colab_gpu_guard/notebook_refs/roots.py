@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import sys
 import types
 from collections.abc import Hashable, Iterator
 from typing import Any, NamedTuple
@@ -113,6 +114,47 @@ def _ours(frame: types.FrameType) -> bool:
 
 _PACKAGE = __name__.partition(".")[0]
 _BOOKKEEPING = (_PACKAGE, "IPython")
+_OUR_MAGICS = f"{_PACKAGE}.ipython."
+
+
+def raised_by_our_magic(exception: BaseException) -> bool:
+    """IPython's ``UsageError`` raised by one of this package's magics (a bad magic line):
+    not the user's error, so never listed, counted or shown as one. Known by its type
+    (IPython is imported wherever one was raised) and the frame that raised it."""
+    error_module = sys.modules.get("IPython.core.error")
+    usage_error = getattr(error_module, "UsageError", None)
+    if not isinstance(usage_error, type) or not issubclass(type(exception), usage_error):
+        return False
+    tb = exception.__traceback__
+    if tb is None:
+        return False
+    while tb.tb_next is not None:
+        tb = tb.tb_next
+    module = tb.tb_frame.f_globals.get("__name__")
+    return type(module) is str and module.startswith(_OUR_MAGICS)
+
+
+def users_exceptions(
+    shell: Any,
+) -> tuple[list[BaseException], list[types.TracebackType], list[str]]:
+    """`held_exceptions`, less the usage errors our own magics raised and their
+    tracebacks (`raised_by_our_magic`): the exceptions the user's code left."""
+    exceptions, tracebacks, sources = held_exceptions(shell)
+    own = [exception for exception in exceptions if raised_by_our_magic(exception)]
+    if not own:
+        return exceptions, tracebacks, sources
+    own_ids = {id(exception) for exception in own}
+    own_tracebacks = {id(exception.__traceback__) for exception in own}
+    kept = [
+        (exception, source)
+        for exception, source in zip(exceptions, sources)
+        if id(exception) not in own_ids
+    ]
+    return (
+        [exception for exception, _source in kept],
+        [tb for tb in tracebacks if id(tb) not in own_tracebacks],
+        [source for _exception, source in kept],
+    )
 
 
 def _frame_roots(frame: types.FrameType, where: str, key: RootKey) -> Iterator[Root]:
@@ -130,7 +172,7 @@ def _frame_roots(frame: types.FrameType, where: str, key: RootKey) -> Iterator[R
 
 
 def _exception_and_debugger_roots(shell: Any) -> Iterator[Root]:
-    exceptions, tracebacks, _sources = held_exceptions(shell)
+    exceptions, tracebacks, _sources = users_exceptions(shell)
     key = RootKey(EXCEPTION)
     for exception in exceptions:
         label = f"<exception {type(exception).__name__}>"

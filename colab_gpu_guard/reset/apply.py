@@ -39,14 +39,15 @@ def gpu_reset(
     framework caches, and report what was freed and what is still held.
 
     names: user variables to delete (only these; none by default).
-    all_vars: instead, delete every user variable that holds accelerator memory (CPU
-        torch/JAX tensors when no accelerator is visible); never combined with names.
+    all_vars: instead, delete every user variable that holds accelerator memory (none
+        on a CPU-only runtime: the report says so); never combined with names.
     dry_run: change nothing; report what would be dropped and about how much would be freed.
     shell: the IPython shell (default: the running one, if any); namespace: the variables'
         dict when there is no shell (default: ``__main__``'s globals).
 
-    Raises ValueError (nothing changed) for an unknown or invalid name, or names with
-    all_vars. See docs/reset.md for the exact steps.
+    Raises ValueError (nothing changed) for an unknown or invalid name, IPython's or
+    Python's own name (``Out``, ``__name__``), or names with all_vars. See docs/reset.md
+    for the exact steps.
     """
     shell, namespace = notebook_refs.resolve_namespace(shell, namespace)
     # gc.collect() in `apply` is the one pass of the cyclic collector over the scan's records

@@ -6,22 +6,25 @@ from __future__ import annotations
 
 import itertools
 from dataclasses import dataclass
-from types import ModuleType
+from functools import partial
+from types import BuiltinFunctionType, FunctionType, MethodType, ModuleType
 from typing import Any, NamedTuple, Optional
 
 from .. import cuda_health, notebook_refs, nvml
 from ..cells import failed_runs, past_leaks
 from ..cells.notebook_leftovers import scan
-from ..frameworks import cupy as cupy_support
 from ..frameworks import torch as torch_support
 from ..frameworks import torch_compile
 from ..leftovers import Scan, dropping
-from ..leftovers.found import ROW_FRAMEWORK
 from ..leftovers.scan import COMPILED_GRAPH
 from ..units import format_bytes
 from .report import DeviceRelease, ReleaseReport
 
 SYNC_TIMEOUT_S = 5.0
+# the device names (`ArrayInfo.device`, before its ":N") whose arrays `--all` deletes: torch's
+# CUDA (ROCm builds too), MPS and XPU; CuPy's; JAX's GPU (cuda, rocm; "gpu" on old JAX),
+# Apple's METAL and TPU backends
+ACCELERATOR_DEVICES = frozenset({"cuda", "rocm", "hip", "gpu", "mps", "xpu", "metal", "tpu"})
 # each leftovers scan: the plan's, and (where the plan's cannot say) what is still held
 SCAN_BUDGET_S = 10.0
 
@@ -87,6 +90,15 @@ def validate(names: tuple, all_vars: object, dry_run: object, namespace: dict, s
     bad = [name for name in names if not isinstance(name, str) or not name.isidentifier()]
     if bad:
         raise ValueError(f"not a variable name: {', '.join(repr(name) for name in bad)}")
+    # `__name__`, `__builtins__`, ...: deleting one breaks the notebook quietly (an
+    # `if __name__ == '__main__':` body no longer runs); never a user's variable to free
+    dunders = [name for name in names if _is_dunder(name)]
+    if dunders:
+        one = len(dunders) == 1
+        raise ValueError(
+            f"{', '.join(dunders)}: Python's own {'name' if one else 'names'}, not "
+            f"{'a variable' if one else 'variables'} of yours (nothing was changed)"
+        )
     unknown = [name for name in names if name not in namespace]
     if unknown:
         raise ValueError(f"no such variable: {', '.join(unknown)} (nothing was changed)")
@@ -131,6 +143,10 @@ def make_plan(
     # expected and released bytes are lower bounds then
     report.notes += found.walker.graphs.notes()
     drop = _plan_drop(found, shell, namespace, names, all_vars)
+    if all_vars and not drop.variables:
+        report.notes.append(report.wording.all_none)
+    if found.complete:
+        _no_array_note(report, namespace, names, found.reach.holding())
     report.dropped = drop.counts()
     report.dropped_names = drop.names()
     dropped = set(drop.roots)
@@ -155,27 +171,24 @@ def make_plan(
     )
 
 
-def _accelerator_visible() -> bool:
-    if torch_support.has_accelerator():
-        return True
-    return cupy_support.loaded() is not None and cupy_support.device_count() > 0
+def holds_accelerator_memory(device: str) -> bool:
+    """Whether an array on `device` (as `ArrayInfo.device` names it) lives in accelerator
+    memory: CUDA/ROCm, MPS or XPU through torch, CuPy, JAX on a GPU (or TPU); a sharded
+    JAX array names its first device. Host memory ("cpu"), "meta" and "unknown" do not."""
+    return device.partition(":")[0].partition("+")[0].lower() in ACCELERATOR_DEVICES
 
 
 def _variables_holding_accelerator_memory(found: Scan) -> list[str]:
-    """``--all``: the user variables reaching arrays on an accelerator (CPU torch/JAX
-    tensors when none is visible; NumPy arrays never count)."""
-    accelerator = _accelerator_visible()
-
-    def counts(device: str, framework: Optional[str]) -> bool:
-        return not device.startswith("cpu") or (not accelerator and framework in ("torch", "jax"))
-
+    """``--all``: the user variables reaching arrays in accelerator memory; none on a
+    CPU-only runtime (host tensors and arrays are deleted only by name)."""
     walker = found.walker
-    frameworks = map(ROW_FRAMEWORK, walker.found.rows)
-    places = list(zip(walker.found.devices, frameworks))
-    wanted = {place for place in set(places) if counts(*place)}
-    keys = set(itertools.compress(found.keys, map(wanted.__contains__, places)))
+    devices = list(walker.found.devices)
+    wanted = {device for device in set(devices) if holds_accelerator_memory(device)}
+    keys = set(itertools.compress(found.keys, map(wanted.__contains__, devices)))
     keys.update(
-        key for key, saved in walker.graphs.saved.items() if counts(saved.info.device, "torch")
+        key
+        for key, saved in walker.graphs.saved.items()
+        if holds_accelerator_memory(saved.info.device)
     )
     chosen = [
         root.key
@@ -206,6 +219,41 @@ def device_figures(torch: Optional[ModuleType]) -> list[DeviceFigures]:
         ]
     except Exception:  # torch's allocator (a framework): no figures is what the report shows
         return []
+
+
+def _is_dunder(name: str) -> bool:
+    return len(name) > 4 and name.startswith("__") and name.endswith("__")
+
+
+def _what_it_is(value: object) -> str:
+    """' (a module)', ' (a function)', ' (a class)': what a name holding no array holds,
+    where that is why (an import, a def); '' otherwise. By its type alone: no attribute
+    of the user's object is read."""
+    kind = type(value)
+    if issubclass(kind, ModuleType):
+        return " (a module)"
+    if issubclass(kind, type):
+        return " (a class)"
+    if issubclass(kind, (FunctionType, BuiltinFunctionType, MethodType, partial)):
+        return " (a function)"
+    return ""
+
+
+def _no_array_note(report: ReleaseReport, namespace: dict, names: tuple, holding) -> None:
+    """The named variables that reach no tensor or array: deleted as asked, freeing
+    nothing; the report says so rather than a bare "freed: 0 B"."""
+    empty = [
+        name for name in names if notebook_refs.RootKey(notebook_refs.VARIABLE, name) not in holding
+    ]
+    if not empty:
+        return
+    shown = ", ".join(f"`{name}`{_what_it_is(namespace.get(name))}" for name in empty)
+    one = len(empty) == 1
+    report.notes.append(
+        report.wording.no_array.format(
+            names=shown, holds="holds" if one else "hold", them="it" if one else "them"
+        )
+    )
 
 
 def _held_elsewhere_notes(report: ReleaseReport, stays: list[tuple]) -> None:

@@ -13,7 +13,7 @@ from ..leftovers import Leftover, LeftoverList
 from ..leftovers.groups import ENTRIES_SHOWN, OWN_KINDS, LeftoverGroups, group_leftovers
 from ..leftovers.html import groups_html
 from ..nvml import INCLUDES_RESERVED, V1
-from ..units import format_bytes
+from ..units import escape_lines, format_bytes
 
 # what the scan searched: a module's globals (an imported module's cache) are not walked
 NONE_NAMED = (
@@ -38,6 +38,8 @@ class Wording(NamedTuple):
     none_held: str
     stays: str  # "`model`: 2.00 MiB of its memory stays: still held by `alias`"
     free_it: str  # "to free it: %gpu_reset x"
+    all_none: str  # --all on a runtime where no variable holds GPU memory
+    no_array: str  # a template over names, holds, them: named variables holding no array
 
 
 # each field of the wording: (a reset done, a plan)
@@ -49,6 +51,15 @@ _WORDS = {
     "none_held": (NONE_NAMED, NONE_WOULD_STAY),
     "stays": ("stays", "would stay"),
     "free_it": ("to free it", "to free that too"),
+    "all_none": tuple(
+        f"--all {verb} no variable: none holds GPU memory (tensors and arrays in host memory "
+        "stay); to delete variables, name them: %gpu_reset NAME ..."
+        for verb in ("deleted", "would delete")
+    ),
+    "no_array": (
+        "{names} held no tensor or array: deleted as asked, which freed no memory",
+        "{names} {holds} no tensor or array: deleting {them} would free no memory",
+    ),
 }
 DONE = Wording(**{name: words[0] for name, words in _WORDS.items()})
 PLANNED = Wording(**{name: words[1] for name, words in _WORDS.items()})
@@ -251,7 +262,7 @@ class ReleaseReport:
                 lines.append(f"  {hint}")
         else:
             lines.append(f"  {words.none_held}")
-        return "\n".join(lines)
+        return escape_lines(lines)  # names in it are the user's: no control character
 
     def __str__(self) -> str:
         return self.to_text()

@@ -179,11 +179,14 @@ def cublas_requirement(torch: ModuleType) -> CublasRequirement:
 
 
 class _DeterminismMemory:
-    """torch flags and env vars as they were before deterministic mode was switched on."""
+    """torch flags and env vars as they were before deterministic mode was switched on,
+    and the modes switched on (what torch cannot tell: strict, and all of them without it)."""
 
     flags: Optional[DeterministicFlags] = None
     env: Optional[dict[str, Optional[str]]] = None
     precision: Optional[precision.PrecisionFlags] = None  # before --strict
+    warn_only: bool = False
+    strict: bool = False
 
 
 _memory = _DeterminismMemory()
@@ -192,6 +195,52 @@ _memory = _DeterminismMemory()
 def was_switched_on() -> bool:
     """Whether deterministic mode was switched on and not yet restored."""
     return _memory.flags is not None or _memory.env is not None or _memory.precision is not None
+
+
+@dataclass(frozen=True)
+class Modes:
+    """The modes in force: deterministic, and with it warn-only and strict."""
+
+    deterministic: bool = False
+    warn_only: bool = False
+    strict: bool = False
+
+
+def modes_in_force(torch: Optional[ModuleType]) -> Modes:
+    """Deterministic and warn-only as torch reports them (a user may have switched them by
+    hand); without torch, as this package switched them. Strict is this package's own mode:
+    in force while it switched it on and deterministic mode is on."""
+    if torch is not None:
+        flags = read_flags(torch)
+        deterministic, warn_only = flags.algorithms, flags.warn_only
+    else:
+        deterministic, warn_only = _memory.env is not None, _memory.warn_only
+    return Modes(deterministic, deterministic and warn_only, deterministic and _memory.strict)
+
+
+def resolve_modes(
+    current: Modes,
+    deterministic: Optional[bool],
+    warn_only: Optional[bool],
+    strict: Optional[bool],
+) -> Modes:
+    """The modes a call asks for: None keeps the mode in force, True switches it on (warn-only
+    and strict switch deterministic on too), False off (deterministic off ends the other two).
+    Switching deterministic off and another mode on at once is a ValueError."""
+    if deterministic is False and (warn_only or strict):
+        named = "warn_only" if warn_only else "strict"
+        raise ValueError(
+            f"deterministic=False and {named}=True contradict each other: {named} needs "
+            "deterministic mode"
+        )
+    if deterministic is False:
+        return Modes()
+    on = bool(deterministic or warn_only or strict or current.deterministic)
+    if not on:
+        return Modes()
+    keep_warn = current.warn_only if warn_only is None else warn_only
+    keep_strict = current.strict if strict is None else strict
+    return Modes(True, keep_warn, keep_strict)
 
 
 def _set_env(name: str, value: str, report: SeedReport, why: str) -> None:
@@ -207,6 +256,7 @@ def _set_env(name: str, value: str, report: SeedReport, why: str) -> None:
 def enable(torch, warn_only: bool, strict: bool, report: SeedReport) -> None:
     if _memory.env is None:
         _memory.env = {}
+    _memory.warn_only, _memory.strict = warn_only, strict
     for name, (value, reader) in DETERMINISM_ENV.items():
         _set_env(name, value, report, reader)
 
@@ -323,4 +373,20 @@ def restore(torch, report: SeedReport) -> None:
     _memory.flags = None
     _memory.env = None
     _memory.precision = None
+    _memory.warn_only = _memory.strict = False
     report.notes.append("deterministic mode off: flags restored to what they were before")
+
+
+def disable(torch, report: SeedReport) -> None:
+    """Deterministic mode off: what this package set goes back as it was, then torch's own
+    switch off if it is still on (switched on by hand, or on before this package set it)."""
+    if was_switched_on():
+        restore(torch, report)
+    if torch is None:
+        return
+    before = read_flags(torch)
+    if before.algorithms:
+        after = DeterministicFlags(False, False, before.cudnn_deterministic, before.cudnn_benchmark)
+        write_flags(torch, after)
+        _report_changes(before.describe(), after.describe(), report)
+        report.notes.append("deterministic mode off: torch.use_deterministic_algorithms(False)")

@@ -50,6 +50,7 @@ class SeedReport:
     deterministic: bool = False
     warn_only: bool = False
     strict: bool = False
+    modes_kept: bool = False  # no mode named: those in force were kept
     every_cell: Optional[bool] = None  # True: reseeding every cell from this seed
     precision: Optional[PrecisionReport] = None  # under deterministic mode, with torch
 
@@ -57,8 +58,8 @@ class SeedReport:
         return asdict(self)
 
     def command(self) -> str:
-        """The magic that does again what this call did: the seed with its flags (a plain
-        `%seed_all N` after `--strict` would switch deterministic mode off)."""
+        """The magic that does again what this call did: the seed with the modes in force
+        (written out: in a fresh runtime no mode is on to keep)."""
         parts = [f"%seed_all {self.seed}"]
         if self.deterministic and not (self.warn_only or self.strict):
             parts.append("--deterministic")
@@ -95,11 +96,13 @@ class SeedReport:
         if not self.deterministic:
             return "deterministic off"
         if self.precision is None:  # set only where torch was there to switch
-            return "deterministic requested: no torch, so no torch flags were set"
-        words = "deterministic on" + (" (warn-only)" if self.warn_only else "")
-        if self.precision is not None:
-            words += f", {self.precision.clause()}"
-        return words
+            kept = " (kept)" if self.modes_kept else ""
+            return f"deterministic requested{kept}: no torch, so no torch flags were set"
+        how = [
+            word for word, on in (("warn-only", self.warn_only), ("kept", self.modes_kept)) if on
+        ]
+        words = "deterministic on" + (f" ({', '.join(how)})" if how else "")
+        return f"{words}, {self.precision.clause()}"
 
     def summary(self) -> str:
         """One line (warnings that need action on lines of their own)."""
@@ -129,6 +132,7 @@ class SeedReport:
             lines.append(f"  skipped  {rng.name}: {rng.reason}")
         for change in self.changes:
             lines.append(f"  set      {change.name}: {_show(change.old)} -> {_show(change.new)}")
+        lines.append(f"  modes    {self.mode_words()}")
         if self.every_cell is not None:
             every = f"reseeded from (seed {self.seed}, the cell's source)"
             lines.append(f"  every cell: {every if self.every_cell else 'off'}")

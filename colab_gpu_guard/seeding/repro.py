@@ -18,6 +18,7 @@ from typing import Any, Optional
 
 from ..serialize import from_versioned, to_data
 from ..serialize import json_schema as _json_schema
+from ..units import escape_lines
 
 SCHEMA_VERSION = 1
 TF32_MIN_CAPABILITY = (8, 0)  # Ampere: the first GPUs with TF32 tensor cores
@@ -296,7 +297,8 @@ class ReproRecord:
         return lines
 
     def to_text(self, verbose: bool = False) -> str:
-        return "\n".join(self.summary() + (self.details() if verbose else []))
+        # GPU names, labels, env values and the platform may come from a saved file: escaped
+        return escape_lines(self.summary() + (self.details() if verbose else []))
 
     def __str__(self) -> str:
         return self.to_text()

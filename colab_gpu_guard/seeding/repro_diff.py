@@ -7,6 +7,7 @@ from dataclasses import dataclass
 from typing import Any, Callable, Optional
 
 from ..serialize import to_data
+from ..units import escape_lines
 from .repro import ReproRecord, gpu_summary, supports_tf32
 
 STRICT_HINT = "run with %seed_all --strict to rule it out"
@@ -142,7 +143,7 @@ class ReproDiff:
         lines += [f"  {n}. {d}" for n, d in enumerate(self.differences, 1)]
         lines += [f"  also differs (does not change the numbers here): {d}" for d in self.other]
         lines += [f"  note: {note}" for note in self.notes]
-        return "\n".join(lines)
+        return escape_lines(lines)  # GPU names, labels, env values: a saved file's, escaped
 
     def _repr_pretty_(self, printer: Any, cycle: bool) -> None:
         printer.text(str(self))  # the report as text, not the dataclass repr

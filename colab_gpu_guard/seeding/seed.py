@@ -71,48 +71,59 @@ def last_seed() -> Optional[int]:
 def seed_all(
     seed: object = None,
     *,
-    deterministic: bool = False,
-    warn_only: bool = False,
-    strict: bool = False,
+    deterministic: Optional[bool] = None,
+    warn_only: Optional[bool] = None,
+    strict: Optional[bool] = None,
 ) -> SeedReport:
     """Seed Python `random`, NumPy, PyTorch (CPU and every CUDA/MPS/XPU device) and any
     TensorFlow or CuPy the user already imported; return what was done as a SeedReport.
 
     seed: an integer 0..2**32-1 (or a string of one); None draws a fresh seed from the OS
         and the report shows it so the run can be reproduced.
-    deterministic: switch on torch's deterministic algorithms, cuDNN determinism, and the
-        env vars libraries read; `deterministic=False` after it was on restores the flags
-        as they were before.
+    deterministic: True switches on torch's deterministic algorithms, cuDNN determinism,
+        and the env vars libraries read; False switches it off (the flags go back as they
+        were before, and warn-only and strict end with it); None (the default) keeps the
+        mode in force, as torch reports it (switched on by hand counts).
     warn_only: with deterministic mode, ops without a deterministic implementation warn
-        instead of raising. Implies `deterministic=True`.
+        instead of raising. True implies `deterministic=True`; False raises again; None
+        keeps what is in force.
     strict: with deterministic mode, also run matmuls, convolutions and RNNs in full fp32
         (TF32 off: it is on for cuDNN convolutions and RNNs by default on Ampere and newer
-        GPUs; no bf16 in oneDNN on the CPU). Implies `deterministic=True`; restored with
-        the other flags.
+        GPUs; no bf16 in oneDNN on the CPU). True implies `deterministic=True`; False
+        restores the precision from before; None keeps what is in force.
+
+    Switching deterministic off and warn_only or strict on in one call is a ValueError.
     """
     global _last_seed
     value = fresh_seed() if seed is None else validate_seed(seed)
-    if not all(isinstance(flag, bool) for flag in (deterministic, warn_only, strict)):
-        raise TypeError("deterministic, warn_only and strict must be True or False")
-    deterministic = deterministic or warn_only or strict
+    if not all(
+        flag is None or isinstance(flag, bool) for flag in (deterministic, warn_only, strict)
+    ):
+        raise TypeError("deterministic, warn_only and strict must be True, False or None")
+    determinism.resolve_modes(determinism.Modes(), deterministic, warn_only, strict)  # refuse first
 
     report = SeedReport(
         seed=value, seed_source="given" if seed is not None else "drawn from the OS"
     )
     torch = _torch_for_seeding(report)
+    modes = determinism.resolve_modes(
+        determinism.modes_in_force(torch), deterministic, warn_only, strict
+    )
 
     _seed_python_and_numpy(value, report)
     if torch is not None:
         _seed_torch(torch, value, report)
     _seed_imported_only(value, report)
     _set_hash_seed(value, report)
-    if deterministic:
-        determinism.enable(torch, warn_only, strict, report)
-    elif determinism.was_switched_on():
-        determinism.restore(torch, report)
-    report.deterministic = deterministic
-    report.warn_only = warn_only
-    report.strict = strict
+    if modes.deterministic:
+        determinism.enable(torch, modes.warn_only, modes.strict, report)
+    else:
+        determinism.disable(torch, report)
+    report.deterministic = modes.deterministic
+    report.warn_only = modes.warn_only
+    report.strict = modes.strict
+    asked = (deterministic, warn_only, strict) != (None, None, None)
+    report.modes_kept = modes.deterministic and not asked  # reseeding: the modes stay
     _last_seed = value
     return report
 

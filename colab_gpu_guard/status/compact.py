@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, NamedTuple, Optional
 from ..leftovers.graphs import FIX as GRAPH_FIX
 from ..leftovers.groups import AUTOGRAD_GRAPH
 from ..nvml import V1
-from ..units import USER_VARIABLE, format_bytes, signed_bytes
+from ..units import USER_VARIABLE, escape_lines, format_bytes, signed_bytes
 from .text import host_ram
 
 if TYPE_CHECKING:
@@ -295,4 +295,4 @@ def compact_text(status: GpuStatus, cell: Optional[int] = None) -> str:
     else:
         lines.append(f"{no_gpu_text(status)} · {host_ram(status.host, NO_GPU_RAM)}")
     lines.append("; ".join(item.text for item in now_items(status)))
-    return "\n".join(lines)
+    return escape_lines(lines)  # GPU and variable names: no raw control character

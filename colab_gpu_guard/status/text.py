@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING, Any, Optional
 from .. import cuda_health
 from ..cells.history_text import leak_text
 from ..nvml import INCLUDES_RESERVED, V1, MigInstance, NvmlDevice, NvmlProcess
-from ..units import NA, format_bytes
+from ..units import NA, escape_lines, format_bytes
 
 if TYPE_CHECKING:
     from ..cells.tracker import CellMemory
@@ -26,6 +26,8 @@ def render_text(status: GpuStatus) -> str:
 
 
 def _render_text(status: GpuStatus) -> str:
+    """The lines, each escaped (`units.escape_lines`): process, GPU and variable names are
+    chosen by others (another user on a shared host, the notebook)."""
     lines = [f"GPU status | {status.host.runtime} | {when(status)} | {status.duration_ms:.1f} ms"]
     lines += [f"  {line}" for line in version_lines(status)]
     lines += [f"!! {banner}" for banner in lost_banners(status)]
@@ -70,7 +72,7 @@ def _render_text(status: GpuStatus) -> str:
     if status.notes:
         lines.append("notes")
         lines += [f"  - {note}" for note in status.notes]
-    return "\n".join(lines)
+    return escape_lines(lines)  # names NVML and the notebook chose: no raw control character
 
 
 def _process_text(status: GpuStatus, device: NvmlDevice) -> list[str]:

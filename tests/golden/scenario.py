@@ -171,9 +171,17 @@ def main() -> None:
     capture("%seed_all 42", magic(shell, "%seed_all 42"))
     capture("%seed_all 42 --deterministic", magic(shell, "%seed_all 42 --deterministic"))
     capture("%seed_all 42 --warn-only", magic(shell, "%seed_all 42 --warn-only"))
-    capture("%seed_all 42 (restores)", magic(shell, "%seed_all 42"))
+    capture("%seed_all 42 (keeps the modes)", magic(shell, "%seed_all 42"))
+    capture(
+        "%seed_all 42 --no-deterministic (restores)",
+        magic(shell, "%seed_all 42 --no-deterministic"),
+    )
     capture("%seed_all 42 --strict -v", magic(shell, "%seed_all 42 --strict -v"))
-    capture("%seed_all 42 -v (restores precision)", magic(shell, "%seed_all 42 -v"))
+    capture("%seed_all 42 -v (keeps strict)", magic(shell, "%seed_all 42 -v"))
+    capture(
+        "%seed_all 42 -v --no-deterministic (restores precision)",
+        magic(shell, "%seed_all 42 -v --no-deterministic"),
+    )
     capture("%seed_all 7 --every-cell", magic(shell, "%seed_all 7 --every-cell"))
     capture("%seed_all 5 (takes over per-cell)", magic(shell, "%seed_all 5"))
     capture("%seed_all --no-every-cell", magic(shell, "%seed_all --no-every-cell"))

@@ -297,7 +297,7 @@ def test_plain_records_are_skipped_and_a_tensor_among_them_is_named():
     assert item.nbytes == 407 * 4
 
 
-def test_gpu_reset_all_sees_and_frees_memory_held_by_closures_generators_and_partials(ip, run_cell):
+def test_gpu_reset_sees_and_frees_memory_held_by_closures_generators_and_partials(ip, run_cell):
     run_cell(
         "import torch, functools, weakref\n"
         "def make():\n"
@@ -313,11 +313,11 @@ def test_gpu_reset_all_sees_and_frees_memory_held_by_closures_generators_and_par
         " weakref.ref(g.gi_frame.f_locals['batch']), weakref.ref(p.args[0])]"
     )
     with capture_output() as out:
-        run_cell("%gpu_reset --all --dry-run")
+        run_cell("%gpu_reset fn g p --dry-run")
     assert "names: fn, g, p" in out.stdout, out.stdout
     assert "would free about 23.4 KiB" in out.stdout  # (1000 + 2000 + 3000) * 4 bytes
     with capture_output() as out:
-        run_cell("%gpu_reset --all")
+        run_cell("%gpu_reset fn g p")
     assert "freed: 23.4 KiB" in out.stdout, out.stdout
     assert [ref() for ref in ip.user_ns["refs"]] == [None, None, None]
     run_cell("del refs")
@@ -508,10 +508,10 @@ def test_gpu_reset_sees_a_notebook_class_attribute_and_the_instances_that_keep_t
         # named as it would be once `Cache` is gone: through the instance's class
         assert "cache.__class__.store['w']" in out.stdout, out.stdout
         with capture_output() as out:
-            run_cell("%gpu_reset --all --dry-run")
+            run_cell("%gpu_reset Cache cache --dry-run")
         assert "names: Cache, cache" in out.stdout and "would free about 19.5 KiB" in out.stdout
         with capture_output() as out:
-            run_cell("%gpu_reset --all")
+            run_cell("%gpu_reset Cache cache")
         # the scan held the types it met while gpu_reset collected garbage: it no longer does
         assert "freed: 19.5 KiB of tensors\n" in out.stdout  # as expected
         assert ip.user_ns["cache_ref"]() is None

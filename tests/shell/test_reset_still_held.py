@@ -305,15 +305,15 @@ def test_deleting_a_tensor_a_kept_graph_saved_names_the_graph_as_its_holder(shel
 
 
 def test_a_dry_run_that_would_drop_every_holder_does_not_say_none_is_held(shell, run_cell):
-    """`--all --dry-run` changes nothing: the arrays are still held, and would not be."""
+    """`keep --dry-run` changes nothing: the arrays are still held, and would not be."""
     run_cell(f"keep = torch.ones({N})")
     with capture_output() as dry:
-        shell.run_line_magic("gpu_reset", "--all --dry-run")
+        shell.run_line_magic("gpu_reset", "keep --dry-run")
     assert "none would stay held by the notebook's variables" in dry.stdout, dry.stdout
     assert "no arrays held" not in dry.stdout
     assert "keep" in shell.user_ns
     with capture_output() as done:
-        shell.run_line_magic("gpu_reset", "--all")
+        shell.run_line_magic("gpu_reset", "keep")
     assert "no arrays held by the notebook's variables" in done.stdout, done.stdout
 
 

@@ -18,6 +18,15 @@ from colab_gpu_guard import seed_all, seeding
 from colab_gpu_guard.ipython.magics import usage_lines
 from colab_gpu_guard.seeding import determinism
 
+
+@pytest.fixture(autouse=True)
+def modes_off():
+    """Each test starts and ends with deterministic mode off (a new seed keeps it)."""
+    seed_all(0, deterministic=False)
+    yield
+    seed_all(0, deterministic=False)
+
+
 LINE = re.compile(r"seed (?P<seed>\d+)(?: \([^)]*\))?: (?P<seeded>.+?) seeded(?P<rest>;.*)$")
 
 
@@ -78,9 +87,9 @@ def test_drawn_seed_line_says_how_to_reproduce(ip, capsys):
 
 
 def test_a_drawn_seeds_command_keeps_its_flags_and_does_the_same_again(ip, capsys):
-    """`%seed_all --strict` with a drawn seed: the command it prints has --strict (a plain
-    `%seed_all N` would switch deterministic mode and full fp32 off); run in this kernel,
-    it leaves torch's flags as they are."""
+    """`%seed_all --strict` with a drawn seed: the command it prints has --strict (in a
+    fresh runtime no mode is on for a plain `%seed_all N` to keep); run in this kernel, it
+    leaves torch's flags as they are. A later mode adds to those in force."""
     try:
         ip.run_line_magic("seed_all", "--strict --every-cell")
         line = capsys.readouterr().out.strip().splitlines()[0]
@@ -98,9 +107,10 @@ def test_a_drawn_seeds_command_keeps_its_flags_and_does_the_same_again(ip, capsy
         ip.run_line_magic("seed_all", "-v --warn-only")
         first = capsys.readouterr().out.strip().splitlines()[0]  # "seed_all: seed N (...)"
         drawn = int(first.split()[2])
-        assert f"rerun with %seed_all {drawn} --warn-only --every-cell to reproduce" in first
+        command = f"%seed_all {drawn} --warn-only --strict --every-cell"  # strict was kept
+        assert f"rerun with {command} to reproduce" in first, first
     finally:
-        ip.run_line_magic("seed_all", "0 --no-every-cell")
+        ip.run_line_magic("seed_all", "0 --no-every-cell --no-deterministic")
         capsys.readouterr()
 
 

@@ -22,6 +22,14 @@ from colab_gpu_guard.frameworks import torch as torch_support
 from colab_gpu_guard.seeding import determinism
 
 
+@pytest.fixture(autouse=True)
+def modes_off():
+    """Each test starts and ends with deterministic mode off (a new seed keeps it)."""
+    seed_all(0, deterministic=False)
+    yield
+    seed_all(0, deterministic=False)
+
+
 def draws() -> tuple:
     return (
         random.random(),
@@ -172,7 +180,7 @@ def test_api_rejects_bad_seed_and_changes_nothing(seed, error):
 
 def test_api_rejects_non_bool_flags_and_changes_nothing():
     before = state_snapshot()
-    with pytest.raises(TypeError, match="True or False"):
+    with pytest.raises(TypeError, match="True, False or None"):
         seed_all(1, deterministic="yes")
     assert state_snapshot() == before
 
@@ -191,6 +199,10 @@ BAD_MAGIC_LINES = [
     "４２",
     "42 --every-cell --no-every-cell",
     "--no-every-cell --every-cell",
+    "42 --deterministic --no-deterministic",
+    "42 --strict --no-strict",
+    "42 --strict --no-deterministic",
+    "--no-deterministic --warn-only",
 ]
 
 
@@ -223,6 +235,9 @@ _tokens = st.sampled_from(
         "--warn-only",
         "--every-cell",
         "--no-every-cell",
+        "--strict",
+        "--no-deterministic",
+        "--no-strict",
         "--junk",
         "'7'",
         "+3",
@@ -239,7 +254,7 @@ _tokens = st.sampled_from(
 @given(st.lists(_tokens, max_size=4))
 def test_property_magic_either_seeds_or_changes_nothing(ip, tokens):
     line = " ".join(tokens)
-    seed_all(9)  # deterministic mode off, a known state
+    seed_all(9, deterministic=False)  # deterministic mode off, a known state
     before = state_snapshot()
     try:
         ip.run_line_magic("seed_all", line)
@@ -368,7 +383,7 @@ def test_no_every_cell_alone_does_not_reseed(ip, capsys):
 
 
 def test_deterministic_mode_sets_and_restores_flags(monkeypatch):
-    seed_all(1)
+    seed_all(1, deterministic=False)
     torch.backends.cudnn.benchmark = True
     monkeypatch.delenv("FLASH_ATTENTION_DETERMINISTIC", raising=False)
     original = determinism.read_flags(torch)
@@ -392,8 +407,53 @@ def test_deterministic_mode_sets_and_restores_flags(monkeypatch):
     torch.backends.cudnn.benchmark = False
 
 
+@pytest.mark.parametrize(
+    ("current", "asked", "expected"),
+    [
+        # a new seed: every mode in force is kept
+        ((True, True, True), (None, None, None), (True, True, True)),
+        ((False, False, False), (None, None, None), (False, False, False)),
+        # a mode named is added to those in force
+        ((True, True, False), (None, None, True), (True, True, True)),
+        ((True, False, True), (True, None, None), (True, False, True)),
+        ((False, False, False), (None, True, None), (True, True, False)),
+        # switching one off is explicit; deterministic off ends the others
+        ((True, True, True), (None, None, False), (True, True, False)),
+        ((True, True, True), (None, False, None), (True, False, True)),
+        ((True, True, True), (False, None, None), (False, False, False)),
+        ((True, True, True), (False, False, False), (False, False, False)),
+    ],
+)
+def test_resolve_modes_keeps_what_is_not_named(current, asked, expected):
+    modes = determinism.resolve_modes(determinism.Modes(*current), *asked)
+    assert modes == determinism.Modes(*expected)
+
+
+@pytest.mark.parametrize("asked", [(False, True, None), (False, None, True)])
+def test_resolve_modes_refuses_off_and_on_at_once(asked):
+    with pytest.raises(ValueError, match="contradict each other"):
+        determinism.resolve_modes(determinism.Modes(), *asked)
+
+
+def test_modes_in_force_are_read_from_torch():
+    torch.use_deterministic_algorithms(True, warn_only=True)
+    try:
+        modes = determinism.modes_in_force(torch)
+        assert modes == determinism.Modes(deterministic=True, warn_only=True, strict=False)
+    finally:
+        torch.use_deterministic_algorithms(False)
+    assert determinism.modes_in_force(torch) == determinism.Modes()
+
+
+def test_deterministic_off_switches_off_a_mode_switched_on_by_hand():
+    torch.use_deterministic_algorithms(True)
+    report = seed_all(1, deterministic=False)
+    assert not torch.are_deterministic_algorithms_enabled()
+    assert any(c.name == "torch.use_deterministic_algorithms" for c in report.changes)
+
+
 def test_deterministic_off_without_on_leaves_user_flags_alone():
-    seed_all(1)
+    seed_all(1, deterministic=False)
     torch.backends.cudnn.benchmark = True
     try:
         seed_all(2, deterministic=False)
@@ -409,7 +469,7 @@ def test_deterministic_mode_is_really_on_in_torch():
     try:
         assert torch.isnan(torch.empty(64)).all()
     finally:
-        seed_all(1)
+        seed_all(1, deterministic=False)
     assert not torch.are_deterministic_algorithms_enabled()
 
 
@@ -505,7 +565,7 @@ def test_cublas_env_var_follows_detection(monkeypatch, needed):
     requirement = determinism.CublasRequirement(needed, "test")
     monkeypatch.setattr(determinism, "cublas_requirement", lambda _torch: requirement)
     monkeypatch.delenv("CUBLAS_WORKSPACE_CONFIG", raising=False)
-    seed_all(1)
+    seed_all(1, deterministic=False)
     report = seed_all(1, deterministic=True)
     try:
         if needed:
@@ -515,7 +575,7 @@ def test_cublas_env_var_follows_detection(monkeypatch, needed):
             assert "CUBLAS_WORKSPACE_CONFIG" not in os.environ
             assert any("CUBLAS_WORKSPACE_CONFIG not needed" in n for n in report.notes)
     finally:
-        seed_all(1)
+        seed_all(1, deterministic=False)
     assert "CUBLAS_WORKSPACE_CONFIG" not in os.environ
 
 
@@ -524,7 +584,7 @@ def test_cublas_user_value_is_kept_and_warned_about(monkeypatch):
     monkeypatch.setattr(determinism, "cublas_requirement", lambda _torch: requirement)
     monkeypatch.setenv("CUBLAS_WORKSPACE_CONFIG", ":0:0")
     report = seed_all(1, deterministic=True)
-    seed_all(1)
+    seed_all(1, deterministic=False)
     assert os.environ["CUBLAS_WORKSPACE_CONFIG"] == ":0:0"
     assert any("not one cuBLAS accepts" in w for w in report.warnings)
 
@@ -535,7 +595,7 @@ def test_cublas_late_warning_when_cuda_already_initialised(monkeypatch):
     monkeypatch.setattr(torch_support, "cuda_initialized", lambda _torch=None: True)
     monkeypatch.delenv("CUBLAS_WORKSPACE_CONFIG", raising=False)
     report = seed_all(1, deterministic=True)
-    seed_all(1)
+    seed_all(1, deterministic=False)
     (warning,) = [w for w in report.warnings if "CUBLAS_WORKSPACE_CONFIG" in w]
     assert "torch reads CUBLAS_WORKSPACE_CONFIG at the first one" in warning
     assert "restart the runtime" in warning and "before any CUDA matmul" in warning
@@ -548,7 +608,7 @@ def test_cublas_no_late_warning_when_the_value_was_already_right(monkeypatch):
     monkeypatch.setattr(torch_support, "cuda_initialized", lambda _torch=None: True)
     monkeypatch.setenv("CUBLAS_WORKSPACE_CONFIG", ":16:8")
     report = seed_all(1, deterministic=True)
-    seed_all(1)
+    seed_all(1, deterministic=False)
     assert not any("CUBLAS" in w for w in report.warnings)
     assert "CUBLAS_WORKSPACE_CONFIG already ':16:8'" in report.notes
 

@@ -25,7 +25,9 @@ What it does, in order:
    (`sys.last_value` and the like) with its traceback frames' local variables and chained
    exceptions, and `%debug`'s frames.
 2. Deletes the variables you name (or, with `--all`, every variable holding accelerator
-   memory; CPU torch tensors when there is no accelerator). No other variable is touched.
+   memory: CUDA/ROCm, MPS or XPU through torch, CuPy, JAX on a GPU; on a CPU-only runtime
+   none, and it says so: name host tensors to delete them). No other variable is touched;
+   Python's own names (`__name__`, `__builtins__`, ...) are never deleted.
 3. Runs Python's garbage collector; torch: synchronize, `empty_cache`, `ipc_collect`; CuPy's
    memory pools; `jax.clear_caches()`. When this process's CUDA context is unusable (after
    a device-side assert, for instance) the CUDA steps are skipped, and you are told to

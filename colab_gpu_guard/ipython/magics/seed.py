@@ -10,6 +10,21 @@ from IPython.core.magic_arguments import argument, magic_arguments
 
 from .base import GuardMagics, help_format, parse_line, usage_error
 
+# The modes an option switches on and its --no- form off; a new seed keeps each as it is.
+MODES = ("deterministic", "strict")
+
+
+def _help_format():
+    """The house help format, with a usage line that writes each option with its `--no-`
+    form as `--[no-]NAME`: the full list does not fit a line."""
+    decorator = help_format()
+    decorator.kwds["usage"] = (
+        "%(prog)s [--[no-]deterministic] [--warn-only] [--[no-]strict] "
+        "[--[no-]every-cell] [-v] [SEED]"
+    )
+    return decorator
+
+
 if TYPE_CHECKING:
     from IPython.core.interactiveshell import InteractiveShell
 
@@ -25,20 +40,29 @@ Examples:
 %seed_all 42 --deterministic    # and use deterministic algorithms
 %seed_all 42 --strict           # deterministic, and full float32 math (TF32 off)
 %seed_all 42 --every-cell       # reseed before each cell from (42, its code)
-%seed_all 5                     # ...then reseed each cell from 5 instead
+%seed_all 5                     # a new seed: every mode on stays on (kept)
+%seed_all 5 --no-deterministic  # deterministic mode off (--strict, --warn-only too)
 %seed_all --no-every-cell       # stop per-cell reseeding
 %seed_all 42 -v                 # the full report
 ```
 
-It prints one line of what was seeded and what was not; a warning that needs action gets
-a line of its own. `-v` prints the full report: what each random number generator was
-seeded with, the flags and environment variables set, the precision settings, and notes.
+It prints one line of what was seeded, what was not and which modes are on; a warning
+that needs action gets a line of its own. `-v` prints the full report: what each random
+number generator was seeded with, the flags and environment variables set, the precision
+settings, and notes.
+
+A new seed keeps every mode in force (deterministic, warn-only, strict, every cell), also
+one switched on by hand with `torch.use_deterministic_algorithms`; a `--no-` option
+switches its mode off. An option with its `--no-` form (or `--warn-only` with
+`--no-deterministic`) is an error that changes nothing.
 
 - `--warn-only`: deterministic mode that warns instead of raising on an operation with no
-  deterministic implementation (implies `--deterministic`).
+  deterministic implementation (implies `--deterministic`; `--deterministic` without it
+  raises again).
 - `--strict`: deterministic mode with full float32 matrix multiplications, convolutions
-  and RNNs (TF32 off on GPUs, no bfloat16 in oneDNN on the CPU; restored when
-  deterministic mode is switched off; implies `--deterministic`).
+  and RNNs (TF32 off on GPUs, no bfloat16 in oneDNN on the CPU; implies
+  `--deterministic`). `--no-strict` restores the precision from before and keeps
+  deterministic mode; `--no-deterministic` ends both.
 - `--every-cell`: reseed before every cell from (seed, the cell's code): a cell draws the
   same numbers each run, whatever ran before it (a training cell rerun per epoch repeats
   its shuffle; an edit, whitespace too, gives new draws). A later `%seed_all SEED` takes
@@ -79,7 +103,7 @@ class SeedMagics(GuardMagics):
         self.registration.add_cleanup(self._stop_every_cell)
 
     @magic_arguments()
-    @help_format()
+    @_help_format()
     @argument(
         "seed", nargs="?", default=None, metavar="SEED", help="0 to 4294967295; none: draw one"
     )
@@ -89,10 +113,18 @@ class SeedMagics(GuardMagics):
         help="also use deterministic algorithms (torch, cuDNN, cuBLAS, TF)",
     )
     @argument(
+        "--no-deterministic",
+        action="store_true",
+        help="deterministic mode off (--strict and --warn-only end with it)",
+    )
+    @argument(
         "--warn-only", action="store_true", help="like --deterministic, but warn instead of raising"
     )
     @argument(
         "--strict", action="store_true", help="deterministic, and full float32 math (no TF32)"
+    )
+    @argument(
+        "--no-strict", action="store_true", help="precision as before --strict; deterministic stays"
     )
     @argument(
         "--every-cell", action="store_true", help="reseed before every cell from (SEED, its code)"
@@ -103,7 +135,7 @@ class SeedMagics(GuardMagics):
     def seed_all(self, line: str = "") -> None:
         """Seed Python, NumPy, torch (CPU and every GPU) and CuPy/TensorFlow if imported.
 
-        Prints one line: what was seeded and what was not (-v: the full report).
+        Prints one line: what was seeded, the modes on (a new seed keeps them); -v: all.
 
         Example: %seed_all 42 --deterministic
         More (each option, DataLoader workers): docs/reference.md
@@ -111,17 +143,15 @@ class SeedMagics(GuardMagics):
         from ... import seeding
 
         args = self._parse(line)
-        only_stop = args.seed is None and not (args.deterministic or args.warn_only or args.strict)
+        wanted = {mode: _switch(args, mode) for mode in MODES}  # None: keep what is in force
+        # --warn-only is --deterministic that warns: --deterministic alone raises again
+        wanted["warn_only"] = True if args.warn_only else (False if args.deterministic else None)
+        only_stop = args.seed is None and all(value is None for value in wanted.values())
         if args.no_every_cell and only_stop:
             self._stop_every_cell()
             print("seed_all: per-cell reseeding off")
             return
-        report = seeding.seed_all(
-            args.seed,
-            deterministic=args.deterministic,
-            warn_only=args.warn_only,
-            strict=args.strict,
-        )
+        report = seeding.seed_all(args.seed, **wanted)
         if args.no_every_cell:
             self._stop_every_cell()
             report.every_cell = False
@@ -136,9 +166,9 @@ class SeedMagics(GuardMagics):
         from ... import seeding
 
         args = parse_line(self.seed_all, line)
-        if args.every_cell and args.no_every_cell:
+        for on, off in _contradictions(args):
             raise usage_error(
-                ValueError("--every-cell and --no-every-cell contradict each other: give one"),
+                ValueError(f"--{on} and --no-{off} contradict each other: give one"),
                 self.seed_all,
             )
         failure = None
@@ -150,3 +180,22 @@ class SeedMagics(GuardMagics):
         if failure is not None:
             raise failure  # outside the handler: no internal exception chained to it
         return args
+
+
+def _switch(args: argparse.Namespace, mode: str) -> Optional[bool]:
+    """True: --MODE given; False: --no-MODE; None: neither (keep the mode in force)."""
+    if getattr(args, mode):
+        return True
+    return False if getattr(args, f"no_{mode}") else None
+
+
+def _contradictions(args: argparse.Namespace) -> list[tuple[str, str]]:
+    """Each (on, off) pair of options given together that contradict each other: a mode and
+    its --no- form, or deterministic off with a mode that needs it."""
+    pairs = [(mode, mode) for mode in (*MODES, "every_cell")]
+    pairs += [("warn_only", "deterministic"), ("strict", "deterministic")]
+    return [
+        (on.replace("_", "-"), off.replace("_", "-"))
+        for on, off in pairs
+        if getattr(args, on) and getattr(args, f"no_{off}")
+    ]

@@ -36,6 +36,7 @@ class PanelActions:
         parts.refresh_button.on_click(self._on_refresh)
         parts.free_button.on_click(self._on_free)
         parts.seed_button.on_click(self._on_seed)
+        self._shown_deterministic = self._show_deterministic_in_force()
 
     def _queue(self, name: str, run: Callable[[], None]) -> bool:
         """Keep a click read in another thread while a cell runs (True), to run after it.
@@ -105,13 +106,26 @@ class PanelActions:
             text = f"{BUSY_MESSAGE}; {text}"
         return text, str(report)
 
+    def _show_deterministic_in_force(self) -> bool:
+        """Tick the deterministic box as the mode in force (torch's switch where torch is
+        imported), and return what it shows."""
+        from colab_gpu_guard.frameworks import torch as torch_support
+        from colab_gpu_guard.seeding import determinism
+
+        on = determinism.modes_in_force(torch_support.loaded()).deterministic
+        self.view.parts.deterministic.value = on
+        return on
+
     def _seed(self) -> tuple[str, str]:
+        """Seed, keeping every mode in force (as `%seed_all SEED` does): a ticked box switches
+        deterministic mode on where the user ticked it; the box never switches it off (that
+        is `%seed_all --no-deterministic`). Afterwards the box shows the mode in force."""
         from colab_gpu_guard.seeding import seed_all
 
         parts = self.view.parts
-        report = seed_all(
-            int(parts.seed_value.value), deterministic=bool(parts.deterministic.value)
-        )
+        ticked = bool(parts.deterministic.value) and not self._shown_deterministic
+        report = seed_all(int(parts.seed_value.value), deterministic=True if ticked else None)
+        parts.deterministic.value = self._shown_deterministic = report.deterministic
         manager = getattr(self.refresher.shell, "magics_manager", None)
         seed_magics = manager.registry.get("SeedMagics") if manager is not None else None
         if seed_magics is not None:  # %seed_all --every-cell on: this seed becomes its base

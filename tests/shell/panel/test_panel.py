@@ -588,7 +588,45 @@ def test_seed_button_deterministic_checkbox(ip, show, torch):
     finally:
         from colab_gpu_guard import seeding
 
-        seeding.seed_all(0)
+        seeding.seed_all(0, deterministic=False)
+    assert not torch.are_deterministic_algorithms_enabled()
+
+
+def test_seed_button_keeps_deterministic_mode_and_shows_it(ip, show, torch):
+    from colab_gpu_guard import seeding
+
+    ip.run_line_magic("seed_all", "42 --warn-only")
+    try:
+        instance = show()
+        assert instance.deterministic.value is True  # the box shows the mode in force
+        instance.deterministic.value = False  # unticking it does not switch the mode off
+        instance.seed_value.value = 5
+        instance.seed_button.click()
+        assert torch.are_deterministic_algorithms_enabled()
+        assert torch.is_deterministic_algorithms_warn_only_enabled()
+        assert "deterministic on (warn-only, kept)" in instance.message.value
+        assert instance.deterministic.value is True
+        # switched off elsewhere: the box, still ticked, does not switch it back on
+        ip.run_line_magic("seed_all", "6 --no-deterministic")
+        instance.seed_button.click()
+        assert not torch.are_deterministic_algorithms_enabled()
+        assert instance.deterministic.value is False
+    finally:
+        seeding.seed_all(0, deterministic=False)
+
+
+def test_seed_button_keeps_a_mode_switched_on_by_hand(ip, show, torch):
+    from colab_gpu_guard import seeding
+
+    torch.use_deterministic_algorithms(True)
+    try:
+        instance = show()
+        assert instance.deterministic.value is True
+        instance.seed_button.click()
+        assert torch.are_deterministic_algorithms_enabled()
+        assert "deterministic on (kept)" in instance.message.value
+    finally:
+        seeding.seed_all(0, deterministic=False)
     assert not torch.are_deterministic_algorithms_enabled()
 
 
