@@ -210,9 +210,10 @@ def modes_in_force(torch: Optional[ModuleType]) -> Modes:
     """Deterministic and warn-only as torch reports them (a user may have switched them by
     hand); without torch, as this package switched them. Strict is this package's own mode:
     in force while it switched it on and deterministic mode is on."""
-    if torch is not None:
-        flags = read_flags(torch)
-        deterministic, warn_only = flags.algorithms, flags.warn_only
+    enabled = getattr(torch, "are_deterministic_algorithms_enabled", None)
+    if enabled is not None:  # torch 1.8+; a module without it: as this package switched them
+        warn = getattr(torch, "is_deterministic_algorithms_warn_only_enabled", None)
+        deterministic, warn_only = bool(enabled()), bool(warn()) if warn else False
     else:
         deterministic, warn_only = _memory.env is not None, _memory.warn_only
     return Modes(deterministic, deterministic and warn_only, deterministic and _memory.strict)
