@@ -113,8 +113,12 @@ def _host() -> HostInfo:
     }
     try:
         ram = host_memory.host_ram()
-    except Exception as error:  # psutil: missing (ImportError) or its own psutil.Error
-        return HostInfo(**base, note=f"host memory not available: {type(error).__name__}")
+    except ImportError:  # installed without its dependencies
+        return HostInfo(
+            **base, note="host memory not available: psutil is not installed (pip install psutil)"
+        )
+    except Exception as error:  # psutil's own psutil.Error (a process it may not read)
+        return HostInfo(**base, note=unavailable(error, "host memory not available").reason)
     return HostInfo(
         **base, ram_total=ram.total, ram_available=ram.available, process_rss=ram.process_rss
     )

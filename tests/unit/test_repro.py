@@ -288,7 +288,9 @@ def test_magic_shows_saves_and_diffs(ip, tmp_path, capsys):
     assert out.splitlines()[0] == "repro: seed 11, reseeded every cell from 11"
     path = tmp_path / "run.json"
     ip.run_line_magic("repro", f"--save {path}")
-    assert f"repro: saved to {path}" in capsys.readouterr().out
+    assert f"repro: saved to {path}\n" in capsys.readouterr().out
+    ip.run_line_magic("repro", f"--save {path}")  # again: the file was there, and it says so
+    assert f"repro: saved to {path} (replaced the file there)\n" in capsys.readouterr().out
     saved = read_record(str(path))
     assert saved.seeding.every_cell == 11 and saved.seeding.seed == 11
     ip.run_line_magic("seed_all", "12 --no-every-cell")

@@ -1268,3 +1268,12 @@ def test_the_gpu_line_never_files_this_kernels_memory_under_others_alone(fake, c
     snap = gpu_status(leftovers=False)
     text = compact.compact_text(snap)
     assert "this kernel 2 GiB / others + CUDA context 6 GiB / free" in text, text
+
+
+def test_psutil_missing_is_named_with_its_install(fake, monkeypatch):
+    fake(fake_pynvml.zero_gpus())
+    monkeypatch.setitem(sys.modules, "psutil", None)  # installed without its dependencies
+    snap = gpu_status(leftovers=False)
+    note = "host memory not available: psutil is not installed (pip install psutil)"
+    assert snap.host.note == note and snap.host.ram_total is None
+    assert note in snap.to_text() and "Traceback" not in snap.to_text()

@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import importlib.util
 import sys
 from typing import TYPE_CHECKING
 
 from IPython.core.magic import line_magic, magics_class
 from IPython.core.magic_arguments import argument, magic_arguments
 
+from ... import notebook_refs
 from .base import GuardMagics, help_format, parse_line, usage_error
 
 REFERENCE = """\
@@ -84,13 +86,29 @@ class PanelMagics(GuardMagics):
         Example: %gpu_panel --live 2
         More (what it shows, --live): docs/reference.md
         """
+        args = parse_line(self.gpu_panel, line)
+        seconds = failure = None
+        if args.close and (args.new or args.live is not None):
+            other = "--new" if args.new else "--live"
+            raise usage_error(
+                ValueError(f"--close and {other} contradict each other: give one"), self.gpu_panel
+            )
+        if importlib.util.find_spec("ipywidgets") is None:  # installed without its dependencies
+            print(
+                "gpu_panel: the panel needs ipywidgets, which is not installed here "
+                "(pip install ipywidgets); the status as text instead:"
+            )
+            if not args.close:
+                from ...status import gpu_status
+
+                print(gpu_status(namespace=notebook_refs.namespace_to_scan(self.shell)))
+            return
+
         from IPython.display import display
 
         from .. import panel as panel_module
         from ..panel import live
 
-        args = parse_line(self.gpu_panel, line)
-        seconds = failure = None
         if args.live is not None:
             try:
                 seconds = live.parse_seconds(args.live)

@@ -73,6 +73,7 @@ class ReproMagics(GuardMagics):
             self._show(seeding.repro_diff(saved, record, args.diff, "this kernel"))
             return
         if args.save is not None:
+            replaced = os.path.isfile(args.save)  # said, not refused: saving again is common
             try:
                 with open(args.save, "w", encoding="utf-8") as handle:
                     handle.write(record.to_json() + "\n")
@@ -83,7 +84,9 @@ class ReproMagics(GuardMagics):
                 )
             if failure is not None:
                 raise failure
-            print(f"repro: saved to {args.save}")
+            print(
+                f"repro: saved to {args.save}" + (" (replaced the file there)" if replaced else "")
+            )
         if args.json:
             print(record.to_json())
             return
