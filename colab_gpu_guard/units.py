@@ -3,6 +3,7 @@ how a text view escapes what it did not write (`escape_text`)."""
 
 from __future__ import annotations
 
+import functools
 import re
 from typing import Iterable, NamedTuple, Optional
 
@@ -141,12 +142,17 @@ JARGON = (
     "jagged layout",
     "fp32_precision",
 )
-_JARGON = re.compile(
-    "|".join(rf"(?<![\w.]){re.escape(word)}(?![\w(])" for word in sorted(JARGON, key=len)[::-1]),
-    re.IGNORECASE,
-)
+
+
+@functools.lru_cache(maxsize=1)
+def _jargon() -> re.Pattern:
+    # compiled on first use: only checks read it, and this module loads with %load_ext
+    words = sorted(JARGON, key=len, reverse=True)
+    return re.compile(
+        "|".join(rf"(?<![\w.]){re.escape(word)}(?![\w(])" for word in words), re.IGNORECASE
+    )
 
 
 def jargon_in(text: str) -> list[str]:
     """The words of `JARGON` that `text` uses, as written there, in order (none: [])."""
-    return [match.group(0) for match in _JARGON.finditer(text)]
+    return [match.group(0) for match in _jargon().finditer(text)]
