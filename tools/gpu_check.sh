@@ -1,0 +1,75 @@
+#!/usr/bin/env bash
+# Everything the GPU run checks, most important first, each step's log under $OUT (a step
+# cut off by its timeout keeps what it wrote). Run from the project root on a machine with
+# an NVIDIA GPU, after `../shared/tools/device-wheels.sh blessed` (and a gpustat wheel) put
+# the missing pure-Python wheels in .whl/:  OUT=/some/dir bash tools/gpu_check.sh
+# Step budgets (seconds) can be scaled with GPU_CHECK_SCALE (default 1).
+set -u
+export PYTHONUNBUFFERED=1
+OUT=${OUT:?set OUT to the folder for the logs}
+SCALE=${GPU_CHECK_SCALE:-1}
+t() { echo $(($1 * SCALE)); }
+step() { echo "== $(date -u +%T) $*" | tee -a "$OUT/steps.log"; }
+
+step install
+python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --target /tmp/site .whl/*.whl \
+  > "$OUT/pip.log" 2>&1 || echo "pip install failed (rc $?)" | tee -a "$OUT/steps.log"
+export PYTHONPATH=/tmp/site:$PWD
+python3 -m ipykernel install --prefix /tmp/site-kernel --name python3 > /dev/null 2>&1
+export JUPYTER_PATH=/tmp/site-kernel/share/jupyter
+
+step versions
+{
+  nvidia-smi
+  nvidia-smi --query-gpu=index,name,uuid,pci.bus_id,memory.total,memory.used,driver_version,compute_cap,compute_mode,mig.mode.current,ecc.mode.current,power.limit --format=csv
+  nvidia-smi --query-compute-apps=gpu_uuid,pid,process_name,used_memory --format=csv
+  python3 -c "import sys, torch, IPython, numpy; print(sys.version); print('torch', torch.__version__, 'cuda', torch.version.cuda, 'cudnn', torch.backends.cudnn.version()); print('IPython', IPython.__version__, 'numpy', numpy.__version__)"
+  python3 -c "import cupy; print('cupy', cupy.__version__)" 2>&1 | tail -1
+  python3 -c "import jax; print('jax', jax.__version__, jax.devices())" 2>&1 | tail -1
+} > "$OUT/versions.txt" 2>&1
+nvidia-smi -q > "$OUT/nvidia-smi-q.txt" 2>&1
+
+step "cuda snapshots (tools/record_cuda_snapshots.py)"
+timeout "$(t 110)" python3 tools/record_cuda_snapshots.py "$OUT/cuda_snapshots" > "$OUT/snapshots.log" 2>&1
+echo "rc $?" >> "$OUT/snapshots.log"
+
+step "pytest -m gpu"
+timeout "$(t 240)" python3 -m pytest -m gpu -v -p no:cacheprovider -rs --junitxml="$OUT/gpu-tests.xml" \
+  --ignore=tests/browser > "$OUT/gpu-tests.log" 2>&1
+echo "rc $?" >> "$OUT/gpu-tests.log"
+
+step "status --json, panel static HTML"
+python3 -m colab_gpu_guard status --json > "$OUT/status.json" 2> "$OUT/status.err"
+python3 -m colab_gpu_guard status --processes > "$OUT/status.txt" 2>&1
+python3 - > "$OUT/panel.log" 2>&1 <<EOF
+import torch
+x = torch.ones(2**26, device="cuda")  # 256 MiB held, so the panel has something to show
+from colab_gpu_guard.status import gpu_status
+from colab_gpu_guard.status.panel_static import render_static_panel
+snap = gpu_status(namespace={"x": x})
+open("$OUT/panel_static.html", "w").write("<!doctype html><meta charset=utf-8>" + render_static_panel(snap, cell=1))
+open("$OUT/status_html.html", "w").write("<!doctype html><meta charset=utf-8>" + snap._repr_html_())
+print(snap)
+EOF
+
+step notebooks
+for nb in notebooks/*.ipynb; do
+  name=$(basename "$nb" .ipynb)
+  timeout "$(t 60)" python3 tools/demo.py --notebook "$nb" --output "$OUT/$name.html" > "$OUT/notebook-$name.log" 2>&1
+  echo "rc $?" >> "$OUT/notebook-$name.log"
+done
+
+step "bench: status (nvidia-smi -q, gpustat), tracker with CUDA initialised"
+timeout "$(t 45)" python3 bench/bench_status.py --quick --json "$OUT/bench-status.json" > "$OUT/bench-status.log" 2>&1
+timeout "$(t 60)" python3 - > "$OUT/bench-tracker-cuda.log" 2>&1 <<EOF
+import runpy, sys, torch
+torch.cuda.init()
+torch.ones(1, device="cuda")
+sys.argv = ["bench/bench_tracker.py", "--quick", "--json", "$OUT/bench-tracker-cuda.json"]
+runpy.run_path("bench/bench_tracker.py", run_name="__main__")
+EOF
+for bench in bench/bench_trace.py; do
+  [ -f "$bench" ] || continue
+  timeout "$(t 60)" python3 "$bench" --quick --json "$OUT/$(basename "$bench" .py).json" > "$OUT/$(basename "$bench" .py).log" 2>&1
+done
+step done
