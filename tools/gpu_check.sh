@@ -3,13 +3,21 @@
 # cut off by its timeout keeps what it wrote). Run from the project root on a machine with
 # an NVIDIA GPU, after `../shared/tools/device-wheels.sh blessed` (and a gpustat wheel) put
 # the missing pure-Python wheels in .whl/:  OUT=/some/dir bash tools/gpu_check.sh
+# Only some steps: GPU_CHECK_ONLY='pytest snapshots' (names: snapshots pytest status
+# notebooks bench); GPU_CHECK_PYTEST='-k trace' narrows the tests.
 # Step budgets (seconds) can be scaled with GPU_CHECK_SCALE (default 1).
 set -u
 export PYTHONUNBUFFERED=1
-OUT=${OUT:?set OUT to the folder for the logs}
+# The logs are written in a scratch folder and packed into $OUT/gpu-check.tgz at every
+# step (one file comes back whatever the step count; a cut-off run keeps the last pack).
+RESULT=${OUT:?set OUT to the folder for the results}
+OUT=$(mktemp -d /tmp/gpu-check.XXXX)
 SCALE=${GPU_CHECK_SCALE:-1}
 t() { echo $(($1 * SCALE)); }
-step() { echo "== $(date -u +%T) $*" | tee -a "$OUT/steps.log"; }
+pack() { tar czf "$RESULT/gpu-check.tgz" -C "$OUT" .; }
+step() { pack; echo "== $(date -u +%T) $*" | tee -a "$OUT/steps.log"; }
+ONLY=${GPU_CHECK_ONLY:-snapshots pytest status notebooks bench}
+want() { case " $ONLY " in *" $1 "*) return 0 ;; esac; return 1; }
 
 step install
 python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --target /tmp/site .whl/*.whl \
@@ -29,15 +37,20 @@ step versions
 } > "$OUT/versions.txt" 2>&1
 nvidia-smi -q > "$OUT/nvidia-smi-q.txt" 2>&1
 
+if want snapshots; then
 step "cuda snapshots (tools/record_cuda_snapshots.py)"
 timeout "$(t 110)" python3 tools/record_cuda_snapshots.py "$OUT/cuda_snapshots" > "$OUT/snapshots.log" 2>&1
 echo "rc $?" >> "$OUT/snapshots.log"
+fi
 
+if want pytest; then
 step "pytest -m gpu"
 timeout "$(t 240)" python3 -m pytest -m gpu -v -p no:cacheprovider -rs --junitxml="$OUT/gpu-tests.xml" \
-  --ignore=tests/browser > "$OUT/gpu-tests.log" 2>&1
+  --ignore=tests/browser ${GPU_CHECK_PYTEST:-} > "$OUT/gpu-tests.log" 2>&1
 echo "rc $?" >> "$OUT/gpu-tests.log"
+fi
 
+if want status; then
 step "status --json, panel static HTML"
 python3 -m colab_gpu_guard status --json > "$OUT/status.json" 2> "$OUT/status.err"
 python3 -m colab_gpu_guard status --processes > "$OUT/status.txt" 2>&1
@@ -51,14 +64,18 @@ open("$OUT/panel_static.html", "w").write("<!doctype html><meta charset=utf-8>" 
 open("$OUT/status_html.html", "w").write("<!doctype html><meta charset=utf-8>" + snap._repr_html_())
 print(snap)
 EOF
+fi
 
+if want notebooks; then
 step notebooks
 for nb in notebooks/*.ipynb; do
   name=$(basename "$nb" .ipynb)
   timeout "$(t 60)" python3 tools/demo.py --notebook "$nb" --output "$OUT/$name.html" > "$OUT/notebook-$name.log" 2>&1
   echo "rc $?" >> "$OUT/notebook-$name.log"
 done
+fi
 
+if want bench; then
 step "bench: status (nvidia-smi -q, gpustat), tracker with CUDA initialised"
 timeout "$(t 45)" python3 bench/bench_status.py --quick --json "$OUT/bench-status.json" > "$OUT/bench-status.log" 2>&1
 timeout "$(t 60)" python3 - > "$OUT/bench-tracker-cuda.log" 2>&1 <<EOF
@@ -72,4 +89,6 @@ for bench in bench/bench_trace.py; do
   [ -f "$bench" ] || continue
   timeout "$(t 60)" python3 "$bench" --quick --json "$OUT/$(basename "$bench" .py).json" > "$OUT/$(basename "$bench" .py).log" 2>&1
 done
+fi
 step done
+pack

@@ -42,14 +42,17 @@ SETUP = textwrap.dedent(
 
     torch._C._cuda_attach_out_of_memory_observer(_on_oom)
 
+    _started = []
+
     def _pre(info=None):
-        cell = get_ipython().execution_count
-        _facts["cells"].setdefault(str(cell), {})["start_us"] = time.time() * 1e6
+        # the cell's number is only sure in post_run_cell (its result carries it)
+        _started[:] = [time.time() * 1e6]
 
     def _post(result=None):
         torch.cuda.synchronize()
-        cell = str(get_ipython().execution_count - 1 if result is None else result.execution_count)
-        entry = _facts["cells"].setdefault(cell, {})
+        entry = _facts["cells"].setdefault(str(result.execution_count), {})
+        if _started:
+            entry["start_us"] = _started[0]
         entry["end_us"] = time.time() * 1e6
         entry["allocated_after"] = torch.cuda.memory_allocated()
         entry["reserved_after"] = torch.cuda.memory_reserved()
@@ -141,7 +144,7 @@ SCENARIOS = {
             "model = torch.nn.Sequential(torch.nn.Linear(1024, 1024), torch.nn.ReLU(),\n"
             "                            torch.nn.Linear(1024, 1024)).cuda()\n"
             "free, total = torch.cuda.mem_get_info()\n"
-            "rows = int(free * 0.3) // (1024 * 4)",
+            "rows = int(free * 0.4) // (1024 * 4)  # batch, ReLU output, logits: 1.2x free",
             "batch = torch.empty(rows, 1024, device='cuda')\nlogits = model(batch)",
         ],
         facts="dict(params=_nbytes(*model.parameters()), batch=_nbytes(batch), "

@@ -135,6 +135,10 @@ def test_a_cuda_jagged_nested_tensor_is_its_values_and_offsets():
 
 @pytest.mark.parametrize("how", ["trace", "script"])
 def test_a_cuda_torchscript_model_is_its_parameters(how):
+    """A traced module also keeps its example input alive, in C++ where the scan cannot
+    look (seen on an H200: memory_allocated fell by the parameters plus the 4 KiB input;
+    the same holds on CPU, by weakref): the reset frees it with the module, the list names
+    the parameters only."""
     model = torch.nn.Sequential(torch.nn.Linear(1024, 1024), torch.nn.ReLU()).cuda()
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
@@ -152,7 +156,8 @@ def test_a_cuda_torchscript_model_is_its_parameters(how):
     del compiled
     report, fell = reset_and_measure(namespace, "m", storages=storages)
     assert report.released_bytes == 1024 * 1025 * 4, str(report)
-    assert fell == 1024 * 1025 * 4
+    example_input = 1024 * 4 if how == "trace" else 0
+    assert fell == 1024 * 1025 * 4 + example_input
 
 
 def test_a_cuda_dry_run_rewalks_without_the_dropped_names():
