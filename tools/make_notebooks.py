@@ -132,11 +132,12 @@ Seeding fixes the draws, not every result: some GPU kernels are nondeterministic
 `CUBLAS_WORKSPACE_CONFIG` where the installed torch needs it; `-v` says whether it does).
 Its line also mentions TF32: on an A100, L4 or H100, cuDNN convolutions use TF32 by
 default, so float32 results differ from a T4's or a CPU's; without such a GPU it says so.
-`--strict` switches them to full fp32 too. Seeding again without the flag switches
-deterministic mode off again.
+`--strict` switches them to full fp32 too. Seeding again keeps the modes in force (its
+line says "kept"); `--no-deterministic` switches deterministic mode off.
 """),
     code("%seed_all 42 --deterministic"),
     code("%seed_all 42"),
+    code("%seed_all 42 --no-deterministic"),
     md("""
 ### Cells that draw the same numbers whatever ran before
 

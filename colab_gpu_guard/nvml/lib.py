@@ -9,6 +9,7 @@ from __future__ import annotations
 import atexit
 import contextlib
 import os
+import sys
 import threading
 from dataclasses import dataclass
 from types import ModuleType
@@ -160,7 +161,10 @@ def initialised() -> tuple[Optional[ModuleType], Optional[NvmlSnapshot]]:
         try:
             module = _import_pynvml()
         except ImportError as error:
-            _state = _State(None, False, pid, _failure(error))
+            # Without a driver, installing the binding would change nothing: say that
+            # instead of "pip install nvidia-ml-py" (noise on a CPU-only machine).
+            failure = _failure(error) if _driver_may_be_present() else _no_driver(error)
+            _state = _State(None, False, pid, failure)
             return None, _state.failure
         try:
             module.nvmlInit()
@@ -191,6 +195,20 @@ def known_unavailable() -> bool:
     """True once NVML failed to initialise in this process (cached; no NVML call made)."""
     state = _state
     return state is not None and not state.ok
+
+
+def _driver_may_be_present() -> bool:
+    """False only where it is sure: on Linux, the driver makes /proc/driver/nvidia and
+    /dev/nvidiactl (a container with GPUs gets them from the NVIDIA container runtime)."""
+    if not sys.platform.startswith("linux"):
+        return True
+    return os.path.exists("/proc/driver/nvidia") or os.path.exists("/dev/nvidiactl")
+
+
+def _no_driver(error: BaseException) -> NvmlSnapshot:
+    message = "no NVIDIA driver on this machine (no /proc/driver/nvidia, no /dev/nvidiactl)"
+    kind = type(error).__name__
+    return NvmlSnapshot(available=False, error=message, error_kind=kind, pid=os.getpid())
 
 
 def _failure(error: BaseException) -> NvmlSnapshot:

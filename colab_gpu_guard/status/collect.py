@@ -131,7 +131,12 @@ def _torch(probe: bool) -> tuple[TorchInfo, Any]:
     health = cuda_health.health(probe=probe)
     torch = torch_support.loaded()
     if torch is None:
-        return TorchInfo(health=health.state, health_detail=health.detail), None
+        installed = torch_support.version() if torch_support.installed() else None
+        return TorchInfo(
+            health=health.state,
+            health_detail=health.detail,
+            installed_version=None if installed == "unknown" else installed,
+        ), None
     initialized = torch_support.cuda_initialized(torch)
     return (
         TorchInfo(

@@ -50,6 +50,9 @@ class TorchInfo:
     device_count: Optional[int] = None  # known once CUDA is initialised
     health: str = "torch not imported"  # a cuda_health state: ok, busy, broken, ...
     health_detail: str = ""
+    # torch not imported here: the installed distribution's version (from its metadata, not
+    # an import: the CLI never imports torch), None where torch is not installed
+    installed_version: Optional[str] = None
 
     @property
     def cpu_only(self) -> bool:

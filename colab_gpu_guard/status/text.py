@@ -153,7 +153,12 @@ def version_lines(status: GpuStatus) -> list[str]:
     context = torch.health + (f" ({torch.health_detail})" if torch.health_detail else "")
     if torch.version is None:  # the context's state only where it says more than that
         extra = f" | CUDA context: {context}" if torch.health != cuda_health.NO_TORCH else ""
-        lines.append(f"torch not imported{extra}")
+        installed = (
+            f"torch {torch.installed_version} installed, not imported in this process"
+            if torch.installed_version
+            else "torch not imported"
+        )
+        lines.append(f"{installed}{extra}")
     elif torch.cpu_only:  # its context is never started: only a state set from outside
         extra = f" | CUDA context: {context}" if torch.health != cuda_health.NOT_INITIALISED else ""
         lines.append(f"torch {torch.version} | CPU-only build: no CUDA{extra}")

@@ -139,6 +139,26 @@ def test_module_runs_and_exits_0():
     assert b"(PID" not in out or b"this process" in out
 
 
+def test_status_names_the_installed_torch_from_its_metadata_without_importing_it():
+    """The CLI never imports torch; it still says which torch is installed (it said "torch
+    not imported" whatever was installed)."""
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        version("torch")
+    except PackageNotFoundError:
+        pytest.skip("torch is not installed here")
+    process = cli("status", "--json")
+    out, err = process.communicate(timeout=60)
+    assert process.returncode == 0, err.decode()
+    torch_info = json.loads(out)["torch"]
+    assert torch_info["version"] is None  # not imported
+    assert torch_info["installed_version"] == version("torch")
+    process = cli("status")
+    out, _ = process.communicate(timeout=60)
+    assert f"torch {version('torch')} installed, not imported in this process" in out.decode()
+
+
 def test_module_bad_watch_exits_2_with_a_clear_message():
     process = cli("status", "--watch", "-3")
     _, err = process.communicate(timeout=60)

@@ -74,13 +74,27 @@ def test_real_nvidia_ml_py_without_a_gpu_reports_library_not_found():
     assert again is not view and again == dataclasses.replace(view, pid=again.pid)
 
 
-def test_missing_nvidia_ml_py_is_reported(monkeypatch):
+def test_missing_nvidia_ml_py_is_reported_where_a_driver_may_be(monkeypatch):
     nvml.set_pynvml(None)
     monkeypatch.setitem(sys.modules, "pynvml", None)  # `import pynvml` raises ImportError
+    monkeypatch.setattr(os.path, "exists", lambda path: path == "/dev/nvidiactl")
     view = nvml.snapshot()
     assert not view.available
     assert view.error_kind in ("ImportError", "ModuleNotFoundError")
     assert "pip install nvidia-ml-py" in view.error
+
+
+def test_without_a_driver_a_missing_nvidia_ml_py_is_not_advised(monkeypatch):
+    """On a machine with no NVIDIA driver at all, installing the binding changes nothing:
+    the reason is the missing driver, with no pip advice."""
+    nvml.set_pynvml(None)
+    monkeypatch.setitem(sys.modules, "pynvml", None)
+    monkeypatch.setattr(sys, "platform", "linux")
+    monkeypatch.setattr(os.path, "exists", lambda path: False)
+    view = nvml.snapshot()
+    assert not view.available
+    assert view.error.startswith("no NVIDIA driver on this machine")
+    assert "pip install" not in view.error
 
 
 # ---------------------------------------------------------------- initialisation
