@@ -85,6 +85,35 @@ torch.ones(1, device="cuda")
 sys.argv = ["bench/bench_tracker.py", "--quick", "--json", "$OUT/bench-tracker-cuda.json"]
 runpy.run_path("bench/bench_tracker.py", run_name="__main__")
 EOF
+timeout "$(t 30)" python3 - > "$OUT/hook-parts-cuda.log" 2>&1 <<EOF
+# what one per-cell hook's CUDA reads cost, piece by piece (us per call, median of 5 x 2000)
+import statistics, time, torch
+torch.ones(1, device="cuda")
+from colab_gpu_guard import cuda_health
+from colab_gpu_guard.cells import tracker
+from colab_gpu_guard.frameworks import torch as ts
+def us(f, n=2000):
+    runs = []
+    for _ in range(5):
+        t0 = time.perf_counter()
+        for _ in range(n):
+            f()
+        runs.append((time.perf_counter() - t0) / n * 1e6)
+    return statistics.median(runs)
+parts = {
+    "torch._C._cuda_memoryStats(0)": lambda: torch._C._cuda_memoryStats(0),
+    "cuda_initialized": lambda: ts.cuda_initialized(torch),
+    "cuda_device_count": lambda: ts.cuda_device_count(torch),
+    "cuda_health.broken_reason": cuda_health.broken_reason,
+    "allocator_stats(count=1)": lambda: ts.allocator_stats(torch, 1),
+    "tracker._cuda_stats()": tracker._cuda_stats,
+    "torch.cuda.memory_allocated()": torch.cuda.memory_allocated,
+    "torch.cuda.device_count()": torch.cuda.device_count,
+    "torch.cuda.is_initialized()": torch.cuda.is_initialized,
+}
+for name, f in parts.items():
+    print(f"{us(f):9.2f} us  {name}")
+EOF
 for bench in bench/bench_trace.py; do
   [ -f "$bench" ] || continue
   timeout "$(t 60)" python3 "$bench" --quick --json "$OUT/$(basename "$bench" .py).json" > "$OUT/$(basename "$bench" .py).log" 2>&1
