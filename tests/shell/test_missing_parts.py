@@ -39,6 +39,8 @@ class NotInstalled(importlib.abc.MetaPathFinder):
         return self.finder.find_spec(fullname, path, target)
     def invalidate_caches(self):
         getattr(self.finder, "invalidate_caches", lambda: None)()
+    def find_distributions(self, *args, **kwargs):  # importlib.metadata asks finders too
+        return getattr(self.finder, "find_distributions", lambda *a, **k: ())(*args, **kwargs)
 sys.meta_path[:] = [NotInstalled(f) if hasattr(f, "find_spec") else f for f in sys.meta_path]
 from IPython.testing.globalipapp import start_ipython
 ip = start_ipython()
@@ -54,6 +56,7 @@ for magic in {magics!r}:
     )
 import importlib.util
 results["blocked"] = [importlib.util.find_spec(name) is None for name in {parts!r}]
+print()  # IPython 7 writes a terminal title first, without a newline
 print({mark!r} + json.dumps(results))
 """
 
