@@ -15,34 +15,52 @@ Nothing here imports IPython, torch or numpy.
 
 from __future__ import annotations
 
-from .diagnosis import Diagnosis, classify
+from .diagnosis import Diagnosis, Section, classify
 from .enrich import advise
 from .fixes import DETERMINISTIC_ALTERNATIVES, RESTART_SESSION, Advice
 from .kinds import (
     CUBLAS_DETERMINISM,
     CUDA_DRIVER_OOM,
+    DEVICE_BUSY,
+    DEVICE_MISMATCH,
     DRIVER_MISMATCH,
     FORKED_CUDA,
+    GPU_TOO_OLD,
+    INVALID_DEVICE,
     KINDS,
+    LATE_KERNEL_ERROR,
+    LIBRARY_SETUP,
+    MEMORY_IN_DISGUISE,
     MEMORY_KINDS,
+    NCCL_ERROR,
     NO_GPU,
     NONDETERMINISTIC_OP,
     OUT_OF_MEMORY,
     STICKY_ERROR,
     STICKY_ERROR_ELSEWHERE,
+    STREAM_CAPTURE,
     TITLES,
 )
 from .machine import GpuProcess, arch_supports, driver_facts, gpu_processes, torch_arch_list
-from .recognise import STICKY_ERRORS, Recognised, parse_oom_message, parse_size, recognise
+from .oom_figures import parse_oom_message, parse_size
+from .recognise import STICKY_ERRORS, Recognised, recognise
 
 __all__ = [
     "CUBLAS_DETERMINISM",
     "CUDA_DRIVER_OOM",
+    "DEVICE_BUSY",
+    "DEVICE_MISMATCH",
     "DETERMINISTIC_ALTERNATIVES",
     "DRIVER_MISMATCH",
     "FORKED_CUDA",
+    "GPU_TOO_OLD",
+    "INVALID_DEVICE",
     "KINDS",
+    "LATE_KERNEL_ERROR",
+    "LIBRARY_SETUP",
+    "MEMORY_IN_DISGUISE",
     "MEMORY_KINDS",
+    "NCCL_ERROR",
     "NONDETERMINISTIC_OP",
     "NO_GPU",
     "OUT_OF_MEMORY",
@@ -50,11 +68,13 @@ __all__ = [
     "STICKY_ERROR",
     "STICKY_ERROR_ELSEWHERE",
     "STICKY_ERRORS",
+    "STREAM_CAPTURE",
     "TITLES",
     "Advice",
     "Diagnosis",
     "GpuProcess",
     "Recognised",
+    "Section",
     "advise",
     "arch_supports",
     "classify",
