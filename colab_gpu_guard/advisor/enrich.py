@@ -23,7 +23,7 @@ from .. import cuda_health
 from ..frameworks import torch as torch_support
 from ..seeding import determinism
 from ..units import format_bytes
-from . import fixes, machine, memory_fixes, origin, released_frames
+from . import fixes, machine, memory_fixes, origin, released_frames, setup_fixes
 from .diagnosis import Diagnosis, classify, rebuild
 from .kinds import (
     CUBLAS_DETERMINISM,
@@ -298,21 +298,34 @@ def _enrich_gpu_memory(diagnosis: Diagnosis, namespace: Optional[dict]) -> None:
 
 
 def _enrich_driver_oom(diagnosis: Diagnosis, namespace: Optional[dict]) -> None:
-    """Tell the two causes of 'CUDA error: out of memory' apart where this kernel's torch
-    can: had CUDA started here (torch.cuda.is_initialized, no CUDA call) when it failed?"""
+    """Tell the two causes of 'CUDA error: out of memory' apart where this process can: had
+    CUDA started here when it failed? Yes if this kernel's torch had started it
+    (torch.cuda.is_initialized, no CUDA call) or NVML lists this process on a GPU."""
+    if diagnosis.details.get("child") or diagnosis.details.get("framework") not in (
+        None,
+        "torch",
+    ):
+        return  # another process's or framework's error: this kernel's state says nothing
     torch = torch_support.loaded()
-    if torch is None or diagnosis.details.get("framework") not in (None, "torch"):
-        return
-    if diagnosis.details.get("child"):
-        return  # another process's error: this kernel's state says nothing about it
-    started = bool(torch_support.cuda_initialized(torch))
+    by_torch = torch is not None and bool(torch_support.cuda_initialized(torch))
+    processes = gpu_processes()
+    listed = processes is not None and any(p.pid == os.getpid() for p in processes)
+    if torch is None and processes is None:
+        return  # neither torch nor NVML can say: both causes stand
+    started = by_torch or listed
     diagnosis.details["cuda_started_here"] = started
     advice = memory_fixes.driver_oom(diagnosis.details)
     diagnosis.summary, diagnosis.fixes = advice.summary, list(advice.fixes)
-    diagnosis.facts["CUDA started in this kernel"] = "yes" if started else "no"
+    diagnosis.facts["CUDA started in this kernel"] = (
+        ("yes (PyTorch)" if by_torch else "yes (NVML lists this process on a GPU)")
+        if started
+        else "no"
+    )
 
 
 def _enrich_devices(diagnosis: Diagnosis, namespace: Optional[dict]) -> None:
+    if diagnosis.details.get("problem") == "checkpoint":
+        return  # the message states torch's own device count: nothing to add
     visible = os.environ.get("CUDA_VISIBLE_DEVICES")
     diagnosis.facts["CUDA_VISIBLE_DEVICES"] = repr(visible) if visible is not None else "unset"
     devices = driver_facts().get("devices")
@@ -324,8 +337,14 @@ def _enrich_devices(diagnosis: Diagnosis, namespace: Optional[dict]) -> None:
 
 
 def _enrich_compute_mode(diagnosis: Diagnosis, namespace: Optional[dict]) -> None:
-    for index, mode in machine.compute_modes():
+    """The compute mode of each GPU (NVML) tells the causes of 'busy or unavailable' apart:
+    exclusive (one process at a time), prohibited (none), or default (neither: the GPU or
+    its driver is at fault)."""
+    modes = machine.compute_modes()
+    for index, mode in modes:
         diagnosis.facts[f"GPU {index} compute mode"] = mode
+    advice = setup_fixes.device_busy(diagnosis.details, [mode for _, mode in modes])
+    diagnosis.summary, diagnosis.fixes = advice.summary, list(advice.fixes)
 
 
 def _enrich_capability(diagnosis: Diagnosis, namespace: Optional[dict]) -> None:

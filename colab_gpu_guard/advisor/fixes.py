@@ -84,13 +84,17 @@ def _ecc(error: str) -> Advice:
         f"CUDA reported '{error}': the GPU's own memory failed, not your code. The CUDA "
         "context of this process is unusable from now on."
     )
-    fixes = [
-        f"Get a new runtime on another GPU ({NEW_RUNTIME}): restarting the session keeps "
-        "the same faulty GPU. CPU-side results can be saved to disk first.",
-        "If it comes back on a new machine, or on your own GPU, report it to whoever runs "
-        "the machine (`!nvidia-smi -q -d ECC` shows the error counts).",
-    ]
-    return Advice(STICKY_ERROR, summary, {"CUDA error": error}, fixes, restart_required=True)
+    return Advice(
+        STICKY_ERROR, summary, {"CUDA error": error}, list(_ECC_FIXES), restart_required=True
+    )
+
+
+_ECC_FIXES = (
+    f"Get a new runtime on another GPU ({NEW_RUNTIME}): restarting the session keeps the "
+    "same faulty GPU. CPU-side results can be saved to disk first.",
+    "If it comes back on a new machine, or on your own GPU, report it to whoever runs the "
+    "machine (`!nvidia-smi -q -d ECC` shows the error counts).",
+)
 
 
 def _late_kernel(details: dict[str, Any]) -> Advice:
@@ -145,6 +149,8 @@ def _sticky_elsewhere(error: str, details: dict[str, Any]) -> Advice:
             "CUDA library, that library's CUDA context is unusable: restart the runtime "
             f"({RESTART_SESSION})."
         )
+    if "ECC" in error:  # a fault of the GPU itself, whichever process met it
+        return Advice(STICKY_ERROR_ELSEWHERE, summary, facts, list(_ECC_FIXES))
     fixes = [
         first,
         "To see the line that really failed, run `os.environ['CUDA_LAUNCH_BLOCKING'] = '1'` "

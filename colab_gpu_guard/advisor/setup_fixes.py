@@ -5,7 +5,7 @@ message (recognise.py)."""
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Sequence
 
 from .advice import NEW_RUNTIME, RESTART_SESSION, Advice
 from .kinds import (
@@ -70,7 +70,7 @@ def invalid_device(details: dict[str, Any]) -> Advice:
     if details.get("problem") == "checkpoint":
         index, count = details["device_index"], details["device_count"]
         facts["saved on"] = f"cuda:{index}"
-        facts["GPUs here"] = str(count)
+        facts["GPUs torch sees"] = str(count)
         summary = (
             f"The checkpoint holds tensors saved on GPU {index} (cuda:{index}) of another "
             f"machine, and this runtime has {count} GPU{'s' * (count != 1)}: torch.load puts "
@@ -96,19 +96,35 @@ def invalid_device(details: dict[str, Any]) -> Advice:
     return Advice(INVALID_DEVICE, summary, facts, fixes)
 
 
-def device_busy(details: dict[str, Any]) -> Advice:
+def device_busy(details: dict[str, Any], modes: Sequence[str] = ()) -> Advice:
+    """`modes`: the GPUs' compute modes where NVML says them (enrich), which tell the causes
+    apart; without them both causes stand."""
+    stop_others = (
+        "Stop the other process on the GPU (another notebook's kernel, a previous run; "
+        "`!nvidia-smi` lists them): in exclusive-process mode one process at a time may use "
+        "it (`!nvidia-smi -q | grep 'Compute Mode'`)."
+    )
+    bad_state = (
+        f"get a new runtime ({NEW_RUNTIME}); your own machine: check the driver install "
+        "(`!nvidia-smi` must work), then reboot."
+    )
+    if modes and all(mode == "Default" for mode in modes):
+        summary = (
+            "CUDA could not use the GPU, and no GPU here is in an exclusive or prohibited "
+            "compute mode: the GPU or its driver is in a bad state."
+        )
+        return Advice(DEVICE_BUSY, summary, {}, [bad_state[0].upper() + bad_state[1:]])
+    if "Prohibited" in modes:
+        summary = (
+            "A GPU here is in the 'Prohibited' compute mode: no process may use it until "
+            "its administrator sets it back (`nvidia-smi -c DEFAULT`)."
+        )
+        return Advice(DEVICE_BUSY, summary, {}, ["Use another GPU, or ask the administrator."])
     summary = (
         "CUDA could not use the GPU: it is in exclusive-process mode and another process "
         "holds it, or the GPU or its driver is in a bad state."
     )
-    fixes = [
-        "Stop the other process on the GPU (another notebook's kernel, a previous run; "
-        "`!nvidia-smi` lists them): in exclusive-process mode one process at a time may use "
-        "it (`!nvidia-smi -q | grep 'Compute Mode'`).",
-        f"If none is listed: a new runtime ({NEW_RUNTIME}); your own machine: check "
-        "the driver install (`!nvidia-smi` must work), then reboot.",
-    ]
-    return Advice(DEVICE_BUSY, summary, {}, fixes)
+    return Advice(DEVICE_BUSY, summary, {}, [stop_others, "If none is listed: " + bad_state])
 
 
 def nccl_error(details: dict[str, Any]) -> Advice:

@@ -6,6 +6,7 @@ no GPU advice is given for a host or TPU error, and each framework gets its own 
 
 from __future__ import annotations
 
+import os
 import re
 
 import pytest
@@ -147,7 +148,7 @@ def test_driver_oom_says_which_cause_this_kernel_shows(monkeypatch, started, fir
     item = next(i for i in CORPUS if i["kind"] == "cuda_driver_oom")
     diagnosis = advisor.advise(make(item))
     assert diagnosis.summary.startswith(first_words)
-    assert diagnosis.facts["CUDA started in this kernel"] == ("yes" if started else "no")
+    assert diagnosis.facts["CUDA started in this kernel"] == ("yes (PyTorch)" if started else "no")
     stop_first = diagnosis.fixes[0].startswith("Stop other processes")
     assert stop_first is (not started)
 
@@ -227,3 +228,43 @@ def test_every_kind_has_an_enricher_or_says_why_not():
         advisor.LIBRARY_SETUP,
     }
     assert set(enrich._ENRICHERS) | told_by_the_message == set(advisor.KINDS)
+
+
+def test_driver_oom_with_this_process_on_a_gpu_in_nvml_is_mid_run(monkeypatch):
+    """NVML listing this process on a GPU means CUDA had started here, whoever started it
+    (the fake lists this process on GPU 1; with another PID it lists none of ours)."""
+    monkeypatch.setattr(torch_support, "cuda_initialized", lambda torch: False)
+    item = next(i for i in CORPUS if i["kind"] == "cuda_driver_oom")
+    nvml.set_pynvml(fake_pynvml.install(fake_pynvml.two_gpus()))
+    listed = advisor.advise(make(item))
+    assert listed.facts["CUDA started in this kernel"] == "yes (NVML lists this process on a GPU)"
+    assert listed.summary.startswith("The GPU ran out of memory outside")
+    nvml.set_pynvml(fake_pynvml.install(fake_pynvml.two_gpus(this_pid=os.getpid() + 1)))
+    absent = advisor.advise(make(item))
+    assert absent.facts["CUDA started in this kernel"] == "no"
+    assert absent.summary.startswith("CUDA could not start in this kernel")
+
+
+def test_an_ecc_error_from_elsewhere_still_sends_to_another_gpu_and_marks_nothing():
+    diagnosis = advisor.advise(RuntimeError("CUDA error: uncorrectable ECC error encountered"))
+    if diagnosis.kind == advisor.STICKY_ERROR_ELSEWHERE:  # PyTorch never started CUDA here
+        assert cuda_health.broken_reason() is None
+    assert "Disconnect and delete runtime" in diagnosis.fixes[0]
+
+
+@pytest.mark.parametrize(
+    ("mode", "first_words"),
+    [
+        (fake_pynvml.NVML_COMPUTEMODE_DEFAULT, "CUDA could not use the GPU, and no GPU"),
+        (3, "CUDA could not use the GPU: it is in exclusive-process mode"),  # Exclusive Process
+        (2, "A GPU here is in the 'Prohibited' compute mode"),
+    ],
+)
+def test_a_busy_gpu_is_told_apart_by_its_compute_mode(mode, first_words):
+    world = fake_pynvml.one_gpu()
+    world.gpus[0].compute_mode = mode
+    nvml.set_pynvml(fake_pynvml.install(world))
+    item = next(i for i in CORPUS if i["kind"] == "device_busy")
+    diagnosis = advisor.advise(make(item))
+    assert diagnosis.summary.startswith(first_words)
+    assert diagnosis.facts["GPU 0 compute mode"] == nvml.COMPUTE_MODES[mode]
