@@ -184,7 +184,8 @@ _DESERIALIZE = re.compile(
     r"torch\.cuda\.device_count\(\) is (?P<count>\d+)"
 )
 _BUSY = re.compile(
-    r"busy or unavailable|cudaErrorDevicesUnavailable|CUDA_ERROR_DEVICE_UNAVAILABLE",
+    r"CUDA-capable devices? (\(s\) )?(is/are |are |is )?busy or unavailable|"
+    r"cudaErrorDevicesUnavailable|CUDA_ERROR_DEVICE_UNAVAILABLE",
     re.IGNORECASE,
 )
 _NCCL = re.compile(

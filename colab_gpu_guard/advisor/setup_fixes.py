@@ -43,10 +43,12 @@ def device_mismatch(details: dict[str, Any]) -> Advice:
             f"One operation got tensors on two devices{both}: every tensor it uses, the "
             "model's weights included, must be on the same device."
         )
+    # the device to name in the example: the accelerator the message names ('mps' on a Mac)
+    target = next((d.split(":")[0] for d in devices if d != "cpu"), "cuda")
     fixes = [
         "Move the model and every batch to one device: `model.to(device)` once, and "
         "`x, y = x.to(device), y.to(device)` for each batch in the loop "
-        "(`device = 'cuda'`).",
+        f"(`device = '{target}'`).",
         "Layers made inside `forward` (like `nn.BatchNorm2d(c)(x)`) stay on the CPU: create "
         "them in `__init__`, so `model.to(device)` moves them. New tensors in `forward` need "
         "`device=x.device` (`torch.zeros(n, device=x.device)`); a tensor kept as a plain "

@@ -268,3 +268,27 @@ def test_a_busy_gpu_is_told_apart_by_its_compute_mode(mode, first_words):
     diagnosis = advisor.advise(make(item))
     assert diagnosis.summary.startswith(first_words)
     assert diagnosis.facts["GPU 0 compute mode"] == nvml.COMPUTE_MODES[mode]
+
+
+@pytest.mark.parametrize(
+    "error",
+    [
+        OSError(16, "Device or resource busy"),
+        RuntimeError("mat1 and mat2 shapes cannot be multiplied (64x512 and 256x10)"),
+        RuntimeError("expected scalar type Float but found Double"),
+        RuntimeError("The service is busy or unavailable, retry later"),
+        ValueError("invalid literal for int() with base 10: 'cuda'"),
+    ],
+)
+def test_look_alikes_that_are_not_gpu_errors_get_no_advice(error):
+    assert advisor.classify(error) is None
+
+
+def test_a_device_mismatch_on_a_mac_names_mps_not_cuda():
+    diagnosis = advisor.classify(
+        RuntimeError(
+            "Expected all tensors to be on the same device, but found at least two devices, "
+            "mps:0 and cpu!"
+        )
+    )
+    assert "`device = 'mps'`" in diagnosis.fixes[0]
