@@ -2,8 +2,10 @@
 
 ``classify(exc)`` (diagnosis.py) reads an exception's type and message, walking
 ``__cause__`` and ``__context__``, and returns a :class:`Diagnosis` built from the message
-alone (recognise.py parses it, fixes.py writes the prose), or ``None`` for anything that is
-not a recognised CUDA error. ``advise(exc)`` (enrich.py) adds what can be learned safely from
+alone (recognise.py names the kind and the framework, oom_figures.py reads an out-of-memory
+message's figures; fixes.py, memory_fixes.py and setup_fixes.py write the prose), or
+``None`` for anything that is not a recognised GPU error (host and TPU memory included).
+tests/fixtures/cuda_error_corpus.json holds the real messages it is tested against. ``advise(exc)`` (enrich.py) adds what can be learned safely from
 this process (leftover tensors by name, NVML's list of GPU processes, driver and build
 versions), marks the CUDA context broken after a sticky error raised by this process's own
 CUDA call (not one carried from a child process: see origin.py), and can release the failed

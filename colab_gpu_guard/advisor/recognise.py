@@ -354,9 +354,15 @@ def recognise(exc: BaseException) -> Optional[Recognised]:
     if not message and not _is_device_oom_type(exc):
         return None
     details: dict[str, Any] = {"message": message, "type": _type_name(exc)}
-    which = framework(exc, message)
-    if which is not None:
-        details["framework"] = which
+    found = _kind(exc, message, details)
+    if found is not None:
+        which = framework(exc, message)
+        if which is not None:
+            details["framework"] = which
+    return found
+
+
+def _kind(exc: BaseException, message: str, details: dict[str, Any]) -> Optional[Recognised]:
     if _FORKED.search(message):
         return Recognised(FORKED_CUDA, details)
     if _CUBLAS.search(message):
