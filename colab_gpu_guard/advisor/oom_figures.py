@@ -210,7 +210,9 @@ _TF_DTYPE_BYTES = {
 def _tensorflow_request(text: str) -> Optional[int]:
     """TensorFlow states the tensor, not its size: 'OOM when allocating tensor with
     shape[25088,4096] and type float' is 25088 * 4096 * 4 bytes."""
-    match = re.search(r"OOM when allocating tensor with shape\[([\d,\s]*)\] and type (\w+)", text)
+    match = re.search(
+        r"OOM when allocating tensor (?:with shape|of shape )\[([\d,\s]*)\] and type (\w+)", text
+    )
     if not match or match.group(2) not in _TF_DTYPE_BYTES:
         return None
     size = _TF_DTYPE_BYTES[match.group(2)]
