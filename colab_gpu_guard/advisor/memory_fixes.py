@@ -72,6 +72,8 @@ def oom_facts(details: dict[str, Any]) -> dict[str, str]:
         )
     elif total is not None:
         facts[f"{where} capacity"] = format_bytes(total)
+    if "allowed_bytes" in details:
+        facts["allowed for this process"] = format_bytes(details["allowed_bytes"])
     others = details.get("other_processes") or []
     among = details.get("this_process_among") or []
     if "process_bytes" in details:
@@ -125,6 +127,13 @@ def _oom_summary(details: dict[str, Any]) -> str:
             f"One allocation asked for {asked}, more than the whole GPU has "
             f"({format_bytes(total)}): no cleanup can make it fit."
         )
+    allowed = details.get("allowed_bytes")
+    if allowed is not None and (free is None or free >= requested):
+        return (
+            f"The allocation asked for {asked}, and this process may use at most "
+            f"{format_bytes(allowed)} of the GPU (`torch.cuda.set_per_process_memory_fraction`)"
+            ": that limit, not the GPU, is most likely what it ran into."
+        )
     if free is not None and free >= requested:
         # The figure is read after the failure (cudaMemGetInfo, once PyTorch has given its
         # cached memory back): enough free in total, but not as one piece, or not then.
@@ -157,6 +166,12 @@ def out_of_memory(details: dict[str, Any]) -> Advice:
         ]
         return Advice(OUT_OF_MEMORY, _oom_summary(details), facts, fixes)
     fixes = [RESET_FIXES[framework], SMALLER_STEP[framework]]
+    if "allowed_bytes" in details:
+        fixes.insert(
+            0,
+            "Raise this process's limit, `torch.cuda.set_per_process_memory_fraction(f)` "
+            "with a larger f (1.0: the whole GPU), if nothing else needs the rest.",
+        )
     unallocated = details.get("reserved_unallocated_bytes")
     if (
         framework == "torch"

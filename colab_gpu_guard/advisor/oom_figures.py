@@ -65,6 +65,8 @@ _OOM_FIGURES: tuple[tuple[str, str], ...] = (
     ("device", r"GPU (\d+) has a total capac\w* of"),
     ("total_bytes", r"total capac\w* of {SIZE}"),
     ("free_bytes", r"of which {SIZE} is free"),
+    # with torch.cuda.set_per_process_memory_fraction: "...; 2.00 GiB allowed; ..."
+    ("allowed_bytes", r"{SIZE} allowed;"),
     ("process_bytes", r"this process has {SIZE} memory in use"),
     ("allocated_bytes", r"Of the allocated memory {SIZE}"),
     ("reserved_unallocated_bytes", r"and {SIZE} is reserved by PyTorch"),

@@ -292,3 +292,19 @@ def test_a_device_mismatch_on_a_mac_names_mps_not_cuda():
         )
     )
     assert "`device = 'mps'`" in diagnosis.fixes[0]
+
+
+def test_a_per_process_limit_is_named_as_the_cause_not_fragmentation():
+    """torch's template with set_per_process_memory_fraction (c10/cuda/CUDACachingAllocator.cpp:
+    allowed_info = format_size(allowed_memory_maximum) + " allowed; ")."""
+    diagnosis = advisor.classify(
+        RuntimeError(
+            "CUDA out of memory. Tried to allocate 2.00 GiB (GPU 0; 15.90 GiB total capacity; "
+            "1.50 GiB already allocated; 13.80 GiB free; 2.00 GiB allowed; 1.52 GiB reserved "
+            "in total by PyTorch)"
+        )
+    )
+    assert diagnosis.facts["allowed for this process"] == "2 GiB"
+    assert "set_per_process_memory_fraction" in diagnosis.summary
+    assert "fragmentation" not in diagnosis.summary
+    assert diagnosis.fixes[0].startswith("Raise this process's limit")
