@@ -10,7 +10,7 @@ from __future__ import annotations
 import html
 import re
 from dataclasses import asdict, dataclass, field
-from typing import Any, NamedTuple, Optional
+from typing import Any, Optional
 
 from .. import notebook_refs
 from ..units import escape_lines
@@ -19,7 +19,8 @@ from .kinds import STICKY_ERROR, TITLES
 from .recognise import child_process, first_line, recognise
 
 
-class Section(NamedTuple):
+@dataclass(frozen=True)
+class Section:
     """An extra part of an answer, shown after the facts under its own title: what another
     room learns about the failure. The memory trace (colab_gpu_guard.trace, when built) is
     to add one to an out-of-memory answer: title "lines alive at the failure", one line per

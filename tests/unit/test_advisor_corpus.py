@@ -206,7 +206,7 @@ def test_an_oom_answer_has_room_for_an_extra_section():
     assert "lines alive at the failure</b>" in diagnosis._repr_html_()
     assert "&lt;x&gt;" in diagnosis._repr_html_()
     assert diagnosis.to_dict()["sections"] == [
-        ("lines alive at the failure", ["cell 3 line 2: <x>"])
+        {"title": "lines alive at the failure", "lines": ["cell 3 line 2: <x>"]}
     ]
     from colab_gpu_guard.advisor.diagnosis import rebuild
 
