@@ -18,9 +18,10 @@ Nothing here imports IPython, torch or numpy.
 
 from __future__ import annotations
 
+from .advice import RESTART_SESSION, Advice
 from .diagnosis import Diagnosis, Section, classify
 from .enrich import advise
-from .fixes import DETERMINISTIC_ALTERNATIVES, RESTART_SESSION, Advice
+from .fixes import DETERMINISTIC_ALTERNATIVES
 from .kinds import (
     CUBLAS_DETERMINISM,
     CUDA_DRIVER_OOM,

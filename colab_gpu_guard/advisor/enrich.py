@@ -24,6 +24,7 @@ from ..frameworks import torch as torch_support
 from ..seeding import determinism
 from ..units import format_bytes
 from . import fixes, machine, memory_fixes, origin, released_frames, setup_fixes
+from .advice import DEL_LEFTOVERS
 from .diagnosis import Diagnosis, classify, rebuild
 from .kinds import (
     CUBLAS_DETERMINISM,
@@ -93,7 +94,7 @@ def _enrich_oom(diagnosis: Diagnosis, namespace: Optional[dict]) -> None:
         diagnosis.facts["biggest leftovers"] = "; ".join(_describe_holder(h) for h in holders)
         resets = memory_fixes.RESET_FIXES.values()
         if diagnosis.fixes and diagnosis.fixes[0] in resets:
-            diagnosis.fixes[0] += fixes.DEL_LEFTOVERS
+            diagnosis.fixes[0] += DEL_LEFTOVERS
     if is_torch_cuda:
         _rerun_leaks_on_cuda(diagnosis, namespace)
     if is_torch_cuda and _context_usable():

@@ -9,15 +9,7 @@ from __future__ import annotations
 from typing import Any, Callable, Optional
 
 from . import memory_fixes, setup_fixes
-from .advice import (
-    DEL_LEFTOVERS,
-    INDEX_CULPRITS,
-    LAUNCH_BLOCKING_FIX,
-    NEW_RUNTIME,
-    RESET_FIX,
-    RESTART_SESSION,
-    Advice,
-)
+from .advice import INDEX_CULPRITS, LAUNCH_BLOCKING_FIX, NEW_RUNTIME, RESTART_SESSION, Advice
 from .kinds import (
     CUBLAS_DETERMINISM,
     CUDA_DRIVER_OOM,
@@ -38,8 +30,6 @@ from .kinds import (
     STICKY_ERROR_ELSEWHERE,
     STREAM_CAPTURE,
 )
-
-__all__ = ["DEL_LEFTOVERS", "RESET_FIX", "RESTART_SESSION", "Advice", "BUILDERS"]
 
 
 def _culprits(error: str) -> str:

@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 
 from colab_gpu_guard import advisor, cuda_health, notebook_refs, nvml
-from colab_gpu_guard.advisor import enrich, fixes, origin
+from colab_gpu_guard.advisor import advice, enrich, origin
 from tests import fake_pynvml
 
 FIXTURE = Path(__file__).resolve().parents[1] / "fixtures" / "cuda_error_messages.json"
@@ -1296,7 +1296,7 @@ def test_oom_names_the_biggest_holders_grouped_by_variable(monkeypatch, no_nvml)
         "<b>model</b> 8.12 KiB (Linear: 2 arrays on cpu)",
     ]
     assert (64 * 32 + 32) * 4 == 8320 and 1000 * 16 == 16000  # the sizes above
-    assert diagnosis.fixes[0] == fixes.RESET_FIX + fixes.DEL_LEFTOVERS  # they are listed
+    assert diagnosis.fixes[0] == advice.RESET_FIX + advice.DEL_LEFTOVERS  # they are listed
     page = diagnosis._repr_html_()
     assert "&lt;b&gt;model&lt;/b&gt;" in page and "<b>model</b>" not in page
 
@@ -1331,10 +1331,10 @@ def test_oom_names_the_cells_that_kept_cuda_memory_again_on_rerun(ip, monkeypatc
     assert gone.facts["kept again on rerun"] == "[4], [5], [7]"
     assert diagnosis.fixes[0].startswith("A cell you rerun keeps GPU memory again each time")
     # no leftovers listed: the reset fix does not point at a list that is not there
-    assert fixes.RESET_FIX in diagnosis.fixes and "listed above" not in str(diagnosis)
+    assert advice.RESET_FIX in diagnosis.fixes and "listed above" not in str(diagnosis)
     elsewhere = advisor.advise(make(entry("out_of_memory")), namespace={})
     assert "kept again on rerun" not in elsewhere.facts
-    assert elsewhere.fixes[0] == fixes.RESET_FIX
+    assert elsewhere.fixes[0] == advice.RESET_FIX
 
 
 def test_advise_survives_failing_fact_sources(monkeypatch):
