@@ -268,8 +268,8 @@ _NO_KERNEL_BUILD = {
     "a recent torch built for a recent CUDA; very old GPUs were dropped from recent wheels): "
     "pick the matching `--index-url https://download.pytorch.org/whl/cuXXX` from pytorch.org, "
     "then restart the runtime.",
-    "cupy": "Install the CuPy wheel for a CUDA version that supports this GPU (`cupy-cuda12x` "
-    "for the newest GPUs), then restart.",
+    "cupy": "Install the CuPy wheel for a CUDA version that supports this GPU (a newer "
+    "`cupy-cudaXXx`: new GPUs need a recent CUDA), then restart.",
 }
 
 
