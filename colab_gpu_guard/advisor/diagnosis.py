@@ -19,9 +19,21 @@ from .kinds import STICKY_ERROR, TITLES
 from .recognise import child_process, first_line, recognise
 
 
+@dataclass(frozen=True)
+class Section:
+    """An extra part of an answer, shown after the facts under its own title: what another
+    room learns about the failure. The memory trace (colab_gpu_guard.trace, when built) is
+    to add one to an out-of-memory answer: title "lines alive at the failure", one line per
+    source line still holding memory."""
+
+    title: str
+    lines: list[str]
+
+
 @dataclass
 class Diagnosis:
-    """What went wrong, the facts that show it, and what to do."""
+    """What went wrong, the facts that show it, and what to do. `sections` holds optional
+    extra parts (`Section`) an enricher adds; none by default."""
 
     kind: str
     summary: str
@@ -33,6 +45,7 @@ class Diagnosis:
     frames_released: int = 0  # function frames of the traceback cleared (advise)
     frames_released_bytes: int = 0  # bytes of arrays that clearing them freed (weakrefs)
     details: dict[str, Any] = field(default_factory=dict)  # parsed values (bytes, pids, ...)
+    sections: list[Section] = field(default_factory=list)  # extra parts, after the facts
 
     @property
     def title(self) -> str:
@@ -49,6 +62,9 @@ class Diagnosis:
             width = min(max(len(label) for label in self.facts), 28)
             for label, value in self.facts.items():
                 lines.append(f"  {label:<{width}}  {value}")
+        for section in self.sections:
+            lines.append(f"{section.title}:")
+            lines.extend(f"  {line}" for line in section.lines)
         if self.fixes:
             lines.append("What to do:")
             for number, fix in enumerate(self.fixes, 1):
@@ -67,6 +83,12 @@ class Diagnosis:
             f"<td style='padding:0'>{_inline_code(value)}</td></tr>"
             for label, value in self.facts.items()
         )
+        sections = "".join(
+            f"<b>{html.escape(section.title)}</b><div style='margin:2px 0 4px 12px'>"
+            + "<br>".join(_inline_code(line) for line in section.lines)
+            + "</div>"
+            for section in self.sections
+        )
         fixes = "".join(f"<li>{_inline_code(fix)}</li>" for fix in self.fixes)
         notes = "".join(
             f"<div style='color:#555;margin-top:4px'>{_inline_code(note)}</div>"
@@ -79,6 +101,7 @@ class Diagnosis:
             f"<b>CUDA advisor: {html.escape(self.title)}</b>"
             f"<div>{_inline_code(self.summary)}</div>"
             + (f"<table style='margin:4px 0;font-size:12px'>{rows}</table>" if rows else "")
+            + sections
             + (f"<b>What to do</b><ol style='margin:2px 0'>{fixes}</ol>" if fixes else "")
             + notes
             + "<div style='color:#888;font-size:11px'>%gpu_advice off turns these notes off"
@@ -132,6 +155,7 @@ def rebuild(diagnosis: Diagnosis, **details: Any) -> Diagnosis:
         frames_released=diagnosis.frames_released,
         frames_released_bytes=diagnosis.frames_released_bytes,
         details=merged,
+        sections=list(diagnosis.sections),
     )
 
 

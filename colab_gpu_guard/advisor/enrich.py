@@ -23,13 +23,19 @@ from .. import cuda_health
 from ..frameworks import torch as torch_support
 from ..seeding import determinism
 from ..units import format_bytes
-from . import fixes, origin, released_frames
+from . import fixes, machine, memory_fixes, origin, released_frames, setup_fixes
+from .advice import DEL_LEFTOVERS
 from .diagnosis import Diagnosis, classify, rebuild
 from .kinds import (
     CUBLAS_DETERMINISM,
     CUDA_DRIVER_OOM,
+    DEVICE_BUSY,
     DRIVER_MISMATCH,
     FORKED_CUDA,
+    GPU_TOO_OLD,
+    INVALID_DEVICE,
+    LATE_KERNEL_ERROR,
+    MEMORY_IN_DISGUISE,
     MEMORY_KINDS,
     NO_GPU,
     NONDETERMINISTIC_OP,
@@ -82,14 +88,13 @@ def _enrich(diagnosis: Diagnosis, namespace: Optional[dict]) -> None:
 
 
 def _enrich_oom(diagnosis: Diagnosis, namespace: Optional[dict]) -> None:
-    is_torch_cuda = "CUDA out of memory" in diagnosis.error or diagnosis.details.get(
-        "type", ""
-    ).startswith("torch")
+    is_torch_cuda = diagnosis.details.get("framework") in (None, "torch")
     holders = _leftover_holders(namespace, "cuda" if is_torch_cuda else None)
     if holders:
         diagnosis.facts["biggest leftovers"] = "; ".join(_describe_holder(h) for h in holders)
-        if diagnosis.fixes and diagnosis.fixes[0] == fixes.RESET_FIX:
-            diagnosis.fixes[0] += fixes.DEL_LEFTOVERS
+        resets = memory_fixes.RESET_FIXES.values()
+        if diagnosis.fixes and diagnosis.fixes[0] in resets:
+            diagnosis.fixes[0] += DEL_LEFTOVERS
     if is_torch_cuda:
         _rerun_leaks_on_cuda(diagnosis, namespace)
     if is_torch_cuda and _context_usable():
@@ -284,6 +289,77 @@ def _has_cuda_context() -> bool:
         return False
 
 
+def _enrich_gpu_memory(diagnosis: Diagnosis, namespace: Optional[dict]) -> None:
+    """Each GPU's memory as NVML sees it (no CUDA call): shows whether the GPU is full."""
+    for device in machine.gpu_memory():
+        used, total = device["used"], device["total"]
+        diagnosis.facts[f"GPU {device['index']} memory in use"] = (
+            f"{format_bytes(used)} of {format_bytes(total)}"
+        )
+
+
+def _enrich_driver_oom(diagnosis: Diagnosis, namespace: Optional[dict]) -> None:
+    """Tell the two causes of 'CUDA error: out of memory' apart where this process can: had
+    CUDA started here when it failed? Yes if this kernel's torch had started it
+    (torch.cuda.is_initialized, no CUDA call) or NVML lists this process on a GPU."""
+    if diagnosis.details.get("child") or diagnosis.details.get("framework") not in (
+        None,
+        "torch",
+    ):
+        return  # another process's or framework's error: this kernel's state says nothing
+    torch = torch_support.loaded()
+    by_torch = torch is not None and bool(torch_support.cuda_initialized(torch))
+    processes = gpu_processes()
+    listed = processes is not None and any(p.pid == os.getpid() for p in processes)
+    if torch is None and processes is None:
+        return  # neither torch nor NVML can say: both causes stand
+    started = by_torch or listed
+    diagnosis.details["cuda_started_here"] = started
+    advice = memory_fixes.driver_oom(diagnosis.details)
+    diagnosis.summary, diagnosis.fixes = advice.summary, list(advice.fixes)
+    diagnosis.facts["CUDA started in this kernel"] = (
+        ("yes (PyTorch)" if by_torch else "yes (NVML lists this process on a GPU)")
+        if started
+        else "no"
+    )
+
+
+def _enrich_devices(diagnosis: Diagnosis, namespace: Optional[dict]) -> None:
+    if diagnosis.details.get("problem") == "checkpoint":
+        return  # the message states torch's own device count: nothing to add
+    visible = os.environ.get("CUDA_VISIBLE_DEVICES")
+    diagnosis.facts["CUDA_VISIBLE_DEVICES"] = repr(visible) if visible is not None else "unset"
+    devices = driver_facts().get("devices")
+    diagnosis.facts["GPUs NVML sees"] = (
+        ", ".join(f"GPU {d['index']} {d.get('name') or ''}".rstrip() for d in devices) or "none"
+        if devices is not None
+        else "NVML not available"
+    )
+
+
+def _enrich_compute_mode(diagnosis: Diagnosis, namespace: Optional[dict]) -> None:
+    """The compute mode of each GPU (NVML) tells the causes of 'busy or unavailable' apart:
+    exclusive (one process at a time), prohibited (none), or default (neither: the GPU or
+    its driver is at fault)."""
+    modes = machine.compute_modes()
+    for index, mode in modes:
+        diagnosis.facts[f"GPU {index} compute mode"] = mode
+    advice = setup_fixes.device_busy(diagnosis.details, [mode for _, mode in modes])
+    diagnosis.summary, diagnosis.fixes = advice.summary, list(advice.fixes)
+
+
+def _enrich_capability(diagnosis: Diagnosis, namespace: Optional[dict]) -> None:
+    if "this GPU" in diagnosis.facts:
+        return
+    for device in driver_facts().get("devices") or []:
+        capability = device.get("capability")
+        if capability is not None:
+            name = device.get("name") or f"GPU {device['index']}"
+            diagnosis.facts[f"GPU {device['index']}"] = (
+                f"{name}, compute capability {capability[0]}.{capability[1]}"
+            )
+
+
 def _enrich_no_gpu(diagnosis: Diagnosis, namespace: Optional[dict]) -> None:
     visible = os.environ.get("CUDA_VISIBLE_DEVICES")
     diagnosis.facts["CUDA_VISIBLE_DEVICES"] = repr(visible) if visible is not None else "unset"
@@ -297,6 +373,10 @@ def _enrich_no_gpu(diagnosis: Diagnosis, namespace: Optional[dict]) -> None:
     diagnosis.facts["GPUs NVML sees"] = (
         str(len(devices)) if devices is not None else "none (NVML not available)"
     )
+    if diagnosis.details.get("framework") not in (None, "torch") or diagnosis.details.get(
+        "problem"
+    ) not in (None, "cpu build"):
+        return  # the cause below is torch's; a checkpoint's fix (map_location) stands
     cause = fixes.no_gpu_cause(
         torch_support.version() if torch is not None else None,
         torch is not None and torch_support.cpu_only_build(torch),
@@ -310,15 +390,24 @@ def _enrich_no_gpu(diagnosis: Diagnosis, namespace: Optional[dict]) -> None:
 
 _ENRICHERS: dict[str, tuple[Callable[[Diagnosis, Optional[dict]], None], ...]] = {
     OUT_OF_MEMORY: (_enrich_oom,),
+    MEMORY_IN_DISGUISE: (_enrich_oom, _enrich_gpu_memory),
+    CUDA_DRIVER_OOM: (_enrich_driver_oom, _enrich_processes, _enrich_oom),
     STICKY_ERROR: (origin.enrich_sticky,),
     STICKY_ERROR_ELSEWHERE: (origin.enrich_elsewhere,),
+    LATE_KERNEL_ERROR: (_enrich_driver,),
+    INVALID_DEVICE: (_enrich_devices,),
+    DEVICE_BUSY: (_enrich_compute_mode, _enrich_processes),
     FORKED_CUDA: (_enrich_forked,),
     CUBLAS_DETERMINISM: (_enrich_cublas,),
     NONDETERMINISTIC_OP: (_enrich_nondet,),
     DRIVER_MISMATCH: (_enrich_driver,),
-    CUDA_DRIVER_OOM: (_enrich_processes, _enrich_oom),
+    GPU_TOO_OLD: (_enrich_capability,),
     NO_GPU: (_enrich_no_gpu,),
 }
+# A kind left out has nothing this process can add (device mismatch, NCCL, stream capture
+# and library setup are told by the message alone). Another room's facts join a kind here:
+# the memory trace (colab_gpu_guard.trace, when built) adds its "lines alive at the
+# failure" to OUT_OF_MEMORY as a Section (diagnosis.Section, Diagnosis.sections).
 
 
 # ---------------------------------------------------------------- advise (public)

@@ -1,139 +1,40 @@
 """The prose of each diagnosis: the summary, the facts the message states, and the fixes,
-built from the details parsed out of the message (see recognise.py)."""
+built from the details parsed out of the message (see recognise.py). The kernel errors,
+forked CUDA, determinism, the driver and no GPU are written here; the memory errors in
+memory_fixes.py, setup and hardware in setup_fixes.py; BUILDERS maps every kind to its
+writer."""
 
 from __future__ import annotations
 
-from typing import Any, Callable, NamedTuple, Optional
+from typing import Any, Callable, Optional
 
-from ..units import format_bytes
+from . import memory_fixes, setup_fixes
+from .advice import INDEX_CULPRITS, LAUNCH_BLOCKING_FIX, NEW_RUNTIME, RESTART_SESSION, Advice
 from .kinds import (
     CUBLAS_DETERMINISM,
     CUDA_DRIVER_OOM,
+    DEVICE_BUSY,
+    DEVICE_MISMATCH,
     DRIVER_MISMATCH,
     FORKED_CUDA,
+    GPU_TOO_OLD,
+    INVALID_DEVICE,
+    LATE_KERNEL_ERROR,
+    LIBRARY_SETUP,
+    MEMORY_IN_DISGUISE,
+    NCCL_ERROR,
     NO_GPU,
     NONDETERMINISTIC_OP,
     OUT_OF_MEMORY,
     STICKY_ERROR,
     STICKY_ERROR_ELSEWHERE,
+    STREAM_CAPTURE,
 )
-
-RESTART_SESSION = "Colab: Runtime > Restart session; Jupyter: Kernel > Restart"
-RESET_FIX = (
-    "Run `%gpu_reset` to release what the notebook still holds (output history, the last "
-    "traceback, cached GPU memory no tensor is using), then rerun."
-)
-# added where the advice lists the biggest leftovers (`enrich`)
-DEL_LEFTOVERS = " `del` the big leftovers listed above that you no longer need."
-
-
-class Advice(NamedTuple):
-    """What one kind of error means and what to do, before anything is learned from this
-    process; `classify` turns it into a Diagnosis."""
-
-    kind: str
-    summary: str
-    facts: dict[str, str]
-    fixes: list[str]
-    restart_required: bool = False
-
-
-def _oom(details: dict[str, Any]) -> Advice:
-    facts: dict[str, str] = {}
-    where = f"GPU {details['device']}" if "device" in details else "the device"
-    requested = details.get("requested_bytes")
-    free = details.get("free_bytes")
-    total = details.get("total_bytes")
-    if requested is not None:
-        facts["requested"] = format_bytes(requested)
-    if free is not None:
-        facts[f"free on {where}"] = format_bytes(free) + (
-            f" of {format_bytes(total)}" if total is not None else ""
-        )
-    elif total is not None:
-        facts[f"{where} capacity"] = format_bytes(total)
-    others = details.get("other_processes") or []
-    among = details.get("this_process_among") or []
-    if "process_bytes" in details:
-        label = "the failing process uses" if details.get("child") else "this process uses"
-        facts[label] = format_bytes(details["process_bytes"]) + _matched_by_memory(details)
-    if "allocated_bytes" in details:
-        facts["held by live tensors"] = format_bytes(details["allocated_bytes"])
-    unallocated = details.get("reserved_unallocated_bytes")
-    if unallocated is not None:
-        facts["cached, unused"] = format_bytes(unallocated)
-    if others:
-        listed = ", ".join(f"pid {pid} ({format_bytes(size)})" for pid, size in others)
-        if among:
-            facts["GPU processes"] = f"{listed}; one of them is this process"
-        else:
-            facts["other processes"] = listed
-    if requested is not None and free is not None:
-        summary = (
-            f"The allocation asked for {format_bytes(requested)} but only {format_bytes(free)} "
-            f"was free on {where}."
-        )
-    elif requested is not None:
-        summary = f"An allocation of {format_bytes(requested)} did not fit in GPU memory."
-    else:
-        summary = "An allocation did not fit in GPU memory."
-    fixes = [
-        RESET_FIX,
-        "Make the step smaller: a smaller batch size (keep the effective batch with gradient "
-        "accumulation), shorter sequences, or bf16/fp16 via `torch.autocast`; use "
-        "`torch.no_grad()` for evaluation.",
-    ]
-    if unallocated is not None and total and unallocated > max(total * 0.1, requested or 0):
-        fixes.append(
-            "Much memory is cached but unusable (fragmentation): restart the runtime and put "
-            "`%env PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True` in the first cell, "
-            "before CUDA starts (the allocator reads it once)."
-        )
-    if among:
-        fixes.append(
-            "Several processes hold memory on this GPU and one of them is this one (NVML "
-            "reports host PIDs here, so the message cannot say which): stop the others "
-            "(another notebook's kernel, a previous run) - see the process list."
-        )
-    elif others:
-        fixes.append(
-            "Other processes hold memory on this GPU: stop them (another notebook's kernel, "
-            "a previous run) - see the process list."
-        )
-    return Advice(OUT_OF_MEMORY, summary, facts, fixes)
-
-
-def _matched_by_memory(details: dict[str, Any]) -> str:
-    """Why a 'Process N' of the message is this process (see recognise._listed_processes)."""
-    if details.get("process_matched_by") != "memory":
-        return ""
-    which = (
-        "the only listed process whose memory covers"
-        if details.get("other_processes")
-        else "the only process listed; its memory covers"
-    )
-    return (
-        f" (listed as process {details['process_pid']}, {which} the "
-        f"{format_bytes(details['pytorch_bytes'])} PyTorch holds; inside a container NVML "
-        "reports host PIDs)"
-    )
 
 
 def _culprits(error: str) -> str:
     if error == "device-side assert triggered":
-        return (
-            "Usual culprit: a class label outside [0, num_classes) for `CrossEntropyLoss` / "
-            "`nll_loss` (compare `labels.min()`, `labels.max()` with the number of logits; "
-            "-1 or 1-based labels are common), or an index >= `num_embeddings` in "
-            "`nn.Embedding` (token ids vs vocabulary size); BCE targets outside [0, 1] also "
-            "assert. Running the same step on CPU gives a readable error."
-        )
-    if "ECC" in error:
-        return (
-            "An uncorrectable ECC error is a fault of the GPU's memory, not of your code: "
-            "get a new runtime (Colab: Runtime > Disconnect and delete runtime) or another "
-            "GPU; if it comes back on the same GPU, report it to whoever runs the machine."
-        )
+        return INDEX_CULPRITS
     if "launch timed out" in error:
         return (
             "A kernel ran longer than the watchdog allows (a GPU that also drives a display, "
@@ -151,6 +52,8 @@ def _sticky(details: dict[str, Any]) -> Advice:
     error = details.get("cuda_error", "a CUDA error")
     if details.get("origin") is not None:
         return _sticky_elsewhere(error, details)
+    if "ECC" in error:
+        return _ecc(error)
     summary = (
         f"CUDA reported '{error}'. After this error the CUDA context of this process is "
         "unusable: every later CUDA call fails, and nothing but restarting the runtime helps."
@@ -158,12 +61,50 @@ def _sticky(details: dict[str, Any]) -> Advice:
     fixes = [
         f"Restart the runtime ({RESTART_SESSION}). CPU-side results can still be saved to "
         "disk first; GPU tensors cannot be read any more.",
-        "To find the line that really failed, make the first cell "
-        "`%env CUDA_LAUNCH_BLOCKING=1` (it must be set before CUDA initialises) and rerun: "
-        "kernel errors are otherwise reported later, at an unrelated line.",
+        LAUNCH_BLOCKING_FIX,
         _culprits(error),
     ]
     return Advice(STICKY_ERROR, summary, {"CUDA error": error}, fixes, restart_required=True)
+
+
+def _ecc(error: str) -> Advice:
+    """An uncorrectable ECC error is a fault of the GPU's memory: restarting the session
+    keeps the same GPU, so the fix is another machine."""
+    summary = (
+        f"CUDA reported '{error}': the GPU's own memory failed, not your code. The CUDA "
+        "context of this process is unusable from now on."
+    )
+    return Advice(
+        STICKY_ERROR, summary, {"CUDA error": error}, list(_ECC_FIXES), restart_required=True
+    )
+
+
+_ECC_FIXES = (
+    f"Get a new runtime on another GPU ({NEW_RUNTIME}): restarting the session keeps the "
+    "same faulty GPU. CPU-side results can be saved to disk first.",
+    "If it comes back on a new machine, or on your own GPU, report it to whoever runs the "
+    "machine (`!nvidia-smi -q -d ECC` shows the error counts).",
+)
+
+
+def _late_kernel(details: dict[str, Any]) -> Advice:
+    error = details.get("library_error", "a cuBLAS or cuDNN error")
+    summary = (
+        f"A cuBLAS/cuDNN call failed while running on the GPU ({error}). Usually an earlier "
+        "kernel failed (say an index out of range) and its error shows up here, at a later "
+        "call; then the CUDA context is broken, as after a device-side assert. Less often, "
+        "this build has no working kernels for this GPU."
+    )
+    fixes = [
+        f"Restart the runtime ({RESTART_SESSION}): after a kernel error every later CUDA "
+        "call fails.",
+        LAUNCH_BLOCKING_FIX,
+        INDEX_CULPRITS,
+        "If it fails at the very first matrix multiply or convolution, even with tiny "
+        "inputs: compare this GPU's capability with the architectures this torch was built "
+        "for (facts above) and install a torch build for this GPU.",
+    ]
+    return Advice(LATE_KERNEL_ERROR, summary, {"error": error}, fixes)
 
 
 def _sticky_elsewhere(error: str, details: dict[str, Any]) -> Advice:
@@ -198,6 +139,8 @@ def _sticky_elsewhere(error: str, details: dict[str, Any]) -> Advice:
             "CUDA library, that library's CUDA context is unusable: restart the runtime "
             f"({RESTART_SESSION})."
         )
+    if "ECC" in error:  # a fault of the GPU itself, whichever process met it
+        return Advice(STICKY_ERROR_ELSEWHERE, summary, facts, list(_ECC_FIXES))
     fixes = [
         first,
         "To see the line that really failed, run `os.environ['CUDA_LAUNCH_BLOCKING'] = '1'` "
@@ -305,32 +248,53 @@ def _nondet(details: dict[str, Any]) -> Advice:
     return Advice(NONDETERMINISTIC_OP, summary, {"operation": op}, fixes)
 
 
+# How to get a build for a CUDA version the driver supports, in each framework's words.
+_BUILD_FOR_DRIVER = {
+    "torch": "Install a torch build for a CUDA version the driver supports ('driver supports "
+    "CUDA' above where NVML or the message says it; else `!nvidia-smi`, 'CUDA Version' at the "
+    "top right) from pytorch.org (`--index-url https://download.pytorch.org/whl/cuXXX`), then "
+    "restart the runtime.",
+    "cupy": "Install the CuPy wheel for a CUDA version the driver supports (`!nvidia-smi`, "
+    "'CUDA Version' at the top right): `pip install cupy-cuda12x` for CUDA 12, "
+    "`cupy-cuda11x` for CUDA 11 (uninstall the other `cupy-cuda*` first), then restart.",
+    "jax": "Install a JAX build for a CUDA version the driver supports (`pip install -U "
+    '"jax[cuda12]"` needs a CUDA 12 driver; `!nvidia-smi` shows the driver\'s), then restart.',
+    "tensorflow": "Install a TensorFlow build for a CUDA version the driver supports "
+    "(tensorflow.org lists each version's CUDA; `!nvidia-smi` shows the driver's), then "
+    "restart.",
+}
+_NO_KERNEL_BUILD = {
+    "torch": "Install a torch build whose architecture list includes this GPU (new GPUs need "
+    "a recent torch built for a recent CUDA; very old GPUs were dropped from recent wheels): "
+    "pick the matching `--index-url https://download.pytorch.org/whl/cuXXX` from pytorch.org, "
+    "then restart the runtime.",
+    "cupy": "Install the CuPy wheel for a CUDA version that supports this GPU (a newer "
+    "`cupy-cudaXXx`: new GPUs need a recent CUDA), then restart.",
+}
+
+
 def _driver(details: dict[str, Any]) -> Advice:
+    framework = details.get("framework") or "torch"
     if details.get("problem") == "no kernel image":
         summary = (
-            "This PyTorch build contains no GPU code for this GPU's architecture (compute "
+            "This build contains no GPU code for this GPU's architecture (compute "
             "capability), so no kernel can run on it."
         )
         fixes = [
-            "Install a torch build whose architecture list includes this GPU (new GPUs need "
-            "a recent torch built for a recent CUDA; very old GPUs were dropped from recent "
-            "wheels): pick the matching `--index-url https://download.pytorch.org/whl/cuXXX` "
-            "from pytorch.org, then restart the runtime.",
-            "On Colab, use the preinstalled torch: a `pip install torch==...` that replaced it "
+            _NO_KERNEL_BUILD.get(framework, _NO_KERNEL_BUILD["torch"]),
+            "On Colab, use the preinstalled packages: a `pip install` that replaced them "
             "is the usual cause.",
         ]
     else:
         summary = (
-            "The NVIDIA driver is older than the CUDA runtime this PyTorch was built with, "
-            "so CUDA cannot start."
+            "The NVIDIA driver is older than the CUDA version this build was made for, so "
+            "CUDA cannot start."
         )
         fixes = [
-            "Install a torch build for a CUDA version the driver supports ('driver supports "
-            "CUDA' above where NVML or the message says it; else `!nvidia-smi`, 'CUDA "
-            "Version' at the top right) from pytorch.org (`--index-url "
-            "https://download.pytorch.org/whl/cuXXX`), then restart the runtime.",
+            _BUILD_FOR_DRIVER.get(framework, _BUILD_FOR_DRIVER["torch"]),
             "Or update the NVIDIA driver (not possible on Colab: there, use the preinstalled "
-            "torch; a `pip install` that pulled a build for a newer CUDA is the usual cause).",
+            "packages; a `pip install` that pulled a build for a newer CUDA is the usual "
+            "cause).",
         ]
     facts = {}
     if "driver_cuda_from_message" in details:
@@ -338,24 +302,40 @@ def _driver(details: dict[str, Any]) -> Advice:
     return Advice(DRIVER_MISMATCH, summary, facts, fixes)
 
 
-def _driver_oom(details: dict[str, Any]) -> Advice:
-    summary = (
-        "The CUDA driver itself ran out of memory (not PyTorch's allocator): typically while "
-        "creating the CUDA context because another process - often a previous run of this "
-        "notebook in another kernel, or a second notebook - already holds the GPU."
-    )
-    fixes = [
-        "Stop the other process: Jupyter: shut down other kernels (Running tab, or Kernel > "
-        "Shut Down All Kernels); Colab: Runtime > Manage sessions; a process you own: "
-        "`kill PID`.",
-        "If none is listed here, a process NVML cannot list (one in another container) may "
-        "hold the memory: `!nvidia-smi` shows how much is used.",
-        "If this process holds the memory, run `%gpu_reset`.",
-    ]
-    return Advice(CUDA_DRIVER_OOM, summary, {}, fixes)
-
-
 def _no_gpu(details: dict[str, Any]) -> Advice:
+    problem = details.get("problem")
+    if problem == "cpu build":
+        summary = (
+            "This torch is a CPU-only build: it has no CUDA support, whatever GPU the runtime has."
+        )
+        fixes = [
+            "Install a CUDA build of torch (`pip install torch --index-url "
+            "https://download.pytorch.org/whl/cuXXX`, cuXXX for a CUDA the driver supports), "
+            "then restart the runtime.",
+            "On Colab the preinstalled torch is a CUDA build: a `pip install` that replaced it "
+            "with a CPU wheel is the usual cause; start a fresh runtime.",
+        ]
+        return Advice(NO_GPU, summary, {}, fixes)
+    if problem == "checkpoint":
+        summary = (
+            "The checkpoint holds GPU tensors, and torch here sees no GPU: torch.load puts "
+            "tensors back on the device they were saved on."
+        )
+        fixes = [
+            "Load it onto the CPU: `torch.load(path, map_location='cpu')`.",
+            "Or use a GPU runtime (Colab: Runtime > Change runtime type > a GPU).",
+        ]
+        return Advice(NO_GPU, summary, {}, fixes)
+    if problem == "no gpu backend" and details.get("framework") == "jax":
+        summary = (
+            "JAX found no GPU: the JAX installed here is a CPU-only build, or no GPU is visible."
+        )
+        fixes = [
+            'Install JAX with CUDA support: `pip install -U "jax[cuda12]"`, then restart '
+            "(the plain `jax` wheel runs on the CPU only).",
+            "Colab: Runtime > Change runtime type > a GPU; check `CUDA_VISIBLE_DEVICES`.",
+        ]
+        return Advice(NO_GPU, summary, {}, fixes)
     summary = "This runtime has no GPU that this framework can use."
     fixes = [
         "Colab: Runtime > Change runtime type > a GPU, then rerun from the top.",
@@ -415,13 +395,22 @@ def no_gpu_cause(
 
 
 BUILDERS: dict[str, Callable[[dict[str, Any]], Advice]] = {
-    OUT_OF_MEMORY: _oom,
+    OUT_OF_MEMORY: memory_fixes.out_of_memory,
+    MEMORY_IN_DISGUISE: memory_fixes.memory_in_disguise,
+    CUDA_DRIVER_OOM: memory_fixes.driver_oom,
     STICKY_ERROR: _sticky,
     STICKY_ERROR_ELSEWHERE: _sticky,
+    LATE_KERNEL_ERROR: _late_kernel,
+    DEVICE_MISMATCH: setup_fixes.device_mismatch,
+    INVALID_DEVICE: setup_fixes.invalid_device,
+    DEVICE_BUSY: setup_fixes.device_busy,
     FORKED_CUDA: _forked,
     CUBLAS_DETERMINISM: _cublas,
     NONDETERMINISTIC_OP: _nondet,
     DRIVER_MISMATCH: _driver,
-    CUDA_DRIVER_OOM: _driver_oom,
+    LIBRARY_SETUP: setup_fixes.library_setup,
+    GPU_TOO_OLD: setup_fixes.gpu_too_old,
+    NCCL_ERROR: setup_fixes.nccl_error,
+    STREAM_CAPTURE: setup_fixes.stream_capture,
     NO_GPU: _no_gpu,
 }

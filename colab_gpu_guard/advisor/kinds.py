@@ -3,39 +3,66 @@
 from __future__ import annotations
 
 OUT_OF_MEMORY = "out_of_memory"
+MEMORY_IN_DISGUISE = "memory_in_disguise"
+CUDA_DRIVER_OOM = "cuda_driver_oom"
 STICKY_ERROR = "sticky_error"
 STICKY_ERROR_ELSEWHERE = "sticky_error_elsewhere"
+LATE_KERNEL_ERROR = "late_kernel_error"
+DEVICE_MISMATCH = "device_mismatch"
+INVALID_DEVICE = "invalid_device"
+DEVICE_BUSY = "device_busy"
 FORKED_CUDA = "forked_cuda"
 CUBLAS_DETERMINISM = "cublas_determinism"
 NONDETERMINISTIC_OP = "nondeterministic_op"
 DRIVER_MISMATCH = "driver_mismatch"
-CUDA_DRIVER_OOM = "cuda_driver_oom"
+LIBRARY_SETUP = "library_setup"
+GPU_TOO_OLD = "gpu_too_old"
+NCCL_ERROR = "nccl_error"
+STREAM_CAPTURE = "stream_capture"
 NO_GPU = "no_gpu"
 
 KINDS = (
     OUT_OF_MEMORY,
+    MEMORY_IN_DISGUISE,
+    CUDA_DRIVER_OOM,
     STICKY_ERROR,
     STICKY_ERROR_ELSEWHERE,
+    LATE_KERNEL_ERROR,
+    DEVICE_MISMATCH,
+    INVALID_DEVICE,
+    DEVICE_BUSY,
     FORKED_CUDA,
     CUBLAS_DETERMINISM,
     NONDETERMINISTIC_OP,
     DRIVER_MISMATCH,
-    CUDA_DRIVER_OOM,
+    LIBRARY_SETUP,
+    GPU_TOO_OLD,
+    NCCL_ERROR,
+    STREAM_CAPTURE,
     NO_GPU,
 )
 
 # Kinds after which the failed cell's frames are released (they may hold device memory).
-MEMORY_KINDS = (OUT_OF_MEMORY, CUDA_DRIVER_OOM)
+MEMORY_KINDS = (OUT_OF_MEMORY, MEMORY_IN_DISGUISE, CUDA_DRIVER_OOM)
 
 TITLES = {
     OUT_OF_MEMORY: "GPU out of memory",
+    MEMORY_IN_DISGUISE: "a CUDA library failed, most likely for lack of GPU memory",
+    CUDA_DRIVER_OOM: "the CUDA driver is out of memory",
     STICKY_ERROR: "the CUDA context is broken - restart required",
     STICKY_ERROR_ELSEWHERE: "a CUDA error from another process or library - PyTorch's CUDA "
     "in this kernel is not affected",
+    LATE_KERNEL_ERROR: "a GPU kernel failed - often an earlier error reported late",
+    DEVICE_MISMATCH: "tensors on different devices",
+    INVALID_DEVICE: "a GPU number this runtime does not have",
+    DEVICE_BUSY: "the GPU is busy or unavailable",
     FORKED_CUDA: "CUDA used in a forked subprocess",
     CUBLAS_DETERMINISM: "cuBLAS determinism needs CUBLAS_WORKSPACE_CONFIG",
     NONDETERMINISTIC_OP: "operation without a deterministic implementation",
-    DRIVER_MISMATCH: "NVIDIA driver / PyTorch build mismatch",
-    CUDA_DRIVER_OOM: "the CUDA driver is out of memory (another process may hold the GPU)",
+    DRIVER_MISMATCH: "NVIDIA driver / CUDA build mismatch",
+    LIBRARY_SETUP: "a CUDA library the framework needs is missing or the wrong version",
+    GPU_TOO_OLD: "this GPU is too old for the feature used",
+    NCCL_ERROR: "NCCL (communication between GPUs or processes) failed",
+    STREAM_CAPTURE: "an operation that cannot be recorded in a CUDA graph",
     NO_GPU: "no usable GPU in this runtime",
 }

@@ -96,3 +96,25 @@ def arch_supports(arch_list: list[str], capability: tuple[int, int]) -> Optional
         if match.group(1) == "compute" and (arch_major, arch_minor) <= (major, minor):
             return True
     return False
+
+
+def gpu_memory() -> list[dict[str, int]]:
+    """Each GPU's memory in use and total, from NVML (no CUDA context needed); GPUs whose
+    figures NVML does not report are left out, and so is everything without NVML."""
+    snapshot = _nvml_snapshot()
+    if snapshot is None:
+        return []
+    return [
+        {"index": device.index, "used": device.memory_used, "total": device.memory_total}
+        for device in snapshot.devices
+        if device.memory_used is not None and device.memory_total is not None
+    ]
+
+
+def compute_modes() -> list[tuple[int, str]]:
+    """(index, compute mode) for each GPU whose mode NVML reports ('Default',
+    'Exclusive_Process', ...)."""
+    snapshot = _nvml_snapshot()
+    if snapshot is None:
+        return []
+    return [(d.index, d.compute_mode) for d in snapshot.devices if d.compute_mode]

@@ -1,6 +1,7 @@
 """Recognising a CUDA error from its type and message, across torch, CuPy, JAX/XLA and
-TensorFlow: the sizes an out-of-memory message states, the sticky errors, and the kind of
-error one exception is. Pure text work: no CUDA, NVML or framework call."""
+TensorFlow: the kind of error one exception is, whose framework it is, and the details its
+message states (the figures of an out-of-memory message: oom_figures.py). Pure text work:
+no CUDA, NVML or framework call."""
 
 from __future__ import annotations
 
@@ -11,189 +12,23 @@ from ..units import cuda_version_text
 from .kinds import (
     CUBLAS_DETERMINISM,
     CUDA_DRIVER_OOM,
+    DEVICE_BUSY,
+    DEVICE_MISMATCH,
     DRIVER_MISMATCH,
     FORKED_CUDA,
+    GPU_TOO_OLD,
+    INVALID_DEVICE,
+    LATE_KERNEL_ERROR,
+    LIBRARY_SETUP,
+    MEMORY_IN_DISGUISE,
+    NCCL_ERROR,
     NO_GPU,
     NONDETERMINISTIC_OP,
     OUT_OF_MEMORY,
     STICKY_ERROR,
+    STREAM_CAPTURE,
 )
-
-# ---------------------------------------------------------------- sizes
-
-_UNITS = {
-    "b": 1,
-    "byte": 1,
-    "bytes": 1,
-    "kib": 2**10,
-    "kb": 2**10,
-    "k": 2**10,
-    "mib": 2**20,
-    "mb": 2**20,
-    "m": 2**20,
-    "gib": 2**30,
-    "gb": 2**30,
-    "g": 2**30,
-    "tib": 2**40,
-    "tb": 2**40,
-}
-_SIZE = r"(\d[\d,]*(?:\.\d+)?)\s*(bytes|byte|KiB|MiB|GiB|TiB|KB|MB|GB|TB|B)\b"
-
-
-def parse_size(text: str) -> Optional[int]:
-    """'20.00 MiB' -> 20971520, '25,600,000 bytes' -> 25600000 (binary units, as torch
-    and XLA print them); None when `text` holds no size."""
-    match = re.search(_SIZE, text, re.IGNORECASE)
-    if not match:
-        return None
-    number = float(match.group(1).replace(",", ""))
-    return int(round(number * _UNITS[match.group(2).lower()]))
-
-
-# ---------------------------------------------------------------- message parsing
-
-
-def _named_size(name: str, pattern: str, text: str) -> Optional[int]:
-    """Find `pattern` (with a single {SIZE}) in text and return that size in bytes."""
-    regex = pattern.replace("{SIZE}", f"(?P<{name}>{_SIZE})")
-    match = re.search(regex, text, re.IGNORECASE)
-    if not match:
-        return None
-    return parse_size(match.group(name))
-
-
-# What an out-of-memory message states, as (fact, pattern), in the order tried: a fact keeps
-# the first figure found. A pattern with {SIZE} reads a printed size (any case); one with a
-# group reads a number as written (a device index, or bytes printed in parentheses).
-_OOM_FIGURES: tuple[tuple[str, str], ...] = (
-    ("requested_bytes", r"Tried to allocate {SIZE}"),
-    ("requested_bytes", r"Out of memory allocating {SIZE}"),
-    ("requested_bytes", r"out of memory to allocate {SIZE}"),
-    ("requested_bytes", r"while trying to allocate {SIZE}"),
-    ("requested_bytes", r"Failed to allocate request for [^(]*\((\d+)B\)"),
-    ("requested_bytes", r"Failed to allocate request for {SIZE}"),
-    # torch >= 2.1: "GPU 0 has a total capacity of X of which Y is free."
-    ("device", r"GPU (\d+) has a total capac\w* of"),
-    ("total_bytes", r"total capac\w* of {SIZE}"),
-    ("free_bytes", r"of which {SIZE} is free"),
-    ("process_bytes", r"this process has {SIZE} memory in use"),
-    ("allocated_bytes", r"Of the allocated memory {SIZE}"),
-    ("reserved_unallocated_bytes", r"and {SIZE} is reserved by PyTorch"),
-    # torch < 2.1: "(GPU 0; 6.00 GiB total capacity; 3.49 GiB already allocated; 1.04 GiB
-    # free; 3.50 GiB reserved in total by PyTorch)"
-    ("device", r"\(GPU (\d+);"),
-    ("total_bytes", r"{SIZE} total capacity"),
-    ("allocated_bytes", r"{SIZE} already allocated"),
-    ("free_bytes", r"; {SIZE} free"),
-    ("reserved_bytes", r"{SIZE} reserved in total by PyTorch"),
-    ("reserved_bytes", r"{SIZE} cached\)"),
-    # CuPy: "(allocated so far: N bytes)" / "(total N bytes)"
-    ("allocated_bytes", r"allocated so far: {SIZE}"),
-    # JAX: "on device ordinal 0"; TensorFlow: "/device:GPU:0"
-    ("device", r"device ordinal (\d+)"),
-    ("device", r"device:GPU:(\d+)"),
-)
-
-
-def parse_oom_message(text: str) -> dict[str, Any]:
-    """Figures an out-of-memory message states, in bytes, for every wording we know:
-    torch 1.0 to current (including torch 2.1's 'capacty'), CuPy, JAX/XLA and TensorFlow."""
-    facts: dict[str, Any] = {}
-    for fact, pattern in _OOM_FIGURES:
-        if fact in facts:
-            continue
-        if "{SIZE}" in pattern:
-            value = _named_size("s", pattern, text)
-        else:
-            match = re.search(pattern, text)
-            value = int(match.group(1)) if match else None
-        if value is not None:
-            facts[fact] = value
-
-    if "total_bytes" in facts and "reserved_bytes" in facts and "allocated_bytes" in facts:
-        facts.setdefault(
-            "reserved_unallocated_bytes", facts["reserved_bytes"] - facts["allocated_bytes"]
-        )
-    _listed_processes(text, facts)
-    return facts
-
-
-def _size_and_slack(text: str) -> Optional[tuple[int, float]]:
-    """A printed size in bytes, and how far the true size may be from it: torch prints
-    two decimals of its unit (``format_size``), so up to half of the last digit."""
-    match = re.search(_SIZE, text, re.IGNORECASE)
-    if not match:
-        return None
-    number = match.group(1).replace(",", "")
-    unit = _UNITS[match.group(2).lower()]
-    decimals = len(number.partition(".")[2])
-    return int(round(float(number) * unit)), 0.5 * 10**-decimals * unit
-
-
-def _listed_processes(text: str, facts: dict[str, Any]) -> None:
-    """The 'Process N has X memory in use.' entries torch (>= 2.1) adds from NVML's process
-    list (c10/cuda/CUDACachingAllocator.cpp, reportProcessMemoryInfo). This process is
-    written 'this process has X' only when its PID matches; inside a PID namespace (Docker,
-    Kubernetes, Kaggle) NVML reports host PIDs, so the kernel itself is listed as
-    'Process N'. Any process with PyTorch memory on the GPU is listed, and its in-use figure
-    includes everything its allocator reserved: so when exactly one entry covers PyTorch's
-    allocated + reserved-but-unallocated figures of the same message, that entry is this
-    process (matched by memory); when several do, one of them is, but which cannot be told.
-    """
-    entries = []
-    for pid, size_text in re.findall(r"Process (\d+) has (\S+ \S+) memory in use", text):
-        sized = _size_and_slack(size_text)
-        size, slack = sized if sized is not None else (None, 0.0)
-        if size is not None and facts.get("total_bytes") and size > facts["total_bytes"]:
-            size = None  # NVML's "not available" (2**64 - 1) printed as a size
-        entries.append((int(pid), size, slack))
-    if not entries:
-        return
-    others = [(pid, size) for pid, size, _ in entries]
-    if "process_bytes" not in facts:
-        candidates = _could_be_this_process(text, entries)
-        if len(candidates) == 1:
-            pid, size = candidates[0]
-            facts["process_bytes"] = size
-            facts["process_pid"] = pid
-            facts["process_matched_by"] = "memory"
-            facts["pytorch_bytes"] = _pytorch_bytes(text)[0]
-            others = [entry for entry in others if entry[0] != pid]
-        elif len(candidates) > 1:
-            facts["this_process_among"] = [pid for pid, _ in candidates]
-    if others:
-        facts["other_processes"] = others
-
-
-def _pytorch_bytes(text: str) -> tuple[Optional[int], float]:
-    """What this process's allocator reserved, as the message states it: allocated plus
-    reserved-but-unallocated (torch >= 2.1), or 'reserved in total' (older); and the
-    rounding slack of those printed figures."""
-    allocated = re.search(rf"Of the allocated memory ({_SIZE})", text, re.IGNORECASE)
-    unallocated = re.search(rf"and ({_SIZE}) is reserved by PyTorch", text, re.IGNORECASE)
-    if allocated and unallocated:
-        parts = [_size_and_slack(allocated.group(1)), _size_and_slack(unallocated.group(1))]
-    else:
-        reserved = re.search(rf"({_SIZE}) reserved in total by PyTorch", text, re.IGNORECASE)
-        parts = [_size_and_slack(reserved.group(1))] if reserved else []
-    known = [part for part in parts if part is not None]
-    if not known:
-        return None, 0.0
-    return sum(size for size, _ in known), sum(slack for _, slack in known)
-
-
-def _could_be_this_process(
-    text: str, entries: list[tuple[int, Optional[int], float]]
-) -> list[tuple[int, int]]:
-    needed, slack = _pytorch_bytes(text)
-    if needed is None:
-        return []
-    return [
-        (pid, size)
-        for pid, size, own_slack in entries
-        if size is not None and size + own_slack + slack >= needed
-    ]
-
+from .oom_figures import parse_oom_message
 
 # ---------------------------------------------------------------- recognising the classes
 
@@ -251,9 +86,154 @@ _ALLOCATOR_OOM = re.compile(
 _NO_GPU = re.compile(
     r"No CUDA GPUs are available|Torch not compiled with CUDA enabled|"
     r"Found no NVIDIA driver on your system|CUDA driver initialization failed|"
-    r"cudaErrorNoDevice|CUDA_ERROR_NO_DEVICE",
+    r"cudaErrorNoDevice|CUDA_ERROR_NO_DEVICE|"
+    r"Unknown backend: '(gpu|cuda)' requested|"
+    r"Attempting to deserialize object on a CUDA device but torch\.cuda\.is_available\(\)",
     re.IGNORECASE,
 )
+# Out of memory that is not GPU memory: the host's (torch's CPU allocator, TensorFlow on
+# /device:CPU), or a TPU's (XLA:TPU, "memory space hbm" on TPU). No GPU advice for these.
+_NOT_GPU_MEMORY = re.compile(
+    r"DefaultCPUAllocator|device:CPU:\d+ by allocator cpu|by allocator cpu\b|"
+    r"XLA:TPU|\bTPU\b.*\bmemory space hbm|memory space hbm.*\bTPU\b",
+    re.IGNORECASE | re.DOTALL,
+)
+
+# A cuBLAS or cuDNN call failing while running: usually an earlier kernel error surfacing late.
+_LATE_KERNEL = re.compile(
+    r"CUBLAS_STATUS_EXECUTION_FAILED|CUDNN_STATUS_EXECUTION_FAILED|CUDNN_STATUS_MAPPING_ERROR"
+)
+# Errors that are usually the GPU being full, raised by a library instead of an allocator;
+# `also` names the other cause the message cannot rule out ("kernel": an earlier kernel
+# error; "install": a cuDNN install or version problem).
+_IN_DISGUISE: tuple[tuple[re.Pattern, str, Optional[str]], ...] = (
+    (re.compile(r"CUBLAS_STATUS_ALLOC_FAILED"), "CUBLAS_STATUS_ALLOC_FAILED", None),
+    (
+        re.compile(r"NVML_SUCCESS == .{0,80}INTERNAL ASSERT FAILED at \S*CUDACachingAllocator"),
+        "an NVML assert in PyTorch's allocator",
+        None,
+    ),
+    (
+        re.compile(r"CUBLAS_STATUS_NOT_INITIALIZED"),
+        "CUBLAS_STATUS_NOT_INITIALIZED",
+        "kernel",
+    ),
+    (
+        re.compile(r"CUDNN_STATUS_NOT_INITIALIZED"),
+        "CUDNN_STATUS_NOT_INITIALIZED",
+        "install",
+    ),
+    (
+        re.compile(
+            r"Unable to find a valid cuDNN algorithm to run convolution|"
+            r"no valid convolution algorithms available in CuDNN"
+        ),
+        "no valid cuDNN algorithm",
+        "install",
+    ),
+    (
+        re.compile(r"Failed to get convolution algorithm\. This is probably because cuDNN failed"),
+        "cuDNN failed to initialize",
+        "install",
+    ),
+)
+_LIBRARY_SETUP = re.compile(
+    r"DNN library is not found|DNN library initialization failed|"
+    r"Found cuDNN version \d+, but JAX was built against|Outdated cuDNN installation|"
+    r"Unable to load cuDNN|Loaded runtime CuDNN library: [\d.]+ but source was compiled with|"
+    r"Could not load (dynamic )?library '?libcudnn",
+    re.IGNORECASE,
+)
+
+# Tensors on two devices: every wording from torch 1.x to current. Groups: the devices
+# (`a` what the argument is on, `b` the rest), the argument and the operation.
+_DEVICE_MISMATCH = (
+    re.compile(
+        r"Expected all tensors to be on the same device, but found at least two devices, "
+        r"(?P<a>[\w:]+) and (?P<b>[\w:]+)!(?: \(when checking argument for argument "
+        r"(?P<arg>\w+) in method (?P<op>\w+)\))?"
+    ),
+    re.compile(
+        r"Expected all tensors to be on the same device, but got (?P<arg>\w+) is on "
+        r"(?P<a>[\w:]+), different from other tensors on (?P<b>[\w:]+)"
+        r"(?: \(when checking argument in method (?P<op>\w+)\))?"
+    ),
+    re.compile(
+        r"Expected object of (?:device type|backend) (?P<b>\w+) but got (?:device type|backend) "
+        r"(?P<a>\w+) for argument #\d+ '(?P<arg>\w+)'(?: in call to (?P<op>\w+))?"
+    ),
+    re.compile(
+        r"Tensor for argument #\d+ '(?P<arg>\w+)' is on (?P<a>\w+), but expected it to be on "
+        r"(?P<b>\w+)(?: \(while checking arguments for (?P<op>\w+)\))?"
+    ),
+    re.compile(
+        r"indices should be either on (?P<a>cpu) or on the same device as the indexed tensor "
+        r"\((?P<b>[\w:]+)\)"
+    ),
+)
+# "Input type (torch.FloatTensor) and weight type (torch.cuda.FloatTensor) should be the
+# same": a device mismatch only when one type is a CUDA type and the other not (the same
+# wording also reports a dtype mismatch on one device).
+_INPUT_WEIGHT = re.compile(r"Input type \((?P<input>[^)]*)\) and weight type \((?P<weight>[^)]*)\)")
+_INVALID_ORDINAL = re.compile(
+    r"invalid device ordinal|cudaErrorInvalidDevice\b|CUDA_ERROR_INVALID_DEVICE\b",
+    re.IGNORECASE,
+)
+_DESERIALIZE = re.compile(
+    r"Attempting to deserialize object on CUDA device (?P<index>\d+) but "
+    r"torch\.cuda\.device_count\(\) is (?P<count>\d+)"
+)
+_BUSY = re.compile(
+    r"CUDA-capable devices? (\(s\) )?(is/are |are |is )?busy or unavailable|"
+    r"cudaErrorDevicesUnavailable|CUDA_ERROR_DEVICE_UNAVAILABLE",
+    re.IGNORECASE,
+)
+_NCCL = re.compile(
+    r"NCCL error|NCCL Error \d|nccl(?:Unhandled|System|Internal|InvalidUsage|Remote)\w*Error"
+    r"|ncclUnhandledCudaError",
+)
+_NCCL_WHY = re.compile(
+    r"(unhandled system error|unhandled cuda error|internal error|"
+    r"invalid usage|remote process exited or there was a network error)",
+    re.IGNORECASE,
+)
+_CAPTURE = re.compile(
+    r"operation not permitted when stream is capturing|cudaErrorStreamCapture\w+|"
+    r"operation failed due to a previous error during capture|"
+    r"capturing stream has unjoined work|operation would make the legacy stream depend on a "
+    r"capturing blocking stream",
+    re.IGNORECASE,
+)
+# Features a GPU can be too old for: (pattern, feature, the compute capability it needs).
+_TOO_OLD: tuple[tuple[re.Pattern, str, str], ...] = (
+    (
+        re.compile(
+            r"Bfloat16 is only supported on GPUs with compute capability of at least 8\.0\. "
+            r"Your (?P<gpu>.+?) GPU has compute capability (?P<cap>\d+\.\d+)"
+        ),
+        "bfloat16",
+        "8.0",
+    ),
+    (re.compile(r"FlashAttention only supports Ampere GPUs or newer"), "FlashAttention", "8.0"),
+    (
+        re.compile(
+            r"Found (?P<gpu>.+?) which is too old to be supported by the triton GPU compiler"
+            r"(?:.*?your device is of CUDA capability (?P<cap>\d+\.\d+))?",
+            re.DOTALL,
+        ),
+        "Triton (torch.compile)",
+        "7.0",
+    ),
+)
+_FRAMEWORK_MODULES = {
+    "torch": "torch",
+    "cupy": "cupy",
+    "cupy_backends": "cupy",
+    "jax": "jax",
+    "jaxlib": "jax",
+    "tensorflow": "tensorflow",
+    "keras": "tensorflow",
+}
 # Frameworks whose OutOfMemoryError types are device-memory errors (numpy's MemoryError and
 # Python's are host memory and are left alone).
 _OOM_MODULES = ("torch", "cupy", "cupy_backends", "jax", "jaxlib", "tensorflow")
@@ -334,12 +314,55 @@ class Recognised(NamedTuple):
     details: dict[str, Any]
 
 
+def framework(exc: BaseException, message: str) -> Optional[str]:
+    """'torch', 'cupy', 'jax' or 'tensorflow': whose error this is, from the exception's
+    module, else from wording only that framework uses; None when neither tells."""
+    module = (getattr(type(exc), "__module__", "") or "").split(".")[0]
+    if module in _FRAMEWORK_MODULES:
+        return _FRAMEWORK_MODULES[module]
+    if re.search(
+        r"\b(XLA|XlaRuntimeError|JAX|jaxlib)\b|Platforms present are:|"
+        r"^(RESOURCE_EXHAUSTED|INTERNAL|"
+        r"FAILED_PRECONDITION|UNKNOWN):",
+        message,
+    ):
+        return "jax"
+    if re.search(
+        r"OOM when allocating tensor|/job:localhost|by allocator GPU_\d+_bfc|"
+        r"Failed to get convolution algorithm|\[\[\{\{node ",
+        message,
+    ):
+        return "tensorflow"
+    if re.search(
+        r"allocated so far:|^(cuda|cudnn|cublas|cusolver|curand|cufft)\w+Error|"
+        r"^(cudaError|CUDA_ERROR_)\w+:",
+        message,
+    ):
+        return "cupy"
+    if re.search(
+        r"PyTorch|torch\.|CUDA out of memory|^CUDA error: |TORCH_USE_CUDA_DSA|"
+        r"CUDA_LAUNCH_BLOCKING",
+        message,
+    ):
+        return "torch"
+    return None
+
+
 def recognise(exc: BaseException) -> Optional[Recognised]:
     """The kind and details of one exception, from its type and message only."""
     message = _message(exc)
     if not message and not _is_device_oom_type(exc):
         return None
     details: dict[str, Any] = {"message": message, "type": _type_name(exc)}
+    found = _kind(exc, message, details)
+    if found is not None:
+        which = framework(exc, message)
+        if which is not None:
+            details["framework"] = which
+    return found
+
+
+def _kind(exc: BaseException, message: str, details: dict[str, Any]) -> Optional[Recognised]:
     if _FORKED.search(message):
         return Recognised(FORKED_CUDA, details)
     if _CUBLAS.search(message):
@@ -348,11 +371,78 @@ def recognise(exc: BaseException) -> Optional[Recognised]:
     if match and "deterministic" in message:
         details["operation"] = match.group("op")
         return Recognised(NONDETERMINISTIC_OP, details)
+    if _NOT_GPU_MEMORY.search(message):
+        return None  # host or TPU memory: not a GPU error
     lowered = message.lower()
     for text, names in STICKY_ERRORS.items():
         if text.lower() in lowered or any(name in message for name in names):
             details["cuda_error"] = text
             return Recognised(STICKY_ERROR, details)
+    match = _LATE_KERNEL.search(message)
+    if match:
+        details["library_error"] = match.group(0)
+        return Recognised(LATE_KERNEL_ERROR, details)
+    for pattern, name, also in _IN_DISGUISE:
+        if pattern.search(message):
+            details["library_error"] = name
+            if also is not None:
+                details["also"] = also
+            return Recognised(MEMORY_IN_DISGUISE, details)
+    found = _driver_problem(message, details)
+    if found is not None:
+        return found
+    if _LIBRARY_SETUP.search(message):
+        return Recognised(LIBRARY_SETUP, details)
+    if _device_mismatch(message, details):
+        return Recognised(DEVICE_MISMATCH, details)
+    match = _DESERIALIZE.search(message)
+    if match:
+        details["device_index"] = int(match.group("index"))
+        details["device_count"] = int(match.group("count"))
+        details["problem"] = "checkpoint"
+        return Recognised(INVALID_DEVICE, details)
+    if _INVALID_ORDINAL.search(message):
+        return Recognised(INVALID_DEVICE, details)
+    if _BUSY.search(message):
+        return Recognised(DEVICE_BUSY, details)
+    if _NCCL.search(message):
+        why = _NCCL_WHY.search(message)
+        if why:
+            details["nccl_error"] = why.group(1).lower()
+        return Recognised(NCCL_ERROR, details)
+    if _CAPTURE.search(message):
+        return Recognised(STREAM_CAPTURE, details)
+    for pattern, feature, needs in _TOO_OLD:
+        match = pattern.search(message)
+        if match:
+            details.update(feature=feature, needs_capability=needs)
+            named = match.groupdict()
+            if named.get("gpu"):
+                details["gpu"] = named["gpu"]
+            if named.get("cap"):
+                details["capability"] = named["cap"]
+            return Recognised(GPU_TOO_OLD, details)
+    if _DRIVER_OOM.search(message) and "tried to allocate" not in lowered:
+        return Recognised(CUDA_DRIVER_OOM, details)
+    if _is_device_oom_type(exc) or _ALLOCATOR_OOM.search(message):
+        if "RESOURCE_EXHAUSTED" in message and not re.search(
+            r"memory|allocat", message, re.IGNORECASE
+        ):
+            return None  # XLA also uses RESOURCE_EXHAUSTED for non-memory limits
+        details.update(parse_oom_message(message))
+        return Recognised(OUT_OF_MEMORY, details)
+    if _NO_GPU.search(message):
+        if "not compiled with CUDA" in message:
+            details["problem"] = "cpu build"
+        elif "deserialize" in message:
+            details["problem"] = "checkpoint"
+        elif "backend" in message:
+            details["problem"] = "no gpu backend"
+        return Recognised(NO_GPU, details)
+    return None
+
+
+def _driver_problem(message: str, details: dict[str, Any]) -> Optional[Recognised]:
     match = _DRIVER_OLD.search(message)
     if match:
         details["driver_cuda_from_message"] = cuda_version_text(int(match.group(1)))
@@ -364,15 +454,42 @@ def recognise(exc: BaseException) -> Optional[Recognised]:
     if _NO_KERNEL.search(message):
         details["problem"] = "no kernel image"
         return Recognised(DRIVER_MISMATCH, details)
-    if _DRIVER_OOM.search(message) and "tried to allocate" not in lowered:
-        return Recognised(CUDA_DRIVER_OOM, details)
-    if _is_device_oom_type(exc) or _ALLOCATOR_OOM.search(message):
-        if "RESOURCE_EXHAUSTED" in message and not re.search(
-            r"memory|allocat", message, re.IGNORECASE
-        ):
-            return None  # XLA also uses RESOURCE_EXHAUSTED for non-memory limits
-        details.update(parse_oom_message(message))
-        return Recognised(OUT_OF_MEMORY, details)
-    if _NO_GPU.search(message):
-        return Recognised(NO_GPU, details)
     return None
+
+
+def _device_mismatch(message: str, details: dict[str, Any]) -> bool:
+    """Fill in the devices, argument and operation a device-mismatch message names."""
+    for pattern in _DEVICE_MISMATCH:
+        match = pattern.search(message)
+        if match:
+            named = match.groupdict()
+            details["devices"] = [_device_name(named["a"]), _device_name(named["b"])]
+            if named.get("arg"):
+                details["argument"] = named["arg"]
+                if "found at least two devices" not in match.group(0):
+                    details["argument_on"] = details["devices"][0]
+            if named.get("op"):
+                details["operation"] = _operation_name(named["op"])
+            return True
+    match = _INPUT_WEIGHT.search(message)
+    if match:
+        on = {
+            part: "cuda" if "cuda" in match.group(part).lower() else "cpu"
+            for part in ("input", "weight")
+        }
+        if on["input"] != on["weight"]:
+            details["devices"] = [on["input"], on["weight"]]
+            details["input_on"], details["weight_on"] = on["input"], on["weight"]
+            return True
+    return False
+
+
+def _device_name(text: str) -> str:
+    """'cuda:0', 'cpu'; torch 1.x wrote device types ('cuda', 'CPU') and backends ('CUDA')."""
+    return text if ":" in text else text.lower()
+
+
+def _operation_name(text: str) -> str:
+    """'wrapper_CUDA_addmm' -> 'addmm', '_th_index_select' -> 'index_select',
+    '_thnn_conv2d_forward' -> 'conv2d_forward' (torch's internal names for an op)."""
+    return re.sub(r"^(wrapper_(CUDA_)?_?|_thnn_|_th_)", "", text)

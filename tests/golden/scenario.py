@@ -318,6 +318,54 @@ def _advisor_messages() -> list[tuple[str, str]]:
         ("no kernel image", "CUDA error: no kernel image is available for execution on the device"),
         ("driver OOM", "CUDA error: out of memory"),
         ("no GPU", "No CUDA GPUs are available"),
+        ("a CPU-only torch", "Torch not compiled with CUDA enabled"),
+        (
+            "tensors on two devices",
+            "Expected all tensors to be on the same device, but found at least two devices, "
+            "cpu and cuda:0! (when checking argument for argument mat1 in method "
+            "wrapper_CUDA_addmm)",
+        ),
+        (
+            "out of memory in disguise",
+            "CUDA error: CUBLAS_STATUS_ALLOC_FAILED when calling `cublasCreate(handle)`",
+        ),
+        (
+            "a late kernel error",
+            "CUDA error: CUBLAS_STATUS_EXECUTION_FAILED when calling `cublasSgemm( handle, "
+            "opa, opb, m, n, k, &alpha, a, lda, b, ldb, &beta, c, ldc)`",
+        ),
+        ("a GPU number that does not exist", "CUDA error: invalid device ordinal"),
+        (
+            "a checkpoint from another machine's GPU",
+            "Attempting to deserialize object on CUDA device 1 but torch.cuda.device_count() "
+            "is 1. Please use torch.load with map_location to map your storages to an "
+            "existing device.",
+        ),
+        ("a busy GPU", "CUDA error: all CUDA-capable devices are busy or unavailable"),
+        ("NCCL", "NCCL error in: /torch/lib/c10d/ProcessGroupNCCL.cpp:260, unhandled system error"),
+        ("CUDA-graph capture", "CUDA error: operation not permitted when stream is capturing"),
+        (
+            "bfloat16 on a T4",
+            "Bfloat16 is only supported on GPUs with compute capability of at least 8.0. Your "
+            "Tesla T4 GPU has compute capability 7.5.",
+        ),
+        (
+            "a request bigger than the GPU",
+            "CUDA out of memory. Tried to allocate 55.57 GiB. GPU 0 has a total capacty of "
+            "12.00 GiB of which 9.02 GiB is free.",
+        ),
+        (
+            "more free than requested (torch 1.x)",
+            "CUDA out of memory. Tried to allocate 2.26 GiB (GPU 0; 6.00 GiB total capacity; "
+            "781.59 MiB already allocated; 3.03 GiB free; 1.24 GiB reserved in total by "
+            "PyTorch)",
+        ),
+        ("an ECC error", "CUDA error: uncorrectable ECC error encountered"),
+        (
+            "host memory (no GPU advice)",
+            "DefaultCPUAllocator: can't allocate memory: you tried to allocate 35184372088832 "
+            "bytes.",
+        ),
     ]
 
 

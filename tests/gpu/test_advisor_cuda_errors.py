@@ -106,6 +106,8 @@ def test_real_oom_gets_diagnosis_and_memory_returns_to_its_prior_level():
     assert result["error"] == "OutOfMemoryError"
     assert "CUDA advisor: GPU out of memory" in output
     assert "requested" in output and "1024 TiB" in output
+    # 1024 TiB is more than the whole GPU: the answer says no cleanup helps
+    assert "more than the whole GPU has" in output and "no cleanup can make it fit" in output
     # the note's figure is what the weakrefs proved freed: `kept`, on the GPU
     assert "Released the traceback frame of step(): 256 MiB of tensors freed on cuda:0" in output
     # the kernel is never filed under other processes (listed as 'this process', or as
@@ -171,3 +173,68 @@ def test_real_illegal_address_is_a_sticky_error_of_this_process():
     assert "CUDA advisor: the CUDA context is broken - restart required" in output
     assert re.search(r"CUDA error +an illegal memory access was encountered", output)
     assert result["state"] == "broken"
+
+
+def test_real_device_mismatch_names_the_argument_and_leaves_cuda_usable():
+    result, output = run_script(
+        """
+        ip.run_cell(
+            "import torch\\n"
+            "weights = torch.ones(3, 3, device='cuda')\\n"
+            "batch = torch.ones(2, 3)  # left on the CPU\\n"
+            "batch @ weights\\n",
+            store_history=True,
+        )
+        from colab_gpu_guard import cuda_health
+        error = getattr(sys, "last_value", None)
+        report(message=str(error), state=cuda_health.health(probe=True, timeout=5.0).state)
+        """
+    )
+    assert "same device" in result["message"], result
+    assert "CUDA advisor: tensors on different devices" in output
+    assert "model.to(device)" in output
+    assert output.index("Traceback") < output.index("CUDA advisor:")
+    assert result["state"] == "ok"
+
+
+def test_real_gpu_number_past_the_last_says_which_exist():
+    result, output = run_script(
+        """
+        import torch
+        count = torch.cuda.device_count()
+        ip.run_cell(f"import torch\\ntorch.zeros(1, device='cuda:{count}')\\n",
+                    store_history=True)
+        error = getattr(sys, "last_value", None)
+        report(message=str(error), count=count)
+        """
+    )
+    if "invalid device ordinal" not in result["message"]:
+        pytest.skip(f"this torch words it otherwise: {result['message'][:200]!r}")
+    assert "CUDA advisor: a GPU number this runtime does not have" in output
+    assert "torch.cuda.device_count()" in output
+
+
+def test_real_memory_in_disguise_shows_nvmls_memory_beside_cudas():
+    """The GPU memory the answer shows (NVML) checked against CUDA's own figure."""
+    result, output = run_script(
+        """
+        import torch
+        free, total = torch.cuda.mem_get_info(0)
+        ip.run_cell(
+            "raise RuntimeError('CUDA error: CUBLAS_STATUS_ALLOC_FAILED when calling "
+            "`cublasCreate(handle)`')",
+            store_history=True,
+        )
+        report(free=free, total=total)
+        """
+    )
+    assert "CUDA advisor: a CUDA library failed, most likely for lack of GPU memory" in output
+    match = re.search(r"GPU 0 memory in use +(\S+ \S+) of (\S+ \S+)", output)
+    if match is None:
+        pytest.skip("NVML reports no memory figures here")
+    from colab_gpu_guard.advisor import parse_size
+
+    used, total = parse_size(match.group(1)), parse_size(match.group(2))
+    cuda_used = result["total"] - result["free"]
+    assert abs(total - result["total"]) <= 0.03 * result["total"]
+    assert abs(used - cuda_used) <= max(512 * 2**20, 0.05 * result["total"]), (used, cuda_used)

@@ -26,19 +26,27 @@ Examples:
 ```
 
 When a cell fails with a CUDA error, the normal traceback is shown unchanged and then a
-short diagnosis: the real cause and the fix. It covers:
+short diagnosis: the real cause and the fix, in the words of the framework that raised it
+(torch, CuPy, JAX, TensorFlow). It covers:
 
-- CUDA out of memory (torch, CuPy, JAX/XLA, TensorFlow): requested vs free, and the biggest
-  tensors still held, by name. The frames of the functions the failed cell called are
-  released, and a note names them and the tensor memory that freed.
+- GPU out of memory: requested vs free, and the biggest tensors still held, by name (a
+  request bigger than the whole GPU is said to be one no cleanup helps). The frames of the
+  functions the failed cell called are released, and a note names them and the memory
+  that freed. Also out of memory in disguise (`CUBLAS_STATUS_ALLOC_FAILED`,
+  `CUDNN_STATUS_NOT_INITIALIZED`, no valid cuDNN algorithm, TensorFlow's "cuDNN failed to
+  initialize") and the CUDA driver out of memory.
 - Errors after which this process's CUDA context is unusable, such as a device-side
-  assert: the runtime must be restarted (`%gpu_status` and `%gpu_reset` then say so too).
-- CUDA used in forked DataLoader workers.
-- cuBLAS determinism, and operations with no deterministic implementation.
-- A driver too old for the CUDA build, a build with no code for this GPU, no GPU at all,
-  and the driver out of memory because another process holds the GPU.
+  assert (the runtime must be restarted; `%gpu_status` and `%gpu_reset` then say so too),
+  and cuBLAS/cuDNN execution failures that usually report such an error late.
+- Tensors on two devices (`cuda:0 and cpu`), a GPU number the runtime does not have, a
+  busy GPU, NCCL, CUDA-graph capture, a GPU too old for bfloat16, FlashAttention or Triton.
+- CUDA used in forked DataLoader workers; cuBLAS determinism, and operations with no
+  deterministic implementation.
+- A driver too old for the CUDA build, a build with no code for this GPU, a missing or old
+  cuDNN, a CPU-only build, no GPU at all.
 
-Any other error is shown exactly as without the extension, and `%debug` works as usual.
+Out-of-memory errors of host memory or of a TPU get no GPU advice. Any other error is
+shown exactly as without the extension, and `%debug` works as usual.
 Outside notebooks: `colab_gpu_guard.advise(exc)`.
 """
 

@@ -1,0 +1,236 @@
+"""The prose of the errors of setup and hardware: tensors on two devices, a GPU number that
+does not exist, a busy GPU, NCCL, CUDA-graph capture, a GPU too old for a feature, and a
+CUDA library missing or of the wrong version. Built from the details parsed out of the
+message (recognise.py)."""
+
+from __future__ import annotations
+
+from typing import Any, Sequence
+
+from .advice import NEW_RUNTIME, RESTART_SESSION, Advice
+from .kinds import (
+    DEVICE_BUSY,
+    DEVICE_MISMATCH,
+    GPU_TOO_OLD,
+    INVALID_DEVICE,
+    LIBRARY_SETUP,
+    NCCL_ERROR,
+    STREAM_CAPTURE,
+)
+
+
+def device_mismatch(details: dict[str, Any]) -> Advice:
+    devices = details.get("devices") or []
+    facts: dict[str, str] = {}
+    if devices:
+        facts["devices"] = " and ".join(devices)
+    argument, operation = details.get("argument"), details.get("operation")
+    if argument:
+        facts["argument"] = (
+            f"`{argument}`"
+            + (f" of `{operation}`" if operation else "")
+            + (f", on {details['argument_on']}" if details.get("argument_on") else "")
+        )
+    if "input_on" in details:
+        summary = (
+            f"A layer got its input on the {_where(details['input_on'])} but has its weights on "
+            f"the {_where(details['weight_on'])}: the batch and the model must be on the same "
+            "device."
+        )
+    else:
+        both = f" ({' and '.join(devices)})" if devices else ""
+        summary = (
+            f"One operation got tensors on two devices{both}: every tensor it uses, the "
+            "model's weights included, must be on the same device."
+        )
+    # the device to name in the example: the accelerator the message names ('mps' on a Mac)
+    target = next((d.split(":")[0] for d in devices if d != "cpu"), "cuda")
+    fixes = [
+        "Move the model and every batch to one device: `model.to(device)` once, and "
+        "`x, y = x.to(device), y.to(device)` for each batch in the loop "
+        f"(`device = '{target}'`).",
+        "Layers made inside `forward` (like `nn.BatchNorm2d(c)(x)`) stay on the CPU: create "
+        "them in `__init__`, so `model.to(device)` moves them. New tensors in `forward` need "
+        "`device=x.device` (`torch.zeros(n, device=x.device)`); a tensor kept as a plain "
+        "attribute needs `self.register_buffer(...)` to move with the model.",
+    ]
+    if len({d for d in devices if d.startswith("cuda:")}) > 1:
+        fixes.append(
+            "Two GPUs are involved: create the model's tensors on the GPU the batch is on "
+            "(`x.device`), or put everything on `cuda:0` unless you split the model on "
+            "purpose."
+        )
+    return Advice(DEVICE_MISMATCH, summary, facts, fixes)
+
+
+def _where(device: str) -> str:
+    return "GPU" if device.startswith("cuda") else "CPU"
+
+
+def invalid_device(details: dict[str, Any]) -> Advice:
+    facts: dict[str, str] = {}
+    if details.get("problem") == "checkpoint":
+        index, count = details["device_index"], details["device_count"]
+        facts["saved on"] = f"cuda:{index}"
+        facts["GPUs torch sees"] = str(count)
+        summary = (
+            f"The checkpoint holds tensors saved on GPU {index} (cuda:{index}) of another "
+            f"machine, and this runtime has {count} GPU{'s' * (count != 1)}: torch.load puts "
+            "tensors back on the GPU they were saved on."
+        )
+        fixes = [
+            "Load it onto a GPU this runtime has: `torch.load(path, map_location='cuda:0')` "
+            "(or `map_location='cpu'`, then `.to(device)`).",
+        ]
+        return Advice(INVALID_DEVICE, summary, facts, fixes)
+    summary = (
+        "The code asked for a GPU number this runtime does not have (say `cuda:1` or "
+        "`.cuda(1)` where only `cuda:0` exists; Colab gives one GPU)."
+    )
+    fixes = [
+        "Use a GPU that exists: `cuda:0`, or just `'cuda'` (`torch.cuda.device_count()` says "
+        "how many there are). Look for `.cuda(1)`, `device='cuda:1'`, "
+        "`torch.cuda.set_device(...)`, or a `--gpu` / `device_ids` / `local_rank` setting in "
+        "the code you run.",
+        "`CUDA_VISIBLE_DEVICES` renumbers the GPUs it lists from 0: with "
+        "`CUDA_VISIBLE_DEVICES=1`, that GPU is `cuda:0`.",
+    ]
+    return Advice(INVALID_DEVICE, summary, facts, fixes)
+
+
+def device_busy(details: dict[str, Any], modes: Sequence[str] = ()) -> Advice:
+    """`modes`: the GPUs' compute modes where NVML says them (enrich), which tell the causes
+    apart; without them both causes stand."""
+    stop_others = (
+        "Stop the other process on the GPU (another notebook's kernel, a previous run; "
+        "`!nvidia-smi` lists them): in exclusive-process mode one process at a time may use "
+        "it (`!nvidia-smi -q | grep 'Compute Mode'`)."
+    )
+    bad_state = (
+        f"get a new runtime ({NEW_RUNTIME}); your own machine: check the driver install "
+        "(`!nvidia-smi` must work), then reboot."
+    )
+    if modes and all(mode == "Default" for mode in modes):
+        summary = (
+            "CUDA could not use the GPU, and no GPU here is in an exclusive or prohibited "
+            "compute mode: the GPU or its driver is in a bad state."
+        )
+        return Advice(DEVICE_BUSY, summary, {}, [bad_state[0].upper() + bad_state[1:]])
+    if "Prohibited" in modes:
+        summary = (
+            "A GPU here is in the 'Prohibited' compute mode: no process may use it until "
+            "its administrator sets it back (`nvidia-smi -c DEFAULT`)."
+        )
+        return Advice(DEVICE_BUSY, summary, {}, ["Use another GPU, or ask the administrator."])
+    summary = (
+        "CUDA could not use the GPU: it is in exclusive-process mode and another process "
+        "holds it, or the GPU or its driver is in a bad state."
+    )
+    return Advice(DEVICE_BUSY, summary, {}, [stop_others, "If none is listed: " + bad_state])
+
+
+def nccl_error(details: dict[str, Any]) -> Advice:
+    why = details.get("nccl_error")
+    facts = {"NCCL says": why} if why else {}
+    summary = (
+        "NCCL, the library that moves tensors between GPUs and processes (DDP, "
+        "`torch.distributed`, multi-GPU inference), failed, and its message does not say why."
+    )
+    fixes = [
+        "Set `NCCL_DEBUG=INFO` in the environment before the processes start "
+        "(`os.environ['NCCL_DEBUG'] = 'INFO'` before launching) and rerun: NCCL's log names "
+        "the real cause.",
+    ]
+    if why == "unhandled system error":
+        fixes.append(
+            "In a container this is most often too little shared memory (/dev/shm): start it "
+            "with `--ipc=host` or a larger `--shm-size`, or set `NCCL_SHM_DISABLE=1` (slower)."
+        )
+    elif why == "unhandled cuda error":
+        fixes.append(
+            "A CUDA call inside NCCL failed, often out of memory or an earlier GPU error: "
+            "the log (NCCL_DEBUG=INFO) shows which; with one GPU per process, check that each "
+            "process uses its own (`torch.cuda.set_device(local_rank)`)."
+        )
+    fixes.append(
+        "On one GPU (Colab) no NCCL is needed: run the training in this process, without "
+        "`torchrun` / DDP."
+    )
+    return Advice(NCCL_ERROR, summary, facts, fixes)
+
+
+def stream_capture(details: dict[str, Any]) -> Advice:
+    summary = (
+        "A CUDA graph was being recorded (`torch.cuda.graph`, or `torch.compile` with "
+        "mode='reduce-overhead' or 'max-autotune', which record CUDA graphs) and an operation "
+        "that cannot be recorded ran: one that waits for the GPU (`.item()`, printing a "
+        "tensor, `.cpu()`, `torch.cuda.synchronize()`), or one on another GPU or stream."
+    )
+    fixes = [
+        "With `torch.compile`: use `mode='default'` or `mode='max-autotune-no-cudagraphs'` "
+        "(no CUDA graphs) and see whether the error goes.",
+        "With `torch.cuda.graph`: warm up on a side stream first, and move `.item()`, "
+        "printing and copies to the CPU out of the recorded region.",
+        f"If later CUDA calls fail too, restart the runtime ({RESTART_SESSION}).",
+    ]
+    return Advice(STREAM_CAPTURE, summary, {}, fixes)
+
+
+# What to use instead of a feature the GPU is too old for.
+_INSTEAD = {
+    "bfloat16": "Use float16 (or float32) instead: `torch_dtype=torch.float16` in "
+    "Transformers, `dtype='half'` (`--dtype=half`) in vLLM, `bnb_4bit_compute_dtype="
+    "torch.float16` with bitsandbytes, `torch.autocast('cuda', dtype=torch.float16)`.",
+    "FlashAttention": "Use another attention: `attn_implementation='sdpa'` (or 'eager') "
+    "instead of 'flash_attention_2' in Transformers; PyTorch's "
+    "`scaled_dot_product_attention` picks a kernel this GPU can run.",
+    "Triton (torch.compile)": "Run without `torch.compile` (or set `TORCHDYNAMO_DISABLE=1` "
+    "before running): its default backend generates Triton code, which this GPU cannot run.",
+}
+
+
+def gpu_too_old(details: dict[str, Any]) -> Advice:
+    feature = details.get("feature", "this feature")
+    needs = details.get("needs_capability", "")
+    gpu = details.get("gpu", "this GPU")
+    capability = details.get("capability")
+    facts = {"needs": f"compute capability {needs} or newer"}
+    if capability:
+        facts["this GPU"] = f"{gpu}, compute capability {capability}"
+    has = f" ({gpu} has {capability})" if capability else ""
+    summary = f"{feature} needs a GPU of compute capability {needs} or newer{has}."
+    fixes = [
+        _INSTEAD.get(feature, "Switch the feature off."),
+        "Or a newer GPU: on Colab a T4 is 7.5 (enough for torch.compile's Triton, not for "
+        "bfloat16 or FlashAttention), an L4 (8.9) or A100 (8.0) has all three: Runtime > "
+        "Change runtime type, where your plan offers one.",
+    ]
+    return Advice(GPU_TOO_OLD, summary, facts, fixes)
+
+
+_INSTALL = {
+    "tensorflow": "Install the TensorFlow build with its own CUDA libraries, `pip install "
+    "'tensorflow[and-cuda]'`, then restart. On Colab, use the preinstalled TensorFlow: a "
+    "`pip install tensorflow==...` that replaced it is the usual cause.",
+    "jax": 'Install JAX with its own CUDA libraries, `pip install -U "jax[cuda12]"`, then '
+    "restart. An older cuDNN found first (on `LD_LIBRARY_PATH`, or from a conda package) can "
+    "shadow the one pip installed.",
+}
+
+
+def library_setup(details: dict[str, Any]) -> Advice:
+    framework = details.get("framework")
+    summary = (
+        "The framework could not load a CUDA library it needs (usually cuDNN), or found one "
+        "older than the version it was built for, so it cannot run on the GPU."
+    )
+    fixes = [
+        _INSTALL.get(
+            framework or "",
+            "Install a build of the framework that matches the CUDA and cuDNN libraries here "
+            "(or one that brings its own), then restart the runtime.",
+        ),
+        "The log printed above the error names the library and both versions (run "
+        "with `TF_CPP_MIN_LOG_LEVEL=0` to see it for JAX and TensorFlow).",
+    ]
+    return Advice(LIBRARY_SETUP, summary, {}, fixes)
