@@ -4,7 +4,6 @@ parsing, frame release, the facts gathered from NVML/torch/leftovers, and robust
 from __future__ import annotations
 
 import gc
-import importlib.util
 import json
 import os
 import re
@@ -18,51 +17,12 @@ import pytest
 from colab_gpu_guard import advisor, cuda_health, notebook_refs, nvml
 from colab_gpu_guard.advisor import advice, enrich, origin
 from tests import fake_pynvml
+from tests.advisor_corpus import FIRST as MESSAGES
+from tests.advisor_corpus import HAVE_TORCH, ProcessException, exception_type, make  # noqa: F401
 
-FIXTURE = Path(__file__).resolve().parents[1] / "fixtures" / "cuda_error_messages.json"
-MESSAGES = json.loads(FIXTURE.read_text())["messages"]
 # a PID above Linux's largest pid_max (2**22): no local process can have it, so no name lookup
 # on the machine running the tests answers for it
 UNUSED_PID = 2**22 + 77
-
-
-class ProcessException(Exception):
-    """torch.multiprocessing.spawn.ProcessException as torch defines it."""
-
-    def __init__(self, msg: str, error_index: int, error_pid: int) -> None:
-        super().__init__(msg)
-        self.msg, self.error_index, self.error_pid = msg, error_index, error_pid
-
-
-# Base classes of the real exception types, for types whose framework is not installed here.
-BASES = {
-    "cupy.cuda.memory.OutOfMemoryError": MemoryError,
-    "cupy_backends.cuda.api.runtime.CUDARuntimeError": RuntimeError,
-    "cupy_backends.cuda.api.driver.CUDADriverError": RuntimeError,
-    "jaxlib.xla_extension.XlaRuntimeError": RuntimeError,
-    "tensorflow.python.framework.errors_impl.ResourceExhaustedError": Exception,
-    "numpy.core._exceptions._ArrayMemoryError": MemoryError,
-    "torch.OutOfMemoryError": RuntimeError,
-    "torch.cuda.OutOfMemoryError": RuntimeError,
-    "torch.AcceleratorError": RuntimeError,
-    "torch.multiprocessing.spawn.ProcessRaisedException": ProcessException,
-}
-HAVE_TORCH = importlib.util.find_spec("torch") is not None
-
-
-def exception_type(path: str) -> type:
-    """The real class where it can be imported (builtins, torch), else one with the same
-    module, name and base class."""
-    if "." not in path:
-        return getattr(__import__("builtins"), path)
-    module, _, name = path.rpartition(".")
-    if module.split(".")[0] == "torch" and HAVE_TORCH:
-        return getattr(importlib.import_module(module), name)
-    return type(name, (BASES[path],), {"__module__": module})
-
-
-def make(item: dict) -> BaseException:
-    return exception_type(item["type"])(item["message"], *item.get("args", ()))
 
 
 def entry(kind: str, index: int = 0) -> dict:
