@@ -35,8 +35,13 @@ from .repro import (
 
 def repro_record(every_cell: Optional[int] = None, import_torch: bool = False) -> ReproRecord:
     """This process's reproducibility record now. `every_cell`: the per-cell base seed in
-    force (the magics pass it), None when per-cell reseeding is off."""
+    force; None: the one %seed_all --every-cell reseeds from, if it is on."""
+    from .every_cell import active_reseeder
     from .seed import last_seed
+
+    if every_cell is None:
+        reseeder = active_reseeder()
+        every_cell = reseeder.base_seed if reseeder is not None else None
 
     torch = torch_support.loaded()
     if torch is None and import_torch and torch_support.installed():

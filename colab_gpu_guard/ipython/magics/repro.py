@@ -60,7 +60,7 @@ class ReproMagics(GuardMagics):
         from ... import seeding
 
         args = self._parse(line)
-        record = seeding.repro_record(every_cell=self._every_cell_base())
+        record = seeding.repro_record()
         # a usage error is raised outside the handler: no exception of ours chained to it
         failure = None
         if args.diff is not None:
@@ -100,15 +100,6 @@ class ReproMagics(GuardMagics):
                 ValueError("--diff cannot be combined with --save or --json"), self.repro
             )
         return args
-
-    def _every_cell_base(self) -> Optional[int]:
-        """The base seed of %seed_all --every-cell, if it is reseeding in this shell."""
-        for magics in self.registration.magics:
-            reseeder = getattr(magics, "reseeder", None)
-            base = getattr(reseeder, "base_seed", None)
-            if isinstance(base, int):
-                return base
-        return None
 
     def _show(self, report: Any, text: Optional[str] = None) -> None:
         from IPython.display import display

@@ -19,8 +19,8 @@ def _help_format():
     form as `--[no-]NAME`: the full list does not fit a line."""
     decorator = help_format()
     decorator.kwds["usage"] = (
-        "%(prog)s [--[no-]deterministic] [--warn-only] [--[no-]strict] "
-        "[--[no-]every-cell] [-v] [SEED]"
+        "%(prog)s [--[no-]deterministic] [--[no-]warn-only] [--[no-]strict] "
+        "[--[no-]every-cell] [--per-rank] [-v] [SEED]"
     )
     return decorator
 
@@ -42,6 +42,8 @@ Examples:
 %seed_all 42 --every-cell       # reseed before each cell from (42, its code)
 %seed_all 5                     # a new seed: every mode on stays on (kept)
 %seed_all 5 --no-deterministic  # deterministic mode off (--strict, --warn-only too)
+%seed_all 5 --no-warn-only      # deterministic ops raise again (deterministic stays)
+%seed_all 42 --per-rank         # DDP: seed 42 + this process's rank
 %seed_all --no-every-cell       # stop per-cell reseeding
 %seed_all 42 -v                 # the full report
 ```
@@ -63,10 +65,16 @@ switches its mode off. An option with its `--no-` form (or `--warn-only` with
   and RNNs (TF32 off on GPUs, no bfloat16 in oneDNN on the CPU; implies
   `--deterministic`). `--no-strict` restores the precision from before and keeps
   deterministic mode; `--no-deterministic` ends both.
+- `--no-warn-only`: deterministic mode that raises again on such an operation
+  (deterministic mode stays on; `--deterministic` alone does the same).
 - `--every-cell`: reseed before every cell from (seed, the cell's code): a cell draws the
   same numbers each run, whatever ran before it (a training cell rerun per epoch repeats
-  its shuffle; an edit, whitespace too, gives new draws). A later `%seed_all SEED` takes
-  over as the base.
+  its shuffle; an edit, whitespace too, gives new draws). A later `%seed_all SEED`, or
+  `seed_all(SEED)` called from Python, takes over as the base.
+- `--per-rank`: seed SEED + this process's rank (torch.distributed's rank, else `$RANK`),
+  like accelerate's `set_seed(seed, device_specific=True)`. Without it every rank gets the
+  same seed, as in Lightning and accelerate, so models initialised on each rank start
+  alike; DataLoader workers draw differently on each rank either way with `seed_worker`.
 
 `torch.manual_seed` already seeds every CUDA device; seeding before or after CUDA starts
 both work. For DataLoader workers use `colab_gpu_guard.seed_worker` and
@@ -83,6 +91,7 @@ class SeedMagics(GuardMagics):
     def _stop_every_cell(self) -> None:
         if self.reseeder is not None:
             self.registration.unregister_event("pre_run_cell", self.reseeder)
+            self.reseeder.stop_following()
             self.reseeder = None
 
     def _start_every_cell(self, seed: int) -> None:
@@ -90,13 +99,15 @@ class SeedMagics(GuardMagics):
 
         self._stop_every_cell()
         self.reseeder = seeding.CellReseeder(seed)
+        self.reseeder.follow_seed_all()  # seed_all from Python takes over the base too
         self.registration.register_event("pre_run_cell", self.reseeder)
 
     def take_over_every_cell(self, report: SeedReport) -> None:
-        """While per-cell reseeding is on, a new seed (this magic's, or the panel's Seed
-        button's) becomes its base, and the report says so."""
+        """While per-cell reseeding is on, a new seed (this magic's, the panel's Seed
+        button's, or seed_all called from Python) is its base: seed_all rebased it; the
+        report says so."""
         if self.reseeder is not None:
-            self._start_every_cell(report.seed)
+            self.reseeder.rebase(report.seed)
             report.every_cell = True
 
     def on_load(self) -> None:
@@ -120,6 +131,7 @@ class SeedMagics(GuardMagics):
     @argument(
         "--warn-only", action="store_true", help="like --deterministic, but warn instead of raising"
     )
+    @argument("--no-warn-only", action="store_true", help="raise again (deterministic stays on)")
     @argument(
         "--strict", action="store_true", help="deterministic, and full float32 math (no TF32)"
     )
@@ -130,6 +142,7 @@ class SeedMagics(GuardMagics):
         "--every-cell", action="store_true", help="reseed before every cell from (SEED, its code)"
     )
     @argument("--no-every-cell", action="store_true", help="stop reseeding before every cell")
+    @argument("--per-rank", action="store_true", help="seed SEED + this process's rank (DDP)")
     @argument("-v", "--verbose", action="store_true", help="the full report instead of one line")
     @line_magic
     def seed_all(self, line: str = "") -> None:
@@ -145,13 +158,19 @@ class SeedMagics(GuardMagics):
         args = self._parse(line)
         wanted = {mode: _switch(args, mode) for mode in MODES}  # None: keep what is in force
         # --warn-only is --deterministic that warns: --deterministic alone raises again
-        wanted["warn_only"] = True if args.warn_only else (False if args.deterministic else None)
-        only_stop = args.seed is None and all(value is None for value in wanted.values())
+        wanted["warn_only"] = (
+            True if args.warn_only else (False if args.deterministic or args.no_warn_only else None)
+        )
+        only_stop = (
+            args.seed is None
+            and not args.per_rank
+            and all(value is None for value in wanted.values())
+        )
         if args.no_every_cell and only_stop:
             self._stop_every_cell()
             print("seed_all: per-cell reseeding off")
             return
-        report = seeding.seed_all(args.seed, **wanted)
+        report = seeding.seed_all(args.seed, per_rank=args.per_rank, **wanted)
         if args.no_every_cell:
             self._stop_every_cell()
             report.every_cell = False
@@ -192,7 +211,7 @@ def _switch(args: argparse.Namespace, mode: str) -> Optional[bool]:
 def _contradictions(args: argparse.Namespace) -> list[tuple[str, str]]:
     """Each (on, off) pair of options given together that contradict each other: a mode and
     its --no- form, or deterministic off with a mode that needs it."""
-    pairs = [(mode, mode) for mode in (*MODES, "every_cell")]
+    pairs = [(mode, mode) for mode in (*MODES, "warn_only", "every_cell")]
     pairs += [("warn_only", "deterministic"), ("strict", "deterministic")]
     return [
         (on.replace("_", "-"), off.replace("_", "-"))
