@@ -62,9 +62,7 @@ class SeedReport:
     def command(self) -> str:
         """The magic that does again what this call did: the seed with the modes in force
         (written out: in a fresh runtime no mode is on to keep)."""
-        parts = [f"%seed_all {self.seed if self.base_seed is None else self.base_seed}"]
-        if self.rank is not None:
-            parts.append("--per-rank")
+        parts = [f"%seed_all {self.seed}"]
         if self.deterministic and not (self.warn_only or self.strict):
             parts.append("--deterministic")
         if self.warn_only:

@@ -1,6 +1,6 @@
 """seed_all called from Python while %seed_all --every-cell is on takes over as the base
 (as the magic does) and says so; --no-warn-only switches warn-only off explicitly;
---per-rank seeds SEED + rank; %repro records the base seed in force."""
+%repro records the base seed in force."""
 
 from __future__ import annotations
 
@@ -73,13 +73,3 @@ def test_no_warn_only_switches_warn_only_off_and_keeps_deterministic(ip, capsys)
     with pytest.raises(UsageError, match="--warn-only and --no-warn-only contradict"):
         ip.run_line_magic("seed_all", "9 --warn-only --no-warn-only")
     assert (seeding.last_seed(), torch.is_deterministic_algorithms_warn_only_enabled()) == before
-
-
-def test_per_rank_seeds_seed_plus_rank(ip, capsys, monkeypatch):
-    monkeypatch.setenv("RANK", "2")
-    ip.run_line_magic("seed_all", "42 --per-rank")
-    out = capsys.readouterr().out
-    assert out.startswith("seed 44 (42 + rank 2): ")
-    assert torch.initial_seed() == 44 and seeding.last_seed() == 44
-    ip.run_line_magic("seed_all", "42")
-    assert torch.initial_seed() == 42  # without it, every rank gets the seed itself

@@ -16,11 +16,12 @@ MODES = ("deterministic", "strict")
 
 def _help_format():
     """The house help format, with a usage line that writes each option with its `--no-`
-    form as `--[no-]NAME`: the full list does not fit a line."""
+    form as `--[no-]NAME` (--no-warn-only, the rarest, only in the options list): the full
+    list does not fit a line."""
     decorator = help_format()
     decorator.kwds["usage"] = (
-        "%(prog)s [--[no-]deterministic] [--[no-]warn-only] [--[no-]strict] "
-        "[--[no-]every-cell] [--per-rank] [-v] [SEED]"
+        "%(prog)s [--[no-]deterministic] [--warn-only] [--[no-]strict] "
+        "[--[no-]every-cell] [-v] [SEED]"
     )
     return decorator
 
@@ -43,7 +44,6 @@ Examples:
 %seed_all 5                     # a new seed: every mode on stays on (kept)
 %seed_all 5 --no-deterministic  # deterministic mode off (--strict, --warn-only too)
 %seed_all 5 --no-warn-only      # deterministic ops raise again (deterministic stays)
-%seed_all 42 --per-rank         # DDP: seed 42 + this process's rank
 %seed_all --no-every-cell       # stop per-cell reseeding
 %seed_all 42 -v                 # the full report
 ```
@@ -71,14 +71,42 @@ switches its mode off. An option with its `--no-` form (or `--warn-only` with
   same numbers each run, whatever ran before it (a training cell rerun per epoch repeats
   its shuffle; an edit, whitespace too, gives new draws). A later `%seed_all SEED`, or
   `seed_all(SEED)` called from Python, takes over as the base.
-- `--per-rank`: seed SEED + this process's rank (torch.distributed's rank, else `$RANK`),
-  like accelerate's `set_seed(seed, device_specific=True)`. Without it every rank gets the
-  same seed, as in Lightning and accelerate, so models initialised on each rank start
-  alike; DataLoader workers draw differently on each rank either way with `seed_worker`.
+
+Several processes (DDP): every rank gets the same seed, as in Lightning and accelerate,
+so models initialised on each rank start alike; DataLoader workers draw differently on
+each rank with `seed_worker`. `seed_all(seed, per_rank=True)` seeds seed + this process's
+rank (torch.distributed's rank, else `$RANK`) instead, like accelerate's
+`set_seed(seed, device_specific=True)`.
 
 `torch.manual_seed` already seeds every CUDA device; seeding before or after CUDA starts
 both work. For DataLoader workers use `colab_gpu_guard.seed_worker` and
-`colab_gpu_guard.dataloader_generator()`.
+`colab_gpu_guard.dataloader_generator()`; `rng_state()` / `restore_rng_state()` /
+`isolated_rng()` save and restore every stream, `ResumableEpoch` resumes a DataLoader
+epoch exactly mid-way.
+
+Compared with Lightning 2.6.6, accelerate 1.15.0 and `torch.random.fork_rng` (measured
+with torch 2.14.1 and NumPy 2.4.6 by `tools/compare_seeding_peers.py`, unless marked as
+read from the source):
+
+- Seed 42: `seed_all`, Lightning's `seed_everything` and accelerate's `set_seed` draw the
+  same numbers from torch, Python `random` and NumPy. `seed_everything` sets
+  `PL_GLOBAL_SEED` for spawned processes; `seed_all` sets `COLAB_GPU_GUARD_SEED`, which
+  `seed_worker`, `dataloader_generator()` and `jax_key()` read in a process that never
+  called `seed_all`.
+- DataLoader workers on two ranks seeded alike: with no `worker_init_fn` they share their
+  torch, `random` and NumPy draws; with `seed_worker`, as with Lightning's
+  `pl_worker_init_function`, they share none.
+- Main-process seeds are equal across ranks in all three. `per_rank=True` adds the rank,
+  as accelerate's `set_seed(seed, device_specific=True)` adds the process index (read
+  from its source).
+- Restoring: `torch.random.fork_rng` puts back torch's generators only (Python `random`
+  and NumPy draws stay shifted); Lightning's `isolate_rng` puts back all three, but not
+  when the block raises, and on a NumPy global RNG moved to another bit generator it lets
+  NumPy's legacy-state warning through. `isolated_rng` restores after an exception, on any
+  bit generator, and takes named `torch.Generator` and `numpy.random.Generator` objects.
+- Mid-epoch: accelerate's `skip_first_batches`, after restoring the epoch's starting
+  state, yields the same samples but other worker augmentations; `ResumableEpoch` yields
+  the same batches.
 """
 
 
@@ -142,13 +170,10 @@ class SeedMagics(GuardMagics):
         "--every-cell", action="store_true", help="reseed before every cell from (SEED, its code)"
     )
     @argument("--no-every-cell", action="store_true", help="stop reseeding before every cell")
-    @argument("--per-rank", action="store_true", help="seed SEED + this process's rank (DDP)")
     @argument("-v", "--verbose", action="store_true", help="the full report instead of one line")
     @line_magic
     def seed_all(self, line: str = "") -> None:
-        """Seed Python, NumPy, torch (CPU and every GPU) and CuPy/TensorFlow if imported.
-
-        Prints one line: what was seeded, the modes on (a new seed keeps them); -v: all.
+        """Seed Python, NumPy, torch (CPU, every GPU), CuPy/TF if imported; one line out.
 
         Example: %seed_all 42 --deterministic
         More (each option, DataLoader workers): docs/reference.md
@@ -161,16 +186,12 @@ class SeedMagics(GuardMagics):
         wanted["warn_only"] = (
             True if args.warn_only else (False if args.deterministic or args.no_warn_only else None)
         )
-        only_stop = (
-            args.seed is None
-            and not args.per_rank
-            and all(value is None for value in wanted.values())
-        )
+        only_stop = args.seed is None and all(value is None for value in wanted.values())
         if args.no_every_cell and only_stop:
             self._stop_every_cell()
             print("seed_all: per-cell reseeding off")
             return
-        report = seeding.seed_all(args.seed, per_rank=args.per_rank, **wanted)
+        report = seeding.seed_all(args.seed, **wanted)
         if args.no_every_cell:
             self._stop_every_cell()
             report.every_cell = False
