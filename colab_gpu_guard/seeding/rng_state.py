@@ -150,12 +150,20 @@ def _global_numpy_state(numpy_random: Any) -> NumpyState:
     return NumpyState(str(state["bit_generator"]), _plain(state))
 
 
-def _bit_generator(numpy_random: Any, saved: NumpyState) -> Any:
-    """A fresh bit generator of the saved kind holding the saved state (validates it)."""
+_scratch: dict[str, Any] = {}  # a bit generator per kind, to check states on
+
+
+def _bit_generator(numpy_random: Any, saved: NumpyState, fresh: bool = False) -> Any:
+    """A bit generator of the saved kind holding the saved state (setting it checks it):
+    a scratch one kept for checking (its seeding from the OS costs ~0.2 ms), or `fresh`."""
     kind = getattr(numpy_random, saved.bit_generator, None)
-    if kind is None:
+    if not isinstance(kind, type):
         raise ValueError(f"this NumPy has no bit generator {saved.bit_generator}")
-    generator = kind()
+    generator = _scratch.get(saved.bit_generator)
+    if fresh or generator is None or type(generator) is not kind:
+        generator = kind()
+        if not fresh:
+            _scratch[saved.bit_generator] = generator
     state = _numpy_value(saved.state, sys.modules["numpy"])
     generator.state = {key: state[key] for key in state if key not in ("has_gauss", "gauss")}
     return generator
@@ -175,22 +183,28 @@ def rng_state(generators: Generators = None) -> RngState:
     same generators to `restore_rng_state`. Generators held in the notebook's variables
     and not passed are listed as not captured, by name. Creates no CUDA context and
     imports nothing."""
+    return _capture(_named(generators), list_held=True)
+
+
+def _capture(pairs: list[tuple[str, Any]], list_held: bool) -> RngState:
     numpy_random = sys.modules.get("numpy.random")  # never import it
     numpy_state = None
     if numpy_random is not None and hasattr(numpy_random, "get_state"):
         numpy_state = _global_numpy_state(numpy_random)
     torch = torch_support.loaded()
-    pairs = _named(generators)
     return RngState(
         python=random.getstate(),
         numpy=numpy_state,
         torch=_torch_states(torch) if torch is not None else (),
         generators=_named_states(pairs),
-        not_captured=_not_captured() + _held_not_passed(pairs),
+        not_captured=_not_captured() + (_held_not_passed(pairs) if list_held else ()),
     )
 
 
 def _state_bytes(tensor: Any) -> bytes:
+    """A generator state (a uint8 CPU tensor) as bytes."""
+    if "numpy" in sys.modules:  # torch's .numpy() needs it; never imported here
+        return tensor.contiguous().numpy().tobytes()
     return bytes(tensor.tolist())
 
 
@@ -336,7 +350,7 @@ def restore_rng_state(state: RngState, generators: Generators = None) -> None:
             + "; ".join(why for _, why in problems),
             tuple(stream for stream, _ in problems),
         )
-    undo = _Undo(rng_state(pairs or None), numpy_random, pairs)
+    undo = _Undo(_capture(list(pairs.items()), list_held=False), numpy_random, pairs)
     done: list[str] = []
     for stream, step in _steps(state, pairs, torch, numpy_random):
         try:
@@ -402,7 +416,7 @@ def _restore_global_numpy(numpy_random: Any, saved: NumpyState) -> None:
         warnings.simplefilter("ignore")
         current = numpy_random.get_state(legacy=False)["bit_generator"]
         if current != saved.bit_generator:
-            numpy_random.set_bit_generator(_bit_generator(numpy_random, saved))
+            numpy_random.set_bit_generator(_bit_generator(numpy_random, saved, fresh=True))
         numpy_random.set_state(state)
 
 
@@ -534,7 +548,10 @@ def _torch_problems(states: tuple[GeneratorState, ...], torch: Any) -> list[tupl
 
 
 def _tensor(torch: Any, data: bytes) -> Any:
-    return torch.tensor(list(data), dtype=torch.uint8)
+    """A uint8 tensor of `data` (a copy: torch reads it into the generator's state)."""
+    if not data:
+        return torch.empty(0, dtype=torch.uint8)
+    return torch.frombuffer(bytearray(data), dtype=torch.uint8)
 
 
 def _restore_torch(torch: Any, saved: GeneratorState) -> None:
