@@ -171,13 +171,15 @@ class Gpu:
     lost: bool = False  # NVML: the GPU is lost (fallen off the bus or inaccessible)
     unknown: Optional[str] = None  # why NVML gave no name or compute capability
 
-    def words(self) -> str:
-        """'Tesla T4 (sm_75)'; a lost GPU or one NVML could not read, said so."""
+    def words(self, numbered: bool = True) -> str:
+        """'Tesla T4 (sm_75)'; a lost GPU or one NVML could not read, said so (as 'GPU 1
+        lost...', or 'lost...' where the line numbers the GPU already)."""
+        number = f"GPU {self.index} " if numbered else ""
         if self.lost:
-            return f"GPU {self.index} lost (NVML cannot reach it)"
+            return f"{number}lost (NVML cannot reach it)"
         if self.name is None:
             why = f": {self.unknown}" if self.unknown else ""
-            return f"GPU {self.index} (NVML gave no name{why})"
+            return f"{number}(NVML gave no name{why})"
         return f"{self.name} (sm_{_sm(self.compute_capability)})"
 
     def same_model(self, other: Gpu) -> bool:
@@ -234,6 +236,8 @@ class ReproRecord:
         torch or no GPU); False on GPUs older than Ampere, whatever the flags."""
         if self.torch_flags.cudnn_allow_tf32 is None or not self.gpus:
             return None, None
+        if any(gpu.compute_capability is None for gpu in self.gpus):
+            return None, None  # a GPU NVML could not read (lost, or no answer)
         if not all(supports_tf32(gpu.compute_capability) for gpu in self.gpus):
             return False, False
         if self.env_value("NVIDIA_TF32_OVERRIDE") == "0":
@@ -320,7 +324,13 @@ class ReproRecord:
         """'TF32 for convolutions, not for float32 matmuls': where TF32 is used here."""
         conv, matmul = self.tf32()
         if conv is None:
-            return "TF32 not used (no GPU listed)" if not self.gpus else "TF32 unknown"
+            if not self.gpus:
+                return "TF32 not used (no GPU listed)"
+            return "TF32 unknown" + (
+                " (a GPU NVML could not read)"
+                if any(g.compute_capability is None for g in self.gpus)
+                else ""
+            )
         if not (conv or matmul):
             if not all(supports_tf32(gpu.compute_capability) for gpu in self.gpus):
                 return f"TF32 not used (it needs an {TF32_GPUS} or newer GPU)"
@@ -353,7 +363,7 @@ class ReproRecord:
                 )
         lines += [self.cpu_line()]
         lines += [f"  {line}" for line in self.backend_lines()]
-        lines += [f"  GPU {g.index}: {g.words()}" for g in self.gpus]
+        lines += [f"  GPU {g.index}: {g.words(numbered=False)}" for g in self.gpus]
         initial = self.seeding.torch_initial_seed
         seeds = [f"cpu {initial}"] if initial is not None else []
         seeds += [f"{name} {seed}" for name, seed in self.seeding.cuda_initial_seeds]
@@ -370,11 +380,10 @@ class ReproRecord:
     def cpu_line(self) -> str:
         c = self.cpu
         low = [name for name, on in (("bf16", c.bf16), ("TF32", c.tf32)) if on]
-        return (
-            f"  CPU: {c.model or 'model unknown'}, {c.cores or '?'} logical cores, torch's "
-            f"kernels use {c.capability or '?'}"
-            + (f", oneDNN can compute in {' and '.join(low)}" if low else "")
-        )
+        line = f"  CPU: {c.model or 'model unknown'}, {c.cores or '?'} logical cores"
+        if c.capability is not None:
+            line += f", torch's kernels use {c.capability}"
+        return line + (f", oneDNN can compute in {' and '.join(low)}" if low else "")
 
     def backend_lines(self) -> list[str]:
         """The other torch settings that change numbers, those not at torch's default."""

@@ -340,6 +340,8 @@ def test_a_lost_gpu_and_a_failing_name_are_said_so():
     assert "None" not in text and "sm_?" not in text.split("GPUs:")[1].splitlines()[0], text
     assert "GPUs: GPU 0 lost (NVML cannot reach it), GPU 1 (NVML gave no name: " in text
     assert record.gpus[0].lost and record.gpus[1].unknown
+    if record.versions.torch is not None:
+        assert "TF32 unknown (a GPU NVML could not read)" in text
 
 
 def test_nvml_failing_to_count_gpus_is_said_so():
