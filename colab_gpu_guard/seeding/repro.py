@@ -113,7 +113,8 @@ BACKEND_SETTINGS = (
 )
 
 
-# torch's defaults for them (torch 2.13 on a CUDA build), to show only what was changed
+# torch's defaults for them (a fresh process; tests check them against torch), to show only
+# what was changed
 BACKEND_DEFAULTS = {
     "torch.backends.cuda.matmul.allow_fp16_reduced_precision_reduction": "True",
     "torch.backends.cuda.matmul.allow_bf16_reduced_precision_reduction": "True",
