@@ -1,4 +1,5 @@
-"""Cost of `%load_ext colab_gpu_guard` and of per-cell reseeding (`--every-cell`).
+"""Cost of `%load_ext colab_gpu_guard`, of per-cell reseeding (`--every-cell`), and of an
+`isolated_rng()` block against saving and restoring the three global streams by hand.
 
 Run: python bench/bench_seeding.py [--quick] [--smoke] [--json PATH]
 Prints medians and ratios against baselines measured in this same run.
@@ -131,8 +132,42 @@ def per_cell_cost(cells: int, repeats: int) -> dict:
     }
 
 
+def isolation_cost(repeats: int) -> dict:
+    """`with isolated_rng(): pass` (every stream checked before it is restored, the
+    notebook's generators listed) against get/set of torch's CPU state, Python random and
+    NumPy's legacy state by hand (what torch.random.fork_rng and Lightning's isolate_rng
+    do, with fewer streams); interleaved, medians."""
+    import random
+
+    import numpy
+    import torch
+
+    from colab_gpu_guard.seeding import isolated_rng
+
+    def by_hand() -> None:
+        states = (torch.get_rng_state(), random.getstate(), numpy.random.get_state())
+        torch.set_rng_state(states[0])
+        random.setstate(states[1])
+        numpy.random.set_state(states[2])
+
+    def ours() -> None:
+        with isolated_rng():
+            pass
+
+    samples: dict[str, list[float]] = {"hand": [], "ours": []}
+    for _ in range(repeats):
+        for name, call in (("hand", by_hand), ("ours", ours)):
+            start = time.perf_counter()
+            for _ in range(20):
+                call()
+            samples[name].append((time.perf_counter() - start) / 20)
+    hand, isolated = (statistics.median(samples[k]) for k in ("hand", "ours"))
+    return {"by_hand_us": hand * 1e6, "isolated_rng_us": isolated * 1e6, "ratio": isolated / hand}
+
+
 def rows_of(results: dict) -> list[dict]:
     load, cell = results["load_ext"], results["per_cell"]
+    isolation = results["isolation"]
     heavy = ", ".join(load["heavy_modules_imported"]) or "none"
     return [
         row(
@@ -154,6 +189,15 @@ def rows_of(results: dict) -> list[dict]:
             ok=cell["pass"],
             note="random + NumPy + torch imported",
         ),
+        row(
+            "seeding",
+            "isolated_rng() round trip (CPU streams)",
+            isolation["isolated_rng_us"],
+            isolation["by_hand_us"],
+            baseline="torch, random and NumPy state saved and restored by hand",
+            unit="us",
+            note="checks every stream before restoring, lists the notebook's generators",
+        ),
     ]
 
 
@@ -165,7 +209,11 @@ def main(argv=None) -> int:
         runs, cells, repeats = (3, 200, 3)
     if args.smoke:
         runs, cells, repeats = (1, 50, 1)
-    results = {"load_ext": load_ext_cost(runs), "per_cell": per_cell_cost(cells, repeats)}
+    results = {
+        "load_ext": load_ext_cost(runs),
+        "per_cell": per_cell_cost(cells, repeats),
+        "isolation": isolation_cost(repeats * 5),
+    }
     rows = rows_of(results)
     cell = results["per_cell"]
     print_rows(rows)

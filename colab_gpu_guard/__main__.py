@@ -138,7 +138,8 @@ def add_repro_command(subparsers: argparse._SubParsersAction) -> None:
 FRESH_LABEL = "this command's own process: no program's seeds or torch flags"
 NOT_COMPARED = (
     "seeds and torch flags are set by the program that runs, which this command cannot see: "
-    "they were not compared (compare them inside the program: %repro --diff FILE, or "
+    "they were not compared, except the CPU threads torch uses by default here (compare "
+    "them inside the program: %repro --diff FILE, or "
     "colab_gpu_guard.repro_diff(read_record(FILE), repro_record()))"
 )
 
@@ -156,10 +157,14 @@ def run_repro(args: argparse.Namespace, out: Optional[TextIO] = None) -> int:
         except ValueError as error:
             sys.stderr.write(escape_text(f"{PROG} repro: error: {error}") + "\n")
             return 2
-        # Compare what this machine decides (versions, GPUs, env, ranks) as if the saved
-        # program ran here with its own seeds and flags.
+        # Compare what this machine decides (versions, GPUs, CPU, env, ranks) as if the
+        # saved program ran here with its own seeds and flags. CPU threads are the
+        # machine's (torch uses every core unless told otherwise): this process's count.
         if record.versions.torch is not None:
-            record = dataclasses.replace(record, torch_flags=saved.torch_flags)
+            flags = dataclasses.replace(
+                saved.torch_flags, cpu_threads=record.torch_flags.cpu_threads
+            )
+            record = dataclasses.replace(record, torch_flags=flags)
         env = dict(record.env)
         if saved.seeding.seed is not None and saved.env_value("PYTHONHASHSEED") == str(
             saved.seeding.seed

@@ -533,6 +533,59 @@ assert resumed == uninterrupted
 print("resumed epochs 2-3 draw exactly what the uninterrupted run drew")
 """),
     md("""
+## Resume in the middle of an epoch
+
+The runtime disconnected after batch 2 of an epoch. Restoring a state saved there and
+iterating the DataLoader again does not go on with batch 3: a new iterator draws a new
+shuffle order (and new worker seeds) from the loader's generator, so it starts another
+epoch. `ResumableEpoch` keeps what an exact resume needs: the random state at the epoch's
+start, the batches done, and the state at the checkpoint. Resuming makes the iterator
+from the first, loads and drops the batches already done (the workers' augmentation
+streams move on as before; this costs their loading time), then restores the second.
+"""),
+    code("""
+from colab_gpu_guard import ResumableEpoch
+
+
+def make_loader(generator):
+    return DataLoader(Augmented(), batch_size=2, shuffle=True, num_workers=2,
+                      worker_init_fn=seed_worker, generator=generator)
+
+
+def train_step(batch):
+    return batch.tolist() + [torch.randn(2).tolist()]  # and the step's own draws (dropout...)
+
+
+seed_all(5)
+loader_generator = torch.Generator().manual_seed(5)
+generators = {"loader": loader_generator}
+uninterrupted = [train_step(b) for b in ResumableEpoch(make_loader(loader_generator), generators)]
+
+seed_all(5)
+loader_generator = torch.Generator().manual_seed(5)
+generators = {"loader": loader_generator}
+epoch_run = ResumableEpoch(make_loader(loader_generator), generators)
+for batch in epoch_run:
+    train_step(batch)
+    if epoch_run.batches_done == 2:  # the runtime disconnects here
+        with open(workdir / "epoch_checkpoint.pkl", "wb") as file:
+            pickle.dump(epoch_run.checkpoint(), file)
+        break
+"""),
+    code("""
+seed_all(999)  # a new session: another seed, other draws, a fresh generator
+torch.rand(100)
+loader_generator = torch.Generator()
+with open(workdir / "epoch_checkpoint.pkl", "rb") as file:
+    checkpoint = pickle.load(file)
+print(checkpoint)
+resumed = ResumableEpoch(make_loader(loader_generator), {"loader": loader_generator},
+                         resume=checkpoint)
+rest = [train_step(b) for b in resumed]
+assert rest == uninterrupted[2:]
+print(f"batches 3-{len(uninterrupted)}: the same samples, augmentations and training draws")
+"""),
+    md("""
 A plotting or validation cell that draws random numbers shifts every training draw after
 it. `with isolated_rng():` runs the code inside it and then puts every stream back:
 """),

@@ -1,7 +1,8 @@
 """Reproducibility: seed every RNG that matters (seed.py), deterministic mode
 (determinism.py), per-cell reseeding (every_cell.py), exact RNG save/restore
-(rng_state.py), the reproducibility record and its diff (repro.py, repro_diff.py), and seeds
-for DataLoader workers, ranks and JAX keys (workers.py)."""
+(rng_state.py), exact mid-epoch DataLoader resume (resume.py), the reproducibility record
+and its diff (repro.py, repro_diff.py), and seeds for DataLoader workers, ranks and JAX keys
+(workers.py)."""
 
 from .determinism import DETERMINISM_ENV
 from .every_cell import CellReseeder, reseed_loaded
@@ -9,8 +10,10 @@ from .report import Change, SeededRng, SeedReport, SkippedRng
 from .repro import ReproRecord, read_record
 from .repro_diff import Difference, ReproDiff, repro_diff
 from .repro_read import repro_record
+from .resume import EpochCheckpoint, ResumableEpoch
 from .rng_state import (
     GeneratorState,
+    NumpyState,
     RngState,
     RngStateError,
     isolated_rng,
@@ -35,7 +38,10 @@ __all__ = [
     "read_record",
     "repro_diff",
     "repro_record",
+    "EpochCheckpoint",
+    "ResumableEpoch",
     "GeneratorState",
+    "NumpyState",
     "RngState",
     "RngStateError",
     "isolated_rng",

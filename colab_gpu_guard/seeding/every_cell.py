@@ -9,6 +9,7 @@ from ..frameworks import cupy as cupy_support
 from ..frameworks import python_random
 from ..frameworks import tensorflow as tensorflow_support
 from ..frameworks import torch as torch_support
+from . import seed as seed_module
 from .seed import derive_seed, validate_seed
 
 
@@ -36,6 +37,24 @@ class CellReseeder:
     def __call__(self, info: Any = None) -> None:
         source = getattr(info, "raw_cell", None) or ""
         reseed_loaded(self.seed_for(source))
+
+    def rebase(self, base_seed: int) -> None:
+        """Reseed every cell from `base_seed` from now on."""
+        self.base_seed = validate_seed(base_seed)
+        self._seeds.clear()
+
+    def follow_seed_all(self) -> None:
+        """Take every later seed_all seed as the base (the magic's and Python's calls)."""
+        seed_module.follow_new_seeds(self.rebase)
+
+    def stop_following(self) -> None:
+        if active_reseeder() is self:
+            seed_module.follow_new_seeds(None)
+
+
+def active_reseeder() -> Any:
+    """The CellReseeder that follows seed_all now, if per-cell reseeding is on."""
+    return getattr(seed_module.new_seed_listener(), "__self__", None)
 
 
 def reseed_loaded(value: int) -> None:

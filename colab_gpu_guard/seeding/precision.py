@@ -4,6 +4,7 @@ force, what they mean on this machine's GPUs, and the strict switch to full fp32
 
 from __future__ import annotations
 
+import contextlib
 from dataclasses import dataclass, field
 from types import ModuleType
 from typing import Optional
@@ -103,10 +104,27 @@ class PrecisionFlags:
             if used
         ]
 
-    def cpu_reduced(self) -> list[str]:
-        """What oneDNN may run below fp32 on this CPU: 'CPU matmuls (bf16)', ..."""
+    def cpu_reduced(self, supported: Optional[dict[str, Optional[bool]]] = None) -> list[str]:
+        """What oneDNN is set to run below fp32 on the CPU: 'CPU matmuls (bf16)', ...;
+        given `supported` ({"bf16": bool or None, "tf32": ...}, from `cpu_low_precision`),
+        only those this CPU can run that way or may (None: unknown)."""
         return [
             f"CPU {what} ({value})"
+            for what, value in self._cpu_settings()
+            if supported is None or supported.get(value) is not False
+        ]
+
+    def cpu_reduced_not_here(self, supported: dict[str, Optional[bool]]) -> list[str]:
+        """Set below fp32 but this CPU lacks it, so oneDNN runs them in full fp32."""
+        return [
+            f"CPU {what} ({value})"
+            for what, value in self._cpu_settings()
+            if supported.get(value) is False
+        ]
+
+    def _cpu_settings(self) -> list[tuple[str, str]]:
+        return [
+            (what, value)
             for what, node in (
                 ("matmuls", "mkldnn.matmul.fp32_precision"),
                 ("convolutions", "mkldnn.conv.fp32_precision"),
@@ -114,6 +132,21 @@ class PrecisionFlags:
             )
             if (value := self.node(node)) not in (None, "ieee", "none")
         ]
+
+
+def cpu_low_precision(torch: ModuleType) -> tuple[Optional[bool], Optional[bool]]:
+    """(bf16, TF32): whether oneDNN can run float32 matmuls in them on this CPU, as ATen
+    decides it (mkldnn/Matmul.cpp: bf16 needs mkldnn_bf16_device_check, which
+    torch.ops.mkldnn._is_mkldnn_bf16_supported() reports; TF32 needs AMX-FP16,
+    torch.cpu._is_amx_fp16_supported()). None where this torch cannot say."""
+    bf16 = tf32 = None
+    with contextlib.suppress(AttributeError, RuntimeError):  # torch: a build without oneDNN
+        bf16 = bool(torch.ops.mkldnn._is_mkldnn_bf16_supported())
+    reader = getattr(getattr(torch, "cpu", None), "_is_amx_fp16_supported", None)
+    if reader is not None:
+        with contextlib.suppress(RuntimeError):  # torch: cpuinfo could not start
+            tf32 = bool(reader())
+    return bf16, tf32
 
 
 def _shown(value: object) -> str:
@@ -255,10 +288,18 @@ class PrecisionReport:
     tf32_gpus: list[str] = field(default_factory=list)  # those of them that have TF32
     strict: bool = False
     cpu_reduced: list[str] = field(default_factory=list)  # oneDNN below fp32: 'CPU matmuls (bf16)'
+    # set below fp32, but this CPU lacks bf16 / AMX-FP16: oneDNN runs them in fp32 here
+    cpu_not_here: list[str] = field(default_factory=list)
 
     def meaning(self) -> str:
         cpu = _cpu_words(self.cpu_reduced)
-        return self._gpu_meaning() + (f"; {cpu}" if cpu else "")
+        meaning = self._gpu_meaning() + (f"; {cpu}" if cpu else "")
+        if self.cpu_not_here:
+            meaning += (
+                f"; {_and_join(self.cpu_not_here)} run in full fp32 here (this CPU lacks "
+                "it), below fp32 on CPUs that have it"
+            )
+        return meaning
 
     def _gpu_meaning(self) -> str:
         uses = _and_join(self.tf32_uses)
@@ -319,11 +360,14 @@ def _node_label(name: str) -> str:
 def precision_report(torch: ModuleType, strict: bool) -> PrecisionReport:
     flags = read_precision(torch)
     archs = gpu_archs(torch)
+    bf16, tf32 = cpu_low_precision(torch)
+    supported = {"bf16": bf16, "tf32": tf32}
     return PrecisionReport(
         flags=flags.describe(),
         tf32_uses=flags.tf32_uses(),
         gpus=[arch.label for arch in archs],
         tf32_gpus=[arch.label for arch in archs if arch.has_tf32],
         strict=strict,
-        cpu_reduced=flags.cpu_reduced(),
+        cpu_reduced=flags.cpu_reduced(supported),
+        cpu_not_here=flags.cpu_reduced_not_here(supported),
     )

@@ -52,6 +52,8 @@ class SeedReport:
     strict: bool = False
     modes_kept: bool = False  # no mode named: those in force were kept
     every_cell: Optional[bool] = None  # True: reseeding every cell from this seed
+    rank: Optional[int] = None  # per_rank: this process's rank, added to base_seed
+    base_seed: Optional[int] = None  # per_rank: the seed given, before the rank was added
     precision: Optional[PrecisionReport] = None  # under deterministic mode, with torch
 
     def to_dict(self) -> dict[str, Any]:
@@ -107,6 +109,8 @@ class SeedReport:
     def summary(self) -> str:
         """One line (warnings that need action on lines of their own)."""
         line = f"seed {self.seed}"
+        if self.rank is not None:
+            line += f" ({self.base_seed} + rank {self.rank})"
         if self.seed_source != "given":
             line += f" (drawn from the OS: {self.command()} reproduces this run)"
         line += f": {self.seeded_words()} seeded"
@@ -124,6 +128,8 @@ class SeedReport:
 
     def __str__(self) -> str:
         lines = [f"seed_all: seed {self.seed} ({self.seed_source})"]
+        if self.rank is not None:
+            lines[0] += f": {self.base_seed} + this process's rank {self.rank}"
         if self.seed_source != "given":
             lines[0] += f" - rerun with {self.command()} to reproduce this run"
         for rng in self.seeded:

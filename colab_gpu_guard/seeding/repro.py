@@ -1,10 +1,12 @@
 """The reproducibility record: what decides a run's numbers, in one JSON-ready dataclass.
 
-`repro_record()` (repro_read.py) reads seeds and per-cell mode, torch's deterministic
-flags, TF32 and float32 precision settings, the environment variables libraries read, the
-versions of Python / NumPy / torch / CUDA runtime / cuDNN / driver, each GPU's model and
-compute capability, world size and rank, and the imported frameworks' versions. `repro_diff`
-(repro_diff.py) compares two records.
+`repro_record()` (repro_read.py) reads seeds (seed_all's and torch's own initial seeds) and
+per-cell mode, torch's deterministic flags, TF32 and float32 precision settings, reduced-
+precision reductions and attention backends, the environment variables libraries read, the
+versions of Python / NumPy / torch / CUDA runtime / cuDNN / driver / Triton / torchvision,
+the CPU (model, the instruction set torch's kernels use, bf16/TF32 in oneDNN), each GPU's
+model and compute capability, world size and rank, and the imported frameworks' versions.
+`repro_diff` (repro_diff.py) compares two records.
 
 JSON: `ReproRecord.to_json()` / `from_json()`, schema `json_schema()`; ``schema_version``
 is bumped on any incompatible change.
@@ -44,6 +46,11 @@ REPRO_ENV = (
     "CUPY_SEED",
     "OMP_NUM_THREADS",
     "MKL_NUM_THREADS",
+    "ATEN_CPU_CAPABILITY",
+    "MKL_CBWR",
+    "ONEDNN_MAX_CPU_ISA",
+    "DNNL_MAX_CPU_ISA",
+    "CUBLASLT_WORKSPACE_SIZE",
 )
 Pairs = tuple[tuple[str, Optional[str]], ...]
 RECORD_FORM = (
@@ -54,10 +61,16 @@ RECORD_FORM = (
 
 @dataclass(frozen=True)
 class Seeding:
-    """The seeds in force: the last seed_all seed and the per-cell base seed (None: off)."""
+    """The seeds in force: the last seed_all seed and the per-cell base seed (None: off),
+    and the seeds torch's generators hold, however they were seeded (seed_all,
+    torch.manual_seed, Lightning's seed_everything; a new process starts from a random one)."""
 
     seed: Optional[int] = None
     every_cell: Optional[int] = None
+    torch_initial_seed: Optional[int] = None  # torch.initial_seed(): the CPU generator's
+    # each CUDA device's generator (devices with a CUDA context only: reading another
+    # would create one), e.g. (("cuda:0", 42),)
+    cuda_initial_seeds: tuple[tuple[str, int], ...] = ()
 
 
 @dataclass(frozen=True)
@@ -76,6 +89,60 @@ class TorchFlags:
     # torch.get_num_threads(): the threads CPU ops split their work over (the machine's
     # cores unless set), which decides the order a CPU sum or matmul adds in
     cpu_threads: Optional[int] = None
+    # the other torch settings that change numbers (see BACKEND_SETTINGS), by name: "True",
+    # "False" or a backend's name; absent where this torch has no such setting
+    backends: Pairs = ()
+
+
+# torch settings beyond determinism and fp32 precision that change numbers, by the name a
+# user sets them with; what each does is judged in repro_diff (BACKEND_EFFECTS).
+BACKEND_SETTINGS = (
+    "torch.backends.cuda.matmul.allow_fp16_reduced_precision_reduction",
+    "torch.backends.cuda.matmul.allow_bf16_reduced_precision_reduction",
+    "torch.backends.cuda.matmul.allow_fp16_accumulation",
+    "torch.backends.cuda.flash_sdp_enabled()",
+    "torch.backends.cuda.mem_efficient_sdp_enabled()",
+    "torch.backends.cuda.math_sdp_enabled()",
+    "torch.backends.cuda.cudnn_sdp_enabled()",
+    "torch.backends.cuda.fp16_bf16_reduction_math_sdp_allowed()",
+    "torch.backends.cuda.preferred_blas_library()",
+    "torch.backends.cudnn.enabled",
+    "torch.backends.mkldnn.enabled",
+    "torch.backends.mkldnn.deterministic",
+    "torch.utils.deterministic.fill_uninitialized_memory",
+)
+
+
+# torch's defaults for them (a fresh process; tests check them against torch), to show only
+# what was changed
+BACKEND_DEFAULTS = {
+    "torch.backends.cuda.matmul.allow_fp16_reduced_precision_reduction": "True",
+    "torch.backends.cuda.matmul.allow_bf16_reduced_precision_reduction": "True",
+    "torch.backends.cuda.matmul.allow_fp16_accumulation": "False",
+    "torch.backends.cuda.flash_sdp_enabled()": "True",
+    "torch.backends.cuda.mem_efficient_sdp_enabled()": "True",
+    "torch.backends.cuda.math_sdp_enabled()": "True",
+    "torch.backends.cuda.cudnn_sdp_enabled()": "True",
+    "torch.backends.cuda.fp16_bf16_reduction_math_sdp_allowed()": "False",
+    "torch.backends.cuda.preferred_blas_library()": "Cublas",
+    "torch.backends.cudnn.enabled": "True",
+    "torch.backends.mkldnn.enabled": "True",
+    "torch.backends.mkldnn.deterministic": "False",
+    "torch.utils.deterministic.fill_uninitialized_memory": "True",
+}
+
+
+@dataclass(frozen=True)
+class Cpu:
+    """The CPU, as far as it decides CPU results: torch's CPU kernels are compiled for
+    several instruction sets and dispatch to the best this CPU has (or ATEN_CPU_CAPABILITY
+    allows); oneDNN runs float32 matmuls in bf16 or TF32 only where the CPU has them."""
+
+    model: Optional[str] = None
+    capability: Optional[str] = None  # torch.backends.cpu.get_cpu_capability(): "AVX512"
+    bf16: Optional[bool] = None  # torch.ops.mkldnn._is_mkldnn_bf16_supported()
+    tf32: Optional[bool] = None  # torch.cpu._is_amx_fp16_supported(): oneDNN's TF32
+    cores: Optional[int] = None  # os.cpu_count()
 
 
 @dataclass(frozen=True)
@@ -87,6 +154,10 @@ class Versions:
     cudnn: Optional[str] = None
     driver: Optional[str] = None
     cuda_driver: Optional[str] = None  # the newest CUDA the driver supports
+    # installed, imported or not: torch.compile's kernels come from Triton; torchvision's
+    # ops and transforms (its v2 transforms draw from torch's RNG)
+    triton: Optional[str] = None
+    torchvision: Optional[str] = None
 
 
 @dataclass(frozen=True)
@@ -98,6 +169,26 @@ class Gpu:
     compute_capability: Optional[str] = None  # "8.0"
     memory_total: Optional[int] = None  # bytes
     source: str = "nvml"
+    lost: bool = False  # NVML: the GPU is lost (fallen off the bus or inaccessible)
+    unknown: Optional[str] = None  # why NVML gave no name or compute capability
+
+    def words(self, numbered: bool = True) -> str:
+        """'Tesla T4 (sm_75)'; a lost GPU or one NVML could not read, said so (as 'GPU 1
+        lost...', or 'lost...' where the line numbers the GPU already)."""
+        number = f"GPU {self.index} " if numbered else ""
+        if self.lost:
+            return f"{number}lost (NVML cannot reach it)"
+        if self.name is None:
+            why = f": {self.unknown}" if self.unknown else ""
+            return f"{number}(NVML gave no name{why})"
+        return f"{self.name} (sm_{_sm(self.compute_capability)})"
+
+    def same_model(self, other: Gpu) -> bool:
+        return (self.name, self.compute_capability, self.lost) == (
+            other.name,
+            other.compute_capability,
+            other.lost,
+        )
 
 
 @dataclass(frozen=True)
@@ -124,17 +215,30 @@ class ReproRecord:
     frameworks: tuple[tuple[str, str], ...] = ()  # imported frameworks and their versions
     platform: str = ""
     label: Optional[str] = None  # what this record is (e.g. "example record, not measured")
+    cpu: Cpu = Cpu()
 
     # ------------------------------------------------------------ questions
 
     def env_value(self, name: str) -> Optional[str]:
         return dict(self.env).get(name)
 
+    def backend(self, name: str) -> Optional[str]:
+        return dict(self.torch_flags.backends).get(name)
+
+    def without_cuda(self) -> bool:
+        """Nothing here can run CUDA: the torch recorded has no CUDA, or no GPU is listed
+        and no NVIDIA driver was found."""
+        if self.versions.torch is not None and self.versions.cuda_runtime is None:
+            return True
+        return not self.gpus and self.versions.driver is None
+
     def tf32(self) -> tuple[Optional[bool], Optional[bool]]:
         """(convolutions, matmuls) use TF32 on this record's GPUs: None when unknown (no
         torch or no GPU); False on GPUs older than Ampere, whatever the flags."""
         if self.torch_flags.cudnn_allow_tf32 is None or not self.gpus:
             return None, None
+        if any(gpu.compute_capability is None for gpu in self.gpus):
+            return None, None  # a GPU NVML could not read (lost, or no answer)
         if not all(supports_tf32(gpu.compute_capability) for gpu in self.gpus):
             return False, False
         if self.env_value("NVIDIA_TF32_OVERRIDE") == "0":
@@ -183,6 +287,8 @@ class ReproRecord:
             ("env", record.env),
             ("frameworks", record.frameworks),
             ("torch_flags.fp32_precision", record.torch_flags.fp32_precision),
+            ("torch_flags.backends", record.torch_flags.backends),
+            ("seeding.cuda_initial_seeds", record.seeding.cuda_initial_seeds),
         ):
             for pair in pairs:
                 if len(pair) != 2:
@@ -219,7 +325,13 @@ class ReproRecord:
         """'TF32 for convolutions, not for float32 matmuls': where TF32 is used here."""
         conv, matmul = self.tf32()
         if conv is None:
-            return "TF32 not used (no GPU listed)" if not self.gpus else "TF32 unknown"
+            if not self.gpus:
+                return "TF32 not used (no GPU listed)"
+            return "TF32 unknown" + (
+                " (a GPU NVML could not read)"
+                if any(g.compute_capability is None for g in self.gpus)
+                else ""
+            )
         if not (conv or matmul):
             if not all(supports_tf32(gpu.compute_capability) for gpu in self.gpus):
                 return f"TF32 not used (it needs an {TF32_GPUS} or newer GPU)"
@@ -250,10 +362,37 @@ class ReproRecord:
                     "adds up its own part of a large CPU sum, so another count can change "
                     "float results slightly)"
                 )
-        lines += [f"  GPU {g.index}: {g.name} (sm_{_sm(g.compute_capability)})" for g in self.gpus]
+        lines += [self.cpu_line()]
+        lines += [f"  {line}" for line in self.backend_lines()]
+        lines += [f"  GPU {g.index}: {g.words(numbered=False)}" for g in self.gpus]
+        initial = self.seeding.torch_initial_seed
+        seeds = [f"cpu {initial}"] if initial is not None else []
+        seeds += [f"{name} {seed}" for name, seed in self.seeding.cuda_initial_seeds]
+        if seeds:
+            lines.append(f"  torch generators' initial seeds: {', '.join(seeds)}")
+        if v.triton or v.torchvision:
+            lines.append(
+                f"  installed: Triton {v.triton or '-'}, torchvision {v.torchvision or '-'}"
+            )
         lines += [f"  env {name}={value}" for name, value in self.env if value is not None]
         lines += [f"  imported {name} {version}" for name, version in self.frameworks]
         return lines
+
+    def cpu_line(self) -> str:
+        c = self.cpu
+        low = [name for name, on in (("bf16", c.bf16), ("TF32", c.tf32)) if on]
+        line = f"  CPU: {c.model or 'model unknown'}, {c.cores or '?'} logical cores"
+        if c.capability is not None:
+            line += f", torch's kernels use {c.capability}"
+        return line + (f", oneDNN can compute in {' and '.join(low)}" if low else "")
+
+    def backend_lines(self) -> list[str]:
+        """The other torch settings that change numbers, those not at torch's default."""
+        return [
+            f"{name} = {value}"
+            for name, value in self.torch_flags.backends
+            if BACKEND_DEFAULTS.get(name) != value
+        ]
 
     def precision_lines(self) -> list[str]:
         """What the float32 precision settings mean, a line each: GPU matmuls, GPU
@@ -368,7 +507,7 @@ def _sm(capability: Optional[str]) -> str:
 
 
 def gpu_summary(gpus: tuple[Gpu, ...]) -> str:
-    return ", ".join(f"{g.name} (sm_{_sm(g.compute_capability)})" for g in gpus)
+    return ", ".join(g.words() for g in gpus)
 
 
 def _read(value: object) -> str:

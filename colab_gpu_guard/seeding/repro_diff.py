@@ -14,7 +14,21 @@ STRICT_HINT = "run with %seed_all --strict to rule it out"
 TF32_EFFECT = "expect relative differences around 1e-3"
 
 # rank: most important first
-GPU, PRECISION, SEEDS, FLAGS, LIBRARIES, RANKS, ENVIRONMENT, OTHER_VERSIONS = range(8)
+GPU, CPU, PRECISION, SEEDS, FLAGS, LIBRARIES, RANKS, ENVIRONMENT, OTHER_VERSIONS = range(9)
+NO_CUDA = "no effect here: neither record's machine can run CUDA"
+# environment variables read only by CUDA libraries (or torch's CUDA code)
+CUDA_ENV = {
+    "CUBLAS_WORKSPACE_CONFIG",
+    "CUBLASLT_WORKSPACE_SIZE",
+    "NVIDIA_TF32_OVERRIDE",
+    "CUDA_VISIBLE_DEVICES",
+    "FLASH_ATTENTION_DETERMINISTIC",
+    "TF_CUDNN_DETERMINISTIC",
+    "CUPY_SEED",
+}
+# environment variables that cap the CPU instruction set: what they did shows in the CPU
+# capability torch used, compared on its own
+CPU_ISA_ENV = {"ATEN_CPU_CAPABILITY"}
 
 ENV_EFFECTS: dict[str, tuple[bool, str]] = {  # name -> (changes results, why)
     "NVIDIA_TF32_OVERRIDE": (
@@ -59,6 +73,19 @@ ENV_EFFECTS: dict[str, tuple[bool, str]] = {  # name -> (changes results, why)
     ),
     "CUPY_SEED": (True, "seeds CuPy's generators at their first use"),
     "CUDA_LAUNCH_BLOCKING": (False, "makes kernel launches synchronous: slower, same numbers"),
+    "ATEN_CPU_CAPABILITY": (
+        True,
+        "caps the instruction set torch's CPU kernels use (default, avx2, avx512): "
+        "vectorised sums, softmax, tanh, matmuls and norms round differently",
+    ),
+    "MKL_CBWR": (
+        True,
+        "MKL's conditional numerical reproducibility: picks MKL's code path by name "
+        "instead of by this CPU",
+    ),
+    "ONEDNN_MAX_CPU_ISA": (True, "caps the instruction set oneDNN's CPU kernels use"),
+    "DNNL_MAX_CPU_ISA": (True, "caps the instruction set oneDNN's CPU kernels use"),
+    "CUBLASLT_WORKSPACE_SIZE": (True, "cuBLASLt may choose other matmul algorithms"),
     "XLA_PYTHON_CLIENT_PREALLOCATE": (False, "decides how much GPU memory JAX takes up front"),
 }
 
@@ -95,6 +122,75 @@ FLAG_EFFECTS: dict[str, tuple[int, bool, str]] = {  # field -> (rank, changes re
         "this out",
     ),
 }
+# torch settings beyond determinism and fp32 precision: (CUDA only, rank, why)
+BACKEND_EFFECTS: dict[str, tuple[bool, int, str]] = {
+    "torch.backends.cuda.matmul.allow_fp16_reduced_precision_reduction": (
+        True,
+        PRECISION,
+        "fp16 GEMMs on the GPU may add up partial sums in fp16 instead of fp32",
+    ),
+    "torch.backends.cuda.matmul.allow_bf16_reduced_precision_reduction": (
+        True,
+        PRECISION,
+        "bf16 GEMMs on the GPU may add up partial sums in bf16 instead of fp32",
+    ),
+    "torch.backends.cuda.matmul.allow_fp16_accumulation": (
+        True,
+        PRECISION,
+        "fp16 GEMMs on the GPU accumulate in fp16 (faster, much less precise)",
+    ),
+    "torch.backends.cuda.flash_sdp_enabled()": (
+        True,
+        FLAGS,
+        "scaled_dot_product_attention may run another kernel (flash attention on or off)",
+    ),
+    "torch.backends.cuda.mem_efficient_sdp_enabled()": (
+        True,
+        FLAGS,
+        "scaled_dot_product_attention may run another kernel (memory-efficient attention)",
+    ),
+    "torch.backends.cuda.math_sdp_enabled()": (
+        True,
+        FLAGS,
+        "scaled_dot_product_attention may run another kernel (the math fallback on the GPU)",
+    ),
+    "torch.backends.cuda.cudnn_sdp_enabled()": (
+        True,
+        FLAGS,
+        "scaled_dot_product_attention may run another kernel (cuDNN attention)",
+    ),
+    "torch.backends.cuda.fp16_bf16_reduction_math_sdp_allowed()": (
+        True,
+        PRECISION,
+        "the math attention kernel on the GPU may reduce fp16/bf16 in that precision",
+    ),
+    "torch.backends.cuda.preferred_blas_library()": (
+        True,
+        FLAGS,
+        "GPU matmuls run in another BLAS library (cuBLAS or cuBLASLt): other kernels",
+    ),
+    "torch.backends.cudnn.enabled": (
+        True,
+        FLAGS,
+        "convolutions and RNNs on the GPU run without cuDNN (other kernels) or with it",
+    ),
+    "torch.backends.mkldnn.enabled": (
+        False,
+        FLAGS,
+        "CPU convolutions, matmuls and RNNs run without oneDNN (other kernels) or with it",
+    ),
+    "torch.backends.mkldnn.deterministic": (
+        False,
+        FLAGS,
+        "without it oneDNN may use nondeterministic algorithms on the CPU",
+    ),
+    "torch.utils.deterministic.fill_uninitialized_memory": (
+        False,
+        FLAGS,
+        "under deterministic algorithms, torch.empty and friends fill new memory (NaN or "
+        "the integer maximum) or leave what was there",
+    ),
+}
 PRECISION_FIELDS = ("matmul_allow_tf32", "cudnn_allow_tf32", "float32_matmul_precision")
 # Which CPUs oneDNN runs float32 matmuls on in a lower precision (ATen's mkldnn/Matmul.cpp:
 # bf16 needs mkldnn_bf16_device_check, TF32 needs AMX-FP16), and the size of the effect.
@@ -105,6 +201,13 @@ CPU_REDUCED = {
 }
 CPU_OPS = {"matmul": "matmuls", "conv": "convolutions", "rnn": "RNNs"}
 CPU_MODE = {"highest": "ieee", "high": "tf32", "medium": "bf16"}  # set_float32_matmul_precision
+# what one set_float32_matmul_precision call writes besides itself (ATen's Context.cpp):
+# torch.backends.cuda.matmul.allow_tf32 and the cuda/mkldnn matmul fp32_precision leaves
+MATMUL_PRECISION_WRITES = {
+    "highest": {"torch matmul_allow_tf32": False, "cuda.matmul": "ieee", "mkldnn.matmul": "ieee"},
+    "high": {"torch matmul_allow_tf32": True, "cuda.matmul": "tf32", "mkldnn.matmul": "tf32"},
+    "medium": {"torch matmul_allow_tf32": True, "cuda.matmul": "tf32", "mkldnn.matmul": "bf16"},
+}
 
 
 @dataclass(frozen=True)
@@ -224,10 +327,7 @@ def _gpus(a: ReproRecord, b: ReproRecord, found: list, notes: list) -> None:
                 reasons.append(f"the {run} used TF32 on its GPU ({', '.join(used)}): {TF32_EFFECT}")
             found.append(Difference("GPU", before, after, "; ".join(reasons), GPU))
         return
-    same = [(g.name, g.compute_capability) for g in a.gpus] == [
-        (g.name, g.compute_capability) for g in b.gpus
-    ]
-    if same:
+    if len(a.gpus) == len(b.gpus) and all(x.same_model(y) for x, y in zip(a.gpus, b.gpus)):
         return
     reasons = _tf32_change(a, b) or [
         "other kernels and reduction orders: expect float32 differences in the last bits, "
@@ -235,6 +335,24 @@ def _gpus(a: ReproRecord, b: ReproRecord, found: list, notes: list) -> None:
         "guaranteed"
     ]
     found.append(Difference("GPU", before, after, "; ".join(reasons), GPU))
+
+
+def _cpu(a: ReproRecord, b: ReproRecord, found: list, notes: list) -> None:
+    ca, cb = a.cpu, b.cpu
+    if None not in (ca.capability, cb.capability) and ca.capability != cb.capability:
+        why = (
+            "torch's CPU kernels run another instruction set (torch.backends.cpu."
+            "get_cpu_capability(); ATEN_CPU_CAPABILITY caps it): vectorised sums, softmax, "
+            "tanh, matmuls and norms round differently, so CPU float results differ in the "
+            "last bits"
+        )
+        found.append(Difference("CPU capability", ca.capability, cb.capability, why, CPU))
+    if None not in (ca.model, cb.model) and ca.model != cb.model:
+        why = (
+            "MKL and oneDNN choose their CPU kernels by the CPU they run on: CPU float "
+            "results may differ in the last bits"
+        )
+        found.append(Difference("CPU", ca.model, cb.model, why, CPU))
 
 
 def _precision(a: ReproRecord, b: ReproRecord, found: list, notes: list) -> None:
@@ -245,6 +363,7 @@ def _precision(a: ReproRecord, b: ReproRecord, found: list, notes: list) -> None
     precision_a, precision_b = dict(fa.fp32_precision), dict(fb.fp32_precision)
     for name in sorted(set(precision_a) & set(precision_b)):
         pairs.append((name, precision_a[name], precision_b[name]))
+    pairs = _one_entry_per_call(pairs, fa.float32_matmul_precision, fb.float32_matmul_precision)
     capable = [
         bool(r.gpus) and all(supports_tf32(g.compute_capability) for g in r.gpus) for r in (a, b)
     ]
@@ -264,49 +383,124 @@ def _precision(a: ReproRecord, b: ReproRecord, found: list, notes: list) -> None
     for what, was, now in pairs:
         if _fp32(was) == _fp32(now):
             continue  # "none" inherits, and reads back as "none" only when nothing is set
-        cpu = _cpu_precision(what, was, now)
+        cpu, cpu_changes = _cpu_precision(what, was, now, a, b)
         if what.startswith("torch.backends.mkldnn."):  # oneDNN: the CPU only
-            explanation, changes = cpu or "no effect on CPU float32 results", bool(cpu)
+            explanation, changes = cpu or "no effect on CPU float32 results", cpu_changes
         else:
             explanation = gpu + (f"; {cpu}" if cpu else "")
-            changes = all(capable) or bool(cpu)
+            changes = all(capable) or cpu_changes
+        if what == "torch float32_matmul_precision":
+            explanation = (
+                "one torch.set_float32_matmul_precision call (it also sets allow_tf32 and "
+                "the matmul fp32_precision settings): " + explanation
+            )
         # a CPU-only effect needs particular CPUs: ranked with the flags, after the seeds
         rank = PRECISION if all(capable) else FLAGS
         found.append(Difference(what, _text(was), _text(now), explanation, rank, changes))
+
+
+def _one_entry_per_call(pairs: list, was: object, now: object) -> list:
+    """Where float32_matmul_precision differs, the settings that set_float32_matmul_precision
+    wrote with it, holding what it wrote in both records, are left out: one call, one entry."""
+    if was == now:
+        return pairs
+    wrote_a, wrote_b = MATMUL_PRECISION_WRITES.get(str(was)), MATMUL_PRECISION_WRITES.get(str(now))
+    if wrote_a is None or wrote_b is None:
+        return pairs
+    kept = []
+    for what, before, after in pairs:
+        key = what.removeprefix("torch.backends.").removesuffix(".fp32_precision")
+        if key in wrote_a and (before, after) == (wrote_a[key], wrote_b[key]):
+            continue
+        kept.append((what, before, after))
+    return kept
 
 
 def _fp32(value: object) -> object:
     return "ieee" if value == "none" else value
 
 
-def _cpu_precision(what: str, was: object, now: object) -> Optional[str]:
-    """What a precision difference does to CPU float32 results through oneDNN, if anything:
-    set_float32_matmul_precision and the generic and mkldnn fp32_precision settings reach
-    it (torch's matmul_allow_tf32 and cudnn settings do not)."""
+def _cpu_precision(
+    what: str, was: object, now: object, a: ReproRecord, b: ReproRecord
+) -> tuple[Optional[str], bool]:
+    """What a precision difference does to CPU float32 results through oneDNN, and whether
+    it changes them on the CPUs of the two records: set_float32_matmul_precision and the
+    generic and mkldnn fp32_precision settings reach it (torch's matmul_allow_tf32 and
+    cudnn settings do not); bf16 runs only on CPUs with it, TF32 only with AMX-FP16."""
     if what == "torch float32_matmul_precision":
         modes = {CPU_MODE.get(str(was)), CPU_MODE.get(str(now))}
     elif what == "torch.backends.fp32_precision" or what.startswith("torch.backends.mkldnn."):
         modes = {_fp32(was), _fp32(now)}
     else:
-        return None
-    reduced = [CPU_REDUCED[mode] for mode in ("bf16", "tf32") if mode in modes]
-    if not reduced:
-        return None
+        return None, False
+    asked = [mode for mode in ("bf16", "tf32") if mode in modes]
+    if not asked:
+        return None, False
     ops = next((ops for key, ops in CPU_OPS.items() if key in what), "ops")
-    return f"oneDNN may run CPU float32 {ops} in " + " or ".join(reduced)
+    here = [
+        mode for mode in asked if _cpu_can(a, mode) is not False or _cpu_can(b, mode) is not False
+    ]
+    if not here:
+        lacks = " or ".join("bf16" if mode == "bf16" else "AMX-FP16 (TF32)" for mode in asked)
+        return (
+            f"no effect on these CPUs: oneDNN runs float32 {ops} below fp32 only on CPUs with "
+            f"{lacks}, which neither record's CPU has",
+            False,
+        )
+    reduced = [CPU_REDUCED[mode] for mode in here]
+    return f"oneDNN may run CPU float32 {ops} in " + " or ".join(reduced), True
+
+
+def _cpu_can(record: ReproRecord, mode: str) -> Optional[bool]:
+    """Whether the record's CPU runs oneDNN in `mode` ("bf16", "tf32"); None: not recorded."""
+    return record.cpu.bf16 if mode == "bf16" else record.cpu.tf32
 
 
 def _seeds(a: ReproRecord, b: ReproRecord, found: list, notes: list) -> None:
     sa, sb = a.seeding, b.seeding
+    torch_differs = _torch_seeds_differ(sa, sb)
+    torch_words = f"torch.initial_seed() {sa.torch_initial_seed} → {sb.torch_initial_seed}"
     if sa.seed != sb.seed:
         why = "every random draw differs (initial weights, dropout, shuffling)"
-        if None in (sa.seed, sb.seed):  # torch.manual_seed & co. leave no trace to read
+        if None in (sa.seed, sb.seed):
             run = "the saved run" if sa.seed is None else "this process"
             why = (
-                f"{run} was not seeded with seed_all (seeding another way is not recorded): "
-                "the random draws may differ"
+                f"{run} was not seeded with seed_all: Python's and NumPy's draws may differ "
+                "(seeds set another way are recorded for torch only)"
             )
+            if torch_differs:
+                why += f"; torch's draws differ ({torch_words})"
+            elif sa.torch_initial_seed is not None and sb.torch_initial_seed is not None:
+                why += "; torch's generator holds the same seed in both"
         found.append(Difference("seed", _text(sa.seed), _text(sb.seed), why, SEEDS))
+    elif torch_differs:
+        why = (
+            "torch's generator was seeded with another seed (torch.manual_seed, Lightning's "
+            "seed_everything, accelerate's set_seed...; an unseeded process starts from a "
+            "random one): torch's random draws differ"
+        )
+        found.append(
+            Difference(
+                "torch seed",
+                str(sa.torch_initial_seed),
+                str(sb.torch_initial_seed),
+                why,
+                SEEDS,
+            )
+        )
+    cuda_a, cuda_b = dict(sa.cuda_initial_seeds), dict(sb.cuda_initial_seeds)
+    for device in sorted(set(cuda_a) & set(cuda_b)):
+        if cuda_a[device] != cuda_b[device] and sa.every_cell is None and sb.every_cell is None:
+            why = "this GPU's generator was seeded with another seed: draws on it differ"
+            found.append(
+                Difference(
+                    f"{device} generator's seed",
+                    str(cuda_a[device]),
+                    str(cuda_b[device]),
+                    why,
+                    SEEDS,
+                )
+            )
     if sa.every_cell != sb.every_cell:
         why = (
             "per-cell reseeding makes each cell's draws depend only on (seed, cell source); "
@@ -321,6 +515,16 @@ def _seeds(a: ReproRecord, b: ReproRecord, found: list, notes: list) -> None:
                 SEEDS,
             )
         )
+
+
+def _torch_seeds_differ(sa, sb) -> bool:
+    """torch's initial seeds differ, both recorded, and not because per-cell reseeding
+    gave each cell its own (the base seed is compared then)."""
+    if sa.every_cell is not None or sb.every_cell is not None:
+        return False
+    return None not in (sa.torch_initial_seed, sb.torch_initial_seed) and (
+        sa.torch_initial_seed != sb.torch_initial_seed
+    )
 
 
 def _flags(a: ReproRecord, b: ReproRecord, found: list, notes: list) -> None:
@@ -374,6 +578,18 @@ def _versions(a: ReproRecord, b: ReproRecord, found: list, notes: list) -> None:
             "(randrange, shuffle, choice...) are not guaranteed to",
         ),
         (
+            "triton",
+            LIBRARIES,
+            "torch.compile generates its GPU (and some CPU) kernels with Triton: other "
+            "kernels, small float differences in compiled code",
+        ),
+        (
+            "torchvision",
+            OTHER_VERSIONS,
+            "its ops, models' default weights and transforms may change (its v2 random "
+            "transforms draw from torch's generator)",
+        ),
+        (
             "driver",
             OTHER_VERSIONS,
             "rarely changes results (it compiles PTX for GPUs a library ships no code for)",
@@ -381,9 +597,17 @@ def _versions(a: ReproRecord, b: ReproRecord, found: list, notes: list) -> None:
     )
     for name, rank, why in checks:
         was, now = getattr(va, name), getattr(vb, name)
-        both = va.torch is not None and vb.torch is not None if rank == LIBRARIES else True
+        both = (
+            va.torch is not None and vb.torch is not None
+            if name in ("torch", "cuda_runtime", "cudnn")
+            else True
+        )
         if was != now and both and (name in ("cuda_runtime", "cudnn") or None not in (was, now)):
-            label = {"cuda_runtime": "CUDA runtime", "cudnn": "cuDNN"}.get(name, name)
+            label = {
+                "cuda_runtime": "CUDA runtime",
+                "cudnn": "cuDNN",
+                "triton": "Triton",
+            }.get(name, name)
             if None in (was, now):  # a torch built without CUDA / cuDNN
                 why = {
                     "cuda_runtime": "a torch without CUDA runs every op on the CPU",
@@ -425,13 +649,40 @@ def _env(a: ReproRecord, b: ReproRecord, found: list, notes: list) -> None:
         was, now = env_a.get(name), env_b.get(name)
         if was != now:
             changes, why = ENV_EFFECTS.get(name, (True, "read by a library at start"))
+            if changes and name in CUDA_ENV and a.without_cuda() and b.without_cuda():
+                changes, why = False, f"{NO_CUDA} ({why})"
+            elif changes and name in CPU_ISA_ENV and _same_capability(a, b):
+                changes = False
+                why = f"no effect here: torch's CPU kernels used {a.cpu.capability} in both ({why})"
             found.append(Difference(name, _text(was), _text(now), why, ENVIRONMENT, changes))
+
+
+def _same_capability(a: ReproRecord, b: ReproRecord) -> bool:
+    return a.cpu.capability is not None and a.cpu.capability == b.cpu.capability
+
+
+def _backends(a: ReproRecord, b: ReproRecord, found: list, notes: list) -> None:
+    """The other torch settings that change numbers, judged on these machines: a CUDA
+    setting does nothing where neither record can run CUDA."""
+    backends_a, backends_b = dict(a.torch_flags.backends), dict(b.torch_flags.backends)
+    no_cuda = a.without_cuda() and b.without_cuda()
+    for name in sorted(set(backends_a) & set(backends_b)):
+        was, now = backends_a[name], backends_b[name]
+        if was == now:
+            continue
+        cuda_only, rank, why = BACKEND_EFFECTS.get(name, (False, FLAGS, "another setting"))
+        changes = not (cuda_only and no_cuda)
+        if not changes:
+            why = f"{NO_CUDA} ({why})"
+        found.append(Difference(name, was, now, why, rank, changes))
 
 
 _CHECKS: tuple[Callable[[ReproRecord, ReproRecord, list, list], None], ...] = (
     _gpus,
+    _cpu,
     _precision,
     _seeds,
+    _backends,
     _flags,
     _versions,
     _ranks,

@@ -20,8 +20,10 @@ from ..frameworks import numpy as numpy_support
 from ..frameworks import tensorflow as tensorflow_support
 from ..frameworks import torch as torch_support
 from .repro import (
+    BACKEND_SETTINGS,
     REPRO_ENV,
     SCHEMA_VERSION,
+    Cpu,
     Distributed,
     Gpu,
     ReproRecord,
@@ -33,8 +35,13 @@ from .repro import (
 
 def repro_record(every_cell: Optional[int] = None, import_torch: bool = False) -> ReproRecord:
     """This process's reproducibility record now. `every_cell`: the per-cell base seed in
-    force (the magics pass it), None when per-cell reseeding is off."""
+    force; None: the one %seed_all --every-cell reseeds from, if it is on."""
+    from .every_cell import active_reseeder
     from .seed import last_seed
+
+    if every_cell is None:
+        reseeder = active_reseeder()
+        every_cell = reseeder.base_seed if reseeder is not None else None
 
     torch = torch_support.loaded()
     if torch is None and import_torch and torch_support.installed():
@@ -45,7 +52,7 @@ def repro_record(every_cell: Optional[int] = None, import_torch: bool = False) -
         schema_version=SCHEMA_VERSION,
         taken_at=time.time(),
         versions=_versions(torch, snapshot),
-        seeding=Seeding(last_seed(), every_cell),
+        seeding=_seeding(last_seed(), every_cell, torch),
         torch_flags=_torch_flags(torch) if torch is not None else TorchFlags(),
         env=tuple((name, os.environ.get(name)) for name in REPRO_ENV),
         gpus=gpus,
@@ -53,7 +60,44 @@ def repro_record(every_cell: Optional[int] = None, import_torch: bool = False) -
         distributed=_distributed(torch),
         frameworks=_frameworks(),
         platform=platform.platform(),
+        cpu=_cpu(torch),
     )
+
+
+def _seeding(seed: Optional[int], every_cell: Optional[int], torch: Any) -> Seeding:
+    if torch is None:
+        return Seeding(seed, every_cell)
+    cuda = []
+    devices = torch_support.devices_with_context(torch)
+    for index in devices:  # a generator's seed is host memory: no device switch, no context
+        cuda.append((f"cuda:{index}", int(torch.cuda.default_generators[index].initial_seed())))
+    return Seeding(seed, every_cell, int(torch.initial_seed()), tuple(cuda))
+
+
+def _cpu(torch: Any) -> Cpu:
+    from .precision import cpu_low_precision
+
+    capability = None
+    bf16 = tf32 = None
+    if torch is not None:
+        reader = getattr(getattr(torch.backends, "cpu", None), "get_cpu_capability", None)
+        capability = str(reader()) if reader is not None else None
+        bf16, tf32 = cpu_low_precision(torch)
+    return Cpu(_cpu_model(), capability, bf16, tf32, os.cpu_count())
+
+
+def _cpu_model() -> Optional[str]:
+    """The CPU's model name: /proc/cpuinfo on Linux (as torch.utils.collect_env's lscpu
+    reads it), else what the platform says."""
+    try:
+        with open("/proc/cpuinfo", encoding="utf-8", errors="replace") as handle:
+            for line in handle:
+                key, _, value = line.partition(":")
+                if key.strip() in ("model name", "Model", "cpu model") and value.strip():
+                    return value.strip()
+    except OSError:
+        pass
+    return platform.processor() or None
 
 
 def _torch_flags(torch: Any) -> TorchFlags:
@@ -72,7 +116,28 @@ def _torch_flags(torch: Any) -> TorchFlags:
         float32_matmul_precision=precision.matmul_precision,
         fp32_precision=tuple((f"torch.backends.{node}", value) for node, value in precision.fp32),
         cpu_threads=_cpu_threads(torch),
+        backends=_backends(torch),
     )
+
+
+def _backends(torch: Any) -> tuple[tuple[str, str], ...]:
+    """Each of BACKEND_SETTINGS this torch has, read (a call for the names ending in ())."""
+    found = []
+    for name in BACKEND_SETTINGS:
+        path = name.removesuffix("()")
+        owner: Any = torch
+        for part in path.split(".")[1:]:
+            owner = getattr(owner, part, None)
+            if owner is None:
+                break
+        if owner is None:
+            continue
+        try:
+            value = owner() if name.endswith("()") else owner
+        except (RuntimeError, TypeError):  # torch: a setting it cannot read in this build
+            continue
+        found.append((name, str(getattr(value, "name", value))))
+    return tuple(found)
 
 
 def _cpu_threads(torch: Any) -> Optional[int]:
@@ -101,7 +166,24 @@ def _versions(torch: Any, snapshot: Any) -> Versions:
         cudnn=cudnn,
         driver=snapshot.driver_version,
         cuda_driver=snapshot.cuda_driver_version,
+        triton=_installed_version("triton"),
+        torchvision=_installed_version("torchvision"),
     )
+
+
+def _installed_version(distribution: str) -> Optional[str]:
+    """The installed version from the package's metadata (nothing is imported)."""
+    module = sys.modules.get(distribution)
+    version = getattr(module, "__version__", None) if module is not None else None
+    if version:
+        return str(version)
+    from importlib.metadata import PackageNotFoundError
+    from importlib.metadata import version as metadata_version
+
+    try:
+        return metadata_version(distribution)
+    except (PackageNotFoundError, ValueError):
+        return None
 
 
 def _cudnn_text(version: int) -> str:
@@ -117,10 +199,7 @@ def _cudnn_text(version: int) -> str:
 
 def _gpus(snapshot: Any, torch: Any) -> tuple[tuple[Gpu, ...], Optional[str]]:
     if snapshot.available and snapshot.devices:
-        gpus = tuple(
-            Gpu(d.index, d.name, d.compute_capability, d.memory_total) for d in snapshot.devices
-        )
-        return gpus, None
+        return tuple(_gpu(d) for d in snapshot.devices), None
     devices = torch_support.devices_with_context(torch) if torch is not None else []
     if devices:  # properties are cached by torch once CUDA is up; no context is created
         gpus = []
@@ -131,7 +210,28 @@ def _gpus(snapshot: Any, torch: Any) -> tuple[tuple[Gpu, ...], Optional[str]]:
         return tuple(gpus), None
     if not snapshot.available:
         return (), f"no GPU listed: {snapshot.error}"
+    failed = snapshot.reason("devices")
+    if failed is not None:
+        return (), f"no GPU listed: NVML could not count the GPUs ({failed})"
     return (), "no GPU listed: NVML sees none"
+
+
+def _gpu(device: Any) -> Gpu:
+    """One NVML device as the record keeps it, with why its name is missing."""
+    unknown = None
+    if device.name is None or device.compute_capability is None:
+        for field in ("device", "handle", "name", "compute_capability"):
+            unknown = device.reason(field)
+            if unknown is not None:
+                break
+    return Gpu(
+        device.index,
+        device.name,
+        device.compute_capability,
+        device.memory_total,
+        lost=bool(device.lost),
+        unknown=unknown,
+    )
 
 
 def _distributed(torch: Any) -> Distributed:

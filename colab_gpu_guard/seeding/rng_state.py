@@ -5,42 +5,68 @@ them, `restore_rng_state(state)` puts them all back or restores nothing, and
 
 from __future__ import annotations
 
+import contextlib
 import random
 import sys
+import warnings
 from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
-from typing import Any, Optional, Union
+from typing import Any, NamedTuple, Optional, Union
 
 from ..frameworks import cupy as cupy_support
 from ..frameworks import tensorflow as tensorflow_support
 from ..frameworks import torch as torch_support
 
 Generators = Union[Mapping[str, Any], Sequence[Any], None]
+GLOBAL_NUMPY = "NumPy global RNG"
 
 
 class RngStateError(ValueError):
-    """This process cannot restore a captured stream (nothing was restored)."""
+    """This process cannot restore a captured stream; nothing was restored. `streams`
+    names the streams that could not be restored."""
+
+    def __init__(self, message: str, streams: tuple[str, ...] = ()) -> None:
+        super().__init__(message)
+        self.streams = streams
+
+
+class NumpyArray(NamedTuple):
+    """An array inside a NumPy bit generator's state, as plain Python values."""
+
+    dtype: str
+    values: tuple
+
+
+@dataclass(frozen=True)
+class NumpyState:
+    """A NumPy bit generator's state (any of MT19937, PCG64, PCG64DXSM, Philox, SFC64),
+    its arrays as `NumpyArray`: plain values that pickle without NumPy. For the global
+    RNG it also holds the legacy cached Gaussian (has_gauss, gauss)."""
+
+    bit_generator: str
+    state: dict  # bit_generator.state with arrays made plain
 
 
 @dataclass(frozen=True)
 class GeneratorState:
-    """One torch generator's state: a device's default generator or a named one."""
+    """One generator's state: a torch device's default generator, or a generator the caller
+    named (a torch.Generator, or a numpy.random.Generator: device "numpy")."""
 
     name: str  # "cpu", "cuda:0", "mps", "xpu:0", or the caller's name for a generator
-    device: str  # the generator's device type: cpu, cuda, mps, xpu
-    state: bytes
+    device: str  # cpu, cuda, mps, xpu; "numpy" for a numpy.random.Generator
+    state: Union[bytes, NumpyState]
 
 
 @dataclass(frozen=True)
 class RngState:
     """Every captured RNG stream of one moment; picklable, restored by `restore_rng_state`.
 
-    The state holds plain Python values (bytes, ints, tuples), so it pickles without torch
-    or NumPy and reads back in another process."""
+    The state holds plain Python values (bytes, ints, tuples, dicts), so it pickles without
+    torch or NumPy and reads back in another process."""
 
     python: tuple
-    numpy: Optional[tuple] = None  # ("MT19937", keys, pos, has_gauss, cached_gaussian)
+    numpy: Optional[NumpyState] = None  # the global RNG, whichever bit generator it runs on
     torch: tuple[GeneratorState, ...] = ()  # default generators: cpu, cuda:N, mps, xpu:N
     generators: tuple[GeneratorState, ...] = ()  # the caller's generators, by name
     not_captured: tuple[tuple[str, str], ...] = ()  # (stream, why)
@@ -49,9 +75,9 @@ class RngState:
         """The captured streams, as `__str__` names them."""
         names = ["Python random"]
         if self.numpy is not None:
-            names.append("NumPy legacy global")
+            names.append(f"{GLOBAL_NUMPY} ({self.numpy.bit_generator})")
         names += [f"torch {g.name}" for g in self.torch]
-        names += [f"generator {g.name!r}" for g in self.generators]
+        names += [_generator_label(g) for g in self.generators]
         return names
 
     def __str__(self) -> str:
@@ -79,38 +105,106 @@ class RngState:
         """What it holds (names and sizes, not the states themselves)."""
         return {
             "streams": self.streams(),
-            "state_bytes": {g.name: len(g.state) for g in self.torch + self.generators},
+            "state_bytes": {
+                g.name: len(g.state)
+                for g in self.torch + self.generators
+                if isinstance(g.state, bytes)
+            },
             "not_captured": [list(item) for item in self.not_captured],
         }
+
+
+def _generator_label(saved: GeneratorState) -> str:
+    if saved.device == "numpy":
+        assert isinstance(saved.state, NumpyState)
+        return f"NumPy generator {saved.name!r} ({saved.state.bit_generator})"
+    return f"generator {saved.name!r}"
+
+
+# ---------------------------------------------------------------- NumPy states
+
+
+def _plain(value: Any) -> Any:
+    """A bit generator's state with its arrays as NumpyArray and NumPy scalars as Python's."""
+    if isinstance(value, dict):
+        return {key: _plain(item) for key, item in value.items()}
+    if hasattr(value, "dtype") and hasattr(value, "tolist"):
+        if getattr(value, "ndim", 0) == 0:
+            return value.item()
+        return NumpyArray(str(value.dtype), tuple(value.tolist()))
+    return value
+
+
+def _numpy_value(value: Any, numpy: Any) -> Any:
+    if isinstance(value, dict):
+        return {key: _numpy_value(item, numpy) for key, item in value.items()}
+    if isinstance(value, NumpyArray):
+        return numpy.array(value.values, dtype=value.dtype)
+    return value
+
+
+def _global_numpy_state(numpy_random: Any) -> NumpyState:
+    with warnings.catch_warnings():  # NumPy warns on legacy reads of other bit generators
+        warnings.simplefilter("ignore")
+        state = numpy_random.get_state(legacy=False)
+    return NumpyState(str(state["bit_generator"]), _plain(state))
+
+
+_scratch: dict[str, Any] = {}  # a bit generator per kind, to check states on
+
+
+def _bit_generator(numpy_random: Any, saved: NumpyState, fresh: bool = False) -> Any:
+    """A bit generator of the saved kind holding the saved state (setting it checks it):
+    a scratch one kept for checking (its seeding from the OS costs ~0.2 ms), or `fresh`."""
+    kind = getattr(numpy_random, saved.bit_generator, None)
+    if not isinstance(kind, type):
+        raise ValueError(f"this NumPy has no bit generator {saved.bit_generator}")
+    generator = _scratch.get(saved.bit_generator)
+    if fresh or generator is None or type(generator) is not kind:
+        generator = kind()
+        if not fresh:
+            _scratch[saved.bit_generator] = generator
+    state = _numpy_value(saved.state, sys.modules["numpy"])
+    generator.state = {key: state[key] for key in state if key not in ("has_gauss", "gauss")}
+    return generator
 
 
 # ---------------------------------------------------------------- capture
 
 
 def rng_state(generators: Generators = None) -> RngState:
-    """Capture every RNG stream `seed_all` seeds: Python `random`, NumPy's legacy global
-    RNG, torch's CPU generator, each CUDA device's generator (devices with a CUDA context:
-    reading another device's would create one), MPS and XPU generators; plus `generators`,
-    any `torch.Generator` the caller names (a DataLoader's ``generator=``): a mapping of
-    names to `torch.Generator` objects (e.g. ``{"train_loader": g}`` for
-    ``DataLoader(generator=g)``) or a list of them (named "0", "1", ...). Pass the same
-    generators to `restore_rng_state`. Creates no CUDA context and imports nothing."""
+    """Capture every RNG stream `seed_all` seeds: Python `random`, NumPy's global RNG (on
+    whichever bit generator it runs), torch's CPU generator, each CUDA device's generator
+    (devices with a CUDA context: reading another device's would create one), MPS and XPU
+    generators; plus `generators`, the generators the caller names: `torch.Generator`
+    objects (a DataLoader's ``generator=``) and `numpy.random.Generator` objects
+    (``rng = np.random.default_rng(0)``), as a mapping of names to generators (e.g.
+    ``{"train_loader": g, "rng": rng}``) or a list of them (named "0", "1", ...). Pass the
+    same generators to `restore_rng_state`. Generators held in the notebook's variables
+    and not passed are listed as not captured, by name. Creates no CUDA context and
+    imports nothing."""
+    return _capture(_named(generators), list_held=True)
+
+
+def _capture(pairs: list[tuple[str, Any]], list_held: bool) -> RngState:
     numpy_random = sys.modules.get("numpy.random")  # never import it
     numpy_state = None
     if numpy_random is not None and hasattr(numpy_random, "get_state"):
-        name, keys, pos, has_gauss, cached = numpy_random.get_state(legacy=True)
-        numpy_state = (str(name), tuple(int(k) for k in keys), int(pos), int(has_gauss), cached)
+        numpy_state = _global_numpy_state(numpy_random)
     torch = torch_support.loaded()
     return RngState(
         python=random.getstate(),
         numpy=numpy_state,
         torch=_torch_states(torch) if torch is not None else (),
-        generators=_named_states(_named(generators)),
-        not_captured=_not_captured(),
+        generators=_named_states(pairs),
+        not_captured=_not_captured() + (_held_not_passed(pairs) if list_held else ()),
     )
 
 
 def _state_bytes(tensor: Any) -> bytes:
+    """A generator state (a uint8 CPU tensor) as bytes."""
+    if "numpy" in sys.modules:  # torch's .numpy() needs it; never imported here
+        return tensor.contiguous().numpy().tobytes()
     return bytes(tensor.tolist())
 
 
@@ -132,6 +226,18 @@ def _torch_states(torch: Any) -> tuple[GeneratorState, ...]:
     return tuple(states)
 
 
+def _generator_kinds() -> tuple[type, ...]:
+    torch = torch_support.loaded()
+    numpy_random = sys.modules.get("numpy.random")
+    kinds = [getattr(torch, "Generator", None), getattr(numpy_random, "Generator", None)]
+    return tuple(kind for kind in kinds if isinstance(kind, type))
+
+
+def _is_numpy_generator(generator: Any) -> bool:
+    kind = getattr(sys.modules.get("numpy.random"), "Generator", None)
+    return isinstance(kind, type) and isinstance(generator, kind)
+
+
 def _named(generators: Generators) -> list[tuple[str, Any]]:
     if generators is None:
         return []
@@ -141,23 +247,55 @@ def _named(generators: Generators) -> list[tuple[str, Any]]:
         pairs = [(str(index), g) for index, g in enumerate(generators)]
     else:
         raise TypeError(
-            "generators must be a dict of names to torch.Generator objects or a list of "
-            f"them, not {type(generators).__name__}"
+            "generators must be a dict of names to torch.Generator or numpy.random.Generator "
+            f"objects or a list of them, not {type(generators).__name__}"
         )
-    torch = torch_support.loaded()
-    kind = getattr(torch, "Generator", None)
+    kinds = _generator_kinds()
     for name, generator in pairs:
-        if kind is None or not isinstance(generator, kind):
+        if not kinds or not isinstance(generator, kinds):
             raise TypeError(
-                f"generator {name!r} is a {type(generator).__name__}, not a torch.Generator"
+                f"generator {name!r} is a {type(generator).__name__}, not a torch.Generator "
+                "or numpy.random.Generator"
             )
     return pairs
 
 
 def _named_states(pairs: list[tuple[str, Any]]) -> tuple[GeneratorState, ...]:
-    return tuple(
-        GeneratorState(name, g.device.type, _state_bytes(g.get_state())) for name, g in pairs
-    )
+    states = []
+    for name, generator in pairs:
+        if _is_numpy_generator(generator):
+            state = generator.bit_generator.state
+            saved = NumpyState(str(state["bit_generator"]), _plain(state))
+            states.append(GeneratorState(name, "numpy", saved))
+        else:
+            states.append(
+                GeneratorState(name, generator.device.type, _state_bytes(generator.get_state()))
+            )
+    return tuple(states)
+
+
+def _held_not_passed(pairs: list[tuple[str, Any]]) -> tuple[tuple[str, str], ...]:
+    """Generators the notebook holds in its variables (top level) and the caller did not
+    pass: named, with how to capture them. Only types are read: no user code runs."""
+    from ..notebook_refs import resolve_namespace
+
+    kinds = _generator_kinds()
+    if not kinds:
+        return ()
+    _, namespace = resolve_namespace(None, None)
+    passed = {id(generator) for _, generator in pairs}
+    missing = []
+    for name, value in list(namespace.items()):
+        if name.startswith("_") or id(value) in passed or not issubclass(type(value), kinds):
+            continue
+        what = "a NumPy Generator" if _is_numpy_generator(value) else "a torch.Generator"
+        missing.append(
+            (
+                f"{name!r}",
+                f"{what} in your variables: pass generators={{{name!r}: {name}}} to capture it",
+            )
+        )
+    return tuple(missing)
 
 
 def _not_captured() -> tuple[tuple[str, str], ...]:
@@ -191,31 +329,102 @@ def _not_captured() -> tuple[tuple[str, str], ...]:
 
 def restore_rng_state(state: RngState, generators: Generators = None) -> None:
     """Put back every stream `state` holds, and the states of `generators` (the same names,
-    or list order, as when captured). Checks first that each one can be restored here,
-    and raises RngStateError naming those that cannot, restoring nothing."""
+    or list order, as when captured): all of them or none. Each one is checked first; a
+    stream that cannot be restored here raises RngStateError naming it, restoring nothing
+    (and should a late step fail, what was already restored is put back as it was). A
+    NumPy global state taken on another bit generator reinstalls that bit generator
+    (``numpy.random.set_bit_generator``, NumPy 1.25 or later)."""
     if not isinstance(state, RngState):
         raise TypeError(f"expected an RngState from rng_state(), not {type(state).__name__}")
     pairs = dict(_named(generators))
     torch = torch_support.loaded()
-    if torch is None and (state.torch or state.generators) and torch_support.installed():
+    needs_torch = state.torch or any(g.device != "numpy" for g in state.generators)
+    if torch is None and needs_torch and torch_support.installed():
         torch = torch_support.import_torch()
-    numpy_random = _numpy_random() if state.numpy is not None else None
+    needs_numpy = state.numpy is not None or any(g.device == "numpy" for g in state.generators)
+    numpy_random = _numpy_random() if needs_numpy else None
     problems = _problems(state, pairs, torch, numpy_random)
     if problems:
         raise RngStateError(
-            "cannot restore this RNG state here (nothing was restored): " + "; ".join(problems)
+            "cannot restore this RNG state here (nothing was restored): "
+            + "; ".join(why for _, why in problems),
+            tuple(stream for stream, _ in problems),
         )
-    random.setstate(state.python)
+    undo = _Undo(_capture(list(pairs.items()), list_held=False), numpy_random, pairs)
+    done: list[str] = []
+    for stream, step in _steps(state, pairs, torch, numpy_random):
+        try:
+            step()
+        except (ValueError, TypeError, RuntimeError, IndexError, KeyError) as error:
+            undo.apply(done + [stream])
+            raise RngStateError(
+                f"cannot restore {stream}: {error} (nothing was restored: the streams "
+                "already set were put back)",
+                (stream,),
+            ) from None
+        done.append(stream)
+
+
+class _Undo:
+    """The streams as they were before a restore, and the NumPy bit generator object the
+    global RNG ran on (a reinstalled one is swapped back, not just its state)."""
+
+    def __init__(self, before: RngState, numpy_random: Any, generators: dict[str, Any]) -> None:
+        self.before = before
+        self.numpy_random = numpy_random
+        getter = getattr(numpy_random, "get_bit_generator", None)
+        self.bit_generator = getter() if getter is not None else None
+        self.generators = generators
+
+    def apply(self, streams: list[str]) -> None:
+        """Put back `streams` (those a restore set, or was setting when it failed)."""
+        setter = getattr(self.numpy_random, "set_bit_generator", None)
+        if GLOBAL_NUMPY in streams and self.bit_generator is not None and setter is not None:
+            setter(self.bit_generator)
+        wanted = {name.split(" (")[0] for name in streams}  # without the bit generator
+        torch = torch_support.loaded()
+        for stream, step in _steps(self.before, self.generators, torch, self.numpy_random):
+            if stream.split(" (")[0] in wanted:
+                # states read from this process a moment ago; the one that just failed may
+                # fail again, having changed nothing
+                with contextlib.suppress(ValueError, TypeError, RuntimeError, IndexError):
+                    step()
+
+
+def _steps(state: RngState, pairs: dict[str, Any], torch: Any, numpy_random: Any) -> list:
+    """(stream, step) to restore each stream, in order."""
+    steps: list = [("Python random", lambda: random.setstate(state.python))]
     if state.numpy is not None:
-        name, keys, pos, has_gauss, cached = state.numpy
-        numpy = sys.modules["numpy"]
-        numpy_random.set_state(
-            (name, numpy.array(keys, dtype=numpy.uint32), pos, has_gauss, cached)
+        saved = state.numpy
+        steps.append((GLOBAL_NUMPY, lambda: _restore_global_numpy(numpy_random, saved)))
+    for saved_torch in state.torch:
+        steps.append((f"torch {saved_torch.name}", lambda s=saved_torch: _restore_torch(torch, s)))
+    for saved_generator in state.generators:
+        generator = pairs[saved_generator.name]
+        steps.append(
+            (
+                _generator_label(saved_generator),
+                lambda s=saved_generator, g=generator: _restore_generator(torch, g, s),
+            )
         )
-    if state.torch:
-        _restore_torch(torch, state.torch)
-    for saved in state.generators:
-        pairs[saved.name].set_state(_tensor(torch, saved.state))
+    return steps
+
+
+def _restore_global_numpy(numpy_random: Any, saved: NumpyState) -> None:
+    state = _numpy_value(saved.state, sys.modules["numpy"])
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        current = numpy_random.get_state(legacy=False)["bit_generator"]
+        if current != saved.bit_generator:
+            numpy_random.set_bit_generator(_bit_generator(numpy_random, saved, fresh=True))
+        numpy_random.set_state(state)
+
+
+def _restore_generator(torch: Any, generator: Any, saved: GeneratorState) -> None:
+    if isinstance(saved.state, NumpyState):
+        generator.bit_generator.state = _numpy_value(saved.state.state, sys.modules["numpy"])
+    else:
+        generator.set_state(_tensor(torch, saved.state))
 
 
 def _numpy_random() -> Optional[Any]:
@@ -229,60 +438,135 @@ def _numpy_random() -> Optional[Any]:
     return numpy.random
 
 
-def _problems(state: RngState, pairs: dict[str, Any], torch: Any, numpy_random: Any) -> list[str]:
+def _problems(
+    state: RngState, pairs: dict[str, Any], torch: Any, numpy_random: Any
+) -> list[tuple[str, str]]:
+    """(stream, why) for each stream that cannot be restored here."""
     problems = []
-    if state.numpy is not None and numpy_random is None:
-        problems.append("NumPy's state was captured but NumPy is not installed")
-    if (state.torch or state.generators) and torch is None:
-        problems.append("torch generators were captured but PyTorch is not installed")
+    try:
+        random.Random().setstate(state.python)  # a scratch generator checks the state
+    except (ValueError, TypeError, OverflowError) as error:
+        problems.append(("Python random", f"Python random: not a random.getstate(): {error}"))
+    if state.numpy is not None:
+        why = _numpy_problem(state.numpy, numpy_random, global_rng=True)
+        if why:
+            problems.append((GLOBAL_NUMPY, f"{GLOBAL_NUMPY}: {why}"))
+    if (state.torch or any(g.device != "numpy" for g in state.generators)) and torch is None:
+        problems.append(("torch", "torch generators were captured but PyTorch is not installed"))
         return problems
-    cuda_count = torch_support.cuda_device_count(torch)
-    accelerators = torch_support.other_accelerators(torch) if state.torch else ()
-    for saved in state.torch:
-        if saved.device == "cuda" and int(saved.name.split(":")[1]) >= cuda_count:
-            problems.append(
-                f"{saved.name} was captured but this process sees {cuda_count} CUDA "
-                "device(s) (check CUDA_VISIBLE_DEVICES and the runtime type)"
-            )
-        elif saved.device in ("mps", "xpu") and saved.device not in accelerators:
-            problems.append(f"{saved.name} was captured but this process has no {saved.device}")
-        elif saved.device == "xpu" and int(saved.name.split(":")[1]) >= torch.xpu.device_count():
-            problems.append(f"{saved.name} was captured but this process has no such device")
+    if state.torch:
+        problems += _torch_problems(state.torch, torch)
     for saved in state.generators:
+        label = _generator_label(saved)
         generator = pairs.get(saved.name)
         if generator is None:
             problems.append(
-                f"generator {saved.name!r} was captured; pass it again "
-                f"(generators={{{saved.name!r}: ...}} or the same list)"
+                (
+                    label,
+                    f"{label} was captured; pass it again "
+                    f"(generators={{{saved.name!r}: ...}} or the same list)",
+                )
             )
-        elif generator.device.type != saved.device:
+        elif saved.device == "numpy":
+            if not _is_numpy_generator(generator):
+                problems.append((label, f"{label}: the one given is not a NumPy Generator"))
+                continue
+            why = _numpy_problem(saved.state, numpy_random, global_rng=False)
+            current = generator.bit_generator.state["bit_generator"]
+            if why is None and current != saved.state.bit_generator:
+                why = (
+                    f"it was captured on {saved.state.bit_generator}, the one given runs {current}"
+                )
+            if why:
+                problems.append((label, f"{label}: {why}"))
+        elif _is_numpy_generator(generator) or generator.device.type != saved.device:
+            given = (
+                "a NumPy Generator"
+                if _is_numpy_generator(generator)
+                else (f"on {generator.device.type}")
+            )
             problems.append(
-                f"generator {saved.name!r} was a {saved.device} generator, "
-                f"the one given is on {generator.device.type}"
+                (label, f"{label} was a {saved.device} torch.Generator, the one given is {given}")
             )
+        elif len(_state_bytes(generator.get_state())) != len(saved.state):
+            problems.append((label, f"{label}: its state does not fit that generator"))
     extra = sorted(set(pairs) - {saved.name for saved in state.generators})
     if extra:
-        problems.append(f"generator(s) {', '.join(map(repr, extra))} were not captured")
+        problems.append(
+            ("generators", f"generator(s) {', '.join(map(repr, extra))} were not captured")
+        )
+    return problems
+
+
+def _numpy_problem(saved: Any, numpy_random: Any, global_rng: bool) -> Optional[str]:
+    if numpy_random is None:
+        return "captured, but NumPy is not installed"
+    if not isinstance(saved, NumpyState):
+        return "not a state rng_state() captured"
+    if global_rng and not hasattr(numpy_random, "set_bit_generator"):
+        current = _global_numpy_state(numpy_random).bit_generator
+        if current != saved.bit_generator:
+            return (
+                f"captured on {saved.bit_generator}, and this NumPy "
+                f"({sys.modules['numpy'].__version__}) cannot reinstall it in place of "
+                f"{current} (numpy.random.set_bit_generator needs NumPy 1.25 or later)"
+            )
+    try:
+        _bit_generator(numpy_random, saved)
+    except (ValueError, TypeError, KeyError, IndexError, OverflowError) as error:
+        return f"its {saved.bit_generator} state does not fit: {error!r}"
+    return None
+
+
+def _torch_problems(states: tuple[GeneratorState, ...], torch: Any) -> list[tuple[str, str]]:
+    problems = []
+    cuda_count = torch_support.cuda_device_count(torch)
+    accelerators = torch_support.other_accelerators(torch)
+    for saved in states:
+        stream = f"torch {saved.name}"
+        if saved.device == "cuda" and int(saved.name.split(":")[1]) >= cuda_count:
+            problems.append(
+                (
+                    stream,
+                    f"{saved.name} was captured but this process sees {cuda_count} CUDA "
+                    "device(s) (check CUDA_VISIBLE_DEVICES and the runtime type)",
+                )
+            )
+        elif saved.device in ("mps", "xpu") and saved.device not in accelerators:
+            problems.append(
+                (stream, f"{saved.name} was captured but this process has no {saved.device}")
+            )
+        elif saved.device == "xpu" and int(saved.name.split(":")[1]) >= torch.xpu.device_count():
+            problems.append(
+                (stream, f"{saved.name} was captured but this process has no such device")
+            )
+        elif saved.device == "cpu" and len(saved.state) != torch.get_rng_state().numel():
+            problems.append(
+                (stream, f"torch {saved.name}: its state does not fit torch's CPU generator")
+            )
     return problems
 
 
 def _tensor(torch: Any, data: bytes) -> Any:
-    return torch.tensor(list(data), dtype=torch.uint8)
+    """A uint8 tensor of `data` (a copy: torch reads it into the generator's state)."""
+    if not data:
+        return torch.empty(0, dtype=torch.uint8)
+    return torch.frombuffer(bytearray(data), dtype=torch.uint8)
 
 
-def _restore_torch(torch: Any, states: tuple[GeneratorState, ...]) -> None:
-    for saved in states:
-        tensor = _tensor(torch, saved.state)
-        if saved.device == "cpu":
-            torch.set_rng_state(tensor)
-        elif saved.device == "cuda":
-            # queued by torch until CUDA initialises; set on the generator, no device switch
-            with torch_support.seeding_device(torch):
-                torch.cuda.set_rng_state(tensor, int(saved.name.split(":")[1]))
-        elif saved.device == "mps":
-            torch.mps.set_rng_state(tensor)
-        else:
-            torch.xpu.set_rng_state(tensor, int(saved.name.split(":")[1]))
+def _restore_torch(torch: Any, saved: GeneratorState) -> None:
+    assert isinstance(saved.state, bytes)
+    tensor = _tensor(torch, saved.state)
+    if saved.device == "cpu":
+        torch.set_rng_state(tensor)
+    elif saved.device == "cuda":
+        # queued by torch until CUDA initialises; set on the generator, no device switch
+        with torch_support.seeding_device(torch):
+            torch.cuda.set_rng_state(tensor, int(saved.name.split(":")[1]))
+    elif saved.device == "mps":
+        torch.mps.set_rng_state(tensor)
+    else:
+        torch.xpu.set_rng_state(tensor, int(saved.name.split(":")[1]))
 
 
 @contextmanager

@@ -6,7 +6,7 @@ import hashlib
 import numbers
 import os
 import re
-from typing import Any, Optional
+from typing import Any, Callable, Optional
 
 from ..frameworks import cupy as cupy_support
 from ..frameworks import jax as jax_support
@@ -18,6 +18,10 @@ from . import determinism
 from .report import Change, SeededRng, SeedReport, SkippedRng
 
 SEED_MAX = 2**32 - 1  # NumPy's legacy RNG accepts 0..2**32-1
+# seed_all's seed, for processes started from this one (spawned DataLoader workers and DDP
+# ranks, subprocesses): seed_worker, dataloader_generator and jax_key read it where this
+# process never called seed_all (as Lightning's PL_GLOBAL_SEED)
+SEED_ENV = "COLAB_GPU_GUARD_SEED"
 VALID_SEED_FORM = f"an integer from 0 to {SEED_MAX}"
 # ASCII digits only: int() also takes "٤٢" and "４２", which are not a seed anyone typed on purpose.
 _SEED_TEXT = re.compile(r"\s*\+?[0-9]+\s*", re.ASCII)
@@ -61,11 +65,51 @@ def derive_seed(*parts: object) -> int:
 # ---------------------------------------------------------------- seeding
 
 _last_seed: Optional[int] = None
+# while %seed_all --every-cell is on: called with each new seed_all seed (every_cell.py)
+_new_seed_listener: Optional[Callable[[int], None]] = None
 
 
 def last_seed() -> Optional[int]:
     """The seed of the last `seed_all` call in this process, if any."""
     return _last_seed
+
+
+def inherited_seed() -> Optional[int]:
+    """The last seed_all seed here, else the one a parent process passed down in
+    COLAB_GPU_GUARD_SEED (a spawned worker or rank), else None."""
+    if _last_seed is not None:
+        return _last_seed
+    text = os.environ.get(SEED_ENV)
+    try:
+        return validate_seed(text) if text is not None else None
+    except ValueError:
+        return None
+
+
+def follow_new_seeds(listener: Optional[Callable[[int], None]]) -> None:
+    """Have `listener` called with every new seed_all seed (None: stop); per-cell
+    reseeding uses it to take each new seed as its base, from the magic or from Python."""
+    global _new_seed_listener
+    _new_seed_listener = listener
+
+
+def new_seed_listener() -> Optional[Callable[[int], None]]:
+    return _new_seed_listener
+
+
+def current_rank() -> int:
+    """This process's rank: torch.distributed when initialised, else $RANK, else 0."""
+    torch = torch_support.loaded()
+    dist = getattr(torch, "distributed", None) if torch is not None else None
+    try:
+        if dist is not None and dist.is_available() and dist.is_initialized():
+            return int(dist.get_rank())
+    except Exception:  # torch.distributed: a process group torn down meanwhile
+        pass
+    try:
+        return int(os.environ.get("RANK", "0"))
+    except ValueError:
+        return 0
 
 
 def seed_all(
@@ -74,12 +118,17 @@ def seed_all(
     deterministic: Optional[bool] = None,
     warn_only: Optional[bool] = None,
     strict: Optional[bool] = None,
+    per_rank: bool = False,
 ) -> SeedReport:
     """Seed Python `random`, NumPy, PyTorch (CPU and every CUDA/MPS/XPU device) and any
     TensorFlow or CuPy the user already imported; return what was done as a SeedReport.
 
     seed: an integer 0..2**32-1 (or a string of one); None draws a fresh seed from the OS
         and the report shows it so the run can be reproduced.
+    per_rank: seed this process with seed + its rank (torch.distributed's, else $RANK), as
+        accelerate's ``set_seed(seed, device_specific=True)``. By default every rank gets
+        the same seed (so a model initialised on each rank starts alike, as in Lightning
+        and accelerate); DataLoader workers differ per rank either way with seed_worker.
     deterministic: True switches on torch's deterministic algorithms, cuDNN determinism,
         and the env vars libraries read; False switches it off (the flags go back as they
         were before, and warn-only and strict end with it); None (the default) keeps the
@@ -96,6 +145,10 @@ def seed_all(
     """
     global _last_seed
     value = fresh_seed() if seed is None else validate_seed(seed)
+    base = value
+    rank = current_rank() if per_rank else None
+    if rank:
+        value = (value + rank) % (SEED_MAX + 1)
     if not all(
         flag is None or isinstance(flag, bool) for flag in (deterministic, warn_only, strict)
     ):
@@ -105,6 +158,8 @@ def seed_all(
     report = SeedReport(
         seed=value, seed_source="given" if seed is not None else "drawn from the OS"
     )
+    if per_rank:
+        report.rank, report.base_seed = rank, base
     torch = _torch_for_seeding(report)
     modes = determinism.resolve_modes(
         determinism.modes_in_force(torch), deterministic, warn_only, strict
@@ -115,6 +170,7 @@ def seed_all(
         _seed_torch(torch, value, report)
     _seed_imported_only(value, report)
     _set_hash_seed(value, report)
+    _set_env(SEED_ENV, str(base), report)
     if modes.deterministic:
         determinism.enable(torch, modes.warn_only, modes.strict, report)
     else:
@@ -125,6 +181,9 @@ def seed_all(
     asked = (deterministic, warn_only, strict) != (None, None, None)
     report.modes_kept = modes.deterministic and not asked  # reseeding: the modes stay
     _last_seed = value
+    if _new_seed_listener is not None:  # per-cell reseeding is on: this seed is its base now
+        _new_seed_listener(value)
+        report.every_cell = True
     return report
 
 
@@ -281,12 +340,15 @@ def _initial_environ_value(name: str) -> Optional[str]:
     return ""
 
 
-def _set_hash_seed(value: int, report: SeedReport) -> None:
-    old = os.environ.get("PYTHONHASHSEED")
-    new = str(value)
+def _set_env(name: str, new: str, report: SeedReport) -> None:
+    old = os.environ.get(name)
     if old != new:
-        os.environ["PYTHONHASHSEED"] = new
-        report.changes.append(Change("PYTHONHASHSEED", old, new, "env"))
+        os.environ[name] = new
+        report.changes.append(Change(name, old, new, "env"))
+
+
+def _set_hash_seed(value: int, report: SeedReport) -> None:
+    _set_env("PYTHONHASHSEED", str(value), report)
     at_start = _initial_environ_value("PYTHONHASHSEED")
     if at_start is None:
         current = "unknown on this platform"

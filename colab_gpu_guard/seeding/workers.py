@@ -1,37 +1,23 @@
 """Seeds for DataLoader workers, distributed ranks and JAX keys, derived from the last
-seed_all seed."""
+seed_all seed (or the one a parent process passed down)."""
 
 from __future__ import annotations
-
-import os
 
 from ..frameworks import jax as jax_support
 from ..frameworks import numpy as numpy_support
 from ..frameworks import python_random
 from ..frameworks import torch as torch_support
-from .seed import SEED_MAX, derive_seed, last_seed, validate_seed
+from .seed import SEED_MAX, current_rank, derive_seed, inherited_seed, validate_seed
 
-
-def current_rank() -> int:
-    """This process's rank: torch.distributed when initialised, else $RANK, else 0."""
-    torch = torch_support.loaded()
-    dist = getattr(torch, "distributed", None) if torch is not None else None
-    try:
-        if dist is not None and dist.is_available() and dist.is_initialized():
-            return int(dist.get_rank())
-    except Exception:  # torch.distributed: a process group torn down meanwhile
-        pass
-    try:
-        return int(os.environ.get("RANK", "0"))
-    except ValueError:
-        return 0
+__all__ = ["current_rank", "dataloader_generator", "jax_key", "seed_worker"]
 
 
 def _base_seed(seed: object) -> int:
     if seed is not None:
         return validate_seed(seed)
-    if last_seed() is not None:
-        return last_seed()
+    inherited = inherited_seed()
+    if inherited is not None:
+        return inherited
     torch = torch_support.loaded()
     if torch is not None:
         return int(torch.initial_seed()) & SEED_MAX
@@ -51,21 +37,24 @@ def dataloader_generator(seed: object = None):
 
 
 def seed_worker(worker_id: int) -> None:
-    """`DataLoader(worker_init_fn=seed_worker)`: give each rank's workers their own Python
-    `random` and NumPy streams.
+    """`DataLoader(worker_init_fn=seed_worker)`: give each rank's workers their own torch,
+    Python `random` and NumPy streams.
 
     torch already seeds `random`, NumPy and torch in every worker (since torch 1.9, in
     torch/utils/data/_utils/worker.py) from the loader's base seed and the worker id, so
     the workers of one loader do not repeat each other. But the base seed is drawn from
     the loader's generator (or torch's global RNG), which a DDP script usually seeds alike
     on every rank: without rank-aware seeding, rank 1's workers draw exactly rank 0's
-    augmentations. This reseeds `random` and NumPy from (torch's worker seed, rank, worker
-    id): reproducible, and different per worker and per rank. For torch's own draws in
-    workers (and the shuffle order), pass `generator=dataloader_generator()`, seeded from
-    (seed, rank).
+    augmentations (torchvision's v2 transforms draw from torch). This reseeds torch,
+    `random` and NumPy from (torch's worker seed, rank, worker id), each from its own
+    derived seed: reproducible, different per worker, per rank and per epoch (the worker
+    seed is drawn anew each epoch). `generator=dataloader_generator()` also gives each rank
+    its own shuffle order.
     """
     torch = torch_support.loaded() or torch_support.import_torch()
-    value = derive_seed("worker", int(torch.initial_seed()), current_rank(), int(worker_id))
+    parts = (int(torch.initial_seed()), current_rank(), int(worker_id))
+    torch.manual_seed(derive_seed("worker torch", *parts))
+    value = derive_seed("worker", *parts)
     python_random.seed(value)
     if numpy_support.installed():
         numpy_support.seed(value)

@@ -153,7 +153,7 @@ def test_isolated_rng_restores_after_an_exception():
 def test_str_lists_what_it_holds():
     state = rng_state({"loader": torch.Generator()})
     text = str(state)
-    assert text.startswith("RngState: Python random, NumPy legacy global, torch cpu")
+    assert text.startswith("RngState: Python random, NumPy global RNG (MT19937), torch cpu")
     assert "generator 'loader'" in text
     assert state.to_dict()["state_bytes"]["cpu"] == torch.get_rng_state().numel()
     assert "&lt;b&gt;" in rng_state({"<b>": torch.Generator()})._repr_html_()
@@ -201,6 +201,155 @@ def test_public_api_exports():
     assert colab_gpu_guard.rng_state is rng_state
     assert colab_gpu_guard.restore_rng_state is restore_rng_state
     assert colab_gpu_guard.isolated_rng is isolated_rng
+
+
+# ---------------------------------------------------------------- NumPy bit generators
+
+
+@pytest.fixture
+def mt19937_after():
+    """Tests that switch NumPy's global bit generator put MT19937 back after them."""
+    yield
+    np.random.set_bit_generator(np.random.MT19937(0))
+
+
+def draws() -> list:
+    return [random.random(), float(np.random.standard_normal()), torch.rand(2).tolist()]
+
+
+@pytest.mark.parametrize("kind", ["PCG64", "PCG64DXSM", "Philox", "SFC64", "MT19937"])
+def test_every_numpy_bit_generator_is_captured_and_restored(kind, mt19937_after, recwarn):
+    np.random.set_bit_generator(getattr(np.random, kind)(5))
+    np.random.standard_normal()  # a cached Gaussian in the state
+    state = rng_state()
+    assert state.numpy.bit_generator == kind
+    expected = draws()
+    pickled = pickle.loads(pickle.dumps(state))
+    np.random.rand(7), random.random(), torch.rand(3)
+    restore_rng_state(pickled)
+    assert draws() == expected
+    assert [w for w in recwarn if "numpy" in str(w.filename)] == []  # no stray NumPy warning
+
+
+def test_a_state_from_another_bit_generator_reinstalls_it(mt19937_after):
+    np.random.set_bit_generator(np.random.PCG64(5))
+    state = rng_state()
+    expected = draws()
+    np.random.seed(3)  # back on ... the same PCG64: seed() reseeds the bit generator in use
+    np.random.set_bit_generator(np.random.MT19937(1))
+    restore_rng_state(state)
+    assert type(np.random.get_bit_generator()).__name__ == "PCG64"
+    assert draws() == expected
+
+
+def test_old_numpy_without_set_bit_generator_fails_cleanly(mt19937_after, monkeypatch):
+    np.random.set_bit_generator(np.random.PCG64(5))
+    state = rng_state()
+    np.random.set_bit_generator(np.random.MT19937(1))
+    monkeypatch.delattr(np.random, "set_bit_generator")  # as NumPy before 1.25
+    before = (random.getstate(), np.random.get_state(legacy=False), torch.get_rng_state())
+    with pytest.raises(RngStateError, match="NumPy global RNG: captured on PCG64") as caught:
+        restore_rng_state(state)
+    assert caught.value.streams == ("NumPy global RNG",)
+    assert "needs NumPy 1.25 or later" in str(caught.value)
+    assert random.getstate() == before[0]
+    assert np.random.get_state(legacy=False)["state"]["key"].tolist() == (
+        before[1]["state"]["key"].tolist()
+    )
+    assert torch.equal(torch.get_rng_state(), before[2])
+
+
+def _broken(state: RngState, **changes) -> RngState:
+    import dataclasses
+
+    return dataclasses.replace(state, **changes)
+
+
+@pytest.mark.parametrize(
+    "stream, change",
+    [
+        ("Python random", lambda s: _broken(s, python=(3, (1, 2), None))),
+        (
+            "NumPy global RNG",
+            lambda s: _broken(
+                s, numpy=type(s.numpy)("MT19937", {**s.numpy.state, "state": {"key": (1,)}})
+            ),
+        ),
+        ("NumPy global RNG", lambda s: _broken(s, numpy=type(s.numpy)("NoSuch", {}))),
+        ("torch cpu", lambda s: _broken(s, torch=(GeneratorState("cpu", "cpu", bytes(3)),))),
+    ],
+)
+def test_a_bad_stream_is_named_and_nothing_is_restored(stream, change):
+    seed_all(5)
+    bad = change(rng_state())
+    seed_all(6)
+    before = (random.getstate(), np.random.get_state()[1].copy(), torch.get_rng_state())
+    with pytest.raises(RngStateError, match="nothing was restored") as caught:
+        restore_rng_state(bad)
+    assert caught.value.streams == (stream,)
+    assert f"): {stream}" in str(caught.value) or f"; {stream}" in str(caught.value)
+    assert random.getstate() == before[0]
+    assert (np.random.get_state()[1] == before[1]).all()
+    assert torch.equal(torch.get_rng_state(), before[2])
+
+
+def test_a_late_failure_puts_back_what_was_already_restored(mt19937_after, monkeypatch):
+    seed_all(5)
+    np.random.set_bit_generator(np.random.PCG64(5))
+    state = rng_state()
+    seed_all(6)
+    np.random.set_bit_generator(np.random.MT19937(2))  # the restore reinstalls PCG64 first
+    original = np.random.get_bit_generator()
+    before = (random.getstate(), np.random.get_state(legacy=False), torch.get_rng_state())
+
+    def fails(tensor):  # the last step fails after Python and NumPy were restored
+        raise RuntimeError("torch refused the state")
+
+    monkeypatch.setattr(torch, "set_rng_state", fails)
+    with pytest.raises(RngStateError, match="cannot restore torch cpu: torch refused") as caught:
+        restore_rng_state(state)
+    assert caught.value.streams == ("torch cpu",)
+    assert random.getstate() == before[0]
+    assert np.random.get_bit_generator() is original  # the user's object, not a copy
+    assert np.random.get_state(legacy=False)["state"]["key"].tolist() == (
+        before[1]["state"]["key"].tolist()
+    )
+    assert torch.equal(torch.get_rng_state(), before[2])
+
+
+def test_numpy_generators_are_captured_by_name():
+    rng = np.random.default_rng(0)
+    philox = np.random.Generator(np.random.Philox(1))
+    loader = torch.Generator().manual_seed(3)
+    held = {"rng": rng, "philox": philox, "loader": loader}
+    state = rng_state(held)
+    assert "NumPy generator 'rng' (PCG64)" in str(state)
+    expected = [rng.random(3).tolist(), philox.integers(100, size=4).tolist()]
+    expected.append(torch.randperm(5, generator=loader).tolist())
+    restore_rng_state(pickle.loads(pickle.dumps(state)), held)
+    got = [rng.random(3).tolist(), philox.integers(100, size=4).tolist()]
+    got.append(torch.randperm(5, generator=loader).tolist())
+    assert got == expected
+    with pytest.raises(RngStateError, match="captured on PCG64, the one given runs Philox"):
+        restore_rng_state(state, {"rng": philox, "philox": philox, "loader": loader})
+    with pytest.raises(RngStateError, match="was a cpu torch.Generator, the one given is a NumPy"):
+        restore_rng_state(state, {"rng": rng, "philox": philox, "loader": rng})
+
+
+def test_generators_held_in_variables_and_not_passed_are_listed(monkeypatch):
+    main = types.ModuleType("__main__")
+    main.rng = np.random.default_rng(0)
+    main.g = torch.Generator()
+    main._hidden = np.random.default_rng(1)
+    monkeypatch.setitem(sys.modules, "__main__", main)
+    monkeypatch.delitem(sys.modules, "IPython", raising=False)  # outside a notebook: __main__
+    state = rng_state({"g": main.g})
+    assert state.not_captured == (
+        (
+            "'rng'",
+            "a NumPy Generator in your variables: pass generators={'rng': rng} to capture it",
+        ),
+    )
 
 
 @pytest.mark.gpu

@@ -113,3 +113,113 @@ def test_rank_comes_from_env(monkeypatch):
 def test_generator_rejects_bad_seed():
     with pytest.raises(ValueError, match="0 to 4294967295"):
         dataloader_generator(-1)
+
+
+def all_draws_as_rank(rank: int, monkeypatch, seed: int = 42) -> list[tuple]:
+    """One epoch's torch, Python and NumPy draws on rank `rank` of a DDP job seeded the
+    default way: seed_all(seed) on every rank, worker_init_fn=seed_worker, no generator."""
+    monkeypatch.setenv("RANK", str(rank))
+    seed_all(seed)
+    loader = DataLoader(
+        Augmented(),
+        batch_size=4,
+        num_workers=2,
+        worker_init_fn=seed_worker,
+        multiprocessing_context="fork",
+    )
+    return [(row[1], row[2], row[3]) for batch in loader for row in batch.tolist()]
+
+
+def test_default_path_differs_per_rank_for_all_three_streams(monkeypatch):
+    rank0, rank1 = all_draws_as_rank(0, monkeypatch), all_draws_as_rank(1, monkeypatch)
+    for stream in range(3):  # random, NumPy, torch (torch-based transforms too)
+        assert not {row[stream] for row in rank0} & {row[stream] for row in rank1}, stream
+    assert all_draws_as_rank(1, monkeypatch) == rank1  # and reproducible
+    # without seed_worker the workers' torch draws repeat across ranks (what it fixes)
+    monkeypatch.setenv("RANK", "1")
+    assert [row[2] for row in draws_with_torch(monkeypatch)] == [
+        row[2] for row in draws_with_torch(monkeypatch, rank=0)
+    ]
+
+
+def draws_with_torch(monkeypatch, rank: int = 1) -> list[tuple]:
+    monkeypatch.setenv("RANK", str(rank))
+    seed_all(42)
+    loader = DataLoader(Augmented(), batch_size=4, num_workers=2, multiprocessing_context="fork")
+    return [(row[1], row[2], row[3]) for batch in loader for row in batch.tolist()]
+
+
+def test_workers_draw_anew_each_epoch(monkeypatch):
+    monkeypatch.setenv("RANK", "0")
+    seed_all(42)
+    loader = DataLoader(
+        Augmented(),
+        batch_size=4,
+        num_workers=2,
+        worker_init_fn=seed_worker,
+        multiprocessing_context="fork",
+    )
+    first, second = ([row[3] for b in loader for row in b.tolist()] for _ in range(2))
+    assert not set(first) & set(second)
+
+
+def test_main_process_seeds_are_equal_across_ranks_unless_per_rank(monkeypatch):
+    def main_draws(rank: int, per_rank: bool = False):
+        monkeypatch.setenv("RANK", str(rank))
+        report = seed_all(42, per_rank=per_rank)
+        return report, [torch.rand(3).tolist(), random.random(), float(np.random.rand())]
+
+    assert main_draws(0)[1] == main_draws(1)[1]  # as Lightning and accelerate: one model init
+    report, rank1 = main_draws(1, per_rank=True)
+    assert (report.seed, report.base_seed, report.rank) == (43, 42, 1)
+    assert report.summary().startswith("seed 43 (42 + rank 1): ")
+    assert report.command() == "%seed_all 43"  # what this process was seeded with
+    assert rank1 != main_draws(0, per_rank=True)[1]
+    assert rank1 == main_draws(1, per_rank=True)[1]
+    assert main_draws(0, per_rank=True)[1] == main_draws(0)[1]  # rank 0: the seed itself
+
+
+def test_the_seed_is_carried_to_spawned_processes(monkeypatch):
+    import os
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    monkeypatch.setenv("RANK", "1")
+    seed_all(21)
+    assert os.environ["COLAB_GPU_GUARD_SEED"] == "21"
+    expected = torch.randint(0, 10**6, (4,), generator=dataloader_generator()).tolist()
+    code = (
+        "import torch\n"
+        "from colab_gpu_guard import dataloader_generator\n"
+        "from colab_gpu_guard.seeding import last_seed\n"
+        "g = dataloader_generator()\n"  # no seed_all in this process
+        "print(last_seed(), torch.randint(0, 10**6, (4,), generator=g).tolist())\n"
+    )
+    root = Path(__file__).resolve().parents[2]
+    done = subprocess.run(
+        [sys.executable, "-c", code],
+        cwd=root,
+        env=dict(os.environ, PYTHONPATH=str(root)),
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    # the child was not seeded (last_seed None), but derives the same rank-1 generator
+    assert done.stdout.split(None, 1) == ["None", f"{expected}\n"]
+
+
+def test_spawned_workers_differ_per_rank_too(monkeypatch):
+    def spawned(rank: int) -> list:
+        monkeypatch.setenv("RANK", str(rank))
+        seed_all(42)
+        loader = DataLoader(
+            Augmented(),
+            batch_size=4,
+            num_workers=2,
+            worker_init_fn=seed_worker,
+            multiprocessing_context="spawn",
+        )
+        return [row[3] for batch in loader for row in batch.tolist()]
+
+    assert not set(spawned(0)) & set(spawned(1))

@@ -21,13 +21,22 @@ Examples:
 %repro --json                # JSON (schema: colab_gpu_guard.seeding.repro.json_schema())
 ```
 
-The record: the `%seed_all` seed and per-cell reseeding base; torch's deterministic
-settings (use_deterministic_algorithms, cudnn.deterministic, cudnn.benchmark); TF32
-(matmul and cuDNN) and float32 precision; the environment variables libraries read
-(CUBLAS_WORKSPACE_CONFIG, PYTHONHASHSEED, CUDA_VISIBLE_DEVICES, NVIDIA_TF32_OVERRIDE,
-XLA_FLAGS, thread counts...); Python, NumPy, torch, CUDA runtime, cuDNN and driver
+The record: the `%seed_all` seed and per-cell reseeding base, and the seeds torch's CPU
+and CUDA generators hold however they were seeded (`torch.manual_seed`, Lightning's
+`seed_everything`...); torch's deterministic settings (use_deterministic_algorithms,
+cudnn.deterministic, cudnn.benchmark, mkldnn.deterministic); TF32 (matmul and cuDNN) and
+float32 precision; fp16/bf16 reduced-precision reductions and the attention backends
+(flash, memory-efficient, math, cuDNN); CPU threads; the CPU's model, the instruction set
+torch's CPU kernels use and whether oneDNN can compute in bf16 or TF32 on it; the
+environment variables libraries read (CUBLAS_WORKSPACE_CONFIG, PYTHONHASHSEED,
+CUDA_VISIBLE_DEVICES, NVIDIA_TF32_OVERRIDE, ATEN_CPU_CAPABILITY, XLA_FLAGS, thread
+counts...); Python, NumPy, torch, CUDA runtime, cuDNN, driver, Triton and torchvision
 versions; each GPU's model and compute capability (from NVML: no CUDA context is
 created); world size and rank; the imported frameworks' versions.
+
+`--diff` judges each difference on the two machines: a CUDA setting changes nothing where
+neither record can run CUDA, bf16 matmul precision nothing on CPUs without bf16, and one
+`set_float32_matmul_precision` call is one entry.
 
 From code: `colab_gpu_guard.repro_record()` and `repro_diff(saved, current)`; from a
 terminal or a DDP worker: `python -m colab_gpu_guard repro [--diff FILE]` (what the
@@ -60,7 +69,7 @@ class ReproMagics(GuardMagics):
         from ... import seeding
 
         args = self._parse(line)
-        record = seeding.repro_record(every_cell=self._every_cell_base())
+        record = seeding.repro_record()
         # a usage error is raised outside the handler: no exception of ours chained to it
         failure = None
         if args.diff is not None:
@@ -100,15 +109,6 @@ class ReproMagics(GuardMagics):
                 ValueError("--diff cannot be combined with --save or --json"), self.repro
             )
         return args
-
-    def _every_cell_base(self) -> Optional[int]:
-        """The base seed of %seed_all --every-cell, if it is reseeding in this shell."""
-        for magics in self.registration.magics:
-            reseeder = getattr(magics, "reseeder", None)
-            base = getattr(reseeder, "base_seed", None)
-            if isinstance(base, int):
-                return base
-        return None
 
     def _show(self, report: Any, text: Optional[str] = None) -> None:
         from IPython.display import display

@@ -1,0 +1,405 @@
+"""The record catches what changes results, and the diff judges each difference by what it
+does on the machines of the two records: real torch, the ATen capability and thread cases in
+child processes (their numbers really differ, or really do not)."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+np = pytest.importorskip("numpy")
+torch = pytest.importorskip("torch")
+
+from colab_gpu_guard import nvml, repro_diff, repro_record, seed_all  # noqa: E402
+from colab_gpu_guard.seeding import precision  # noqa: E402
+from colab_gpu_guard.seeding.repro import (  # noqa: E402
+    BACKEND_DEFAULTS,
+    BACKEND_SETTINGS,
+    REPRO_ENV,
+    Cpu,
+    Gpu,
+    ReproRecord,
+)
+from colab_gpu_guard.seeding.repro_diff import NO_CUDA  # noqa: E402
+from tests import fake_pynvml  # noqa: E402
+
+ROOT = Path(__file__).resolve().parents[2]
+A100 = Gpu(0, "NVIDIA A100-SXM4-40GB", "8.0", 40 * 2**30)
+CPU_BUILD = torch.version.cuda is None
+
+# a child's numbers and record: what ATen dispatches to and how many threads add up
+CHILD = """
+import json, sys, torch
+from colab_gpu_guard import repro_record
+torch.manual_seed(0)
+x = torch.randn(257, 513)
+w = torch.randn(513, 129)
+numbers = [x.sum().item(), x.softmax(1)[0, :7].tolist(), x.tanh().sum().item(),
+           (x @ w).sum().item(), torch.nn.functional.layer_norm(x, (513,)).abs().sum().item(),
+           torch.randn(10**6).exp().sum().item()]
+print(json.dumps({"numbers": numbers, "record": repro_record().to_dict()}))
+"""
+
+
+def child(env: dict = None, affinity: set = None) -> tuple[list, ReproRecord]:
+    code = CHILD
+    if affinity is not None:  # as `taskset -c 0`: before torch reads the CPUs it may use
+        code = f"import os; os.sched_setaffinity(0, {affinity!r})\n" + code
+    environment = {k: v for k, v in os.environ.items() if k not in REPRO_ENV}
+    environment.update(env or {}, PYTHONPATH=str(ROOT))
+    done = subprocess.run(
+        [sys.executable, "-c", code], cwd=ROOT, env=environment, capture_output=True, text=True
+    )
+    assert done.returncode == 0, done.stderr
+    data = json.loads(done.stdout)
+    return data["numbers"], ReproRecord.from_dict(data["record"])
+
+
+@pytest.fixture(autouse=True)
+def clean(monkeypatch):
+    for name in REPRO_ENV:
+        monkeypatch.delenv(name, raising=False)
+    precision_before = torch.get_float32_matmul_precision()
+    yield
+    torch.set_float32_matmul_precision(precision_before)
+    nvml.set_pynvml(None)
+
+
+def whats(diff) -> dict:
+    return {d.what: d for d in diff.differences + diff.other}
+
+
+# ---------------------------------------------------------------- the CPU
+
+
+def test_aten_cpu_capability_changes_numbers_and_the_diff_says_so():
+    native_numbers, native = child()
+    default_numbers, default = child({"ATEN_CPU_CAPABILITY": "default"})
+    assert native.cpu.capability == torch.backends.cpu.get_cpu_capability()
+    assert default.cpu.capability == "DEFAULT"
+    if native.cpu.capability == "DEFAULT":
+        pytest.skip("this CPU has no vector capability above the default")
+    assert native_numbers != default_numbers  # the same machine, other results
+    diff = repro_diff(native, default)
+    found = whats(diff)
+    assert found["CPU capability"].changes_results
+    assert (found["CPU capability"].before, found["CPU capability"].after) == (
+        native.cpu.capability,
+        "DEFAULT",
+    )
+    assert diff.differences[0].what == "CPU capability"  # nothing above it here
+    assert found["ATEN_CPU_CAPABILITY"].changes_results
+
+
+def test_a_capability_variable_that_changes_nothing_is_said_to():
+    native_numbers, native = child()
+    same = native.cpu.capability.lower()
+    capped_numbers, capped = child({"ATEN_CPU_CAPABILITY": same})
+    assert capped.cpu.capability == native.cpu.capability
+    assert capped_numbers == native_numbers
+    diff = repro_diff(native, capped)
+    assert diff.differences == ()
+    (variable,) = diff.other
+    assert variable.what == "ATEN_CPU_CAPABILITY"
+    assert f"torch's CPU kernels used {native.cpu.capability} in both" in variable.explanation
+
+
+def test_the_cpu_model_and_its_low_precision_are_recorded():
+    record = repro_record()
+    bf16, tf32 = precision.cpu_low_precision(torch)
+    assert bf16 is torch.ops.mkldnn._is_mkldnn_bf16_supported()
+    assert tf32 is torch.cpu._is_amx_fp16_supported()
+    assert (record.cpu.bf16, record.cpu.tf32, record.cpu.cores) == (bf16, tf32, os.cpu_count())
+    with open("/proc/cpuinfo") as handle:
+        models = {line.split(":", 1)[1].strip() for line in handle if line.startswith("model name")}
+    assert record.cpu.model in models
+    assert "  CPU: " + record.cpu.model in record.to_text(verbose=True)
+    other = dataclasses.replace(record, cpu=dataclasses.replace(record.cpu, model="Other CPU"))
+    assert whats(repro_diff(record, other))["CPU"].changes_results
+
+
+# ---------------------------------------------------------------- threads and the CLI
+
+
+def test_cli_diff_compares_its_own_cpu_threads(tmp_path):
+    one_numbers, _ = child(affinity={0})
+    two_numbers, _ = child()
+    if os.cpu_count() < 2 or len(os.sched_getaffinity(0)) < 2:
+        pytest.skip("needs two CPUs")
+    assert one_numbers != two_numbers  # x.exp().sum() on 1 and 2 threads
+    path = tmp_path / "one.json"
+    code = (
+        "import os, sys; os.sched_setaffinity(0, {0})\n"
+        "from colab_gpu_guard.__main__ import main\n"
+        "sys.exit(main(['repro', '--json']))\n"
+    )
+    run = dict(cwd=ROOT, capture_output=True, text=True, env=dict(os.environ, PYTHONPATH=str(ROOT)))
+    saved = subprocess.run([sys.executable, "-c", code], **run)
+    path.write_text(saved.stdout)
+    assert ReproRecord.from_json(saved.stdout).torch_flags.cpu_threads == 1
+    done = subprocess.run(
+        [sys.executable, "-m", "colab_gpu_guard", "repro", "--diff", str(path)], **run
+    )
+    assert done.returncode == 0, done.stderr
+    assert f"torch cpu_threads 1 → {torch.get_num_threads()}" in done.stdout
+
+
+# ---------------------------------------------------------------- seeds set another way
+
+
+def test_seeds_set_by_anything_but_seed_all_are_recorded():
+    torch.manual_seed(1)  # as Lightning's seed_everything(1) does
+    one = repro_record()
+    torch.manual_seed(2)
+    two = repro_record()
+    assert (one.seeding.torch_initial_seed, two.seeding.torch_initial_seed) == (1, 2)
+    diff = repro_diff(one, two)
+    (entry,) = [d for d in diff.differences if d.what == "torch seed"]
+    assert (entry.before, entry.after) == (
+        "1",
+        "2",
+    ) and "torch's random draws differ" in entry.explanation
+    # seed_all and a torch seed that followed it: one entry
+    seed_all(5)
+    five = repro_record()
+    seed_all(6)
+    six = repro_record()
+    assert [d.what for d in repro_diff(five, six).differences if "seed" in d.what] == ["seed"]
+    # every-cell records: each cell reseeds torch, so the base seed is what is compared
+    cell_a = dataclasses.replace(one, seeding=dataclasses.replace(one.seeding, every_cell=3))
+    cell_b = dataclasses.replace(two, seeding=dataclasses.replace(two.seeding, every_cell=3))
+    assert not [d for d in repro_diff(cell_a, cell_b).differences if "seed" in d.what]
+
+
+def test_an_unseeded_process_starts_from_a_random_torch_seed():
+    code = "import torch\nfrom colab_gpu_guard import repro_record\nprint(repro_record().to_json())"
+    env = dict(os.environ, PYTHONPATH=str(ROOT))
+    first, second = (
+        ReproRecord.from_json(
+            subprocess.run(
+                [sys.executable, "-c", code], cwd=ROOT, env=env, capture_output=True, text=True
+            ).stdout
+        )
+        for _ in range(2)
+    )
+    assert first.seeding.seed is None
+    assert first.seeding.torch_initial_seed != second.seeding.torch_initial_seed
+    assert "torch seed" in whats(repro_diff(first, second))
+
+
+# ---------------------------------------------------------------- torch's other settings
+
+
+def test_backend_settings_are_read_and_their_defaults_are_torchs():
+    _, fresh = child()
+    recorded = dict(fresh.torch_flags.backends)
+    assert set(recorded) <= set(BACKEND_SETTINGS)
+    assert "torch.backends.mkldnn.deterministic" in recorded
+    for name, value in recorded.items():
+        assert BACKEND_DEFAULTS[name] == value, name  # a fresh process: torch's defaults
+    assert fresh.backend_lines() == []
+
+
+def test_reduced_precision_sdpa_and_mkldnn_flags_are_judged_here():
+    before = repro_record()
+    saved = (
+        torch.backends.cuda.matmul.allow_fp16_reduced_precision_reduction,
+        torch.backends.cuda.flash_sdp_enabled(),
+        torch.backends.mkldnn.deterministic,
+    )
+    try:
+        torch.backends.cuda.matmul.allow_fp16_reduced_precision_reduction = False
+        torch.backends.cuda.enable_flash_sdp(False)
+        torch.backends.mkldnn.deterministic = True
+        after = repro_record()
+    finally:
+        torch.backends.cuda.matmul.allow_fp16_reduced_precision_reduction = saved[0]
+        torch.backends.cuda.enable_flash_sdp(saved[1])
+        torch.backends.mkldnn.deterministic = saved[2]
+    found = whats(repro_diff(before, after))
+    fp16 = found["torch.backends.cuda.matmul.allow_fp16_reduced_precision_reduction"]
+    flash = found["torch.backends.cuda.flash_sdp_enabled()"]
+    mkldnn = found["torch.backends.mkldnn.deterministic"]
+    assert (fp16.before, fp16.after, flash.before, flash.after) == (
+        "True",
+        "False",
+        "True",
+        "False",
+    )
+    assert mkldnn.changes_results  # oneDNN runs on this CPU
+    assert "torch.backends.mkldnn.deterministic = True" in "\n".join(after.backend_lines())
+    if CPU_BUILD:  # no CUDA here: the CUDA settings change nothing
+        assert not fp16.changes_results and fp16.explanation.startswith(NO_CUDA)
+        assert not flash.changes_results
+    # the same settings in records of a CUDA machine: they change results
+    cuda = dataclasses.replace(after.versions, cuda_runtime="12.4")
+    gpu_before = dataclasses.replace(before, versions=cuda, gpus=(A100,))
+    gpu_after = dataclasses.replace(after, versions=cuda, gpus=(A100,))
+    on_gpu = whats(repro_diff(gpu_before, gpu_after))
+    assert on_gpu["torch.backends.cuda.flash_sdp_enabled()"].changes_results
+    assert on_gpu[
+        "torch.backends.cuda.matmul.allow_fp16_reduced_precision_reduction"
+    ].changes_results
+
+
+def test_cuda_only_variables_change_nothing_without_cuda(monkeypatch):
+    if not CPU_BUILD:
+        pytest.skip("needs a torch built without CUDA")
+    before = repro_record()
+    monkeypatch.setenv("CUBLAS_WORKSPACE_CONFIG", ":4096:8")
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "1")
+    after = repro_record()
+    diff = repro_diff(before, after)
+    assert diff.differences == ()
+    assert {d.what for d in diff.other} == {"CUBLAS_WORKSPACE_CONFIG", "CUDA_VISIBLE_DEVICES"}
+    assert all(d.explanation.startswith(NO_CUDA) for d in diff.other)
+
+
+def test_triton_and_torchvision_versions():
+    record = repro_record()
+    from importlib.metadata import PackageNotFoundError, version
+
+    for name in ("triton", "torchvision"):
+        try:
+            expected = version(name)
+        except PackageNotFoundError:
+            expected = None
+        assert getattr(record.versions, name) == expected
+    old = dataclasses.replace(record.versions, triton="3.1.0", torchvision="0.20.0")
+    new = dataclasses.replace(record.versions, triton="3.2.0", torchvision="0.21.0")
+    found = whats(
+        repro_diff(
+            dataclasses.replace(record, versions=old), dataclasses.replace(record, versions=new)
+        )
+    )
+    assert "torch.compile" in found["Triton"].explanation
+    assert "v2 random transforms" in found["torchvision"].explanation
+
+
+# ---------------------------------------------------------------- precision on this CPU
+
+
+def test_one_matmul_precision_call_is_one_entry_judged_by_the_cpus():
+    torch.set_float32_matmul_precision("highest")
+    highest = repro_record()
+    torch.set_float32_matmul_precision("medium")
+    medium = repro_record()
+    for bf16 in (True, False):  # a CPU with bf16 and one without (as its record says)
+        cpu = dataclasses.replace(highest.cpu, bf16=bf16, tf32=False)
+        a = dataclasses.replace(highest, cpu=cpu, gpus=())
+        b = dataclasses.replace(medium, cpu=cpu, gpus=())
+        diff = repro_diff(a, b)
+        (entry,) = diff.differences + diff.other
+        assert entry.what == "torch float32_matmul_precision"
+        assert entry.explanation.startswith("one torch.set_float32_matmul_precision call")
+        assert entry.changes_results is bf16
+        if not bf16:
+            assert "which neither record's CPU has" in entry.explanation
+    # a record from before the CPU was recorded: bf16 unknown, so it may change results
+    unknown = repro_diff(
+        dataclasses.replace(highest, cpu=Cpu(), gpus=()),
+        dataclasses.replace(medium, cpu=Cpu(), gpus=()),
+    )
+    assert [d.what for d in unknown.differences] == ["torch float32_matmul_precision"]
+
+
+def test_deterministic_report_says_bf16_only_where_the_cpu_has_it(monkeypatch):
+    """No CPU without bf16 is at hand: the one reader that asks torch is replaced."""
+    torch.set_float32_matmul_precision("medium")
+    try:
+        here = seed_all(1, deterministic=True)
+        if torch.ops.mkldnn._is_mkldnn_bf16_supported():
+            assert "CPU matmuls (bf16) may run below fp32 here" in here.summary()
+        monkeypatch.setattr(precision, "cpu_low_precision", lambda torch: (False, False))
+        lacking = seed_all(1, deterministic=True)
+        assert "may run below fp32 here" not in lacking.summary()
+        assert "CPU matmuls (bf16) run in full fp32 here (this CPU lacks it)" in str(lacking)
+    finally:
+        seed_all(0, deterministic=False)
+
+
+# ---------------------------------------------------------------- GPUs NVML cannot read
+
+
+def test_a_lost_gpu_and_a_failing_name_are_said_so():
+    world = fake_pynvml.FakeWorld(
+        gpus=[
+            fake_pynvml.FakeGpu(lost="handle"),
+            fake_pynvml.FakeGpu(fail={"nvmlDeviceGetName": fake_pynvml.NVML_ERROR_UNKNOWN}),
+        ]
+    )
+    nvml.set_pynvml(fake_pynvml.install(world))
+    record = repro_record()
+    text = record.to_text(verbose=True)
+    assert "None" not in text and "sm_?" not in text.split("GPUs:")[1].splitlines()[0], text
+    assert "GPUs: GPU 0 lost (NVML cannot reach it), GPU 1 (NVML gave no name: " in text
+    assert record.gpus[0].lost and record.gpus[1].unknown
+    if record.versions.torch is not None:
+        assert "TF32 unknown (a GPU NVML could not read)" in text
+
+
+def test_nvml_failing_to_count_gpus_is_said_so():
+    world = fake_pynvml.FakeWorld(
+        gpus=[fake_pynvml.FakeGpu()], fail={"nvmlDeviceGetCount": fake_pynvml.NVML_ERROR_UNKNOWN}
+    )
+    nvml.set_pynvml(fake_pynvml.install(world))
+    record = repro_record()
+    assert record.gpus == ()
+    assert record.gpu_note.startswith("no GPU listed: NVML could not count the GPUs (")
+    assert "NVML sees none" not in str(record)
+
+
+# ---------------------------------------------------------------- GPU
+
+
+@pytest.mark.gpu
+def test_cuda_generators_initial_seeds_are_recorded_and_compared():
+    seed_all(7)
+    torch.rand(1, device="cuda")  # a context on cuda:0
+    seven = repro_record()
+    assert seven.seeding.cuda_initial_seeds[0] == ("cuda:0", 7)
+    torch.cuda.manual_seed(8)  # the GPU's generator alone
+    eight = repro_record()
+    found = whats(repro_diff(seven, eight))
+    assert found["cuda:0 generator's seed"].changes_results
+    assert (found["cuda:0 generator's seed"].before, found["cuda:0 generator's seed"].after) == (
+        "7",
+        "8",
+    )
+
+
+@pytest.mark.gpu
+def test_sdpa_backends_on_cuda_change_results_and_the_record_says_so():
+    q = torch.randn(2, 4, 128, 64, device="cuda", dtype=torch.float16)
+    before = repro_record()
+    flash = torch.nn.functional.scaled_dot_product_attention(q, q, q)
+    torch.backends.cuda.enable_flash_sdp(False)
+    torch.backends.cuda.enable_mem_efficient_sdp(False)
+    torch.backends.cuda.enable_cudnn_sdp(False)
+    try:
+        math = torch.nn.functional.scaled_dot_product_attention(q, q, q)
+        after = repro_record()
+    finally:
+        torch.backends.cuda.enable_flash_sdp(True)
+        torch.backends.cuda.enable_mem_efficient_sdp(True)
+        torch.backends.cuda.enable_cudnn_sdp(True)
+    found = whats(repro_diff(before, after))
+    assert found["torch.backends.cuda.flash_sdp_enabled()"].changes_results
+    assert not torch.equal(flash, math)  # another kernel, other numbers
+
+
+@pytest.mark.gpu
+def test_per_rank_seeding_on_cuda_generators(monkeypatch):
+    monkeypatch.setenv("RANK", "1")
+    seed_all(42)
+    torch.rand(1, device="cuda")
+    assert torch.cuda.initial_seed() == 42  # every rank alike by default
+    seed_all(42, per_rank=True)
+    assert torch.cuda.initial_seed() == 43
+    assert repro_record().seeding.cuda_initial_seeds[0] == ("cuda:0", 43)
