@@ -317,7 +317,7 @@ step_time(repeats=2)  # warm up
 fast = step_time()
 %seed_all 42 --deterministic
 deterministic = step_time()
-%seed_all 42
+%seed_all 42 --no-deterministic
 print(f"deterministic / default step time on {device}: {deterministic / fast:.2f}x")
 """),
     md("""

@@ -7,6 +7,7 @@ be seeded and it is installed). Allocator queries never initialise CUDA.
 
 from __future__ import annotations
 
+import sys
 from collections.abc import Iterator
 from contextlib import contextmanager
 from types import ModuleType
@@ -29,6 +30,13 @@ loaded, installed, version = presence(MODULE)
 
 
 def import_torch() -> ModuleType:
+    if "torch" in sys.modules and sys.modules["torch"] is None:
+        # set so by the user or a test: Python refuses the import ("import of torch
+        # halted"); say that, not that torch is missing
+        raise ModuleNotFoundError(
+            "import of torch is blocked in this process (sys.modules['torch'] is None)",
+            name="torch",
+        )
     try:
         import torch
     except ModuleNotFoundError as error:

@@ -712,3 +712,24 @@ def test_a_rocm_build_is_reported_seeded_not_skipped(monkeypatch):
     assert "PyTorch ROCm (1 device)" in names, names
     assert not any(rng.name == "PyTorch CUDA" for rng in report.skipped)
     assert "torch (cpu, rocm (1))" in report.summary()
+
+
+def test_torch_blocked_by_sys_modules_is_said_to_be_blocked_not_missing():
+    """`sys.modules['torch'] = None` (a user's or a test's way to switch torch off): the
+    report said "installed but import failed: PyTorch is not installed", contradicting
+    itself."""
+    from tests.child import run_python
+
+    result = run_python(
+        """
+        import json, sys
+        sys.modules["torch"] = None
+        from colab_gpu_guard import seed_all
+        report = seed_all(1)
+        print(json.dumps([skip.reason for skip in report.skipped if skip.name == "PyTorch"]))
+        """
+    )
+    assert result == [
+        "installed but import failed: import of torch is blocked in this process "
+        "(sys.modules['torch'] is None)"
+    ]
