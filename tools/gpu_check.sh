@@ -4,7 +4,8 @@
 # an NVIDIA GPU, after `../shared/tools/device-wheels.sh blessed` (and a gpustat wheel) put
 # the missing pure-Python wheels in .whl/:  OUT=/some/dir bash tools/gpu_check.sh
 # Only some steps: GPU_CHECK_ONLY='pytest snapshots' (names: snapshots pytest status
-# notebooks bench); GPU_CHECK_PYTEST='-k trace' narrows the tests.
+# notebooks bench); GPU_CHECK_PYTEST='-k trace' narrows the tests; GPU_CHECK_RECORD='--only oom'
+# records only some scenarios.
 # Step budgets (seconds) can be scaled with GPU_CHECK_SCALE (default 1).
 set -u
 export PYTHONUNBUFFERED=1
@@ -39,7 +40,7 @@ nvidia-smi -q > "$OUT/nvidia-smi-q.txt" 2>&1
 
 if want snapshots; then
 step "cuda snapshots (tools/record_cuda_snapshots.py)"
-timeout "$(t 110)" python3 tools/record_cuda_snapshots.py "$OUT/cuda_snapshots" > "$OUT/snapshots.log" 2>&1
+timeout "$(t 110)" python3 tools/record_cuda_snapshots.py "$OUT/cuda_snapshots" ${GPU_CHECK_RECORD:-} > "$OUT/snapshots.log" 2>&1
 echo "rc $?" >> "$OUT/snapshots.log"
 fi
 

@@ -172,12 +172,13 @@ def scenario_cells(name: str, spec: dict, outdir: str, moddir: str) -> list[str]
     return cells
 
 
-def run_in_kernel(outdir: str, moddir: str) -> dict:
+def run_in_kernel(outdir: str, moddir: str, names: list[str]) -> dict:
     import nbformat
     from nbclient import NotebookClient
 
     manifest = {}
-    for name, spec in SCENARIOS.items():
+    for name in names:
+        spec = SCENARIOS[name]
         cells = [SETUP] + scenario_cells(name, spec, outdir, moddir)
         nb = nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell(c) for c in cells])
         NotebookClient(nb, timeout=600, kernel_name="python3", allow_errors=True).execute()
@@ -257,6 +258,9 @@ def check_with_torch_viewer(outdir: str, manifest: dict) -> None:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("outdir")
+    parser.add_argument(
+        "--only", nargs="*", choices=sorted(SCENARIOS), help="record only these scenarios"
+    )
     args = parser.parse_args(argv)
     import torch
 
@@ -267,11 +271,12 @@ def main(argv: list[str] | None = None) -> int:
     os.makedirs(outdir, exist_ok=True)
     moddir = tempfile.mkdtemp(prefix="cgg_user_module_")
     Path(moddir, "nbutils.py").write_text(USER_MODULE)
-    manifest = run_in_kernel(outdir, moddir)
-    try:
-        manifest.update(run_in_plain_shell(outdir, moddir))
-    except Exception as error:  # the kernel recordings still count
-        print(f"plain shell scenario failed: {type(error).__name__}: {error}", file=sys.stderr)
+    manifest = run_in_kernel(outdir, moddir, args.only or list(SCENARIOS))
+    if not args.only or "forward_peak" in args.only:
+        try:
+            manifest.update(run_in_plain_shell(outdir, moddir))
+        except Exception as error:  # the kernel recordings still count
+            print(f"plain shell scenario failed: {type(error).__name__}: {error}", file=sys.stderr)
     check_with_torch_viewer(outdir, manifest)
     info = dict(
         torch=torch.__version__,
