@@ -45,7 +45,9 @@ def _shown(there: Optional[Callable[[Holder], bool]]) -> Callable[[_tracker.Cell
 
 
 def _there(shell: Any, namespace: dict) -> Callable[[Holder], bool]:
-    return still_there(shell, namespace, bool(notebook_refs.held_exceptions(shell)[0]))
+    from ..notebook_refs.roots import users_exceptions  # the user's: not our UsageError
+
+    return still_there(shell, namespace, bool(users_exceptions(shell)[0]))
 
 
 def holders_now(

@@ -393,9 +393,10 @@ class _Reading:
 
     def _why_alive(self, error: BaseException, previous_result: Any) -> str:
         from .. import notebook_refs
+        from ..notebook_refs.roots import users_exceptions  # the user's: not our UsageError
 
         shell, _namespace = notebook_refs.resolve_namespace(None, self.holders._namespace)
-        exceptions, _tracebacks, _sources = notebook_refs.held_exceptions(shell)
+        exceptions, _tracebacks, _sources = users_exceptions(shell)
         if any(exception is error for exception in exceptions):
             return LAST_ERROR
         return IN_CYCLE if in_cycle(error, previous_result) else ALIVE
