@@ -7,7 +7,16 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Optional
 
 from ..units import OUTPUT_HISTORY, escape_lines, escape_text, format_bytes, signed_bytes
-from .rerun_holders import EXCEPTIONS, GRAPHS, IN_CYCLE, LAST_ERROR, OUTPUT, TRACEBACK, Holder
+from .rerun_holders import (
+    CACHE,
+    EXCEPTIONS,
+    GRAPHS,
+    IN_CYCLE,
+    LAST_ERROR,
+    OUTPUT,
+    TRACEBACK,
+    Holder,
+)
 
 if TYPE_CHECKING:
     from .tracker import CellMemory
@@ -56,6 +65,11 @@ def _holder_parts(holder: Holder) -> tuple[str, str, str]:
             which = "graph keeps" if older == 1 else f"{older} graphs keep"
             graph_text += f"; the previous run's {which} {format_bytes(kept)}"
     name = f"`{holder.name}`"
+    if holder.kind == CACHE:  # a functools cache: named by its function
+        what = f"its functools cache grew by {_plural(growth.count, 'result')}"
+        if growth.graphs:
+            what += f", {graph_text}"
+        return name, what, f"; `{holder.name}.cache_clear()` releases them"
     if growth.items == GRAPHS:
         return name, f"grew by {graph_text}", f"; {GRAPH_FIX}"
     if growth.items == EXCEPTIONS:

@@ -4,12 +4,13 @@ named holders are all gone (see docs/cells.md, "Past leaks")."""
 
 from __future__ import annotations
 
+import sys
 from typing import Any, Callable, Optional
 
 from .. import notebook_refs
 from . import tracker as _tracker
 from .history_text import holder_words
-from .rerun_holders import OUTPUT, VARIABLE, Holder
+from .rerun_holders import CACHE, OUTPUT, VARIABLE, Holder
 
 
 def still_there(shell: Any, namespace: dict, errors_kept: bool) -> Callable[[Holder], bool]:
@@ -20,8 +21,10 @@ def still_there(shell: Any, namespace: dict, errors_kept: bool) -> Callable[[Hol
     outputs = notebook_refs.output_history(shell)
 
     def there(holder: Holder) -> bool:
-        if holder.kind == VARIABLE:
-            return holder.name in namespace
+        if holder.kind in (VARIABLE, CACHE):
+            # `trainer.history`, `nbutils._cache`: while what it is reached from is
+            root = holder.name.partition(".")[0]
+            return root in namespace or (root != holder.name and root in sys.modules)
         if holder.kind == OUTPUT:
             return holder.cell in outputs
         return errors_kept  # a failed run's traceback locals
