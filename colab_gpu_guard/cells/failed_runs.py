@@ -23,10 +23,17 @@ def count_failure() -> None:
     _failures = (_failures or 0) + 1
 
 
+# how many resets have run in this process (each drops the notebook's hidden holders and
+# runs a full collection): a rerun whose previous run came before one is judged on what
+# is found holding that run's objects, not on the figures (`reruns`)
+resets = 0
+
+
 def collected() -> None:
     """A full collection ran (the reset's): no earlier failed run's cycle is left."""
-    global _failures
+    global _failures, resets
     _failures = 0
+    resets += 1
 
 
 class FailedRun(NamedTuple):
