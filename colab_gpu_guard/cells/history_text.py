@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING, Optional
 from ..units import OUTPUT_HISTORY, escape_lines, escape_text, format_bytes, signed_bytes
 from .rerun_holders import (
     CACHE,
+    CYCLE,
     EXCEPTIONS,
     GRAPHS,
     IN_CYCLE,
@@ -28,6 +29,11 @@ PEAK_BOUND_NOTE = (
 )
 
 
+# what a `CYCLE` holder is, and what frees it
+CYCLES = (
+    "unreachable reference cycles, not yet collected: %gpu_reset or Python's garbage "
+    "collector frees them"
+)
 GRAPH_NOTE_MIN = 2**20  # the previous run's graphs keeping this much more are named
 # the end of a LEAK line whose holders hold less than half of what it kept
 UNEXPLAINED = "; the rest by something else: find_leftovers() lists what is alive"
@@ -52,6 +58,12 @@ def _holder_parts(holder: Holder) -> tuple[str, str, str]:
         return f"`{holder.name}`", OUTPUT_HISTORY, ": %gpu_reset releases it"
     if holder.kind == TRACEBACK:
         return ", ".join(holder.locals), _why_alive(holder), ""
+    if holder.kind == CYCLE:
+        return (
+            f"the previous run's `{holder.name}`",
+            f"{holder.what}: {CYCLES}",
+            "",
+        )
     from ..leftovers.graphs import FIX as GRAPH_FIX  # not at %load_ext: only when worded
 
     growth = holder.growth  # a VARIABLE's

@@ -10,7 +10,7 @@ from typing import Any, Callable, Optional
 from .. import notebook_refs
 from . import tracker as _tracker
 from .history_text import holder_words
-from .rerun_holders import CACHE, OUTPUT, VARIABLE, Holder
+from .rerun_holders import CACHE, CYCLE, OUTPUT, VARIABLE, Holder
 
 
 def still_there(shell: Any, namespace: dict, errors_kept: bool) -> Callable[[Holder], bool]:
@@ -27,6 +27,8 @@ def still_there(shell: Any, namespace: dict, errors_kept: bool) -> Callable[[Hol
             return root in namespace or (root != holder.name and root in sys.modules)
         if holder.kind == OUTPUT:
             return holder.cell in outputs
+        if holder.kind == CYCLE:
+            return False  # garbage: the collector may have freed it since (a reset has)
         return errors_kept  # a failed run's traceback locals
 
     return there

@@ -12,7 +12,7 @@ from typing import Any, Callable, NamedTuple, Optional
 from .failed_runs import in_cycle
 from .held_memory import Memory, holding_locals
 from .watched import CACHE as CACHED
-from .watched import MAX_NAMES, length_now, reader_of, watch
+from .watched import MAX_NAMES, OBJECT, Watched, length_now, reader_of, watch
 
 GRAPH_SCAN_S = 0.5  # the leftovers scan that measures graphs, when a container gained some
 _NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
@@ -26,6 +26,7 @@ MINOR_SHARE = 0.1
 # what holds the previous run's objects (`Holder.kind`)
 VARIABLE = "variable"  # a user's list, dict, set or deque that grew during the rerun
 CACHE = "cache"  # a functools cache (named by its function) that grew during the rerun
+CYCLE = "cycle"  # what a name held before the rerun, rebound, alive in unreachable cycles
 OUTPUT = "output"  # the previous run's displayed result, in the output history
 TRACEBACK = "traceback"  # the previous run's error: its traceback frames' locals
 # what a container's new items all are (`Growth.items`)
@@ -74,6 +75,7 @@ class Holder(NamedTuple):
     cell: Optional[int] = None
     locals: tuple[str, ...] = ()
     alive: str = ""
+    what: str = ""  # a `CYCLE`'s object's class
 
     def share(self, kept: tuple) -> int:
         """The bytes it holds of `kept` ((device, bytes), ...), on the devices kept on; all
@@ -249,7 +251,10 @@ class _Reading:
             for grown in self.containers
             if grown.earlier.total or grown.earlier.owners
         ]
-        holders += [holder._replace(held=_held(memory)) for holder, memory in self.others]
+        holders += [
+            holder if holder.kind == CYCLE else holder._replace(held=_held(memory))
+            for holder, memory in self.others
+        ]  # a cycle's bytes are not read: it counts as holding what the rerun kept
         held: dict[str, int] = {}
         for memory in self.previous:
             for device, nbytes in memory.by_device.items():
@@ -264,6 +269,9 @@ class _Reading:
     def _containers(self, before: dict) -> None:
         namespace = self.holders._namespace or {}
         for label, watched in before.items():
+            if watched.kind == OBJECT:
+                self._rebound(watched)
+                continue
             if watched.name is not None and namespace.get(watched.name) is not watched.container:
                 continue  # rebound: the container from before is not what the name holds
             length = length_now(watched)
@@ -285,6 +293,21 @@ class _Reading:
             errors = [item for item in added if isinstance(item, BaseException)]
             kind = CACHE if watched.kind == CACHED else VARIABLE
             self.containers.append(_Grown(label, memory, count, all_graphs, errors, previous, kind))
+
+    def _rebound(self, watched: Watched) -> None:
+        """A name the rerun rebound, whose object from before is still alive only through
+        unreachable reference cycles (``model = Net()`` where the model hooks its own
+        bound method): garbage the collector has not freed yet."""
+        from .cycles import unreachable  # a flagged rerun's, never at %load_ext
+
+        ref = watched.container
+        old = ref()
+        if old is None or (self.holders._namespace or {}).get(watched.name) is old:
+            return
+        what = type(old).__name__
+        del old
+        if unreachable(ref):
+            self.others.append((Holder(CYCLE, watched.name or "", None, what=what), Memory()))
 
     def _output(self) -> None:
         outputs = self.holders._outputs()

@@ -11,6 +11,7 @@ import itertools
 import os
 import sysconfig
 import types
+import weakref
 from typing import Any, Callable, NamedTuple, Optional
 
 from ..leftovers.readers import instance_dict, layout_of, lru_cache_entries
@@ -27,6 +28,7 @@ _LENGTH_OF = (
 # what a watched container is (`Watched.kind`)
 CONTAINER = "container"  # a list, dict, set or deque (or a subclass)
 CACHE = "cache"  # a functools.cache / lru_cache function's cache
+OBJECT = "object"  # not a container: an object a notebook name held (a weakref to it)
 _LRU = getattr(functools, "_lru_cache_wrapper", None)
 _CACHE_INFO = None if _LRU is None else _LRU.__dict__["cache_info"]
 _FUNCTION = types.FunctionType
@@ -163,7 +165,18 @@ class Finder:
         elif kind is _METHOD:
             self.function(value.__func__)
         elif _TYPE_FLAGS(kind) & _HEAPTYPE and not isinstance(value, type):
+            if name is not None and label not in self.watched:
+                self._object(value, name)
             self.instance(value, label, 0)
+
+    def _object(self, value: Any, name: str) -> None:
+        """An object the notebook's `name` holds, watched by a weakref: one the rerun
+        rebinds and that stays alive is looked for among unreachable cycles."""
+        try:
+            ref = weakref.ref(value)
+        except TypeError:  # a class without weak references
+            return
+        self.watched[name] = Watched(id(value), 0, ref, OBJECT, name)
 
     def function(self, function: Any) -> None:
         """A function of the notebook or of a user's module: the names its code uses, in
