@@ -34,7 +34,6 @@ CYCLES = (
     "unreachable reference cycles, not yet collected: %gpu_reset or Python's garbage "
     "collector frees them"
 )
-GRAPH_NOTE_MIN = 2**20  # the previous run's graphs keeping this much more are named
 # the end of a LEAK line whose holders hold less than half of what it kept
 UNEXPLAINED = "; the rest by something else: find_leftovers() lists what is alive"
 
@@ -69,13 +68,16 @@ def _holder_parts(holder: Holder) -> tuple[str, str, str]:
     growth = holder.growth  # a VARIABLE's
     assert growth is not None
     graph_text = _plural(growth.graphs, "autograd graph")
-    if growth.graph_nbytes is not None:
+    kept = growth.earlier_nbytes
+    if kept is not None and growth.earlier_graphs:
+        # what holds the previous run's objects, as every report counts those graphs (the
+        # leftovers scan's own figure for them, then and later); this run's graphs may
+        # count less now, while a name (`batch`) still reaches what they saved
+        older = growth.earlier_graphs
+        which = "graph keeps" if older == 1 else f"{older} graphs keep"
+        graph_text += f"; the previous run's {which} {format_bytes(kept)}"
+    elif growth.graph_nbytes is not None:
         graph_text += f", {format_bytes(growth.graph_nbytes)} saved"
-        kept = growth.earlier_nbytes
-        if kept is not None and kept >= 2 * growth.graph_nbytes + GRAPH_NOTE_MIN:
-            older = growth.earlier_graphs
-            which = "graph keeps" if older == 1 else f"{older} graphs keep"
-            graph_text += f"; the previous run's {which} {format_bytes(kept)}"
     name = f"`{holder.name}`"
     if holder.kind == CACHE:  # a functools cache: named by its function
         what = f"its functools cache grew by {_plural(growth.count, 'result')}"
