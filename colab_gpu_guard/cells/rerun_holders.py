@@ -251,10 +251,7 @@ class _Reading:
             for grown in self.containers
             if grown.earlier.total or grown.earlier.owners
         ]
-        holders += [
-            holder if holder.kind == CYCLE else holder._replace(held=_held(memory))
-            for holder, memory in self.others
-        ]  # a cycle's bytes are not read: it counts as holding what the rerun kept
+        holders += [holder._replace(held=_held(memory)) for holder, memory in self.others]
         held: dict[str, int] = {}
         for memory in self.previous:
             for device, nbytes in memory.by_device.items():
@@ -297,8 +294,9 @@ class _Reading:
     def _rebound(self, watched: Watched) -> None:
         """A name the rerun rebound, whose object from before is still alive only through
         unreachable reference cycles (``model = Net()`` where the model hooks its own
-        bound method): garbage the collector has not freed yet."""
-        from .cycles import unreachable  # a flagged rerun's, never at %load_ext
+        bound method): garbage the collector has not freed yet, with the arrays a
+        collection would free with it (the previous run's objects)."""
+        from .cycles import dying_with  # a flagged rerun's, never at %load_ext
 
         ref = watched.container
         old = ref()
@@ -306,8 +304,15 @@ class _Reading:
             return
         what = type(old).__name__
         del old
-        if unreachable(ref):
-            self.others.append((Holder(CYCLE, watched.name or "", None, what=what), Memory()))
+        memory = self.memory(self.previous)
+        kinds = tuple(kind for kind in (memory._tensor, memory._ndarray) if kind is not None)
+        arrays = dying_with(ref, lambda item: isinstance(item, kinds))
+        if arrays is None:
+            return
+        for array in arrays:
+            memory.add(array, 0, errors=False)
+        del arrays
+        self.others.append((Holder(CYCLE, watched.name or "", None, what=what), memory))
 
     def _output(self) -> None:
         outputs = self.holders._outputs()

@@ -39,24 +39,29 @@ def no_collection():
     gc.collect()
 
 
+@pytest.mark.parametrize("reads", ["exact", "costly"])
 def test_old_models_in_unreachable_cycles_are_named_as_such(
-    ip, run_cell, no_collection, monkeypatch
+    ip, run_cell, no_collection, monkeypatch, reads
 ):
-    """malloc's exact figures around every cell (a heap where reading them is cheap): a
-    cycle's bytes are not read from its objects, so where the figures are not exact the
-    rerun is flagged only where they say it kept memory (see docs/cells.md)."""
+    """With malloc's exact figures, and where reading them is costly (a fragmented heap:
+    the rerun is judged by what its objects hold), each rerun is flagged and names the
+    previous run's model, with the bytes a collection frees with it: its weight and
+    bias."""
     from colab_gpu_guard.cells import tracker
 
-    readings = tracker.active_tracker(ip)._reruns.malloc
-    monkeypatch.setattr(readings, "cheap_read_s", 1.0)
+    if reads == "costly":
+        readings = tracker.active_tracker(ip)._reruns.malloc
+        monkeypatch.setattr(readings, "cheap_read_s", -1.0)
+        monkeypatch.setattr(readings, "read_share", 1e-12)
     run_cell(NET)
     flagged, history = reruns(run_cell, "model = HookedNet()")
-    leaks = [record for record in flagged if record.rerun_leak]
-    assert leaks, history
-    weight = torch.nn.Linear(2000, 2000).weight.untyped_storage().nbytes()
-    for record in leaks:
-        assert weight - MiB <= record.leak_bytes < weight + 2 * MiB, history
+    layer = torch.nn.Linear(2000, 2000)
+    weights = layer.weight.untyped_storage().nbytes() + layer.bias.untyped_storage().nbytes()
+    assert all(record.rerun_leak for record in flagged), history
+    for record in flagged:
+        assert weights - MiB <= record.leak_bytes < weights + 2 * MiB, history
         assert [(holder.kind, holder.name) for holder in record.holders] == [(CYCLE, "model")]
+        assert record.holders[0].held == (("cpu", weights),)
         assert record.held_by == f"the previous run's `model` (HookedNet: {CYCLES})", history
         assert "%gpu_reset" in CYCLES
     refs = ip.user_ns["net_refs"]
