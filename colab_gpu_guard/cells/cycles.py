@@ -147,3 +147,12 @@ _NOT_FOLLOWED = (type, types.ModuleType, types.FunctionType, types.BuiltinFuncti
 
 def _followed(item: Any) -> bool:
     return gc.is_tracked(item) and not isinstance(item, _NOT_FOLLOWED)
+
+
+def held_under(value: Any, keep: Callable[[Any], bool]) -> list:
+    """The objects `keep` picks (arrays) among what `value` refers to, transitively (not
+    into modules, classes, functions; at most `MAX_MEMBERS` objects): what a rerun's new
+    object holds, beside what its old one, unreachable, held."""
+    members: dict[int, Any] = {id(value): value}
+    _referents(members, lambda item: _followed(item) or keep(item))
+    return [item for item in members.values() if keep(item)]

@@ -296,7 +296,7 @@ class _Reading:
         unreachable reference cycles (``model = Net()`` where the model hooks its own
         bound method): garbage the collector has not freed yet, with the arrays a
         collection would free with it (the previous run's objects)."""
-        from .cycles import dying_with  # a flagged rerun's, never at %load_ext
+        from .cycles import dying_with, held_under  # a flagged rerun's, never at %load_ext
 
         ref = watched.container
         old = ref()
@@ -313,6 +313,13 @@ class _Reading:
             memory.add(array, 0, errors=False)
         del arrays
         self.others.append((Holder(CYCLE, watched.name or "", None, what=what), memory))
+        # what the object the name holds now holds: this run's, where the host figure
+        # is not exact
+        now = (self.holders._namespace or {}).get(watched.name)
+        if now is not None:
+            new = self.memory(self.new)
+            for array in held_under(now, lambda item: isinstance(item, kinds)):
+                new.add(array, 0, errors=False)
 
     def _output(self) -> None:
         outputs = self.holders._outputs()

@@ -9,6 +9,7 @@ import collections
 import functools
 import itertools
 import os
+import sys
 import sysconfig
 import types
 import weakref
@@ -105,6 +106,19 @@ def users_module(globals_: dict) -> bool:
     return not path.startswith(_installed_prefixes())
 
 
+# type -> the interpreter's reader of its instances' dict (`layout_of`: it walks the
+# class's attributes, so it is read once per type)
+_GETTERS: dict[type, Any] = {}
+_UNKNOWN = object()
+
+
+def _array_types() -> tuple:
+    """torch's tensor type, where torch is loaded: its instances are not looked into."""
+    torch = sys.modules.get("torch")
+    tensor = getattr(torch, "Tensor", None) if torch is not None else None
+    return (tensor,) if isinstance(tensor, type) else ()
+
+
 class Finder:
     """Reads, before a rerun, the containers its source names or reaches in one step."""
 
@@ -117,6 +131,7 @@ class Finder:
         # (names, the globals they are looked up in): the notebook's functions' and user
         # modules' functions' names, for the next level
         self.called: list[tuple[tuple, dict]] = []
+        self.arrays = _array_types()
 
     def find(self, names: tuple) -> dict[str, Watched]:
         namespace = self.namespace
@@ -164,10 +179,14 @@ class Finder:
             self.cache(value, label)
         elif kind is _METHOD:
             self.function(value.__func__)
-        elif _TYPE_FLAGS(kind) & _HEAPTYPE and not isinstance(value, type):
+        elif (
+            _TYPE_FLAGS(kind) & _HEAPTYPE
+            and not isinstance(value, type)
+            and not isinstance(value, self.arrays)
+        ):
             if name is not None and label not in self.watched:
                 self._object(value, name)
-            self.instance(value, label, 0)
+            self.instance(value, label)
 
     def _object(self, value: Any, name: str) -> None:
         """An object the notebook's `name` holds, watched by a weakref: one the rerun
@@ -211,15 +230,16 @@ class Finder:
         if type(own) is dict:
             self.function(dict.get(own, "__wrapped__"))
 
-    def instance(self, obj: Any, label: str, depth: int) -> None:
+    def instance(self, obj: Any, label: str) -> None:
         """An object of a class written in Python: its container attributes
-        (``trainer.history``) and the functions its hooks call (an ``nn.Module``'s
-        ``_forward_hooks``, and its submodules'), read from its instance dict."""
+        (``trainer.history``), its methods and functions, and the functions its hooks
+        call (an ``nn.Module``'s ``_forward_hooks``, and its submodules'), read from its
+        instance dict."""
         if self.objects <= 0 or id(obj) in self.seen:
             return
         self.objects -= 1
         self.seen.add(id(obj))
-        attributes = instance_dict(layout_of(type(obj)).dict_getter, obj)
+        attributes = _attributes(obj)
         if not attributes:
             return
         for attribute, value in list(dict.items(attributes)):
@@ -227,13 +247,10 @@ class Finder:
                 continue
             kind = type(value)
             if attribute.endswith("hooks") and isinstance(value, dict):
-                for hook in list(dict.values(value)):
-                    self.function(hook.__func__ if type(hook) is _METHOD else hook)
+                self._hooks(value)
             elif attribute == "_modules" and isinstance(value, dict):
-                for module in list(dict.values(value)):
-                    if module is not None:
-                        self.instance(module, f"{label}.{attribute}", depth + 1)
-            elif depth == 0:
+                self._submodules(value)
+            else:
                 found = _BASES[kind] if kind in _BASES else container_base(kind)
                 if found is not None:
                     path = f"{label}.{attribute}"
@@ -243,6 +260,47 @@ class Finder:
                         )
                 elif kind is _METHOD or kind is _FUNCTION:
                     self.function(value.__func__ if kind is _METHOD else value)
+
+    def _hooks(self, hooks: dict) -> None:
+        for hook in list(dict.values(hooks)):
+            self.function(hook.__func__ if type(hook) is _METHOD else hook)
+
+    def _submodules(self, modules: dict) -> None:
+        """The hooks of an ``nn.Module``'s submodules, all levels down (at most
+        `MAX_OBJECTS` modules): read by their names in each instance dict."""
+        pending = list(dict.values(modules))
+        budget = MAX_OBJECTS
+        while pending and budget > 0:
+            module = pending.pop()
+            if module is None or id(module) in self.seen:
+                continue
+            budget -= 1
+            self.seen.add(id(module))
+            attributes = _attributes(module)
+            if not attributes:
+                continue
+            for name in _MODULE_HOOKS:
+                hooks = dict.get(attributes, name)
+                if hooks and isinstance(hooks, dict):
+                    self._hooks(hooks)
+            children = dict.get(attributes, "_modules")
+            if children and isinstance(children, dict):
+                pending += dict.values(children)
+
+
+# the hooks torch keeps in a module's instance dict that call a function per call
+_MODULE_HOOKS = ("_forward_hooks", "_forward_pre_hooks", "_backward_hooks", "_backward_pre_hooks")
+
+
+def _attributes(obj: Any) -> Optional[dict]:
+    """An object's instance dict, read through the interpreter's own getter."""
+    kind = type(obj)
+    getter = _GETTERS.get(kind, _UNKNOWN)
+    if getter is _UNKNOWN:
+        if len(_GETTERS) > 1024:
+            _GETTERS.clear()
+        getter = _GETTERS[kind] = layout_of(kind).dict_getter
+    return instance_dict(getter, obj)
 
 
 def watch(namespace: Optional[dict], names: tuple) -> dict[str, Watched]:

@@ -46,7 +46,7 @@ def test_a_list_a_forward_hook_fills_is_named(ip, run_cell):
         "import torch\nhook_acts = []\n"
         "def keep_output(module, inputs, output):\n    hook_acts.append(output)\n"
         "hook_net = torch.nn.Sequential(torch.nn.Linear(1000, 1000), torch.nn.ReLU())\n"
-        "_ = hook_net[0].register_forward_hook(keep_output)"
+        "hook_handle = hook_net[0].register_forward_hook(keep_output)"
     )
     flagged, history = reruns(
         run_cell, "with torch.no_grad():\n    hook_net(torch.ones(4000, 1000))"
@@ -58,7 +58,7 @@ def test_a_list_a_forward_hook_fills_is_named(ip, run_cell):
     refs = storages(kept)
     kept.clear()
     assert all(ref() is None for ref in refs)
-    pop(ip, "hook_acts", "keep_output", "hook_net")
+    pop(ip, "hook_acts", "keep_output", "hook_net", "hook_handle")
 
 
 def test_an_objects_attribute_a_method_fills_is_named(ip, run_cell):

@@ -39,7 +39,8 @@ def test_a_leak_lines_graph_figure_is_gpu_statuss_for_the_same_graph(ip, run_cel
     by_cell = {record.cell: record for record in memory_history()}
     history = format_history(memory_history())
     batch = ip.user_ns["batch"].untyped_storage().nbytes()
-    output = ip.user_ns["_"].untyped_storage().nbytes()  # the layer's output: what pow saved
+    # the layer's output, displayed (Out), and what pow saved
+    output = ip.user_ns["Out"][runs[-1]].untyped_storage().nbytes()
     graph = batch + output  # an earlier run's graph, once `batch` names another tensor
     figures_now = graph_figures()
     for index, cell in enumerate(runs[1:], start=1):
