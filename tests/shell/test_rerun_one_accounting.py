@@ -15,7 +15,7 @@ from colab_gpu_guard.units import format_bytes
 torch = pytest.importorskip("torch")
 
 CELL = (
-    "batch = torch.randn(2048, 1024)\n"
+    "batch = torch.randn(2048, 1024, device=device)\n"
     "val_loss = model(batch).pow(2).mean()\n"
     "val_losses.append(val_loss)\n"
     "model(batch)"
@@ -29,8 +29,12 @@ def graph_figures() -> dict[str, int]:
     return {item.name: item.graph_nbytes for item in find_leftovers() if item.graph_tensors}
 
 
-def test_a_leak_lines_graph_figure_is_gpu_statuss_for_the_same_graph(ip, run_cell):
-    run_cell("import torch\nmodel = torch.nn.Linear(1024, 1024)\nval_losses = []")
+@pytest.mark.parametrize("device", ["cpu", pytest.param("cuda", marks=pytest.mark.gpu)])
+def test_a_leak_lines_graph_figure_is_gpu_statuss_for_the_same_graph(ip, run_cell, device):
+    run_cell(
+        f"import torch\ndevice = {device!r}\n"
+        "model = torch.nn.Linear(1024, 1024).to(device)\nval_losses = []"
+    )
     runs, figures_then = [], []
     with capture_output():
         for _ in range(3):
@@ -52,7 +56,8 @@ def test_a_leak_lines_graph_figure_is_gpu_statuss_for_the_same_graph(ip, run_cel
         assert said == graph, history
         assert said == figures_then[index][previous] == figures_now[previous]
         assert f"the previous run's graph keeps {format_bytes(graph)}" in record.held_by
-        assert dict(holder.held)["cpu"] >= graph  # and the 4-byte loss itself
-    for name in ("model", "val_losses", "batch", "val_loss"):
+        where = "cpu" if device == "cpu" else "cuda:0"
+        assert dict(holder.held)[where] >= graph  # and the 4-byte loss itself
+    for name in ("model", "val_losses", "batch", "val_loss", "device"):
         ip.user_ns.pop(name, None)
     ip.run_line_magic("gpu_reset", "")
