@@ -71,7 +71,13 @@ def measure(objects: int, cells: int, peer_cells: int, repeats: int) -> dict:
     alive = [[n] for n in range(objects)]  # lists are always gc-tracked
     gc.collect()
     live = len(gc.get_objects())
-    shell = InteractiveShell.instance()
+    from traitlets.config import Config
+
+    # the history database in memory (as IPython's own tests keep it): a stored cell is
+    # written by IPython's history thread, and a file's commits would time the disk
+    config = Config()
+    config.HistoryManager.hist_file = ":memory:"
+    shell = InteractiveShell.instance(config=config)
     quiet = io.StringIO()
 
     def cell() -> None:

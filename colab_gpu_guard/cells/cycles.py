@@ -51,13 +51,13 @@ def _referrers(target: Any) -> Optional[dict]:
         own.add(id(referrers))
         found: list = []
         own.add(id(found))
-        for item in referrers:
+        for item in referrers:  # read by their types alone: no user code runs
             key = id(item)
             if key in members or key in own or _arguments(item, frontier):
                 continue
             if type(item) is types.FrameType and item is sys._getframe():
                 continue  # this reading's own frame (kept in no variable: no cycle)
-            if isinstance(item, _ROOTS) or len(members) >= MAX_MEMBERS:
+            if issubclass(type(item), _ROOTS) or len(members) >= MAX_MEMBERS:
                 return None
             members[key] = item
             found.append(item)
@@ -146,7 +146,7 @@ _NOT_FOLLOWED = (type, types.ModuleType, types.FunctionType, types.BuiltinFuncti
 
 
 def _followed(item: Any) -> bool:
-    return gc.is_tracked(item) and not isinstance(item, _NOT_FOLLOWED)
+    return gc.is_tracked(item) and not issubclass(type(item), _NOT_FOLLOWED)
 
 
 def held_under(value: Any, keep: Callable[[Any], bool]) -> list:

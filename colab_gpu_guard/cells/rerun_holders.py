@@ -306,7 +306,7 @@ class _Reading:
         del old
         memory = self.memory(self.previous)
         kinds = tuple(kind for kind in (memory._tensor, memory._ndarray) if kind is not None)
-        arrays = dying_with(ref, lambda item: isinstance(item, kinds))
+        arrays = dying_with(ref, lambda item: issubclass(type(item), kinds))
         if arrays is None:
             return
         for array in arrays:
@@ -318,7 +318,7 @@ class _Reading:
         now = (self.holders._namespace or {}).get(watched.name)
         if now is not None:
             new = self.memory(self.new)
-            for array in held_under(now, lambda item: isinstance(item, kinds)):
+            for array in held_under(now, lambda item: issubclass(type(item), kinds)):
                 new.add(array, 0, errors=False)
 
     def _output(self) -> None:

@@ -30,8 +30,10 @@ _LENGTH_OF = (
 CONTAINER = "container"  # a list, dict, set or deque (or a subclass)
 CACHE = "cache"  # a functools.cache / lru_cache function's cache
 OBJECT = "object"  # not a container: an object a notebook name held (a weakref to it)
-_LRU = getattr(functools, "_lru_cache_wrapper", None)
-_CACHE_INFO = None if _LRU is None else _LRU.__dict__["cache_info"]
+_LRU = getattr(functools, "_lru_cache_wrapper", None)  # the C wrapper's type
+if not isinstance(_LRU, type):  # no C accelerator: functools' own Python wrapper
+    _LRU = None
+_CACHE_INFO = None if _LRU is None else _LRU.__dict__.get("cache_info")
 _FUNCTION = types.FunctionType
 _METHOD = types.MethodType
 _MODULE = types.ModuleType
@@ -175,14 +177,14 @@ class Finder:
             self.function(value)
         elif kind is _MODULE:
             self.module(value, label, mentioned)
-        elif kind is _LRU:
+        elif kind is _LRU and _LRU is not None:
             self.cache(value, label)
         elif kind is _METHOD:
             self.function(value.__func__)
         elif (
             _TYPE_FLAGS(kind) & _HEAPTYPE
-            and not isinstance(value, type)
-            and not isinstance(value, self.arrays)
+            and not issubclass(kind, type)
+            and not issubclass(kind, self.arrays)
         ):
             if name is not None and label not in self.watched:
                 self._object(value, name)
@@ -246,9 +248,9 @@ class Finder:
             if type(attribute) is not str:
                 continue
             kind = type(value)
-            if attribute.endswith("hooks") and isinstance(value, dict):
+            if attribute.endswith("hooks") and issubclass(kind, dict):
                 self._hooks(value)
-            elif attribute == "_modules" and isinstance(value, dict):
+            elif attribute == "_modules" and issubclass(kind, dict):
                 self._submodules(value)
             else:
                 found = _BASES[kind] if kind in _BASES else container_base(kind)
@@ -281,10 +283,10 @@ class Finder:
                 continue
             for name in _MODULE_HOOKS:
                 hooks = dict.get(attributes, name)
-                if hooks and isinstance(hooks, dict):
+                if issubclass(type(hooks), dict) and dict.__len__(hooks):
                     self._hooks(hooks)
             children = dict.get(attributes, "_modules")
-            if children and isinstance(children, dict):
+            if issubclass(type(children), dict):
                 pending += dict.values(children)
 
 

@@ -143,3 +143,40 @@ def test_an_installed_modules_globals_are_not_looked_into(ip, run_cell):
     run_cell("import torch\nimport torch.nn.functional as F")
     found = watch(ip.user_ns, ("F", "relu", "torch", "randn", "nn", "functional"))
     assert all(not label.startswith(("F.", "torch.")) for label in found), found
+
+
+def test_what_is_looked_into_runs_no_code_of_the_users(ip, run_cell):
+    """Objects whose every hook records that it ran (``__getattribute__``, ``__class__``,
+    ``__len__``, ``__bool__``, ``__eq__``, ``__hash__``, a dict subclass's ``__len__``),
+    held as a notebook's names, as attributes and as a module's hooks dict, rebound by a
+    rerun that keeps memory again: the rerun is flagged and names its holder, and none
+    of them ran."""
+    run_cell(
+        "import torch\nhostile_calls = []\nhostile_kept = []\n"
+        "class Hostile:\n"
+        "    def __init__(self):\n"
+        "        object.__setattr__(self, 'history', [])\n"
+        "        object.__setattr__(self, '_forward_hooks', HostileDict())\n"
+        "        object.__setattr__(self, '_modules', HostileDict(a=self))\n"
+        "    def __getattribute__(self, name):\n"
+        "        hostile_calls.append(name)\n"
+        "        return object.__getattribute__(self, name)\n"
+        "    @property\n"
+        "    def __class__(self):\n"
+        "        hostile_calls.append('__class__')\n"
+        "        return Hostile\n"
+        "    def __len__(self):\n        hostile_calls.append('len')\n        return 1\n"
+        "    def __bool__(self):\n        hostile_calls.append('bool')\n        return True\n"
+        "    def __eq__(self, other):\n        hostile_calls.append('eq')\n        return False\n"
+        "    __hash__ = object.__hash__\n"
+        "class HostileDict(dict):\n"
+        "    def __len__(self):\n        hostile_calls.append('dict len')\n        return 0\n"
+        "    def __bool__(self):\n        hostile_calls.append('dict bool')\n        return False\n"
+        "hostile = Hostile()"
+    )
+    cell = "hostile = Hostile()\nhostile_kept.append(torch.ones(4_000_000))"
+    flagged, history = reruns(run_cell, cell)
+    assert flagged and all(record.rerun_leak for record in flagged), history
+    assert all(record.held_by == "`hostile_kept` (grew by 1 item)" for record in flagged), history
+    assert ip.user_ns["hostile_calls"] == []
+    pop(ip, "hostile_calls", "hostile_kept", "Hostile", "HostileDict", "hostile")
