@@ -84,12 +84,14 @@ def test_an_objects_attribute_a_method_fills_is_named(ip, run_cell):
     pop(ip, "StepTrainer", "trainer")
 
 
-def test_a_functools_cache_is_named_by_its_function(ip, run_cell):
-    """A ``functools.cache``d function called with a new argument each rerun: its cache
-    keeps every result; the line names the function and how to empty its cache."""
+@pytest.mark.parametrize("cache", ["functools.cache", "functools.lru_cache(maxsize=8)"])
+def test_a_functools_cache_is_named_by_its_function(ip, run_cell, cache):
+    """A ``functools.cache``d function (or a bounded ``lru_cache``) called with a new
+    argument each rerun: its cache keeps every result; the line names the function and
+    how to empty its cache."""
     run_cell(
         "import functools, torch\ncalls = [0]\n"
-        "@functools.cache\ndef features(n):\n    return torch.ones(4_000_000) + n"
+        f"@{cache}\ndef features(n):\n    return torch.ones(4_000_000) + n"
     )
     flagged, history = reruns(run_cell, "calls[0] += 1\nfeatures(calls[0]);")
     wrapper = ip.user_ns["features"]
