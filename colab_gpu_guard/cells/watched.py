@@ -43,6 +43,10 @@ _TYPE_FLAGS = type.__dict__["__flags__"].__get__
 _HEAPTYPE = 1 << 9  # Py_TPFLAGS_HEAPTYPE: a class written in Python
 
 
+# values that neither hold nor reach a container
+_ATOMS = frozenset((int, float, complex, bool, str, bytes))
+
+
 class Watched(NamedTuple):
     """A container read before a rerun: its identity and length then, the container (kept
     for the run: a label like ``trainer.history`` is not looked up again), its kind, and
@@ -133,7 +137,7 @@ class Finder:
         # (names, the globals they are looked up in): the notebook's functions' and user
         # modules' functions' names, for the next level
         self.called: list[tuple[tuple, dict]] = []
-        self.arrays = _array_types()
+        self.arrays: Optional[tuple] = None  # torch's tensor type, read when first needed
 
     def find(self, names: tuple) -> dict[str, Watched]:
         namespace = self.namespace
@@ -181,11 +185,11 @@ class Finder:
             self.cache(value, label)
         elif kind is _METHOD:
             self.function(value.__func__)
-        elif (
-            _TYPE_FLAGS(kind) & _HEAPTYPE
-            and not issubclass(kind, type)
-            and not issubclass(kind, self.arrays)
-        ):
+        elif _TYPE_FLAGS(kind) & _HEAPTYPE and not issubclass(kind, type):
+            if self.arrays is None:
+                self.arrays = _array_types()
+            if issubclass(kind, self.arrays):
+                return  # a tensor: its attributes are not looked into
             if name is not None and label not in self.watched:
                 self._object(value, name)
             self.instance(value, label)
@@ -308,7 +312,13 @@ def _attributes(obj: Any) -> Optional[dict]:
 def watch(namespace: Optional[dict], names: tuple) -> dict[str, Watched]:
     """{label: `Watched`} for a rerun of a source that mentions `names`, read before it
     runs; {} where the notebook's values could not be read."""
-    if not namespace:
+    if not namespace or not names:  # `pass`, `%gpu_status`: nothing to look up
+        return {}
+    for name in names:  # most reruns name numbers and strings alone: nothing to look into
+        value = namespace.get(name)
+        if value is not None and type(value) not in _ATOMS:
+            break
+    else:
         return {}
     try:
         return Finder(namespace).find(names)
