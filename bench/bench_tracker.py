@@ -71,13 +71,9 @@ def measure(objects: int, cells: int, peer_cells: int, repeats: int) -> dict:
     alive = [[n] for n in range(objects)]  # lists are always gc-tracked
     gc.collect()
     live = len(gc.get_objects())
-    from traitlets.config import Config
-
-    # the history database in memory (as IPython's own tests keep it): a stored cell is
-    # written by IPython's history thread, and a file's commits would time the disk
-    config = Config()
-    config.HistoryManager.hist_file = ":memory:"
-    shell = InteractiveShell.instance(config=config)
+    # the history database as a notebook kernel has it (a file): a stored cell wakes
+    # IPython's history thread, which writes it there
+    shell = InteractiveShell.instance()
     quiet = io.StringIO()
 
     def cell() -> None:
