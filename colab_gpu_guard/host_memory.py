@@ -8,7 +8,7 @@ import contextlib
 import os
 import sys
 import weakref
-from typing import Any, NamedTuple, Optional
+from typing import Any, Callable, NamedTuple, Optional
 
 
 class RssReader:
@@ -21,6 +21,7 @@ class RssReader:
     def __init__(self) -> None:
         self._fd: Optional[int] = None
         self._page = 4096
+        self._pread: Optional[Callable[[int], bytes]] = None  # made on the first read
         self._open()
         _READERS.add(self)
 
@@ -36,8 +37,11 @@ class RssReader:
         fd = self._fd
         if fd is None:
             return None
+        pread = self._pread
+        if pread is None:
+            pread = self._pread = _pread_keeping_the_gil()
         try:
-            return int(os.pread(fd, 128, 0).split(None, 2)[1]) * self._page
+            return int(pread(fd).split(None, 2)[1]) * self._page
         except (OSError, ValueError, IndexError):
             return None
 
@@ -49,6 +53,37 @@ class RssReader:
 
 
 _READERS: weakref.WeakSet = weakref.WeakSet()
+
+
+def _os_pread(fd: int) -> bytes:
+    return os.pread(fd, 128, 0)
+
+
+def _pread_keeping_the_gil() -> Callable[[int], bytes]:
+    """A reader of /proc/self/statm that keeps the GIL for its system call (libc's pread
+    through ctypes' PyDLL), else ``os.pread``. ``os.pread`` releases the GIL, and after a
+    stored cell IPython's history thread, woken by the cell, takes it: getting it back
+    cost ~10 us after each cell, ten times the read. A read of /proc never blocks. One
+    buffer per reader: a reader is read from one thread (the tracker's, in the cell's)."""
+    try:
+        import ctypes
+
+        function = ctypes.PyDLL(None).pread
+        function.restype = ctypes.c_ssize_t
+        buffer = ctypes.create_string_buffer(128)
+        # the arguments but the descriptor made once, as C types (no conversion per call)
+        address = ctypes.c_void_p(ctypes.addressof(buffer))
+        size, offset = ctypes.c_size_t(128), ctypes.c_long(0)
+    except (ImportError, OSError, AttributeError):  # no ctypes, no libc pread
+        return _os_pread
+
+    def read(fd: int) -> bytes:
+        count = function(fd, address, size, offset)
+        if count < 0:
+            raise OSError("pread of /proc/self/statm failed")
+        return buffer.raw[:count]
+
+    return read
 
 
 def _reopen_in_child() -> None:
@@ -115,7 +150,9 @@ def _load_mallinfo2():
                 )
             ]
 
-        function = ctypes.CDLL(None).mallinfo2  # glibc >= 2.33
+        # glibc >= 2.33; through PyDLL, which keeps the GIL (as `_pread_keeping_the_gil`
+        # says why): malloc never waits for Python, so holding it cannot deadlock
+        function = ctypes.PyDLL(None).mallinfo2
         function.restype = MallInfo2
         function.argtypes = []
         return function

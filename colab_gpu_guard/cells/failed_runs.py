@@ -23,10 +23,17 @@ def count_failure() -> None:
     _failures = (_failures or 0) + 1
 
 
+# how many resets have run in this process (each drops the notebook's hidden holders and
+# runs a full collection): a rerun whose previous run came before one is judged on what
+# is found holding that run's objects, not on the figures (`reruns`)
+resets = 0
+
+
 def collected() -> None:
     """A full collection ran (the reset's): no earlier failed run's cycle is left."""
-    global _failures
+    global _failures, resets
     _failures = 0
+    resets += 1
 
 
 class FailedRun(NamedTuple):
@@ -60,18 +67,20 @@ def earlier_failures(shell: Any, seen: set) -> list[FailedRun]:
     """The failed runs other than the last error whose record and traceback are in a
     reference cycle, with what their traceback locals hold that is not in `seen` (storage
     keys already counted: a name's, or another run's). Oldest first."""
-    from ..notebook_refs import held_exceptions  # not needed by %load_ext
+    from ..notebook_refs.roots import raised_by_our_magic, users_exceptions  # not at %load_ext
 
     result_type = _result_type()
     if result_type is None:
         return []
-    last, _tracebacks, _sources = held_exceptions(shell)
+    last, _tracebacks, _sources = users_exceptions(shell)
     kept = {id(error) for error in last}
     records = [item for item in gc.get_objects() if type(item) is result_type]
     runs = []
     for record in records:
         error = record.__dict__.get("error_in_exec")
         if not isinstance(error, BaseException) or id(error) in kept:
+            continue
+        if raised_by_our_magic(error):  # a bad magic line: not the user's failed run
             continue
         if not in_cycle(error, record):
             continue

@@ -7,7 +7,17 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Optional
 
 from ..units import OUTPUT_HISTORY, escape_lines, escape_text, format_bytes, signed_bytes
-from .rerun_holders import EXCEPTIONS, GRAPHS, IN_CYCLE, LAST_ERROR, OUTPUT, TRACEBACK, Holder
+from .rerun_holders import (
+    CACHE,
+    CYCLE,
+    EXCEPTIONS,
+    GRAPHS,
+    IN_CYCLE,
+    LAST_ERROR,
+    OUTPUT,
+    TRACEBACK,
+    Holder,
+)
 
 if TYPE_CHECKING:
     from .tracker import CellMemory
@@ -19,7 +29,11 @@ PEAK_BOUND_NOTE = (
 )
 
 
-GRAPH_NOTE_MIN = 2**20  # the previous run's graphs keeping this much more are named
+# what a `CYCLE` holder is, and what frees it
+CYCLES = (
+    "unreachable reference cycles, not yet collected: %gpu_reset or Python's garbage "
+    "collector frees them"
+)
 # the end of a LEAK line whose holders hold less than half of what it kept
 UNEXPLAINED = "; the rest by something else: find_leftovers() lists what is alive"
 
@@ -43,19 +57,33 @@ def _holder_parts(holder: Holder) -> tuple[str, str, str]:
         return f"`{holder.name}`", OUTPUT_HISTORY, ": %gpu_reset releases it"
     if holder.kind == TRACEBACK:
         return ", ".join(holder.locals), _why_alive(holder), ""
+    if holder.kind == CYCLE:
+        return (
+            f"the previous run's `{holder.name}`",
+            f"{holder.what}: {CYCLES}",
+            "",
+        )
     from ..leftovers.graphs import FIX as GRAPH_FIX  # not at %load_ext: only when worded
 
     growth = holder.growth  # a VARIABLE's
     assert growth is not None
     graph_text = _plural(growth.graphs, "autograd graph")
-    if growth.graph_nbytes is not None:
+    kept = growth.earlier_nbytes
+    if kept is not None and growth.earlier_graphs:
+        # what holds the previous run's objects, as every report counts those graphs (the
+        # leftovers scan's own figure for them, then and later); this run's graphs may
+        # count less now, while a name (`batch`) still reaches what they saved
+        older = growth.earlier_graphs
+        which = "graph keeps" if older == 1 else f"{older} graphs keep"
+        graph_text += f"; the previous run's {which} {format_bytes(kept)}"
+    elif growth.graph_nbytes is not None:
         graph_text += f", {format_bytes(growth.graph_nbytes)} saved"
-        kept = growth.earlier_nbytes
-        if kept is not None and kept >= 2 * growth.graph_nbytes + GRAPH_NOTE_MIN:
-            older = growth.earlier_graphs
-            which = "graph keeps" if older == 1 else f"{older} graphs keep"
-            graph_text += f"; the previous run's {which} {format_bytes(kept)}"
     name = f"`{holder.name}`"
+    if holder.kind == CACHE:  # a functools cache: named by its function
+        what = f"its functools cache grew by {_plural(growth.count, 'result')}"
+        if growth.graphs:
+            what += f", {graph_text}"
+        return name, what, f"; `{holder.name}.cache_clear()` releases them"
     if growth.items == GRAPHS:
         return name, f"grew by {graph_text}", f"; {GRAPH_FIX}"
     if growth.items == EXCEPTIONS:

@@ -4,12 +4,13 @@ named holders are all gone (see docs/cells.md, "Past leaks")."""
 
 from __future__ import annotations
 
+import sys
 from typing import Any, Callable, Optional
 
 from .. import notebook_refs
 from . import tracker as _tracker
 from .history_text import holder_words
-from .rerun_holders import OUTPUT, VARIABLE, Holder
+from .rerun_holders import CACHE, CYCLE, OUTPUT, VARIABLE, Holder
 
 
 def still_there(shell: Any, namespace: dict, errors_kept: bool) -> Callable[[Holder], bool]:
@@ -20,10 +21,14 @@ def still_there(shell: Any, namespace: dict, errors_kept: bool) -> Callable[[Hol
     outputs = notebook_refs.output_history(shell)
 
     def there(holder: Holder) -> bool:
-        if holder.kind == VARIABLE:
-            return holder.name in namespace
+        if holder.kind in (VARIABLE, CACHE):
+            # `trainer.history`, `nbutils._cache`: while what it is reached from is
+            root = holder.name.partition(".")[0]
+            return root in namespace or (root != holder.name and root in sys.modules)
         if holder.kind == OUTPUT:
             return holder.cell in outputs
+        if holder.kind == CYCLE:
+            return False  # garbage: the collector may have freed it since (a reset has)
         return errors_kept  # a failed run's traceback locals
 
     return there
@@ -45,7 +50,9 @@ def _shown(there: Optional[Callable[[Holder], bool]]) -> Callable[[_tracker.Cell
 
 
 def _there(shell: Any, namespace: dict) -> Callable[[Holder], bool]:
-    return still_there(shell, namespace, bool(notebook_refs.held_exceptions(shell)[0]))
+    from ..notebook_refs.roots import users_exceptions  # the user's: not our UsageError
+
+    return still_there(shell, namespace, bool(users_exceptions(shell)[0]))
 
 
 def holders_now(

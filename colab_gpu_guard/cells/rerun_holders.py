@@ -4,28 +4,19 @@ failed run's traceback); see docs/cells.md, "What holds a rerun's earlier object
 
 from __future__ import annotations
 
-import collections
-import itertools
 import keyword
 import re
-import types
 import weakref
 from typing import Any, Callable, NamedTuple, Optional
 
 from .failed_runs import in_cycle
 from .held_memory import Memory, holding_locals
+from .watched import CACHE as CACHED
+from .watched import MAX_NAMES, OBJECT, Watched, length_now, reader_of, watch
 
 GRAPH_SCAN_S = 0.5  # the leftovers scan that measures graphs, when a container gained some
-MAX_NAMES = 256  # names of one source looked up before and after a rerun
-CALL_DEPTH = 3  # levels of the notebook's functions a rerun cell calls, looked into
 _NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 _NOT_NAMES = frozenset(keyword.kwlist)
-_LENGTH_OF = (
-    (list, list.__len__),
-    (dict, dict.__len__),
-    (set, set.__len__),
-    (collections.deque, collections.deque.__len__),
-)
 # items that hold no memory worth naming a container for
 _EMPTY = (int, float, complex, bool, type(None), weakref.ref)
 # what a LEAK line's holders must hold of what a rerun kept (see `Holding.named`)
@@ -34,6 +25,8 @@ MINOR_SHARE = 0.1
 
 # what holds the previous run's objects (`Holder.kind`)
 VARIABLE = "variable"  # a user's list, dict, set or deque that grew during the rerun
+CACHE = "cache"  # a functools cache (named by its function) that grew during the rerun
+CYCLE = "cycle"  # what a name held before the rerun, rebound, alive in unreachable cycles
 OUTPUT = "output"  # the previous run's displayed result, in the output history
 TRACEBACK = "traceback"  # the previous run's error: its traceback frames' locals
 # what a container's new items all are (`Growth.items`)
@@ -82,6 +75,7 @@ class Holder(NamedTuple):
     cell: Optional[int] = None
     locals: tuple[str, ...] = ()
     alive: str = ""
+    what: str = ""  # a `CYCLE`'s object's class
 
     def share(self, kept: tuple) -> int:
         """The bytes it holds of `kept` ((device, bytes), ...), on the devices kept on; all
@@ -142,45 +136,6 @@ class Holding(NamedTuple):
 NOTHING = Holding(0, 0)
 
 
-_BASES: dict[type, Optional[tuple]] = {}
-
-
-def _base(kind: type) -> Optional[tuple]:
-    """(built-in container type, its __len__) of a type, or None (memoised: read before
-    every rerun for each name the cell mentions)."""
-    try:
-        return _BASES[kind]
-    except KeyError:
-        pass
-    found = None
-    for base, length in _LENGTH_OF:
-        if kind is base or issubclass(kind, base):
-            found = (base, length)
-            break
-    if len(_BASES) > 1024:
-        _BASES.clear()
-    _BASES[kind] = found
-    return found
-
-
-def _items(value: Any, base: type, end: int, count: int, skip: int) -> list:
-    """The `count` items before the last `skip` ones of a container of length `end`, in
-    order (a set's items have no order: none)."""
-    start = max(0, end - skip - count)
-    stop = end - skip
-    if start >= stop:
-        return []
-    if base is list:
-        return list.__getitem__(value, slice(start, stop))
-    if base is dict:
-        values = reversed(dict.values(value))
-    elif base is collections.deque:
-        values = collections.deque.__reversed__(value)
-    else:
-        return []
-    return list(itertools.islice(values, skip, skip + stop - start))[::-1]
-
-
 class RerunHolders:
     """The lengths read before a rerun, and the `Holding` after it."""
 
@@ -201,49 +156,13 @@ class RerunHolders:
         return names
 
     def before(self, source: str) -> dict:
-        """{name: (id, length)} of the containers `source` names, or a function of the
-        notebook that it names does (``step()`` filling a global ``cache``), or one those
-        call in turn (``train()`` calling ``step()``: `CALL_DEPTH` levels, `MAX_NAMES`
-        names in all), read before it runs."""
-        namespace = self._namespace
-        if not namespace:
-            return {}
-        lengths: dict = {}
-        seen: set = set()
-        try:
-            names: Any = self._mentioned(source)
-            budget = MAX_NAMES
-            for _level in range(CALL_DEPTH + 1):
-                called = self._read_lengths(names, lengths, seen)
-                if not called or budget <= 0:
-                    break
-                more = dict.fromkeys(itertools.chain.from_iterable(called))
-                names = list(itertools.islice(more, budget))
-                budget -= len(names)
-        except Exception:  # the user's namespace and values: none read, the cell still recorded
-            return {}
-        return lengths
-
-    def _read_lengths(self, names: Any, lengths: dict, seen: set) -> list:
-        """Each container among `names` not read yet: (id, length) into `lengths`; returns
-        the names used by the notebook's functions among them not looked into yet (their
-        ids go into `seen`)."""
-        namespace, bases = self._namespace, _BASES
-        called: list = []
-        for name in names:
-            value = namespace.get(name)
-            if value is None or name in lengths:
-                continue
-            kind = type(value)
-            if kind is types.FunctionType:
-                if value.__globals__ is namespace and id(value) not in seen:
-                    seen.add(id(value))
-                    called.append(value.__code__.co_names)
-                continue
-            found = bases[kind] if kind in bases else _base(kind)
-            if found is not None:
-                lengths[name] = (id(value), found[1](value))
-        return called
+        """{label: `watched.Watched`} of the containers `source` names, or reaches in one
+        step: a function of the notebook it names fills (``step()`` filling a global
+        ``cache``, or a function that ``step()`` calls: `CALL_DEPTH` levels), an object's
+        attribute (``trainer.history``), a list a module's hook fills, a user module's
+        global (``nbutils._cache``), a functools cache (`MAX_NAMES` names in all), read
+        before it runs."""
+        return watch(self._namespace, self._mentioned(source))
 
     def clear(self) -> None:
         self._names.clear()
@@ -279,6 +198,7 @@ class _Grown(NamedTuple):
     all_graphs: bool
     errors: list
     earlier: Memory
+    kind: str = VARIABLE
 
 
 class _Reading:
@@ -327,7 +247,7 @@ class _Reading:
         # a container holds the previous run's objects where its items from before this
         # run's hold memory: one that gained a string names nothing
         holders = [
-            Holder(VARIABLE, grown.name, _held(grown.earlier), _growth(grown))
+            Holder(grown.kind, grown.name, _held(grown.earlier), _growth(grown))
             for grown in self.containers
             if grown.earlier.total or grown.earlier.owners
         ]
@@ -345,20 +265,20 @@ class _Reading:
 
     def _containers(self, before: dict) -> None:
         namespace = self.holders._namespace or {}
-        for name, (ident, old) in before.items():
-            value = namespace.get(name)
-            if value is None or id(value) != ident:
-                continue  # rebound: the container from before is not what the name holds
-            found = _base(type(value))
-            if found is None:
+        for label, watched in before.items():
+            if watched.kind == OBJECT:
+                self._rebound(watched)
                 continue
-            base, length = found[0], found[1](value)
-            count = length - old
+            if watched.name is not None and namespace.get(watched.name) is not watched.container:
+                continue  # rebound: the container from before is not what the name holds
+            length = length_now(watched)
+            count = length - watched.length
             if count <= 0:
                 continue
-            added = _items(value, base, length, count, 0)
+            items = reader_of(watched)
+            added = items(length, count, 0)
             previous = self.memory(self.previous)
-            for item in _items(value, base, length, count, count):
+            for item in items(length, count, count):
                 previous.add(item)
             if added and all(type(item) in _EMPTY for item in added):
                 continue  # numbers, weakrefs: they hold none of the memory
@@ -368,7 +288,38 @@ class _Reading:
             owners = {id(owner) for owner in memory.owners}  # items, or one level in them
             all_graphs = bool(added) and all(id(item) in owners for item in added)
             errors = [item for item in added if isinstance(item, BaseException)]
-            self.containers.append(_Grown(name, memory, count, all_graphs, errors, previous))
+            kind = CACHE if watched.kind == CACHED else VARIABLE
+            self.containers.append(_Grown(label, memory, count, all_graphs, errors, previous, kind))
+
+    def _rebound(self, watched: Watched) -> None:
+        """A name the rerun rebound, whose object from before is still alive only through
+        unreachable reference cycles (``model = Net()`` where the model hooks its own
+        bound method): garbage the collector has not freed yet, with the arrays a
+        collection would free with it (the previous run's objects)."""
+        from .cycles import dying_with, held_under  # a flagged rerun's, never at %load_ext
+
+        ref = watched.container
+        old = ref()
+        if old is None or (self.holders._namespace or {}).get(watched.name) is old:
+            return
+        what = type(old).__name__
+        del old
+        memory = self.memory(self.previous)
+        kinds = tuple(kind for kind in (memory._tensor, memory._ndarray) if kind is not None)
+        arrays = dying_with(ref, lambda item: issubclass(type(item), kinds))
+        if arrays is None:
+            return
+        for array in arrays:
+            memory.add(array, 0, errors=False)
+        del arrays
+        self.others.append((Holder(CYCLE, watched.name or "", None, what=what), memory))
+        # what the object the name holds now holds: this run's, where the host figure
+        # is not exact
+        now = (self.holders._namespace or {}).get(watched.name)
+        if now is not None:
+            new = self.memory(self.new)
+            for array in held_under(now, lambda item: issubclass(type(item), kinds)):
+                new.add(array, 0, errors=False)
 
     def _output(self) -> None:
         outputs = self.holders._outputs()
@@ -393,9 +344,10 @@ class _Reading:
 
     def _why_alive(self, error: BaseException, previous_result: Any) -> str:
         from .. import notebook_refs
+        from ..notebook_refs.roots import users_exceptions  # the user's: not our UsageError
 
         shell, _namespace = notebook_refs.resolve_namespace(None, self.holders._namespace)
-        exceptions, _tracebacks, _sources = notebook_refs.held_exceptions(shell)
+        exceptions, _tracebacks, _sources = users_exceptions(shell)
         if any(exception is error for exception in exceptions):
             return LAST_ERROR
         return IN_CYCLE if in_cycle(error, previous_result) else ALIVE

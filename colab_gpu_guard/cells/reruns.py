@@ -36,6 +36,7 @@ class PreviousRun(NamedTuple):
     failed: Optional[weakref.ref]
     freed: tuple = ()
     blind: int = 0
+    resets: int = 0
 
 
 class CellRun(NamedTuple):
@@ -277,7 +278,10 @@ class RerunLeakCheck:
         else:
             since = _freed_since(freed_before, previous.freed)
             unseen = blind_before != previous.blind  # a cell since may have freed it unseen
-            verdict = self._again(run, previous, cuda, host, exact, since, unseen)
+            # a reset since dropped the notebook's hidden holders and collected: what it
+            # freed of the previous run's objects is told by what is found holding them
+            reset = previous.resets != failed_runs.resets
+            verdict = self._again(run, previous, cuda, host, exact, since, unseen, reset)
             host_again = _host_of(verdict.leaks)
             if host_again is not None:  # what it kept, as its objects tell where inexact
                 host = max(host or 0, host_again)
@@ -293,10 +297,13 @@ class RerunLeakCheck:
         exact: bool,
         since: dict,
         unseen: bool,
+        reset: bool = False,
     ) -> Verdict:
         """The verdict on a rerun that kept memory, or may have: on which devices it kept
         memory again, and what holds the previous run's objects. `since`: what cells freed
-        per device since the previous run; `unseen`: a cell since had no exact host figure.
+        per device since the previous run; `unseen`: a cell since had no exact host figure;
+        `reset`: a `%gpu_reset` ran since (its own figures can hide what it freed: a cell
+        that resets and allocates).
 
         On a CUDA device, what the previous run kept is still held, as far as the figures
         tell, where the cells since freed less than it there; else only if its objects
@@ -307,12 +314,14 @@ class RerunLeakCheck:
         doubtful = []
         for device, amount in cuda:
             if amount and before.get(device):
-                held = before[device] > since.get(device, 0)
+                held = not reset and before[device] > since.get(device, 0)
                 (again if held else doubtful).append((device, amount))
         if doubtful:
             held_on = dict(found().held)
             again += [(device, amount) for device, amount in doubtful if held_on.get(device)]
-        host_again = self._host_again(host, exact, previous, since.get(HOST, 0), unseen, found)
+        host_again = self._host_again(
+            host, exact, previous, since.get(HOST, 0), unseen or reset, found
+        )
         if host_again is not None:
             again.append((HOST, host_again))
         if not again:
@@ -377,7 +386,17 @@ class RerunLeakCheck:
         last = self._last_by_source
         last[run.source] = _new_tuple(  # type: ignore[index]
             PreviousRun,
-            (kept, run.cell, exact, run.duration, displayed, failed_run, self.freed, self.blind),
+            (
+                kept,
+                run.cell,
+                exact,
+                run.duration,
+                displayed,
+                failed_run,
+                self.freed,
+                self.blind,
+                failed_runs.resets,
+            ),
         )
         if len(last) > 4 * self.maxlen:
             for stale in list(last)[: 2 * self.maxlen]:

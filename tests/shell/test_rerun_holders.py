@@ -149,7 +149,8 @@ def test_caught_errors_kept_in_a_list_are_named_by_their_tracebacks(ip, run_cell
 def test_losses_are_described_by_their_graphs_and_the_bytes_saved_die_with_them(ip, run_cell):
     """``losses.append(model(x).sum())``: each run adds one autograd graph that saved the
     16 MiB input (the weight it also saved is ``model_l.weight``'s, named): the flag says
-    so, the leftovers scan agrees, and popping the loss frees exactly those bytes."""
+    what the previous run's graph keeps, the leftovers scan agrees, and popping the loss
+    frees exactly those bytes."""
     run_cell(
         "import torch, weakref\n"
         "model_l = torch.nn.Linear(1024, 1024)\n"
@@ -166,14 +167,16 @@ def test_losses_are_described_by_their_graphs_and_the_bytes_saved_die_with_them(
         assert record.rerun_leak, format_history(memory_history())
         assert (
             record.held_by
-            == f"`losses_l` (grew by 1 autograd graph, {format_bytes(saved)} saved; {GRAPH_FIX})"
+            == f"`losses_l` (grew by 1 autograd graph; the previous run's graph keeps "
+            f"{format_bytes(saved)}; {GRAPH_FIX})"
         )
     # the panel's chart and its line of what matters now name the same holder
     from colab_gpu_guard.status import chart, compact, gpu_status
 
     status = gpu_status(leftovers=False, history=True)
     holder = (
-        f"held by `losses_l` (grew by 1 autograd graph, {format_bytes(saved)} saved; {GRAPH_FIX})"
+        f"held by `losses_l` (grew by 1 autograd graph; the previous run's graph keeps "
+        f"{format_bytes(saved)}; {GRAPH_FIX})"
     )
     assert f"[{runs[2]}] (rerun of [{runs[1]}]) kept" in chart.render_history(status)
     assert holder in chart.render_history(status).replace("&#x27;", "'")
@@ -184,7 +187,8 @@ def test_losses_are_described_by_their_graphs_and_the_bytes_saved_die_with_them(
     (record,) = records(more[1])
     assert record.rerun_leak, format_history(memory_history())
     assert record.held_by == (
-        f"`history_l` (grew by 1 item, 1 autograd graph, {format_bytes(saved)} saved; {GRAPH_FIX})"
+        f"`history_l` (grew by 1 item, 1 autograd graph; the previous run's graph keeps "
+        f"{format_bytes(saved)}; {GRAPH_FIX})"
     )
     from colab_gpu_guard import find_leftovers
 
@@ -205,7 +209,8 @@ def test_losses_are_described_by_their_graphs_and_the_bytes_saved_die_with_them(
 def test_a_rerun_that_rebuilds_the_model_names_what_the_previous_graph_keeps(ip, run_cell):
     """Each run builds a new model and keeps its loss after backward(): the new loss's graph
     keeps weights `model_r` still names (0 B of its own), the previous run's keeps the old
-    model's weights and grads (8 MiB): the LEAK line says both, and the bytes are real."""
+    model's weights and grads (8 MiB): the LEAK line says what the previous run's keeps,
+    and the bytes are real."""
     run_cell("import torch, weakref\nlosses_r = []\nweights_r = []")
     step = (
         "model_r = torch.nn.Linear(1024, 1024)\n"
@@ -218,7 +223,7 @@ def test_a_rerun_that_rebuilds_the_model_names_what_the_previous_graph_keeps(ip,
     for record in records(*runs[1:]):
         assert record.rerun_leak, format_history(memory_history())
         assert record.held_by == (
-            "`losses_r` (grew by 1 autograd graph, 0 B saved; the previous run's graph "
+            "`losses_r` (grew by 1 autograd graph; the previous run's graph "
             f"keeps {format_bytes(kept)}; {GRAPH_FIX})"
         )
     gc.collect()

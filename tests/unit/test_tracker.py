@@ -123,7 +123,9 @@ def test_a_rerun_is_judged_by_what_the_cell_itself_kept(ip, run_cell):
     kept = signed_bytes(record.leak_bytes)
     line = f"LEAK: rerun of [{runs[1]}] kept {kept} on cpu again; held by `losses` (grew by 1"
     assert line in format_history(memory_history())
-    assert record.held_by == f"`losses` (grew by 1 autograd graph, 16 MiB saved; {GRAPH_FIX})"
+    assert record.held_by == (
+        f"`losses` (grew by 1 autograd graph; the previous run's graph keeps 16 MiB; {GRAPH_FIX})"
+    )
     # no leftover for the next test
     for name in ("big_in_between", "model", "losses"):
         ip.user_ns.pop(name, None)
@@ -850,3 +852,28 @@ def test_a_host_keep_a_cell_in_between_may_have_freed_unseen_flags_only_if_found
     verdict = run(cell, 20 * MiB, held)
     assert verdict.leaks == (("cpu", 20 * MiB),) and verdict.named.holders == held.holders
     assert run(cell, 20 * MiB, nothing).leaks == (("cpu", 20 * MiB),)  # nothing unseen since
+
+
+@pytest.mark.skipif(host_memory.RssReader().read() is None, reason="needs /proc/self/statm")
+def test_the_resident_size_read_keeping_the_gil_is_the_kernels_figure():
+    """The per-cell read goes through libc's pread with the GIL kept (os.pread gives it to
+    IPython's history thread after every stored cell): the figure is still the kernel's,
+    as /proc/self/statm read by Python's own file object says, and it sees 64 MiB touched."""
+    import os
+
+    page = os.sysconf("SC_PAGE_SIZE")
+
+    def own() -> int:
+        with open("/proc/self/statm", "rb") as statm:
+            return int(statm.read().split()[1]) * page
+
+    reader = host_memory.RssReader()
+    reader.read()  # the first read loads ctypes
+    assert abs(reader.read() - own()) < MiB
+    before = reader.read()
+    block = bytearray(b"1") * (64 * MiB)
+    after = reader.read()
+    assert after - before >= 60 * MiB and abs(after - own()) < MiB
+    del block
+    reader.close()
+    assert reader.read() is None

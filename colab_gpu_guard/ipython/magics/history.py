@@ -37,9 +37,16 @@ allocated in between is not its), per device: torch's allocated bytes on each CU
 and host memory ("cpu") above a noise floor measured in this kernel (how much host memory
 grows when a cell only rebinds names and drops temporaries). A rerun is flagged when it
 and the run before it both kept some on a device, and the LEAK line says what holds the
-earlier run's objects where it can tell: a list, dict or set the cell names that grew (such
-as `losses`, by one autograd graph a run), the earlier output (`Out[7]`), or a failed run's
-traceback (the line says whether `%gpu_reset` releases it).
+earlier run's objects where it can tell: a list, dict or set that grew, whether the cell
+names it (`losses`, by one autograd graph a run: the line says what the earlier run's
+graph keeps, the figure `%gpu_status` gives it) or reaches it in one step (a list a
+function or a forward hook of the notebook fills, an object's attribute such as
+`trainer.history`, a global of your own module such as `nbutils._cache`, a
+`functools.cache` function's results, named by the function); the earlier output
+(`Out[7]`); a failed run's traceback (the line says whether `%gpu_reset` releases it); or
+the earlier run's object the cell rebound (`model = Net()`), when only unreachable
+reference cycles keep it (garbage not collected yet: `%gpu_reset` frees it). A rerun after
+a `%gpu_reset` is flagged only where the earlier run's objects are found still held.
 
 Host memory is measured exactly with glibc's malloc figures; where they are missing
 (macOS, Windows, glibc before 2.33), what a rerun kept on the host is read from those
