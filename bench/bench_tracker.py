@@ -38,7 +38,7 @@ ROOT = Path(__file__).resolve().parent.parent
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
-from bench._common import bench_parser, print_rows, row, write_json  # noqa: E402
+from bench._common import NOT_RUN, bench_parser, print_rows, row, write_json  # noqa: E402
 
 TARGET_US = 20.0
 
@@ -62,7 +62,7 @@ def cell_logger(shell):
 
 
 def measure(objects: int, cells: int, peer_cells: int, repeats: int) -> dict:
-    import numpy  # noqa: F401  (a notebook has them imported; CUDA not initialised)
+    import numpy  # noqa: F401  (a notebook has them imported)
     import torch  # noqa: F401
     from IPython.core.interactiveshell import InteractiveShell
 
@@ -380,7 +380,26 @@ def rows_of(results: list[dict]) -> list[dict]:
 
 def main(argv=None) -> int:
     parser = bench_parser(__doc__.splitlines()[0], "10^5 objects, fewer cells")
+    parser.add_argument(
+        "--cuda",
+        action="store_true",
+        help="with CUDA initialised first (the hooks then read torch's allocator each cell)",
+    )
     args = parser.parse_args(argv)
+    setting = "no CUDA"
+    if args.cuda:
+        import torch
+
+        if not torch.cuda.is_available():
+            why = "no CUDA device here"
+            print(f"--cuda: not run: {why}")
+            rows = [
+                row("tracker", "per cell added, CUDA initialised", None, result=NOT_RUN, note=why)
+            ]
+            write_json(args.json, "tracker", rows)
+            return 0
+        torch.ones(1, device="cuda")  # CUDA initialised, as after a notebook's first GPU cell
+        setting = f"CUDA initialised on {torch.cuda.get_device_name(0)}"
     sizes, cells, peer_cells, repeats = (1_000, 1_000_000), 500, 2, 20
     if args.quick:
         sizes, cells, peer_cells, repeats = (1_000, 100_000), 500, 5, 3
@@ -388,7 +407,10 @@ def main(argv=None) -> int:
         sizes, cells, peer_cells, repeats = (1_000, 10_000), 50, 2, 1
     results = [measure(objects, cells, peer_cells, repeats) for objects in sizes]
     rows = rows_of(results)
-    print("run_cell('pass') in a real InteractiveShell; torch + NumPy imported, no CUDA")
+    if args.cuda:
+        for entry in rows:
+            entry["name"] += ", CUDA initialised"
+    print(f"run_cell('pass') in a real InteractiveShell; torch + NumPy imported, {setting}")
     print_rows(rows)
     write_json(args.json, "tracker", rows, details=results)
     return 0

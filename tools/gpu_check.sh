@@ -79,13 +79,8 @@ fi
 if want bench; then
 step "bench: status (nvidia-smi -q, gpustat), tracker with CUDA initialised"
 timeout "$(t 45)" python3 bench/bench_status.py --quick --json "$OUT/bench-status.json" > "$OUT/bench-status.log" 2>&1
-timeout "$(t 60)" python3 - > "$OUT/bench-tracker-cuda.log" 2>&1 <<EOF
-import runpy, sys, torch
-torch.cuda.init()
-torch.ones(1, device="cuda")
-sys.argv = ["bench/bench_tracker.py", "--quick", "--json", "$OUT/bench-tracker-cuda.json"]
-runpy.run_path("bench/bench_tracker.py", run_name="__main__")
-EOF
+timeout "$(t 60)" python3 bench/bench_tracker.py --quick --cuda --json "$OUT/bench-tracker-cuda.json" \
+  > "$OUT/bench-tracker-cuda.log" 2>&1
 timeout "$(t 30)" python3 - > "$OUT/hook-parts-cuda.log" 2>&1 <<EOF
 # what one per-cell hook's CUDA reads cost, piece by piece (us per call, median of 5 x 2000)
 import statistics, time, torch
