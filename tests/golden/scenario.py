@@ -60,6 +60,9 @@ def _hold_host_memory_still() -> None:
     from colab_gpu_guard import host_memory
 
     host_memory.MallocInUse.read = lambda self: FIXED_RSS // 2  # malloc's in-use bytes too
+    # the resident-size reader calls libc's pread itself (keeping the GIL): through os.pread
+    # here, so the stub above answers it
+    host_memory._pread_keeping_the_gil = lambda: host_memory._os_pread
 
 
 # ---------------------------------------------------------------- capturing
