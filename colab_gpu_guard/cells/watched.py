@@ -15,8 +15,6 @@ import types
 import weakref
 from typing import Any, Callable, NamedTuple, Optional
 
-from ..leftovers.readers import instance_dict, layout_of, lru_cache_entries
-
 MAX_NAMES = 256  # names of one source looked up before and after a rerun
 MAX_OBJECTS = 256  # objects looked into (their attributes, a module's submodules' hooks)
 CALL_DEPTH = 3  # levels of the notebook's functions a rerun cell calls, looked into
@@ -87,6 +85,10 @@ def cache_length(wrapper: Any) -> int:
 
 def cache_results(wrapper: Any) -> list:
     """A functools cache's results, oldest first."""
+    # the scan's readers (and with them the leftovers room) load on first use, not at
+    # %load_ext, which imports this module
+    from ..leftovers.readers import lru_cache_entries
+
     return lru_cache_entries(wrapper)[1]
 
 
@@ -300,6 +302,8 @@ _MODULE_HOOKS = ("_forward_hooks", "_forward_pre_hooks", "_backward_hooks", "_ba
 
 def _attributes(obj: Any) -> Optional[dict]:
     """An object's instance dict, read through the interpreter's own getter."""
+    from ..leftovers.readers import instance_dict, layout_of  # first use, not %load_ext
+
     kind = type(obj)
     getter = _GETTERS.get(kind, _UNKNOWN)
     if getter is _UNKNOWN:

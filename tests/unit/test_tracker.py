@@ -867,13 +867,23 @@ def test_the_resident_size_read_keeping_the_gil_is_the_kernels_figure():
         with open("/proc/self/statm", "rb") as statm:
             return int(statm.read().split()[1]) * page
 
+    def bracketed(reader) -> bool:
+        # other threads of this process (a panel's ticker, NVML's sampler) may allocate
+        # between two reads: the reader's figure must lie between Python's own before and
+        # after it, give or take a page table's worth
+        for _ in range(5):
+            first, read, last = own(), reader.read(), own()
+            if min(first, last) - MiB <= read <= max(first, last) + MiB:
+                return True
+        return False
+
     reader = host_memory.RssReader()
     reader.read()  # the first read loads ctypes
-    assert abs(reader.read() - own()) < MiB
+    assert bracketed(reader)
     before = reader.read()
     block = bytearray(b"1") * (64 * MiB)
     after = reader.read()
-    assert after - before >= 60 * MiB and abs(after - own()) < MiB
+    assert after - before >= 60 * MiB and bracketed(reader)
     del block
     reader.close()
     assert reader.read() is None
