@@ -2,14 +2,12 @@
 
 from __future__ import annotations
 
-import importlib.util
 import sys
 from typing import TYPE_CHECKING
 
 from IPython.core.magic import line_magic, magics_class
 from IPython.core.magic_arguments import argument, magic_arguments
 
-from ... import notebook_refs
 from .base import GuardMagics, help_format, parse_line, usage_error
 
 REFERENCE = """\
@@ -93,15 +91,13 @@ class PanelMagics(GuardMagics):
             raise usage_error(
                 ValueError(f"--close and {other} contradict each other: give one"), self.gpu_panel
             )
-        if importlib.util.find_spec("ipywidgets") is None:  # installed without its dependencies
-            print(
-                "gpu_panel: the panel needs ipywidgets, which is not installed here "
-                "(pip install ipywidgets); the status as text instead:"
-            )
-            if not args.close:
-                from ...status import gpu_status
+        from ..panel.missing import NEEDS_WIDGETS, unavailable_panel, widgets_missing
 
-                print(gpu_status(namespace=notebook_refs.namespace_to_scan(self.shell)))
+        if widgets_missing():  # installed without its dependencies
+            if args.close:
+                print(f"gpu_panel: {NEEDS_WIDGETS}")
+            else:
+                print(unavailable_panel(self.shell, "gpu_panel"))
             return
 
         from IPython.display import display
@@ -140,7 +136,7 @@ class PanelMagics(GuardMagics):
 
     def _go_live(self, panel: GpuPanel, seconds: float) -> str:
         """Start (or retime) the panel's live GPU lines; what was done, in one line."""
-        from colab_gpu_guard.status.compact import no_gpu_text
+        from colab_gpu_guard.status.compact import why_no_gpu
 
         from ..panel import live
         from ..panel.refresh import running_cell
@@ -148,7 +144,7 @@ class PanelMagics(GuardMagics):
         why = live.why_not_live(self.shell)
         status = panel.last_status
         if why is None and status is not None and not status.has_gpu:
-            why = f"{no_gpu_text(status)}: no GPU lines to keep live (no live updates started)"
+            why = f"{why_no_gpu(status)}: no GPU lines to keep live (no live updates started)"
         if why is not None:
             return why
         panel.live_every(seconds, this_cell=running_cell(self.shell))

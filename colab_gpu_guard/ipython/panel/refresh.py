@@ -3,8 +3,10 @@ last full one was slow and recent), drawn by the view; while a cell runs, which 
 
 from __future__ import annotations
 
+import collections
 import contextlib
 import dataclasses
+import sys
 import threading
 import time
 from typing import TYPE_CHECKING, Any, Callable, NamedTuple, Optional
@@ -21,7 +23,7 @@ if TYPE_CHECKING:
 
     from colab_gpu_guard.status import GpuStatus
 
-__all__ = ["HISTORY_CELLS", "SCAN_SHARE", "Refresher", "Running", "running_cell"]
+__all__ = ["HISTORY_CELLS", "SCAN_SHARE", "Refresher", "Running", "Taken", "running_cell"]
 
 # After a cell, a snapshot that took this long or less is always taken again; a slower one
 # (the leftovers scan of a namespace holding 10^5 arrays takes ~0.5 s) is repeated only once
@@ -29,6 +31,12 @@ __all__ = ["HISTORY_CELLS", "SCAN_SHARE", "Refresher", "Running", "running_cell"
 # say how old they are in between. The Refresh button always scans.
 ALWAYS_SCAN_S = 0.05
 SCAN_SHARE = 0.1
+# A cell that changed nothing the scan looks at (no variable added, removed or rebound, no
+# builtin container of the namespace grown or shrunk, no new output or traceback, CUDA
+# allocated and host memory as they were) keeps the last scan's leftovers if that scan is
+# at most UNCHANGED_S old: the panel's cost of a trivial cell is then its cheap snapshot.
+UNCHANGED_S = 5.0
+HOST_NOISE = 2**20  # a host memory change below this is the interpreter's own noise
 _clock = time.monotonic  # tests move it
 QUEUED = "a click now is queued: runs when the cell ends"
 
@@ -65,24 +73,71 @@ def _last_cell(shell: Optional[InteractiveShell]) -> Optional[int]:
     return None
 
 
-def _take_status(shell: Optional[InteractiveShell], leftovers: bool = True) -> GpuStatus:
-    from colab_gpu_guard.status import gpu_status
+class Taken(NamedTuple):
+    """A snapshot the panel took, and the notes its leftovers scan made (kept with the
+    leftovers when they are shown again after a cell that does not scan)."""
 
-    return gpu_status(
-        leftovers=leftovers,
+    status: GpuStatus
+    scan_notes: tuple[str, ...] = ()
+
+
+def _take_status(shell: Optional[InteractiveShell], leftovers: bool = True) -> Taken:
+    """The panel's snapshot: NVML, torch, the host and the per-cell history, and unless
+    `leftovers` is False the leftovers scan, whose notes are kept apart as it makes them."""
+    from colab_gpu_guard.status import collect
+
+    started = time.perf_counter()
+    status = collect.gpu_status(
+        leftovers=False,
         history=True,
-        namespace=notebook_refs.namespace_to_scan(shell),
-        top=TOP_LEFTOVERS,  # the snapshot carries the totals; only the shown ones as entries
         history_limit=HISTORY_CELLS + 1,  # one more: the host reading before the first
     )
+    if not leftovers:
+        return Taken(status)
+    # the same scan gpu_status(leftovers=True) runs, its notes as a record of their own
+    found = collect._leftovers(notebook_refs.namespace_to_scan(shell), TOP_LEFTOVERS)
+    scan_notes = tuple(found.pop("scan_notes", ()))
+    notes = tuple(dict.fromkeys((*status.notes, *scan_notes)))
+    found.setdefault("leftovers_note", None)
+    status = dataclasses.replace(
+        status, notes=notes, duration_ms=(time.perf_counter() - started) * 1000.0, **found
+    )
+    return Taken(status, scan_notes)
 
 
 class _Scan(NamedTuple):
-    """The last full snapshot: when it was done, how long it took, what it found."""
+    """The last full snapshot: when it was done, how long it took, what it found, and the
+    namespace as it was then (`namespace_print`)."""
 
     done_at: float
     seconds: float
     status: GpuStatus
+    namespace: tuple
+    scan_notes: tuple[str, ...]
+
+
+_SIZED = (list, dict, set, tuple, frozenset, collections.deque)
+
+
+def _input_name(name: str) -> bool:
+    """IPython's names for the cells' source text (_i, _ii, _iii, _i12, _ih): no arrays."""
+    return name.startswith("_i") and (name[2:].isdigit() or name in ("_i", "_ii", "_iii", "_ih"))
+
+
+def namespace_print(shell: Optional[InteractiveShell]) -> tuple:
+    """What a leftovers scan starts from, cheaply: each variable's name, object and, for a
+    builtin container, its length (``len`` of a builtin type calls no user code), and the
+    last exception. Equal prints: the cell added, removed or rebound nothing there."""
+    namespace = getattr(shell, "user_ns", None)
+    if not isinstance(namespace, dict):
+        return ()
+    sized = _SIZED
+    items = tuple(
+        (name, id(value), len(value) if type(value) in sized else -1)
+        for name, value in namespace.items()
+        if not _input_name(name)
+    )
+    return items, id(getattr(sys, "last_value", None)), id(getattr(sys, "last_traceback", None))
 
 
 class Running(NamedTuple):
@@ -109,7 +164,7 @@ class Refresher:
         view: PanelView,
         shell: Optional[InteractiveShell],
         closed: Callable[[], bool],
-        snapshot: Optional[Callable[..., GpuStatus]] = None,
+        snapshot: Optional[Callable[..., Taken]] = None,
     ) -> None:
         self.view = view
         self.shell = shell
@@ -145,34 +200,49 @@ class Refresher:
         self.view.show_message(render_message("error", f"{what} failed: {self.last_error}"))
 
     def _full_snapshot(self) -> GpuStatus:
-        status = self.snapshot(self.shell)
-        self._scan = _Scan(_clock(), status.duration_ms / 1000.0, status)
+        namespace = namespace_print(self.shell)
+        status, scan_notes = self.snapshot(self.shell)
+        self._scan = _Scan(_clock(), status.duration_ms / 1000.0, status, namespace, scan_notes)
         return status
 
+    def _unchanged(self, scan: _Scan, fresh: GpuStatus) -> bool:
+        """The cell that just ended changed nothing the last scan looked at, and that scan
+        is recent (`UNCHANGED_S`)."""
+        if _clock() - scan.done_at > UNCHANGED_S or namespace_print(self.shell) != scan.namespace:
+            return False
+        history = fresh.history or ()
+        last = history[-1] if history else None
+        if last is None or last.cell != self.cell or last.delta != 0:
+            return False
+        if last.rss_after is None or last.rss_before is None:
+            return False
+        return abs(last.rss_after - last.rss_before) < HOST_NOISE
+
     def cell_snapshot(self) -> GpuStatus:
-        """The snapshot after a cell: a full one, unless the last full one was slow and
-        recent; then everything but the leftovers is new, and they say how old they are."""
+        """The snapshot after a cell: a full one, unless the cell changed nothing the last
+        scan looked at, or the last full one was slow and recent; then everything but the
+        leftovers is new (a slow scan's say how old they are)."""
         scan = self._scan
-        if (
-            scan is None
-            or self.snapshot is not _take_status
-            or scan.status.leftovers is None
-            or scan.seconds <= ALWAYS_SCAN_S
-            or _clock() - scan.done_at >= scan.seconds / SCAN_SHARE
-        ):
+        if scan is None or self.snapshot is not _take_status or scan.status.leftovers is None:
             return self._full_snapshot()
-        seconds, scanned = scan.seconds, scan.status
-        taken = time.strftime("%H:%M:%S", time.localtime(scanned.taken_at))
-        note = (
-            f"as of {taken}: finding them took {seconds * 1000:.0f} ms, so after a cell it "
-            f"runs at most every {seconds / SCAN_SHARE:.0f} s; Refresh finds them now"
-        )
-        fresh = _take_status(self.shell, leftovers=False)
+        slow = scan.seconds > ALWAYS_SCAN_S and _clock() - scan.done_at < scan.seconds / SCAN_SHARE
+        fresh = _take_status(self.shell, leftovers=False).status
+        note = scan.status.leftovers_note
+        if slow:
+            taken = time.strftime("%H:%M:%S", time.localtime(scan.status.taken_at))
+            note = (
+                f"as of {taken}: finding them took {scan.seconds * 1000:.0f} ms, so after a "
+                f"cell it runs at most every {scan.seconds / SCAN_SHARE:.0f} s; Refresh finds "
+                "them now"
+            )
+        elif not self._unchanged(scan, fresh):
+            return self._full_snapshot()
+        scanned = scan.status
         # what the reused scan said of its leftovers (incomplete, graphs not measured)
-        kept = [note for note in scanned.notes if note.startswith("leftovers")]
+        kept = tuple(note for note in scan.scan_notes if note not in fresh.notes)
         return dataclasses.replace(
             fresh,
-            notes=tuple(fresh.notes) + tuple(note for note in kept if note not in fresh.notes),
+            notes=tuple(fresh.notes) + kept,
             leftovers=scanned.leftovers,
             leftovers_count=scanned.leftovers_count,
             leftovers_bytes=scanned.leftovers_bytes,
