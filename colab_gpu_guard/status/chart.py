@@ -276,3 +276,63 @@ def _bar(
             )
     parts.append("</div>")
     return "".join(parts)
+
+
+# ---------------------------------------------------------------- live sparklines
+
+SPARK_POINTS = 40  # readings a live GPU line's sparkline shows, the latest last
+_BLOCKS = "\u2581\u2582\u2583\u2584\u2585\u2586\u2587\u2588"
+
+
+class LiveReading(NamedTuple):
+    """One live tick's reading of a GPU: NVML's used and total memory, its busy percent."""
+
+    used: Optional[int]
+    total: Optional[int]
+    busy: Optional[int]
+
+
+def sparkline(values: list[Optional[float]], top: float) -> str:
+    """One block character per value, its height the value's share of `top` (a space where
+    a value is unknown)."""
+    if top <= 0:
+        return ""
+    last = len(_BLOCKS) - 1
+    return "".join(
+        " " if value is None else _BLOCKS[max(0, min(last, round(last * value / top)))]
+        for value in values
+    )
+
+
+def render_sparklines(readings: list[LiveReading], seconds: float) -> str:
+    """Under a GPU line while it is live: its memory and how busy it was over the last
+    readings, as sparklines with the latest figures ('memory ▂▃▅▇ 12 GiB · busy ▁▇ 80%,
+    last 80 s')."""
+    shown = readings[-SPARK_POINTS:]
+    if len(shown) < 2:
+        return ""
+    total = next((r.total for r in reversed(shown) if r.total), None)
+    parts = []
+    if total:
+        memory = sparkline([r.used for r in shown], total)
+        latest = shown[-1].used
+        parts.append(
+            f'<span style="{theme.NOWRAP}">memory <span class="cgg-spark">{memory}</span> '
+            f"{_e(format_bytes(latest))}</span>"
+        )
+    if any(r.busy is not None for r in shown):
+        busy = sparkline([r.busy for r in shown], 100)
+        latest_busy = shown[-1].busy
+        parts.append(
+            f'<span style="{theme.NOWRAP}">busy <span class="cgg-spark">{busy}</span> '
+            f"{'n/a' if latest_busy is None else f'{latest_busy}%'}</span>"
+        )
+    if not parts:
+        return ""
+    span = (len(shown) - 1) * seconds
+    return (
+        f'<div class="cgg-sparklines" style="{theme.FONT};display:flex;flex-wrap:wrap;'
+        f'column-gap:10px;padding-left:18px" title="read every {seconds:g} s while a cell '
+        f'runs">{" · ".join(parts)}<span style="{theme.MUTED};{theme.NOWRAP}">last '
+        f"{span:.0f} s</span></div>"
+    )

@@ -119,9 +119,13 @@ class _Scan(NamedTuple):
 _SIZED = (list, dict, set, tuple, frozenset, collections.deque)
 
 
+_INPUTS = frozenset(("In", "_ih", "_dh", "_i", "_ii", "_iii"))
+
+
 def _input_name(name: str) -> bool:
-    """IPython's names for the cells' source text (_i, _ii, _iii, _i12, _ih): no arrays."""
-    return name.startswith("_i") and (name[2:].isdigit() or name in ("_i", "_ii", "_iii", "_ih"))
+    """IPython's names for the cells' source text (In, _ih, _i, _ii, _iii, _i12) and the
+    directory history (_dh): they grow every cell and hold no arrays."""
+    return name in _INPUTS or (name.startswith("_i") and name[2:].isdigit())
 
 
 def namespace_print(shell: Optional[InteractiveShell]) -> tuple:

@@ -40,6 +40,8 @@ PARTS = (
     "history",
     "details",
     "details_box",
+    "report_toggle",
+    "report",
     "seed_row",
     "seed_value",
     "deterministic",

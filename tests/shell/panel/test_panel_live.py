@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import gc
 import os
+import re
 import sys
 import threading
 import time
@@ -25,6 +26,7 @@ from colab_gpu_guard import cuda_health, nvml
 from colab_gpu_guard.ipython import panel as panel_module
 from colab_gpu_guard.ipython.magics.panel import LIVE_OFF
 from colab_gpu_guard.ipython.panel import live
+from colab_gpu_guard.status import chart
 from colab_gpu_guard.units import format_bytes
 from tests import fake_pynvml
 from tests.fake_pynvml import GiB
@@ -126,6 +128,14 @@ def test_live_updates_the_gpu_line_while_a_cell_runs(ip, panel, machine, monkeyp
     assert all(during == rest for _, _, during in seen)
     stats = panel.live_stats()
     assert stats.ticks >= 2 and stats.failures == 0
+    # under the line, sparklines of its memory (rising with it) and of how busy it was
+    lines = [line for _, line, _ in seen if "cgg-sparklines" in line]
+    assert lines, seen
+    memory = re.search(r'memory <span class="cgg-spark">([^<]*)</span> ([^<]*)</span>', lines[-1])
+    blocks = memory.group(1)
+    assert len(blocks) >= 2 and set(blocks) <= set(chart.sparkline([0, 1, 2, 3, 4, 5, 6, 7], 7))
+    assert blocks[-1] >= blocks[0] and memory.group(2) == format_bytes(machine.gpus[0].used)
+    assert 'busy <span class="cgg-spark">' in lines[-1] and "% </span>" not in lines[-1]
     # after the cell: back to 'after cell [N]', with the same figures
     assert f"after cell [{cell}]," in panel.header.value and LIVE not in panel.header.value
     assert grown in panel.devices.children[0].value
