@@ -175,7 +175,7 @@ def test_the_chart_does_not_charge_the_panels_own_cell(ip, run_cell, show, torch
     history = html.unescape(instance.history.value)
     assert f"cell [{own}]: host resident memory not charged: {chart.OWN_CELL}" in history
     own_bar = re.search(
-        rf'<div class="cgg-cell" title="cell \\[{own}\\]:[^"]*"[^>]*>(.*?)</div>', history
+        rf'<div class="cgg-cell" title="cell \[{own}\]:[^"]*"[^>]*>(.*?)</div>', history
     )
     assert own_bar is not None and "cgg-cell-bar" not in own_bar.group(1)  # no bar drawn
 
