@@ -168,17 +168,11 @@ def render_history(status: GpuStatus, cells: int = 30, own_cell: Optional[int] =
     span = high - low
     zero_y = PLOT_H * high / span
     biggest = max(changes, key=lambda c: c.change if c.change is not None else -math.inf)
-    bars, labels = [], []
-    every = 1 if len(changes) <= 16 else 2
-    for index, item in enumerate(changes):
+    bars = []
+    for item in changes:
         top = item is biggest and (item.change or 0) > 0
         bars.append(_bar(item, measure, span, zero_y, top, item.cell in own))
-        shown = index % every == (len(changes) - 1) % every
-        text = "" if item.cell is None or not shown else str(item.cell)
-        labels.append(
-            f'<span style="flex:1 1 0;min-width:0;text-align:center;overflow:hidden">'
-            f"{_e(text)}</span>"
-        )
+    labels = _cell_labels(changes)
     ticks = "".join(
         f'<div style="position:absolute;right:4px;top:{y - 9:.0f}px;{theme.NOWRAP}">'
         f"{_e(label)}</div>"
@@ -220,9 +214,30 @@ def render_history(status: GpuStatus, cells: int = 30, own_cell: Optional[int] =
         f'<div style="flex:1 1 auto;min-width:0">'
         f'<div style="position:relative;height:{PLOT_H}px;display:flex;align-items:stretch">'
         f"{grid}{''.join(bars)}</div>"
-        f'<div class="cgg-chart-cells" style="display:flex;font-size:11px;line-height:14px">'
+        f'<div class="cgg-chart-cells" style="position:relative;height:14px;font-size:11px;'
+        f'line-height:14px">'
         f"{''.join(labels)}</div></div></div>{leak_html}{legend}</div>"
     )
+
+
+LABELS = 8  # cell numbers under the bars at most: each has room for its digits at 240 px
+
+
+def _cell_labels(changes: list[CellChange]) -> list[str]:
+    """The cell numbers under the bars, each centred under its bar: every k-th cell's (the
+    last one always), so that each has room for its digits; never cut."""
+    count = len(changes)
+    every = max(1, math.ceil(count / LABELS))
+    spans = []
+    for index, item in enumerate(changes):
+        if (count - 1 - index) % every or item.cell is None:
+            continue
+        spans.append(
+            f'<span class="cgg-chart-cell" style="position:absolute;left:'
+            f"{100 * (index + 0.5) / count:.3f}%;transform:translateX(-50%);"
+            f'{theme.NOWRAP}">{_e(item.cell)}</span>'
+        )
+    return spans
 
 
 def _bar(

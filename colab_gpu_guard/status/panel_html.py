@@ -260,10 +260,11 @@ def render_held(status: GpuStatus) -> str:
     for holder in facts.holders:
         name = holder.name
         shown = name if len(name) <= HELD_NAME_CHARS else name[: HELD_NAME_CHARS - 1] + "…"
-        names.append(
-            f'<span class="cgg-holder" style="{theme.NOWRAP}" title="{_e(name)}">'
-            f'<code style="{theme.CODE}">{_e(shown)}</code> '
-            f'<b class="cgg-figure">{_e(format_bytes(holder.nbytes))}</b></span>'
+        names.append(  # a long name may wrap (whole in its tooltip); the size never does
+            f'<span class="cgg-holder" title="{_e(name)}">'
+            f'<code style="{theme.CODE};overflow-wrap:anywhere">{_e(shown)}</code> '
+            f'<b class="cgg-figure" style="{theme.NOWRAP}">{_e(format_bytes(holder.nbytes))}'
+            "</b></span>"
         )
     if facts.more:
         names.append(
@@ -323,8 +324,8 @@ def section_label(name: str, status: Optional[GpuStatus]) -> str:
 # the widest words each toggle can show, for its fixed width (a count must not push the
 # buttons after it)
 WIDEST_LABEL = {
-    "Leftovers": "Leftovers · 9,999 holders",
-    "Processes": "Processes · 99 others",
+    "Leftovers": "Leftovers · 999 holders",
+    "Processes": "Processes · 9 others",
     "History": "History",
     "Details": "Details",
 }

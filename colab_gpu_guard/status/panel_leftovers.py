@@ -29,7 +29,9 @@ GROUPS_STYLE = (
     "font-size:12px}.cgg-panel .cgg-group-row button.cgg-group-toggle:hover{"
     "text-decoration:underline}</style>"
 )
-_LINE = "display:flex;gap:8px;align-items:baseline;min-width:0"
+# what a group is, its marks and its size: on one line where they fit, else wrapped (the
+# size never cut)
+_LINE = "display:flex;flex-wrap:wrap;column-gap:8px;align-items:baseline;min-width:0"
 
 
 def _shape(shape: Any) -> str:
@@ -117,8 +119,8 @@ def render_group_line(group: LeftoverGroup) -> str:
     return (
         f'<div class="cgg-group-line" style="{theme.FONT};{_LINE}">'
         f'<span class="cgg-group-what" title="{what}" style="{theme.MUTED};'
-        f'flex:1 1 0;min-width:0;overflow-wrap:anywhere">{what}</span>{mark}'
-        f'<span class="cgg-group-size cgg-figure" style="{theme.NOWRAP}">'
+        f'flex:1 1 120px;min-width:0;overflow-wrap:anywhere">{what}</span>{mark}'
+        f'<span class="cgg-group-size cgg-figure" style="{theme.NOWRAP};margin-left:auto">'
         f"{_e(format_bytes(group.nbytes))}</span></div>"
     )
 

@@ -45,9 +45,9 @@ def _button_layout(min_width: str = "") -> widgets.Layout:
 
 
 def _label_width(words: str) -> str:
-    """A toggle's width for its widest words (13 px type: ~7.5 px a character, the
+    """A toggle's width for its widest words (13 px type: ~6.6 px a character, and the
     triangle and padding), so that a count appearing does not push the next buttons."""
-    return f"{round(len(words) * 7.5) + 34}px"
+    return f"{round(len(words) * 6.6) + 30}px"
 
 
 def _html_part(name: str, hidden: bool = False) -> widgets.HTML:

@@ -212,7 +212,7 @@ def test_toggles_keep_their_width_when_a_count_appears(show):
     instance = show(opened=False)
     for name, toggle in instance.toggles.items():
         widest = panel_html.WIDEST_LABEL[name]
-        assert toggle.layout.min_width == f"{round(len(widest) * 7.5) + 34}px"
+        assert toggle.layout.min_width == f"{round(len(widest) * 6.6) + 30}px"
     labels = [instance.toggles[name].description for name in ("Leftovers", "Processes")]
     assert all(len(label) <= len(panel_html.WIDEST_LABEL[label.split()[1]]) + 2 for label in labels)
 
