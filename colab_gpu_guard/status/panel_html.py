@@ -262,7 +262,8 @@ def render_held(status: GpuStatus) -> str:
         shown = name if len(name) <= HELD_NAME_CHARS else name[: HELD_NAME_CHARS - 1] + "…"
         names.append(  # a long name may wrap (whole in its tooltip); the size never does
             f'<span class="cgg-holder" title="{_e(name)}">'
-            f'<code style="{theme.CODE};overflow-wrap:anywhere">{_e(shown)}</code> '
+            f'<span class="cgg-code" style="{theme.CODE};overflow-wrap:anywhere">'
+            f"{_e(shown)}</span> "
             f'<b class="cgg-figure" style="{theme.NOWRAP}">{_e(format_bytes(holder.nbytes))}'
             "</b></span>"
         )

@@ -157,8 +157,8 @@ def entries_table(entries: Sequence[Leftover]) -> str:
         )
         rows.append(
             f'<div class="cgg-entry" style="{_ENTRY}">'
-            f'<code class="cgg-entry-name" style="{theme.CODE};flex:1 1 160px;min-width:0;'
-            f'overflow-wrap:anywhere">{_e(name)}</code>'
+            f'<span class="cgg-entry-name" style="{theme.CODE};flex:1 1 160px;min-width:0;'
+            f'overflow-wrap:anywhere">{_e(name)}</span>'
             f'<span class="cgg-entry-facts" style="{theme.MUTED};flex:0 1 auto;min-width:0">'
             f"{shown}</span>"
             f'<b class="cgg-entry-size cgg-figure" style="{theme.NOWRAP};margin-left:auto">'

@@ -48,7 +48,8 @@ def export(tmp_path, stored: bool):
 
 
 def offline_page(browser, path, width: int):
-    page = browser.new_page(viewport={"width": width, "height": 900})
+    page = browser.new_page()
+    page.set_viewport_size({"width": width, "height": 900})
     refused = []
 
     def route(request_route):

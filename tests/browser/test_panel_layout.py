@@ -186,8 +186,16 @@ def panel_width(panel, width) -> float:
     )
 
 
-# a dark user style sheet for Notebook 6 (it has no dark theme of its own: users add one)
+# a dark user style sheet for Notebook 6 (it has no dark theme of its own: users add one,
+# which sets the page's colours and the theme variables its widgets read)
 NB6_DARK = (
+    "html:root{--jp-content-font-color0:#d4d4d4;--jp-content-font-color1:#d4d4d4;"
+    "--jp-ui-font-color0:#e0e0e0;--jp-ui-font-color1:#d4d4d4;--jp-ui-font-color2:#b0b0b0;"
+    "--jp-layout-color0:#1e1e1e;--jp-layout-color1:#1e1e1e;--jp-layout-color2:#3a3a3a;"
+    "--jp-layout-color3:#555;--jp-border-color1:#777;--jp-border-color2:#555;"
+    "--jp-widgets-color:#d4d4d4;--jp-widgets-label-color:#d4d4d4;"
+    "--jp-widgets-input-color:#d4d4d4;--jp-widgets-input-background-color:#2a2a2a;"
+    "--jp-widgets-input-border-color:#777}"
     "body, #notebook, #notebook-container, .cell, div.output_area, .output_subarea, "
     "div.output_wrapper {background:#1e1e1e !important; color:#d4d4d4 !important}"
 )

@@ -21,13 +21,16 @@ Examples:
 %gpu_panel --close     # close it (no more refreshes)
 ```
 
-The panel is compact: when its figures were taken (after which cell), one line per GPU
-(this kernel / other processes / free, used of total, utilisation, temperature, power;
-"unlisted" for used memory NVML charges to no process it lists, such as the driver's own
-few MiB) with its MIG instances, the buttons Refresh and Free memory (`%gpu_reset`), and
-one line of what matters now. Sections that stay open across refreshes: Leftovers,
-Processes, History (what each cell kept) and Details (versions, notes, and Seed:
-`%seed_all` with a seed and deterministic mode).
+The panel is compact, and leads with three facts: the driver and CUDA versions (or why
+they are unknown), one line per GPU (this kernel / other processes / free, used of total,
+how busy, temperature, power; "unattributed" for used memory NVML charges to no process it
+lists, such as the driver's own few MiB) with its MIG instances, and what is held between
+cells, by name ("held between cells: `keep` 382 MiB, `Out[3]` 191 MiB"), with the last
+rerun that kept memory again. Then the buttons Refresh and Free memory (`%gpu_reset`), and
+what else matters now. Sections that stay open across refreshes: Leftovers, Processes,
+History (what each cell kept) and Details (versions, notes, the last action's result with
+its full report one click away, and Seed: `%seed_all` with a seed and deterministic mode).
+Lines wrap at a narrow width; no figure is cut.
 
 It refreshes after every cell while shown; without `--live` nothing runs between cells.
 While a cell runs the header says "cell [N] running since HH:MM:SS", and a click then is
@@ -41,10 +44,17 @@ JupyterLab 4 and Notebook 6.5; not checked in Colab or VS Code. From code:
 
 `--live SECONDS` (0.5 to 60; `off` or 0 stops it): one thread also re-reads NVML (no
 leftovers scan, no CUDA synchronisation) every SECONDS while a cell runs and updates the
-header ("GPU lines live, HH:MM:SS") and the GPU lines, so a long training cell shows its
-memory as it grows. It needs a front end that shows widget updates sent during a cell
-(checked in JupyterLab 4 and Notebook 6.5): in Colab, in a terminal or without a GPU it
-says why and starts nothing. It applies to the open panel (opening one if none is).
+header ("GPU lines live, HH:MM:SS") and the GPU lines, with sparklines of each GPU's memory
+and how busy it was over the last readings, so a long training cell (or a training run in
+another process) shows its memory as it grows. It needs a front end that shows widget
+updates sent during a cell (checked in JupyterLab 4 and Notebook 6.5): in Colab, in a
+terminal or without a GPU it says why and starts nothing. It applies to the open panel
+(opening one if none is).
+
+Without widgets (GitHub, a terminal, `nbconvert --to markdown`) the panel shows as text,
+and `nbconvert --to html` shows a static copy, both with the three facts. `nbconvert
+--execute --to html` stores the widget state by default and the panel is then blank
+offline: export with `--ExecutePreprocessor.store_widget_state=False`.
 """
 
 if TYPE_CHECKING:

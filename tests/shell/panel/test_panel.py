@@ -103,7 +103,7 @@ def test_no_gpu_tree_says_why_and_stays_useful(ip, run_cell, show, torch):
     assert "host RAM" in only.value and "available" in only.value and "of 23" not in header
     # what is held between cells, by name, on its own line
     assert "held between cells:" in instance.now.value
-    assert "<code" in instance.now.value and ">weights_on_cpu</code> <b" in instance.now.value
+    assert "cgg-code" in instance.now.value and ">weights_on_cpu</span> <b" in instance.now.value
     assert "cgg-now-warn" not in instance.now.value
     # the sections are closed, and drawn only once opened
     view = instance.leftovers
@@ -113,7 +113,7 @@ def test_no_gpu_tree_says_why_and_stays_useful(ip, run_cell, show, torch):
     assert "Tensor: 1 array on cpu" in view.row("weights_on_cpu").line.value
     open_groups(instance)
     text = leftovers_text(instance)
-    assert ">weights_on_cpu</code>" in text
+    assert ">weights_on_cpu</span>" in text
     assert "(256, 1024)" in text and "1 MiB" in text
     assert "held by output history / tracebacks" in text
     assert "What each cell kept" in instance.history.value
@@ -804,7 +804,7 @@ def test_leftovers_show_the_top_ten_and_the_freeable_total(show):
     text = render_leftovers(status)
     assert "12 arrays, 78 MiB in all (the 10 biggest shown)" in text
     assert text.count('class="cgg-entry"') == 10  # ten arrays
-    assert ">t11</code>" in text and ">t1</code>" not in text
+    assert ">t11</span>" in text and ">t1</span>" not in text
     # odd indexes are output history: 2+4+...+12 MiB = 42 MiB, including the two not shown
     assert "held by output history / tracebacks: <b>42 MiB</b>" in text
     assert "(12, 4)" in text and "cuda:0" in text and "float32" in text
@@ -813,7 +813,7 @@ def test_leftovers_show_the_top_ten_and_the_freeable_total(show):
     status = dataclasses.replace(
         status, leftovers=(dataclasses.replace(entries[0], name="w" * 300),)
     )
-    assert f">{'w' * 300}</code>" in render_leftovers(status)
+    assert f">{'w' * 300}</span>" in render_leftovers(status)
     assert "(20000,)" in render_leftovers(status)  # a 1-D shape as Python writes it
     # a live snapshot carries the total over everything found, shown or not
     status = dataclasses.replace(

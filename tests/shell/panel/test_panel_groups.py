@@ -110,7 +110,7 @@ def test_an_opened_group_stays_open_moves_with_its_group_and_shows_it_now(
     click(row)
     assert row.toggle.value is True and view.is_open("kept_list")
     assert row.toggle.description == OPEN + "kept_list" and shown(row)
-    assert ">kept_list[0]</code>" in row.body.value and "(256,)" in row.body.value
+    assert ">kept_list[0]</span>" in row.body.value and "(256,)" in row.body.value
 
     # another array in that variable, a bigger variable and an output-history result,
     # both listed before it (hidden holders first, then the biggest)
@@ -123,7 +123,7 @@ def test_an_opened_group_stays_open_moves_with_its_group_and_shows_it_now(
     assert view.row("kept_list") is row  # the same widgets, moved
     assert row.toggle.value is True and row.toggle.description == OPEN + "kept_list"
     assert shown(row)
-    assert ">kept_list[1]</code>" in row.body.value and "(512,)" in row.body.value
+    assert ">kept_list[1]</span>" in row.body.value and "(512,)" in row.body.value
     assert "list: 2 arrays on cpu" in row.line.value
     assert_closed(view, "kept_list")  # the new groups and small_one: closed
     assert view.row(out).body.value == "" and view.row("small_one").body.value == ""
