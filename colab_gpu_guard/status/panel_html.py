@@ -113,11 +113,15 @@ def _swatch(key: str) -> str:
     )
 
 
-def render_header(status: GpuStatus, cell: Optional[int] = None, running: str = "") -> str:
-    """The driver and CUDA versions (or why they are unknown) first, then when the figures
-    were taken ('after cell [N], HH:MM:SS') or what runs now; a badge for a broken, busy or
+def render_header(
+    status: GpuStatus, cell: Optional[int] = None, running: str = "", fresh: bool = True
+) -> str:
+    """The driver and CUDA versions (or why they are unknown) first, then what runs now
+    (`running`) or, with `fresh`, when the figures were taken ('after cell [N], HH:MM:SS':
+    the static copy's age; the live panel, refreshed after every cell, leaves it out, so
+    that a cell that changed nothing changes nothing in it); a badge for a broken, busy or
     forked CUDA context. Wraps between its parts at a narrow width."""
-    when = running if running else freshness(status, cell)
+    when = running if running else freshness(status, cell) if fresh else ""
     fact = versions(status)
     shown = (
         theme.label("error", _e(fact.text), "cgg-versions")
@@ -133,9 +137,10 @@ def render_header(status: GpuStatus, cell: Optional[int] = None, running: str = 
         badge += "</span>"
     return (
         f"{PANEL_STYLE}"
-        f'<div class="cgg-header-html" style="{_LINE};{_ROW}" title="{_e(fact.text)} · {_e(when)}">'
+        f'<div class="cgg-header-html" style="{_LINE};{_ROW}">'
         f"<span>{shown}</span>"
-        f'<span class="cgg-fresh" style="{theme.MUTED}">{_e(when)}</span>{badge}</div>'
+        + (f'<span class="cgg-fresh" style="{theme.MUTED}">{_e(when)}</span>' if when else "")
+        + f"{badge}</div>"
     )
 
 

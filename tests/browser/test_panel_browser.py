@@ -63,7 +63,7 @@ def test_panel_renders_and_its_buttons_work(frontend, tmp_path):
         # the live widget, not the static copy displayed beside it for static renderers
         assert page.locator(".cgg-static").count() == 0
         # every section rendered from the snapshot
-        panel_text(page, "header", "driver and CUDA n/a: no NVIDIA driver", "after cell [")
+        panel_text(page, "header", "driver and CUDA n/a: no NVIDIA driver")
         panel_text(page, "devices", "No GPU", "host RAM")
         panel_text(page, "now", "held between cells:", "browser_weights", "2 MiB hidden")
         buttons = panel.locator("button")

@@ -251,7 +251,7 @@ def test_panel_is_compact_readable_and_steady(frontend, scenario, tmp_path):
         panel = show_panel(page, frontend)
         page.wait_for_function(
             "() => { const e = document.querySelector('.cgg-panel .cgg-header');"
-            " return !!e && e.innerText.includes('after cell'); }"
+            " return !!e && e.innerText.includes('driver'); }"
         )
         for index in range(24):  # 30 cells of history
             run_cell_code(page, frontend, f"cell_{index} = {index}")

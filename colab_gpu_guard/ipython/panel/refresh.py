@@ -9,7 +9,7 @@ import dataclasses
 import sys
 import threading
 import time
-from typing import TYPE_CHECKING, Any, Callable, NamedTuple, Optional
+from typing import TYPE_CHECKING, Any, Callable, NamedTuple, Optional, Sequence
 
 import IPython
 
@@ -21,6 +21,7 @@ from .view import HISTORY_CELLS, PanelView
 if TYPE_CHECKING:
     from IPython.core.interactiveshell import InteractiveShell
 
+    from colab_gpu_guard.cells.tracker import CellMemory
     from colab_gpu_guard.status import GpuStatus
 
 __all__ = ["HISTORY_CELLS", "SCAN_SHARE", "Refresher", "Running", "Taken", "running_cell"]
@@ -37,6 +38,10 @@ SCAN_SHARE = 0.1
 # at most UNCHANGED_S old: the panel's cost of a trivial cell is then its cheap snapshot.
 UNCHANGED_S = 5.0
 HOST_NOISE = 2**20  # a host memory change below this is the interpreter's own noise
+# Such a cell ending under QUIET_S after the panel's last snapshot (cells run back to back,
+# a loop of `run_cell`) takes none at all: the panel stays as drawn, its GPU lines at most
+# that old (the History chart, when open, is drawn after every cell regardless).
+QUIET_S = 1.0
 _clock = time.monotonic  # tests move it
 QUEUED = "a click now is queued: runs when the cell ends"
 
@@ -179,6 +184,8 @@ class Refresher:
         self.cell = _last_cell(shell)
         self.running: Optional[Running] = None
         self._scan: Optional[_Scan] = None
+        self.drawn_at = -float("inf")  # when a snapshot was last drawn (`_clock`)
+        self.quiet = 0  # cells after which nothing was taken or drawn (`_quiet`)
 
     def refresh(self, status: Optional[GpuStatus] = None) -> int:
         """Take one snapshot (unless given one) and write the sections that changed.
@@ -195,6 +202,7 @@ class Refresher:
                 return view.updates - started
         with view.lock:
             self.refreshes += 1
+            self.drawn_at = _clock()
             running = self.running
             view.draw(status, self.cell, running.text() if running else "")
         return view.updates - started
@@ -209,18 +217,30 @@ class Refresher:
         self._scan = _Scan(_clock(), status.duration_ms / 1000.0, status, namespace, scan_notes)
         return status
 
-    def _unchanged(self, scan: _Scan, fresh: GpuStatus) -> bool:
-        """The cell that just ended changed nothing the last scan looked at, and that scan
-        is recent (`UNCHANGED_S`)."""
+    def _unchanged(self, scan: _Scan, history: Sequence[CellMemory]) -> bool:
+        """The cell that just ended (the last of `history`) changed nothing the last scan
+        looked at, and that scan is recent (`UNCHANGED_S`)."""
         if _clock() - scan.done_at > UNCHANGED_S or namespace_print(self.shell) != scan.namespace:
             return False
-        history = fresh.history or ()
         last = history[-1] if history else None
         if last is None or last.cell != self.cell or last.delta != 0:
             return False
         if last.rss_after is None or last.rss_before is None:
             return False
         return abs(last.rss_after - last.rss_before) < HOST_NOISE
+
+    def _quiet(self) -> bool:
+        """After a cell that changed nothing, under `QUIET_S` after the last snapshot, with
+        the History chart closed: nothing to take or draw."""
+        from colab_gpu_guard.cells import tracker
+
+        scan = self._scan
+        if scan is None or self.snapshot is not _take_status or self.view.status is None:
+            return False
+        if _clock() - self.drawn_at > QUIET_S or self.view.is_open("History"):
+            return False
+        last, _count = tracker.history_tail(1, self.shell)
+        return self._unchanged(scan, last)
 
     def cell_snapshot(self) -> GpuStatus:
         """The snapshot after a cell: a full one, unless the cell changed nothing the last
@@ -239,7 +259,7 @@ class Refresher:
                 f"cell it runs at most every {scan.seconds / SCAN_SHARE:.0f} s; Refresh finds "
                 "them now"
             )
-        elif not self._unchanged(scan, fresh):
+        elif not self._unchanged(scan, fresh.history or ()):
             return self._full_snapshot()
         scanned = scan.status
         # what the reused scan said of its leftovers (incomplete, graphs not measured)
@@ -256,14 +276,16 @@ class Refresher:
             leftovers_note=note,
         )
 
-    def cell_began(self, cell: Optional[int]) -> None:
-        """Say which cell runs, and that a click now waits for it: the kernel reads a
-        button's click once the running cell ends, or, read in another thread while it
-        runs, the panel keeps it until then (actions.py)."""
+    def cell_began(self, cell: Optional[int], say: bool = True) -> None:
+        """Note which cell runs and, where `say` (the GPU lines are live), say so in the
+        header, and that a click now waits for it: the kernel reads a button's click once
+        the running cell ends, or, read in another thread while it runs, the panel keeps
+        it until then (actions.py, which says so when it happens). Not live, a cell's start
+        writes nothing: a short cell costs no widget message."""
         running = Running(cell, time.strftime("%H:%M:%S"), threading.get_ident())
         self.running = running
         status = self.view.status
-        if self.closed() or status is None:
+        if not say or self.closed() or status is None:
             return
         with self.view.lock:
             self.view.draw_header(status, self.cell, running.text())
@@ -276,6 +298,9 @@ class Refresher:
             if count is not None:
                 self.cell = count
             self.view.hide_message()
+            if self._quiet():
+                self.quiet += 1
+                return
             try:
                 status = self.cell_snapshot()
             except Exception as error:  # boundary: NVML, frameworks, the user's objects

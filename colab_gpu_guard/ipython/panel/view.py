@@ -27,6 +27,7 @@ from colab_gpu_guard.status.panel_static import render_static_panel
 from .groups import OPEN, SHUT, LeftoversView, Show, Write
 
 if TYPE_CHECKING:
+    from colab_gpu_guard.nvml import NvmlDevice
     from colab_gpu_guard.status import GpuStatus
 
 DEFAULT_SEED = 42
@@ -198,6 +199,7 @@ class PanelView:
         self.line_extras: dict[int, str] = {}  # GPU index -> HTML after its line (live)
         self.parts = PanelParts(self.set, self.show)
         self._device_lines: list[widgets.HTML] = []
+        self._pages: dict[int, tuple[tuple, str]] = {}  # GPU index -> (its input, its line)
         for name, toggle in self.parts.toggles.items():
             toggle.observe(lambda _change, name=name: self._on_toggle(name), names="value")
         self.parts.report_toggle.observe(lambda _change: self._on_report(), names="value")
@@ -237,7 +239,7 @@ class PanelView:
         if status.has_gpu:
             extras = self.line_extras
             pages = [
-                render_device(status, device) + extras.get(device.index, "")
+                self._device_page(status, device) + extras.get(device.index, "")
                 for device in status.nvml.devices
             ]
         else:
@@ -256,9 +258,21 @@ class PanelView:
         for line, page in zip(self._device_lines, pages):
             self.set(line, page)
 
+    def _device_page(self, status: GpuStatus, device: NvmlDevice) -> str:
+        """A GPU's line, drawn again only when what it shows changed: the NVML record, this
+        kernel's devices on it and the runtime (a lost GPU's fix) are its whole input."""
+        key = (device, status.memory_for(device.index), status.host.runtime)
+        cached = self._pages.get(device.index)
+        if cached is not None and cached[0] == key:
+            return cached[1]
+        page = render_device(status, device)
+        self._pages[device.index] = (key, page)
+        return page
+
     def draw_header(self, status: GpuStatus, cell: Optional[int], running: str = "") -> None:
-        """'after cell [N], HH:MM:SS', or `running`: what runs now."""
-        self.set(self.parts.header, render_header(status, cell, running))
+        """The versions, and `running` (what runs now) while a cell runs live; no per-cell
+        time (`render_header`)."""
+        self.set(self.parts.header, render_header(status, cell, running, fresh=False))
 
     def _draw_section(self, name: str, status: GpuStatus) -> None:
         parts = self.parts

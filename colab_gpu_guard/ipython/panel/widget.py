@@ -148,7 +148,8 @@ class GpuPanel(widgets.VBox):
         # boundary: IPython's pre_run_cell callback, which must never raise into IPython
         with contextlib.suppress(Exception):
             stored = getattr(info, "store_history", True)
-            self.refresher.cell_began(starting_cell(self.shell) if stored else None)
+            live = self.live_lines.seconds is not None
+            self.refresher.cell_began(starting_cell(self.shell) if stored else None, live)
             self.live_lines.cell_started()
 
     def _post_run_cell(self, result: Any = None) -> None:

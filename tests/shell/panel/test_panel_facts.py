@@ -181,7 +181,7 @@ def test_the_chart_does_not_charge_the_panels_own_cell(ip, run_cell, show, torch
 
 
 def test_a_cell_that_changed_nothing_is_not_scanned_again(ip, run_cell, show, torch, monkeypatch):
-    instance = show()
+    instance = show(opened=False)
     scans = []
     real = panel_refresh._take_status
 
@@ -195,10 +195,22 @@ def test_a_cell_that_changed_nothing_is_not_scanned_again(ip, run_cell, show, to
     monkeypatch.setattr(panel_refresh, "_clock", lambda: now[0])
     run_cell("import torch\nbatches = [torch.ones(8)]")
     assert len(scans) == 1  # a new variable: scanned
+    refreshes, quiet, updates = instance.refreshes, instance.refresher.quiet, instance.updates
     for source in ("pass", "1 + 1;", "x = None\ndel x"):
         run_cell(source)
-    assert len(scans) == 1  # nothing the scan looks at changed
+    assert len(scans) == 1  # nothing the scan looks at changed...
+    # ...and right after the last snapshot (QUIET_S): nothing taken, nothing written
+    assert instance.refreshes == refreshes and instance.refresher.quiet == quiet + 3
+    assert instance.updates == updates
     assert "`batches`" in instance.text()
+    now[0] += panel_refresh.QUIET_S + 0.5  # later: the cheap snapshot, nothing written
+    run_cell("pass")
+    assert len(scans) == 1 and instance.refreshes == refreshes + 1
+    assert instance.updates == updates
+    open_sections(instance, "History")  # the chart is drawn after every cell
+    run_cell("pass")
+    assert instance.refreshes == refreshes + 2 and len(scans) == 1
+    instance.toggles["History"].value = False
     run_cell("batches.append(torch.ones(8))")  # a list grew: scanned again
     assert len(scans) == 2 and "batches" in instance.text()
     run_cell("2 * 3")  # an output the history keeps: scanned
