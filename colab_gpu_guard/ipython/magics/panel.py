@@ -33,8 +33,11 @@ its full report one click away, and Seed: `%seed_all` with a seed and determinis
 Lines wrap at a narrow width; no figure is cut.
 
 It refreshes after every cell while shown; without `--live` nothing runs between cells.
-While a cell runs the header says "cell [N] running since HH:MM:SS", and a click then is
-queued: it runs when the cell ends. A slow snapshot (looking for leftovers among 10^5
+A click while a cell runs is queued, and says so: it runs when the cell ends (with
+`--live` the header also says "cell [N] running since HH:MM:SS"). After a cell that
+changed nothing it looks at (no variable added, removed or rebound, no list grown, no new
+output, memory as it was) it keeps its last leftovers scan, and within a second of its
+last snapshot it takes none: cells run back to back cost it almost nothing. A slow snapshot (looking for leftovers among 10^5
 arrays takes about 0.5 s) is taken again after a cell only once it costs at most a tenth
 of the time since the last one; until then the leftovers shown say how old they are, and
 Refresh looks again. One panel per kernel: running `%gpu_panel` again shows the same live
