@@ -37,10 +37,10 @@ A click while a cell runs is queued, and says so: it runs when the cell ends (wi
 `--live` the header also says "cell [N] running since HH:MM:SS"). After a cell that
 changed nothing it looks at (no variable added, removed or rebound, no list grown, no new
 output, memory as it was) it keeps its last leftovers scan, and within a second of its
-last snapshot it takes none: cells run back to back cost it almost nothing. A slow snapshot (looking for leftovers among 10^5
-arrays takes about 0.5 s) is taken again after a cell only once it costs at most a tenth
-of the time since the last one; until then the leftovers shown say how old they are, and
-Refresh looks again. One panel per kernel: running `%gpu_panel` again shows the same live
+last snapshot it takes none: cells run back to back cost it almost nothing. A slow
+snapshot (looking for leftovers among 10^5 arrays takes about 0.5 s) is taken again after
+a cell only once it costs at most a tenth of the time since the last one; until then the
+leftovers shown say how old they are, and Refresh looks again. One panel per kernel: running `%gpu_panel` again shows the same live
 panel. Core ipywidgets only: no custom widget to install (Colab needs none). Checked in
 JupyterLab 4 and Notebook 6.5; not checked in Colab or VS Code. From code:
 `colab_gpu_guard.panel()`.
