@@ -40,10 +40,10 @@ output, memory as it was) it keeps its last leftovers scan, and within a second 
 last snapshot it takes none: cells run back to back cost it almost nothing. A slow
 snapshot (looking for leftovers among 10^5 arrays takes about 0.5 s) is taken again after
 a cell only once it costs at most a tenth of the time since the last one; until then the
-leftovers shown say how old they are, and Refresh looks again. One panel per kernel: running `%gpu_panel` again shows the same live
-panel. Core ipywidgets only: no custom widget to install (Colab needs none). Checked in
-JupyterLab 4 and Notebook 6.5; not checked in Colab or VS Code. From code:
-`colab_gpu_guard.panel()`.
+leftovers shown say how old they are, and Refresh looks again. One panel per kernel:
+running `%gpu_panel` again shows the same live panel. Core ipywidgets only: no custom
+widget to install (Colab needs none). Checked in JupyterLab 4 and Notebook 6.5; not
+checked in Colab or VS Code. From code: `colab_gpu_guard.panel()`.
 
 `--live SECONDS` (0.5 to 60; `off` or 0 stops it): one thread also re-reads NVML (no
 leftovers scan, no CUDA synchronisation) every SECONDS while a cell runs and updates the
