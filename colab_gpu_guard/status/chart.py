@@ -232,10 +232,15 @@ def _cell_labels(changes: list[CellChange]) -> list[str]:
     for index, item in enumerate(changes):
         if (count - 1 - index) % every or item.cell is None:
             continue
+        if index == count - 1:  # the last one ends at the plot's edge, whole
+            where = "right:0"
+        elif index == 0:  # the first one starts at its edge
+            where = "left:0"
+        else:  # centred under its bar
+            where = f"left:{100 * (index + 0.5) / count:.3f}%;transform:translateX(-50%)"
         spans.append(
-            f'<span class="cgg-chart-cell" style="position:absolute;left:'
-            f"{100 * (index + 0.5) / count:.3f}%;transform:translateX(-50%);"
-            f'{theme.NOWRAP}">{_e(item.cell)}</span>'
+            f'<span class="cgg-chart-cell" style="position:absolute;{where};{theme.NOWRAP}">'
+            f"{_e(item.cell)}</span>"
         )
     return spans
 

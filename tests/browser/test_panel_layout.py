@@ -57,10 +57,13 @@ CONTRAST_JS = """panel => {
   const opacity = el => { let o = 1;
     for (let e = el; e; e = e.parentElement) o *= Number(getComputedStyle(e).opacity);
     return o; };
+  let over = '';  // what covers the text, when something does
   const painted = (el, x, y) => {
     const stack = document.elementsFromPoint(x, y);
     let start = -1;
     for (let e = el; e && start < 0; e = e.parentElement) start = stack.indexOf(e);
+    over = start > 0 ? ' under ' + stack.slice(0, start).map(e => e.tagName + '.'
+      + String(e.className).split(' ').slice(-2).join('.')).join(' < ') : '';
     const layers = [];
     for (let i = Math.max(start, 0); i < stack.length; i++) {
       const c = parse(getComputedStyle(stack[i]).backgroundColor);
@@ -90,7 +93,8 @@ CONTRAST_JS = """panel => {
     const l1 = lum(seen_fg), l2 = lum(bg);
     const ratio = (Math.max(l1, l2) + 0.05) / (Math.min(l1, l2) + 0.05);
     if (ratio < 4.5) bad.push(ratio.toFixed(2) + ' "' + node.textContent.trim().slice(0, 40)
-      + '" ' + style.color + ' on rgb(' + bg.map(Math.round) + ')');
+      + '" ' + style.color + ' on rgb(' + bg.map(Math.round) + ')' + over
+      + ' at ' + Math.round(box.left) + ',' + Math.round(box.top));
   }
   return bad; }"""
 
@@ -99,7 +103,8 @@ CONTRAST_JS = """panel => {
 FIGURES_JS = """panel => {
   const out = [], edge = panel.getBoundingClientRect();
   const picked = '.cgg-figure, .cgg-gpu-name, .cgg-versions, .cgg-holder, .cgg-fresh, '
-    + '.cgg-no-gpu b, .cgg-entry-size, .cgg-group-size, .cgg-now-leak, .cgg-held-head';
+    + '.cgg-no-gpu b, .cgg-entry-size, .cgg-group-size, .cgg-now-leak, .cgg-held-head, '
+    + '.cgg-chart-cell';
   for (const el of panel.querySelectorAll(picked)) {
     if (!el.getClientRects().length) continue;
     const text = (el.textContent || '').trim().slice(0, 50);
@@ -169,6 +174,9 @@ def rest(page) -> None:
 
 def check_readable(page, panel, label: str) -> None:
     bad = panel.evaluate(CONTRAST_JS)
+    if bad:  # widgets re-laid out after a refresh may overlap for a moment: look again
+        page.wait_for_timeout(1500)
+        bad = panel.evaluate(CONTRAST_JS)
     assert not bad, f"{label}: text under 4.5:1 contrast: {bad}"
     out = panel.evaluate(OVERFLOW_JS)
     assert not out, f"{label}: past the panel's right edge: {out}"
