@@ -258,3 +258,32 @@ def test_panel_api_without_ipywidgets_says_what_is_missing(tmp_path):
     )
     assert rest.startswith("GPU status |")
     assert out.rstrip().endswith("PanelUnavailable\nFalse")
+
+
+@pytest.mark.gpu
+def test_real_gpu_three_facts_match_nvml_and_torch(ip, run_cell, show, torch):
+    """On a real GPU: the header's driver and CUDA versions are NVML's own answers (read
+    here through pynvml, not through the package), the GPU line names the GPU NVML names
+    and its total memory, and the held line's figure for a CUDA tensor is its bytes."""
+    import pynvml
+
+    from colab_gpu_guard import nvml
+
+    nvml.set_pynvml(None)
+    pynvml.nvmlInit()
+    driver = pynvml.nvmlSystemGetDriverVersion()
+    driver = driver.decode() if isinstance(driver, bytes) else driver
+    cuda = pynvml.nvmlSystemGetCudaDriverVersion()
+    handle = pynvml.nvmlDeviceGetHandleByIndex(0)
+    name = pynvml.nvmlDeviceGetName(handle)
+    name = name.decode() if isinstance(name, bytes) else name
+    total = pynvml.nvmlDeviceGetMemoryInfo(handle).total
+    run_cell("import torch\ngpu_held = torch.ones(64, 1024, 1024, device='cuda')")  # 256 MiB
+    instance = show(opened=False)
+    header = _text(instance.header.value)
+    assert header.startswith(f"driver {driver} · CUDA {cuda // 1000}.{(cuda % 1000) // 10}")
+    line = _text(instance.devices.children[0].value)
+    assert name in line and f"of {format_bytes(total)}" in line
+    held = ip.user_ns["gpu_held"]
+    assert f"gpu_held {format_bytes(held.nbytes)}" in _text(instance.now.value)
+    ip.user_ns.pop("gpu_held")
