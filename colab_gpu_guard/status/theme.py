@@ -10,7 +10,6 @@ FONT = (
 )
 MUTED = "opacity:.8"
 NOWRAP = "white-space:nowrap"
-ELLIPSIS = "white-space:nowrap;overflow:hidden;text-overflow:ellipsis;min-width:0"
 CODE = "font-family:var(--jp-code-font-family,var(--vscode-editor-font-family,monospace))"
 BORDER = "var(--jp-border-color1,var(--vscode-panel-border,rgba(128,128,128,.55)))"
 
