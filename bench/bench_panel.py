@@ -13,7 +13,9 @@ held only by the output history) and NVML answering from a fake 2-GPU machine
   with one changed value);
 - after 50 displays: the refresh cost when ``%gpu_panel`` was shown 50 times (one panel
   per kernel, so it must not grow), as a ratio to snapshots taken in the same rounds;
-- per cell: ``run_cell('pass')`` with the live panel vs without it;
+- per cell: ``run_cell('pass')`` with the live panel vs without it, in this process; and
+  in a real kernel (bench_panel_cell.py), where the widget messages are really sent: the
+  difference must be at most 1 ms for a cell that changed nothing;
 - with 10^5 tensors alive (10^4 with --quick): cells run back to back with the live panel
   against one full snapshot (the leftovers scan is not repeated after every cell);
 - ``--live 0.5`` in a real kernel (bench_panel_live.py): one tick against one refresh, the
@@ -179,19 +181,16 @@ def main(argv: list[str] | None = None) -> int:
             line += f"  <= {target:g}x: {'PASS' if ok else 'FAIL'}"
         print(line)
     added = statistics.median(with_panel) - statistics.median(without_panel)
-    # a cell refresh = one snapshot + re-rendering the sections that changed (the per-cell
-    # history and the footer change after every cell)
-    added_target = 3.0
+    # a cell that changed nothing: the cheap snapshot (NVML, torch, host, history) and the
+    # header's "after cell [N]"; the target is on the real kernel's figure (below)
     cell_base = statistics.median(snapshot_cells)
-    ok_added = added / cell_base <= added_target
     ok_writes = no_change_writes <= 1.0
     ok_callbacks = len(callbacks) == 1
-    failed |= not (ok_added and ok_writes and ok_callbacks)
+    failed |= not (ok_writes and ok_callbacks)
     print()
     print(
-        f"added per cell by the live panel: {added:.3f} ms = {added / cell_base:.2f} x "
-        f"snapshot ({cell_base:.3f} ms in the same rounds; target <= {added_target:g} x): "
-        f"{'PASS' if ok_added else 'FAIL'}"
+        f"added per unchanged cell by the live panel, in this process: {added:.3f} ms = "
+        f"{added / cell_base:.2f} x a full snapshot ({cell_base:.3f} ms in the same rounds)"
     )
     print(
         f"widget values written by a refresh with nothing new: {no_change_writes:.2f} "
@@ -216,9 +215,28 @@ def main(argv: list[str] | None = None) -> int:
         "ratio = median / baseline median; refresh after 50 displays: its ratio to a snapshot "
         "taken in the same rounds, against refresh's (snapshots and refreshes interleaved)."
     )
+    failed |= not cell_cost(args.quick, args.real_nvml)
     failed |= not live_cost(args.quick, args.real_nvml)
     print("FAIL" if failed else "PASS")
     return 1 if failed else 0
+
+
+def cell_cost(quick: bool, real_nvml: bool) -> bool:
+    """Print what the open panel adds to an unchanged cell in a real kernel; False if the
+    target failed."""
+    print()
+    try:
+        from bench.bench_panel_cell import measure
+
+        cost = measure(quick, real_nvml)
+    except Exception as error:  # no jupyter_client / ipykernel here: say so, fail
+        print(f"per-cell cost in a real kernel: not measured: {type(error).__name__}: {error}")
+        return False
+    passed = True
+    for text, ok in cost.lines():
+        passed &= ok is not False
+        print(text if ok is None else f"{text}: {'PASS' if ok else 'FAIL'}")
+    return passed
 
 
 def live_cost(quick: bool, real_nvml: bool) -> bool:

@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, NamedTuple, Optional
 
 from ..units import format_bytes, signed_bytes
 from . import theme
+from .compact import leak_words
 from .html import escape as _e
 
 if TYPE_CHECKING:
@@ -28,6 +29,7 @@ CUDA_MEASURE = "CUDA allocated"
 NVML_MEASURE = "NVML: this process on the GPU"
 HOST_MEASURE = "host resident memory"  # RSS: memory reused from the heap does not show
 PLOT_H = 72  # px
+MARK_H = 12  # px: the headroom over the plot where the biggest bar's marker may sit
 AXIS_W = 60  # px: the tick labels' column
 
 
@@ -140,24 +142,22 @@ def _nice(value: float) -> float:
     return 10 * step * unit
 
 
-def leak_text(record: CellMemory) -> str:
-    cell = "-" if record.cell is None else record.cell
-    again = f" (rerun of [{record.rerun_of}])" if record.rerun_of is not None else ""
-    return (
-        f"[{cell}]{again} kept {signed_bytes(record.leak_bytes)} of {record.leak_kind} again:"
-        f" {record.holder_text}"
-    )
+OWN_CELL = "this cell opened the panel, and its change is mostly the panel's own"
 
 
-def render_history(status: GpuStatus, cells: int = 30) -> str:
+def render_history(status: GpuStatus, cells: int = 30, own_cell: Optional[int] = None) -> str:
     """The chart of the last `cells` cells' changes, or why there is none. A record before
-    them, when the history has one, gives the first cell's host reading before it."""
+    them, when the history has one, gives the first cell's host reading before it.
+    `own_cell`: the cell that opened the panel; its host-memory change (importing and
+    drawing the panel) is not charged to it."""
     head = f'<div class="cgg-history-html" style="{theme.FONT}">'
     if status.history is None:
         return f"{head}Per-cell history: {_e(status.history_note or 'not recorded')}</div>"
     records = list(status.history)
     measure, changes = cell_changes(records, process_used_now(status))
     changes = changes[-cells:]
+    own = {own_cell} if measure == HOST_MEASURE and own_cell is not None else set()
+    changes = [item._replace(change=None) if item.cell in own else item for item in changes]
     if not changes:
         note = status.history_note or ("no cells yet" if not records else "nothing measured")
         return f"{head}Per-cell history: {_e(note)}</div>"
@@ -168,16 +168,11 @@ def render_history(status: GpuStatus, cells: int = 30) -> str:
     span = high - low
     zero_y = PLOT_H * high / span
     biggest = max(changes, key=lambda c: c.change if c.change is not None else -math.inf)
-    bars, labels = [], []
-    every = 1 if len(changes) <= 16 else 2
-    for index, item in enumerate(changes):
-        bars.append(_bar(item, measure, span, zero_y, item is biggest and (item.change or 0) > 0))
-        shown = index % every == (len(changes) - 1) % every
-        text = "" if item.cell is None or not shown else str(item.cell)
-        labels.append(
-            f'<span style="flex:1 1 0;min-width:0;text-align:center;overflow:hidden">'
-            f"{_e(text)}</span>"
-        )
+    bars = []
+    for item in changes:
+        top = item is biggest and (item.change or 0) > 0
+        bars.append(_bar(item, measure, span, zero_y, top, item.cell in own))
+    labels = _cell_labels(changes)
     ticks = "".join(
         f'<div style="position:absolute;right:4px;top:{y - 9:.0f}px;{theme.NOWRAP}">'
         f"{_e(label)}</div>"
@@ -198,7 +193,7 @@ def render_history(status: GpuStatus, cells: int = 30) -> str:
         summary += f" · last [{_e(last.cell)}] {_e(signed_bytes(last.change))}"
     if biggest.change is not None and biggest.change > 0:
         summary += f" · most &#9650; [{_e(biggest.cell)}] {_e(signed_bytes(biggest.change))}"
-    leaks = [leak_text(c.record) for c in changes if c.record.rerun_leak]
+    leaks = [leak_words(c.record) for c in changes if c.record.rerun_leak]
     leak_html = "".join(
         f'<div class="cgg-leak">{theme.label("warn", "rerun leak")} {_e(text)}</div>'
         for text in leaks
@@ -213,24 +208,56 @@ def render_history(status: GpuStatus, cells: int = 30) -> str:
         legend += f'<div class="cgg-chart-why" style="{theme.MUTED};font-size:12px">{_e(why)}</div>'
     return (
         f"{head}{summary}"
-        f'<div class="cgg-chart" style="display:flex;margin-top:4px">'
+        f'<div class="cgg-chart" style="display:flex;margin-top:{4 + MARK_H}px">'
         f'<div style="position:relative;flex:0 0 {AXIS_W}px;height:{PLOT_H}px;font-size:11px">'
         f"{ticks}</div>"
         f'<div style="flex:1 1 auto;min-width:0">'
         f'<div style="position:relative;height:{PLOT_H}px;display:flex;align-items:stretch">'
         f"{grid}{''.join(bars)}</div>"
-        f'<div class="cgg-chart-cells" style="display:flex;font-size:11px;line-height:14px">'
+        f'<div class="cgg-chart-cells" style="position:relative;height:14px;font-size:11px;'
+        f'line-height:14px">'
         f"{''.join(labels)}</div></div></div>{leak_html}{legend}</div>"
     )
 
 
-def _bar(item: CellChange, measure: str, span: float, zero_y: float, biggest: bool) -> str:
+LABELS = 8  # cell numbers under the bars at most: each has room for its digits at 240 px
+
+
+def _cell_labels(changes: list[CellChange]) -> list[str]:
+    """The cell numbers under the bars, each centred under its bar: every k-th cell's (the
+    last one always), so that each has room for its digits; never cut."""
+    count = len(changes)
+    every = max(1, math.ceil(count / LABELS))
+    spans = []
+    for index, item in enumerate(changes):
+        if (count - 1 - index) % every or item.cell is None:
+            continue
+        if index == count - 1:  # the last one ends at the plot's edge, whole
+            where = "right:0"
+        elif index == 0:  # the first one starts at its edge
+            where = "left:0"
+        else:  # centred under its bar
+            where = f"left:{100 * (index + 0.5) / count:.3f}%;transform:translateX(-50%)"
+        spans.append(
+            f'<span class="cgg-chart-cell" style="position:absolute;{where};{theme.NOWRAP}">'
+            f"{_e(item.cell)}</span>"
+        )
+    return spans
+
+
+def _bar(
+    item: CellChange, measure: str, span: float, zero_y: float, biggest: bool, own: bool
+) -> str:
     change = item.change
     record = item.record
     cell = "-" if item.cell is None else item.cell
-    tip = f"cell [{cell}]: {measure} " + (
-        signed_bytes(change) if change is not None else "change not known (first reading)"
-    )
+    if own:
+        known = f"not charged: {OWN_CELL}"
+    elif change is not None:
+        known = signed_bytes(change)
+    else:
+        known = "change not known (first reading)"
+    tip = f"cell [{cell}]: {measure} {known}"
     if measure == CUDA_MEASURE:
         tip += f", allocated after {format_bytes(record.allocated_after)}, peak {record.peak_text}"
     elif measure == NVML_MEASURE and item.after is not None:
@@ -238,7 +265,7 @@ def _bar(item: CellChange, measure: str, span: float, zero_y: float, biggest: bo
     elif record.rss_after is not None:
         tip += f", resident after {format_bytes(record.rss_after)}"
     if record.rerun_leak:
-        tip += f"; rerun leak: {leak_text(record)}"
+        tip += f"; rerun leak: {leak_words(record)}"
     if record.ooms:
         tip += f"; {record.ooms} out-of-memory error(s)"
     parts = [
@@ -261,11 +288,71 @@ def _bar(item: CellChange, measure: str, span: float, zero_y: float, biggest: bo
             f'top:{top:.1f}px;height:{height:.1f}px;background:{theme.segment_colour(key)}">'
             "</div>"
         )
-        if biggest:
+        if biggest:  # above the bar, in the headroom the plot keeps: never on the bar
             parts.append(
                 f'<div class="cgg-cell-max" style="position:absolute;left:0;right:0;'
-                f'text-align:center;top:{max(top - 14, 0):.0f}px;font-size:10px;line-height:12px">'
-                "&#9650;</div>"
+                f"text-align:center;top:{top - MARK_H:.0f}px;font-size:10px;"
+                f'line-height:{MARK_H}px">&#9650;</div>'
             )
     parts.append("</div>")
     return "".join(parts)
+
+
+# ---------------------------------------------------------------- live sparklines
+
+SPARK_POINTS = 40  # readings a live GPU line's sparkline shows, the latest last
+_BLOCKS = "\u2581\u2582\u2583\u2584\u2585\u2586\u2587\u2588"
+
+
+class LiveReading(NamedTuple):
+    """One live tick's reading of a GPU: NVML's used and total memory, its busy percent."""
+
+    used: Optional[int]
+    total: Optional[int]
+    busy: Optional[int]
+
+
+def sparkline(values: list[Optional[float]], top: float) -> str:
+    """One block character per value, its height the value's share of `top` (a space where
+    a value is unknown)."""
+    if top <= 0:
+        return ""
+    last = len(_BLOCKS) - 1
+    return "".join(
+        " " if value is None else _BLOCKS[max(0, min(last, round(last * value / top)))]
+        for value in values
+    )
+
+
+def render_sparklines(readings: list[LiveReading], seconds: float) -> str:
+    """Under a GPU line while it is live: its memory and how busy it was over the last
+    readings, as sparklines with the latest figures ('memory ▂▃▅▇ 12 GiB · busy ▁▇ 80%,
+    last 80 s')."""
+    shown = readings[-SPARK_POINTS:]
+    if len(shown) < 2:
+        return ""
+    total = next((r.total for r in reversed(shown) if r.total), None)
+    parts = []
+    if total:
+        memory = sparkline([r.used for r in shown], total)
+        latest = shown[-1].used
+        parts.append(
+            f'<span style="{theme.NOWRAP}">memory <span class="cgg-spark">{memory}</span> '
+            f"{_e(format_bytes(latest))}</span>"
+        )
+    if any(r.busy is not None for r in shown):
+        busy = sparkline([r.busy for r in shown], 100)
+        latest_busy = shown[-1].busy
+        parts.append(
+            f'<span style="{theme.NOWRAP}">busy <span class="cgg-spark">{busy}</span> '
+            f"{'n/a' if latest_busy is None else f'{latest_busy}%'}</span>"
+        )
+    if not parts:
+        return ""
+    span = (len(shown) - 1) * seconds
+    return (
+        f'<div class="cgg-sparklines" style="{theme.FONT};display:flex;flex-wrap:wrap;'
+        f'column-gap:10px;padding-left:18px" title="read every {seconds:g} s while a cell '
+        f'runs">{" · ".join(parts)}<span style="{theme.MUTED};{theme.NOWRAP}">last '
+        f"{span:.0f} s</span></div>"
+    )

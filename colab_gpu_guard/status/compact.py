@@ -1,9 +1,11 @@
 """The compact status: what the panel shows collapsed, as plain facts shared by its HTML
 (`panel_html`) and its text (`compact_text`: the panel's plain-text fallback).
 
-One line per GPU (this kernel / others / unlisted / free, used of total, utilisation,
-temperature, power), its MIG instances, and one line of what matters now. Pure functions of
-one `GpuStatus`; no query.
+Three facts first: the driver and CUDA versions (or why they are unknown), one line per GPU
+(this kernel / others / unattributed / free, used of total, utilisation, temperature, power)
+with its MIG instances, and what is held between cells (the total and the biggest holders
+by name, and the last rerun that kept memory again); then what matters now. Pure functions
+of one `GpuStatus`; no query.
 """
 
 from __future__ import annotations
@@ -14,8 +16,8 @@ from typing import TYPE_CHECKING, NamedTuple, Optional
 from ..leftovers.graphs import FIX as GRAPH_FIX
 from ..leftovers.groups import AUTOGRAD_GRAPH
 from ..nvml import V1
-from ..units import USER_VARIABLE, escape_lines, format_bytes, signed_bytes
-from .text import host_ram
+from ..units import NA, USER_VARIABLE, escape_lines, format_bytes, signed_bytes
+from .text import host_ram, lost_banner
 
 if TYPE_CHECKING:
     from ..cells.tracker import CellMemory
@@ -24,7 +26,7 @@ if TYPE_CHECKING:
 
 # The parts of a GPU's memory as the compact line names them: unlisted is used memory NVML
 # charges to no process it lists (the driver's own; processes hidden from a container).
-KERNEL, OTHERS, UNLISTED, FREE = "this kernel", "others", "unlisted", "free"
+KERNEL, OTHERS, UNLISTED, FREE = "this kernel", "others", "unattributed", "free"
 # others with what of this kernel's is not known apart from them (its CUDA context where
 # NVML does not list it; all of it where NVML lists it without a figure)
 OTHERS_CONTEXT, OTHERS_KERNEL = "others + CUDA context", "others + this kernel"
@@ -40,6 +42,7 @@ _PART_OF = {
 _URGENCY = ("error", "warn", "info")
 FREEABLE_WARN = 2**20  # hidden memory below this is shown calmly, not as a warning
 NO_GPU_RAM = "host RAM {available} available of {total}; this kernel {rss}"
+COLAB_NO_GPU = "this Colab runtime has none: Runtime > Change runtime type > a GPU"
 
 
 class GpuLine(NamedTuple):
@@ -49,7 +52,7 @@ class GpuLine(NamedTuple):
     name: str
     parts: tuple[tuple[str, int], ...]  # ((KERNEL | OTHERS | UNLISTED | FREE), bytes), no zeros
     used: str  # "3.91 GiB of 15 GiB"
-    load: str  # "37% · 51 °C · 32 W"
+    load: str  # "busy 37% · 51 °C · 32 W"
     load_title: str  # the same with names and the power limit
 
 
@@ -162,7 +165,8 @@ def gpu_line(status: GpuStatus, device: NvmlDevice) -> GpuLine:
     util = _measure(device.utilization_gpu, "%")
     temp = _measure(device.temperature_c, " °C")
     power = _measure(device.power_draw_w, " W")
-    load = " · ".join(item for item in (util, temp, power) if item is not None)
+    busy = f"busy {util}" if util is not None else None  # NVML: time a kernel was running
+    load = " · ".join(item for item in (busy, temp, power) if item is not None)
     limit = _measure(device.power_limit_w, " W")
     bus = _measure(device.utilization_memory, "%")
     title = (
@@ -190,19 +194,38 @@ def mig_text(instance: MigInstance) -> str:
 
 
 def _last_growth(records: list[CellMemory]) -> Optional[Now]:
+    """The last cell's growth of CUDA memory (a rerun that kept memory again is the leak
+    line's, `last_leak`)."""
     if not records:
         return None
     last = records[-1]
-    cell = "-" if last.cell is None else last.cell
-    if last.rerun_leak:
-        again = f" (rerun of [{last.rerun_of}])" if last.rerun_of is not None else ""
-        return Now(
-            "warn",
-            f"cell [{cell}]{again} kept {signed_bytes(last.leak_bytes)} of {last.leak_kind} "
-            f"again: {last.holder_text}",
-        )
-    if last.devices and last.delta > 0:
+    if not last.rerun_leak and last.devices and last.delta > 0:
+        cell = "-" if last.cell is None else last.cell
         return Now("info", f"cell [{cell}] kept {signed_bytes(last.delta)} of CUDA memory")
+    return None
+
+
+def where_kept(device: str) -> str:
+    """A device of a rerun leak in words: 'in host memory' for "cpu", else 'on cuda:0'."""
+    return "in host memory" if device == "cpu" else f"on {device}"
+
+
+def leak_words(record: CellMemory) -> str:
+    """A rerun that kept memory again, in words: "cell [5] (a rerun of [3]) kept +16 MiB in
+    host memory again, held by `kept`"."""
+    cell = "-" if record.cell is None else record.cell
+    again = f" (a rerun of [{record.rerun_of}])" if record.rerun_of is not None else ""
+    per_device = record.leaks or ((record.leak_kind, record.leak_bytes),)
+    kept = ", ".join(f"{signed_bytes(size)} {where_kept(device)}" for device, size in per_device)
+    return f"cell [{cell}]{again} kept {kept} again, {record.holder_text}"
+
+
+def last_leak(status: GpuStatus) -> Optional[Now]:
+    """The latest rerun in the history that kept memory again (it stays said until the
+    history no longer holds it, whatever the buttons did since)."""
+    for record in reversed(status.history or ()):
+        if record.rerun_leak:
+            return Now("warn", f"rerun leak: {leak_words(record)}")
     return None
 
 
@@ -225,9 +248,9 @@ def _graph_holder(status: GpuStatus) -> Optional[Now]:
 
 
 def now_items(status: GpuStatus) -> list[Now]:
-    """What matters now, most urgent first: a broken or busy CUDA context, memory that Free
-    would release, the variable keeping the most autograd-graph memory, the last cell's
-    growth; on a machine without a GPU a calm line."""
+    """What matters now besides the three facts, most urgent first: a broken or busy CUDA
+    context, memory that Free would release, the variable keeping the most autograd-graph
+    memory, the last cell's growth of CUDA memory. [] when there is nothing to add."""
     items: list[Now] = []
     health = status.torch.health
     if health == "broken":
@@ -236,9 +259,7 @@ def now_items(status: GpuStatus) -> list[Now]:
         items.append(Now("warn", "GPU busy: CUDA work queued by the last cell is still running"))
     elif health == "forked":
         items.append(Now("warn", "forked process: CUDA cannot be used here"))
-    freeable = status.leftovers_freeable_bytes
-    if freeable is None and status.leftovers is not None:
-        freeable = sum(e.nbytes for e in status.leftovers if (e.holder or "") != USER_VARIABLE)
+    freeable = freeable_bytes(status)
     if freeable:
         items.append(
             Now(
@@ -254,24 +275,115 @@ def now_items(status: GpuStatus) -> list[Now]:
     growth = _last_growth(list(status.history or ()))
     if growth is not None:
         items.append(growth)
-    if not items and freeable is None:  # leftovers not searched: no claim about them
-        items.append(Now("info", "leftovers not searched: Refresh looks for them"))
-    elif not items:
-        if status.has_gpu:
-            items.append(Now("info", "nothing hidden: Free memory has nothing to release"))
-        else:
-            items.append(Now("info", "CPU only: nothing hidden for Free memory to release"))
     items.sort(key=lambda item: _URGENCY.index(item.kind))  # stable: warnings before info
     return items
 
 
-def no_gpu_text(status: GpuStatus) -> str:
+def freeable_bytes(status: GpuStatus) -> Optional[int]:
+    """What Free memory would release (held by no user variable); None: not searched."""
+    if status.leftovers is None:
+        return None
+    if status.leftovers_freeable_bytes is not None:
+        return status.leftovers_freeable_bytes
+    return sum(e.nbytes for e in status.leftovers if (e.holder or "") != USER_VARIABLE)
+
+
+class Holder(NamedTuple):
+    """One holder of the held line: the name a user types (or sees) and its bytes."""
+
+    name: str
+    nbytes: int
+
+
+class Held(NamedTuple):
+    """What is held between cells, for one line: the biggest holders by name, how many
+    more there are and what they hold, the total; `note` instead when not searched."""
+
+    holders: tuple[Holder, ...]
+    more: int
+    more_bytes: int
+    total_bytes: int
+    holder_count: int
+    note: str = ""  # why there are no figures ("not searched: Refresh looks for them")
+
+
+HELD_SHOWN = 3  # holders named on the held line
+
+
+def held(status: GpuStatus, shown: int = HELD_SHOWN) -> Held:
+    """The held line's facts: the holder groups when the snapshot has them (else its
+    arrays by name), biggest first, the first `shown` named."""
+    if status.leftovers is None:
+        note = status.leftovers_note or "not searched"
+        if note == "not collected":
+            note = "not searched: Refresh looks for them"
+        return Held((), 0, 0, 0, 0, note)
+    if status.leftover_groups:
+        count = max(status.leftover_groups_count, len(status.leftover_groups))
+        ranked = sorted(status.leftover_groups, key=lambda group: -group.nbytes)
+        pairs = [Holder(group.name, group.nbytes) for group in ranked if group.nbytes > 0]
+    else:
+        count = status.leftovers_count
+        ranked = sorted(status.leftovers, key=lambda entry: -entry.nbytes)
+        pairs = [Holder(entry.name, entry.nbytes) for entry in ranked]
+    named = tuple(pairs[:shown])
+    more = max(0, count - len(named))
+    rest = max(0, status.leftovers_bytes - sum(holder.nbytes for holder in named))
+    return Held(named, more, rest if more else 0, status.leftovers_bytes, count)
+
+
+def held_text(status: GpuStatus) -> str:
+    """'held between cells: `keep` 382 MiB, `Out[3]` 191 MiB (573 MiB in all)'."""
+    facts = held(status)
+    if facts.note:
+        return f"held between cells: {facts.note}"
+    if not facts.holders:
+        return "held between cells: no arrays"
+    names = [f"`{holder.name}` {format_bytes(holder.nbytes)}" for holder in facts.holders]
+    if facts.more:
+        names.append(f"{facts.more:,} more {format_bytes(facts.more_bytes)}")
+    total = f" ({format_bytes(facts.total_bytes)} in all)" if len(names) > 1 else ""
+    return f"held between cells: {', '.join(names)}{total}"
+
+
+def versions(status: GpuStatus) -> Now:
+    """The driver and CUDA versions, or why they are unknown: no driver, a lost GPU, or
+    NVML failing (its reason, said once). Kind "error" where NVML failed."""
     view = status.nvml
+    if view.lost_at_start:
+        return Now("error", "driver and CUDA n/a: a GPU is lost")
     if not view.available:
-        why = view.error or "NVML is not available"
+        return Now("info", f"driver and CUDA n/a: {view.error or 'no NVML'}")
+    driver, cuda = view.driver_version, view.cuda_driver_version
+    if driver is None and cuda is None:
+        whys = [view.reason("driver_version"), view.reason("cuda_driver_version")]
+        why = "; ".join(dict.fromkeys(reason for reason in whys if reason)) or "no answer"
+        return Now("error", f"NVML failed: {why}")
+    return Now("info", f"driver {driver or NA} · CUDA {cuda or NA}")
+
+
+def no_gpu_text(status: GpuStatus) -> str:
+    """Why no GPU is shown, where the versions fact has not said it already."""
+    view = status.nvml
+    if not view.available:  # the versions fact says why
+        why = COLAB_NO_GPU if status.host.runtime == "Colab" else ""
+    elif view.reason("devices") is not None:
+        failed = versions(status).kind == "error"  # said there: "NVML failed: ..."
+        why = "" if failed else f"the GPU list could not be read ({view.reason('devices')})"
     else:
         why = "NVML works but lists no GPU"
-    return f"No GPU: {why}"
+    return f"No GPU: {why}" if why else "No GPU"
+
+
+def why_no_gpu(status: GpuStatus) -> str:
+    """Why there is no GPU, whole, for a line that stands alone (the panel's header and
+    its no-GPU line share it out between them)."""
+    view = status.nvml
+    if not view.available:
+        return f"No GPU: {view.error or 'NVML is not available'}"
+    if versions(status).kind == "error":
+        return f"No GPU: {versions(status).text}"
+    return no_gpu_text(status)
 
 
 def freshness(status: GpuStatus, cell: Optional[int]) -> str:
@@ -281,10 +393,13 @@ def freshness(status: GpuStatus, cell: Optional[int]) -> str:
 
 
 def compact_text(status: GpuStatus, cell: Optional[int] = None) -> str:
-    """The compact status in plain text: the panel's text fallback."""
-    lines = [f"GPU guard · {freshness(status, cell)}"]
+    """The compact status in plain text: the panel's text fallback, the three facts first."""
+    lines = [f"GPU guard · {versions(status).text} · {freshness(status, cell)}"]
     if status.has_gpu:
         for device in status.nvml.devices:
+            if device.lost:
+                lines.append(lost_banner(status, device))
+                continue
             line = gpu_line(status, device)
             parts = " / ".join(f"{name} {format_bytes(size)}" for name, size in line.parts)
             lines.append(
@@ -292,7 +407,15 @@ def compact_text(status: GpuStatus, cell: Optional[int] = None) -> str:
                 + (f" · {line.load}" if line.load else "")
             )
             lines += [f"  {mig_text(instance)}" for instance in device.mig_instances]
+    elif status.nvml.lost_at_start:
+        lines.append(lost_banner(status, None))
     else:
         lines.append(f"{no_gpu_text(status)} · {host_ram(status.host, NO_GPU_RAM)}")
-    lines.append("; ".join(item.text for item in now_items(status)))
+    lines.append(held_text(status))
+    leak = last_leak(status)
+    if leak is not None:
+        lines.append(leak.text)
+    items = now_items(status)
+    if items:
+        lines.append("; ".join(item.text for item in items))
     return escape_lines(lines)  # GPU and variable names: no raw control character

@@ -14,6 +14,13 @@ COLAB_NO_GPU = (
     "(then rerun your cells)"
 )
 
+NO_GPU_LISTED = "NVML works but lists no GPU"
+
+
+def cpu_only_note(torch_info: TorchInfo) -> str:
+    """The note for a CPU-only torch on a machine with a GPU."""
+    return f"torch {torch_info.version} is a CPU-only build: it cannot use a GPU"
+
 
 def status_notes(
     host: HostInfo, torch_info: TorchInfo, view: NvmlSnapshot, memory: tuple[DeviceMemory, ...]
@@ -25,7 +32,7 @@ def status_notes(
         if host.runtime == "Colab":
             notes.append(COLAB_NO_GPU)
         elif view.available and view.reason("devices") is None:
-            notes.append("NVML works but lists no GPU")
+            notes.append(NO_GPU_LISTED)
     if torch_info.health == cuda_health.BROKEN:
         notes.append(cuda_health.RESTART_ADVICE)
     elif torch_info.health == cuda_health.BUSY:
@@ -37,7 +44,7 @@ def status_notes(
         notes.append(cuda_health.FORKED_DETAIL)
     if torch_info.cpu_only:
         if view.devices:  # without a GPU, the torch line says "CPU-only build" already
-            notes.append(f"torch {torch_info.version} is a CPU-only build: it cannot use a GPU")
+            notes.append(cpu_only_note(torch_info))
     elif torch_info.health == cuda_health.FORKED:
         pass  # said above: CUDA cannot start in this process at all
     elif torch_info.cuda_runtime is not None and not torch_info.cuda_initialized:

@@ -20,14 +20,19 @@ from .compact import (
     OTHERS_CONTEXT,
     OTHERS_KERNEL,
     UNLISTED,
+    Now,
     device_segments,
     freshness,
     gpu_line,
+    held,
+    last_leak,
     mig_text,
     no_gpu_text,
     now_items,
+    versions,
 )
 from .html import escape as _e
+from .notes import COLAB_NO_GPU, NO_GPU_LISTED, cpu_only_note
 from .panel_leftovers import TOP_LEFTOVERS
 from .text import (
     KERNEL_AMONG,
@@ -37,7 +42,7 @@ from .text import (
     kernel_not_listed,
     lost_banner,
     process_label,
-    version_lines,
+    torch_line,
 )
 
 if TYPE_CHECKING:
@@ -87,18 +92,18 @@ HEALTH_WORDS = {
     "not initialised": "CUDA not used yet",
 }
 
-_LINE = f"{theme.FONT};{theme.ELLIPSIS}"
+_LINE = f"{theme.FONT};overflow-wrap:anywhere"
 # An HTML widget's content box grows with unbreakable text (a flex item's min-width is its
-# content): let it shrink, so long lines are ellipsised instead of widening the panel.
+# content): let it shrink, so long lines wrap instead of widening the panel. Nothing that
+# holds a figure or a model name is cut: lines wrap between their parts, each part whole.
 PANEL_STYLE = (
     "<style>.cgg-panel .widget-html-content{min-width:0;max-width:100%;overflow:hidden}"
-    ".cgg-panel .widget-html,.cgg-panel .widget-vbox{min-width:0}"
-    # a narrow panel puts a GPU's figures on a second line under its name and bar
-    ".cgg-panel{container-type:inline-size}@container (max-width:560px){"
-    ".cgg-panel .cgg-gpu{flex-wrap:wrap}.cgg-panel .cgg-gpu-rest{flex-basis:100%}}</style>"
+    ".cgg-panel .widget-html,.cgg-panel .widget-vbox{min-width:0}</style>"
 )
+# the no-GPU line's host RAM figures, as pieces that wrap between them
+NO_GPU_RAM_PARTS = ("host RAM {available} available", "of {total};", "this kernel {rss}")
 _ROW = "display:flex;flex-wrap:wrap;align-items:center;column-gap:10px;min-width:0"
-_GPU_ROW = "display:flex;flex-wrap:nowrap;align-items:center;column-gap:10px;min-width:0"
+HELD_NAME_CHARS = 40  # a longer name is cut on the held line (whole in its tooltip)
 
 
 def _swatch(key: str) -> str:
@@ -108,24 +113,34 @@ def _swatch(key: str) -> str:
     )
 
 
-def render_header(status: GpuStatus, cell: Optional[int] = None, running: str = "") -> str:
-    """'GPU guard · after cell [N], HH:MM:SS', or what runs now; a badge for a broken,
-    busy or forked CUDA context."""
-    when = _e(running) if running else _e(freshness(status, cell))
+def render_header(
+    status: GpuStatus, cell: Optional[int] = None, running: str = "", fresh: bool = True
+) -> str:
+    """The driver and CUDA versions (or why they are unknown) first, then what runs now
+    (`running`) or, with `fresh`, when the figures were taken ('after cell [N], HH:MM:SS':
+    the static copy's age; the live panel, refreshed after every cell, leaves it out, so
+    that a cell that changed nothing changes nothing in it); a badge for a broken, busy or
+    forked CUDA context. Wraps between its parts at a narrow width."""
+    when = running if running else freshness(status, cell) if fresh else ""
+    fact = versions(status)
+    shown = (
+        theme.label("error", _e(fact.text), "cgg-versions")
+        if fact.kind == "error"
+        else f'<b class="cgg-versions">{_e(fact.text)}</b>'
+    )
     health = status.torch.health
     badge = ""
     if health in BADGES:
         kind, text = BADGES[health]
         tip = f' title="{_e(status.torch.health_detail)}"' if status.torch.health_detail else ""
-        badge = (
-            f"<span{tip}> "
-            + theme.label(kind, _e(text), f"cgg-badge cgg-health-{_e(health)}")
-            + "</span>"
-        )
+        badge = f"<span{tip}>" + theme.label(kind, _e(text), f"cgg-badge cgg-health-{_e(health)}")
+        badge += "</span>"
     return (
         f"{PANEL_STYLE}"
-        f'<div class="cgg-header-html" style="{_LINE}" title="GPU guard: {when}">'
-        f'<b class="cgg-fresh">{when}</b>{badge}</div>'
+        f'<div class="cgg-header-html" style="{_LINE};{_ROW}">'
+        f"<span>{shown}</span>"
+        + (f'<span class="cgg-fresh" style="{theme.MUTED}">{_e(when)}</span>' if when else "")
+        + f"{badge}</div>"
     )
 
 
@@ -150,36 +165,42 @@ def _bar(segments: list[tuple[str, int]], total: Optional[int], width: str) -> s
 
 
 def render_device(status: GpuStatus, device: NvmlDevice) -> str:
-    """One GPU on one line - name, bar, this kernel / others / unlisted / free, used of total,
-    utilisation, temperature, power - and its MIG instances under it."""
+    """One GPU - name, bar, this kernel / others / unattributed / free, used of total, busy,
+    temperature, power - on one line where it fits, else wrapped between its parts (never
+    cut); its MIG instances under it."""
     cuda = ", ".join(f"cuda:{m.device}" for m in status.memory_for(device.index))
     title = f"GPU {device.index}: {device.name or 'name n/a'}" + (f" ({cuda})" if cuda else "")
     if device.lost:  # the banner, not a bar and a line of n/a
         banner = _banner(lost_banner(status, device))
         return f'<div class="cgg-device" style="{theme.FONT}">{banner}</div>'
     line = gpu_line(status, device)
-    parts = " · ".join(
-        f'<span class="cgg-part" style="{theme.NOWRAP}">{_swatch(PART_COLOURS[name])}'
+    parts = [
+        f'<span class="cgg-part cgg-figure" style="{theme.NOWRAP}">{_swatch(PART_COLOURS[name])}'
         f"{_e(name)} <b>{_e(format_bytes(size))}</b></span>"
         for name, size in line.parts
-    )
+    ]
+    parts.append(f'<span class="cgg-used cgg-figure" style="{theme.NOWRAP}">{_e(line.used)}</span>')
+    if line.load:
+        parts.append(
+            f'<span class="cgg-load cgg-figure" style="{theme.NOWRAP};{theme.MUTED}" '
+            f'title="{_e(line.load_title)}">{_e(line.load)}</span>'
+        )
     sizes = " · ".join(f"{name} {format_bytes(size)}" for name, size in line.parts)
     rest_title = f"{sizes} · {line.used} · {line.load_title}"
     rows = [
-        f'<div class="cgg-device" style="{theme.FONT}"><div class="cgg-gpu" style="{_GPU_ROW}">',
-        f'<span class="cgg-gpu-name" title="{_e(title)}" style="{theme.ELLIPSIS};'
-        f'flex:0 1 auto;max-width:240px"><b>{device.index}</b> {_e(line.name)}</span>',
+        f'<div class="cgg-device" style="{theme.FONT}"><div class="cgg-gpu" style="{_ROW}">',
+        f'<span class="cgg-gpu-name cgg-figure" title="{_e(title)}" '
+        f'style="overflow-wrap:anywhere"><b>{device.index}</b> {_e(line.name)}</span>',
         _bar(
             device_segments(status, device),
             device.memory_total,
             "flex:1 1 90px;min-width:60px;max-width:220px",
         ),
-        f'<span class="cgg-gpu-rest" title="{_e(rest_title)}" style="{theme.ELLIPSIS};'
-        f'flex:0 1 auto">{parts} · <span class="cgg-used">{_e(line.used)}</span>',
+        f'<span class="cgg-gpu-rest" title="{_e(rest_title)}" style="display:flex;'
+        f'flex-wrap:wrap;column-gap:6px;min-width:0">'
+        + ' <span aria-hidden="true">·</span> '.join(parts)
+        + "</span></div>",
     ]
-    if line.load:
-        rows.append(f' · <span class="cgg-load" style="{theme.MUTED}">{_e(line.load)}</span>')
-    rows.append("</span></div>")
     for instance in device.mig_instances:
         segments = [("used", instance.memory_used or 0)]
         if instance.memory_free is not None:
@@ -187,7 +208,7 @@ def render_device(status: GpuStatus, device: NvmlDevice) -> str:
         rows.append(
             f'<div class="cgg-mig" style="{_ROW};padding-left:18px">'
             + _bar(segments, instance.memory_total, "flex:0 0 80px")
-            + f'<span style="{theme.NOWRAP}" title="{_e(instance.uuid or "")}">'
+            + f'<span class="cgg-figure" style="{theme.NOWRAP}" title="{_e(instance.uuid or "")}">'
             f"{_e(mig_text(instance))}</span></div>"
         )
     rows.append("</div>")
@@ -203,40 +224,88 @@ def _banner(text: str) -> str:
 
 
 def render_no_gpu(status: GpuStatus) -> str:
-    """One calm line: why there is no GPU, and the host RAM."""
+    """One calm line: that there is no GPU (why, where the header has not said it), and
+    the host RAM; it wraps between the two, and the figures are never cut."""
     if status.nvml.lost_at_start:
         banner = _banner(lost_banner(status, None))
         return f'<div class="cgg-no-gpu" style="{theme.FONT}">{banner}</div>'
     why = no_gpu_text(status)
-    ram = host_ram(status.host, NO_GPU_RAM)
+    if status.host.note:  # why the RAM figures are missing: a sentence, it wraps
+        ram = f'<span class="cgg-ram">{_e(status.host.note)}</span>'
+    else:  # the figures, each whole
+        ram = '<span class="cgg-ram" style="display:flex;flex-wrap:wrap;column-gap:4px">'
+        ram += "".join(
+            f'<span class="cgg-figure" style="{theme.NOWRAP}">{_e(host_ram(status.host, part))}'
+            "</span>"
+            for part in NO_GPU_RAM_PARTS
+        )
+        ram += "</span>"
     return (
-        # the reason may be cut (its title has it whole); the host-RAM figure never is: at a
-        # narrow width it wraps to its own line
-        f'<div class="cgg-no-gpu" style="{theme.FONT};{_ROW}" title="{_e(why)}">'
-        f'<b style="{theme.ELLIPSIS}">{_e(why)}</b>'
-        f'<span style="{theme.NOWRAP}">{_e(ram)}</span></div>'
+        f'<div class="cgg-no-gpu" style="{theme.FONT};{_ROW}">'
+        f'<b style="overflow-wrap:anywhere">{_e(why)}</b>{ram}</div>'
     )
+
+
+def _now_html(item: Now, css: str) -> str:
+    if item.kind == "info":
+        return f'<span class="{css}">{_e(item.text)}</span>'
+    return theme.label(item.kind, _e(item.text), css, wrap=True)
+
+
+def render_held(status: GpuStatus) -> str:
+    """The held line: 'held between cells: `keep` 382 MiB, `Out[3]` 191 MiB (573 MiB in
+    all)', each name in the code font (a long one cut, whole in its tooltip)."""
+    facts = held(status)
+    head = '<span class="cgg-held-head">held between cells:</span> '
+    if facts.note:
+        return f'<div class="cgg-held">{head}{_e(facts.note)}</div>'
+    if not facts.holders:
+        return f'<div class="cgg-held">{head}no arrays</div>'
+    names = []
+    for holder in facts.holders:
+        name = holder.name
+        shown = name if len(name) <= HELD_NAME_CHARS else name[: HELD_NAME_CHARS - 1] + "…"
+        names.append(  # a long name may wrap (whole in its tooltip); the size never does
+            f'<span class="cgg-holder" title="{_e(name)}">'
+            f'<span class="cgg-code" style="{theme.CODE};overflow-wrap:anywhere">'
+            f"{_e(shown)}</span> "
+            f'<b class="cgg-figure" style="{theme.NOWRAP}">{_e(format_bytes(holder.nbytes))}'
+            "</b></span>"
+        )
+    if facts.more:
+        names.append(
+            f'<span class="cgg-figure" style="{theme.NOWRAP}">{facts.more:,} more '
+            f"{_e(format_bytes(facts.more_bytes))}</span>"
+        )
+    total = ""
+    if len(names) > 1:
+        total = (
+            f' <span class="cgg-figure" style="{theme.NOWRAP}">'
+            f"({_e(format_bytes(facts.total_bytes))} in all)</span>"
+        )
+    return f'<div class="cgg-held">{head}{", ".join(names)}{total}</div>'
 
 
 def render_now(status: GpuStatus) -> str:
-    """One line of what matters now; every item in the tooltip."""
+    """Under the GPU lines: what is held between cells, the last rerun that kept memory
+    again, and what else matters now (each item whole, lines wrap)."""
+    lines = [render_held(status)]
+    leak = last_leak(status)
+    if leak is not None:
+        lines.append(f'<div class="cgg-leak-line">{_now_html(leak, "cgg-now-leak")}</div>')
     items = now_items(status)
-    shown = " · ".join(
-        theme.label(item.kind, _e(item.text), f"cgg-now-{item.kind}")
-        if item.kind != "info"
-        else f'<span class="cgg-now-info">{_e(item.text)}</span>'
-        for item in items
-    )
-    tip = "\n".join(item.text for item in items)
-    return f'<div class="cgg-now-html" style="{_LINE}" title="{_e(tip)}">{shown}</div>'
+    if items:
+        shown = " · ".join(_now_html(item, f"cgg-now-{item.kind}") for item in items)
+        lines.append(f'<div class="cgg-now-items">{shown}</div>')
+    return f'<div class="cgg-now-html" style="{_LINE}">{"".join(lines)}</div>'
 
 
 def render_message(kind: str, text: str, details: str = "") -> str:
     """An action's outcome on one line ('ok', 'error' or 'info'); the full report in its
-    tooltip (and in the Details section)."""
+    tooltip (and one click away in Details)."""
     body = _e(text)
     if kind == "error":
-        body = theme.label("error", body, "cgg-msg-error")
+        body = theme.label("error", body, "cgg-msg-error", wrap=True)
     else:
         body = f'<span class="cgg-msg-{_e(kind)}">{body}</span>'
     tip = _e(details or text)
@@ -244,20 +313,41 @@ def render_message(kind: str, text: str, details: str = "") -> str:
 
 
 def section_label(name: str, status: Optional[GpuStatus]) -> str:
-    """The toggle's words: 'Leftovers 3', 'Processes 2', 'History', 'Details'."""
+    """The toggle's words, a count saying what it counts: 'Leftovers · 3 holders',
+    'Processes · 2 others' (the section lists this kernel too), 'History', 'Details'."""
     if status is None:
         return name
     if name == "Leftovers" and status.leftovers is not None and status.leftovers_count:
-        return f"Leftovers {status.leftovers_count}"
+        facts = held(status)
+        noun = "holder" if facts.holder_count == 1 else "holders"
+        return f"Leftovers · {facts.holder_count:,} {noun}"
     if name == "Processes":
         count = sum(len(device.other_processes()) for device in status.nvml.devices)
-        return f"Processes {count}" if count else name
+        return f"Processes · {count} other{'s' if count != 1 else ''}" if count else name
     return name
+
+
+# the widest words each toggle can show, for its fixed width (a count must not push the
+# buttons after it)
+WIDEST_LABEL = {
+    "Leftovers": "Leftovers · 999 holders",
+    "Processes": "Processes · 9 others",
+    "History": "History",
+    "Details": "Details",
+}
+
+
+def section_heading(text: str) -> str:
+    """The heading an opened section starts with."""
+    return f'<div class="cgg-section-heading" style="{theme.FONT};font-weight:600">{_e(text)}</div>'
 
 
 def render_processes(status: GpuStatus) -> str:
     """Every GPU's processes as NVML lists them (this kernel marked)."""
-    parts = [f'<div class="cgg-processes" style="{theme.FONT}">']
+    parts = [
+        f'<div class="cgg-processes" style="{theme.FONT}">',
+        section_heading("GPU processes, as NVML lists them (this kernel marked)"),
+    ]
     if not status.has_gpu:
         parts.append("No GPU: no GPU processes to list")
     for device in status.nvml.devices:
@@ -266,9 +356,9 @@ def render_processes(status: GpuStatus) -> str:
             among = kernel_not_identified(status, device)
             note = f" ({_e(KERNEL_AMONG)})" if among else ""
             items = "".join(
-                f'<div style="{theme.ELLIPSIS};padding-left:18px" title="{_e(process_label(p))}">'
+                f'<div style="overflow-wrap:anywhere;padding-left:18px">'
                 f"PID {int(p.pid)} · {_e(format_bytes(p.used_memory))} · "
-                f"{_e(process_label(p))}</div>"
+                f"{_e(process_label(p, spelled_out=True))}</div>"
                 for p in sorted(device.processes, key=lambda p: -(p.used_memory or 0))
             )
             count = len(device.processes)
@@ -285,32 +375,54 @@ def render_processes(status: GpuStatus) -> str:
     return "".join(parts)
 
 
+def details_notes(status: GpuStatus) -> list[str]:
+    """The snapshot's notes that the collapsed panel has not said already (why there is no
+    GPU; a CPU-only torch, which the torch line says)."""
+    said = {COLAB_NO_GPU, NO_GPU_LISTED, cpu_only_note(status.torch)}
+    return [note for note in status.notes if note not in said]
+
+
 def render_details(status: GpuStatus, last_action: str = "") -> str:
-    """Versions, the CUDA context, Colab or not, notes, host RAM, the snapshot's cost, and
-    the last action's full report."""
+    """NVML's and torch's versions, the CUDA context, Colab or not, notes, host RAM, the
+    snapshot's cost, and the last action's one-line result (its full report is the
+    section's 'full report' toggle)."""
     torch = status.torch
     health = HEALTH_WORDS.get(torch.health) or BADGES.get(torch.health, ("", torch.health))[1]
     colab = "yes" if status.host.runtime == "Colab" else "no"
     runtime = "" if status.host.runtime in ("Colab", "local") else f" ({status.host.runtime})"
-    # a CPU-only torch: the version line says so; "CUDA not used yet" would not be true
+    # a CPU-only torch: the torch line says so; "CUDA not used yet" would not be true
     context = "" if torch.cpu_only else f"{health} · "
-    lines = [*version_lines(status), f"{context}Colab: {colab}{runtime}"]
+    lines = []
+    if status.nvml.available and status.nvml.nvml_version:
+        lines.append(f"NVML {status.nvml.nvml_version}")
+    lines += [torch_line(status), f"{context}Colab: {colab}{runtime}"]
     lines.append(host_ram(status.host, NO_GPU_RAM))
     when = time.strftime("%H:%M:%S", time.localtime(status.taken_at))
     lines.append(f"snapshot {when}, took {status.duration_ms:.0f} ms")
-    body = "".join(f"<div>{_e(line)}</div>" for line in lines)
-    if status.notes:
+    body = section_heading("Details") + "".join(
+        f'<div style="overflow-wrap:anywhere">{_e(line)}</div>' for line in lines
+    )
+    notes = details_notes(status)
+    if notes:
         body += (
             '<ul class="cgg-notes" style="margin:2px 0;padding-left:18px">'
-            + "".join(f"<li>{_e(note)}</li>" for note in status.notes)
+            + "".join(f"<li>{_e(note)}</li>" for note in notes)
             + "</ul>"
         )
     if last_action:
         body += (
-            '<div><b>last action</b></div><pre style="white-space:pre-wrap;'
-            f'overflow-wrap:anywhere;word-break:normal;margin:0;font-size:12px">{_e(last_action)}</pre>'
+            f'<div class="cgg-last-action" style="{_LINE}"><b>last action:</b> '
+            f"{_e(last_action)}</div>"
         )
     return f'<div class="cgg-details-html" style="{theme.FONT}">{body}</div>'
+
+
+def render_report(report: str) -> str:
+    """An action's full report, shown when its toggle is pressed."""
+    return (
+        f'<pre class="cgg-report" style="white-space:pre-wrap;overflow-wrap:anywhere;'
+        f'word-break:normal;margin:0;font-size:12px;{theme.CODE}">{_e(report)}</pre>'
+    )
 
 
 def release_summary(report: Any) -> str:

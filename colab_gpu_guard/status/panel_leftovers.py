@@ -29,16 +29,13 @@ GROUPS_STYLE = (
     "font-size:12px}.cgg-panel .cgg-group-row button.cgg-group-toggle:hover{"
     "text-decoration:underline}</style>"
 )
-_LINE = "display:flex;gap:8px;align-items:baseline;min-width:0"
+# what a group is, its marks and its size: on one line where they fit, else wrapped (the
+# size never cut)
+_LINE = "display:flex;flex-wrap:wrap;column-gap:8px;align-items:baseline;min-width:0"
 
 
 def _shape(shape: Any) -> str:
     return "" if shape is None else str(tuple(shape))
-
-
-def _cell(text: str, css: str = "", title: bool = True) -> str:
-    tip = f' title="{_e(text)}"' if title and text else ""
-    return f'<td{tip} style="{theme.ELLIPSIS};padding:0 8px 0 0;{css}">{_e(text)}</td>'
 
 
 def shown_groups(status: GpuStatus, top: int = TOP_LEFTOVERS) -> tuple[LeftoverGroup, ...]:
@@ -54,7 +51,11 @@ def shown_groups(status: GpuStatus, top: int = TOP_LEFTOVERS) -> tuple[LeftoverG
 def render_leftovers_head(status: GpuStatus, top: int = TOP_LEFTOVERS) -> str:
     """The totals over the groups ('13 arrays, 57.1 MiB in all'); without groups (a
     snapshot that has only the arrays) the biggest `top` arrays as a table under it."""
-    head = f'{GROUPS_STYLE}<div class="cgg-leftovers-html" style="{theme.FONT}">'
+    head = (
+        f'{GROUPS_STYLE}<div class="cgg-leftovers-html" style="{theme.FONT}">'
+        '<div class="cgg-section-heading" style="font-weight:600">Leftovers: what the '
+        "notebook holds between cells</div>"
+    )
     if status.leftovers is None:
         return f"{head}{_e(status.leftovers_note or 'not collected')}</div>"
     entries = list(status.leftovers)
@@ -117,9 +118,9 @@ def render_group_line(group: LeftoverGroup) -> str:
     what = _e(group.describe())
     return (
         f'<div class="cgg-group-line" style="{theme.FONT};{_LINE}">'
-        f'<span class="cgg-group-what" title="{what}" style="{theme.ELLIPSIS};{theme.MUTED};'
-        f'flex:1 1 0">{what}</span>{mark}'
-        f'<span class="cgg-group-size" style="{theme.NOWRAP}">'
+        f'<span class="cgg-group-what" title="{what}" style="{theme.MUTED};'
+        f'flex:1 1 120px;min-width:0;overflow-wrap:anywhere">{what}</span>{mark}'
+        f'<span class="cgg-group-size cgg-figure" style="{theme.NOWRAP};margin-left:auto">'
         f"{_e(format_bytes(group.nbytes))}</span></div>"
     )
 
@@ -135,34 +136,36 @@ def render_group_body(group: LeftoverGroup) -> str:
 
 
 def entries_table(entries: Sequence[Leftover]) -> str:
-    """Arrays, one row each, in a fixed layout that fits any width (long names ellipsised,
-    the full name on hover)."""
-    rows = [
-        '<table class="cgg-leftovers-table" style="table-layout:fixed;width:100%;'
-        'border-collapse:collapse"><colgroup><col style="width:32%"><col style="width:22%">'
-        '<col style="width:18%"><col style="width:11%"><col style="width:8%">'
-        '<col style="width:78px"></colgroup><tr>'
-        + "".join(
-            f'<th style="text-align:{"right" if h == "size" else "left"};{theme.ELLIPSIS}">{h}</th>'
-            for h in ("name", "held by", "shape", "dtype", "device", "size")
-        )
-        + "</tr>"
-    ]
+    """Arrays, one row each: the name (wrapping, never cut), then what holds it, its shape,
+    dtype and device, and its size, each whole. Wide, a row is one line; narrow, it wraps
+    into a short list under the name."""
+    rows = ['<div class="cgg-leftovers-table">']
     for entry in entries:
         also = ", ".join(entry.shared_with)
         name = entry.name + (f" (also {also})" if also else "")
         view = entry.view_summary()
         if view:
             name += f" (view: {view})"
-        rows.append(
-            "<tr>"
-            + _cell(name)
-            + _cell(entry.holder or "")
-            + _cell(_shape(entry.shape))
-            + _cell(entry.dtype or "")
-            + _cell(entry.device or "")
-            + _cell(format_bytes(entry.nbytes), "text-align:right", title=False)
-            + "</tr>"
+        facts = [
+            f"held by {entry.holder}" if entry.holder else "",
+            _shape(entry.shape),
+            entry.dtype or "",
+            entry.device or "",
+        ]
+        shown = " · ".join(
+            f'<span style="{theme.NOWRAP}">{_e(fact)}</span>' for fact in facts if fact
         )
-    rows.append("</table>")
+        rows.append(
+            f'<div class="cgg-entry" style="{_ENTRY}">'
+            f'<span class="cgg-entry-name" style="{theme.CODE};flex:1 1 160px;min-width:0;'
+            f'overflow-wrap:anywhere">{_e(name)}</span>'
+            f'<span class="cgg-entry-facts" style="{theme.MUTED};flex:0 1 auto;min-width:0">'
+            f"{shown}</span>"
+            f'<b class="cgg-entry-size cgg-figure" style="{theme.NOWRAP};margin-left:auto">'
+            f"{_e(format_bytes(entry.nbytes)).replace(' ', '&nbsp;')}</b></div>"
+        )
+    rows.append("</div>")
     return "".join(rows)
+
+
+_ENTRY = "display:flex;flex-wrap:wrap;column-gap:8px;align-items:baseline;min-width:0"

@@ -25,13 +25,14 @@ def render_static_panel(
     status: Optional[GpuStatus], cell: Optional[int] = None, message: str = ""
 ) -> str:
     """The compact panel for `status` after cell `cell`; `message`: the last action's line
-    (HTML from `panel_html.render_message`) shown in place of what matters now.
+    (HTML from `panel_html.render_message`) shown under what matters now.
 
     A displayed panel carries this beside its widget: front ends with a widget manager
     (JupyterLab, Notebook, VS Code, Colab) show the live widget; nbconvert's HTML (when no
     widget state is saved), GitHub and `make demo` show this copy of it as it was when
-    displayed - the header with the figures' age, one line per GPU (or the no-GPU line),
-    and the line of what matters now or of the last action. Built from `panel_html`'s
+    displayed - the three facts (the header with the driver and CUDA versions and the
+    figures' age, one line per GPU or the no-GPU line, what is held between cells and a
+    rerun leak), what matters now, and the last action's line. Built from `panel_html`'s
     fragments; no query."""
     if status is None:
         body = message or f'<div style="{theme.FONT}">GPU guard panel: no snapshot yet</div>'
@@ -40,7 +41,7 @@ def render_static_panel(
             devices = "".join(render_device(status, device) for device in status.nvml.devices)
         else:
             devices = render_no_gpu(status)
-        body = render_header(status, cell) + devices + (message or render_now(status))
+        body = render_header(status, cell) + devices + render_now(status) + message
     note = (
         f'<div class="cgg-static-note" style="{theme.FONT};{theme.MUTED};font-size:12px">'
         f"<b>GPU guard</b> · {_e(STATIC_NOTE)}</div>"

@@ -141,7 +141,7 @@ def nvml_summary(status: GpuStatus) -> list[tuple[str, bool]]:
 
 
 def version_lines(status: GpuStatus) -> list[str]:
-    view, torch = status.nvml, status.torch
+    view = status.nvml
     lines = []
     if view.available:
         lines.append(
@@ -150,6 +150,13 @@ def version_lines(status: GpuStatus) -> list[str]:
         )
     else:
         lines.append(f"NVML not available: {view.error}")
+    lines.append(torch_line(status))
+    return lines
+
+
+def torch_line(status: GpuStatus) -> str:
+    """torch's version, the CUDA (or ROCm) it was built with, and its CUDA context."""
+    torch = status.torch
     context = torch.health + (f" ({torch.health_detail})" if torch.health_detail else "")
     if torch.version is None:  # the context's state only where it says more than that
         extra = f" | CUDA context: {context}" if torch.health != cuda_health.NO_TORCH else ""
@@ -158,18 +165,16 @@ def version_lines(status: GpuStatus) -> list[str]:
             if torch.installed_version
             else "torch not imported"
         )
-        lines.append(f"{installed}{extra}")
-    elif torch.cpu_only:  # its context is never started: only a state set from outside
+        return f"{installed}{extra}"
+    if torch.cpu_only:  # its context is never started: only a state set from outside
         extra = f" | CUDA context: {context}" if torch.health != cuda_health.NOT_INITIALISED else ""
-        lines.append(f"torch {torch.version} | CPU-only build: no CUDA{extra}")
-    else:
-        runtime = (
-            f"CUDA runtime {torch.cuda_runtime}"
-            if torch.cuda_runtime
-            else f"ROCm (HIP) {torch.hip_runtime}"
-        )
-        lines.append(f"torch {torch.version} | {runtime} | CUDA context: {context}")
-    return lines
+        return f"torch {torch.version} | CPU-only build: no CUDA{extra}"
+    runtime = (
+        f"CUDA runtime {torch.cuda_runtime}"
+        if torch.cuda_runtime
+        else f"ROCm (HIP) {torch.hip_runtime}"
+    )
+    return f"torch {torch.version} | {runtime} | CUDA context: {context}"
 
 
 # What to do about a lost GPU (NVML_ERROR_GPU_IS_LOST: "The GPU has fallen off the bus or
@@ -312,17 +317,29 @@ def shown_processes(status: GpuStatus, device: NvmlDevice) -> tuple[list[NvmlPro
     return shown, len(processes) - len(shown)
 
 
-def process_label(process: NvmlProcess) -> str:
+def process_label(process: NvmlProcess, spelled_out: bool = False) -> str:
+    """A process's name, its kinds and MIG instance, this kernel marked. The text view's
+    table marks it "<- this kernel" and writes "MIG GI 1 CI 0" as nvidia-smi's columns do;
+    `spelled_out` (the panel) says "(this kernel)" and "MIG GPU instance 1, compute
+    instance 0"."""
     label = process.name or "(name n/a)"
     extra = []
     if process.kinds != ("compute",):
         extra.append("+".join(process.kinds))
     if process.gpu_instance_id is not None:
-        extra.append(f"MIG GI {process.gpu_instance_id} CI {process.compute_instance_id}")
+        gpu, compute = process.gpu_instance_id, process.compute_instance_id
+        if spelled_out:
+            extra.append(f"MIG GPU instance {gpu}, compute instance {compute}")
+        else:
+            extra.append(f"MIG GI {gpu} CI {compute}")
     if extra:
         label += f" [{', '.join(extra)}]"
     if process.this_process:
-        label += "  <- this kernel" + (" (matched by memory)" if process.matched_by_memory else "")
+        how = ", matched by memory" if process.matched_by_memory else ""
+        if spelled_out:
+            label += f" (this kernel{how})"
+        else:
+            label += "  <- this kernel" + (f" ({how[2:]})" if how else "")
     return label
 
 

@@ -10,7 +10,7 @@ FONT = (
 )
 MUTED = "opacity:.8"
 NOWRAP = "white-space:nowrap"
-ELLIPSIS = "white-space:nowrap;overflow:hidden;text-overflow:ellipsis;min-width:0"
+CODE = "font-family:var(--jp-code-font-family,var(--vscode-editor-font-family,monospace))"
 BORDER = "var(--jp-border-color1,var(--vscode-panel-border,rgba(128,128,128,.55)))"
 
 # meaning -> (background, text): each pair >= 4.5:1 on its own. Where a colour carries
@@ -41,11 +41,13 @@ def segment_colour(key: str) -> str:
     return SEGMENT_COLOURS.get(key.split("+", 1)[0], SEGMENT_COLOURS["driver"])
 
 
-def label(kind: str, text_html: str, css_class: str = "") -> str:
-    """A short coloured label (`text_html` already escaped)."""
+def label(kind: str, text_html: str, css_class: str = "", wrap: bool = False) -> str:
+    """A short coloured label (`text_html` already escaped); `wrap`: a sentence that may
+    wrap over lines (its background follows each line)."""
     background, colour = PAIRS.get(kind, PAIRS["info"])
     cls = f' class="{css_class}"' if css_class else ""
+    flow = "box-decoration-break:clone;-webkit-box-decoration-break:clone" if wrap else NOWRAP
     return (
         f'<span{cls} style="background:{background};color:{colour};border-radius:3px;'
-        f'padding:0 5px;{NOWRAP}">{text_html}</span>'
+        f'padding:0 5px;{flow}">{text_html}</span>'
     )

@@ -63,9 +63,9 @@ def test_panel_renders_and_its_buttons_work(frontend, tmp_path):
         # the live widget, not the static copy displayed beside it for static renderers
         assert page.locator(".cgg-static").count() == 0
         # every section rendered from the snapshot
-        panel_text(page, "header", "after cell [")
-        panel_text(page, "devices", "No GPU:", "host RAM")
-        panel_text(page, "now", "2 MiB hidden in output history")
+        panel_text(page, "header", "driver and CUDA n/a: no NVIDIA driver")
+        panel_text(page, "devices", "No GPU", "host RAM")
+        panel_text(page, "now", "held between cells:", "browser_weights", "2 MiB hidden")
         buttons = panel.locator("button")
         labels = [text.strip() for text in buttons.all_inner_texts()]
         assert labels[:2] == ["Refresh", "Free memory"], labels
@@ -106,7 +106,11 @@ def test_panel_renders_and_its_buttons_work(frontend, tmp_path):
         message.locator(".cgg-msg-ok", has_text="gpu_reset: dropped").wait_for()
         text = message.inner_text()
         assert "freed 2 MiB" in text, text
-        panel_text(page, "details", "last action", "gpu_reset")
+        panel_text(page, "details", "last action:", "gpu_reset: dropped")
+        # the full report, one click away; the line of what is held stays
+        panel.locator(".cgg-report-toggle").click()
+        panel_text(page, "report", "gpu_reset")
+        panel_text(page, "now", "held between cells:")
         # the output-history tensor is gone from the table; the user's variable stays
         leftovers = panel_text(page, "leftovers", "tracebacks: 0 B")
         assert "browser_weights" in leftovers and "Out[" not in leftovers
@@ -121,6 +125,8 @@ def test_panel_renders_and_its_buttons_work(frontend, tmp_path):
         ok = message.locator(".cgg-msg-ok", has_text="seed_all: seed 20240607: random")
         ok.wait_for()
         assert "deterministic on" in ok.inner_text()
+        details = panel_text(page, "details", "last action: seed_all")
+        assert details.count("last action") == 1 and "gpu_reset" not in details
         panel.screenshot(path=str(out / f"panel-{frontend}.png"))
 
         # a later cell refreshes the panel (post_run_cell), without any click

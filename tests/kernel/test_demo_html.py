@@ -80,7 +80,9 @@ def test_the_panel_displays_its_widget_its_text_and_a_static_copy(tmp_path):
         data = output["data"]
         assert data[WIDGET_VIEW]["version_major"] == 2
         text = data["text/plain"]
-        assert text.startswith("GPU guard · after cell [")
+        # the three facts: versions first, the GPU's memory, what is held between cells
+        assert text.startswith("GPU guard · driver 550.54.15 · CUDA 12.4 · after cell [")
+        assert "\nheld between cells: " in text
         assert "Tesla T4" in text and "this kernel 1.25 GiB" in text and "…" not in text
         assert "GpuPanel(" not in text and "children=" not in text
         html = data["text/html"]
@@ -104,7 +106,9 @@ def test_demo_html_shows_the_panel_not_a_widget_repr(tmp_path):
     assert "GpuPanel(children=" not in page and "HTML(value=" not in page
     panel = page.split("%gpu_panel</pre>", 1)[1].split("</div>\n", 1)[0]
     assert '<div class="cgg-panel cgg-static"' in panel
-    assert 'class="cgg-fresh">after cell [' in panel  # the header
+    assert 'class="cgg-versions">driver 550.54.15 · CUDA 12.4</b>' in panel  # the header
+    assert 'class="cgg-fresh" style="opacity:.8">after cell [' in panel
+    assert 'class="cgg-held"' in panel
     # the GPU line, the bar and this kernel's share, as NVML reports them
     assert "<b>0</b> Tesla T4</span>" in panel
     assert 'cgg-seg-kernel" title="this kernel (as NVML counts it): 1.25 GiB' in panel
@@ -131,7 +135,7 @@ def test_demo_html_on_a_machine_without_a_gpu(tmp_path):
     page = result.html_path.read_text(encoding="utf-8")
     assert "GpuPanel(children=" not in page
     assert '<div class="cgg-no-gpu"' in page
-    assert "No GPU: no NVIDIA driver on this machine" in page
+    assert "driver and CUDA n/a: no NVIDIA driver on this machine" in page
 
 
 def test_demo_prefers_the_static_copy_and_escapes_plain_text():
@@ -198,7 +202,7 @@ def test_static_copy_sizes_come_from_the_snapshot():
     assert "this kernel <b>3.5 GiB</b>" in html
     message = panel_html.render_message("ok", "gpu_reset: dropped 1 output")
     shown = render_static_panel(status, 7, message)
-    assert message in shown and panel_html.render_now(status) not in shown
+    assert message in shown and panel_html.render_now(status) in shown  # the facts stay
     assert "no snapshot yet" in render_static_panel(None)
 
 

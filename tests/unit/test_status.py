@@ -352,7 +352,7 @@ def test_kernel_matched_by_memory_in_a_container(fake, cuda_torch):
     assert segments["context"] == 256 * MiB and segments["others"] == 5 * GiB
     processes = panel_html.render_processes(snap)
     assert "other_trainer" not in processes and "PID 5000001" in processes
-    assert "&lt;- this kernel (matched by memory)" in processes
+    assert "(name n/a) (this kernel, matched by memory)" in processes
 
 
 @pytest.mark.parametrize(
@@ -1141,13 +1141,14 @@ def test_a_snapshot_written_before_the_house_move_still_reads():
 
 
 def test_the_now_line_claims_nothing_about_leftovers_it_did_not_search(fake):
-    from colab_gpu_guard.status.compact import now_items
+    from colab_gpu_guard.status.compact import held_text, now_items
 
     fake(fake_pynvml.no_library())
-    texts = [item.text for item in now_items(gpu_status(leftovers=False))]
-    assert texts == ["leftovers not searched: Refresh looks for them"]
-    texts = [item.text for item in now_items(gpu_status(leftovers=True, namespace={}))]
-    assert texts == ["CPU only: nothing hidden for Free memory to release"]
+    unsearched = gpu_status(leftovers=False)
+    assert now_items(unsearched) == []
+    assert held_text(unsearched) == "held between cells: not searched: Refresh looks for them"
+    searched = gpu_status(leftovers=True, namespace={})
+    assert now_items(searched) == [] and held_text(searched) == "held between cells: no arrays"
 
 
 def test_outside_a_kernel_the_text_says_this_process(fake, monkeypatch):
@@ -1167,9 +1168,9 @@ def test_outside_a_kernel_the_text_says_this_process(fake, monkeypatch):
 
 def test_used_memory_no_listed_process_is_charged_is_not_called_other_processes(fake):
     """As seen on an H100 (driver 580): NVML's used is 8.8 MiB above what it charges this
-    process, with no other process listed. That remainder is "unlisted" in the bar and the
-    compact line, never "others"; with another process listed, others is what NVML
-    charges it and only the rest is unlisted."""
+    process, with no other process listed. That remainder is "unattributed" in the bar and
+    the compact line, never "others"; with another process listed, others is what NVML
+    charges it and only the rest is unattributed."""
     from colab_gpu_guard.status import compact, panel_html
 
     alone = fake_pynvml.FakeGpu(
@@ -1187,11 +1188,11 @@ def test_used_memory_no_listed_process_is_charged_is_not_called_other_processes(
     text = compact.compact_text(snap)
     assert "others" not in text and "this kernel 1.25 GiB / free" in text
     assert "charged to no process NVML lists" in panel_html.render_device(snap, device)
-    # a container that cannot see the other processes: 2 GiB unlisted is on the line
+    # a container that cannot see the other processes: 2 GiB unattributed is on the line
     alone.used = 1_280 * MiB + 2 * GiB
     snap = gpu_status(leftovers=False)
     text = compact.compact_text(snap)
-    assert "others" not in text and "this kernel 1.25 GiB / unlisted 2 GiB / free" in text
+    assert "others" not in text and "this kernel 1.25 GiB / unattributed 2 GiB / free" in text
 
     fake(fake_pynvml.one_gpu())  # another process, charged 2.5 GiB: all of the rest
     snap = gpu_status(leftovers=False)

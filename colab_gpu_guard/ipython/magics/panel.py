@@ -2,14 +2,12 @@
 
 from __future__ import annotations
 
-import importlib.util
 import sys
 from typing import TYPE_CHECKING
 
 from IPython.core.magic import line_magic, magics_class
 from IPython.core.magic_arguments import argument, magic_arguments
 
-from ... import notebook_refs
 from .base import GuardMagics, help_format, parse_line, usage_error
 
 REFERENCE = """\
@@ -23,30 +21,43 @@ Examples:
 %gpu_panel --close     # close it (no more refreshes)
 ```
 
-The panel is compact: when its figures were taken (after which cell), one line per GPU
-(this kernel / other processes / free, used of total, utilisation, temperature, power;
-"unlisted" for used memory NVML charges to no process it lists, such as the driver's own
-few MiB) with its MIG instances, the buttons Refresh and Free memory (`%gpu_reset`), and
-one line of what matters now. Sections that stay open across refreshes: Leftovers,
-Processes, History (what each cell kept) and Details (versions, notes, and Seed:
-`%seed_all` with a seed and deterministic mode).
+The panel is compact, and leads with three facts: the driver and CUDA versions (or why
+they are unknown), one line per GPU (this kernel / other processes / free, used of total,
+how busy, temperature, power; "unattributed" for used memory NVML charges to no process it
+lists, such as the driver's own few MiB) with its MIG instances, and what is held between
+cells, by name ("held between cells: `keep` 382 MiB, `Out[3]` 191 MiB"), with the last
+rerun that kept memory again. Then the buttons Refresh and Free memory (`%gpu_reset`), and
+what else matters now. Sections that stay open across refreshes: Leftovers, Processes,
+History (what each cell kept) and Details (versions, notes, the last action's result with
+its full report one click away, and Seed: `%seed_all` with a seed and deterministic mode).
+Lines wrap at a narrow width; no figure is cut.
 
 It refreshes after every cell while shown; without `--live` nothing runs between cells.
-While a cell runs the header says "cell [N] running since HH:MM:SS", and a click then is
-queued: it runs when the cell ends. A slow snapshot (looking for leftovers among 10^5
-arrays takes about 0.5 s) is taken again after a cell only once it costs at most a tenth
-of the time since the last one; until then the leftovers shown say how old they are, and
-Refresh looks again. One panel per kernel: running `%gpu_panel` again shows the same live
-panel. Core ipywidgets only: no custom widget to install (Colab needs none). Checked in
-JupyterLab 4 and Notebook 6.5; not checked in Colab or VS Code. From code:
-`colab_gpu_guard.panel()`.
+A click while a cell runs is queued, and says so: it runs when the cell ends (with
+`--live` the header also says "cell [N] running since HH:MM:SS"). After a cell that
+changed nothing it looks at (no variable added, removed or rebound, no list grown, no new
+output, memory as it was) it keeps its last leftovers scan, and within a second of its
+last snapshot it takes none: cells run back to back cost it almost nothing. A slow
+snapshot (looking for leftovers among 10^5 arrays takes about 0.5 s) is taken again after
+a cell only once it costs at most a tenth of the time since the last one; until then the
+leftovers shown say how old they are, and Refresh looks again. One panel per kernel:
+running `%gpu_panel` again shows the same live panel. Core ipywidgets only: no custom
+widget to install (Colab needs none). Checked in JupyterLab 4 and Notebook 6.5; not
+checked in Colab or VS Code. From code: `colab_gpu_guard.panel()`.
 
 `--live SECONDS` (0.5 to 60; `off` or 0 stops it): one thread also re-reads NVML (no
 leftovers scan, no CUDA synchronisation) every SECONDS while a cell runs and updates the
-header ("GPU lines live, HH:MM:SS") and the GPU lines, so a long training cell shows its
-memory as it grows. It needs a front end that shows widget updates sent during a cell
-(checked in JupyterLab 4 and Notebook 6.5): in Colab, in a terminal or without a GPU it
-says why and starts nothing. It applies to the open panel (opening one if none is).
+header ("GPU lines live, HH:MM:SS") and the GPU lines, with sparklines of each GPU's memory
+and how busy it was over the last readings, so a long training cell (or a training run in
+another process) shows its memory as it grows. It needs a front end that shows widget
+updates sent during a cell (checked in JupyterLab 4 and Notebook 6.5): in Colab, in a
+terminal or without a GPU it says why and starts nothing. It applies to the open panel
+(opening one if none is).
+
+Without widgets (GitHub, a terminal, `nbconvert --to markdown`) the panel shows as text,
+and `nbconvert --to html` shows a static copy, both with the three facts. `nbconvert
+--execute --to html` stores the widget state by default and the panel is then blank
+offline: export with `--ExecutePreprocessor.store_widget_state=False`.
 """
 
 if TYPE_CHECKING:
@@ -93,15 +104,13 @@ class PanelMagics(GuardMagics):
             raise usage_error(
                 ValueError(f"--close and {other} contradict each other: give one"), self.gpu_panel
             )
-        if importlib.util.find_spec("ipywidgets") is None:  # installed without its dependencies
-            print(
-                "gpu_panel: the panel needs ipywidgets, which is not installed here "
-                "(pip install ipywidgets); the status as text instead:"
-            )
-            if not args.close:
-                from ...status import gpu_status
+        from ..panel.missing import NEEDS_WIDGETS, unavailable_panel, widgets_missing
 
-                print(gpu_status(namespace=notebook_refs.namespace_to_scan(self.shell)))
+        if widgets_missing():  # installed without its dependencies
+            if args.close:
+                print(f"gpu_panel: {NEEDS_WIDGETS}")
+            else:
+                print(unavailable_panel(self.shell, "gpu_panel"))
             return
 
         from IPython.display import display
@@ -140,7 +149,7 @@ class PanelMagics(GuardMagics):
 
     def _go_live(self, panel: GpuPanel, seconds: float) -> str:
         """Start (or retime) the panel's live GPU lines; what was done, in one line."""
-        from colab_gpu_guard.status.compact import no_gpu_text
+        from colab_gpu_guard.status.compact import why_no_gpu
 
         from ..panel import live
         from ..panel.refresh import running_cell
@@ -148,7 +157,7 @@ class PanelMagics(GuardMagics):
         why = live.why_not_live(self.shell)
         status = panel.last_status
         if why is None and status is not None and not status.has_gpu:
-            why = f"{no_gpu_text(status)}: no GPU lines to keep live (no live updates started)"
+            why = f"{why_no_gpu(status)}: no GPU lines to keep live (no live updates started)"
         if why is not None:
             return why
         panel.live_every(seconds, this_cell=running_cell(self.shell))

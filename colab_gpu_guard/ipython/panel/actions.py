@@ -4,6 +4,7 @@ messages they leave. An action never raises into the front end: a failure is sho
 from __future__ import annotations
 
 import contextlib
+import sys
 import threading
 from typing import TYPE_CHECKING, Callable, Optional
 
@@ -21,6 +22,25 @@ BUSY_MESSAGE = (
     "the GPU is still running CUDA work queued by the last cell, so its cached memory was "
     "not emptied: press Free memory again when that work finishes"
 )
+
+
+def seed_is_slow(deterministic: bool) -> str:
+    """Why this Seed may take seconds, or "": torch is imported first where it is not yet
+    (seed_all seeds an installed torch), and the first `torch.use_deterministic_algorithms`
+    imports torch's compiler (``torch._inductor.config``: its source does so to set
+    ``deterministic``), several seconds the first time in a kernel."""
+    from colab_gpu_guard.frameworks import torch as torch_support
+
+    if torch_support.loaded() is None:
+        if not torch_support.installed():
+            return ""
+        return "importing torch first: this takes a few seconds the first time"
+    if deterministic and "torch._inductor.config" not in sys.modules:
+        return (
+            "the first deterministic seed loads torch's compiler (torch._inductor): this "
+            "takes a few seconds once per kernel"
+        )
+    return ""
 
 
 class PanelActions:
@@ -73,18 +93,26 @@ class PanelActions:
         if self.hooks.stopped:
             view.show_message(render_message("error", "this panel is stopped: run %gpu_panel"))
             return
-        view.show_message(render_message("info", f"{name}..."))
+        view.show_message(render_message("info", self._starting(name)))
         try:
             text, details = action()
         except Exception as error:  # boundary: gpu_reset / seed_all on the user's objects
             refresher.last_error = f"{type(error).__name__}: {error}"
-            view.last_action = f"{name} failed: {refresher.last_error}"
-            view.show_message(render_message("error", view.last_action))
+            line = f"{name} failed: {refresher.last_error}"
+            view.action_done(line, "")
+            view.show_message(render_message("error", line))
         else:
             refresher.last_error = None
-            view.last_action = details or text
+            view.action_done(text, details)
             view.show_message(render_message("ok", text, details))
         refresher.refresh()
+
+    def _starting(self, name: str) -> str:
+        """What the message says while an action runs: for Seed, why it may take seconds."""
+        if name != "Seed":
+            return f"{name}..."
+        slow = seed_is_slow(bool(self.view.parts.deterministic.value))
+        return f"Seed... {slow}" if slow else "Seed..."
 
     def _on_refresh(self, _button: Optional[widgets.Button] = None) -> None:
         if self.refresher.closed() or self._queue("Refresh", self._on_refresh):

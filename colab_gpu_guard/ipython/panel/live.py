@@ -4,12 +4,14 @@ thread (JupyterLab, Notebook, VS Code; not Colab)."""
 
 from __future__ import annotations
 
+import collections
 import math
 import sys
 import threading
 import time
 from typing import TYPE_CHECKING, Optional
 
+from colab_gpu_guard.status.chart import SPARK_POINTS, LiveReading, render_sparklines
 from colab_gpu_guard.status.panel_html import render_message
 
 from .ticker import LiveTicker, TickStats
@@ -98,6 +100,8 @@ class LiveLines:
         self.refresher = refresher
         self.snapshot = live_status
         self._ticker: Optional[LiveTicker] = None
+        # each GPU's readings while live (by NVML index), for its sparklines
+        self.readings: dict[int, collections.deque[LiveReading]] = {}
 
     @property
     def seconds(self) -> Optional[float]:
@@ -128,6 +132,7 @@ class LiveLines:
             ticker.seconds = seconds
             return
         self.stop()
+        self.readings = {}
         refresher = self.refresher
         if refresher.running is None and this_cell is not None:
             refresher.cell_began(this_cell)
@@ -167,7 +172,18 @@ class LiveLines:
             return
         status = self.snapshot()
         at = time.strftime("%H:%M:%S", time.localtime(status.taken_at))
+        seconds = self.seconds or MIN_SECONDS
+        extras = {}
+        for device in status.nvml.devices:
+            readings = self.readings.setdefault(
+                device.index, collections.deque(maxlen=SPARK_POINTS)
+            )
+            readings.append(
+                LiveReading(device.memory_used, device.memory_total, device.utilization_gpu)
+            )
+            extras[device.index] = render_sparklines(list(readings), seconds)
         with self.view.lock:
             if refresher.running is not running or refresher.closed():
                 return
+            self.view.line_extras = extras
             self.view.draw_lines(status, refresher.cell, running.text(at))

@@ -3,11 +3,13 @@ last full one was slow and recent), drawn by the view; while a cell runs, which 
 
 from __future__ import annotations
 
+import collections
 import contextlib
 import dataclasses
+import sys
 import threading
 import time
-from typing import TYPE_CHECKING, Any, Callable, NamedTuple, Optional
+from typing import TYPE_CHECKING, Any, Callable, NamedTuple, Optional, Sequence
 
 import IPython
 
@@ -19,9 +21,10 @@ from .view import HISTORY_CELLS, PanelView
 if TYPE_CHECKING:
     from IPython.core.interactiveshell import InteractiveShell
 
+    from colab_gpu_guard.cells.tracker import CellMemory
     from colab_gpu_guard.status import GpuStatus
 
-__all__ = ["HISTORY_CELLS", "SCAN_SHARE", "Refresher", "Running", "running_cell"]
+__all__ = ["HISTORY_CELLS", "SCAN_SHARE", "Refresher", "Running", "Taken", "running_cell"]
 
 # After a cell, a snapshot that took this long or less is always taken again; a slower one
 # (the leftovers scan of a namespace holding 10^5 arrays takes ~0.5 s) is repeated only once
@@ -29,6 +32,16 @@ __all__ = ["HISTORY_CELLS", "SCAN_SHARE", "Refresher", "Running", "running_cell"
 # say how old they are in between. The Refresh button always scans.
 ALWAYS_SCAN_S = 0.05
 SCAN_SHARE = 0.1
+# A cell that changed nothing the scan looks at (no variable added, removed or rebound, no
+# builtin container of the namespace grown or shrunk, no new output or traceback, CUDA
+# allocated and host memory as they were) keeps the last scan's leftovers if that scan is
+# at most UNCHANGED_S old: the panel's cost of a trivial cell is then its cheap snapshot.
+UNCHANGED_S = 5.0
+HOST_NOISE = 2**20  # a host memory change below this is the interpreter's own noise
+# Such a cell ending under QUIET_S after the panel's last snapshot (cells run back to back,
+# a loop of `run_cell`) takes none at all: the panel stays as drawn, its GPU lines at most
+# that old (the History chart, when open, is drawn after every cell regardless).
+QUIET_S = 1.0
 _clock = time.monotonic  # tests move it
 QUEUED = "a click now is queued: runs when the cell ends"
 
@@ -65,24 +78,75 @@ def _last_cell(shell: Optional[InteractiveShell]) -> Optional[int]:
     return None
 
 
-def _take_status(shell: Optional[InteractiveShell], leftovers: bool = True) -> GpuStatus:
-    from colab_gpu_guard.status import gpu_status
+class Taken(NamedTuple):
+    """A snapshot the panel took, and the notes its leftovers scan made (kept with the
+    leftovers when they are shown again after a cell that does not scan)."""
 
-    return gpu_status(
-        leftovers=leftovers,
+    status: GpuStatus
+    scan_notes: tuple[str, ...] = ()
+
+
+def _take_status(shell: Optional[InteractiveShell], leftovers: bool = True) -> Taken:
+    """The panel's snapshot: NVML, torch, the host and the per-cell history, and unless
+    `leftovers` is False the leftovers scan, whose notes are kept apart as it makes them."""
+    from colab_gpu_guard.status import collect
+
+    started = time.perf_counter()
+    status = collect.gpu_status(
+        leftovers=False,
         history=True,
-        namespace=notebook_refs.namespace_to_scan(shell),
-        top=TOP_LEFTOVERS,  # the snapshot carries the totals; only the shown ones as entries
         history_limit=HISTORY_CELLS + 1,  # one more: the host reading before the first
     )
+    if not leftovers:
+        return Taken(status)
+    # the same scan gpu_status(leftovers=True) runs, its notes as a record of their own
+    found = collect._leftovers(notebook_refs.namespace_to_scan(shell), TOP_LEFTOVERS)
+    scan_notes = tuple(found.pop("scan_notes", ()))
+    notes = tuple(dict.fromkeys((*status.notes, *scan_notes)))
+    found.setdefault("leftovers_note", None)
+    status = dataclasses.replace(
+        status, notes=notes, duration_ms=(time.perf_counter() - started) * 1000.0, **found
+    )
+    return Taken(status, scan_notes)
 
 
 class _Scan(NamedTuple):
-    """The last full snapshot: when it was done, how long it took, what it found."""
+    """The last full snapshot: when it was done, how long it took, what it found, and the
+    namespace as it was then (`namespace_print`)."""
 
     done_at: float
     seconds: float
     status: GpuStatus
+    namespace: tuple
+    scan_notes: tuple[str, ...]
+
+
+_SIZED = (list, dict, set, tuple, frozenset, collections.deque)
+
+
+_INPUTS = frozenset(("In", "_ih", "_dh", "_i", "_ii", "_iii"))
+
+
+def _input_name(name: str) -> bool:
+    """IPython's names for the cells' source text (In, _ih, _i, _ii, _iii, _i12) and the
+    directory history (_dh): they grow every cell and hold no arrays."""
+    return name in _INPUTS or (name.startswith("_i") and name[2:].isdigit())
+
+
+def namespace_print(shell: Optional[InteractiveShell]) -> tuple:
+    """What a leftovers scan starts from, cheaply: each variable's name, object and, for a
+    builtin container, its length (``len`` of a builtin type calls no user code), and the
+    last exception. Equal prints: the cell added, removed or rebound nothing there."""
+    namespace = getattr(shell, "user_ns", None)
+    if not isinstance(namespace, dict):
+        return ()
+    sized = _SIZED
+    items = tuple(
+        (name, id(value), len(value) if type(value) in sized else -1)
+        for name, value in namespace.items()
+        if not _input_name(name)
+    )
+    return items, id(getattr(sys, "last_value", None)), id(getattr(sys, "last_traceback", None))
 
 
 class Running(NamedTuple):
@@ -109,7 +173,7 @@ class Refresher:
         view: PanelView,
         shell: Optional[InteractiveShell],
         closed: Callable[[], bool],
-        snapshot: Optional[Callable[..., GpuStatus]] = None,
+        snapshot: Optional[Callable[..., Taken]] = None,
     ) -> None:
         self.view = view
         self.shell = shell
@@ -120,6 +184,8 @@ class Refresher:
         self.cell = _last_cell(shell)
         self.running: Optional[Running] = None
         self._scan: Optional[_Scan] = None
+        self.drawn_at = -float("inf")  # when a snapshot was last drawn (`_clock`)
+        self.quiet = 0  # cells after which nothing was taken or drawn (`_quiet`)
 
     def refresh(self, status: Optional[GpuStatus] = None) -> int:
         """Take one snapshot (unless given one) and write the sections that changed.
@@ -136,6 +202,7 @@ class Refresher:
                 return view.updates - started
         with view.lock:
             self.refreshes += 1
+            self.drawn_at = _clock()
             running = self.running
             view.draw(status, self.cell, running.text() if running else "")
         return view.updates - started
@@ -145,34 +212,61 @@ class Refresher:
         self.view.show_message(render_message("error", f"{what} failed: {self.last_error}"))
 
     def _full_snapshot(self) -> GpuStatus:
-        status = self.snapshot(self.shell)
-        self._scan = _Scan(_clock(), status.duration_ms / 1000.0, status)
+        namespace = namespace_print(self.shell)
+        status, scan_notes = self.snapshot(self.shell)
+        self._scan = _Scan(_clock(), status.duration_ms / 1000.0, status, namespace, scan_notes)
         return status
 
-    def cell_snapshot(self) -> GpuStatus:
-        """The snapshot after a cell: a full one, unless the last full one was slow and
-        recent; then everything but the leftovers is new, and they say how old they are."""
+    def _unchanged(self, scan: _Scan, history: Sequence[CellMemory]) -> bool:
+        """The cell that just ended (the last of `history`) changed nothing the last scan
+        looked at, and that scan is recent (`UNCHANGED_S`)."""
+        if _clock() - scan.done_at > UNCHANGED_S or namespace_print(self.shell) != scan.namespace:
+            return False
+        last = history[-1] if history else None
+        if last is None or last.cell != self.cell or last.delta != 0:
+            return False
+        if last.rss_after is None or last.rss_before is None:
+            return False
+        return abs(last.rss_after - last.rss_before) < HOST_NOISE
+
+    def _quiet(self) -> bool:
+        """After a cell that changed nothing, under `QUIET_S` after the last snapshot, with
+        the History chart closed: nothing to take or draw."""
+        from colab_gpu_guard.cells import tracker
+
         scan = self._scan
-        if (
-            scan is None
-            or self.snapshot is not _take_status
-            or scan.status.leftovers is None
-            or scan.seconds <= ALWAYS_SCAN_S
-            or _clock() - scan.done_at >= scan.seconds / SCAN_SHARE
-        ):
+        if scan is None or self.snapshot is not _take_status or self.view.status is None:
+            return False
+        if _clock() - self.drawn_at > QUIET_S or self.view.is_open("History"):
+            return False
+        last, _count = tracker.history_tail(1, self.shell)
+        return self._unchanged(scan, last)
+
+    def cell_snapshot(self) -> GpuStatus:
+        """The snapshot after a cell: a full one, unless the cell changed nothing the last
+        scan looked at, or the last full one was slow and recent; then everything but the
+        leftovers is new (a slow scan's say how old they are)."""
+        scan = self._scan
+        if scan is None or self.snapshot is not _take_status or scan.status.leftovers is None:
             return self._full_snapshot()
-        seconds, scanned = scan.seconds, scan.status
-        taken = time.strftime("%H:%M:%S", time.localtime(scanned.taken_at))
-        note = (
-            f"as of {taken}: finding them took {seconds * 1000:.0f} ms, so after a cell it "
-            f"runs at most every {seconds / SCAN_SHARE:.0f} s; Refresh finds them now"
-        )
-        fresh = _take_status(self.shell, leftovers=False)
+        slow = scan.seconds > ALWAYS_SCAN_S and _clock() - scan.done_at < scan.seconds / SCAN_SHARE
+        fresh = _take_status(self.shell, leftovers=False).status
+        note = scan.status.leftovers_note
+        if slow:
+            taken = time.strftime("%H:%M:%S", time.localtime(scan.status.taken_at))
+            note = (
+                f"as of {taken}: finding them took {scan.seconds * 1000:.0f} ms, so after a "
+                f"cell it runs at most every {scan.seconds / SCAN_SHARE:.0f} s; Refresh finds "
+                "them now"
+            )
+        elif not self._unchanged(scan, fresh.history or ()):
+            return self._full_snapshot()
+        scanned = scan.status
         # what the reused scan said of its leftovers (incomplete, graphs not measured)
-        kept = [note for note in scanned.notes if note.startswith("leftovers")]
+        kept = tuple(note for note in scan.scan_notes if note not in fresh.notes)
         return dataclasses.replace(
             fresh,
-            notes=tuple(fresh.notes) + tuple(note for note in kept if note not in fresh.notes),
+            notes=tuple(fresh.notes) + kept,
             leftovers=scanned.leftovers,
             leftovers_count=scanned.leftovers_count,
             leftovers_bytes=scanned.leftovers_bytes,
@@ -182,14 +276,16 @@ class Refresher:
             leftovers_note=note,
         )
 
-    def cell_began(self, cell: Optional[int]) -> None:
-        """Say which cell runs, and that a click now waits for it: the kernel reads a
-        button's click once the running cell ends, or, read in another thread while it
-        runs, the panel keeps it until then (actions.py)."""
+    def cell_began(self, cell: Optional[int], say: bool = True) -> None:
+        """Note which cell runs and, where `say` (the GPU lines are live), say so in the
+        header, and that a click now waits for it: the kernel reads a button's click once
+        the running cell ends, or, read in another thread while it runs, the panel keeps
+        it until then (actions.py, which says so when it happens). Not live, a cell's start
+        writes nothing: a short cell costs no widget message."""
         running = Running(cell, time.strftime("%H:%M:%S"), threading.get_ident())
         self.running = running
         status = self.view.status
-        if self.closed() or status is None:
+        if not say or self.closed() or status is None:
             return
         with self.view.lock:
             self.view.draw_header(status, self.cell, running.text())
@@ -202,6 +298,9 @@ class Refresher:
             if count is not None:
                 self.cell = count
             self.view.hide_message()
+            if self._quiet():
+                self.quiet += 1
+                return
             try:
                 status = self.cell_snapshot()
             except Exception as error:  # boundary: NVML, frameworks, the user's objects

@@ -12,12 +12,14 @@ import ipywidgets as widgets
 from colab_gpu_guard.status.chart import render_history
 from colab_gpu_guard.status.compact import compact_text
 from colab_gpu_guard.status.panel_html import (
+    WIDEST_LABEL,
     render_details,
     render_device,
     render_header,
     render_no_gpu,
     render_now,
     render_processes,
+    render_report,
     section_label,
 )
 from colab_gpu_guard.status.panel_static import render_static_panel
@@ -25,6 +27,7 @@ from colab_gpu_guard.status.panel_static import render_static_panel
 from .groups import OPEN, SHUT, LeftoversView, Show, Write
 
 if TYPE_CHECKING:
+    from colab_gpu_guard.nvml import NvmlDevice
     from colab_gpu_guard.status import GpuStatus
 
 DEFAULT_SEED = 42
@@ -38,8 +41,14 @@ def _full_width(hidden: bool = False) -> widgets.Layout:
     return widgets.Layout(width="100%", margin="0", display="none" if hidden else None)
 
 
-def _button_layout() -> widgets.Layout:
-    return widgets.Layout(width="auto", height="26px", padding="0 8px")
+def _button_layout(min_width: str = "") -> widgets.Layout:
+    return widgets.Layout(width="auto", height="26px", padding="0 8px", min_width=min_width or None)
+
+
+def _label_width(words: str) -> str:
+    """A toggle's width for its widest words (13 px type: ~6.6 px a character, and the
+    triangle and padding), so that a count appearing does not push the next buttons."""
+    return f"{round(len(words) * 6.6) + 30}px"
 
 
 def _html_part(name: str, hidden: bool = False) -> widgets.HTML:
@@ -104,7 +113,7 @@ class PanelParts:
                 value=False,
                 description=SHUT + name,
                 tooltip=f"show or hide {name.lower()}",
-                layout=_button_layout(),
+                layout=_button_layout(_label_width(WIDEST_LABEL[name])),
             )
             for name in SECTIONS
         }
@@ -122,8 +131,18 @@ class PanelParts:
         self.processes = _html_part("processes", hidden=True)
         self.history = _html_part("history", hidden=True)
         self.details = _html_part("details")
+        self.report_toggle = widgets.ToggleButton(
+            value=False,
+            description=SHUT + "full report",
+            tooltip="show or hide the last action's full report",
+            layout=_button_layout(),
+        )
+        self.report_toggle.layout.display = "none"  # until an action has a report
+        self.report_toggle.add_class("cgg-report-toggle")
+        self.report = _html_part("report", hidden=True)
         self.details_box = widgets.VBox(
-            [self.seed_row, self.details], layout=_full_width(hidden=True)
+            [self.details, self.seed_row, self.report_toggle, self.report],
+            layout=_full_width(hidden=True),
         )
         self.details_box.add_class("cgg-details-box")
         self.sections: dict[str, widgets.Widget] = dict(
@@ -154,6 +173,8 @@ class PanelParts:
             self.actions,
             self.seed_row,
             self.details,
+            self.report_toggle,
+            self.report,
             self.now,
             self.message,
             *self.leftovers.parts(),
@@ -163,19 +184,25 @@ class PanelParts:
 
 class PanelView:
     """Draws snapshots into the parts. ``status`` is the snapshot shown, ``last_action``
-    the last action's full report (in Details), ``updates`` counts the values written;
-    every writer holds ``lock`` (the live thread and a click read in another thread write
-    too)."""
+    the last action's one-line result and ``last_report`` its full report (in Details, one
+    click away), ``own_cell`` the cell that opened the panel (the chart does not charge it
+    the panel's own cost), ``updates`` counts the values written; every writer holds
+    ``lock`` (the live thread and a click read in another thread write too)."""
 
     def __init__(self) -> None:
         self.updates = 0
         self.lock = threading.RLock()
         self.status: Optional[GpuStatus] = None
         self.last_action = ""
+        self.last_report = ""
+        self.own_cell: Optional[int] = None
+        self.line_extras: dict[int, str] = {}  # GPU index -> HTML after its line (live)
         self.parts = PanelParts(self.set, self.show)
         self._device_lines: list[widgets.HTML] = []
+        self._pages: dict[int, tuple[tuple, str]] = {}  # GPU index -> (its input, its line)
         for name, toggle in self.parts.toggles.items():
             toggle.observe(lambda _change, name=name: self._on_toggle(name), names="value")
+        self.parts.report_toggle.observe(lambda _change: self._on_report(), names="value")
 
     def set(self, part: widgets.Widget, value: object, trait: str = "value") -> bool:
         """Write `value` unless the part has it already; True when written."""
@@ -210,7 +237,11 @@ class PanelView:
         """The header and one line per GPU (or the no-GPU line): what a live tick draws."""
         self.draw_header(status, cell, running)
         if status.has_gpu:
-            pages = [render_device(status, device) for device in status.nvml.devices]
+            extras = self.line_extras
+            pages = [
+                self._device_page(status, device) + extras.get(device.index, "")
+                for device in status.nvml.devices
+            ]
         else:
             pages = [render_no_gpu(status)]
         if len(pages) != len(self._device_lines):
@@ -227,9 +258,21 @@ class PanelView:
         for line, page in zip(self._device_lines, pages):
             self.set(line, page)
 
+    def _device_page(self, status: GpuStatus, device: NvmlDevice) -> str:
+        """A GPU's line, drawn again only when what it shows changed: the NVML record, this
+        kernel's devices on it and the runtime (a lost GPU's fix) are its whole input."""
+        key = (device, status.memory_for(device.index), status.host.runtime)
+        cached = self._pages.get(device.index)
+        if cached is not None and cached[0] == key:
+            return cached[1]
+        page = render_device(status, device)
+        self._pages[device.index] = (key, page)
+        return page
+
     def draw_header(self, status: GpuStatus, cell: Optional[int], running: str = "") -> None:
-        """'after cell [N], HH:MM:SS', or `running`: what runs now."""
-        self.set(self.parts.header, render_header(status, cell, running))
+        """The versions, and `running` (what runs now) while a cell runs live; no per-cell
+        time (`render_header`)."""
+        self.set(self.parts.header, render_header(status, cell, running, fresh=False))
 
     def _draw_section(self, name: str, status: GpuStatus) -> None:
         parts = self.parts
@@ -238,7 +281,7 @@ class PanelView:
         elif name == "Processes":
             self.set(parts.processes, render_processes(status))
         elif name == "History":
-            self.set(parts.history, render_history(status, HISTORY_CELLS))
+            self.set(parts.history, render_history(status, HISTORY_CELLS, self.own_cell))
         else:
             self.set(parts.details, render_details(status, self.last_action))
 
@@ -253,16 +296,35 @@ class PanelView:
             self.show(self.parts.sections[name], shown)
 
     def show_message(self, html: str) -> None:
-        """Show an action's outcome in place of the line of what matters now."""
+        """Show an action's outcome under the line of what matters now (which stays)."""
         with self.lock:
             self.set(self.parts.message, html)
             self.show(self.parts.message, True)
-            self.show(self.parts.now, False)
 
     def hide_message(self) -> None:
         with self.lock:
             self.show(self.parts.message, False)
-            self.show(self.parts.now, True)
+
+    def action_done(self, line: str, report: str) -> None:
+        """Keep the last action's one-line result in Details (replacing the one before)
+        and its full report behind the 'full report' toggle."""
+        with self.lock:
+            self.last_action, self.last_report = line, report
+            parts = self.parts
+            self.show(parts.report_toggle, bool(report))
+            if self.status is not None and self.is_open("Details"):
+                self.set(parts.details, render_details(self.status, line))
+            if parts.report_toggle.value:
+                self.set(parts.report, render_report(report))
+
+    def _on_report(self) -> None:
+        with self.lock:
+            shown = bool(self.parts.report_toggle.value)
+            words = (OPEN if shown else SHUT) + "full report"
+            self.set(self.parts.report_toggle, words, "description")
+            if shown:
+                self.set(self.parts.report, render_report(self.last_report))
+            self.show(self.parts.report, shown)
 
     def text(self, cell: Optional[int]) -> str:
         """The compact status in plain text."""
@@ -271,8 +333,8 @@ class PanelView:
         return compact_text(self.status, cell)
 
     def static_html(self, cell: Optional[int]) -> str:
-        """A static copy: the header, GPU lines, and the line of what matters now or of
-        the last action."""
+        """A static copy: the header, GPU lines, what is held and what matters now, and
+        the last action's line when shown."""
         message = self.parts.message
         shown = message.layout.display != "none"
         return render_static_panel(self.status, cell, message.value if shown else "")

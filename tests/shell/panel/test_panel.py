@@ -90,14 +90,23 @@ def test_no_gpu_tree_says_why_and_stays_useful(ip, run_cell, show, torch):
     for widget in all_widgets(instance):
         assert widget._model_module in CORE_MODULES, type(widget)
         assert widget._view_module in CORE_MODULES, type(widget)
-    assert f"after cell [{ip.execution_count - 1}]," in instance.header.value
+    # the figures' age is the text's and the static copy's; the live panel refreshes after
+    # every cell, and a cell that changed nothing changes nothing in it
+    assert "after cell [" not in instance.header.value
+    assert f"after cell [{ip.execution_count - 1}]," in instance.text().splitlines()[0]
+    assert f"after cell [{ip.execution_count - 1}]," in instance.snapshot_html()
     # the normal state of a CPU-only machine: a calm line, no warning, no badge
     assert "cgg-badge" not in instance.header.value and "not initialised" not in html_of(instance)
+    # the versions fact leads the header: here why there are none (said once)
+    header = instance.header.value
+    assert '<b class="cgg-versions">driver and CUDA n/a: no NVIDIA driver on this' in header
     (only,) = instance.devices.children
-    assert "No GPU: no NVIDIA driver on this machine" in only.value
-    assert "host RAM" in only.value and "available of" in only.value
-    assert "CPU only: nothing hidden for Free memory to release" in instance.now.value
-    assert "cgg-now-info" in instance.now.value and "cgg-now-warn" not in instance.now.value
+    assert ">No GPU</b>" in only.value and "no NVIDIA driver" not in only.value
+    assert "host RAM" in only.value and "available" in only.value and "of 23" not in header
+    # what is held between cells, by name, on its own line
+    assert "held between cells:" in instance.now.value
+    assert "cgg-code" in instance.now.value and ">weights_on_cpu</span> <b" in instance.now.value
+    assert "cgg-now-warn" not in instance.now.value
     # the sections are closed, and drawn only once opened
     view = instance.leftovers
     assert view.head.value == "" and view.rows == () and view.layout.display == "none"
@@ -106,18 +115,18 @@ def test_no_gpu_tree_says_why_and_stays_useful(ip, run_cell, show, torch):
     assert "Tensor: 1 array on cpu" in view.row("weights_on_cpu").line.value
     open_groups(instance)
     text = leftovers_text(instance)
-    assert ">weights_on_cpu</td>" in text
+    assert ">weights_on_cpu</span>" in text
     assert "(256, 1024)" in text and "1 MiB" in text
     assert "held by output history / tracebacks" in text
     assert "What each cell kept" in instance.history.value
     details = instance.details.value
     assert "torch" in details and "CPU-only build" in details and "Colab: no" in details
     # a CPU-only torch never uses CUDA: not "CUDA not used yet"
-    assert "CUDA not used yet" not in details and "<div>Colab: no</div>" in details
+    assert "CUDA not used yet" not in details and ">Colab: no</div>" in details
     assert "host RAM" in details
     labels = [w.description for w in instance.actions.children]
     assert labels[:2] == ["Refresh", "Free memory"]
-    assert labels[2].startswith("\u25be Leftovers 1")
+    assert labels[2] == "\u25be Leftovers · 1 holder"
     assert labels[3:] == ["\u25be Processes", "\u25be History", "\u25be Details"]
     # the seed's controls are in the Details section
     assert [w.description for w in instance.seed_row.children] == ["seed", "deterministic", "Seed"]
@@ -131,9 +140,9 @@ def test_zero_gpus_says_nvml_lists_none(world, show):
     instance = show()
     (only,) = instance.devices.children
     assert "No GPU: NVML works but lists no GPU" in only.value
-    open_sections(instance, "Details")
-    assert "driver 550.54.15" in instance.details.value
-    assert "CUDA driver 12.4" in instance.details.value
+    assert "driver 550.54.15 · CUDA 12.4" in instance.header.value
+    open_sections(instance, "Details")  # said once: not again in the notes
+    assert "NVML works but lists no GPU" not in instance.details.value
 
 
 def test_one_gpu_tree(world, show):
@@ -142,7 +151,7 @@ def test_one_gpu_tree(world, show):
     (device,) = instance.devices.children
     text = device.value
     assert 'title="GPU 0: Tesla T4"' in text and "<b>0</b> Tesla T4" in text
-    assert "37% · 51 °C · 32 W" in text  # utilisation, temperature, power
+    assert "busy 37% · 51 °C · 32 W" in text  # utilisation, temperature, power
     assert "memory bus 12%" in text and "power 32 W of 70 W" in text  # in the tooltip
     # NVML charges 1.25 GiB to this process; torch has no CUDA here: one "this kernel" part
     assert 'cgg-seg-kernel" title="this kernel (as NVML counts it): 1.25 GiB' in text
@@ -151,12 +160,12 @@ def test_one_gpu_tree(world, show):
     assert "cgg-seg-others" in text and "others <b>2.41 GiB</b>" in text
     assert "reserved by the driver: 256 MiB" in text  # the bar's tooltip
     assert "free <b>11.1 GiB</b>" in text and "3.66 GiB of 15 GiB" in text
+    assert "driver 550.54.15 · CUDA 12.4" in instance.header.value
     open_sections(instance, "Processes", "Details")
-    assert "driver 550.54.15" in instance.details.value
     processes = instance.processes.value
     assert "PID 5000001 · 2.5 GiB · other_trainer" in processes
-    assert "  &lt;- this kernel" in processes
-    assert instance.toggles["Processes"].description == "\u25be Processes 1"
+    assert "python3 (this kernel)" in processes and "this kernel marked" in processes
+    assert instance.toggles["Processes"].description == "\u25be Processes · 1 other"
 
 
 def test_two_gpus_tree(world, show):
@@ -275,7 +284,9 @@ def test_colab_is_detected_in_the_header(monkeypatch, show):
     instance = show()
     open_sections(instance, "Details")
     assert "Colab: yes" in instance.details.value
-    assert "Change runtime type" in instance.details.value
+    # what to do, once, where the GPU line would be; not again in the notes
+    assert "Runtime &gt; Change runtime type &gt; a GPU" in instance.devices.children[0].value
+    assert "Change runtime type" not in instance.details.value
 
 
 # ---------------------------------------------------------------- refresh cost and updates
@@ -288,8 +299,10 @@ def test_refresh_writes_only_what_changed(show):
     assert instance.refresh(status) == 0  # the same snapshot: nothing written
     assert instance.updates == before
     later = dataclasses.replace(status, taken_at=status.taken_at + 3600)
-    assert instance.refresh(later) == 2  # only the header's and the open Details' times
-    assert instance.updates == before + 2
+    assert instance.refresh(later) == 1  # only the open Details' time: no time in the header
+    assert instance.updates == before + 1
+    instance.toggles["Details"].value = False
+    assert instance.refresh(dataclasses.replace(later, taken_at=later.taken_at + 1)) == 0
 
 
 def test_refresh_takes_exactly_one_snapshot(ip, show, monkeypatch):
@@ -355,11 +368,11 @@ def test_slow_leftovers_scan_is_not_repeated_after_every_cell(
     full_scans = []
 
     def slow(shell, leftovers=True):
-        status = real(shell, leftovers=leftovers)
+        taken = real(shell, leftovers=leftovers)
         if leftovers:
             full_scans.append(1)
-            return dataclasses.replace(status, duration_ms=800.0)
-        return status
+            return taken._replace(status=dataclasses.replace(taken.status, duration_ms=800.0))
+        return taken
 
     monkeypatch.setattr(panel_refresh, "_take_status", slow)
     instance = show()
@@ -394,18 +407,20 @@ def test_a_reused_slow_scan_keeps_what_it_said_of_its_leftovers(
     ip, run_cell, show, monkeypatch, torch
 ):
     """The leftovers a slow scan found are shown again after the next cell: so is what
-    that scan said of them (here: graph values it could not measure); other notes are new."""
+    that scan said of them (here: graph values it could not measure), known as the scan's
+    by the record the snapshot keeps (not by its words); other notes are new."""
     now = [1000.0]
     monkeypatch.setattr(panel_refresh, "_clock", lambda: now[0])
     real = panel_refresh._take_status
-    said = "leftovers: autograd graphs: 2 saved value(s) packed by a pack hook were not measured"
+    said = "autograd graphs: 2 saved value(s) packed by a pack hook were not measured"
 
     def slow(shell, leftovers=True):
-        status = real(shell, leftovers=leftovers)
+        taken = real(shell, leftovers=leftovers)
         if leftovers:
-            notes = (*status.notes, said, "an old note of the scan's snapshot")
-            return dataclasses.replace(status, duration_ms=800.0, notes=notes)
-        return status
+            notes = (*taken.status.notes, said, "leftovers: an old note of the snapshot's")
+            status = dataclasses.replace(taken.status, duration_ms=800.0, notes=notes)
+            return panel_refresh.Taken(status, (*taken.scan_notes, said))
+        return taken
 
     monkeypatch.setattr(panel_refresh, "_take_status", slow)
     instance = show()
@@ -414,7 +429,7 @@ def test_a_reused_slow_scan_keeps_what_it_said_of_its_leftovers(
     run_cell("pass")
     assert "finding them took 800 ms" in leftovers_text(instance)  # the scan was reused
     assert said in instance.last_status.notes
-    assert "an old note of the scan's snapshot" not in instance.last_status.notes
+    assert "leftovers: an old note of the snapshot's" not in instance.last_status.notes
 
 
 def test_fast_leftovers_scan_runs_after_every_cell(ip, run_cell, show, monkeypatch, torch):
@@ -792,17 +807,17 @@ def test_leftovers_show_the_top_ten_and_the_freeable_total(show):
     )
     text = render_leftovers(status)
     assert "12 arrays, 78 MiB in all (the 10 biggest shown)" in text
-    assert text.count("<tr>") == 11  # the heading and ten arrays
-    assert 'title="t11"' in text and ">t11</td>" in text and ">t1</td>" not in text
+    assert text.count('class="cgg-entry"') == 10  # ten arrays
+    assert ">t11</span>" in text and ">t1</span>" not in text
     # odd indexes are output history: 2+4+...+12 MiB = 42 MiB, including the two not shown
     assert "held by output history / tracebacks: <b>42 MiB</b>" in text
     assert "(12, 4)" in text and "cuda:0" in text and "float32" in text
-    # a long name is cut by the table's fixed layout, the full name on hover
-    assert "table-layout:fixed" in text and "text-overflow:ellipsis" in text
+    # a long name wraps, whole; no row is cut (narrow, a row wraps into a list)
+    assert "text-overflow:ellipsis" not in text and "flex-wrap:wrap" in text
     status = dataclasses.replace(
         status, leftovers=(dataclasses.replace(entries[0], name="w" * 300),)
     )
-    assert f'title="{"w" * 300}"' in render_leftovers(status)
+    assert f">{'w' * 300}</span>" in render_leftovers(status)
     assert "(20000,)" in render_leftovers(status)  # a 1-D shape as Python writes it
     # a live snapshot carries the total over everything found, shown or not
     status = dataclasses.replace(
@@ -826,7 +841,7 @@ def test_history_chart_shows_what_each_cell_kept_on_a_labelled_scale(show):
             reserved_after=number * 128 * MiB,
             rerun_leak=number == 7,
             leak_bytes=100 * MiB if number == 7 else 0,
-            leak_kind="cuda allocated" if number == 7 else "",
+            leak_kind="cuda:0" if number == 7 else "",
             rerun_of=5 if number == 7 else None,
         )
         for number in range(3, 9)
@@ -841,9 +856,9 @@ def test_history_chart_shows_what_each_cell_kept_on_a_labelled_scale(show):
     assert text.count('class="cgg-cell-peak"') == 6
     assert (
         'title="cell [7]: CUDA allocated +100 MiB, allocated after 700 MiB, peak 750 MiB; '
-        "rerun leak: [7] (rerun of [5]) kept +100 MiB of cuda allocated again"
+        "rerun leak: cell [7] (a rerun of [5]) kept +100 MiB on cuda:0 again"
     ) in text
-    assert text.count("rerun leak</span> [7] (rerun of [5]) kept +100 MiB") == 1  # named
+    assert text.count("rerun leak</span> cell [7] (a rerun of [5]) kept +100 MiB") == 1
     for number in range(3, 9):
         assert f">{number}</span>" in text
     assert "last [8] +100 MiB" in text
@@ -926,7 +941,7 @@ def test_real_gpu_bar_and_free_memory(ip, run_cell, show, torch):
     instance = show()
     status = instance.last_status
     assert status.has_gpu, status.nvml.error
-    assert f"after cell [{ip.execution_count - 1}]" in instance.header.value
+    assert f"after cell [{ip.execution_count - 1}]" in instance.text()
     assert "cgg-badge" not in instance.header.value  # a healthy context: no badge
     assert "cgg-now-error" not in instance.now.value
     index = status.memory[0].nvml_index

@@ -110,7 +110,7 @@ def test_an_opened_group_stays_open_moves_with_its_group_and_shows_it_now(
     click(row)
     assert row.toggle.value is True and view.is_open("kept_list")
     assert row.toggle.description == OPEN + "kept_list" and shown(row)
-    assert ">kept_list[0]</td>" in row.body.value and "(256,)" in row.body.value
+    assert ">kept_list[0]</span>" in row.body.value and "(256,)" in row.body.value
 
     # another array in that variable, a bigger variable and an output-history result,
     # both listed before it (hidden holders first, then the biggest)
@@ -123,7 +123,7 @@ def test_an_opened_group_stays_open_moves_with_its_group_and_shows_it_now(
     assert view.row("kept_list") is row  # the same widgets, moved
     assert row.toggle.value is True and row.toggle.description == OPEN + "kept_list"
     assert shown(row)
-    assert ">kept_list[1]</td>" in row.body.value and "(512,)" in row.body.value
+    assert ">kept_list[1]</span>" in row.body.value and "(512,)" in row.body.value
     assert "list: 2 arrays on cpu" in row.line.value
     assert_closed(view, "kept_list")  # the new groups and small_one: closed
     assert view.row(out).body.value == "" and view.row("small_one").body.value == ""
@@ -172,8 +172,10 @@ def test_groups_stay_open_when_a_slow_scan_is_not_repeated(ip, run_cell, show, m
     real = panel_refresh._take_status
 
     def slow(shell, leftovers=True):
-        status = real(shell, leftovers=leftovers)
-        return dataclasses.replace(status, duration_ms=800.0) if leftovers else status
+        taken = real(shell, leftovers=leftovers)
+        if leftovers:
+            return taken._replace(status=dataclasses.replace(taken.status, duration_ms=800.0))
+        return taken
 
     monkeypatch.setattr(panel_refresh, "_take_status", slow)
     run_cell("import torch\nscanned_slowly = [torch.ones(10)]")
@@ -317,7 +319,8 @@ def test_a_refresh_writes_only_what_changed_in_the_groups(show):
         ("Out[7].line", "value"),
         ("rows_box", "children"),
     ]
-    assert instance.updates - updates == len(written) + 1  # + the section toggle's count
+    # + the section toggle's count and the held line under the GPU lines
+    assert instance.updates - updates == len(written) + 2
     assert view.row("g1").toggle.value is True and view.row("g1").body.value == drawn
     assert view.row("Out[7]").body.value == ""  # closed: not drawn
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import gc
 import os
+import re
 import sys
 import threading
 import time
@@ -25,6 +26,7 @@ from colab_gpu_guard import cuda_health, nvml
 from colab_gpu_guard.ipython import panel as panel_module
 from colab_gpu_guard.ipython.magics.panel import LIVE_OFF
 from colab_gpu_guard.ipython.panel import live
+from colab_gpu_guard.status import chart
 from colab_gpu_guard.units import format_bytes
 from tests import fake_pynvml
 from tests.fake_pynvml import GiB
@@ -126,8 +128,17 @@ def test_live_updates_the_gpu_line_while_a_cell_runs(ip, panel, machine, monkeyp
     assert all(during == rest for _, _, during in seen)
     stats = panel.live_stats()
     assert stats.ticks >= 2 and stats.failures == 0
-    # after the cell: back to 'after cell [N]', with the same figures
-    assert f"after cell [{cell}]," in panel.header.value and LIVE not in panel.header.value
+    # under the line, sparklines of its memory (rising with it) and of how busy it was
+    lines = [line for _, line, _ in seen if "cgg-sparklines" in line]
+    assert lines, seen
+    memory = re.search(r'memory <span class="cgg-spark">([^<]*)</span> ([^<]*)</span>', lines[-1])
+    blocks = memory.group(1)
+    assert len(blocks) >= 2 and set(blocks) <= set(chart.sparkline([0, 1, 2, 3, 4, 5, 6, 7], 7))
+    assert blocks[-1] >= blocks[0] and memory.group(2) == format_bytes(machine.gpus[0].used)
+    assert 'busy <span class="cgg-spark">' in lines[-1] and "% </span>" not in lines[-1]
+    # after the cell: the header back to the versions alone, with the same figures
+    assert "running since" not in panel.header.value and LIVE not in panel.header.value
+    assert f"after cell [{cell}]," in panel.text()
     assert grown in panel.devices.children[0].value
     # between cells it sleeps: no tick while no cell runs
     ticks = panel.live_stats().ticks
@@ -144,7 +155,8 @@ def test_without_live_nothing_runs_during_a_cell(ip, panel, machine):
     assert live_threads() == []
     # the refresh after the cell shows it
     assert used_text(before + GiB) in panel.devices.children[0].value
-    assert f"after cell [{result.execution_count}]," in panel.header.value
+    assert f"after cell [{result.execution_count}]," in panel.text()
+    assert "running since" not in panel.header.value  # not live: a cell's start wrote nothing
 
 
 def test_live_every_retimes_and_stops(panel):
@@ -183,7 +195,7 @@ def test_the_thread_is_joined_when_the_panel_goes(ip, panel, how):
 
 def test_a_tick_never_writes_after_the_cell_ended(ip, panel, monkeypatch):
     """A tick whose snapshot is still being taken when the cell ends writes nothing: the
-    header stays 'after cell [N]'."""
+    header stays as the refresh after the cell drew it."""
     slow_started = threading.Event()
     real = live.live_status
 
@@ -197,7 +209,9 @@ def test_a_tick_never_writes_after_the_cell_ended(ip, panel, monkeypatch):
     result = ip.run_cell("import time\ntime.sleep(0.7)", store_history=True)  # ends mid-tick
     assert slow_started.is_set()
     after = panel.header.value
-    assert f"after cell [{result.execution_count}]," in after
+    assert "running since" not in after and f"after cell [{result.execution_count}]," in (
+        panel.text()
+    )
     time.sleep(0.8)  # the tick's snapshot returns now
     assert panel.header.value == after
     assert panel.live_stats().ticks == 1
@@ -554,8 +568,8 @@ def test_a_click_read_on_a_subshell_during_a_cell_waits_for_it(kernel):
         == "ok"
     )
     msg_id = kernel.client.execute(
-        "start = panel.refreshes\ntime.sleep(2)\nduring = (panel.refreshes - start, "
-        "list(panel.queued))"
+        "start, quiet = panel.refreshes, panel.refresher.quiet\ntime.sleep(2)\n"
+        "during = (panel.refreshes - start, list(panel.queued))"
     )
     time.sleep(0.8)  # the cell is running
     click = {"comm_id": button_id, "data": {"method": "custom", "content": {"event": "click"}}}
@@ -575,8 +589,10 @@ def test_a_click_read_on_a_subshell_during_a_cell_waits_for_it(kernel):
     assert kernel.run("print(during)").strip() == "(0, ['Refresh'])"
     said = [m["content"]["data"]["state"].get("value", "") for m in updates(messages, message_id)]
     assert any("Refresh: queued, runs when the cell ends" in text for text in said), said
-    # run after the cell: its own refresh, the click's, the one after print(during)
-    assert kernel.run("print(panel.refreshes - start, panel.queued)").strip() == "3 {}"
+    # run after the cell: its own refresh, the click's, and after print(during) one more
+    # or none (a cell that changed nothing, within a second of the last: `QUIET_S`)
+    done = "print(panel.refreshes - start + panel.refresher.quiet - quiet, panel.queued)"
+    assert kernel.run(done).strip() == "3 {}"
 
 
 # ---------------------------------------------------------------- honest freshness
@@ -588,12 +604,10 @@ def test_a_panel_made_in_a_cell_says_the_cell_before_it(ip, machine, run_cell):
     cell 'after cell [N]'."""
     run_cell("pass")  # so that a cell came before
     result = run_cell(
-        "import colab_gpu_guard\n"
-        "made = colab_gpu_guard.panel(new=True)\n"
-        "header_then = made.header.value"
+        "import colab_gpu_guard\nmade = colab_gpu_guard.panel(new=True)\nheader_then = made.text()"
     )
     cell = result.execution_count
     assert f"after cell [{cell - 1}]," in ip.user_ns["header_then"]
-    assert f"after cell [{cell}]," in ip.user_ns["made"].header.value
+    assert f"after cell [{cell}]," in ip.user_ns["made"].text()
     for name in ("made", "header_then"):
         ip.user_ns.pop(name, None)
