@@ -70,7 +70,7 @@ def gpu_status(
     nvml_view, memory = _identify_kernel(torch, torch_info, nvml_view, memory)
     found: dict[str, Any] = {}
     if leftovers:
-        found = _leftovers(namespace, top)
+        found = leftovers_fields(namespace, top)
         notes.extend(found.pop("scan_notes", ()))
     else:
         found["leftovers_note"] = "not collected"
@@ -269,7 +269,9 @@ def _devices_with_context(
     return {item.device for item in memory if item.reserved > 0}
 
 
-def _leftovers(namespace: Optional[dict[str, Any]], top: int) -> dict[str, Any]:
+def leftovers_fields(namespace: Optional[dict[str, Any]], top: int) -> dict[str, Any]:
+    """The leftovers fields of a `GpuStatus` (the scan within its budget, its notes apart):
+    what `gpu_status` puts in the snapshot, and what the panel refreshes alone."""
     from ..cells.notebook_leftovers import find_leftovers
 
     try:

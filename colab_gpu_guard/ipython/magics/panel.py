@@ -104,13 +104,14 @@ class PanelMagics(GuardMagics):
             raise usage_error(
                 ValueError(f"--close and {other} contradict each other: give one"), self.gpu_panel
             )
-        from ..panel.missing import NEEDS_WIDGETS, unavailable_panel, widgets_missing
+        from ..panel.missing import unavailable_panel, widgets_problem
 
-        if widgets_missing():  # installed without its dependencies
+        why = widgets_problem()
+        if why is not None:  # not installed, or installed without its dependencies
             if args.close:
-                print(f"gpu_panel: {NEEDS_WIDGETS}")
+                print(f"gpu_panel: {why}")
             else:
-                print(unavailable_panel(self.shell, "gpu_panel"))
+                print(unavailable_panel(self.shell, why, "gpu_panel"))
             return
 
         from IPython.display import display

@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Any, Optional, Union
 
 from colab_gpu_guard import notebook_refs
 
-from .missing import PanelUnavailable, unavailable_panel, widgets_missing
+from .missing import PanelUnavailable, unavailable_panel, widgets_problem
 
 if TYPE_CHECKING:
     from IPython.core.interactiveshell import InteractiveShell
@@ -50,8 +50,9 @@ def panel(
     Without ipywidgets: a `PanelUnavailable` saying so, with the status as text.
     """
     shell = shell if shell is not None else notebook_refs.running_shell()
-    if widgets_missing():
-        return unavailable_panel(shell)
+    why = widgets_problem()
+    if why is not None:
+        return unavailable_panel(shell, why)
     from . import widget
 
     return widget.panel(shell, new=new, registration=registration)

@@ -14,14 +14,23 @@ if TYPE_CHECKING:
     from colab_gpu_guard.status import GpuStatus
 
 NEEDS_WIDGETS = "the panel needs ipywidgets, which is not installed here (pip install ipywidgets)"
-WIDGETS_MISSING = f"{NEEDS_WIDGETS}; the status as text instead:"
+AS_TEXT = "the status as text instead:"
 
 
-def widgets_missing() -> bool:
-    """ipywidgets cannot be imported here (not installed, or blocked)."""
+def widgets_problem() -> Optional[str]:
+    """Why ipywidgets cannot be used here (not installed, blocked, or one of its own
+    dependencies missing: ipywidgets 7 imports ipykernel, which needs psutil), or None."""
     if "ipywidgets" in sys.modules:
-        return sys.modules["ipywidgets"] is None
-    return importlib.util.find_spec("ipywidgets") is None
+        return NEEDS_WIDGETS if sys.modules["ipywidgets"] is None else None
+    if importlib.util.find_spec("ipywidgets") is None:
+        return NEEDS_WIDGETS
+    try:
+        import ipywidgets  # noqa: F401  (the panel imports it next anyway)
+    except ImportError as error:
+        missing = getattr(error, "name", None) or ""
+        fix = f" (pip install {missing.split('.')[0]})" if missing else ""
+        return f"the panel needs ipywidgets, which could not be imported here: {error}{fix}"
+    return None
 
 
 @dataclass(frozen=True)
@@ -46,9 +55,10 @@ class PanelUnavailable:
         return {"why": self.why, "status": self.status.to_dict()}
 
 
-def unavailable_panel(shell: Any, who: str = "panel()") -> PanelUnavailable:
-    """The report for `who` without ipywidgets: the status taken now, as `%gpu_status`."""
+def unavailable_panel(shell: Any, why: str, who: str = "panel()") -> PanelUnavailable:
+    """The report for `who` without ipywidgets (`why`, from `widgets_problem`): the status
+    taken now, as `%gpu_status`."""
     from colab_gpu_guard.status import gpu_status
 
     namespace: Optional[dict] = notebook_refs.namespace_to_scan(shell)
-    return PanelUnavailable(f"{who}: {WIDGETS_MISSING}", gpu_status(namespace=namespace))
+    return PanelUnavailable(f"{who}: {why}; {AS_TEXT}", gpu_status(namespace=namespace))

@@ -100,7 +100,7 @@ def _take_status(shell: Optional[InteractiveShell], leftovers: bool = True) -> T
     if not leftovers:
         return Taken(status)
     # the same scan gpu_status(leftovers=True) runs, its notes as a record of their own
-    found = collect._leftovers(notebook_refs.namespace_to_scan(shell), TOP_LEFTOVERS)
+    found = collect.leftovers_fields(notebook_refs.namespace_to_scan(shell), TOP_LEFTOVERS)
     scan_notes = tuple(found.pop("scan_notes", ()))
     notes = tuple(dict.fromkeys((*status.notes, *scan_notes)))
     found.setdefault("leftovers_note", None)
