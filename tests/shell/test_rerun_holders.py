@@ -178,9 +178,10 @@ def test_losses_are_described_by_their_graphs_and_the_bytes_saved_die_with_them(
         f"held by `losses_l` (grew by 1 autograd graph; the previous run's graph keeps "
         f"{format_bytes(saved)}; {GRAPH_FIX})"
     )
-    assert f"[{runs[2]}] (rerun of [{runs[1]}]) kept" in chart.render_history(status)
+    assert f"cell [{runs[2]}] (a rerun of [{runs[1]}]) kept" in chart.render_history(status)
     assert holder in chart.render_history(status).replace("&#x27;", "'")
-    assert any(holder in item.text for item in compact.now_items(status))
+    leak = compact.last_leak(status)  # the line under the three facts
+    assert leak is not None and holder in leak.text, leak
     # a dict per step: the item is the dict, the graph one level in
     step = "history_l.append({'loss': model_l(torch.randn(4096, 1024)).sum()})"
     more = [run_cell(step).execution_count for _ in range(2)]

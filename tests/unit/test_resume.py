@@ -38,7 +38,9 @@ def make_loader(workers: int, with_generator: bool):
         num_workers=workers,
         worker_init_fn=seed_worker if workers else None,
         generator=generator,
-        multiprocessing_context="fork" if workers else None,
+        # forkserver: workers forked from a clean server process, not from this one, whose
+        # other threads (a panel ticker, NVML's sampler) may hold locks a fork would copy
+        multiprocessing_context="forkserver" if workers else None,
     )
     return loader, ({"loader": generator} if with_generator else None)
 
