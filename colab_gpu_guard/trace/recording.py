@@ -1,0 +1,218 @@
+"""Recording torch's CUDA allocator history for one cell: switched on with a bounded
+history before it and off after it, or, where the user's own recording is already on,
+left untouched and this cell's window read from it; `trace_cell()` for code.
+
+torch (2.1+) records with ``torch.cuda.memory._record_memory_history`` and hands the history
+out with ``torch.cuda.memory._snapshot()``; switching it off discards the history, so a
+recording of the user's is never switched, only read. Whether one is on is asked of
+``torch._C._cuda_isHistoryEnabled`` where torch has it, else read from a snapshot (live
+allocations with stacks, or recorded events).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import os
+import pickle
+import time
+from typing import Any, Iterator, Optional, Union
+
+from .. import notebook_refs
+from ..frameworks import torch as torch_support
+from ..notebook_refs import cell_files
+from ..units import Unavailable, error_text
+from . import oom
+from .lines import Places
+from .records import NONE, OWN, USERS, NameLink, TraceReport
+from .replay import devices_in, replay, window_start
+
+DEFAULT_MAX_ENTRIES = 100_000
+NAMES_BUDGET_S = 0.1  # the quick scan that names what a cell kept, by default
+
+
+def cuda_torch() -> Union[Any, Unavailable]:
+    """torch, where it can record CUDA allocations here; else why not, in a clause (the
+    caller says what it did instead: "the cell ran untraced")."""
+    try:
+        torch = torch_support.loaded() or torch_support.import_torch()
+    except ModuleNotFoundError as error:
+        return Unavailable(str(error))
+    if torch_support.cuda_version(torch) is None:
+        return Unavailable("this torch is a CPU-only build: there is no GPU memory to trace")
+    if not torch.cuda.is_available():
+        return Unavailable("torch sees no CUDA GPU in this kernel")
+    memory = torch.cuda.memory
+    if not hasattr(memory, "_record_memory_history") or not hasattr(memory, "_snapshot"):
+        return Unavailable(f"torch {torch.__version__} cannot record allocation history")
+    return torch
+
+
+def _users_recording(torch: Any, snapshot: dict) -> bool:
+    enabled = getattr(torch._C, "_cuda_isHistoryEnabled", None)
+    if enabled is not None and enabled():
+        return True
+    if any(snapshot.get("device_traces", ())):
+        return True
+    return any(
+        block.get("frames") for seg in snapshot.get("segments", ()) for block in seg["blocks"]
+    )
+
+
+def untraced(why: Unavailable) -> str:
+    return f"{why.reason}; the cell ran untraced"
+
+
+class Recorder:
+    """One cell's recording: `start()` before it, `stop()` after it (always, also when the
+    cell failed) returns its report."""
+
+    def __init__(self, torch: Any, max_entries: int = DEFAULT_MAX_ENTRIES, shell: Any = None):
+        if max_entries < 1:
+            raise ValueError(f"max_entries must be 1 or more, not {max_entries}")
+        self.torch = torch
+        self.max_entries = max_entries
+        self.shell = shell if shell is not None else notebook_refs.running_shell()
+        self.cell = cell_files.running_cell_number(self.shell)
+        self.mode = NONE
+        self.before: list[list] = []
+
+    def start(self) -> None:
+        torch = self.torch
+        torch.cuda.init()  # the allocator records nothing before CUDA is initialised
+        oom.attach(torch)
+        oom.forget()
+        first = torch.cuda.memory._snapshot()
+        if _users_recording(torch, first):
+            self.mode = USERS
+            self.before = [list(trace[-1:]) for trace in first.get("device_traces", [])]
+            return
+        torch.cuda.memory._record_memory_history(
+            "all",
+            context="alloc",
+            stacks="python",
+            max_entries=self.max_entries,
+            clear_history=True,
+        )
+        self.mode = OWN
+
+    def stop(self, save: Optional[str] = None) -> TraceReport:
+        torch = self.torch
+        try:
+            snapshot = torch.cuda.memory._snapshot()
+        except RuntimeError as error:  # a broken CUDA context (e.g. a device-side assert)
+            snapshot = None
+            failure = error_text(error)
+        finally:
+            if self.mode == OWN:
+                torch.cuda.memory._record_memory_history(None)
+        if snapshot is None:
+            return TraceReport(self.cell, self.mode, unavailable=f"no snapshot: {failure}")
+        saved = None
+        if save is not None:
+            with open(save, "wb") as file:
+                pickle.dump(snapshot, file)
+            saved = os.path.abspath(save)
+        return self.analyse(snapshot, saved)
+
+    def analyse(self, snapshot: dict, saved: Optional[str] = None) -> TraceReport:
+        places = Places(self.shell)
+        traces = snapshot.get("device_traces", [])
+        devices = []
+        stacks = True
+        for device in devices_in(snapshot):
+            history = traces[device] if device < len(traces) else []
+            if self.mode == USERS:
+                before = self.before[device] if device < len(self.before) else []
+                start, lost = window_start(before, history)
+                stacks = stacks and all(
+                    e.get("frames") for e in history[start:] if e["action"] == "alloc"
+                )
+            else:
+                start, lost = 0, len(history) >= self.max_entries
+            if start >= len(history):
+                continue  # nothing happened on this device during the cell
+            devices.append(replay(snapshot, device, start, places=places, dropped=lost))
+        return TraceReport(
+            cell=self.cell,
+            recording=self.mode,
+            devices=tuple(devices),
+            max_entries=self.max_entries if self.mode == OWN else 0,
+            saved_to=saved,
+            users_stacks=stacks,
+        )
+
+
+def link_names(report: TraceReport, requested: bool = False, namespace: Optional[dict] = None):
+    """The report with each kept line's holders named (`find_leftovers`, the storages it
+    found at the line's addresses); by default a scan limited to NAMES_BUDGET_S."""
+    from ..leftovers.scan import find_leftovers
+
+    if not any(trace.kept for trace in report.devices):
+        return report
+    began = time.perf_counter()
+    found = find_leftovers(
+        device="cuda", namespace=namespace, budget_s=None if requested else NAMES_BUDGET_S
+    )
+    seconds = time.perf_counter() - began
+    names: dict[tuple[str, int], list[str]] = {}
+    for entry in found:
+        names.setdefault((entry.device, entry.storage_id), []).append(entry.name)
+    devices = []
+    for trace in report.devices:
+        device = f"cuda:{trace.device}"
+        kept = tuple(
+            dataclasses.replace(
+                line,
+                names=tuple(
+                    name for address in line.addresses for name in names.get((device, address), ())
+                ),
+            )
+            for line in trace.kept
+        )
+        devices.append(dataclasses.replace(trace, kept=kept))
+    link = NameLink(requested=requested, seconds=seconds, complete=found.complete)
+    return dataclasses.replace(report, devices=tuple(devices), names=link)
+
+
+class Tracing:
+    """What `trace_cell()` yields: its `report` is set when the block ends."""
+
+    report: Optional[TraceReport] = None
+
+
+@contextlib.contextmanager
+def trace_cell(
+    max_entries: int = DEFAULT_MAX_ENTRIES,
+    save: Optional[str] = None,
+    names: Optional[bool] = None,
+    shell: Any = None,
+) -> Iterator[Tracing]:
+    """Trace the CUDA memory the block allocates, line by line::
+
+        with trace_cell() as tracing:
+            out = model(x)
+        print(tracing.report)
+
+    max_entries: the most allocator events kept (each several KB of host memory).
+    save: write torch's own snapshot pickle there (pytorch.org/memory_viz opens it).
+    names: name what the block kept (`find_leftovers`): None a quick scan (at most
+    NAMES_BUDGET_S), True a full one, False none.
+    Without CUDA the report says why in one line and the block runs untraced.
+    """
+    tracing = Tracing()
+    torch = cuda_torch()
+    if isinstance(torch, Unavailable):
+        yield tracing
+        cell = cell_files.running_cell_number(shell or notebook_refs.running_shell())
+        tracing.report = TraceReport(cell, NONE, unavailable=untraced(torch))
+        return
+    recorder = Recorder(torch, max_entries, shell)
+    recorder.start()
+    try:
+        yield tracing
+    finally:
+        report = recorder.stop(save)
+        if names is not False and report.unavailable is None:
+            report = link_names(report, requested=bool(names))
+        tracing.report = report
