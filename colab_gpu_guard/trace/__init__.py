@@ -5,9 +5,10 @@ CUDA out-of-memory (`oom.at_failure`)."""
 
 from __future__ import annotations
 
+from .kinds import SourceLine
 from .oom import OomLines, at_failure
 from .recording import DEFAULT_MAX_ENTRIES, Recorder, Tracing, trace_cell
-from .records import DeviceTrace, LineMemory, SourceLine, TraceReport
+from .records import DeviceTrace, LineMemory, TraceReport
 
 __all__ = [
     "DEFAULT_MAX_ENTRIES",

@@ -14,7 +14,7 @@ from typing import Any, Optional
 
 from .. import notebook_refs
 from ..notebook_refs import cell_files
-from .records import BEFORE, CELL, LIBRARY, MODULE, NO_STACK, SourceLine
+from .kinds import BEFORE, CELL, LIBRARY, MODULE, NO_STACK, SourceLine
 
 
 def _library_roots() -> tuple[str, ...]:

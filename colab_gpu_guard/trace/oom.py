@@ -13,7 +13,8 @@ import time
 from typing import Any, NamedTuple, Optional
 
 from ..units import format_bytes
-from .records import BEFORE, LineMemory
+from .kinds import BEFORE
+from .records import LineMemory
 
 TOP_LINES = 3
 

@@ -23,8 +23,9 @@ from ..frameworks import torch as torch_support
 from ..notebook_refs import cell_files
 from ..units import Unavailable, error_text
 from . import oom
+from .kinds import NONE, OWN, USERS
 from .lines import Places
-from .records import NONE, OWN, USERS, NameLink, TraceReport
+from .records import NameLink, TraceReport
 from .replay import devices_in, replay, window_start
 
 DEFAULT_MAX_ENTRIES = 100_000

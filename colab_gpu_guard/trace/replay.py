@@ -16,18 +16,9 @@ from __future__ import annotations
 from collections import defaultdict
 from typing import Any, Iterable, NamedTuple, Optional
 
+from .kinds import BEFORE, CELL, SourceLine
 from .lines import Places
-from .records import (
-    BEFORE,
-    CELL,
-    DeviceTrace,
-    Landmark,
-    LineMemory,
-    ModuleLine,
-    OomEvent,
-    SourceLine,
-    TimelinePoint,
-)
+from .records import DeviceTrace, Landmark, LineMemory, ModuleLine, OomEvent, TimelinePoint
 
 TIMELINE_POINTS = 240
 LANDMARKS = 3
@@ -135,7 +126,7 @@ def replay(
     }
     return DeviceTrace(
         device=device,
-        events=len(window),
+        event_count=len(window),
         start_allocated=start_allocated,
         end_allocated=sum(alive.nbytes for alive in end_live.values()),
         peak_allocated=peak,

@@ -4,9 +4,14 @@ the theme's colours, no script): made only from the `TraceReport` record."""
 from __future__ import annotations
 
 import html
+from typing import TYPE_CHECKING
+
 from ..units import escape_lines, escape_text, format_bytes
+from .kinds import CELL, NONE, OWN, SourceLine
 from .lines import label
-from .records import CELL, NONE, OWN, DeviceTrace, LineMemory, SourceLine, TraceReport
+
+if TYPE_CHECKING:
+    from .records import DeviceTrace, LineMemory, TraceReport
 
 _SPARKS = "▁▂▃▄▅▆▇█"
 _TEXT_WIDTH = 60
@@ -31,7 +36,7 @@ def headline(report: TraceReport, trace: DeviceTrace) -> str:
         f"gpu_trace: {_cell_name(report)} on cuda:{trace.device}: peak "
         f"{format_bytes(trace.peak_allocated)} allocated, {format_bytes(trace.peak_reserved)} "
         f"reserved (start {format_bytes(trace.start_allocated)}, end "
-        f"{format_bytes(trace.end_allocated)}, {trace.events:,} allocator events)"
+        f"{format_bytes(trace.end_allocated)}, {trace.event_count:,} allocator events)"
     )
     return head
 
@@ -70,7 +75,7 @@ def sparkline(trace: DeviceTrace, width: int = _TEXT_WIDTH) -> tuple[str, int]:
 
 def dropped_text(trace: DeviceTrace) -> str:
     return (
-        f"(the history kept only the last {trace.events:,} events of this cell: raise "
+        f"(the history kept only the last {trace.event_count:,} events of this cell: raise "
         "--max-entries to see its start)"
     )
 
@@ -201,7 +206,7 @@ def timeline_svg(trace: DeviceTrace) -> str:
     points = trace.timeline
     if not points:
         return ""
-    last = max(trace.events - 1, 1)
+    last = max(trace.event_count - 1, 1)
     top = max(max(p.allocated for p in points), 1)
 
     def xy(event: int, value: int) -> tuple[float, float]:

@@ -10,18 +10,10 @@ import os
 import pytest
 
 from colab_gpu_guard.trace import oom
+from colab_gpu_guard.trace.kinds import BEFORE, CELL, LIBRARY, MODULE, NO_STACK, OWN, USERS
 from colab_gpu_guard.trace.lines import Places
-from colab_gpu_guard.trace.records import (
-    BEFORE,
-    CELL,
-    LIBRARY,
-    MODULE,
-    NO_STACK,
-    OWN,
-    USERS,
-    TraceReport,
-)
 from colab_gpu_guard.trace.recording import Recorder
+from colab_gpu_guard.trace.records import TraceReport
 from colab_gpu_guard.trace.replay import TIMELINE_POINTS, replay, window_start
 from tests.shared_shell import global_shell
 from tests.unit.test_trace_builder import Allocator, frames
@@ -34,7 +26,8 @@ def cell():
     """A real cell of the real shell: its number, its file name, the line of `step`'s body."""
     ip = global_shell()
     result = ip.run_cell(
-        "def step():\n    out = [0] * 3  # allocate\n    return out\ncell_file = step.__code__.co_filename\n",
+        "def step():\n    out = [0] * 3  # allocate\n    return out\n"
+        "cell_file = step.__code__.co_filename\n",
         store_history=True,
     )
     assert result.error_in_exec is None
@@ -158,7 +151,7 @@ def test_a_users_recording_is_read_from_where_the_cell_began(cell):
     assert (start, lost) == (2, False)  # segment_alloc + alloc before the cell
     report = _fake_recorder(USERS, before=before).analyse(snapshot)
     (trace,) = report.devices
-    assert trace.events == 2 and trace.start_allocated == 6 * MiB
+    assert trace.event_count == 2 and trace.start_allocated == 6 * MiB
     assert [line.where.line for line in trace.kept] == [2]
     assert "your own torch.cuda.memory._record_memory_history recording was on" in str(report)
     # the ring buffer overwrote the cell's start: the whole history is read, and said so
