@@ -18,6 +18,7 @@ from typing import Any, NamedTuple, Optional
 
 _INPUT_NAME = re.compile(r"ipython-input-(\d+)-")
 _HISTORY_LOOKBACK = 200  # recent cells renamed at most, per file name not found otherwise
+_ENDINGS = ("", "\n", "\n\n")
 
 
 class CellLine(NamedTuple):
@@ -86,8 +87,11 @@ def _renamed(filename: str, shell: Any) -> Optional[int]:
         return None
     last = min(len(raw), len(parsed)) - 1
     for number in range(last, max(0, last - _HISTORY_LOOKBACK), -1):
-        if name_of(raw[number], parsed[number], number) == filename:
-            return number
+        # the history keeps each cell without its trailing newlines; the name was made
+        # from the cell as it came, which front ends send with none, or some
+        for ending in _ENDINGS:
+            if name_of(raw[number] + ending, parsed[number] + ending, number) == filename:
+                return number
     return None
 
 

@@ -98,7 +98,7 @@ class TraceMagics(GuardMagics):
         """Show what a cell allocated on the GPU, line by line: its peak, what was alive
         at it by the notebook line that allocated it, what the cell kept, a timeline.
 
-        Example: %%gpu_trace (first line of a cell), or %gpu_trace on
+        Example: %gpu_trace on   (or %%gpu_trace as the first line of one cell)
         More (what it records, its cost, your own recording): docs/reference.md
         """
         __tracebackhide__ = True  # noqa: F841  (IPython 8+ hides this frame in tracebacks)
@@ -147,7 +147,9 @@ class TraceMagics(GuardMagics):
 
         shell = self.shell
         number = cell_files.running_cell_number(shell)
-        source = "\n" + shell.transform_cell(cell)
+        transformed = shell.transform_cell(cell)
+        # IPython drops a cell's leading blank lines: put them back, and the magic's line
+        source = "\n" * (1 + _leading_blank(cell) - _leading_blank(transformed)) + transformed
         name = shell.compile.cache(source, number or 0, raw_code=source)
         if number is not None:
             cell_files.remember(name, number)
@@ -236,6 +238,15 @@ class Following:
         recorder, self.recorder = self.recorder, None
         if recorder is not None:
             recorder.stop()
+
+
+def _leading_blank(text: str) -> int:
+    count = 0
+    for line in text.splitlines():
+        if line.strip():
+            break
+        count += 1
+    return count
 
 
 def _finish(recorder: Recorder, save: Optional[str], names: bool) -> Any:
