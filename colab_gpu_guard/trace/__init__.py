@@ -6,8 +6,9 @@ CUDA out-of-memory (`oom.at_failure`)."""
 from __future__ import annotations
 
 from .kinds import SourceLine
+from .lines import SavedCell
 from .oom import OomLines, at_failure
-from .recording import DEFAULT_MAX_ENTRIES, Recorder, Tracing, trace_cell
+from .recording import DEFAULT_MAX_ENTRIES, Recorder, Tracing, saved_report, trace_cell
 from .records import DeviceTrace, LineMemory, TraceReport
 
 __all__ = [
@@ -16,9 +17,11 @@ __all__ = [
     "LineMemory",
     "OomLines",
     "Recorder",
+    "SavedCell",
     "SourceLine",
     "TraceReport",
     "Tracing",
     "at_failure",
+    "saved_report",
     "trace_cell",
 ]

@@ -16,6 +16,7 @@ BEFORE = "before"  # allocated before the traced window (no stack of it in this 
 OWN = "own"  # switched on for this cell and off after it
 USERS = "yours"  # the user's recording was on: left untouched, this cell's window read
 NONE = "none"  # nothing recorded (`unavailable` says why)
+SAVED = "saved"  # read from a snapshot saved earlier (another kernel's, maybe a GPU's)
 
 
 class SourceLine(NamedTuple):

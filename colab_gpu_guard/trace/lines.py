@@ -10,7 +10,7 @@ from __future__ import annotations
 import os
 import sys
 import sysconfig
-from typing import Any, Optional
+from typing import Any, NamedTuple, Optional
 
 from .. import notebook_refs
 from ..notebook_refs import cell_files
@@ -25,12 +25,20 @@ def _library_roots() -> tuple[str, ...]:
     return tuple(os.path.join(os.path.realpath(root), "") for root in roots if root)
 
 
+class SavedCell(NamedTuple):
+    """A cell of the kernel a saved snapshot came from: its number and its source."""
+
+    number: int
+    source: str
+
+
 class Places:
     """Classifies frames for one trace: a cell's line, a user module's line, or folded.
     Per file name the verdict is cached (a trace repeats few files many times)."""
 
-    def __init__(self, shell: Any = None) -> None:
+    def __init__(self, shell: Any = None, cells: Optional[dict[str, SavedCell]] = None) -> None:
         self.shell = shell if shell is not None else notebook_refs.running_shell()
+        self.cells = cells or {}
         self._roots = _library_roots()
         self._kinds: dict[str, str] = {}
 
@@ -41,7 +49,7 @@ class Places:
         return kind
 
     def _classify(self, filename: str) -> str:
-        if cell_files.cell_line(filename, 1, self.shell) is not None:
+        if filename in self.cells or cell_files.cell_line(filename, 1, self.shell) is not None:
             return CELL
         if not filename.endswith(".py") or filename.startswith("<"):
             return LIBRARY  # C++ frames (stacks="all"), <frozen ...>, <string>
@@ -59,6 +67,11 @@ class Places:
             filename = frame.get("filename", "")
             line = int(frame.get("line", 0) or 0)
             kind = self._kind(filename)
+            if kind == CELL and filename in self.cells:
+                saved = self.cells[filename]
+                lines = saved.source.splitlines()
+                text = lines[line - 1].strip() if 0 < line <= len(lines) else ""
+                return SourceLine(CELL, saved.number, line, "", text), module
             if kind == CELL:
                 found = cell_files.cell_line(filename, line, self.shell)
                 assert found is not None

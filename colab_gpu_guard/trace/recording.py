@@ -23,8 +23,8 @@ from ..frameworks import torch as torch_support
 from ..notebook_refs import cell_files
 from ..units import Unavailable, error_text
 from . import oom
-from .kinds import NONE, OWN, USERS
-from .lines import Places
+from .kinds import NONE, OWN, SAVED, USERS
+from .lines import Places, SavedCell
 from .records import NameLink, TraceReport
 from .replay import devices_in, replay, window_start
 
@@ -116,8 +116,10 @@ class Recorder:
             saved = os.path.abspath(save)
         return self.analyse(snapshot, saved)
 
-    def analyse(self, snapshot: dict, saved: Optional[str] = None) -> TraceReport:
-        places = Places(self.shell)
+    def analyse(
+        self, snapshot: dict, saved: Optional[str] = None, places: Optional[Places] = None
+    ) -> TraceReport:
+        places = places or Places(self.shell)
         traces = snapshot.get("device_traces", [])
         devices = []
         stacks = True
@@ -129,8 +131,10 @@ class Recorder:
                 stacks = stacks and all(
                     e.get("frames") for e in history[start:] if e["action"] == "alloc"
                 )
-            else:
+            elif self.mode == OWN:
                 start, lost = 0, len(history) >= self.max_entries
+            else:
+                start, lost = 0, False
             if start >= len(history):
                 continue  # nothing happened on this device during the cell
             devices.append(replay(snapshot, device, start, places=places, dropped=lost))
@@ -174,6 +178,18 @@ def link_names(report: TraceReport, requested: bool = False, namespace: Optional
         devices.append(dataclasses.replace(trace, kept=kept))
     link = NameLink(requested=requested, seconds=seconds, complete=found.complete)
     return dataclasses.replace(report, devices=tuple(devices), names=link)
+
+
+def saved_report(
+    snapshot: dict, cells: Optional[dict[str, SavedCell]] = None, cell: Optional[int] = None
+) -> TraceReport:
+    """The report of a snapshot saved earlier (``--save``, torch's ``_dump_snapshot``), its
+    whole history read as one window; `cells` names the cells of the kernel it came from
+    (file name -> SavedCell), where this kernel's own cells are not them."""
+    recorder = Recorder(torch=None, max_entries=1)
+    recorder.mode, recorder.cell = SAVED, cell
+    report = recorder.analyse(snapshot, places=Places(recorder.shell, cells))
+    return dataclasses.replace(report, max_entries=0)
 
 
 class Tracing:

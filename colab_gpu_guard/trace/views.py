@@ -7,7 +7,7 @@ import html
 from typing import TYPE_CHECKING
 
 from ..units import escape_lines, escape_text, format_bytes
-from .kinds import CELL, NONE, OWN, SourceLine
+from .kinds import CELL, NONE, OWN, SAVED, SourceLine
 from .lines import label
 
 if TYPE_CHECKING:
@@ -115,6 +115,8 @@ def footer(report: TraceReport) -> list[str]:
             f"(recorded for this cell only, at most {report.max_entries:,} events; "
             "recording is off again)"
         )
+    elif report.recording == SAVED:
+        lines.append("(read from a saved snapshot: its whole recorded history)")
     elif report.recording != NONE:
         lines.append(
             "(your own torch.cuda.memory._record_memory_history recording was on: left as "

@@ -9,7 +9,7 @@ import os
 
 import pytest
 
-from colab_gpu_guard.trace import oom
+from colab_gpu_guard.trace import SavedCell, oom, saved_report
 from colab_gpu_guard.trace.kinds import BEFORE, CELL, LIBRARY, MODULE, NO_STACK, OWN, USERS
 from colab_gpu_guard.trace.lines import Places
 from colab_gpu_guard.trace.recording import Recorder
@@ -219,3 +219,14 @@ def test_at_failure_hands_out_the_last_firing_once(cell):
         f"1 MiB from [{number}] line 3  return out"
     )
     assert oom.at_failure(OutOfMemoryError("again")) is None  # handed out once
+
+
+def test_a_saved_snapshot_names_the_cells_of_the_kernel_it_came_from():
+    a = Allocator()
+    a.alloc(6 * MiB, frames(("/tmp/ipykernel_77/4242.py", 2, "<module>")))
+    cells = {"/tmp/ipykernel_77/4242.py": SavedCell(7, "batch = make()\nlogits = model(batch)")}
+    report = saved_report(a.snapshot(), cells)
+    text = str(report)
+    assert "6 MiB  1 allocation     [7] line 2  logits = model(batch)" in text
+    assert "(read from a saved snapshot: its whole recorded history)" in text
+    assert report.devices[0].event_count == 2 and not report.devices[0].dropped
