@@ -255,7 +255,7 @@ def _device_html(report: TraceReport, trace: DeviceTrace) -> str:
     parts = [f"<div><b>{_esc(headline(report, trace))}</b></div>"]
     if trace.oom is not None:
         parts.append(
-            f'<div style="color:{_PEAK}">CUDA out of memory at {_place_html(trace.oom.where)}: '
+            f'<div style="font-weight:600">CUDA out of memory at {_place_html(trace.oom.where)}: '
             f"asked for {format_bytes(trace.oom.requested)} with "
             f"{format_bytes(trace.oom.device_free)} free on the GPU</div>"
         )
