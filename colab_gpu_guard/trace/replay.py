@@ -214,14 +214,19 @@ def _timeline(points: list[int], peak_event: int) -> tuple[TimelinePoint, ...]:
 
 
 def _landmarks(window: list, places: Places) -> tuple[Landmark, ...]:
+    """The biggest allocation of each of the (at most LANDMARKS) lines that made the
+    biggest ones, in the order they happened."""
     allocs = [
         (entry["size"], index) for index, entry in enumerate(window) if entry["action"] == "alloc"
     ]
-    biggest = sorted(allocs, key=lambda pair: (-pair[0], pair[1]))[:LANDMARKS]
-    return tuple(
-        Landmark(index, size, places.where(window[index].get("frames") or ())[0])
-        for size, index in sorted(biggest, key=lambda pair: pair[1])
-    )
+    found: dict[SourceLine, Landmark] = {}
+    for size, index in sorted(allocs, key=lambda pair: (-pair[0], pair[1]))[:50]:
+        where = places.where(window[index].get("frames") or ())[0]
+        if where not in found:
+            found[where] = Landmark(index, size, where)
+            if len(found) == LANDMARKS:
+                break
+    return tuple(sorted(found.values(), key=lambda mark: mark.event))
 
 
 def _oom(found: Optional[tuple[int, dict]], places: Places) -> Optional[OomEvent]:

@@ -156,7 +156,12 @@ _FONT = (
     "font-family:var(--jp-ui-font-family,var(--vscode-font-family,system-ui,sans-serif));"
     "font-size:13px;line-height:18px;color:inherit"
 )
-_CODE = "font-family:var(--jp-code-font-family,monospace)"
+_CODE = (
+    "font-family:var(--jp-code-font-family,monospace);padding:0;background:none;"
+    "white-space:normal;overflow-wrap:anywhere"
+)
+_TD = "text-align:left;vertical-align:top;padding:1px 6px;overflow-wrap:anywhere"
+_NUM = "text-align:right;vertical-align:top;white-space:nowrap;padding:1px 6px"
 _AREA = "var(--jp-brand-color1,var(--vscode-charts-blue,#1976d2))"
 _PEAK = "var(--jp-error-color1,var(--vscode-charts-red,#d32f2f))"
 _GRID = "rgba(128,128,128,.35)"
@@ -182,20 +187,21 @@ def _table(lines: tuple[LineMemory, ...], names: bool) -> str:
         if names and line.names:
             held = " &larr; " + ", ".join(f"<code>{_esc(name)}</code>" for name in line.names)
         rows.append(
-            f'<tr><td style="text-align:right;white-space:nowrap">{format_bytes(line.nbytes)}'
-            f'</td><td style="white-space:nowrap;opacity:.8">{_count(line.count)}</td>'
-            f"<td>{_place_html(line.where)}{held}</td></tr>"
+            f'<tr><td style="{_NUM}">{format_bytes(line.nbytes)}</td>'
+            f'<td style="{_TD};white-space:nowrap;opacity:.8">{_count(line.count)}</td>'
+            f'<td style="{_TD}">{_place_html(line.where)}{held}</td></tr>'
         )
         for inner in line.inner:
             rows.append(
-                f'<tr style="opacity:.8"><td></td><td style="text-align:right">'
-                f"{format_bytes(inner.nbytes)}</td><td>in {_place_html(inner.where)}</td></tr>"
+                f'<tr style="opacity:.8"><td></td><td style="{_NUM}">'
+                f'{format_bytes(inner.nbytes)}</td><td style="{_TD}">in '
+                f"{_place_html(inner.where)}</td></tr>"
             )
     if len(lines) > _SHOWN:
         rest = sum(line.nbytes for line in lines[_SHOWN:])
         rows.append(
-            f'<tr style="opacity:.8"><td style="text-align:right">{format_bytes(rest)}</td>'
-            f"<td></td><td>at {len(lines) - _SHOWN} more places</td></tr>"
+            f'<tr style="opacity:.8"><td style="{_NUM}">{format_bytes(rest)}</td>'
+            f'<td></td><td style="{_TD}">at {len(lines) - _SHOWN} more places</td></tr>'
         )
     return (
         '<table style="border-collapse:collapse;margin:2px 0 6px 0">' + "".join(rows) + "</table>"
@@ -232,8 +238,12 @@ def timeline_svg(trace: DeviceTrace) -> str:
             f'fill="currentColor" text-anchor="{anchor}">peak '
             f"{_esc(format_bytes(trace.peak_allocated))}</text>"
         )
-    for mark in trace.landmarks:
+    labelled: list[float] = []
+    for mark in sorted(trace.landmarks, key=lambda mark: -mark.nbytes):
         mx = xy(mark.event, 0)[0]
+        if any(abs(mx - x) < 130 for x in labelled):
+            continue  # the labels would overlap: the bigger allocation's stays
+        labelled.append(mx)
         anchor = "end" if mx > _W * 0.7 else "start"
         parts.append(
             f'<text x="{mx:.1f}" y="{_H - 2}" font-size="10" fill="currentColor" '
