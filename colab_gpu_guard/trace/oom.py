@@ -9,9 +9,10 @@ keeps only the last firing's snapshot, taken only while a recording with stacks 
 from __future__ import annotations
 
 import dataclasses
-import time
 from typing import Any, NamedTuple, Optional
 
+from .. import notebook_refs
+from ..notebook_refs import cell_files
 from ..units import format_bytes
 from .kinds import BEFORE
 from .records import LineMemory
@@ -22,17 +23,20 @@ TOP_LINES = 3
 class _Firing(NamedTuple):
     device: int
     requested: int
-    device_allocated: int
+    device_limit: int  # the device's memory, or the fraction set_per_process_memory_fraction allows
     device_free: int
     snapshot: dict
-    at: float
+    cell: Optional[int]  # the cell running when it fired
 
 
 _attached = False
 _last: Optional[_Firing] = None
 
 
-def _observer(device: int, alloc: int, device_allocated: int, device_free: int) -> None:
+def _observer(device: int, alloc: int, device_limit: int, device_free: int) -> None:
+    """What torch's allocator calls just before it raises its out-of-memory error (after
+    recording the ``oom`` event, with its lock released): the device, the bytes asked for,
+    the device's memory or the allowed fraction of it, and what CUDA said was free."""
     global _last
     import torch
 
@@ -43,10 +47,10 @@ def _observer(device: int, alloc: int, device_allocated: int, device_free: int) 
     _last = _Firing(
         device,
         alloc,
-        device_allocated,
+        device_limit,
         device_free,
         torch.cuda.memory._snapshot(),
-        time.monotonic(),
+        cell_files.running_cell_number(notebook_refs.running_shell()),
     )
 
 
@@ -96,15 +100,22 @@ class OomLines:
         return serialize.to_data(self)
 
 
-def at_failure(error: Optional[BaseException] = None, shell: Any = None) -> Optional[OomLines]:
-    """The lines alive at the out-of-memory that surfaced as `error`, from the observer's
-    last firing, handed out once; None where it did not fire since the cell started (no
-    trace on, or this error is not the allocator's out-of-memory)."""
+def at_failure(
+    error: Optional[BaseException] = None, *, disguised: bool = False, shell: Any = None
+) -> Optional[OomLines]:
+    """The lines alive at the CUDA out-of-memory that surfaced as `error`, from the
+    observer's last firing in the running cell, handed out once. None where it did not fire
+    in this cell (no trace on, or the error came from elsewhere), or `error` is not torch's
+    out-of-memory error (nor caused by one) and not `disguised` (an error the caller knows
+    for an out-of-memory in other words, e.g. a cuBLAS allocation failure)."""
     global _last
     firing, _last = _last, None
     if firing is None:
         return None
-    if error is not None and not _is_oom(error):
+    shell = shell if shell is not None else notebook_refs.running_shell()
+    if firing.cell != cell_files.running_cell_number(shell):
+        return None  # an earlier cell's (caught there): not this error's
+    if error is not None and not disguised and not _is_oom(error):
         _last = firing  # not this error's: kept for the one it belongs to
         return None
     from .lines import Places

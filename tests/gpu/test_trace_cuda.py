@@ -7,7 +7,6 @@ own `_record_memory_history` is left on with its history. Skipped without a CUDA
 from __future__ import annotations
 
 import pickle
-import sys
 
 import pytest
 from IPython.utils.capture import capture_output
@@ -24,7 +23,9 @@ NAMES = ("tracing", "a", "b", "before", "at_peak", "after", "x", "keep", "rows",
 @pytest.fixture
 def cuda(ip, run_cell):
     torch = pytest.importorskip("torch")
-    assert run_cell("import torch\ntorch.cuda.init()").success
+    assert run_cell(
+        "import torch\ntorch.cuda.init()\nfrom colab_gpu_guard.trace import at_failure"
+    ).success
     yield torch
     torch.cuda.memory._record_memory_history(None)
     for name in NAMES:
@@ -87,22 +88,27 @@ def test_the_magic_shows_the_line_and_saves_torchs_snapshot(cuda, run_cell, tmp_
     assert "Segment size mismatch" not in _memory_viz.segsum(snapshot)
 
 
-def test_an_out_of_memory_run_names_the_line_that_failed(cuda, run_cell):
+def test_an_out_of_memory_run_names_the_line_that_failed(cuda, run_cell, ip):
     torch = cuda
     with capture_output() as captured:
         result = run_cell(
             "%%gpu_trace\n"
             "keep = torch.empty(64 * 2**20, dtype=torch.uint8, device='cuda')\n"
-            "x = torch.empty(2**50, dtype=torch.uint8, device='cuda')\n"
+            "try:\n"
+            "    x = torch.empty(2**50, dtype=torch.uint8, device='cuda')\n"
+            "except torch.OutOfMemoryError as error:\n"
+            "    found = at_failure(error)  # as the advisor asks, in the failing cell\n"
+            "    raise\n"
         )
     assert isinstance(result.error_in_exec, torch.OutOfMemoryError)
     n = result.execution_count
-    assert f"CUDA out of memory at [{n}] line 3  x = torch.empty(2**50" in captured.stdout
-    found = trace.at_failure(sys.last_value)
-    assert found is not None
+    assert f"CUDA out of memory at [{n}] line 4  x = torch.empty(2**50" in captured.stdout
+    found = ip.user_ns.pop("found")
+    assert found is not None and found.requested >= 2**50
     assert found.lines[0].where == (CELL, n, 2, "", found.lines[0].where.text)
     assert found.lines[0].nbytes == 64 * MiB
     assert found.text.startswith(f"at the failure: 64 MiB from [{n}] line 2  keep = ")
+    assert trace.at_failure(result.error_in_exec) is None  # handed out once
     assert not recording_on(torch)
 
 

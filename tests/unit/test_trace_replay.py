@@ -206,7 +206,7 @@ def test_at_failure_hands_out_the_last_firing_once(cell):
     a = Allocator()
     a.alloc(6 * MiB, frames((filename, 2, "step")))
     a.alloc(MiB, frames((filename, 3, "step")))
-    oom._last = oom._Firing(0, 8 << 30, 7 * MiB, 0, a.snapshot(), 0.0)
+    oom._last = oom._Firing(0, 8 << 30, 16 << 30, 0, a.snapshot(), None)
 
     class OutOfMemoryError(RuntimeError):
         pass
@@ -219,6 +219,10 @@ def test_at_failure_hands_out_the_last_firing_once(cell):
         f"1 MiB from [{number}] line 3  return out"
     )
     assert oom.at_failure(OutOfMemoryError("again")) is None  # handed out once
+    oom._last = oom._Firing(0, 8 << 30, 16 << 30, 0, a.snapshot(), None)
+    assert oom.at_failure(RuntimeError("CUBLAS_STATUS_ALLOC_FAILED"), disguised=True)
+    oom._last = oom._Firing(0, 8 << 30, 16 << 30, 0, a.snapshot(), number)  # an earlier cell
+    assert oom.at_failure(OutOfMemoryError("CUDA out of memory")) is None
 
 
 def test_a_saved_snapshot_names_the_cells_of_the_kernel_it_came_from():
