@@ -96,11 +96,11 @@ def test_an_out_of_memory_run_names_the_line_that_failed(cuda, run_cell, ip):
             "keep = torch.empty(64 * 2**20, dtype=torch.uint8, device='cuda')\n"
             "try:\n"
             "    x = torch.empty(2**50, dtype=torch.uint8, device='cuda')\n"
-            "except torch.OutOfMemoryError as error:\n"
+            "except torch.cuda.OutOfMemoryError as error:\n"
             "    found = at_failure(error)  # as the advisor asks, in the failing cell\n"
             "    raise\n"
         )
-    assert isinstance(result.error_in_exec, torch.OutOfMemoryError)
+    assert isinstance(result.error_in_exec, torch.cuda.OutOfMemoryError)
     n = result.execution_count
     assert f"CUDA out of memory at [{n}] line 4  x = torch.empty(2**50" in captured.stdout
     found = ip.user_ns.pop("found")
