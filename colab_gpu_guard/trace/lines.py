@@ -8,6 +8,7 @@ Frames are torch's snapshot frames (``{"filename", "line", "name"}``), innermost
 from __future__ import annotations
 
 import os
+import re
 import sys
 import sysconfig
 from typing import Any, NamedTuple, Optional
@@ -15,6 +16,15 @@ from typing import Any, NamedTuple, Optional
 from .. import notebook_refs
 from ..notebook_refs import cell_files
 from .kinds import BEFORE, CELL, LIBRARY, MODULE, NO_STACK, SourceLine
+
+# Installed code, read from the path itself, so that a snapshot saved on another machine
+# (its torch under /opt/torch/.venv/lib/python3.12/site-packages/) folds the same: an
+# installed package's folder, the standard library's, and the packages a notebook kernel
+# runs on wherever they were put on sys.path (a PYTHONPATH folder, a source checkout).
+_INSTALLED = re.compile(
+    r"[\\/](?:site-packages|dist-packages|lib[\\/]python\d+(?:\.\d+)?|Lib)[\\/]"
+    r"|[\\/](?:torch|IPython|ipykernel|traitlets|triton|colab_gpu_guard)[\\/]"
+)
 
 
 def _library_roots() -> tuple[str, ...]:
@@ -53,6 +63,8 @@ class Places:
             return CELL
         if not filename.endswith(".py") or filename.startswith("<"):
             return LIBRARY  # C++ frames (stacks="all"), <frozen ...>, <string>
+        if _INSTALLED.search(filename):
+            return LIBRARY
         real = os.path.realpath(filename)
         if any(real.startswith(root) for root in self._roots):
             return LIBRARY

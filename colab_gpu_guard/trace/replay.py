@@ -23,6 +23,15 @@ from .records import DeviceTrace, Landmark, LineMemory, ModuleLine, OomEvent, Ti
 TIMELINE_POINTS = 240
 LANDMARKS = 3
 MAX_ADDRESSES = 64
+UNIT = 512  # torch's caching allocator's smallest piece, and the unit it rounds up to
+
+
+def unit(nbytes: int) -> int:
+    """`nbytes` rounded up as torch's caching allocator rounds a request (kMinBlockSize;
+    where PYTORCH_CUDA_ALLOC_CONF sets roundup_power2_divisions it rounds further)."""
+    return max(UNIT, -(-nbytes // UNIT) * UNIT)
+
+
 _RESERVE = {"segment_alloc": 1, "segment_map": 1, "segment_free": -1, "segment_unmap": -1}
 
 
@@ -81,17 +90,23 @@ def replay(
     end_live = _live_at_end(snapshot, device)
     end_reserved = sum(seg["total_size"] for seg in _device_segments(snapshot, device))
 
-    # the state at the window's start: the end state with the window's events undone
-    before: dict[int, int] = {addr: alive.nbytes for addr, alive in end_live.items()}
+    # The state at the window's start: the end state with the window's events undone.
+    # Events carry the size asked for; torch counts the piece of memory that served it
+    # (`unit`), known exactly for what is alive at the end, so each allocation's size is
+    # taken from there when it is still alive, and rounded up to the unit otherwise.
+    sizes = [0] * len(window)
+    state: dict[int, int] = {addr: alive.nbytes for addr, alive in end_live.items()}
     reserved = end_reserved
-    for entry in reversed(window):
+    for index in range(len(window) - 1, -1, -1):
+        entry = window[index]
         action = entry["action"]
         if action == "alloc":
-            before.pop(entry["addr"], None)
+            sizes[index] = state.pop(entry["addr"], unit(entry["size"]))
         elif action == "free_requested":
-            before[entry["addr"]] = entry["size"]
+            sizes[index] = state[entry["addr"]] = unit(entry["size"])
         elif action in _RESERVE:
             reserved -= _RESERVE[action] * entry["size"]
+    before = state
     start_reserved = reserved
     start_allocated = sum(before.values())
 
@@ -105,12 +120,12 @@ def replay(
         action = entry["action"]
         if action == "alloc":
             made[entry["addr"]] = index
-            allocated += entry["size"]
+            allocated += sizes[index]
             if allocated > peak:
                 peak, peak_event = allocated, index
         elif action == "free_requested":
             made.pop(entry["addr"], None)
-            allocated -= entry["size"]
+            allocated -= sizes[index]
         elif action in _RESERVE:
             reserved += _RESERVE[action] * entry["size"]
             peak_reserved = max(peak_reserved, reserved)
@@ -118,7 +133,7 @@ def replay(
             oom = (index, entry)
         points.append(allocated)
 
-    at_peak = _alive_after(window, before, peak_event)
+    at_peak = _alive_after(window, sizes, before, peak_event)
     kept = {
         addr: Alive(end_live[addr].nbytes, window[index].get("frames") or (), index)
         for addr, index in made.items()
@@ -143,13 +158,15 @@ def replay(
     )
 
 
-def _alive_after(window: list, before: dict[int, int], last: int) -> dict[int, Alive]:
+def _alive_after(
+    window: list, sizes: list[int], before: dict[int, int], last: int
+) -> dict[int, Alive]:
     alive = {addr: Alive(nbytes, None, -1) for addr, nbytes in before.items()}
     for index in range(last + 1):
         entry = window[index]
         action = entry["action"]
         if action == "alloc":
-            alive[entry["addr"]] = Alive(entry["size"], entry.get("frames") or (), index)
+            alive[entry["addr"]] = Alive(sizes[index], entry.get("frames") or (), index)
         elif action == "free_requested":
             alive.pop(entry["addr"], None)
     return alive

@@ -28,7 +28,9 @@ def place(where: SourceLine) -> str:
 
 
 def _cell_name(report: TraceReport) -> str:
-    return f"cell [{report.cell}]" if report.cell is not None else "this code"
+    if report.cell is not None:
+        return f"cell [{report.cell}]"
+    return "the saved snapshot" if report.recording == SAVED else "this code"
 
 
 def headline(report: TraceReport, trace: DeviceTrace) -> str:

@@ -9,7 +9,8 @@ segment_pool_id, is_expandable, frames, blocks of address/size/requested_size/st
 frames) and ``device_traces`` (per device: action, addr (device_free for an oom), size,
 stream, frames where a stack was recorded, time_us).
 
-`Allocator` models torch's caching allocator just enough: sizes rounded up to 512 bytes,
+`Allocator` models torch's caching allocator just enough: sizes rounded up to 512 bytes
+(events carry the size asked for, as torch's do; the memory counts the rounded size),
 each allocation served from a cached free segment of its size or a new segment
 (``segment_alloc``), frees cached (``free_requested`` then ``free_completed``), and
 ``empty_cache`` returning free segments (``segment_free``).
@@ -84,15 +85,16 @@ class Allocator:
         block = seg["blocks"][0]
         block.update(state="active_allocated", requested_size=nbytes, frames=stack or [])
         seg.update(allocated_size=size, active_size=size, requested_size=nbytes)
-        self._event(device, "alloc", size, stack, addr=seg["address"])
+        self._event(device, "alloc", nbytes, stack, addr=seg["address"])  # as asked, as torch
         self.live[seg["address"]] = seg
         return seg["address"]
 
     def free(self, address: int, stack=None) -> None:
         seg = self.live.pop(address)
         block = seg["blocks"][0]
-        self._event(seg["device"], "free_requested", block["size"], stack, addr=address)
-        self._event(seg["device"], "free_completed", block["size"], stack, addr=address)
+        asked = block["requested_size"]
+        self._event(seg["device"], "free_requested", asked, stack, addr=address)
+        self._event(seg["device"], "free_completed", asked, stack, addr=address)
         block.update(state="inactive", requested_size=0, frames=[])
         seg.update(allocated_size=0, active_size=0, requested_size=0)
 

@@ -63,7 +63,7 @@ def test_peak_by_line_matches_the_allocators_own_counts(cell):
     line3 = frames((filename, 3, "step"))
     x = a.alloc(4 * MiB, line2)
     y = a.alloc(4 * MiB, line2)
-    t = a.alloc(1 * MiB, line3)
+    t = a.alloc(1 * MiB - 100, line3)  # counted as torch counts it: 1 MiB
     peak = a.allocated()
     a.free(t)
     a.free(y)
