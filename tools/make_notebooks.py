@@ -616,8 +616,8 @@ model(batch);  # the `;` shows nothing, so nothing lands in Out and _
 
 # The classic out of memory in memory_leaks.ipynb: a batch too large, found by line with
 # %%gpu_trace, fixed. On a CPU the magic says so in one line and the cells run untraced;
-# a trace recorded on a GPU (example_oom_trace.json, saved by tools/record_cuda_snapshots.py
-# from a real run) is shown instead, labelled as such.
+# a trace recorded on a GPU (example_oom_trace.json, written by tools/trace_example.py
+# from the real snapshot tools/record_cuda_snapshots.py saved) is shown instead, labelled.
 TRACE_OOM = [
     md("""
 ## The classic out of memory: a batch too large, found by line

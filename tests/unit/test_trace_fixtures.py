@@ -132,3 +132,15 @@ def test_the_out_of_memory_scenario_names_the_line_that_asked():
     assert (device.oom.where.cell, device.oom.where.line) == (4, 2)  # logits = model(batch)
     assert device.oom.requested == facts["oom_calls"][-1]["alloc"]
     assert lines_of(device.at_peak, 4)[1] == facts["measured"]["batch"]
+
+
+def test_the_notebooks_saved_trace_is_what_the_fixtures_give():
+    from tools import trace_example
+
+    data = trace_example.example()
+    if data is None:
+        assert not SCENARIOS["oom"]["facts"]["oom_calls"]
+        assert not trace_example.EXAMPLE.exists()  # nothing saved that the fixtures lack
+        return
+    assert trace_example.main(["--check"]) == 0
+    assert data["label"].startswith("A saved trace, not this machine's: recorded on an ")
