@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import pickle
+import re
 from pathlib import Path
 
 import pytest
@@ -16,6 +17,7 @@ from colab_gpu_guard.trace import SavedCell, saved_report
 from colab_gpu_guard.trace.kinds import CELL, LIBRARY, MODULE, NO_STACK, USERS
 from colab_gpu_guard.trace.lines import Places
 from colab_gpu_guard.trace.recording import Recorder
+from colab_gpu_guard.units import jargon_in
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "cuda_snapshots"
 MANIFEST = json.loads((FIXTURES / "manifest.json").read_text())
@@ -68,6 +70,8 @@ def test_the_forward_pass_by_line_is_what_was_measured(name):
     assert [line.where.text for line in device.at_peak if line.where.line == 1] == [
         "x = torch.randn(2048, 4096, device='cuda')"
     ]
+    shown = re.sub(r"<[^>]+>", " ", report._repr_html_())  # what the page shows
+    assert jargon_in(str(report)) == [] and jargon_in(shown) == []
 
 
 def test_a_plain_shells_cells_are_named_by_their_file_names_alone():
