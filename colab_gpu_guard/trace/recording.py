@@ -50,14 +50,23 @@ def cuda_torch() -> Union[Any, Unavailable]:
 
 
 def _users_recording(torch: Any, snapshot: dict) -> bool:
+    """Is a recording on (the user's: ours is off between cells)? torch says so where it
+    has the getter; else a history in the snapshot tells. (Live allocations keep their
+    stacks after a recording is switched off, so they tell nothing.)"""
     enabled = getattr(torch._C, "_cuda_isHistoryEnabled", None)
-    if enabled is not None and enabled():
-        return True
-    if any(snapshot.get("device_traces", ())):
-        return True
-    return any(
-        block.get("frames") for seg in snapshot.get("segments", ()) for block in seg["blocks"]
-    )
+    if enabled is not None:
+        return bool(enabled())
+    return any(snapshot.get("device_traces", ()))
+
+
+def allocation_counts(torch: Any) -> dict[int, int]:
+    """torch's own count of allocations made so far, per device: what a cell made is the
+    difference, against which the history's events are checked (a history that lost some
+    of the cell's events has fewer)."""
+    return {
+        device: int(torch.cuda.memory_stats(device).get("allocation.all.allocated", 0))
+        for device in range(torch.cuda.device_count())
+    }
 
 
 def untraced(why: Unavailable) -> str:
@@ -77,6 +86,7 @@ class Recorder:
         self.cell = cell_files.running_cell_number(self.shell)
         self.mode = NONE
         self.before: list[list] = []
+        self.counts: dict[int, int] = {}  # torch's allocation counts when the cell began
 
     def start(self) -> None:
         torch = self.torch
@@ -84,6 +94,7 @@ class Recorder:
         oom.attach(torch)
         oom.forget()
         first = torch.cuda.memory._snapshot()
+        self.counts = allocation_counts(torch)
         if _users_recording(torch, first):
             self.mode = USERS
             self.before = [list(trace[-1:]) for trace in first.get("device_traces", [])]
@@ -101,6 +112,7 @@ class Recorder:
         torch = self.torch
         try:
             snapshot = torch.cuda.memory._snapshot()
+            made = {d: n - self.counts.get(d, 0) for d, n in allocation_counts(torch).items()}
         except RuntimeError as error:  # a broken CUDA context (e.g. a device-side assert)
             snapshot = None
             failure = error_text(error)
@@ -114,13 +126,30 @@ class Recorder:
             with open(save, "wb") as file:
                 pickle.dump(snapshot, file)
             saved = os.path.abspath(save)
-        return self.analyse(snapshot, saved)
+        return self.analyse(snapshot, saved, made=made)
 
     def analyse(
-        self, snapshot: dict, saved: Optional[str] = None, places: Optional[Places] = None
+        self,
+        snapshot: dict,
+        saved: Optional[str] = None,
+        places: Optional[Places] = None,
+        made: Optional[dict[int, int]] = None,
     ) -> TraceReport:
+        """The report of `snapshot`, this recorder's window of it. `made`: how many
+        allocations torch counted on each device during the cell; a window with fewer
+        ``alloc`` events lost some (the history was full) and says so."""
         places = places or Places(self.shell)
         traces = snapshot.get("device_traces", [])
+        if self.mode == USERS and not any(traces):
+            return TraceReport(
+                self.cell,
+                self.mode,
+                unavailable=(
+                    "your own torch.cuda.memory._record_memory_history recording keeps no "
+                    "history of events (enabled='state'): left as it is, with nothing to read; "
+                    "the cell ran untraced"
+                ),
+            )
         devices = []
         stacks = True
         for device in devices_in(snapshot):
@@ -137,6 +166,9 @@ class Recorder:
                 start, lost = 0, False
             if start >= len(history):
                 continue  # nothing happened on this device during the cell
+            if made is not None and device in made:
+                seen = sum(1 for event in history[start:] if event["action"] == "alloc")
+                lost = lost or seen < made[device]
             devices.append(replay(snapshot, device, start, places=places, dropped=lost))
         return TraceReport(
             cell=self.cell,

@@ -75,10 +75,15 @@ def sparkline(trace: DeviceTrace, width: int = _TEXT_WIDTH) -> tuple[str, int]:
     return text, (peak_index // step if peak_index >= 0 else -1)
 
 
-def dropped_text(trace: DeviceTrace) -> str:
+def dropped_text(report: TraceReport, trace: DeviceTrace) -> str:
+    if report.recording == OWN:
+        return (
+            f"(the history kept only the last {trace.event_count:,} events of this cell: "
+            "raise --max-entries to see its start)"
+        )
     return (
-        f"(the history kept only the last {trace.event_count:,} events of this cell: raise "
-        "--max-entries to see its start)"
+        f"(the history kept only the last {trace.event_count:,} events of this cell: its "
+        "start is not in it, so the figures cover only what it kept)"
     )
 
 
@@ -91,7 +96,7 @@ def device_lines(report: TraceReport, trace: DeviceTrace) -> list[str]:
             "free on the GPU"
         )
     if trace.dropped:
-        lines.append(dropped_text(trace))
+        lines.append(dropped_text(report, trace))
     lines.append("Alive at the peak, by line:")
     lines += _line_rows(trace.at_peak, names=False)
     kept = trace.kept_nbytes
@@ -285,9 +290,10 @@ def report_html(report: TraceReport) -> str:
         body = f"<pre>{_esc(report_text(report))}</pre>"
     else:
         body = "".join(_device_html(report, trace) for trace in report.devices)
-        if report.devices[0].dropped:
-            body += (
-                f"<div style='opacity:.8'>{_esc(device_lines(report, report.devices[0])[1])}</div>"
-            )
+        body += "".join(
+            f"<div style='opacity:.8'>{_esc(dropped_text(report, trace))}</div>"
+            for trace in report.devices
+            if trace.dropped
+        )
         body += "".join(f"<div style='opacity:.8'>{_esc(line)}</div>" for line in footer(report))
     return f'<div class="cgg-trace" style="{_FONT};max-width:100%;overflow-x:auto">{body}</div>'

@@ -234,3 +234,26 @@ def test_a_saved_snapshot_names_the_cells_of_the_kernel_it_came_from():
     assert "6 MiB  1 allocation     [7] line 2  logits = model(batch)" in text
     assert "(read from a saved snapshot: its whole recorded history)" in text
     assert report.devices[0].event_count == 2 and not report.devices[0].dropped
+
+
+def test_a_users_recording_without_history_is_left_and_said():
+    a = Allocator(record=False)
+    a.alloc(MiB, frames(("/tmp/x.py", 1, "f")))  # stacks kept, no events: enabled="state"
+    report = _fake_recorder(USERS, before=[[]]).analyse(a.snapshot())
+    assert str(report) == (
+        "gpu_trace: your own torch.cuda.memory._record_memory_history recording keeps no "
+        "history of events (enabled='state'): left as it is, with nothing to read; the cell "
+        "ran untraced"
+    )
+
+
+def test_a_window_with_fewer_allocations_than_torch_counted_says_its_start_is_gone(cell):
+    _, filename = cell
+    a = Allocator()
+    a.alloc(MiB, frames((filename, 2, "step")))
+    report = _fake_recorder(USERS, before=[[]]).analyse(a.snapshot(), made={0: 5})
+    assert report.devices[0].dropped
+    assert "its start is not in it, so the figures cover only what it kept" in str(report)
+    assert "its start is not in it" in report._repr_html_()
+    complete = _fake_recorder(USERS, before=[[]]).analyse(a.snapshot(), made={0: 1})
+    assert not complete.devices[0].dropped
