@@ -164,3 +164,26 @@ def test_the_api_reads_a_users_window_only(cuda):
         del first, second
     finally:
         torch.cuda.memory._record_memory_history(None)
+
+
+def test_a_second_traced_cell_is_recorded_afresh(cuda, run_cell):
+    """Tensors kept from a traced cell keep their stacks after recording stops: the next
+    traced cell must not take that for a recording of the user's."""
+    torch = cuda
+    assert run_cell("%%gpu_trace\na = torch.empty(2**20, dtype=torch.uint8, device='cuda')").success
+    with capture_output() as captured:
+        result = run_cell("%%gpu_trace\nb = torch.empty(2**21, dtype=torch.uint8, device='cuda')")
+    assert result.success and not recording_on(torch)
+    assert "your own" not in captured.stdout
+    assert "recorded for this cell only" in captured.stdout
+    assert f"2 MiB  1 allocation     [{result.execution_count}] line 2" in captured.stdout
+
+
+def test_a_full_history_says_so(cuda, run_cell):
+    with capture_output() as captured:
+        result = run_cell(
+            "%%gpu_trace --max-entries 8\n"
+            "x = [torch.empty(2**20, dtype=torch.uint8, device='cuda') for _ in range(20)]\n"
+        )
+    assert result.success
+    assert "raise --max-entries to see its start" in captured.stdout
