@@ -160,15 +160,13 @@ class Recorder:
                 stacks = stacks and all(
                     e.get("frames") for e in history[start:] if e["action"] == "alloc"
                 )
-            elif self.mode == OWN:
-                start, lost = 0, len(history) >= self.max_entries
             else:
-                start, lost = 0, False
+                start, lost = 0, self.mode == OWN and len(history) >= self.max_entries
             if start >= len(history):
                 continue  # nothing happened on this device during the cell
-            if made is not None and device in made:
+            if made is not None and device in made:  # torch's count decides
                 seen = sum(1 for event in history[start:] if event["action"] == "alloc")
-                lost = lost or seen < made[device]
+                lost = seen < made[device]
             devices.append(replay(snapshot, device, start, places=places, dropped=lost))
         return TraceReport(
             cell=self.cell,

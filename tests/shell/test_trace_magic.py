@@ -104,6 +104,12 @@ def test_bad_input_changes_nothing(ip, line, message):
         ip.run_line_magic("gpu_trace", line)
 
 
+def test_save_to_a_missing_folder_is_refused_before_the_cell_runs(ip):
+    result, captured = run(ip, "%%gpu_trace --save /no/such/folder/t.pickle\nnot_run = 1\n")
+    assert "not_run" not in ip.user_ns
+    assert "--save: no folder '/no/such/folder'" in captured.stdout + captured.stderr
+
+
 def test_on_is_not_a_cell_option(ip):
     result, captured = run(ip, "%%gpu_trace on\nnot_run = 1\n")
     assert "not_run" not in ip.user_ns

@@ -4,6 +4,7 @@ traces every following cell."""
 from __future__ import annotations
 
 import ast
+import os
 import sys
 from typing import TYPE_CHECKING, Any, Optional
 
@@ -127,6 +128,9 @@ class TraceMagics(GuardMagics):
         if self.following is not None:
             print("gpu_trace: every cell is traced already (%gpu_trace off to stop)")
             return self._run(cell)
+        if save is not None and not os.path.isdir(os.path.dirname(os.path.abspath(save))):
+            folder = os.path.dirname(os.path.abspath(save))
+            raise usage_error(ValueError(f"--save: no folder {folder!r}"), self.gpu_trace)
         torch = cuda_torch()
         if isinstance(torch, Unavailable):
             print(f"gpu_trace: {untraced(torch)}")
@@ -228,6 +232,9 @@ class Following:
     def post_run_cell(self, result: Any = None) -> None:
         recorder, self.recorder = self.recorder, None
         if recorder is not None:
+            number = getattr(result, "execution_count", None)
+            if isinstance(number, int):  # (IPython 8+ has no running cell at pre_run_cell)
+                recorder.cell = number
             _show(_finish(recorder, None, self.names))
 
     def close(self) -> None:
