@@ -91,6 +91,14 @@ def test_the_backward_pass_has_no_python_line_and_the_optimizer_state_is_named()
     assert NO_STACK in kinds  # gradients: allocated by autograd's own thread
     assert LIBRARY not in kinds and MODULE not in kinds
     assert lines_of(device.kept, 4)[6] == facts["measured"]["optimizer_state"]  # opt.step()
+    # every allocation without a Python line is made during loss.backward() (cell line 5)
+    line = 0
+    for event in snapshot["device_traces"][0]:
+        cell = [f["line"] for f in event.get("frames", ()) if f["filename"] in cells]
+        if event["action"] == "alloc" and not event.get("frames"):
+            assert line == 5
+        elif cell:
+            line = cell[0]
 
 
 def test_a_user_modules_line_is_under_the_notebook_line():
