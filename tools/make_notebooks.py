@@ -232,6 +232,18 @@ raise torch.OutOfMemoryError(
         tags=["raises-exception"],
     ),
     md("""
+## 6. Which line filled the GPU: `%gpu_trace`
+
+`%gpu_trace on` traces every following cell until `%gpu_trace off` (`%%gpu_trace` as a
+cell's first line traces that cell alone): under each one, its peak, what was alive at it
+by the line that allocated it, and what it kept. It reads torch's record of CUDA
+allocations, so on a machine without a GPU it says so in one line and the cells run as
+usual. `memory_leaks.ipynb` uses it on a batch too large for the GPU.
+"""),
+    code("%gpu_trace on"),
+    code("traced = torch.ones(1024, 1024, device='cuda' if torch.cuda.is_available() else 'cpu')"),
+    code("%gpu_trace off"),
+    md("""
 Next: `memory_leaks.ipynb` follows the "out of memory on the second run" problem from
 start to fix, and `reproducibility.ipynb` checks what seeding really does, DataLoader
 workers and several processes (DDP) included.
