@@ -123,7 +123,7 @@ class TraceMagics(GuardMagics):
     def _cell(self, cell: str, max_entries: int, save: Optional[str], names: bool) -> Any:
         __tracebackhide__ = True  # noqa: F841
         from ...trace.recording import Recorder, cuda_torch, untraced
-        from ...units import Unavailable
+        from ...units import Unavailable, error_text
 
         if self.following is not None:
             print("gpu_trace: every cell is traced already (%gpu_trace off to stop)")
@@ -136,7 +136,14 @@ class TraceMagics(GuardMagics):
             print(f"gpu_trace: {untraced(torch)}")
             return self._run(cell)
         recorder = Recorder(torch, max_entries, self.shell)
-        recorder.start()
+        failure = None
+        try:
+            recorder.start()
+        except RuntimeError as error:  # CUDA unusable (a device-side assert before)
+            failure = error_text(error)
+        if failure is not None:
+            print(f"gpu_trace: CUDA cannot record here ({failure}); the cell ran untraced")
+            return self._run(cell)
         try:
             return self._run(cell)
         finally:
