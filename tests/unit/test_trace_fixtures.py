@@ -62,6 +62,8 @@ def test_the_forward_pass_by_line_is_what_was_measured(name):
     assert device.peak_allocated == facts["peak_allocated"]  # max_memory_allocated()
     assert device.end_allocated == facts["cells"]["4"]["allocated_after"]
     assert device.start_allocated == 0 == facts["cells"]["2"]["allocated_after"]
+    assert device.end_reserved == facts["cells"]["4"]["reserved_after"]  # memory_reserved()
+    assert device.start_reserved == 0 == facts["cells"]["2"]["reserved_after"]
     at_peak = lines_of(device.at_peak, 4)
     assert at_peak[1] == facts["measured"]["x"]  # x = torch.randn(...)
     assert lines_of(device.kept, 3) == {2: facts["measured"]["params"]}  # model = ....cuda()
