@@ -13,7 +13,7 @@ from typing import Any, NamedTuple, Optional
 
 from .. import notebook_refs
 from ..notebook_refs import cell_files
-from ..units import format_bytes
+from ..units import escape_text, format_bytes
 from .kinds import BEFORE
 from .records import LineMemory
 
@@ -85,11 +85,12 @@ class OomLines:
 
     @property
     def text(self) -> str:
-        """``at the failure: 6.1 GiB from [7] line 3  logits = model(batch), ...``."""
+        """``at the failure: 6.1 GiB from `[7] line 3  logits = model(batch)`; ...``: the
+        top lines alive when CUDA ran out of memory (empty: none of the user's)."""
         from .views import place
 
-        parts = [f"{format_bytes(line.nbytes)} from {place(line.where)}" for line in self.lines]
-        return "at the failure: " + "; ".join(parts) if parts else ""
+        parts = [f"{format_bytes(line.nbytes)} from `{place(line.where)}`" for line in self.lines]
+        return escape_text("at the failure: " + "; ".join(parts)) if parts else ""
 
     def __str__(self) -> str:
         return self.text

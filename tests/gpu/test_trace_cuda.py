@@ -107,7 +107,7 @@ def test_an_out_of_memory_run_names_the_line_that_failed(cuda, run_cell, ip):
     assert found is not None and found.requested >= 2**50
     assert found.lines[0].where == (CELL, n, 2, "", found.lines[0].where.text)
     assert found.lines[0].nbytes == 64 * MiB
-    assert found.text.startswith(f"at the failure: 64 MiB from [{n}] line 2  keep = ")
+    assert found.text.startswith(f"at the failure: 64 MiB from `[{n}] line 2  keep = ")
     assert trace.at_failure(result.error_in_exec) is None  # handed out once
     assert not recording_on(torch)
 

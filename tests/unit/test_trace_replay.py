@@ -215,8 +215,8 @@ def test_at_failure_hands_out_the_last_firing_once(cell):
     found = oom.at_failure(OutOfMemoryError("CUDA out of memory"))
     assert found is not None and found.allocated == 7 * MiB
     assert found.text == (
-        f"at the failure: 6 MiB from [{number}] line 2  out = [0] * 3  # allocate; "
-        f"1 MiB from [{number}] line 3  return out"
+        f"at the failure: 6 MiB from `[{number}] line 2  out = [0] * 3  # allocate`; "
+        f"1 MiB from `[{number}] line 3  return out`"
     )
     assert oom.at_failure(OutOfMemoryError("again")) is None  # handed out once
     oom._last = oom._Firing(0, 8 << 30, 16 << 30, 0, a.snapshot(), None)
