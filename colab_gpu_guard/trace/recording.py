@@ -161,12 +161,14 @@ class Recorder:
                     e.get("frames") for e in history[start:] if e["action"] == "alloc"
                 )
             else:
-                start, lost = 0, self.mode == OWN and len(history) >= self.max_entries
+                start, lost = 0, False
             if start >= len(history):
                 continue  # nothing happened on this device during the cell
-            if made is not None and device in made:  # torch's count decides
+            if made is not None and device in made:  # torch's count of the cell's allocations
                 seen = sum(1 for event in history[start:] if event["action"] == "alloc")
-                lost = seen < made[device]
+                lost = lost or seen < made[device]
+            elif self.mode == OWN:  # no count to check against: a full history may have lost some
+                lost = len(history) >= self.max_entries
             devices.append(replay(snapshot, device, start, places=places, dropped=lost))
         return TraceReport(
             cell=self.cell,
