@@ -36,7 +36,6 @@ BENCHES = (
     ("reset", "bench_reset.py", "4. gpu_reset vs %reset -f out + gc + empty_cache"),
     ("status", "bench_status.py", "5. gpu_status vs nvidia-smi -q and gpustat"),
     ("panel", "bench_panel.py", "6. panel refresh cost"),
-    ("trace", "bench_trace.py", "%%gpu_trace: a training step traced vs untraced"),
 )
 TIMEOUT_S = {"full": 1800, "quick": 600, "smoke": 300}
 
