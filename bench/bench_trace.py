@@ -37,6 +37,11 @@ from bench._common import (  # noqa: E402
 )
 
 BENCH = "trace"
+CUDA_ROWS = (
+    "training step, history recording on (CUDA)",
+    "trace_cell() around one training step (CUDA)",
+    "recording switched on and off around the step (CUDA)",
+)
 
 
 def training_step(torch, device: str, width: int):
@@ -64,18 +69,7 @@ def cuda_rows(torch, runs: int, width: int) -> list[dict]:
 
     if not torch.cuda.is_available():
         why = "no CUDA device (torch.cuda.is_available() is False)"
-        return [
-            row(
-                BENCH, "training step, history recording on (CUDA)", None, result=NOT_RUN, note=why
-            ),
-            row(
-                BENCH,
-                "trace_cell() around one training step (CUDA)",
-                None,
-                result=NOT_RUN,
-                note=why,
-            ),
-        ]
+        return [row(BENCH, name, None, result=NOT_RUN, note=why) for name in CUDA_ROWS]
     step = training_step(torch, "cuda", width)
     memory = torch.cuda.memory
 
@@ -103,7 +97,7 @@ def cuda_rows(torch, runs: int, width: int) -> list[dict]:
     return [
         row(
             BENCH,
-            "training step, history recording on (CUDA)",
+            CUDA_ROWS[0],
             statistics.median(on),
             statistics.median(off),
             baseline="the step, recording off",
@@ -111,7 +105,7 @@ def cuda_rows(torch, runs: int, width: int) -> list[dict]:
         ),
         row(
             BENCH,
-            "trace_cell() around one training step (CUDA)",
+            CUDA_ROWS[1],
             statistics.median(samples["traced"]),
             base,
             baseline="the step untraced",
@@ -119,7 +113,7 @@ def cuda_rows(torch, runs: int, width: int) -> list[dict]:
         ),
         row(
             BENCH,
-            "recording switched on and off around the step (CUDA)",
+            CUDA_ROWS[2],
             statistics.median(samples["recorded"]),
             base,
             baseline="the step untraced",
