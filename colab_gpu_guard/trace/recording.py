@@ -180,16 +180,23 @@ class Recorder:
         )
 
 
-def link_names(report: TraceReport, requested: bool = False, namespace: Optional[dict] = None):
-    """The report with each kept line's holders named (`find_leftovers`, the storages it
-    found at the line's addresses); by default a scan limited to NAMES_BUDGET_S."""
+def link_names(
+    report: TraceReport,
+    requested: bool = False,
+    namespace: Optional[dict] = None,
+    device_type: str = "cuda",
+) -> TraceReport:
+    """The report with each kept line's holders named: `find_leftovers` over the arrays on
+    `device_type`, each line naming the variables whose memory starts at one of its
+    addresses (torch's allocator hands each tensor's storage out at its own address); by
+    default a scan limited to NAMES_BUDGET_S, `requested`: a full one."""
     from ..leftovers.scan import find_leftovers
 
     if not any(trace.kept for trace in report.devices):
         return report
     began = time.perf_counter()
     found = find_leftovers(
-        device="cuda", namespace=namespace, budget_s=None if requested else NAMES_BUDGET_S
+        device=device_type, namespace=namespace, budget_s=None if requested else NAMES_BUDGET_S
     )
     seconds = time.perf_counter() - began
     names: dict[tuple[str, int], list[str]] = {}
@@ -197,7 +204,7 @@ def link_names(report: TraceReport, requested: bool = False, namespace: Optional
         names.setdefault((entry.device, entry.storage_id), []).append(entry.name)
     devices = []
     for trace in report.devices:
-        device = f"cuda:{trace.device}"
+        device = f"{device_type}:{trace.device}" if device_type != "cpu" else "cpu"
         kept = tuple(
             dataclasses.replace(
                 line,

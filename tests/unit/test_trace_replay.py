@@ -4,6 +4,7 @@ allocator's own counters, lines named from real cells run in the real IPython sh
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 
@@ -257,3 +258,27 @@ def test_a_window_with_fewer_allocations_than_torch_counted_says_its_start_is_go
     assert "its start is not in it" in report._repr_html_()
     complete = _fake_recorder(USERS, before=[[]]).analyse(a.snapshot(), made={0: 1})
     assert not complete.devices[0].dropped
+
+
+def test_what_a_cell_kept_is_named_by_the_variables_that_hold_it(cell):
+    """The join of kept lines with find_leftovers' names, on real CPU tensors (a storage's
+    address is what torch's allocator records)."""
+    torch = pytest.importorskip("torch")
+    from colab_gpu_guard.trace.recording import link_names
+
+    _, filename = cell
+    losses = [torch.ones(4096), torch.ones(2048)]
+    namespace = {"losses": losses, "other": torch.zeros(1024)}
+    a = Allocator()
+    a.alloc(MiB, frames((filename, 2, "step")))
+    report = _fake_recorder().analyse(a.snapshot())
+    trace = report.devices[0]
+    line = dataclasses.replace(
+        trace.kept[0], addresses=tuple(t.untyped_storage().data_ptr() for t in losses)
+    )
+    report = dataclasses.replace(report, devices=(dataclasses.replace(trace, kept=(line,)),))
+    linked = link_names(report, requested=True, namespace=namespace, device_type="cpu")
+    assert linked.devices[0].kept[0].names == ("losses[0]", "losses[1]")
+    assert linked.names is not None and linked.names.requested and linked.names.complete
+    assert "<- losses[0], losses[1]" in str(linked)
+    assert "find_leftovers, as asked" in str(linked)
