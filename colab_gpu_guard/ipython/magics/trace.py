@@ -242,7 +242,9 @@ class Following:
             number = getattr(result, "execution_count", None)
             if isinstance(number, int):  # (IPython 8+ has no running cell at pre_run_cell)
                 recorder.cell = number
-            _show(_finish(recorder, None, self.names))
+            report = _finish(recorder, None, self.names)
+            if report.devices or report.unavailable is not None:
+                _show(report)  # a cell that allocated no CUDA memory gets no line
 
     def close(self) -> None:
         """Stop: the running cell's recording (the `%gpu_trace off` cell's) is switched off
