@@ -22,7 +22,7 @@ Examples:
 ```text
 %%gpu_trace                      # this cell: its peak, what was alive at it, what it kept
 %%gpu_trace --save trace.pickle  # also torch's own snapshot (pytorch.org/memory_viz opens it)
-%gpu_trace on                    # every following cell, until %gpu_trace off
+%gpu_trace on                    # each following cell that allocates, until %gpu_trace off
 ```
 
 Under the cell's output: its **peak** (allocated and reserved, as torch's
