@@ -7,7 +7,7 @@ import html
 from typing import TYPE_CHECKING
 
 from ..units import escape_lines, escape_text, format_bytes
-from .kinds import CELL, NONE, OWN, SAVED, SourceLine
+from .kinds import CELL, MODULE, NONE, OWN, SAVED, SourceLine
 from .lines import label
 
 if TYPE_CHECKING:
@@ -180,8 +180,10 @@ def _esc(text: str) -> str:
 
 
 def _place_html(where: SourceLine) -> str:
+    if where.kind not in (CELL, MODULE):  # folded: words, not a line of the user's
+        return f"<i>{_esc(label(where))}</i>"
     name = f"<b>{_esc(label(where))}</b>"
-    if where.kind != CELL and where.filename:
+    if where.kind == MODULE:
         name = f'<b title="{_esc(where.filename)}">{_esc(label(where))}</b>'
     code = f' <code style="{_CODE}">{_esc(where.text)}</code>' if where.text else ""
     return name + code
