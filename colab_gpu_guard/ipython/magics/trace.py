@@ -26,7 +26,7 @@ Examples:
 ```
 
 Under the cell's output: its **peak** (allocated and reserved, as torch's
-`memory_allocated` / `memory_reserved` count them), what was alive at the peak grouped by
+`memory_allocated` / `memory_reserved` count them; docs/trace.md says how), what was alive at the peak grouped by
 the **line of your notebook** that allocated it (`[5] line 12  out = model(x)`), the lines
 of your own modules under it, torch's and other libraries' frames folded away; what the
 cell **kept** (allocated in it and still alive at its end) by line, with the variables that
@@ -53,7 +53,8 @@ Cells are named as IPython shows them: `In [5]` is `[5]`, on IPython 7.34 (file 
 
 At a CUDA out-of-memory error while tracing is on, torch's out-of-memory observer keeps
 what was alive at the failure (attached once per kernel; the last firing is kept, as
-convolutions retry), so the error's explanation can say which lines held the memory.
+convolutions retry): `colab_gpu_guard.trace.at_failure(error)` gives its top lines
+("at the failure: 6.1 GiB from `[7] line 3  logits = model(batch)`").
 
 Without CUDA (a CPU runtime, a CPU-only torch) it says so in one line and runs the cell
 untraced. There is no CPU view: torch's profiler memory events were measured as the
