@@ -26,14 +26,15 @@ Examples:
 ```
 
 Under the cell's output: its **peak** (allocated and reserved, as torch's
-`memory_allocated` / `memory_reserved` count them; docs/trace.md says how), what was alive at the peak grouped by
-the **line of your notebook** that allocated it (`[5] line 12  out = model(x)`), the lines
-of your own modules under it, torch's and other libraries' frames folded away; what the
-cell **kept** (allocated in it and still alive at its end) by line, with the variables that
-hold it (`<- losses`); and a **timeline** of allocated memory over the cell's allocator
-events, the peak marked and the biggest allocations labelled by line (HTML: an inline
-picture in the theme's colours, no script; text: one line of bars). A cell that runs out of
-memory says which line asked, for how much, and how much was free.
+`memory_allocated` / `memory_reserved` count them; docs/trace.md says how), what was alive
+at the peak grouped by the **line of your notebook** that allocated it
+(`[5] line 12  out = model(x)`), the lines of your own modules under it, torch's and other
+libraries' frames folded away; what the cell **kept** (allocated in it and still alive at
+its end) by line, with the variables that hold it (`<- losses`); and a **timeline** of
+allocated memory over the cell's allocator events, the peak marked and the biggest
+allocations labelled by line (HTML: an inline picture in the theme's colours, no script;
+text: one line of bars). A cell that runs out of memory says which line asked, for how
+much, and how much was free.
 
 How: torch's allocator history (`torch.cuda.memory._record_memory_history`, Python stacks
 only) is switched on before the cell, at most `--max-entries` events (default 100,000;
