@@ -99,12 +99,9 @@ class Recorder:
             self.mode = USERS
             self.before = [list(trace[-1:]) for trace in first.get("device_traces", [])]
             return
+        # no recording is on, and switching one off empties its history: it starts empty
         torch.cuda.memory._record_memory_history(
-            "all",
-            context="alloc",
-            stacks="python",
-            max_entries=self.max_entries,
-            clear_history=True,
+            "all", context="alloc", stacks="python", max_entries=self.max_entries
         )
         self.mode = OWN
 
