@@ -19,6 +19,7 @@ __all__ = [
     "Leftover",
     "ReleaseReport",
     "SeedReport",
+    "TraceReport",
     "gpu_status",
     "current_rank",
     "isolated_rng",
@@ -40,6 +41,7 @@ __all__ = [
     "panel",
     "seed_all",
     "seed_worker",
+    "trace_cell",
     "unload_ipython_extension",
 ]
 
@@ -74,6 +76,8 @@ _EXPORTS = {
     "format_history": "cells.history_text",
     "memory_history": "cells.tracker",
     "panel": "ipython.panel",
+    "TraceReport": "trace",
+    "trace_cell": "trace",
 }
 
 

@@ -233,6 +233,18 @@ raise torch.OutOfMemoryError(
         tags=["raises-exception"],
     ),
     md("""
+## 6. Which line filled the GPU: `%gpu_trace`
+
+`%gpu_trace on` traces every following cell until `%gpu_trace off` (`%%gpu_trace` as a
+cell's first line traces that cell alone): under each one, its peak, what was alive at it
+by the line that allocated it, and what it kept. It reads torch's record of CUDA
+allocations, so on a machine without a GPU it says so in one line and the cells run as
+usual. `memory_leaks.ipynb` uses it on a batch too large for the GPU.
+"""),
+    code("%gpu_trace on"),
+    code("traced = torch.ones(1024, 1024, device='cuda' if torch.cuda.is_available() else 'cpu')"),
+    code("%gpu_trace off"),
+    md("""
 Next: `memory_leaks.ipynb` follows the "out of memory on the second run" problem from
 start to fix, and `reproducibility.ipynb` checks what seeding really does, DataLoader
 workers and several processes (DDP) included.
@@ -668,6 +680,62 @@ val_losses.append(val_loss.item())  # a number: nothing else stays alive
 model(batch);  # the `;` shows nothing, so nothing lands in Out and _
 """
 
+# The classic out of memory in memory_leaks.ipynb: a batch too large, found by line with
+# %%gpu_trace, fixed. On a CPU the magic says so in one line and the cells run untraced;
+# a trace recorded on a GPU (example_oom_trace.json, written by tools/trace_example.py
+# from the real snapshot tools/record_cuda_snapshots.py saved) is shown instead, labelled.
+TRACE_OOM = [
+    md("""
+## The classic out of memory: a batch too large, found by line
+
+Not every "CUDA out of memory" is a leak: sometimes one batch is simply too big. The
+error says how much was asked for, not which line of yours holds the rest. `%%gpu_trace`
+as a cell's first line records what the cell allocates, and shows under its output the
+peak, what was alive at it by the line of the cell that allocated it, the line that ran
+out of memory, and a timeline. Here the batch takes 60% of the GPU's free memory and the
+model's output needs as much again. (The cell catches the error so that the notebook runs
+on; the trace is the same without the `try`.)
+"""),
+    code("""
+%%gpu_trace
+free = torch.cuda.mem_get_info()[0] if device == "cuda" else 2**20
+rows = int(free * 0.6) // (1024 * 4)  # a batch of 60% of the free memory
+batch = torch.empty(rows, 1024, device=device)
+try:
+    logits = model(batch)  # the output needs as much again
+except torch.cuda.OutOfMemoryError as error:
+    print("CUDA out of memory:", str(error).split(".")[0])
+"""),
+    md("""
+On a machine without a GPU the magic said so in one line and ran the cell. Below is a
+trace recorded on a GPU and saved with the notebooks, labelled with where it was
+recorded: the batch's line holds most of the memory at the failure, and the trace names
+the line that asked for more.
+"""),
+    code("""
+import json, os
+from colab_gpu_guard.trace import TraceReport
+
+if os.path.exists("example_oom_trace.json"):
+    with open("example_oom_trace.json") as file:
+        example = json.load(file)
+    print(example["label"])
+    display(TraceReport.from_dict(example["report"]))
+else:
+    print("the saved GPU trace, example_oom_trace.json, is beside this notebook in the repository")
+"""),
+    md("""
+The fix: a smaller batch (or the same data in chunks). Traced again, the cell's peak
+fits, and what it keeps at its end is listed by line with the names that hold it.
+"""),
+    code("""
+%%gpu_trace
+del batch
+batch = torch.empty(rows // 4, 1024, device=device)  # a quarter: it fits
+logits = model(batch)
+"""),
+]
+
 MEMORY_LEAKS = [
     md("""
 # The "second run" problem: CUDA out of memory when you rerun a cell
@@ -778,6 +846,7 @@ No rerun is flagged. The panel shows the same state at a glance and stays up to 
 you run cells (on a GPU, with a bar of this kernel's share of the GPU's memory):
 """),
     code("%gpu_panel"),
+    *TRACE_OOM,
 ]
 
 

@@ -23,6 +23,7 @@ BAD_INPUT = {
     "gpu_panel": ("--live fast", "--live takes seconds or off"),
     "gpu_history": ("--limit -1", "--limit must be 0 or more"),
     "gpu_reset": ("1x", "not a variable name: '1x'"),
+    "gpu_trace": ("--max-entries 0", "--max-entries must be 1 or more"),
 }
 NAMES = list(usage_lines())
 

@@ -18,6 +18,7 @@ from .repro import ReproMagics
 from .reset import ResetMagics
 from .seed import SeedMagics
 from .status import StatusMagics
+from .trace import TraceMagics
 
 __all__ = [
     "MAGIC_CLASSES",
@@ -29,6 +30,7 @@ __all__ = [
     "ResetMagics",
     "SeedMagics",
     "StatusMagics",
+    "TraceMagics",
     "line_magics",
     "usage_error",
     "usage_line",
@@ -43,6 +45,7 @@ MAGIC_CLASSES: list[type[GuardMagics]] = [
     PanelMagics,
     HistoryMagics,
     ResetMagics,
+    TraceMagics,
 ]
 
 
