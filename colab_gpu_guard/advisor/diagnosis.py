@@ -22,9 +22,8 @@ from .recognise import child_process, first_line, recognise
 @dataclass(frozen=True)
 class Section:
     """An extra part of an answer, shown after the facts under its own title: what another
-    room learns about the failure. The memory trace (colab_gpu_guard.trace, when built) is
-    to add one to an out-of-memory answer: title "lines alive at the failure", one line per
-    source line still holding memory."""
+    room learns about the failure: the memory trace adds one to an out-of-memory answer,
+    one line per source line whose memory was alive when CUDA ran out."""
 
     title: str
     lines: list[str]

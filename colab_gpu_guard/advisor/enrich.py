@@ -25,7 +25,7 @@ from ..seeding import determinism
 from ..units import format_bytes
 from . import fixes, machine, memory_fixes, origin, released_frames, setup_fixes
 from .advice import DEL_LEFTOVERS
-from .diagnosis import Diagnosis, classify, rebuild
+from .diagnosis import Diagnosis, Section, classify, rebuild
 from .kinds import (
     CUBLAS_DETERMINISM,
     CUDA_DRIVER_OOM,
@@ -388,9 +388,25 @@ def _enrich_no_gpu(diagnosis: Diagnosis, namespace: Optional[dict]) -> None:
         diagnosis.summary, diagnosis.fixes = cause[0], list(cause[1])
 
 
+def _enrich_traced(diagnosis: Diagnosis, namespace: Optional[dict]) -> None:
+    """Where the failing cell was traced (`%%gpu_trace`, `%gpu_trace on`): the lines whose
+    memory was alive when CUDA ran out, from the allocator's out-of-memory observer (kept
+    for the failure that surfaced, handed out once)."""
+    from ..trace.oom import at_failure  # the trace room, at an out-of-memory only
+    from ..trace.views import place
+
+    found = at_failure(disguised=diagnosis.kind == MEMORY_IN_DISGUISE)
+    if found is None or not found.lines:
+        return
+    lines = [f"{format_bytes(line.nbytes)} from `{place(line.where)}`" for line in found.lines]
+    diagnosis.sections.append(Section(TRACED_TITLE, lines))
+
+
+TRACED_TITLE = "memory alive at the failure, by line (traced)"
+
 _ENRICHERS: dict[str, tuple[Callable[[Diagnosis, Optional[dict]], None], ...]] = {
-    OUT_OF_MEMORY: (_enrich_oom,),
-    MEMORY_IN_DISGUISE: (_enrich_oom, _enrich_gpu_memory),
+    OUT_OF_MEMORY: (_enrich_oom, _enrich_traced),
+    MEMORY_IN_DISGUISE: (_enrich_oom, _enrich_gpu_memory, _enrich_traced),
     CUDA_DRIVER_OOM: (_enrich_driver_oom, _enrich_processes, _enrich_oom),
     STICKY_ERROR: (origin.enrich_sticky,),
     STICKY_ERROR_ELSEWHERE: (origin.enrich_elsewhere,),
@@ -405,9 +421,8 @@ _ENRICHERS: dict[str, tuple[Callable[[Diagnosis, Optional[dict]], None], ...]] =
     NO_GPU: (_enrich_no_gpu,),
 }
 # A kind left out has nothing this process can add (device mismatch, NCCL, stream capture
-# and library setup are told by the message alone). Another room's facts join a kind here:
-# the memory trace (colab_gpu_guard.trace, when built) adds its "lines alive at the
-# failure" to OUT_OF_MEMORY as a Section (diagnosis.Section, Diagnosis.sections).
+# and library setup are told by the message alone). Another room's facts join a kind here,
+# as the memory trace's lines alive at the failure do (a Section of the answer).
 
 
 # ---------------------------------------------------------------- advise (public)
