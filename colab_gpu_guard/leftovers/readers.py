@@ -17,6 +17,7 @@ _TYPE_MRO = type.__dict__["__mro__"].__get__
 _TYPE_DICT = type.__dict__["__dict__"].__get__  # a type's own mappingproxy, in C
 _TYPE_MODULE = type.__dict__["__module__"].__get__
 _TYPE_FLAGS = type.__dict__["__flags__"].__get__
+_TYPE_QUALNAME = type.__dict__["__qualname__"].__get__
 _HEAPTYPE = 1 << 9  # Py_TPFLAGS_HEAPTYPE: a class written in Python
 _GETSET = types.GetSetDescriptorType
 _MEMBER = types.MemberDescriptorType
@@ -41,6 +42,17 @@ def type_module(kind: type) -> str:
     except Exception:  # a user type's __module__ (missing, or a metaclass's)
         return ""
     return module if type(module) is str else ""
+
+
+def type_name(kind: type) -> str:
+    """``module.QualifiedName`` of a type, read through ``type``'s own descriptors."""
+    module = type_module(kind)
+    try:
+        name = _TYPE_QUALNAME(kind)
+    except Exception:  # a metaclass's __qualname__
+        name = "?"
+    name = name if type(name) is str else "?"
+    return f"{module}.{name}" if module and module != "builtins" else name
 
 
 def own_attribute(kind: type, name: str) -> Any:
@@ -76,15 +88,42 @@ def written_in_the_notebook(kind: type) -> bool:
     return bool(_TYPE_FLAGS(kind) & _HEAPTYPE) and type_module(kind) == "__main__"
 
 
+# Fields of C extension types that hold their data, read like slots: Cython's getters of
+# ``cdef public``/``readonly`` fields return the field itself (no copy, no computation).
+# pandas keeps a frame's columns there (pandas 2.2 and 3.x): a BlockManager's blocks and
+# axes, a block's values, an NDArrayBacked array's (Categorical, datetimes, strings) ndarray.
+C_FIELDS: dict[tuple[str, str], tuple[str, ...]] = {
+    ("pandas._libs.internals", "BlockManager"): ("blocks", "axes"),
+    ("pandas._libs.internals", "Block"): ("values",),
+    ("pandas._libs.arrays", "NDArrayBacked"): ("_ndarray",),
+}
+
+
+def _c_fields(base: type) -> list[tuple[str, Any]]:
+    """(name, getset descriptor) of the known data fields `base` (a C type) defines."""
+    names = C_FIELDS.get((type_module(base), _TYPE_QUALNAME(base)))
+    if not names:
+        return []
+    namespace = _TYPE_DICT(base)
+    return [
+        (name, namespace[name])
+        for name in names
+        if name in namespace and type(namespace[name]) is _GETSET
+    ]
+
+
 def layout_of(kind: type) -> Layout:
     """The C-level readers of ``kind``'s instance dict and slots: the first ``__dict__``
     entry along the MRO that is the interpreter's getset descriptor (a property named
-    ``__dict__`` in a subclass is passed over), and every member descriptor the MRO
-    defines and no subclass shadows."""
+    ``__dict__`` in a subclass is passed over), every member descriptor the MRO defines
+    and no subclass shadows, and the data fields of known C types (`C_FIELDS`)."""
     getter = None
     slots: dict[str, Any] = {}
     shadowed: set[str] = set()
     for base in _TYPE_MRO(kind):
+        for name, descriptor in _c_fields(base):
+            if name not in shadowed and name not in slots:
+                slots[name] = descriptor
         for name, value in list(_TYPE_DICT(base).items()):
             if type(name) is not str:
                 continue

@@ -25,7 +25,7 @@ from .leftover_list import LeftoverList
 from .naming import PathNames, best_paths
 from .numpy_sharing import join_numpy_buffers
 from .reach import Reach, alias_rows
-from .records import DeviceGap
+from .records import DeviceGap, Unread, Unseen
 from .walker import DEFAULT_MAX_DEPTH, OutOfTime, Walker
 
 COMPILED_GRAPH = "compiled graph"  # a root kind: a graph torch.compile installed
@@ -78,9 +78,10 @@ def group_refs(refs: Iterable[Ref]) -> dict[Hashable, list[Ref]]:
 class Scan:
     """A scan's result: ``leftovers`` (the public list, made on first use), ``groups``
     (storage key -> its `Group`), ``reach`` (which roots reach which blocks), ``roots``
-    (`root_ids`: each root walked, in order), what it could not see (``notes``; and
-    ``incomplete``, the note of a walk that ran out of time) and what the walk did not
-    search to the end (``unfinished``). It holds no array (weakrefs at most)."""
+    (`root_ids`: each root walked, in order), what it could not see (``notes``;
+    ``incomplete``, the note of a walk that ran out of time; ``unread``, what it met but
+    could not count whole) and what the walk did not search to the end (``unfinished``).
+    It holds no array (weakrefs at most)."""
 
     walker: Walker = field(repr=False)
     roots: list[tuple] = field(default_factory=list, repr=False)
@@ -90,6 +91,7 @@ class Scan:
     deep: bool = False
     grown: frozenset = frozenset()
     incomplete: str = ""  # the note of a walk that ran out of time, before `notes`
+    unread: Unread = Unread()  # holders not looked into, NumPy object arrays
     _listing: Optional[Callable[[], tuple[Blocks, LeftoverList]]] = field(default=None, repr=False)
     _listed: Optional[tuple[Blocks, LeftoverList]] = field(default=None, repr=False)
     _groups: Optional[dict[Hashable, Group]] = field(default=None, repr=False)
@@ -301,6 +303,13 @@ def _scan(
     notes += graphs.notes()
     if walker.opaque:
         notes.append(modules.opaque_note(list(map(names.name_of, walker.opaque))))
+    holder_walks = walker.holder_walks
+    unread = Unread(
+        tuple(
+            (root, Unseen(names.name_of(path), kind)) for path, kind, root in holder_walks.unseen
+        ),
+        tuple((root, names.name_of(path)) for path, root in holder_walks.object_arrays),
+    )
     unfinished: list[str] = []
     incomplete = ""
     if walker.ran_out or skipped:
@@ -319,7 +328,17 @@ def _scan(
     # gpu_reset's gc.collect() runs while it holds this scan
     walker.kinds.clear()
     listing = functools.partial(
-        _listing, walker, names, root_types, notes, unfinished, device, deep, grown, incomplete
+        _listing,
+        walker,
+        names,
+        root_types,
+        notes,
+        unfinished,
+        device,
+        deep,
+        grown,
+        incomplete,
+        unread,
     )
     return Scan(
         walker,
@@ -330,6 +349,7 @@ def _scan(
         deep,
         grown,
         incomplete=incomplete,
+        unread=unread,
         _listing=listing,
     )
 
@@ -344,6 +364,7 @@ def _listing(
     deep: bool,
     grown: frozenset,
     incomplete: str,
+    unread: Unread,
 ) -> tuple[Blocks, LeftoverList]:
     """A scan's blocks and its list (on `device`; with the allocator gaps when `deep`)."""
     found, graphs = walker.found, walker.graphs
@@ -367,6 +388,7 @@ def _listing(
         unfinished=unfinished,
         grown_on_rerun=grown,
         incomplete=incomplete,
+        **unread.list_fields(),
     )
     return blocks, leftovers
 
