@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import gc
 import threading
-import weakref
 
 import pytest
 from IPython.utils.capture import capture_output
@@ -68,9 +67,7 @@ def test_a_futures_result_is_listed_and_the_dry_run_agrees_with_the_reset(shell,
     assert done.released_bytes == dry.estimated_bytes
 
 
-def test_a_logging_handler_keeping_records_is_walked_with_the_graphs_of_their_args(
-    shell, run_cell
-):
+def test_a_logging_handler_keeping_records_is_walked_with_the_graphs_of_their_args(shell, run_cell):
     run(
         run_cell,
         "import logging\n"
@@ -144,7 +141,7 @@ def test_a_running_threads_local_is_named_by_thread_and_function(shell, run_cell
     started = threading.Event()
 
     def loader():
-        batch = torch.ones(N)  # noqa: F841: held by this running frame only
+        batch = torch.ones(N)  # noqa: F841 (held by this running frame only)
         started.set()
         stop.wait(30)
 
@@ -289,4 +286,3 @@ def test_a_rerun_s_scan_of_a_deleted_alias_lists_no_dropped_name(shell, run_cell
     assert "d2" not in names and "d" in names
     assert "d2" not in str(done).split("still held")[1]
     assert list(done.leftovers) == list(find_leftovers(shell=shell))
-
