@@ -57,7 +57,6 @@ _NOT_WALKED = (
     types.CodeType,
     types.FrameType,
     types.TracebackType,
-    types.MappingProxyType,
     weakref.ref,
     property,
     staticmethod,

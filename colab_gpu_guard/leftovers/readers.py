@@ -92,10 +92,13 @@ def written_in_the_notebook(kind: type) -> bool:
 # ``cdef public``/``readonly`` fields return the field itself (no copy, no computation).
 # pandas keeps a frame's columns there (pandas 2.2 and 3.x): a BlockManager's blocks and
 # axes, a block's values, an NDArrayBacked array's (Categorical, datetimes, strings) ndarray.
+# asyncio's C futures and tasks keep their result, callbacks and coroutine the same way.
 C_FIELDS: dict[tuple[str, str], tuple[str, ...]] = {
     ("pandas._libs.internals", "BlockManager"): ("blocks", "axes"),
     ("pandas._libs.internals", "Block"): ("values",),
     ("pandas._libs.arrays", "NDArrayBacked"): ("_ndarray",),
+    ("_asyncio", "Future"): ("_result", "_exception", "_callbacks"),
+    ("_asyncio", "Task"): ("_coro",),
 }
 
 

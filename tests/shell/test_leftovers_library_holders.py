@@ -112,6 +112,36 @@ def test_a_queues_items_are_found_through_its_traversal(shell, run_cell):
     assert dry.estimated_bytes == 4 * N
 
 
+def test_what_a_notebook_holds_in_the_standard_library_is_found_by_name(shell, run_cell):
+    """An asyncio future's result, a thread's arguments before it starts, an executor's
+    pending work, a mapping proxy, a copied context's variables, a memoryview's array."""
+    run(
+        run_cell,
+        "import asyncio, threading, types, contextvars, numpy as np\n"
+        "from concurrent.futures import ThreadPoolExecutor\n"
+        "loop = asyncio.new_event_loop(); af = loop.create_future()\n"
+        "af.set_result(torch.ones(1000))\n"
+        "thread = threading.Thread(target=print, args=(torch.ones(2000),))\n"
+        "gate = threading.Event(); pool = ThreadPoolExecutor(1); pool.submit(gate.wait)\n"
+        "pending = pool.submit(len, torch.ones(3000)); del pending\n"
+        "proxy = types.MappingProxyType({'w': torch.ones(4000)})\n"
+        "var = contextvars.ContextVar('var'); ctx = contextvars.copy_context()\n"
+        "ctx.run(var.set, torch.ones(5000))\n"
+        "view = memoryview(np.ones(6000))",
+    )
+    try:
+        found = entries(shell)
+        sizes = {name: item.nbytes for name, item in found.items()}
+        assert sizes["af._result"] == 4000
+        assert sizes["thread._args[0]"] == 8000
+        assert sizes["pool._work_queue.<list>[0].args[0]"] == 12000
+        assert sizes["proxy.<dict>['w']"] == 16000
+        assert [size for name, size in sizes.items() if name.startswith("ctx.")] == [20000]
+        assert [size for name, size in sizes.items() if name.startswith("view.")] == [48000]
+    finally:
+        run(run_cell, "gate.set(); pool.shutdown(); loop.close()")
+
+
 def test_a_holder_whose_memory_the_scan_cannot_read_is_named_not_looked_into(shell, run_cell):
     """A cuDF frame keeps its columns in device buffers no Python object shows (cuDF is
     not installed here: a class of that package stands in for it)."""
@@ -286,3 +316,35 @@ def test_a_rerun_s_scan_of_a_deleted_alias_lists_no_dropped_name(shell, run_cell
     assert "d2" not in names and "d" in names
     assert "d2" not in str(done).split("still held")[1]
     assert list(done.leftovers) == list(find_leftovers(shell=shell))
+
+
+# ---------------------------------------------------------------- GPU truth
+
+
+@pytest.mark.gpu
+def test_all_deletes_a_future_holding_gpu_memory_and_its_dry_run_agrees(shell, run_cell):
+    torch.cuda.init()
+    run(
+        run_cell,
+        "from concurrent.futures import ThreadPoolExecutor\n"
+        "pool = ThreadPoolExecutor(1)\n"
+        "fut = pool.submit(torch.ones, 16 * 2**20 // 4, device='cuda'); pool.shutdown()\n"
+        "log_inputs = []\n"
+        "import logging\n"
+        "class Keep(logging.Handler):\n"
+        "    def __init__(self):\n"
+        "        super().__init__(); self.records = []\n"
+        "    def emit(self, record):\n"
+        "        self.records.append(record)\n"
+        "handler = Keep()\n"
+        "w = torch.randn(1024, 1024, device='cuda', requires_grad=True)\n"
+        "x = torch.randn(4096, 1024, device='cuda')\n"
+        "handler.emit(logging.makeLogRecord({'args': ((x @ w).sum(),)})); del x",
+    )
+    before = torch.cuda.memory_allocated()
+    dry = reset.gpu_reset(shell=shell, all_vars=True, dry_run=True)
+    assert {"fut", "handler", "w"} <= set(dry.dropped_names)
+    done = reset.gpu_reset(shell=shell, all_vars=True)
+    assert done.released_bytes == dry.estimated_bytes
+    assert before - torch.cuda.memory_allocated() == dry.estimated_bytes
+    assert torch.cuda.memory_allocated() == before - dry.estimated_bytes
