@@ -234,7 +234,7 @@ class LeftoverGroups:
 
     def heading(self) -> str:
         if not self.blocks and not self.groups:
-            return "leftovers: no arrays held"
+            return "leftovers: no arrays found"
         return (
             f"leftovers: {format_bytes(self.total_bytes)} in {_arrays(self.blocks)}, "
             "by what holds them"
@@ -270,7 +270,7 @@ class LeftoverGroups:
 
     def __str__(self) -> str:
         if not self.groups:
-            return "leftovers: no arrays held"
+            return "leftovers: no arrays found"
         lines = [self.heading()] + [f"  {line}" for line in self.lines()]
         advice = self.advice()
         lines += [f"  {advice}"] if advice else []
@@ -281,7 +281,7 @@ class LeftoverGroups:
 
     def _repr_html_(self) -> str:
         if not self.groups:
-            return "<div>no arrays held</div>"
+            return "<div>no arrays found</div>"
         return (
             groups_html(self.groups)
             + advice_html(self.advice())

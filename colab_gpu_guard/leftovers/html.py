@@ -76,13 +76,10 @@ def _graph_cell(entry: Any) -> str:
     return f'<td {_CELL} title="{_e(FIX)}">{_e(entry.graph().summary())}</td>'
 
 
-def leftovers_html(
-    items: Iterable, gaps: Iterable = (), notes: Iterable[str] = (), empty: str = "no arrays held"
-) -> str:
-    """The leftovers table (`empty` when there is none), then the allocator gaps and notes
-    as a list."""
+def leftovers_html(items: Iterable, gaps: Iterable = (), notes: Iterable[str] = ()) -> str:
+    """The leftovers table, then the allocator gaps and notes as a list."""
     entries = list(items)
-    table = leftovers_table(entries) if entries else f"<div>{_e(empty)}</div>"
+    table = leftovers_table(entries) if entries else "<div>no arrays found</div>"
     return table + notes_html(gaps, notes)
 
 

@@ -198,8 +198,7 @@ class LeftoverList(collections.abc.Sequence):
 
     def __str__(self) -> str:
         if not self:
-            found = "no arrays found" if self.unseen else "no arrays held"
-            lines = [f"leftovers: {found}" + ("" if self.complete else " (found so far)")]
+            lines = ["leftovers: no arrays found" + ("" if self.complete else " so far")]
         else:
             groups = self.groups()
             lines = [groups.heading()] + [f"  {line}" for line in groups.lines()]
@@ -217,8 +216,7 @@ class LeftoverList(collections.abc.Sequence):
 
     def _repr_html_(self) -> str:
         if not self:
-            empty = "no arrays found" if self.unseen else "no arrays held"
-            return leftovers_html((), self.gaps, self.notes, empty)
+            return leftovers_html((), self.gaps, self.notes)
         groups = self.groups()
         return (
             groups_html(groups) + advice_html(groups.advice()) + notes_html(self.gaps, self.notes)

@@ -98,7 +98,7 @@ C_FIELDS: dict[tuple[str, str], tuple[str, ...]] = {
     ("pandas._libs.internals", "Block"): ("values",),
     ("pandas._libs.arrays", "NDArrayBacked"): ("_ndarray",),
     ("_asyncio", "Future"): ("_result", "_exception", "_callbacks"),
-    ("_asyncio", "Task"): ("_coro",),
+    ("_asyncio", "Task"): ("_result", "_exception", "_callbacks", "_coro"),
 }
 
 
