@@ -257,8 +257,8 @@ def _kept_listing(
 
 def held_elsewhere(scan: Scan, named: Iterable[Any], dropped: set, freed: set) -> list[tuple]:
     """For each root the user named (a variable to delete): the bytes of the memory it
-    reaches that dropping does not free, and the labels of the roots kept that still reach
-    it (a view of the tensor, an alias, a list holding it): (label, bytes, holders), only
+    reaches that dropping does not free, and the roots kept that still reach it (a view of
+    the tensor, an alias, a list holding it; `Holder`s): (label, bytes, holders), only
     where bytes stay. `freed`: the blocks only the dropped roots reach."""
     named = [root for root in named if root in dropped]
     if not named:
@@ -274,9 +274,28 @@ def held_elsewhere(scan: Scan, named: Iterable[Any], dropped: set, freed: set) -
         if not kept:
             continue
         holders = [
-            labels.get(other, str(other))
+            Holder(labels.get(other, str(other)), other[0] in TYPED_KINDS)
             for other, blocks in by_root.items()
             if other not in dropped and not blocks.isdisjoint(kept)
         ]
         stays.append((labels.get(root, str(root)), nbytes(scan, kept), holders))
     return stays
+
+
+# the roots a user names by typing them: a variable, Out[N], _, _N (the others' labels are
+# the package's own: <exception E>.args, <displayhook._>, ...)
+TYPED_KINDS = frozenset(
+    {
+        notebook_refs.VARIABLE,
+        notebook_refs.OUT,
+        notebook_refs.UNDERSCORE,
+        notebook_refs.OUTPUT_NAME_KIND,
+    }
+)
+
+
+class Holder(NamedTuple):
+    """A root that keeps memory: its label, and whether a user types it (a variable)."""
+
+    label: str
+    typed: bool

@@ -71,6 +71,7 @@ class Layout(NamedTuple):
 
     dict_getter: Optional[Callable[[Any], Any]]
     slots: tuple[tuple[str, Any], ...]
+    links: frozenset = frozenset()  # attributes that are a registry's links (`LINKS`)
 
 
 def class_attributes(cls: type) -> list[tuple[str, Any]]:
@@ -102,6 +103,15 @@ C_FIELDS: dict[tuple[str, str], tuple[str, ...]] = {
 }
 
 
+# Attributes that link an object to the registry keeping it, not to what it holds: a
+# logger's manager (every logger of the process) and parent (the root logger). Deleting a
+# name never frees what they lead to; walked, they would list other loggers' records under
+# that name.
+LINKS: dict[tuple[str, str], frozenset] = {
+    ("logging", "Logger"): frozenset({"manager", "parent"}),
+}
+
+
 def _c_fields(base: type) -> list[tuple[str, Any]]:
     """(name, getset descriptor) of the known data fields `base` (a C type) defines."""
     names = C_FIELDS.get((type_module(base), _TYPE_QUALNAME(base)))
@@ -119,7 +129,8 @@ def layout_of(kind: type) -> Layout:
     """The C-level readers of ``kind``'s instance dict and slots: the first ``__dict__``
     entry along the MRO that is the interpreter's getset descriptor (a property named
     ``__dict__`` in a subclass is passed over), every member descriptor the MRO defines
-    and no subclass shadows, and the data fields of known C types (`C_FIELDS`)."""
+    and no subclass shadows, the data fields of known C types (`C_FIELDS`), and the
+    attributes that are a registry's links (`LINKS`), not walked."""
     getter = None
     slots: dict[str, Any] = {}
     shadowed: set[str] = set()
@@ -144,7 +155,10 @@ def layout_of(kind: type) -> Layout:
             shadowed.add(name)
     if getter is None and _GETSTATE is not None and _TYPE_DICTOFFSET(kind):
         getter = _generic_dict  # a class that hid its __dict__ behind its own attribute
-    return Layout(getter, tuple(slots.items()))
+    links = frozenset().union(
+        *(LINKS.get((type_module(base), _TYPE_QUALNAME(base)), ()) for base in _TYPE_MRO(kind))
+    )
+    return Layout(getter, tuple(slots.items()), links)
 
 
 _TYPE_DICTOFFSET = type.__dict__["__dictoffset__"].__get__

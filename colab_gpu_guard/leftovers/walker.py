@@ -175,6 +175,9 @@ class Walker:
         """An object's ``__dict__`` and slots, read through the interpreter's descriptors."""
         layout = what.layout
         attributes = instance_dict(layout.dict_getter, obj)  # type: ignore[union-attr]
+        if attributes and layout.links:  # type: ignore[union-attr]
+            links = layout.links  # type: ignore[union-attr]
+            attributes = {k: v for k, v in dict.items(attributes) if k not in links}
         if attributes:
             self.walk_attributes(attributes, at)
         for name, value in slot_values(layout.slots, obj):  # type: ignore[union-attr]

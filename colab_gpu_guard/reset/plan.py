@@ -261,7 +261,7 @@ def _held_elsewhere_notes(report: ReleaseReport, stays: list[tuple]) -> None:
     verb = report.wording.stays
     for label, amount, holders in stays:
         shown = ", ".join(
-            holder if holder.startswith("<") else f"`{holder}`" for holder in holders[:5]
+            f"`{holder.label}`" if holder.typed else holder.label for holder in holders[:5]
         )
         more = f" (+{len(holders) - 5} more)" if len(holders) > 5 else ""
         where = f": still held by {shown}{more}" if holders else ""
