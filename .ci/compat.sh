@@ -30,10 +30,10 @@ fi
 # the pins stay: only what the pins leave open is resolved here
 "$py" -m pip install -q -e ".[dev]" "${pins[@]}"
 if [ "$env_name" = minimal ]; then
-  "$py" -m pip uninstall -q -y torch numpy pandas 2>/dev/null || true
+  "$py" -m pip uninstall -q -y torch numpy pandas pyarrow 2>/dev/null || true
   "$py" - <<'PY'
 import importlib.util, sys
-present = [m for m in ("torch", "numpy", "pandas") if importlib.util.find_spec(m)]
+present = [m for m in ("torch", "numpy", "pandas", "pyarrow") if importlib.util.find_spec(m)]
 sys.exit(f"minimal environment still has {present}" if present else 0)
 PY
 fi

@@ -69,7 +69,7 @@ def scan_unnamed(walker: Walker, notes: list[str]) -> None:
                 if kind in ATOMIC:
                     continue
                 what = kinds.get(kind) or classify(kind)
-                if what.tag != ARRAY or what.framework == "numpy":
+                if what.tag != ARRAY or what.framework in ("numpy", "arrow"):
                     continue
                 try:
                     key = what.info_of(obj).storage_key  # type: ignore[misc]

@@ -18,6 +18,7 @@ from ..frameworks import jax as jax_support
 from ..frameworks import numpy as numpy_support
 from ..frameworks import torch as torch_support
 from ..frameworks.base import ArrayInfo
+from . import arrow
 from .readers import (
     ITERATOR_TYPES,
     LRU_CACHE_TYPE,
@@ -84,7 +85,9 @@ _MACHINERY_PACKAGES = frozenset(
 )
 # Libraries whose objects keep their memory where no Python object shows it (C++ or Rust
 # buffers, not an array type of a framework the scan reads): named as not looked into.
-UNSEEN_PACKAGES = frozenset({"cudf", "dask_cudf", "pyarrow", "polars", "tensorflow"})
+# (pyarrow's arrays, chunked arrays, tables and buffers are read: `arrow`; its types and
+# schemas hold no data.)
+UNSEEN_PACKAGES = frozenset({"cudf", "dask_cudf", "polars", "tensorflow"})
 
 # what the walk does with a type (Kind.tag)
 SKIP, ARRAY, SEQUENCE, NAMEDTUPLE, MAPPING, SET, NN_MODULE, OBJECT = range(8)
@@ -195,6 +198,10 @@ class Classifier:
         package = type_module(kind).partition(".")[0]
         if package in _MACHINERY_PACKAGES:
             return _SKIPPED
+        if package == "pyarrow":  # its data's buffers (`arrow`, `found`); a tensor's are not
+            if arrow.holds_arrow_data(kind):
+                return Kind(ARRAY, arrow.FRAMEWORK)
+            return Kind(UNSEEN) if kind.__name__.endswith("Tensor") else _SKIPPED
         if package in UNSEEN_PACKAGES:
             return Kind(UNSEEN)
         layout = layout_of(kind)

@@ -11,6 +11,7 @@ from operator import attrgetter
 from typing import Optional
 
 from ..units import USER_VARIABLE
+from . import arrow
 from .found import Found
 from .graphs import Graphs
 from .holders import FrameWalks, HolderWalks, TensorParts
@@ -75,6 +76,7 @@ class Walker:
         self.kinds = classifier.kinds
         self.classify = classifier.classify
         readers = {framework: info_of for _type, framework, info_of in classifier.array_types}
+        readers[arrow.FRAMEWORK] = arrow.buffer_info
         self.found = Found(keep_refs, readers)
         self.graphs = Graphs(keep_refs)
         self.pending = self.found.pending.append

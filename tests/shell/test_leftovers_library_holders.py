@@ -232,7 +232,8 @@ def test_pandas_frames_series_and_indexes_are_listed_by_their_buffers(shell, run
         "df = pd.DataFrame(np.random.rand(100_000, 4))\n"
         "s = pd.Series(np.arange(50_000.0))\n"
         "idx = pd.Index(np.arange(1000.0))\n"
-        "words = pd.DataFrame({'w': [str(i) for i in range(1000)]})\n"
+        "words = pd.DataFrame({'w': pd.Series([str(i) for i in range(1000)], dtype=object)},\n"
+        "                     columns=pd.Index(['w'], dtype=object))\n"
         "buffers = {'df': weakref.ref(df._mgr.blocks[0].values.base)}",
     )
     ns = shell.user_ns
@@ -284,7 +285,9 @@ def test_pandas_objects_run_no_pandas_code_while_scanned(shell, run_cell, pd, mo
     run(
         run_cell,
         "import numpy as np, pandas as pd\n"
-        "df = pd.DataFrame({'x': np.arange(10_000.0), 'y': [str(i) for i in range(10_000)]})\n"
+        "df = pd.DataFrame({'x': np.arange(10_000.0),\n"
+        "                   'y': pd.Series([str(i) for i in range(10_000)], dtype=object)},\n"
+        "                  columns=pd.Index(['x', 'y'], dtype=object))\n"
         "s = df['x'] * 2",
     )
     df = shell.user_ns["df"]
@@ -307,6 +310,38 @@ def test_pandas_objects_run_no_pandas_code_while_scanned(shell, run_cell, pd, mo
     groups = {group.name: group for group in found.groups()}
     assert groups["df"].nbytes == 10_000 * 8 * 2 + 2 * 8  # two columns, their two names
     assert groups["s"].nbytes == 10_000 * 8
+
+
+def test_arrow_backed_columns_and_tables_are_counted_by_their_buffers(shell, run_cell, pd):
+    pytest.importorskip("pyarrow")
+    run(
+        run_cell,
+        "import numpy as np, pandas as pd, pyarrow as pa\n"
+        "col = pd.Series([str(i) for i in range(10_000)], dtype='string[pyarrow]')\n"
+        "table = pa.table({'n': np.arange(20_000)})\n"
+        "arr = pa.array(np.arange(5_000.0)); same = arr.to_numpy(zero_copy_only=True)\n"
+        "chunked = col.array._pa_array\n"
+        "refs['col'] = weakref.ref(chunked); del chunked",
+    )
+    ns = shell.user_ns
+
+    def buffer_bytes(chunked) -> int:
+        return sum(buffer.size for chunk in chunked.chunks for buffer in chunk.buffers() if buffer)
+
+    groups = {group.name: group for group in find_leftovers(shell=shell).groups()}
+    column = buffer_bytes(ns["col"].array._pa_array)
+    index = ns["col"].index  # a RangeIndex: no buffer
+    assert type(index).__name__ == "RangeIndex"
+    assert groups["col"].nbytes == column
+    assert groups["table"].nbytes == buffer_bytes(ns["table"].column(0)) == 20_000 * 8
+    found = entries(shell)
+    assert found["arr.buffers()[1]"].nbytes == 5_000 * 8
+    assert found["arr.buffers()[1]"].shared_with == ("same",)  # one buffer, counted once
+    dry = reset.gpu_reset("col", shell=shell, dry_run=True)
+    assert dry.estimated_bytes == column
+    done = reset.gpu_reset("col", shell=shell)
+    gc.collect()
+    assert ns["refs"]["col"]() is None and done.released_bytes == column
 
 
 def test_a_rerun_s_scan_of_a_deleted_alias_lists_no_dropped_name(shell, run_cell):

@@ -29,7 +29,7 @@ def test_the_standard_library_is_walked_and_the_shell_is_not():
     assert classify(queue.SimpleQueue).tag == REFERENTS
     shell = pytest.importorskip("IPython.core.interactiveshell")
     assert classify(shell.InteractiveShell).tag == SKIP
-    unseen = type("Table", (), {"__module__": "pyarrow.lib"})
+    unseen = type("DataFrame", (), {"__module__": "cudf.core.dataframe"})
     assert classify(unseen).tag == UNSEEN
 
 

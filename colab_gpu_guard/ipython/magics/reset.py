@@ -64,9 +64,10 @@ see, or counts only in part:
 - **Local variables of a function still running** (another thread, an executing
   generator): not walked. A deep scan names such a tensor by its variable, function and
   thread.
-- **Libraries whose arrays live in buffers no Python object shows**: cuDF, pyarrow (and
-  so Arrow-backed pandas columns), Polars, TensorFlow. Their holders are named, "not
-  looked into: `gdf` (cudf.core.dataframe.DataFrame)", and not counted.
+- **Libraries whose arrays live in buffers no Python object shows**: cuDF, Polars,
+  TensorFlow, and Arrow's tensors. Their holders are named, "not looked into: `gdf`
+  (cudf.core.dataframe.DataFrame)", and not counted. (Arrow's arrays, chunked arrays,
+  tables and so Arrow-backed pandas columns are counted by their buffers.)
 - **The Python objects inside NumPy object arrays** (a pandas object or string column):
   the array counts its pointers, 8 bytes an item; arrays among its items are listed on
   their own, strings and other objects are not counted.
