@@ -274,7 +274,7 @@ def held_elsewhere(scan: Scan, named: Iterable[Any], dropped: set, freed: set) -
         if not kept:
             continue
         holders = [
-            Holder(labels.get(other, str(other)), other[0] in TYPED_KINDS)
+            Holder(labels.get(other, str(other)), other[0] in TYPED_KINDS, other[0])
             for other, blocks in by_root.items()
             if other not in dropped and not blocks.isdisjoint(kept)
         ]
@@ -295,7 +295,9 @@ TYPED_KINDS = frozenset(
 
 
 class Holder(NamedTuple):
-    """A root that keeps memory: its label, and whether a user types it (a variable)."""
+    """A root that keeps memory: its label, whether a user types it (a variable), and its
+    kind (`notebook_refs.RootKey.kind`)."""
 
     label: str
     typed: bool
+    kind: str

@@ -30,6 +30,7 @@ AUTOGRAD_GRAPH = "autograd graph"
 DEBUGGER_FRAME = "debugger frame"
 EXCEPTION = "exception"
 COMPILED_GRAPH = "compiled graph"
+LOGGER = "logger"  # a logger with handlers: logging's registry keeps it
 GREW_ON_RERUN = "grew on rerun"  # a user container a rerun flagged as a leak added to
 NO_NAME = "no name in the notebook"  # what refers to it: the entry says (deep scan)
 # released by a plain %gpu_reset (reset.py drops every root but user variables;
@@ -54,6 +55,7 @@ _BADGES = {
     AUTOGRAD_GRAPH: "autograd graphs",
     DEBUGGER_FRAME: "kept by the debugger",
     COMPILED_GRAPH: "kept by torch.compile",
+    LOGGER: "kept by logging",
     NO_NAME: "no name",
 }
 
@@ -77,6 +79,8 @@ def kind_of(name: str, holder: str) -> str:
         return EXCEPTION
     if name.startswith("<compiled graph"):
         return COMPILED_GRAPH
+    if name.startswith("<logging.getLogger("):
+        return LOGGER
     if name == UNNAMED:
         return NO_NAME
     return holder
@@ -266,6 +270,8 @@ class LeftoverGroups:
         )
         if released:
             parts.append(f"%gpu_reset releases {_joined(list(released))}")
+        if any(group.kind == LOGGER and group.nbytes for group in shown):
+            parts.append("`logger.removeHandler(handler)` for what a logger's handler keeps")
         return f"to free: {'; '.join(parts)}" if parts else ""
 
     def __str__(self) -> str:

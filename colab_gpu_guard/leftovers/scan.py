@@ -7,6 +7,7 @@ import functools
 import gc
 import itertools
 import operator
+import sys
 import weakref
 from collections.abc import Callable, Hashable, Iterable
 from dataclasses import dataclass, field
@@ -25,10 +26,12 @@ from .leftover_list import LeftoverList
 from .naming import PathNames, best_paths
 from .numpy_sharing import join_numpy_buffers
 from .reach import Reach, alias_rows
+from .readers import instance_dict, layout_of, own_attribute
 from .records import DeviceGap, Unread, Unseen
 from .walker import DEFAULT_MAX_DEPTH, OutOfTime, Walker
 
 COMPILED_GRAPH = "compiled graph"  # a root kind: a graph torch.compile installed
+LOGGER = "logger"  # a root kind: a logger with handlers, kept by logging's registry
 DEFAULT_BUDGET_S = 5.0  # find_leftovers(); %gpu_status and the panel take 2 s
 _UNFINISHED_SHOWN = 3
 
@@ -169,7 +172,8 @@ def _is_variable(root: notebook_refs.Root) -> bool:
 def root_entries(shell, namespace: Optional[dict], variables_only: bool = False) -> list[tuple]:
     """Every root a scan starts from, in order, as (key, label, holder, value, depth): the
     notebook's (`notebook_refs.roots`), then the graphs torch.compile's caches hold (never
-    a user variable; freed by dynamo's reset); `variables_only`: the namespace's variables
+    a user variable; freed by dynamo's reset), then the loggers with handlers (logging's
+    registry keeps them: `logging_registry`); `variables_only`: the namespace's variables
     alone (they come first)."""
     found = notebook_refs.roots(shell, namespace if namespace is not None else {})
     if variables_only:
@@ -178,7 +182,35 @@ def root_entries(shell, namespace: Optional[dict], variables_only: bool = False)
     for graph in torch_compile.compiled_graphs(namespace):
         key = notebook_refs.RootKey(COMPILED_GRAPH, graph.label)
         entries.append((key, graph.label, OTHER, graph.value, 0))
+    for name, logger in logging_registry():
+        label = f"<logging.getLogger({name!r})>" if name else "<logging.getLogger()>"
+        entries.append((notebook_refs.RootKey(LOGGER, name), label, OTHER, logger, 0))
     return entries
+
+
+def logging_registry() -> list[tuple[str, Any]]:
+    """(name, logger) of each logger with handlers ('' for the root logger): logging keeps
+    every logger ``getLogger`` made in its registry (a module's global), and each keeps its
+    handlers, whatever a handler keeps (a ``MemoryHandler``'s buffered records) with them.
+    Read through the loggers' own dicts (no code of a ``Logger`` subclass runs)."""
+    logging = sys.modules.get("logging")
+    if logging is None:
+        return []
+    manager = own_attribute(logging.Logger, "manager")
+    loggers = instance_dict(layout_of(type(manager)).dict_getter, manager) or {}
+    registered = dict.get(loggers, "loggerDict")
+    pairs = [("", dict.get(vars(logging), "root"))]
+    if type(registered) is dict:
+        pairs += [(name, logger) for name, logger in list(dict.items(registered))]
+    found = []
+    for name, logger in pairs:
+        if type(name) is not str or not issubclass(type(logger), logging.Logger):
+            continue
+        attributes = instance_dict(layout_of(type(logger)).dict_getter, logger) or {}
+        handlers = dict.get(attributes, "handlers")
+        if type(handlers) is list and handlers:
+            found.append((name, logger))
+    return found
 
 
 def root_ids(entries: list[tuple]) -> list[tuple]:
@@ -195,7 +227,7 @@ def _scan_roots(walker: Walker, entries: list[tuple]) -> tuple[dict[str, str], i
     """Walk every root; returns each user variable's type name (for the groups) and how
     many of the notebook's roots the time budget left unsearched."""
     types = {}
-    notebook = sum(1 for entry in entries if entry[0].kind != COMPILED_GRAPH)
+    notebook = sum(1 for entry in entries if entry[0].kind not in (COMPILED_GRAPH, LOGGER))
     for index, (key, label, holder, value, depth) in enumerate(entries):
         if holder == USER_VARIABLE:
             kind = type(value)

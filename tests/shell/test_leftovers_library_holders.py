@@ -91,17 +91,44 @@ def test_a_logging_handler_keeping_records_is_walked_with_the_graphs_of_their_ar
         assert groups["log"].count == 3
         entry = groups["log"].entries[0]
         assert entry.name.startswith("log.handlers[0].records[") and ".args[0]" in entry.name
+        # logging's registry keeps the logger too: deleting `log` frees nothing, and the
+        # dry run says so, as the reset does
         dry = reset.gpu_reset("log", shell=shell, dry_run=True)
-        assert dry.estimated_bytes == saved + 3 * 4  # the graphs and the three losses
+        assert dry.estimated_bytes == 0
+        note = [text for text in dry.notes if text.startswith("`log`: ")]
+        assert note and "logger.removeHandler(handler)" in note[0], dry.notes
         done = reset.gpu_reset("log", shell=shell)
-        # the logger lives on in logging's registry: emptying its handler frees the graphs
         assert done.released_bytes == 0
-        assert any("expected to be freed is still in use" in note for note in done.notes)
+        assert not any("expected to be freed is still in use" in text for text in done.notes)
+        held = {group.name: group for group in done.held_groups()}
+        assert held["<logging.getLogger('cgg-test-34')>"].nbytes == saved + 3 * 4
         run(run_cell, "import logging; logging.getLogger('cgg-test-34').handlers.clear()")
         gc.collect()
         assert all(ref() is None for ref in shell.user_ns["inputs"])
     finally:
         run(run_cell, "import logging; logging.getLogger('cgg-test-34').handlers.clear()")
+
+
+def test_a_loggers_buffered_records_no_name_reaches_are_listed_under_logging(shell, run_cell):
+    run(
+        run_cell,
+        "import logging, logging.handlers\n"
+        "logging.getLogger('cgg-test-34b').addHandler(\n"
+        "    logging.handlers.MemoryHandler(10**6, flushLevel=100))\n"
+        "logging.getLogger('cgg-test-34b').propagate = False\n"
+        f"logging.getLogger('cgg-test-34b').warning('%s', torch.ones({N}))",
+    )
+    try:
+        found = find_leftovers(shell=shell)
+        label = "<logging.getLogger('cgg-test-34b')>"
+        group = found.groups().named(label)
+        assert group is not None and group.kind == "logger" and group.nbytes == 4 * N
+        assert group.hidden_word == "kept by logging" and not group.released_by_reset
+        assert "`logger.removeHandler(handler)`" in found.groups().advice()
+        (entry,) = group.entries
+        assert entry.name == f"{label}.handlers[0].buffer[0].args[0]"
+    finally:
+        run(run_cell, "logging.getLogger('cgg-test-34b').handlers.clear()")
 
 
 def test_a_queues_items_are_found_through_its_traversal(shell, run_cell):

@@ -54,10 +54,10 @@ see, or counts only in part:
   that no name reaches (`<unnamed ...>`, with what refers to them), and per GPU the gap
   between what it found and `torch.cuda.memory_allocated()`. A reset says how much it
   expected to free and found still in use.
-- **A registry that keeps an object beyond its name**: `logging.getLogger('x')` stays in
-  logging's registry, so `%gpu_reset log` frees nothing its handlers keep (clear
-  `log.handlers` instead); a dry run cannot tell, and the reset then says how much it
-  expected to free and found still in use.
+- **A registry that keeps an object beyond its name**, other than logging's (loggers with
+  handlers are listed as `<logging.getLogger('x')>`, and `%gpu_reset log` says it frees
+  nothing they keep): a dry run counts what only such a name reaches, and the reset then
+  says how much it expected to free and found still in use.
 - **Memory only C or C++ code holds**: what a C extension keeps without telling Python's
   garbage collector, CUDA graph pools, caches inside libraries. It shows only as that
   gap. (Autograd graphs are measured: what they saved is counted with their tensor.)
