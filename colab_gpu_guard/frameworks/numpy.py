@@ -46,11 +46,11 @@ class _Readers(NamedTuple):
 _READERS: dict[int, _Readers] = {}
 
 
-def _readers(ndarray: type) -> _Readers:
+def _readers(numpy: Any) -> _Readers:
+    ndarray = numpy.ndarray
     made = _READERS.get(id(ndarray))
     if made is None or made.ndarray is not ndarray:
         own = vars(ndarray)
-        dtype_type = own["dtype"].__get__(ndarray.__new__(ndarray, 0), ndarray).__class__
         made = _READERS[id(ndarray)] = _Readers(
             ndarray,
             own["base"].__get__,
@@ -58,17 +58,9 @@ def _readers(ndarray: type) -> _Readers:
             own["dtype"].__get__,
             own["nbytes"].__get__,
             own["__array_interface__"].__get__,
-            _own_getter(dtype_type, "hasobject"),
+            vars(numpy.dtype)["hasobject"].__get__,
         )
     return made
-
-
-def _own_getter(kind: type, name: str) -> Callable[[Any], Any]:
-    """The getter of ``name`` as the first class of ``kind``'s MRO defining it has it."""
-    for base in kind.__mro__:
-        if name in vars(base):
-            return vars(base)[name].__get__
-    raise AttributeError(name)
 
 
 def array_info(array) -> ArrayInfo:
@@ -79,8 +71,10 @@ def array_info(array) -> ArrayInfo:
     key, and a tensor over an ndarray's (``torch.from_numpy``) has the ndarray's address,
     so memory the two share is counted once."""
     numpy = loaded()
-    ndarray = numpy.ndarray if numpy is not None else type(array)
-    read = _readers(ndarray)
+    if numpy is None:
+        raise ValueError("NumPy is not imported")
+    read = _readers(numpy)
+    ndarray = read.ndarray
     root = array
     base = read.base(root)
     while issubclass(type(base), ndarray):
@@ -108,8 +102,8 @@ def object_items(array) -> tuple[Optional[list], tuple]:
     numpy = loaded()
     if numpy is None:
         return None, ()
-    ndarray = numpy.ndarray
-    read = _readers(ndarray)
+    read = _readers(numpy)
+    ndarray = read.ndarray
     try:
         if not read.hasobject(read.dtype(array)):
             return None, ()

@@ -23,6 +23,7 @@ from .kinds import (
     NAMEDTUPLE,
     NN_MODULE,
     NOT_ATOMIC,
+    ROWS_OF_PLAIN,
     SEQUENCE,
     SET,
     SKIP,
@@ -277,11 +278,12 @@ class ItemWalk:
                 self._record_items(items, what, at)
                 return
         depth, max_depth = at.depth + 1, walker.max_depth
+        rows = present <= ROWS_OF_PLAIN  # records of plain values: their types known
         for start in range(0, total, CHUNK):
             chunk = items[start : start + CHUNK]
             try:
                 walker.check_time()
-                if all_plain(chunk, depth, max_depth):
+                if all_plain(chunk, depth, max_depth, rows):
                     continue
                 for part in range(0, len(chunk), SMALL):
                     small = chunk[part : part + SMALL]
