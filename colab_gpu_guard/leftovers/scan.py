@@ -189,10 +189,11 @@ def root_entries(shell, namespace: Optional[dict], variables_only: bool = False)
 
 
 def logging_registry() -> list[tuple[str, Any]]:
-    """(name, logger) of each logger with handlers ('' for the root logger): logging keeps
-    every logger ``getLogger`` made in its registry (a module's global), and each keeps its
-    handlers, whatever a handler keeps (a ``MemoryHandler``'s buffered records) with them.
-    Read through the loggers' own dicts (no code of a ``Logger`` subclass runs)."""
+    """(name, logger) of each logger with a handler that may keep records ('' for the root
+    logger): logging keeps every logger ``getLogger`` made in its registry (a module's
+    global), and each keeps its handlers, whatever a handler keeps (a ``MemoryHandler``'s
+    buffered records) with them. Read through the loggers' own dicts (no code of a
+    ``Logger`` subclass runs)."""
     logging = sys.modules.get("logging")
     if logging is None:
         return []
@@ -202,13 +203,18 @@ def logging_registry() -> list[tuple[str, Any]]:
     pairs = [("", dict.get(vars(logging), "root"))]
     if type(registered) is dict:
         pairs += [(name, logger) for name, logger in list(dict.items(registered))]
+    # logging's own handlers that keep no record (a library's NullHandler, a console's
+    # StreamHandler): a logger with only those holds nothing to walk
+    keep_nothing = {
+        getattr(logging, name, None) for name in ("NullHandler", "StreamHandler", "FileHandler")
+    }
     found = []
     for name, logger in pairs:
         if type(name) is not str or not issubclass(type(logger), logging.Logger):
             continue
         attributes = instance_dict(layout_of(type(logger)).dict_getter, logger) or {}
         handlers = dict.get(attributes, "handlers")
-        if type(handlers) is list and handlers:
+        if type(handlers) is list and not set(map(type, handlers)) <= keep_nothing:
             found.append((name, logger))
     return found
 
