@@ -103,3 +103,21 @@ def test_reading_a_running_frames_variables_leaves_no_snapshot_holding_them():
     go.set()
     thread.join()
     assert seen["after"] is True
+
+
+def test_only_loggers_whose_handlers_may_keep_records_are_roots():
+    import logging.handlers
+
+    from colab_gpu_guard.leftovers.scan import logging_registry
+
+    quiet = logging.getLogger("cgg-34-quiet")
+    quiet.addHandler(logging.NullHandler())
+    quiet.addHandler(logging.StreamHandler())
+    keeping = logging.getLogger("cgg-34-keeping")
+    keeping.addHandler(logging.handlers.MemoryHandler(10))
+    try:
+        names = [name for name, _logger in logging_registry()]
+        assert "cgg-34-keeping" in names and "cgg-34-quiet" not in names
+    finally:
+        quiet.handlers.clear()
+        keeping.handlers.clear()
