@@ -240,8 +240,9 @@ def unseen_note(unseen: tuple[Unseen, ...]) -> str:
         return ""
     shown = ", ".join(map(str, unseen[:UNSEEN_SHOWN]))
     more = f" (+{len(unseen) - UNSEEN_SHOWN} more)" if len(unseen) > UNSEEN_SHOWN else ""
+    its = "its" if len(unseen) == 1 else "their"
     return (
-        f"not looked into: {shown}{more}: their memory is kept where the scan cannot read it "
+        f"not looked into: {shown}{more}: {its} memory is kept where the scan cannot read it "
         "(buffers of a library whose arrays it does not know); not counted"
     )
 
