@@ -63,7 +63,8 @@ _NOT_WALKED = (
     staticmethod,
     classmethod,
 )
-# The shell and this package: machinery, not data (walking them would walk the kernel).
+# The shell, a test runner and this package: machinery, not data (walking them would walk
+# the kernel).
 # Objects of the standard library and of other libraries are walked as the user's are.
 _MACHINERY_PACKAGES = frozenset(
     {
@@ -81,6 +82,8 @@ _MACHINERY_PACKAGES = frozenset(
         "debugpy",
         "pydevd",
         "_pydevd_bundle",
+        "_pytest",
+        "pytest",
     }
 )
 # Libraries whose objects keep their memory where no Python object shows it (C++ or Rust

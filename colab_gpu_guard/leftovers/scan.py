@@ -21,12 +21,12 @@ from . import modules
 from .blocks import Blocks
 from .deep import allocator_gaps, scan_unnamed
 from .found import Ref
-from .kinds import ATOMIC
+from .kinds import ATOMIC, opaque_module
 from .leftover_list import LeftoverList
 from .naming import PathNames, best_paths
 from .numpy_sharing import join_numpy_buffers
 from .reach import Reach, alias_rows
-from .readers import instance_dict, layout_of, own_attribute
+from .readers import instance_dict, layout_of, own_attribute, type_module
 from .records import DeviceGap, Unread, Unseen
 from .walker import DEFAULT_MAX_DEPTH, OutOfTime, Walker
 
@@ -204,7 +204,8 @@ def logging_registry() -> list[tuple[str, Any]]:
     if type(registered) is dict:
         pairs += [(name, logger) for name, logger in list(dict.items(registered))]
     # logging's own handlers that keep no record (a library's NullHandler, a console's
-    # StreamHandler): a logger with only those holds nothing to walk
+    # StreamHandler), and the shell's or a test runner's: a logger with only those holds
+    # nothing of the notebook's to walk
     keep_nothing = {
         getattr(logging, name, None) for name in ("NullHandler", "StreamHandler", "FileHandler")
     }
@@ -214,7 +215,10 @@ def logging_registry() -> list[tuple[str, Any]]:
             continue
         attributes = instance_dict(layout_of(type(logger)).dict_getter, logger) or {}
         handlers = dict.get(attributes, "handlers")
-        if type(handlers) is list and not set(map(type, handlers)) <= keep_nothing:
+        if type(handlers) is list and any(
+            kind not in keep_nothing and not opaque_module(type_module(kind))
+            for kind in set(map(type, handlers))
+        ):
             found.append((name, logger))
     return found
 
