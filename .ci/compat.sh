@@ -14,7 +14,7 @@ case "$env_name" in
   colab)
     pins=(torch==2.13.0 "ipython==7.34.0" "ipywidgets==7.7.1" "ipykernel==6.17.1"
           "traitlets==5.7.1" "jupyter_client==7.4.9" "nvidia-ml-py==13.610.43"
-          "psutil==5.9.5" "numpy==2.0.*") ;;
+          "psutil==5.9.5" "numpy==2.0.*" "pandas==2.2.*") ;;
   minimal)
     pins=() ;;
   *) echo "unknown environment: $env_name" >&2; exit 2 ;;
@@ -30,10 +30,10 @@ fi
 # the pins stay: only what the pins leave open is resolved here
 "$py" -m pip install -q -e ".[dev]" "${pins[@]}"
 if [ "$env_name" = minimal ]; then
-  "$py" -m pip uninstall -q -y torch numpy 2>/dev/null || true
+  "$py" -m pip uninstall -q -y torch numpy pandas pyarrow 2>/dev/null || true
   "$py" - <<'PY'
 import importlib.util, sys
-present = [m for m in ("torch", "numpy") if importlib.util.find_spec(m)]
+present = [m for m in ("torch", "numpy", "pandas", "pyarrow") if importlib.util.find_spec(m)]
 sys.exit(f"minimal environment still has {present}" if present else 0)
 PY
 fi

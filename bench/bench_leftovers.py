@@ -17,9 +17,10 @@ Ratios against baselines and peers measured in this same run, interleaved:
 Target (issue 8): 10^5 tensors named in <= 100 ms with 10^6 other objects alive; (issue
 14) in at most 0.5x the time MemReporter takes on them.
 
-Plain data (issue 14): 10^6 JSON-like records (nested dicts and lists of plain values, no
-array) in the namespace: ``find_leftovers()`` and ``gpu_status()`` (what ``%gpu_status``
-takes) against the bare gc loop over the same objects, target <= 2x.
+Plain data (issues 14, 34): 10^6 JSON-like records (nested dicts and lists of plain
+values, no array), and 10^6 dicts the collector does not track (``{'a': i, 'b': str(i)}``),
+in the namespace: ``find_leftovers()`` and ``gpu_status()`` (what ``%gpu_status`` takes)
+against the bare gc loop over the same objects, target <= 2x.
 """
 
 from __future__ import annotations
@@ -298,8 +299,15 @@ def plain_records(count: int) -> list:
     ]
 
 
-def plain_rows(count: int, runs: int, full: bool) -> list[dict]:
-    namespace = {"records": plain_records(count)}
+def untracked_dicts(count: int) -> list:
+    """Small dicts of plain values, which the cyclic collector stops tracking."""
+    return [{"a": n, "b": str(n)} for n in range(count)]
+
+
+def plain_rows(
+    count: int, runs: int, full: bool, make: Callable[[int], list] = plain_records
+) -> list[dict]:
+    namespace = {"records": make(count)}
     live = len(gc.get_objects())
     assert find_leftovers(namespace=namespace, budget_s=None).complete
     times = interleaved(
@@ -312,6 +320,7 @@ def plain_rows(count: int, runs: int, full: bool) -> list[dict]:
     )
     complete = not any("incomplete" in note for note in gpu_status(namespace=namespace).notes)
     size = f"10^{len(str(count)) - 1}"
+    shape = "JSON-like records" if make is plain_records else "untracked dicts"
     t = {name: seconds * 1e3 for name, seconds in times.items()}
     target = f"<= {PLAIN_TARGET_RATIO:g}x at 10^6 records"
     note = f"{live} gc objects alive" + ("" if full else " (reduced size: target not checked)")
@@ -323,7 +332,7 @@ def plain_rows(count: int, runs: int, full: bool) -> list[dict]:
         rows.append(
             row(
                 "leftovers",
-                f"{what}, {size} JSON-like records vs gc scan",
+                f"{what}, {size} {shape} vs gc scan",
                 t[key],
                 t["gc_scan"],
                 baseline="gc.get_objects()+isinstance",
@@ -348,6 +357,8 @@ def main(argv=None) -> int:
     rows = rows_of(results, full=full)
     gc.collect()
     rows += plain_rows(records, runs, full)
+    gc.collect()
+    rows += plain_rows(records, runs, full, untracked_dicts)
     print_rows(rows)
     write_json(args.json, "leftovers", rows, details=results)
     return 0

@@ -18,11 +18,11 @@ Freed tensors are proven by weakrefs. Targets: gpu_reset frees all three; it tak
 full size (it scans the namespace once, to plan; what is still held is read off that scan,
 or walked again where the drop changed what the scan saw).
 
-Many tensors (issue 14): a list of 10^6 small tensors in the namespace: `gpu_reset()`
-against a bare ``gc.get_objects()`` + isinstance loop over the same objects, target <= 3x;
-beside it, the floor any truthful reset pays (one full gc.collect(), one storage read
-per tensor, each measured alone);
-the dry run and ``%gpu_reset`` with its printed report beside it. ``--many-only`` runs just
+Many tensors (issues 14, 34): a list of 10^6 small tensors in the namespace: `gpu_reset()`
+against the floors any truthful reset pays, each measured alone in this run and summed
+(one full gc.collect(), and the first storage read of each tensor), target <= 1.5x that
+sum; beside it the bare ``gc.get_objects()`` + isinstance loop over the same objects
+(context), the dry run and ``%gpu_reset`` with its printed report. ``--many-only`` runs just
 these rows (at full size unless --quick/--smoke).
 """
 
@@ -44,7 +44,7 @@ if str(ROOT) not in sys.path:
 from bench._common import bench_parser, print_rows, row, write_json  # noqa: E402
 
 TARGET_S = 1.0
-MANY_TARGET_RATIO = 3.0
+FLOORS_TARGET_RATIO = 1.5  # issue 34: gpu_reset at 10^6 tensors vs the floors' sum
 HIDDEN = 3
 TENSOR_ELEMENTS = 1_000_000  # 4 MB of float32
 
@@ -219,19 +219,31 @@ def many_tensors_rows(shell, count: int, repeats: int, full: bool) -> list[dict]
         "dry": "dry run (one scan, no collection)",
         "magic": "the magic: gpu_reset() and str() of its report",
     }
-    return [
+    floors = t["reads"] + t["collect"]
+    rows = [
+        row(
+            "reset",
+            f"gpu_reset, {size} tensors vs the floors' sum",
+            t["reset"],
+            floors,
+            baseline="first storage read of each tensor + one gc.collect()",
+            target=f"<= {FLOORS_TARGET_RATIO:g}x at 10^6 tensors",
+            ok=(t["reset"] <= FLOORS_TARGET_RATIO * floors) if full else None,
+            note=note,
+        )
+    ]
+    rows += [
         row(
             "reset",
             f"{names[key]}, {size} tensors vs gc scan",
             t[key],
             t["gc"],
             baseline="gc.get_objects()+isinstance",
-            target=f"<= {MANY_TARGET_RATIO:g}x at 10^6 tensors" if key == "reset" else "",
-            ok=(t[key] <= MANY_TARGET_RATIO * t["gc"]) if full and key == "reset" else None,
-            note=notes[key],
+            note=notes[key] or "context",
         )
         for key in ("reads", "collect", "reset", "dry", "magic")
     ]
+    return rows
 
 
 def main(argv=None) -> int:

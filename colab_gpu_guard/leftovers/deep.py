@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import gc
 import sys
+import threading
 import types
 
 from .. import notebook_refs
@@ -15,7 +16,7 @@ from ..frameworks.base import ArrayInfo
 from ..units import OTHER
 from .kinds import ARRAY, ATOMIC, opaque_module
 from .naming import ROOT
-from .readers import mro, type_module
+from .readers import instance_dict, layout_of, mro, type_module
 from .records import DeviceGap
 from .visit import Visit
 from .walker import Walker
@@ -68,7 +69,7 @@ def scan_unnamed(walker: Walker, notes: list[str]) -> None:
                 if kind in ATOMIC:
                     continue
                 what = kinds.get(kind) or classify(kind)
-                if what.tag != ARRAY or what.framework == "numpy":
+                if what.tag != ARRAY or what.framework in ("numpy", "arrow"):
                     continue
                 try:
                     key = what.info_of(obj).storage_key  # type: ignore[misc]
@@ -137,10 +138,11 @@ def _referrer_descriptions(array_lists: list[list], found: dict) -> dict[int, li
     all_arrays = [array for arrays in array_lists for array in arrays]
     own.add(id(all_arrays))
     descriptions: dict[int, list[str]] = {index: [] for index in range(len(array_lists))}
+    _running_holders(targets, descriptions)
     try:
         referrers = gc.get_referrers(*all_arrays)
     except Exception:  # the collector's traversal of user objects (C extensions' tp_traverse)
-        return {}
+        return descriptions
     for referrer in referrers:
         if id(referrer) in own:
             continue
@@ -159,6 +161,45 @@ def _referrer_descriptions(array_lists: list[list], found: dict) -> dict[int, li
             if text not in descriptions[index] and len(descriptions[index]) < 3:
                 descriptions[index].append(text)
     return descriptions
+
+
+def _thread_names() -> dict[int, str]:
+    """Each running thread's ident -> its name, read from the thread objects' own dicts
+    (a ``Thread`` subclass's properties never run)."""
+    names = {}
+    for thread in threading.enumerate():
+        attributes = instance_dict(layout_of(type(thread)).dict_getter, thread) or {}
+        name, ident = dict.get(attributes, "_name"), dict.get(attributes, "_ident")
+        if type(name) is str and type(ident) is int:
+            names[ident] = name
+    return names
+
+
+def _running_holders(targets: dict[int, int], descriptions: dict[int, list[str]]) -> None:
+    """The arrays among `targets` (id -> index) that are local variables of a function
+    still running, in any thread: the garbage collector sees no referrer for those (a
+    running frame's variables are not among what it traverses). Named by the variable,
+    the function and the thread: ``local 'batch' of worker() in thread 'loader'``."""
+    threads = None
+    for ident, top in list(sys._current_frames().items()):
+        frame = top
+        while frame is not None:
+            if not _ours(frame):
+                for name, value in notebook_refs.running_locals(frame).items():
+                    index = targets.get(id(value))
+                    if index is None or type(name) is not str:
+                        continue
+                    if threads is None:
+                        threads = _thread_names()
+                    thread = threads.get(ident, f"#{ident}")
+                    text = (
+                        f"local {name!r} of {notebook_refs.frame_function(frame)}() "
+                        f"(running, thread {thread!r})"
+                    )
+                    if text not in descriptions[index] and len(descriptions[index]) < 3:
+                        descriptions[index].append(text)
+            frame = frame.f_back
+        top = frame = None
 
 
 def allocator_gaps(devices: list[str], sizes: list[int]) -> list[DeviceGap]:

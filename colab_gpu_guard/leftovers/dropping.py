@@ -15,6 +15,7 @@ from .blocks import Blocks
 from .found import ROW_FRAMEWORK
 from .leftover_list import LeftoverList
 from .naming import PathNames, best_paths
+from .reach import alias_rows
 from .scan import Scan, listed, root_entries, root_ids
 
 _IS_NONE = type(None).__instancecheck__  # x is None, as a C-level callable
@@ -82,10 +83,11 @@ def storage_proofs(
     scan: Scan, keys: Optional[set] = None, limit: int = PROOF_LIMIT
 ) -> dict[Hashable, Optional[weakref.ref]]:
     """Per torch block the scan saw (only those in `keys` when given), a weakref to its
-    storage (None: none could be taken). A tensor's own weakref dies with the tensor,
-    while an alias sharing its storage held where the scan does not reach (``t.detach()``
-    in a module's global; a view would keep the tensor itself too) keeps the memory: the
-    storage's weakref proves it went. Needs a scan with keep_refs.
+    storage (None: none could be taken), what autograd graphs saved included. A tensor's
+    own weakref dies with the tensor, while an alias sharing its storage held where the
+    scan does not reach (``t.detach()`` in a module's global; a view would keep the tensor
+    itself too) keeps the memory: the storage's weakref proves it went. Needs a scan with
+    keep_refs.
 
     A weakref to a storage costs about a microsecond: past `limit` blocks, only the
     `limit` biggest get one; the rest are proven gone by their tensors' weakrefs."""
@@ -98,7 +100,7 @@ def storage_proofs(
     if keys is not None:
         chosen = list(map(operator.and_, chosen, map(keys.__contains__, arrays.keys)))
     if len(arrays.weaks) != len(arrays.keys):  # no weakrefs to reach the tensors by
-        return dict.fromkeys(itertools.compress(arrays.keys, chosen))
+        return dict.fromkeys(itertools.compress(arrays.keys, chosen))  # (nor the graphs')
     if chosen.count(True) > limit:
         sizes = dict(itertools.compress(zip(arrays.keys, arrays.storage_nbytes), chosen))
         if len(sizes) > limit:  # the biggest blocks (ties: the first found)
@@ -109,9 +111,14 @@ def storage_proofs(
     one_each = dict(itertools.compress(zip(arrays.keys, arrays.weaks), chosen))
     tensors = [weak() if weak is not None else None for weak in one_each.values()]
     try:
-        return dict(zip(one_each, torch_support.storage_weakrefs(tensors)))
+        proofs = dict(zip(one_each, torch_support.storage_weakrefs(tensors)))
     finally:
         del tensors  # the tensors live on where the scan found them only
+    # what autograd graphs saved: the walk took a weakref to each one's storage
+    for key, saved in scan.walker.graphs.saved.items():
+        if (keys is None or key in keys) and key not in proofs:
+            proofs[key] = saved.weak
+    return proofs
 
 
 def _at_least(sizes: dict, smallest: int) -> Iterable:
@@ -170,8 +177,18 @@ def still_held(scan: Scan, dropped: set, now: Optional[States] = None) -> Option
     ):
         return None
     if kept is None:
-        return scan.leftovers
+        if not _named_by(scan, dropped):
+            return scan.leftovers
+        kept = [True] * len(scan.keys)  # a dropped name that only shared: listed afresh
     return _kept_listing(scan, dropped, kept)
+
+
+def _named_by(scan: Scan, dropped: set) -> bool:
+    """Whether the scan's list names any of the `dropped` roots although they own no row:
+    an alias (``d2 = d``: "shares 1 with d") or a holder not looked into."""
+    return any(root in dropped for root, _node, _first in scan.walker.aliases) or any(
+        root in dropped for root, _item in scan.unread.unseen + scan.unread.object_arrays
+    )
 
 
 def would_stay(scan: Scan, dropped: set) -> Optional[LeftoverList]:
@@ -213,10 +230,15 @@ def _kept_listing(
 ) -> LeftoverList:
     """The list of the scan's references where `kept` (those under the roots kept), named
     afresh; ``graphs``: `Blocks.add_graphs`'s arguments, for the owners among them."""
-    part = scan.walker.found.subset(kept)
+    walker = scan.walker
+    part = walker.found.subset(kept)
     blocks = Blocks(part, PathNames(lambda: best_paths(part.refs)))
     if graphs is not None and graphs[0]:
         blocks.add_graphs(*graphs)
+    aliases = [alias for alias in walker.aliases if alias[0] not in dropped]
+    variables = {root: name for root, name in walker.variables.items() if root not in dropped}
+    if aliases and variables:  # `b = {'x': a}`, both kept: b shares a's blocks
+        blocks.add_aliases(alias_rows(part.rows, aliases), variables)
     types = {
         label: kind
         for label, kind in scan.root_types.items()
@@ -229,13 +251,14 @@ def _kept_listing(
         notes=scan.notes,
         grown_on_rerun=scan.grown,
         incomplete=scan.incomplete,
+        **scan.unread.kept(dropped).list_fields(),
     )
 
 
 def held_elsewhere(scan: Scan, named: Iterable[Any], dropped: set, freed: set) -> list[tuple]:
     """For each root the user named (a variable to delete): the bytes of the memory it
-    reaches that dropping does not free, and the labels of the roots kept that still reach
-    it (a view of the tensor, an alias, a list holding it): (label, bytes, holders), only
+    reaches that dropping does not free, and the roots kept that still reach it (a view of
+    the tensor, an alias, a list holding it; `Holder`s): (label, bytes, holders), only
     where bytes stay. `freed`: the blocks only the dropped roots reach."""
     named = [root for root in named if root in dropped]
     if not named:
@@ -251,9 +274,30 @@ def held_elsewhere(scan: Scan, named: Iterable[Any], dropped: set, freed: set) -
         if not kept:
             continue
         holders = [
-            labels.get(other, str(other))
+            Holder(labels.get(other, str(other)), other[0] in TYPED_KINDS, other[0])
             for other, blocks in by_root.items()
             if other not in dropped and not blocks.isdisjoint(kept)
         ]
         stays.append((labels.get(root, str(root)), nbytes(scan, kept), holders))
     return stays
+
+
+# the roots a user names by typing them: a variable, Out[N], _, _N (the others' labels are
+# the package's own: <exception E>.args, <displayhook._>, ...)
+TYPED_KINDS = frozenset(
+    {
+        notebook_refs.VARIABLE,
+        notebook_refs.OUT,
+        notebook_refs.UNDERSCORE,
+        notebook_refs.OUTPUT_NAME_KIND,
+    }
+)
+
+
+class Holder(NamedTuple):
+    """A root that keeps memory: its label, whether a user types it (a variable), and its
+    kind (`notebook_refs.RootKey.kind`)."""
+
+    label: str
+    typed: bool
+    kind: str

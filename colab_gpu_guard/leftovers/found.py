@@ -13,6 +13,7 @@ from typing import Any, NamedTuple, Optional
 
 from ..frameworks import torch as torch_support
 from ..frameworks.base import ArrayInfo
+from . import arrow
 from .naming import DOT
 
 
@@ -120,14 +121,44 @@ def _bulk_columns(
     return columns, kept, True
 
 
+def _arrow_parts(arrays: list, rows: list[tuple]) -> Optional[tuple[list, list, list]]:
+    """Where Arrow data is among `arrays` (framework "arrow"), the arrays and rows again
+    with its buffers in its place (each a block: `arrow.buffer_parts`), and the owner of
+    each (the Arrow object for a buffer: a new object each time it is read, a buffer
+    lives as long as its owner keeps it); None where there is none."""
+    if "arrow" not in map(ROW_FRAMEWORK, rows):
+        return None
+    new_arrays, new_rows, owners = [], [], []
+    for array, row in zip(arrays, rows):
+        if ROW_FRAMEWORK(row) != arrow.FRAMEWORK:
+            new_arrays.append(array)
+            new_rows.append(row)
+            owners.append(array)
+            continue
+        path, holder, root, depth, framework = row
+        try:
+            parts = arrow.buffer_parts(array, path)
+        except Exception:  # pyarrow's readers on a user's Arrow object
+            parts = []
+        for part_path, part in parts:
+            new_arrays.append(part)
+            new_rows.append((part_path, holder, root, depth, framework))
+            owners.append(array)
+    return new_arrays, new_rows, owners
+
+
 def _sparse_parts(
-    arrays: list, rows: list[tuple], keys: list, kept: Optional[list[bool]]
+    arrays: list,
+    rows: list[tuple],
+    keys: list,
+    kept: Optional[list[bool]],
+    owned_by: Optional[list] = None,
 ) -> Optional[tuple[list, list, list]]:
     """Where sparse tensors are among `arrays` (their keys are their own: ``("tensor",
     id)``), the arrays and rows again with each one's component tensors in its place
     (``sp._indices()``, ``sp._values()``: a name may hold them too, and their memory is
-    counted once then), and the owner of each array (the sparse tensor for a component);
-    None where there is none."""
+    counted once then), and the owner of each array (the sparse tensor for a component;
+    ``owned_by[i]`` for array i where given); None where there is none."""
     if not any(type(key) is tuple and key[0] == "tensor" for key in keys):
         return None
     indices = range(len(arrays)) if kept is None else itertools.compress(range(len(arrays)), kept)
@@ -141,17 +172,18 @@ def _sparse_parts(
         return None
     new_arrays, new_rows, owners = [], [], []
     for index, (array, row) in enumerate(zip(arrays, rows)):
+        owner = array if owned_by is None else owned_by[index]
         parts = sparse.get(index)
         if parts is None:
             new_arrays.append(array)
             new_rows.append(row)
-            owners.append(array)
+            owners.append(owner)
             continue
         path, holder, root, depth, framework = row
         for call, part in parts:
             new_arrays.append(part)
             new_rows.append(((path, DOT, call), holder, root, depth + 1, framework))
-            owners.append(array)
+            owners.append(owner)
     return new_arrays, new_rows, owners
 
 
@@ -219,9 +251,14 @@ class Found:
         if not arrays:
             return
         try:
-            columns, kept, one_by_one = _bulk_columns(arrays, rows, self.readers)
             owners = arrays
-            parts = _sparse_parts(arrays, rows, columns[_KEY], kept) if one_by_one else None
+            buffers = _arrow_parts(arrays, rows)
+            if buffers is not None:  # Arrow data: its buffers take its place
+                arrays, rows, owners = buffers
+            columns, kept, one_by_one = _bulk_columns(arrays, rows, self.readers)
+            parts = None
+            if one_by_one:
+                parts = _sparse_parts(arrays, rows, columns[_KEY], kept, owners)
             if parts is not None:  # sparse tensors: their components take their place
                 arrays, rows, owners = parts
                 columns, kept, _ = _bulk_columns(arrays, rows, self.readers)

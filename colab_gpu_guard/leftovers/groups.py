@@ -30,6 +30,7 @@ AUTOGRAD_GRAPH = "autograd graph"
 DEBUGGER_FRAME = "debugger frame"
 EXCEPTION = "exception"
 COMPILED_GRAPH = "compiled graph"
+LOGGER = "logger"  # a logger with handlers: logging's registry keeps it
 GREW_ON_RERUN = "grew on rerun"  # a user container a rerun flagged as a leak added to
 NO_NAME = "no name in the notebook"  # what refers to it: the entry says (deep scan)
 # released by a plain %gpu_reset (reset.py drops every root but user variables;
@@ -54,6 +55,7 @@ _BADGES = {
     AUTOGRAD_GRAPH: "autograd graphs",
     DEBUGGER_FRAME: "kept by the debugger",
     COMPILED_GRAPH: "kept by torch.compile",
+    LOGGER: "kept by logging",
     NO_NAME: "no name",
 }
 
@@ -77,6 +79,8 @@ def kind_of(name: str, holder: str) -> str:
         return EXCEPTION
     if name.startswith("<compiled graph"):
         return COMPILED_GRAPH
+    if name.startswith("<logging.getLogger("):
+        return LOGGER
     if name == UNNAMED:
         return NO_NAME
     return holder
@@ -234,7 +238,7 @@ class LeftoverGroups:
 
     def heading(self) -> str:
         if not self.blocks and not self.groups:
-            return "leftovers: no arrays held"
+            return "leftovers: no arrays found"
         return (
             f"leftovers: {format_bytes(self.total_bytes)} in {_arrays(self.blocks)}, "
             "by what holds them"
@@ -266,11 +270,13 @@ class LeftoverGroups:
         )
         if released:
             parts.append(f"%gpu_reset releases {_joined(list(released))}")
+        if any(group.kind == LOGGER and group.nbytes for group in shown):
+            parts.append("`logger.removeHandler(handler)` for what a logger's handler keeps")
         return f"to free: {'; '.join(parts)}" if parts else ""
 
     def __str__(self) -> str:
         if not self.groups:
-            return "leftovers: no arrays held"
+            return "leftovers: no arrays found"
         lines = [self.heading()] + [f"  {line}" for line in self.lines()]
         advice = self.advice()
         lines += [f"  {advice}"] if advice else []
@@ -281,7 +287,7 @@ class LeftoverGroups:
 
     def _repr_html_(self) -> str:
         if not self.groups:
-            return "<div>no arrays held</div>"
+            return "<div>no arrays found</div>"
         return (
             groups_html(self.groups)
             + advice_html(self.advice())

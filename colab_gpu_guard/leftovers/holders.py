@@ -34,8 +34,10 @@ from .kinds import (
     METHOD,
     OPAQUE,
     PARTIAL,
+    REFERENTS,
     SUSPENDED,
     TRACEBACK,
+    UNSEEN,
     opaque_module,
 )
 from .naming import ATTR, CLOSURE, FRAME_LOCAL, HELD, ITEM, Path
@@ -52,11 +54,12 @@ from .readers import (
     suspended_module,
     tensor_attributes,
     type_module,
+    type_name,
 )
 from .visit import Visit
 
 TENSOR_CHUNK = 2048  # tensors checked for attributes of their own in one C call
-MAX_OPAQUE = 64  # torch ScriptObjects a scan keeps the paths of
+MAX_OPAQUE = 64  # torch ScriptObjects (and objects not looked into) a scan keeps the paths of
 
 _METHOD_SELF = types.MethodType.__dict__["__self__"].__get__
 _METHOD_FUNC = types.MethodType.__dict__["__func__"].__get__
@@ -71,12 +74,17 @@ AttributesWalk = Callable[[dict, Visit], None]  # `Walker.walk_attributes`
 
 class HolderWalks:
     """The holders that are not containers, walked for what they keep alive; ``opaque``
-    collects the paths of the torch ScriptObjects met (no binding lists their tensors)."""
+    collects the paths of the torch ScriptObjects met (no binding lists their tensors),
+    ``unseen`` those of objects whose memory the scan cannot read (a cuDF frame), with
+    their types, and ``object_arrays`` the paths of NumPy arrays of Python objects (counted
+    by their pointers)."""
 
     def __init__(self, visit: Visitor, walk_sequence: SequenceWalk) -> None:
         self.visit = visit
         self.walk_sequence = walk_sequence
         self.opaque: list[Path] = []
+        self.unseen: list[tuple[Path, str, Any]] = []  # (path, type's name, root)
+        self.object_arrays: list[tuple[Path, Any]] = []  # (path, root)
 
     def by_tag(self) -> dict[str, Visitor]:
         """The walk of each holder, by the tag `kinds.Classifier` gives its type."""
@@ -89,6 +97,8 @@ class HolderWalks:
             ITERATOR: self.iterator,
             LRU_CACHE: self.lru_cache,
             OPAQUE: self.note_opaque,
+            REFERENTS: self.referents,
+            UNSEEN: self.note_unseen,
         }
 
     def function(self, function, at: Visit) -> None:
@@ -153,17 +163,15 @@ class HolderWalks:
 
     def object_array(self, array, at: Visit) -> None:
         """A NumPy array of Python objects: its items, by index (``objarr[3]``,
-        ``grid[1, 2]``)."""
-        ndarray = numpy_support.array_type()
-        try:  # a user's array (or a subclass of ndarray): NumPy's own code reads it
-            if not array.dtype.hasobject or not isinstance(ndarray, type):
-                return
-            shape = tuple(array.shape)
-            items = ndarray.tolist(ndarray.ravel(array))
-        except Exception:
+        ``grid[1, 2]``); its path is kept for the note that such an array is counted by
+        its pointers. Read through ndarray's own descriptors and methods on a plain
+        ndarray view (a subclass's ``__getattribute__`` or ``__array_finalize__`` never
+        runs)."""
+        items, shape = numpy_support.object_items(array)
+        if items is None:
             return
-        if type(items) is not list:
-            return
+        if len(self.object_arrays) < MAX_OPAQUE:
+            self.object_arrays.append((at.path, at.root))
         if len(shape) == 1:
             self.walk_sequence(items, at)
             return
@@ -175,6 +183,22 @@ class HolderWalks:
                 rest, position = divmod(rest, size) if size else (0, 0)
                 index.append(position)
             self.visit(item, at.child(ITEM, ", ".join(map(str, reversed(index)))))
+
+    def referents(self, obj, at: Visit) -> None:
+        """What an object with no attributes to read holds, as its C traversal shows it to
+        the garbage collector (``q.<Tensor>``: a ``queue.SimpleQueue``'s items); no code
+        of its type's own runs but that traversal."""
+        kind = type(obj)
+        for value in gc.get_referents(obj):
+            held = type(value)
+            if held not in ATOMIC and value is not kind:
+                self.visit(value, at.child(HELD, held.__name__))
+
+    def note_unseen(self, obj, at: Visit) -> None:
+        """An object whose memory the scan cannot read (`kinds.UNSEEN_PACKAGES`): its path
+        and type, for the list's "not looked into"."""
+        if len(self.unseen) < MAX_OPAQUE:
+            self.unseen.append((at.path, type_name(type(obj)), at.root))
 
     def note_opaque(self, obj, at: Visit) -> None:
         """A torch ScriptObject no binding lists the tensors of: its path, for a note."""

@@ -79,7 +79,7 @@ def _graph_cell(entry: Any) -> str:
 def leftovers_html(items: Iterable, gaps: Iterable = (), notes: Iterable[str] = ()) -> str:
     """The leftovers table, then the allocator gaps and notes as a list."""
     entries = list(items)
-    table = leftovers_table(entries) if entries else "<div>no arrays held</div>"
+    table = leftovers_table(entries) if entries else "<div>no arrays found</div>"
     return table + notes_html(gaps, notes)
 
 

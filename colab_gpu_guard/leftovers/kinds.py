@@ -18,6 +18,7 @@ from ..frameworks import jax as jax_support
 from ..frameworks import numpy as numpy_support
 from ..frameworks import torch as torch_support
 from ..frameworks.base import ArrayInfo
+from . import arrow
 from .readers import (
     ITERATOR_TYPES,
     LRU_CACHE_TYPE,
@@ -57,14 +58,15 @@ _NOT_WALKED = (
     types.CodeType,
     types.FrameType,
     types.TracebackType,
-    types.MappingProxyType,
     weakref.ref,
     property,
     staticmethod,
     classmethod,
 )
-# Objects from these packages are machinery, not data: walking them would walk the shell.
-_OPAQUE_PACKAGES = frozenset(
+# The shell, a test runner and this package: machinery, not data (walking them would walk
+# the kernel).
+# Objects of the standard library and of other libraries are walked as the user's are.
+_MACHINERY_PACKAGES = frozenset(
     {
         "IPython",
         "ipykernel",
@@ -75,33 +77,28 @@ _OPAQUE_PACKAGES = frozenset(
         "comm",
         "zmq",
         "tornado",
-        "asyncio",
-        "concurrent",
-        "threading",
-        "multiprocessing",
-        "logging",
-        "socket",
-        "ssl",
-        "subprocess",
-        "selectors",
-        "_io",
-        "io",
-        "functools",
-        "typing",
-        "abc",
-        "inspect",
         "colab_gpu_guard",
         "google",
         "debugpy",
         "pydevd",
         "_pydevd_bundle",
+        "_pytest",
+        "pytest",
     }
 )
+# Libraries whose objects keep their memory where no Python object shows it (C++ or Rust
+# buffers, not an array type of a framework the scan reads): named as not looked into.
+# (pyarrow's arrays, chunked arrays, tables and buffers are read: `arrow`; its types and
+# schemas hold no data.)
+UNSEEN_PACKAGES = frozenset({"cudf", "dask_cudf", "polars", "tensorflow"})
 
 # what the walk does with a type (Kind.tag)
 SKIP, ARRAY, SEQUENCE, NAMEDTUPLE, MAPPING, SET, NN_MODULE, OBJECT = range(8)
 FUNCTION, METHOD, PARTIAL, SUSPENDED, CLASS, ITERATOR = range(8, 14)
 EXCEPTION, TRACEBACK, LRU_CACHE, OPAQUE = range(14, 18)
+# a C type without attributes to read: what its C traversal holds; a type whose memory
+# the scan cannot read (`UNSEEN_PACKAGES`): its holder is named as not looked into
+REFERENTS, UNSEEN = range(18, 20)
 _BUILT_IN_BASES = (list, tuple, collections.deque, dict, set, frozenset)
 
 
@@ -201,12 +198,19 @@ class Classifier:
             return Kind(OPAQUE)
         if self.nn_module is not None and self.nn_module in bases:
             return Kind(NN_MODULE, layout=layout_of(kind))
-        if type_module(kind).partition(".")[0] in _OPAQUE_PACKAGES:
+        package = type_module(kind).partition(".")[0]
+        if package in _MACHINERY_PACKAGES:
             return _SKIPPED
+        if package == "pyarrow":  # its data's buffers (`arrow`, `found`); a tensor's are not
+            if arrow.holds_arrow_data(kind):
+                return Kind(ARRAY, arrow.FRAMEWORK)
+            return Kind(UNSEEN) if kind.__name__.endswith("Tensor") else _SKIPPED
+        if package in UNSEEN_PACKAGES:
+            return Kind(UNSEEN)
         layout = layout_of(kind)
         if layout.dict_getter is not None or layout.slots:
             return Kind(OBJECT, layout=layout)
-        return _SKIPPED
+        return Kind(REFERENTS)  # what its C traversal holds (a queue's items; none: nothing)
 
     def saw_numpy(self) -> bool:
         """A NumPy array type was met during the scan."""
@@ -215,7 +219,7 @@ class Classifier:
 
 def opaque_module(module: str) -> bool:
     """Code of this module is machinery (the shell, this package): never walked into."""
-    return module.partition(".")[0] in _OPAQUE_PACKAGES
+    return module.partition(".")[0] in _MACHINERY_PACKAGES
 
 
 def _script_object(kind: type) -> bool:

@@ -12,7 +12,7 @@ from ..units import USER_VARIABLE, escape_lines
 from .groups import Blocks as GroupColumns
 from .groups import LeftoverGroups, group_leftovers
 from .html import advice_html, groups_html, leftovers_html, notes_html
-from .records import DeviceGap, Leftover
+from .records import DeviceGap, Leftover, Unseen, object_arrays_note, unseen_note
 
 _IS_NONE = type(None).__instancecheck__  # x is None, as a C-level callable
 
@@ -33,6 +33,9 @@ class LeftoverList(collections.abc.Sequence):
     end (``big_list: 1,000,000 items, 37% searched``); empty when ``complete``.
     ``grown_on_rerun``: user variables that grew on a rerun flagged as a leak (the
     tracker's), grouped with what the user did not knowingly keep.
+    ``unseen``: holders the scan met but could not look into (`records.Unseen`: a cuDF
+    frame), named in a note of ``limits``; ``object_arrays``: the names of NumPy arrays of
+    Python objects, whose bytes are their pointers only (a note says so).
     """
 
     __hash__ = None  # type: ignore[assignment]  # equal to lists, which are unhashable
@@ -46,6 +49,8 @@ class LeftoverList(collections.abc.Sequence):
         unfinished=(),
         grown_on_rerun=(),
         incomplete: str = "",
+        unseen: tuple[Unseen, ...] = (),
+        object_arrays: tuple[str, ...] = (),
     ) -> None:
         self._items: list = list(items)
         self._make: Optional[Callable[[int], Leftover]] = None
@@ -53,7 +58,12 @@ class LeftoverList(collections.abc.Sequence):
         self._holders: Optional[list[str]] = None
         self.gaps: tuple[DeviceGap, ...] = tuple(gaps)
         self.incomplete = incomplete
-        self.limits: tuple[str, ...] = tuple(notes)
+        self.unseen: tuple[Unseen, ...] = tuple(unseen)
+        self.object_arrays: tuple[str, ...] = tuple(object_arrays)
+        made = (unseen_note(self.unseen),) if self.unseen else ()
+        if self.object_arrays:
+            made += (object_arrays_note(list(self.object_arrays)),)
+        self.limits: tuple[str, ...] = tuple(notes) + made
         self.notes: tuple[str, ...] = ((incomplete,) if incomplete else ()) + self.limits
         self.deep = deep
         self._group_columns: Optional[Callable[[], GroupColumns]] = None
@@ -143,9 +153,20 @@ class LeftoverList(collections.abc.Sequence):
         return NotImplemented
 
     def __reduce__(self):
+        made = len(self.limits) - (bool(self.unseen) + bool(self.object_arrays))
         return (
             type(self),
-            (list(self), self.gaps, self.limits, self.deep, self.unfinished, (), self.incomplete),
+            (
+                list(self),
+                self.gaps,
+                self.limits[:made],
+                self.deep,
+                self.unfinished,
+                (),
+                self.incomplete,
+                self.unseen,
+                self.object_arrays,
+            ),
         )
 
     @property
@@ -172,11 +193,12 @@ class LeftoverList(collections.abc.Sequence):
             "deep": self.deep,
             "complete": self.complete,
             "unfinished": list(self.unfinished),
+            "unseen": [unseen._asdict() for unseen in self.unseen],
         }
 
     def __str__(self) -> str:
         if not self:
-            lines = ["leftovers: no arrays held" + ("" if self.complete else " (found so far)")]
+            lines = ["leftovers: no arrays found" + ("" if self.complete else " so far")]
         else:
             groups = self.groups()
             lines = [groups.heading()] + [f"  {line}" for line in groups.lines()]

@@ -8,10 +8,17 @@ from gc import get_referents
 from .kinds import ATOMIC, ROWS_OF_PLAIN
 
 
-def all_plain(items, depth: int, max_depth: int) -> bool:
+def all_plain(items, depth: int, max_depth: int, rows: bool = False) -> bool:
     """True when ``items`` (visited at ``depth``) are plain values, or exact lists, tuples
-    and dicts that hold only such, down to where the walk stops (``max_depth``)."""
+    and dicts that hold only such, down to where the walk stops (``max_depth``).
+    ``rows``: the caller knows every item is a plain value or an exact list, tuple or dict
+    (their types are not looked at again)."""
     level = items
+    if rows:
+        if depth >= max_depth:
+            return True
+        depth += 1
+        level = get_referents(*level)
     while True:
         present = set(map(type, level))
         if present <= ATOMIC:

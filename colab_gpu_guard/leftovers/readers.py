@@ -17,6 +17,7 @@ _TYPE_MRO = type.__dict__["__mro__"].__get__
 _TYPE_DICT = type.__dict__["__dict__"].__get__  # a type's own mappingproxy, in C
 _TYPE_MODULE = type.__dict__["__module__"].__get__
 _TYPE_FLAGS = type.__dict__["__flags__"].__get__
+_TYPE_QUALNAME = type.__dict__["__qualname__"].__get__
 _HEAPTYPE = 1 << 9  # Py_TPFLAGS_HEAPTYPE: a class written in Python
 _GETSET = types.GetSetDescriptorType
 _MEMBER = types.MemberDescriptorType
@@ -43,6 +44,17 @@ def type_module(kind: type) -> str:
     return module if type(module) is str else ""
 
 
+def type_name(kind: type) -> str:
+    """``module.QualifiedName`` of a type, read through ``type``'s own descriptors."""
+    module = type_module(kind)
+    try:
+        name = _TYPE_QUALNAME(kind)
+    except Exception:  # a metaclass's __qualname__
+        name = "?"
+    name = name if type(name) is str else "?"
+    return f"{module}.{name}" if module and module != "builtins" else name
+
+
 def own_attribute(kind: type, name: str) -> Any:
     """``name`` as the type's MRO defines it (None if nowhere), read from the classes'
     own dicts: no metaclass ``__getattr__`` runs."""
@@ -59,6 +71,7 @@ class Layout(NamedTuple):
 
     dict_getter: Optional[Callable[[Any], Any]]
     slots: tuple[tuple[str, Any], ...]
+    links: frozenset = frozenset()  # attributes that are a registry's links (`LINKS`)
 
 
 def class_attributes(cls: type) -> list[tuple[str, Any]]:
@@ -76,15 +89,55 @@ def written_in_the_notebook(kind: type) -> bool:
     return bool(_TYPE_FLAGS(kind) & _HEAPTYPE) and type_module(kind) == "__main__"
 
 
+# Fields of C extension types that hold their data, read like slots: Cython's getters of
+# ``cdef public``/``readonly`` fields return the field itself (no copy, no computation).
+# pandas keeps a frame's columns there (pandas 2.2 and 3.x): a BlockManager's blocks and
+# axes, a block's values, an NDArrayBacked array's (Categorical, datetimes, strings) ndarray.
+# asyncio's C futures and tasks keep their result, callbacks and coroutine the same way.
+C_FIELDS: dict[tuple[str, str], tuple[str, ...]] = {
+    ("pandas._libs.internals", "BlockManager"): ("blocks", "axes"),
+    ("pandas._libs.internals", "Block"): ("values",),
+    ("pandas._libs.arrays", "NDArrayBacked"): ("_ndarray",),
+    ("_asyncio", "Future"): ("_result", "_exception", "_callbacks"),
+    ("_asyncio", "Task"): ("_result", "_exception", "_callbacks", "_coro"),
+}
+
+
+# Attributes that link an object to the registry keeping it, not to what it holds: a
+# logger's manager (every logger of the process) and parent (the root logger). Deleting a
+# name never frees what they lead to; walked, they would list other loggers' records under
+# that name.
+LINKS: dict[tuple[str, str], frozenset] = {
+    ("logging", "Logger"): frozenset({"manager", "parent"}),
+}
+
+
+def _c_fields(base: type) -> list[tuple[str, Any]]:
+    """(name, getset descriptor) of the known data fields `base` (a C type) defines."""
+    names = C_FIELDS.get((type_module(base), _TYPE_QUALNAME(base)))
+    if not names:
+        return []
+    namespace = _TYPE_DICT(base)
+    return [
+        (name, namespace[name])
+        for name in names
+        if name in namespace and type(namespace[name]) is _GETSET
+    ]
+
+
 def layout_of(kind: type) -> Layout:
     """The C-level readers of ``kind``'s instance dict and slots: the first ``__dict__``
     entry along the MRO that is the interpreter's getset descriptor (a property named
-    ``__dict__`` in a subclass is passed over), and every member descriptor the MRO
-    defines and no subclass shadows."""
+    ``__dict__`` in a subclass is passed over), every member descriptor the MRO defines
+    and no subclass shadows, the data fields of known C types (`C_FIELDS`), and the
+    attributes that are a registry's links (`LINKS`), not walked."""
     getter = None
     slots: dict[str, Any] = {}
     shadowed: set[str] = set()
     for base in _TYPE_MRO(kind):
+        for name, descriptor in _c_fields(base):
+            if name not in shadowed and name not in slots:
+                slots[name] = descriptor
         for name, value in list(_TYPE_DICT(base).items()):
             if type(name) is not str:
                 continue
@@ -102,7 +155,10 @@ def layout_of(kind: type) -> Layout:
             shadowed.add(name)
     if getter is None and _GETSTATE is not None and _TYPE_DICTOFFSET(kind):
         getter = _generic_dict  # a class that hid its __dict__ behind its own attribute
-    return Layout(getter, tuple(slots.items()))
+    links = frozenset().union(
+        *(LINKS.get((type_module(base), _TYPE_QUALNAME(base)), ()) for base in _TYPE_MRO(kind))
+    )
+    return Layout(getter, tuple(slots.items()), links)
 
 
 _TYPE_DICTOFFSET = type.__dict__["__dictoffset__"].__get__

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import operator
 from dataclasses import dataclass, fields
-from typing import Any, Optional
+from typing import Any, NamedTuple, Optional
 
 from ..frameworks.base import ArrayInfo
 from ..frameworks.torch_arrays import SPARSE_CALLS
@@ -196,3 +196,64 @@ class DeviceGap:
             f"{format_bytes(self.allocated)}, gap {format_bytes(self.gap)} "
             "(held by nothing found here: autograd graphs, C++ references, allocator rounding)"
         )
+
+
+class Unseen(NamedTuple):
+    """A holder the scan met but could not look into (a cuDF frame, Arrow data: memory in
+    C++ buffers no Python object shows): its name as a user types it, and its type."""
+
+    name: str
+    type_name: str
+
+    def __str__(self) -> str:
+        return escape_text(f"`{self.name}` ({self.type_name})")
+
+
+UNSEEN_SHOWN = 3  # holders not looked into, named in a note
+
+
+class Unread(NamedTuple):
+    """What a scan met but could not count whole, with the root (`found.Row`'s) that
+    reached each: holders not looked into and NumPy arrays of Python objects (by name)."""
+
+    unseen: tuple[tuple[Any, Unseen], ...] = ()
+    object_arrays: tuple[tuple[Any, str], ...] = ()
+
+    def kept(self, dropped: Any) -> Unread:
+        """Those reached by a root other than the `dropped` ones (root keys)."""
+        return Unread(
+            tuple(item for item in self.unseen if item[0] not in dropped),
+            tuple(item for item in self.object_arrays if item[0] not in dropped),
+        )
+
+    def list_fields(self) -> dict[str, tuple]:
+        """`LeftoverList`'s ``unseen`` and ``object_arrays``."""
+        return {
+            "unseen": tuple(dict.fromkeys(item for _root, item in self.unseen)),
+            "object_arrays": tuple(dict.fromkeys(name for _root, name in self.object_arrays)),
+        }
+
+
+def unseen_note(unseen: tuple[Unseen, ...]) -> str:
+    """'not looked into: `gdf` (cudf.core.dataframe.DataFrame): ...' ('' for none)."""
+    if not unseen:
+        return ""
+    shown = ", ".join(map(str, unseen[:UNSEEN_SHOWN]))
+    more = f" (+{len(unseen) - UNSEEN_SHOWN} more)" if len(unseen) > UNSEEN_SHOWN else ""
+    its = "its" if len(unseen) == 1 else "their"
+    return (
+        f"not looked into: {shown}{more}: {its} memory is kept where the scan cannot read it "
+        "(buffers of a library whose arrays it does not know); not counted"
+    )
+
+
+def object_arrays_note(names: list[str]) -> str:
+    """The note on NumPy arrays of Python objects (an object or string column): what
+    their bytes count."""
+    shown = ", ".join(f"`{name}`" for name in names[:UNSEEN_SHOWN])
+    more = f" (+{len(names) - UNSEEN_SHOWN} more)" if len(names) > UNSEEN_SHOWN else ""
+    return (
+        f"NumPy arrays of Python objects ({shown}{more}, e.g. a pandas object or string "
+        "column) count their pointers, 8 bytes an item, not the Python objects they point "
+        "to (arrays among those are listed on their own)"
+    )

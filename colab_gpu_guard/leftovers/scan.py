@@ -7,6 +7,7 @@ import functools
 import gc
 import itertools
 import operator
+import sys
 import weakref
 from collections.abc import Callable, Hashable, Iterable
 from dataclasses import dataclass, field
@@ -20,15 +21,17 @@ from . import modules
 from .blocks import Blocks
 from .deep import allocator_gaps, scan_unnamed
 from .found import Ref
-from .kinds import ATOMIC
+from .kinds import ATOMIC, opaque_module
 from .leftover_list import LeftoverList
 from .naming import PathNames, best_paths
 from .numpy_sharing import join_numpy_buffers
 from .reach import Reach, alias_rows
-from .records import DeviceGap
+from .readers import instance_dict, layout_of, own_attribute, type_module
+from .records import DeviceGap, Unread, Unseen
 from .walker import DEFAULT_MAX_DEPTH, OutOfTime, Walker
 
 COMPILED_GRAPH = "compiled graph"  # a root kind: a graph torch.compile installed
+LOGGER = "logger"  # a root kind: a logger with handlers, kept by logging's registry
 DEFAULT_BUDGET_S = 5.0  # find_leftovers(); %gpu_status and the panel take 2 s
 _UNFINISHED_SHOWN = 3
 
@@ -78,9 +81,10 @@ def group_refs(refs: Iterable[Ref]) -> dict[Hashable, list[Ref]]:
 class Scan:
     """A scan's result: ``leftovers`` (the public list, made on first use), ``groups``
     (storage key -> its `Group`), ``reach`` (which roots reach which blocks), ``roots``
-    (`root_ids`: each root walked, in order), what it could not see (``notes``; and
-    ``incomplete``, the note of a walk that ran out of time) and what the walk did not
-    search to the end (``unfinished``). It holds no array (weakrefs at most)."""
+    (`root_ids`: each root walked, in order), what it could not see (``notes``;
+    ``incomplete``, the note of a walk that ran out of time; ``unread``, what it met but
+    could not count whole) and what the walk did not search to the end (``unfinished``).
+    It holds no array (weakrefs at most)."""
 
     walker: Walker = field(repr=False)
     roots: list[tuple] = field(default_factory=list, repr=False)
@@ -90,6 +94,7 @@ class Scan:
     deep: bool = False
     grown: frozenset = frozenset()
     incomplete: str = ""  # the note of a walk that ran out of time, before `notes`
+    unread: Unread = Unread()  # holders not looked into, NumPy object arrays
     _listing: Optional[Callable[[], tuple[Blocks, LeftoverList]]] = field(default=None, repr=False)
     _listed: Optional[tuple[Blocks, LeftoverList]] = field(default=None, repr=False)
     _groups: Optional[dict[Hashable, Group]] = field(default=None, repr=False)
@@ -167,7 +172,8 @@ def _is_variable(root: notebook_refs.Root) -> bool:
 def root_entries(shell, namespace: Optional[dict], variables_only: bool = False) -> list[tuple]:
     """Every root a scan starts from, in order, as (key, label, holder, value, depth): the
     notebook's (`notebook_refs.roots`), then the graphs torch.compile's caches hold (never
-    a user variable; freed by dynamo's reset); `variables_only`: the namespace's variables
+    a user variable; freed by dynamo's reset), then the loggers with handlers (logging's
+    registry keeps them: `logging_registry`); `variables_only`: the namespace's variables
     alone (they come first)."""
     found = notebook_refs.roots(shell, namespace if namespace is not None else {})
     if variables_only:
@@ -176,7 +182,45 @@ def root_entries(shell, namespace: Optional[dict], variables_only: bool = False)
     for graph in torch_compile.compiled_graphs(namespace):
         key = notebook_refs.RootKey(COMPILED_GRAPH, graph.label)
         entries.append((key, graph.label, OTHER, graph.value, 0))
+    for name, logger in logging_registry():
+        label = f"<logging.getLogger({name!r})>" if name else "<logging.getLogger()>"
+        entries.append((notebook_refs.RootKey(LOGGER, name), label, OTHER, logger, 0))
     return entries
+
+
+def logging_registry() -> list[tuple[str, Any]]:
+    """(name, logger) of each logger with a handler that may keep records ('' for the root
+    logger): logging keeps every logger ``getLogger`` made in its registry (a module's
+    global), and each keeps its handlers, whatever a handler keeps (a ``MemoryHandler``'s
+    buffered records) with them. Read through the loggers' own dicts (no code of a
+    ``Logger`` subclass runs)."""
+    logging = sys.modules.get("logging")
+    if logging is None:
+        return []
+    manager = own_attribute(logging.Logger, "manager")
+    loggers = instance_dict(layout_of(type(manager)).dict_getter, manager) or {}
+    registered = dict.get(loggers, "loggerDict")
+    pairs = [("", dict.get(vars(logging), "root"))]
+    if type(registered) is dict:
+        pairs += [(name, logger) for name, logger in list(dict.items(registered))]
+    # logging's own handlers that keep no record (a library's NullHandler, a console's
+    # StreamHandler), and the shell's or a test runner's: a logger with only those holds
+    # nothing of the notebook's to walk
+    keep_nothing = {
+        getattr(logging, name, None) for name in ("NullHandler", "StreamHandler", "FileHandler")
+    }
+    found = []
+    for name, logger in pairs:
+        if type(name) is not str or not issubclass(type(logger), logging.Logger):
+            continue
+        attributes = instance_dict(layout_of(type(logger)).dict_getter, logger) or {}
+        handlers = dict.get(attributes, "handlers")
+        if type(handlers) is list and any(
+            kind not in keep_nothing and not opaque_module(type_module(kind))
+            for kind in set(map(type, handlers))
+        ):
+            found.append((name, logger))
+    return found
 
 
 def root_ids(entries: list[tuple]) -> list[tuple]:
@@ -193,7 +237,7 @@ def _scan_roots(walker: Walker, entries: list[tuple]) -> tuple[dict[str, str], i
     """Walk every root; returns each user variable's type name (for the groups) and how
     many of the notebook's roots the time budget left unsearched."""
     types = {}
-    notebook = sum(1 for entry in entries if entry[0].kind != COMPILED_GRAPH)
+    notebook = sum(1 for entry in entries if entry[0].kind not in (COMPILED_GRAPH, LOGGER))
     for index, (key, label, holder, value, depth) in enumerate(entries):
         if holder == USER_VARIABLE:
             kind = type(value)
@@ -301,6 +345,13 @@ def _scan(
     notes += graphs.notes()
     if walker.opaque:
         notes.append(modules.opaque_note(list(map(names.name_of, walker.opaque))))
+    holder_walks = walker.holder_walks
+    unread = Unread(
+        tuple(
+            (root, Unseen(names.name_of(path), kind)) for path, kind, root in holder_walks.unseen
+        ),
+        tuple((root, names.name_of(path)) for path, root in holder_walks.object_arrays),
+    )
     unfinished: list[str] = []
     incomplete = ""
     if walker.ran_out or skipped:
@@ -319,7 +370,17 @@ def _scan(
     # gpu_reset's gc.collect() runs while it holds this scan
     walker.kinds.clear()
     listing = functools.partial(
-        _listing, walker, names, root_types, notes, unfinished, device, deep, grown, incomplete
+        _listing,
+        walker,
+        names,
+        root_types,
+        notes,
+        unfinished,
+        device,
+        deep,
+        grown,
+        incomplete,
+        unread,
     )
     return Scan(
         walker,
@@ -330,6 +391,7 @@ def _scan(
         deep,
         grown,
         incomplete=incomplete,
+        unread=unread,
         _listing=listing,
     )
 
@@ -344,6 +406,7 @@ def _listing(
     deep: bool,
     grown: frozenset,
     incomplete: str,
+    unread: Unread,
 ) -> tuple[Blocks, LeftoverList]:
     """A scan's blocks and its list (on `device`; with the allocator gaps when `deep`)."""
     found, graphs = walker.found, walker.graphs
@@ -367,6 +430,7 @@ def _listing(
         unfinished=unfinished,
         grown_on_rerun=grown,
         incomplete=incomplete,
+        **unread.list_fields(),
     )
     return blocks, leftovers
 

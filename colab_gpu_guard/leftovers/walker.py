@@ -11,6 +11,7 @@ from operator import attrgetter
 from typing import Optional
 
 from ..units import USER_VARIABLE
+from . import arrow
 from .found import Found
 from .graphs import Graphs
 from .holders import FrameWalks, HolderWalks, TensorParts
@@ -22,6 +23,7 @@ from .kinds import (
     NAMEDTUPLE,
     NN_MODULE,
     NOT_ATOMIC,
+    ROWS_OF_PLAIN,
     SEQUENCE,
     SET,
     SKIP,
@@ -75,6 +77,7 @@ class Walker:
         self.kinds = classifier.kinds
         self.classify = classifier.classify
         readers = {framework: info_of for _type, framework, info_of in classifier.array_types}
+        readers[arrow.FRAMEWORK] = arrow.buffer_info
         self.found = Found(keep_refs, readers)
         self.graphs = Graphs(keep_refs)
         self.pending = self.found.pending.append
@@ -175,6 +178,9 @@ class Walker:
         """An object's ``__dict__`` and slots, read through the interpreter's descriptors."""
         layout = what.layout
         attributes = instance_dict(layout.dict_getter, obj)  # type: ignore[union-attr]
+        if attributes and layout.links:  # type: ignore[union-attr]
+            links = layout.links  # type: ignore[union-attr]
+            attributes = {k: v for k, v in dict.items(attributes) if k not in links}
         if attributes:
             self.walk_attributes(attributes, at)
         for name, value in slot_values(layout.slots, obj):  # type: ignore[union-attr]
@@ -272,11 +278,12 @@ class ItemWalk:
                 self._record_items(items, what, at)
                 return
         depth, max_depth = at.depth + 1, walker.max_depth
+        rows = present <= ROWS_OF_PLAIN  # records of plain values: their types known
         for start in range(0, total, CHUNK):
             chunk = items[start : start + CHUNK]
             try:
                 walker.check_time()
-                if all_plain(chunk, depth, max_depth):
+                if all_plain(chunk, depth, max_depth, rows):
                     continue
                 for part in range(0, len(chunk), SMALL):
                     small = chunk[part : part + SMALL]

@@ -26,6 +26,7 @@ from .frames import (
     is_function_frame,
     is_resumable,
     release_traceback_frames,
+    running_locals,
     traceback_frames,
     traceback_frames_exited,
 )
@@ -89,6 +90,7 @@ __all__ = [
     "release_traceback_frames",
     "resolve_namespace",
     "roots",
+    "running_locals",
     "running_shell",
     "stale_hidden_underscores",
     "traceback_frames",

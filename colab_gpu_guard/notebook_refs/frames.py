@@ -220,6 +220,29 @@ def frame_locals(frame: types.FrameType) -> dict:
     return found
 
 
+def running_locals(frame: types.FrameType) -> dict:
+    """A copy of the local variables of a function frame still executing (in any thread),
+    read without keeping them alive longer: on Python < 3.13 reading ``frame.f_locals``
+    stores a snapshot dict on the frame until it returns, so a snapshot no one else holds
+    (this read made it, or only the frame keeps it) is emptied again; the next read or
+    trace call refreshes it from the frame's own variables."""
+    if not is_function_frame(frame):
+        return {}
+    try:
+        snapshot = frame.f_locals
+    except Exception:  # a frame's locals: a user's mapping where exec gave one
+        return {}
+    if not isinstance(snapshot, dict):  # 3.13+: a proxy over the frame's own variables
+        try:
+            return dict(snapshot)
+        except Exception:  # a frame's locals proxy
+            return {}
+    found = dict.copy(snapshot)
+    if sys.getrefcount(snapshot) <= 3:  # the frame, `snapshot`, getrefcount's argument
+        dict.clear(snapshot)
+    return found
+
+
 def _made_by_this_read(frame: types.FrameType, snapshot: dict, before: list) -> bool:
     """The frame owns its locals (its code among what it holds: not a suspended
     generator's, whose generator holds them) and held no snapshot before the read."""

@@ -16,7 +16,7 @@ from ..cells.notebook_leftovers import scan
 from ..frameworks import torch as torch_support
 from ..frameworks import torch_compile
 from ..leftovers import Scan, dropping
-from ..leftovers.scan import COMPILED_GRAPH
+from ..leftovers.scan import COMPILED_GRAPH, LOGGER
 from ..units import format_bytes
 from .report import DeviceRelease, ReleaseReport
 
@@ -261,13 +261,18 @@ def _held_elsewhere_notes(report: ReleaseReport, stays: list[tuple]) -> None:
     verb = report.wording.stays
     for label, amount, holders in stays:
         shown = ", ".join(
-            holder if holder.startswith("<") else f"`{holder}`" for holder in holders[:5]
+            f"`{holder.label}`" if holder.typed else holder.label for holder in holders[:5]
         )
         more = f" (+{len(holders) - 5} more)" if len(holders) > 5 else ""
         where = f": still held by {shown}{more}" if holders else ""
+        why = "they keep it alive: delete them too to free it"
+        if any(holder.kind == LOGGER for holder in holders):
+            why = (
+                "logging keeps every logger: remove the handler that keeps it, "
+                "`logger.removeHandler(handler)`, to free it"
+            )
         report.notes.append(
-            f"`{label}`: {format_bytes(amount)} of its memory {verb}{where} (they keep it "
-            "alive: delete them too to free it)"
+            f"`{label}`: {format_bytes(amount)} of its memory {verb}{where} ({why})"
         )
 
 

@@ -295,7 +295,7 @@ def test_text_html_and_json_escape_names():
     assert "<script>" not in page and "&lt;script&gt;" in page
     data = json.loads(json.dumps(items.to_dict()))
     assert data["leftovers"][0]["name"] == "cache['<script>']"
-    assert "no arrays held" in str(LeftoverList())
+    assert "no arrays found" in str(LeftoverList())
 
 
 # ---------------------------------------------------------------- in a real shell

@@ -275,9 +275,9 @@ def test_an_empty_list_says_so_in_words():
     from colab_gpu_guard.status import gpu_status
 
     found = find_leftovers(namespace={"n": 1, "text": "no arrays here"})
-    assert str(found.groups()) == "leftovers: no arrays held"
+    assert str(found.groups()) == "leftovers: no arrays found"
     text = gpu_status(leftovers=True, namespace={"n": 1}).to_text()
-    assert "leftovers: no arrays held" in text and "block(s)" not in text
+    assert "leftovers: no arrays found" in text and "block(s)" not in text
 
 
 @pytest.mark.parametrize(

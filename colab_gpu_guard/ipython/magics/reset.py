@@ -38,6 +38,50 @@ What it does, in order:
    (`colab_gpu_guard.find_leftovers()`).
 
 From code: `colab_gpu_guard.gpu_reset("model", dry_run=True)` returns the report.
+
+### What the scan cannot see
+
+`%gpu_reset`, `%gpu_status`, the panel and `find_leftovers()` share one scan. It starts
+from the notebook's variables, the output history, the last exception's frames and the
+debugger's, and walks into containers, objects' attributes and slots, closures,
+generators, iterators, `nn.Module`s, optimizers, the standard library's and other
+libraries' objects (a `Future`'s result, a logging handler's records, a queue's items)
+and pandas frames (by their NumPy blocks), without running any of your code. It does not
+see, or counts only in part:
+
+- **Imported modules' globals** (`nbutils._cache`) and what only they reach: they are
+  not searched. `find_leftovers(deep=True)` lists the torch, CuPy and JAX arrays alive
+  that no name reaches (`<unnamed ...>`, with what refers to them), and per GPU the gap
+  between what it found and `torch.cuda.memory_allocated()`. A reset says how much it
+  expected to free and found still in use.
+- **A registry that keeps an object beyond its name**, other than logging's (loggers with
+  handlers are listed as `<logging.getLogger('x')>`, and `%gpu_reset log` says it frees
+  nothing they keep): a dry run counts what only such a name reaches, and the reset then
+  says how much it expected to free and found still in use.
+- **Memory only C or C++ code holds**: what a C extension keeps without telling Python's
+  garbage collector, CUDA graph pools, caches inside libraries. It shows only as that
+  gap. (Autograd graphs are measured: what they saved is counted with their tensor.)
+- **Local variables of a function still running** (another thread, an executing
+  generator): not walked. A deep scan names such a tensor by its variable, function and
+  thread.
+- **Libraries whose arrays live in buffers no Python object shows**: cuDF, Polars,
+  TensorFlow, and Arrow's tensors. Their holders are named, "not looked into: `gdf`
+  (cudf.core.dataframe.DataFrame)", and not counted. (Arrow's arrays, chunked arrays,
+  tables and so Arrow-backed pandas columns are counted by their buffers.)
+- **The Python objects inside NumPy object arrays** (a pandas object or string column):
+  the array counts its pointers, 8 bytes an item; arrays among its items are listed on
+  their own, strings and other objects are not counted.
+- **A tensor over a NumPy array no name reaches** (`torch.from_numpy(a[10:])` after
+  `del a`): it counts the part of the buffer it spans, not the whole buffer it keeps.
+- **NumPy arrays no name reaches**: the garbage collector does not track them, so a deep
+  scan cannot list them.
+- **What lies deeper than 10 containers**, or past the time budget (5 s for
+  `find_leftovers()`, 2 s for `%gpu_status` and the panel, 10 s for each of a reset's
+  scans): the report then says which containers it did not search to the end.
+- Weak references (`weakref.ref`, `WeakValueDictionary`) keep nothing alive and are not
+  counted; memory other processes use (DataLoader workers) is listed by `%gpu_status`'s
+  processes, not as leftovers; memory torch's allocator caches is not an array
+  (`%gpu_reset` empties it).
 """
 
 

@@ -1,0 +1,414 @@
+"""What the scan finds in objects of the standard library and other libraries, in a real
+shell: a Future's result, a logging handler's records and the graphs their arguments keep,
+a queue's items, pandas frames (by their buffers, counted once with the arrays sharing
+them), holders whose memory it cannot read named as not looked into, a running thread's
+locals in a deep scan; each checked against the storages' and buffers' own sizes, and what
+`%gpu_reset` says it would free against what it frees (weakrefs prove it)."""
+
+from __future__ import annotations
+
+import gc
+import threading
+
+import pytest
+from IPython.utils.capture import capture_output
+
+torch = pytest.importorskip("torch")
+np = pytest.importorskip("numpy")
+
+from colab_gpu_guard.leftovers import find_leftovers  # noqa: E402
+from colab_gpu_guard.reset import apply as reset  # noqa: E402
+
+N = 1_000_000  # 4 MB of float32
+
+
+def entries(shell) -> dict[str, object]:
+    return {item.name: item for item in find_leftovers(shell=shell)}
+
+
+def run(run_cell, source: str):
+    result = run_cell(source)
+    assert result.error_in_exec is None, result.error_in_exec
+    return result
+
+
+def quiet(ip, line: str):
+    with capture_output() as out:
+        ip.run_line_magic("gpu_reset", line)
+    return out.stdout
+
+
+def storage_bytes(tensor) -> int:
+    return tensor.untyped_storage().nbytes()
+
+
+def test_a_futures_result_is_listed_and_the_dry_run_agrees_with_the_reset(shell, run_cell):
+    run(
+        run_cell,
+        "from concurrent.futures import ThreadPoolExecutor\n"
+        f"pool = ThreadPoolExecutor(1); fut = pool.submit(torch.randn, {N}); pool.shutdown()\n"
+        "refs['result'] = weakref.ref(fut.result().untyped_storage())",
+    )
+    found = entries(shell)
+    assert found["fut._result"].nbytes == storage_bytes(shell.user_ns["fut"].result()) == 4 * N
+    run(run_cell, "model = fut.result()")
+    dry = reset.gpu_reset("model", shell=shell, dry_run=True)
+    assert dry.estimated_bytes == 0  # `fut` keeps it
+    assert any(note.startswith("`model`: ") and "`fut`" in note for note in dry.notes)
+    done = reset.gpu_reset("model", shell=shell)
+    assert done.released_bytes == 0 and shell.user_ns["refs"]["result"]() is not None
+    assert not any("expected to be freed is still in use" in note for note in done.notes)
+    assert "fut" in [group.name for group in done.held_groups()]
+    dry = reset.gpu_reset("fut", shell=shell, dry_run=True)
+    assert dry.estimated_bytes == 4 * N
+    done = reset.gpu_reset("fut", shell=shell)
+    gc.collect()
+    assert shell.user_ns["refs"]["result"]() is None
+    assert done.released_bytes == dry.estimated_bytes
+
+
+def test_a_logging_handler_keeping_records_is_walked_with_the_graphs_of_their_args(shell, run_cell):
+    run(
+        run_cell,
+        "import logging\n"
+        "class Keep(logging.Handler):\n"
+        "    def __init__(self):\n"
+        "        super().__init__(); self.records = []\n"
+        "    def emit(self, record):\n"
+        "        self.records.append(record)\n"
+        "log = logging.getLogger('cgg-test-34'); log.addHandler(Keep())\n"
+        "log.setLevel(logging.INFO); log.propagate = False\n"
+        "w = torch.randn(100, 1000, requires_grad=True); inputs = []\n"
+        "for step in range(3):\n"
+        "    x = torch.randn(1000, 100); inputs.append(weakref.ref(x.untyped_storage()))\n"
+        "    log.info('loss %s', (x @ w).sum())\n"
+        "del x",
+    )
+    try:
+        groups = {group.name: group for group in find_leftovers(shell=shell).groups()}
+        saved = 3 * 1000 * 100 * 4  # each step's x, saved by its matmul
+        assert groups["log"].graph_nbytes == saved, groups["log"]
+        assert groups["log"].count == 3
+        entry = groups["log"].entries[0]
+        assert entry.name.startswith("log.handlers[0].records[") and ".args[0]" in entry.name
+        # logging's registry keeps the logger too: deleting `log` frees nothing, and the
+        # dry run says so, as the reset does
+        dry = reset.gpu_reset("log", shell=shell, dry_run=True)
+        assert dry.estimated_bytes == 0
+        note = [text for text in dry.notes if text.startswith("`log`: ")]
+        assert note and "logger.removeHandler(handler)" in note[0], dry.notes
+        done = reset.gpu_reset("log", shell=shell)
+        assert done.released_bytes == 0
+        assert not any("expected to be freed is still in use" in text for text in done.notes)
+        held = {group.name: group for group in done.held_groups()}
+        assert held["<logging.getLogger('cgg-test-34')>"].nbytes == saved + 3 * 4
+        run(run_cell, "import logging; logging.getLogger('cgg-test-34').handlers.clear()")
+        gc.collect()
+        assert all(ref() is None for ref in shell.user_ns["inputs"])
+    finally:
+        run(run_cell, "import logging; logging.getLogger('cgg-test-34').handlers.clear()")
+
+
+def test_a_loggers_buffered_records_no_name_reaches_are_listed_under_logging(shell, run_cell):
+    run(
+        run_cell,
+        "import logging, logging.handlers\n"
+        "logging.getLogger('cgg-test-34b').addHandler(\n"
+        "    logging.handlers.MemoryHandler(10**6, flushLevel=100))\n"
+        "logging.getLogger('cgg-test-34b').propagate = False\n"
+        f"logging.getLogger('cgg-test-34b').warning('%s', torch.ones({N}))",
+    )
+    try:
+        found = find_leftovers(shell=shell)
+        label = "<logging.getLogger('cgg-test-34b')>"
+        group = found.groups().named(label)
+        assert group is not None and group.kind == "logger" and group.nbytes == 4 * N
+        assert group.hidden_word == "kept by logging" and not group.released_by_reset
+        assert "`logger.removeHandler(handler)`" in found.groups().advice()
+        (entry,) = group.entries
+        assert entry.name == f"{label}.handlers[0].buffer[0].args[0]"
+    finally:
+        run(run_cell, "logging.getLogger('cgg-test-34b').handlers.clear()")
+
+
+def test_a_queues_items_are_found_through_its_traversal(shell, run_cell):
+    run(run_cell, f"import queue; q = queue.SimpleQueue(); q.put(torch.ones({N}))")
+    found = entries(shell)
+    assert found["q.<list>[0]"].nbytes == 4 * N
+    dry = reset.gpu_reset("q", shell=shell, dry_run=True)
+    assert dry.estimated_bytes == 4 * N
+
+
+def test_what_a_notebook_holds_in_the_standard_library_is_found_by_name(shell, run_cell):
+    """An asyncio future's result, a thread's arguments before it starts, an executor's
+    pending work, a mapping proxy, a copied context's variables, a memoryview's array."""
+    run(
+        run_cell,
+        "import asyncio, threading, types, contextvars, numpy as np\n"
+        "from concurrent.futures import ThreadPoolExecutor\n"
+        "loop = asyncio.new_event_loop(); af = loop.create_future()\n"
+        "af.set_result(torch.ones(1000))\n"
+        "thread = threading.Thread(target=print, args=(torch.ones(2000),))\n"
+        "gate = threading.Event(); pool = ThreadPoolExecutor(1); pool.submit(gate.wait)\n"
+        "pending = pool.submit(len, torch.ones(3000)); del pending\n"
+        "proxy = types.MappingProxyType({'w': torch.ones(4000)})\n"
+        "var = contextvars.ContextVar('var'); ctx = contextvars.copy_context()\n"
+        "ctx.run(var.set, torch.ones(5000))\n"
+        "view = memoryview(np.ones(6000))",
+    )
+    try:
+        found = entries(shell)
+        sizes = {name: item.nbytes for name, item in found.items()}
+        assert sizes["af._result"] == 4000
+        assert sizes["thread._args[0]"] == 8000
+        assert sizes["pool._work_queue.<list>[0].args[0]"] == 12000
+        assert sizes["proxy.<dict>['w']"] == 16000
+        assert [size for name, size in sizes.items() if name.startswith("ctx.")] == [20000]
+        assert [size for name, size in sizes.items() if name.startswith("view.")] == [48000]
+    finally:
+        run(run_cell, "gate.set(); pool.shutdown(); loop.close()")
+
+
+def test_a_holder_whose_memory_the_scan_cannot_read_is_named_not_looked_into(shell, run_cell):
+    """A cuDF frame keeps its columns in device buffers no Python object shows (cuDF is
+    not installed here: a class of that package stands in for it)."""
+    run(
+        run_cell,
+        "DataFrame = type('DataFrame', (), {'__module__': 'cudf.core.dataframe'})\n"
+        "gdf = DataFrame(); gdf.columns = {'a': object()}; del DataFrame",
+    )
+    found = find_leftovers(shell=shell)
+    assert not list(found)
+    assert [(item.name, item.type_name) for item in found.unseen] == [
+        ("gdf", "cudf.core.dataframe.DataFrame")
+    ]
+    text = str(found)
+    assert "no arrays held" not in text
+    assert "not looked into: `gdf` (cudf.core.dataframe.DataFrame)" in text
+    from colab_gpu_guard import status
+
+    shown = status.gpu_status(namespace=shell.user_ns).to_text()
+    assert "not looked into: `gdf` (cudf.core.dataframe.DataFrame)" in shown
+    report = reset.gpu_reset("gdf", shell=shell)
+    assert not any("not looked into" in note for note in report.leftovers.limits)
+
+
+def test_a_running_threads_local_is_named_by_thread_and_function(shell, run_cell):
+    stop = threading.Event()
+    started = threading.Event()
+
+    def loader():
+        batch = torch.ones(N)  # noqa: F841 (held by this running frame only)
+        started.set()
+        stop.wait(30)
+
+    thread = threading.Thread(target=loader, name="loader-34")
+    thread.start()
+    try:
+        assert started.wait(10)
+        found = find_leftovers(shell=shell, deep=True)
+        names = [item.name for item in found if item.nbytes == 4 * N]
+        assert any(
+            "local 'batch' of " in name and "loader() (running, thread 'loader-34')" in name
+            for name in names
+        ), names
+        assert not any("held from C++" in name for name in names)
+    finally:
+        stop.set()
+        thread.join()
+
+
+# ---------------------------------------------------------------- NumPy subclasses
+
+
+def test_an_ndarray_subclass_runs_no_code_while_scanned(shell, run_cell):
+    run(
+        run_cell,
+        "import numpy as np\n"
+        "calls = []\n"
+        "class Hostile(np.ndarray):\n"
+        "    def __getattribute__(self, name):\n"
+        "        calls.append(name)\n"
+        "        raise RuntimeError(name)\n"
+        "    def __array_finalize__(self, obj):\n"
+        "        calls.append('finalize')\n"
+        "base = np.zeros(1000); h = base[10:].view(Hostile)\n"
+        "objs = np.array([None, torch.ones(10)], dtype=object).view(Hostile)\n"
+        "calls.clear()",
+    )
+    found = entries(shell)
+    assert shell.user_ns["calls"] == []
+    assert found["base"].nbytes == shell.user_ns["base"].nbytes == 8000
+    assert "h" in found["base"].shared_with  # a view of base: counted once
+    assert found["objs[1]"].nbytes == 40
+
+
+# ---------------------------------------------------------------- pandas
+
+
+@pytest.fixture
+def pd():
+    return pytest.importorskip("pandas")
+
+
+def test_pandas_frames_series_and_indexes_are_listed_by_their_buffers(shell, run_cell, pd):
+    run(
+        run_cell,
+        "import numpy as np, pandas as pd\n"
+        "a = np.random.rand(100_000, 4)\n"
+        "df = pd.DataFrame(np.random.rand(100_000, 4))\n"
+        "s = pd.Series(np.arange(50_000.0))\n"
+        "idx = pd.Index(np.arange(1000.0))\n"
+        "words = pd.DataFrame({'w': pd.Series([str(i) for i in range(1000)], dtype=object)},\n"
+        "                     columns=pd.Index(['w'], dtype=object))\n"
+        "buffers = {'df': weakref.ref(df._mgr.blocks[0].values.base)}",
+    )
+    ns = shell.user_ns
+    groups = {group.name: group for group in find_leftovers(shell=shell).groups()}
+    assert groups["df"].nbytes == 100_000 * 4 * 8
+    assert groups["df"].type_name == "DataFrame"
+    assert groups["s"].nbytes == 50_000 * 8 and groups["s"].type_name == "Series"
+    assert groups["idx"].nbytes == 1000 * 8 and groups["idx"].type_name == "Index"
+    # an object column: its pointers, 8 bytes a row (and its one-column index's), noted
+    assert groups["words"].nbytes == 1000 * 8 + 8
+    found = find_leftovers(shell=shell)
+    assert any(note.startswith("NumPy arrays of Python objects (`words.") for note in found.notes)
+    assert ns["a"].nbytes == groups["a"].nbytes
+    dry = reset.gpu_reset("df", shell=shell, dry_run=True)
+    assert dry.estimated_bytes == 100_000 * 4 * 8
+    done = reset.gpu_reset("df", shell=shell)
+    gc.collect()
+    assert ns["buffers"]["df"]() is None and done.released_bytes == dry.estimated_bytes
+
+
+def test_pandas_memory_shared_with_arrays_and_tensors_is_counted_once(shell, run_cell, pd):
+    run(
+        run_cell,
+        "import numpy as np, pandas as pd\n"
+        "a = np.random.rand(4, 100_000)\n"
+        "df = pd.DataFrame(a.T, copy=False)\n"
+        "col = df[0]\n"
+        "import warnings\n"
+        "with warnings.catch_warnings():\n"
+        "    warnings.simplefilter('ignore')  # pandas 3 hands out a read-only view\n"
+        "    t = torch.from_numpy(df.values)",
+    )
+    found = find_leftovers(shell=shell)
+    total = 4 * 100_000 * 8
+    assert found.total_bytes == total, list(found)
+    (entry,) = list(found)
+    assert entry.nbytes == shell.user_ns["a"].nbytes
+    shared = {entry.name, *entry.shared_with}
+    assert {"a", "t"} <= shared
+    assert any(name.startswith("df.") for name in shared)
+    # pandas 2.2 caches the column in the frame (`df._item_cache`): `col` reaches it there
+    col = found.groups().named("col")
+    assert any(name.startswith("col.") for name in shared) or (
+        col is not None and col.count == 0 and col.shares
+    )
+
+
+def test_pandas_objects_run_no_pandas_code_while_scanned(shell, run_cell, pd, monkeypatch):
+    run(
+        run_cell,
+        "import numpy as np, pandas as pd\n"
+        "df = pd.DataFrame({'x': np.arange(10_000.0),\n"
+        "                   'y': pd.Series([str(i) for i in range(10_000)], dtype=object)},\n"
+        "                  columns=pd.Index(['x', 'y'], dtype=object))\n"
+        "s = df['x'] * 2",
+    )
+    df = shell.user_ns["df"]
+    calls = []
+
+    def hostile(self, name):
+        calls.append(name)
+        raise AssertionError(name)
+
+    kinds = {type(df), type(shell.user_ns["s"]), type(df._mgr), type(df.index), type(df.columns)}
+    kinds |= {type(block) for block in df._mgr.blocks}
+    kinds |= {type(block.values) for block in df._mgr.blocks}
+    for kind in kinds:
+        if kind.__module__.startswith("pandas"):
+            monkeypatch.setattr(kind, "__getattribute__", hostile, raising=False)
+            monkeypatch.setattr(kind, "__getattr__", hostile, raising=False)
+    found = find_leftovers(shell=shell)
+    monkeypatch.undo()
+    assert calls == []
+    groups = {group.name: group for group in found.groups()}
+    assert groups["df"].nbytes == 10_000 * 8 * 2 + 2 * 8  # two columns, their two names
+    assert groups["s"].nbytes == 10_000 * 8
+
+
+def test_arrow_backed_columns_and_tables_are_counted_by_their_buffers(shell, run_cell, pd):
+    pytest.importorskip("pyarrow")
+    run(
+        run_cell,
+        "import numpy as np, pandas as pd, pyarrow as pa\n"
+        "col = pd.Series([str(i) for i in range(10_000)], dtype='string[pyarrow]')\n"
+        "table = pa.table({'n': np.arange(20_000)})\n"
+        "arr = pa.array(np.arange(5_000.0)); same = arr.to_numpy(zero_copy_only=True)\n"
+        "chunked = col.array._pa_array\n"
+        "refs['col'] = weakref.ref(chunked); del chunked",
+    )
+    ns = shell.user_ns
+
+    def buffer_bytes(chunked) -> int:
+        return sum(buffer.size for chunk in chunked.chunks for buffer in chunk.buffers() if buffer)
+
+    groups = {group.name: group for group in find_leftovers(shell=shell).groups()}
+    column = buffer_bytes(ns["col"].array._pa_array)
+    index = ns["col"].index  # a RangeIndex: no buffer
+    assert type(index).__name__ == "RangeIndex"
+    assert groups["col"].nbytes == column
+    assert groups["table"].nbytes == buffer_bytes(ns["table"].column(0)) == 20_000 * 8
+    found = entries(shell)
+    assert found["arr.buffers()[1]"].nbytes == 5_000 * 8
+    assert found["arr.buffers()[1]"].shared_with == ("same",)  # one buffer, counted once
+    dry = reset.gpu_reset("col", shell=shell, dry_run=True)
+    assert dry.estimated_bytes == column
+    done = reset.gpu_reset("col", shell=shell)
+    gc.collect()
+    assert ns["refs"]["col"]() is None and done.released_bytes == column
+
+
+def test_a_rerun_s_scan_of_a_deleted_alias_lists_no_dropped_name(shell, run_cell):
+    run(run_cell, f"d = {{'a': torch.ones({N})}}; d2 = d")
+    done = reset.gpu_reset("d2", shell=shell)
+    names = [group.name for group in done.held_groups()]
+    assert "d2" not in names and "d" in names
+    assert "d2" not in str(done).split("still held")[1]
+    assert list(done.leftovers) == list(find_leftovers(shell=shell))
+
+
+# ---------------------------------------------------------------- GPU truth
+
+
+@pytest.mark.gpu
+def test_all_deletes_a_future_holding_gpu_memory_and_its_dry_run_agrees(shell, run_cell):
+    torch.cuda.init()
+    run(
+        run_cell,
+        "from concurrent.futures import ThreadPoolExecutor\n"
+        "pool = ThreadPoolExecutor(1)\n"
+        "fut = pool.submit(torch.ones, 16 * 2**20 // 4, device='cuda'); pool.shutdown()\n"
+        "log_inputs = []\n"
+        "import logging\n"
+        "class Keep(logging.Handler):\n"
+        "    def __init__(self):\n"
+        "        super().__init__(); self.records = []\n"
+        "    def emit(self, record):\n"
+        "        self.records.append(record)\n"
+        "handler = Keep()\n"
+        "w = torch.randn(1024, 1024, device='cuda', requires_grad=True)\n"
+        "x = torch.randn(4096, 1024, device='cuda')\n"
+        "handler.emit(logging.makeLogRecord({'args': ((x @ w).sum(),)})); del x",
+    )
+    before = torch.cuda.memory_allocated()
+    dry = reset.gpu_reset(shell=shell, all_vars=True, dry_run=True)
+    assert {"fut", "handler", "w"} <= set(dry.dropped_names)
+    # the future's 16 MiB, w's 4 MiB, the graph's saved x (16 MiB) and the scalar loss
+    assert dry.estimated_bytes >= (16 + 4 + 16) * 2**20 + 4
+    done = reset.gpu_reset(shell=shell, all_vars=True)
+    assert done.released_bytes == dry.estimated_bytes
+    # the allocator rounds the scalar up to its smallest block (512 B)
+    assert 0 <= before - torch.cuda.memory_allocated() - dry.estimated_bytes < 2**12
