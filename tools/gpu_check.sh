@@ -3,8 +3,8 @@
 # cut off by its timeout keeps what it wrote). Run from the project root on a machine with
 # an NVIDIA GPU, after `../shared/tools/device-wheels.sh blessed` (and a gpustat wheel) put
 # the missing pure-Python wheels in .whl/:  OUT=/some/dir bash tools/gpu_check.sh
-# Only some steps: GPU_CHECK_ONLY='pytest snapshots' (names: snapshots pytest status
-# notebooks bench); GPU_CHECK_PYTEST='-k trace' narrows the tests; GPU_CHECK_RECORD='--only oom'
+# Only some steps: GPU_CHECK_ONLY='pytest snapshots' (names: versions snapshots pytest
+# status notebooks bench-status bench-tracker bench); GPU_CHECK_PYTEST='-k trace' narrows the tests; GPU_CHECK_RECORD='--only oom'
 # records only some scenarios.
 # Step budgets (seconds) can be scaled with GPU_CHECK_SCALE (default 1).
 set -u
@@ -17,16 +17,17 @@ SCALE=${GPU_CHECK_SCALE:-1}
 t() { echo $(($1 * SCALE)); }
 pack() { tar czf "$RESULT/gpu-check.tgz" -C "$OUT" .; }
 step() { pack; echo "== $(date -u +%T) $*" | tee -a "$OUT/steps.log"; }
-ONLY=${GPU_CHECK_ONLY:-snapshots pytest status notebooks bench}
+ONLY=${GPU_CHECK_ONLY:-versions snapshots pytest status notebooks bench-status bench-tracker bench}
 want() { case " $ONLY " in *" $1 "*) return 0 ;; esac; return 1; }
 
 step install
-python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --target /tmp/site .whl/*.whl \
+[ -d /tmp/site/IPython ] || python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --target /tmp/site .whl/*.whl \
   > "$OUT/pip.log" 2>&1 || echo "pip install failed (rc $?)" | tee -a "$OUT/steps.log"
 export PYTHONPATH=/tmp/site:$PWD
 python3 -m ipykernel install --prefix /tmp/site-kernel --name python3 > /dev/null 2>&1
 export JUPYTER_PATH=/tmp/site-kernel/share/jupyter
 
+if want versions; then
 step versions
 {
   nvidia-smi
@@ -37,6 +38,7 @@ step versions
   python3 -c "import jax; print('jax', jax.__version__, jax.devices())" 2>&1 | tail -1
 } > "$OUT/versions.txt" 2>&1
 nvidia-smi -q > "$OUT/nvidia-smi-q.txt" 2>&1
+fi
 
 if want snapshots; then
 step "cuda snapshots (tools/record_cuda_snapshots.py)"
@@ -69,19 +71,20 @@ fi
 
 if want notebooks; then
 step notebooks
-for nb in notebooks/*.ipynb; do
+for nb in ${GPU_CHECK_NOTEBOOKS:-notebooks/*.ipynb}; do
   name=$(basename "$nb" .ipynb)
   timeout "$(t 60)" python3 tools/demo.py --notebook "$nb" --output "$OUT/$name.html" > "$OUT/notebook-$name.log" 2>&1
   echo "rc $?" >> "$OUT/notebook-$name.log"
 done
 fi
 
-if want bench; then
-step "bench: status (nvidia-smi -q, gpustat), tracker with CUDA initialised"
-timeout "$(t 45)" python3 bench/bench_status.py --quick --json "$OUT/bench-status.json" > "$OUT/bench-status.log" 2>&1
-timeout "$(t 60)" python3 bench/bench_tracker.py --quick --cuda --json "$OUT/bench-tracker-cuda.json" \
+if want bench || want bench-status; then
+step "bench: status (nvidia-smi -q, gpustat), tracker with CUDA initialised, trace"
+want bench-status && timeout "$(t 45)" python3 bench/bench_status.py --quick --json "$OUT/bench-status.json" \
+  > "$OUT/bench-status.log" 2>&1
+want bench-tracker && timeout "$(t 60)" python3 bench/bench_tracker.py --quick --cuda --json "$OUT/bench-tracker-cuda.json" \
   > "$OUT/bench-tracker-cuda.log" 2>&1
-timeout "$(t 30)" python3 - > "$OUT/hook-parts-cuda.log" 2>&1 <<EOF
+want bench && timeout "$(t 30)" python3 - > "$OUT/hook-parts-cuda.log" 2>&1 <<EOF
 # what one per-cell hook's CUDA reads cost, piece by piece (us per call, median of 5 x 2000)
 import statistics, time, torch
 torch.ones(1, device="cuda")
@@ -111,7 +114,7 @@ for name, f in parts.items():
     print(f"{us(f):9.2f} us  {name}")
 EOF
 for bench in bench/bench_trace.py; do
-  [ -f "$bench" ] || continue
+  want bench && [ -f "$bench" ] || continue
   timeout "$(t 60)" python3 "$bench" --quick --json "$OUT/$(basename "$bench" .py).json" > "$OUT/$(basename "$bench" .py).log" 2>&1
 done
 fi
