@@ -139,8 +139,15 @@ def release_frames(exc: BaseException) -> FramesRelease:
         proofs = dropping.storage_proofs(found) if found is not None else {}
     except Exception:  # the scan meets the frames' user objects: released, unmeasured
         found, proofs = None, {}
+    # named in the note: the user's frames only (IPython's and ours held bookkeeping)
+    named = [
+        notebook_refs.frame_function(frame)
+        for frame in functions
+        if notebook_refs.holds_locals(frame) and not notebook_refs.bookkeeping_frame(frame)
+    ]
     del functions
-    release = FramesRelease(notebook_refs.clear_frames(frames))
+    cleared = notebook_refs.clear_frames(frames)
+    release = FramesRelease(named if cleared else [])
     if too_many > MEASURE_LIMIT:
         release.too_many = too_many
     del frames

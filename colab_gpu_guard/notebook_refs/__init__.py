@@ -23,6 +23,7 @@ from .frames import (
     finished_frames,
     frame_function,
     held_exceptions,
+    holds_locals,
     is_function_frame,
     is_resumable,
     release_traceback_frames,
@@ -42,6 +43,7 @@ from .roots import (
     VARIABLE,
     Root,
     RootKey,
+    bookkeeping_frame,
     roots,
 )
 from .shell import (
@@ -71,6 +73,7 @@ __all__ = [
     "Dropped",
     "Root",
     "RootKey",
+    "bookkeeping_frame",
     "clear_frame",
     "clear_frames",
     "debugger_of",
@@ -78,6 +81,7 @@ __all__ = [
     "finished_frames",
     "frame_function",
     "held_exceptions",
+    "holds_locals",
     "hidden_underscore_label",
     "ipython_names",
     "is_function_frame",

@@ -104,7 +104,7 @@ def _output_roots(shell: Any, namespace: dict, hidden: dict, managed: dict) -> I
         yield Root(RootKey(LAST_RESULT), "<last cell result>", OUTPUT_HISTORY, value)
 
 
-def _ours(frame: types.FrameType) -> bool:
+def bookkeeping_frame(frame: types.FrameType) -> bool:
     """A frame of this package's own code, or of IPython's (``run_code()``, which ran the
     cell): their locals are bookkeeping (IPython's holds the exception the last exception's
     roots already reach), never shown."""
@@ -158,7 +158,7 @@ def users_exceptions(
 
 
 def _frame_roots(frame: types.FrameType, where: str, key: RootKey) -> Iterator[Root]:
-    if not is_function_frame(frame) or _ours(frame):
+    if not is_function_frame(frame) or bookkeeping_frame(frame):
         return
     try:
         local_vars = dict(frame.f_locals)

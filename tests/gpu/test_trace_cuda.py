@@ -21,6 +21,13 @@ NAMES = ("tracing", "a", "b", "before", "at_peak", "after", "x", "keep", "rows",
 
 
 @pytest.fixture
+def shown(captured) -> str:
+    """What the user sees: printed lines and the text form of what was displayed (the
+    report is displayed, both text and HTML: IPython's capture keeps it apart from stdout)."""
+    displayed = "".join(output.data.get("text/plain", "") + "\n" for output in captured.outputs)
+    return captured.stdout + displayed
+
+
 def cuda(ip, run_cell):
     torch = pytest.importorskip("torch")
     assert run_cell(
@@ -80,7 +87,7 @@ def test_the_magic_shows_the_line_and_saves_torchs_snapshot(cuda, run_cell, tmp_
         )
     assert result.success and not recording_on(torch)
     n = result.execution_count
-    assert f"[{n}] line 2  x = torch.ones(2**20, device='cuda')  # 4 MiB" in captured.stdout
+    assert f"[{n}] line 2  x = torch.ones(2**20, device='cuda')  # 4 MiB" in shown(captured)
     from torch.cuda import _memory_viz
 
     with open(saved, "rb") as file:
@@ -102,7 +109,7 @@ def test_an_out_of_memory_run_names_the_line_that_failed(cuda, run_cell, ip):
         )
     assert isinstance(result.error_in_exec, torch.cuda.OutOfMemoryError)
     n = result.execution_count
-    assert f"CUDA out of memory at [{n}] line 4  x = torch.empty(2**50" in captured.stdout
+    assert f"CUDA out of memory at [{n}] line 4  x = torch.empty(2**50" in shown(captured)
     found = ip.user_ns.pop("found")
     assert found is not None and found.requested >= 2**50
     assert found.lines[0].where == (CELL, n, 2, "", found.lines[0].where.text)
@@ -124,13 +131,13 @@ def test_a_users_own_recording_is_left_on_with_its_history(cuda, run_cell, ip):
             )
         assert result.success
         assert "your own torch.cuda.memory._record_memory_history recording was on" in (
-            captured.stdout
+            shown(captured)
         )
         assert recording_on(torch)
         history = torch.cuda.memory._snapshot()["device_traces"][0]
         assert any(e["action"] == "alloc" and e["addr"] == address for e in history)
         n = result.execution_count
-        assert f"3 MiB  1 allocation     [{n}] line 2" in captured.stdout
+        assert f"3 MiB  1 allocation     [{n}] line 2" in shown(captured)
     finally:
         torch.cuda.memory._record_memory_history(None)
 
@@ -142,11 +149,11 @@ def test_the_line_form_traces_each_following_cell_until_off(cuda, run_cell):
         result = run_cell("x = torch.empty(5 * 2**20, dtype=torch.uint8, device='cuda')")
         run_cell("%gpu_trace off")
     assert not recording_on(torch)
-    assert f"[{result.execution_count}] line 1  x = torch.empty(5" in captured.stdout
-    assert captured.stdout.count("gpu_trace: cell [") == 1
+    assert f"[{result.execution_count}] line 1  x = torch.empty(5" in shown(captured)
+    assert shown(captured).count("gpu_trace: cell [") == 1
     with capture_output() as captured:
         run_cell("x = torch.empty(2**20, device='cuda')")
-    assert "gpu_trace" not in captured.stdout
+    assert "gpu_trace" not in shown(captured)
 
 
 def test_the_api_reads_a_users_window_only(cuda):
@@ -174,9 +181,9 @@ def test_a_second_traced_cell_is_recorded_afresh(cuda, run_cell):
     with capture_output() as captured:
         result = run_cell("%%gpu_trace\nb = torch.empty(2**21, dtype=torch.uint8, device='cuda')")
     assert result.success and not recording_on(torch)
-    assert "your own" not in captured.stdout
-    assert "recorded for this cell only" in captured.stdout
-    assert f"2 MiB  1 allocation     [{result.execution_count}] line 2" in captured.stdout
+    assert "your own" not in shown(captured)
+    assert "recorded for this cell only" in shown(captured)
+    assert f"2 MiB  1 allocation     [{result.execution_count}] line 2" in shown(captured)
 
 
 def test_a_full_history_says_so(cuda, run_cell):
@@ -186,4 +193,4 @@ def test_a_full_history_says_so(cuda, run_cell):
             "x = [torch.empty(2**20, dtype=torch.uint8, device='cuda') for _ in range(20)]\n"
         )
     assert result.success
-    assert "raise --max-entries to see its start" in captured.stdout
+    assert "raise --max-entries to see its start" in shown(captured)

@@ -560,3 +560,22 @@ def test_gpu_advice_help_is_useful(ip):
     assert "%gpu_advice off" in doc and "%gpu_advice on" in doc
     assert "device-side assert" in doc and "%debug" in doc
     assert "advise(exc)" in doc
+
+
+def test_the_note_names_the_users_frames_not_ipythons_or_ours(ip, run, tidy):
+    """Under a cell magic (here `%%gpu_trace`, which runs the cell's body itself) the
+    traceback also holds IPython's and this package's frames: the note names the user's
+    function only (it listed run_cell_magic(), TraceMagics.gpu_trace(), ... on a GPU)."""
+    pytest.importorskip("torch")
+    result, out = run(
+        "%%gpu_trace\n"
+        + oom_cell(
+            "def parse_batch(text):\n"
+            "    sizes = [len(text), 3]\n"
+            "    raise torch.OutOfMemoryError(OOM)\n"
+            "parse_batch('abc')\n"
+        )
+    )
+    assert "Note: Released the traceback frame of parse_batch();" in out, out
+    for machinery in ("run_cell_magic", "TraceMagics", "gpu_trace()", "_run()"):
+        assert machinery not in out.split("Note:", 1)[1], out

@@ -267,10 +267,18 @@ def test_cuda_figures_peak_ooms_and_leak(monkeypatch):
     counters = {"allocated": 0, "peak": 0, "total": 0, "ooms": 0}
 
     def run(source: str, number: int, grow: int, transient: int = 0, ooms: int = 0) -> None:
-        """A cell that allocates `transient` bytes and frees them, and keeps `grow` more."""
-        readings.readings.append(
-            stats(counters["allocated"], counters["peak"], counters["total"], ooms=counters["ooms"])
-        )
+        """A cell that allocates `transient` bytes and frees them, and keeps `grow` more.
+        Only the first cell's figures before it are read: later cells start from the last
+        cell's end (one read of torch's statistics per cell)."""
+        if number == 1:
+            readings.readings.append(
+                stats(
+                    counters["allocated"],
+                    counters["peak"],
+                    counters["total"],
+                    ooms=counters["ooms"],
+                )
+            )
         cuda_tracker.pre_run_cell(types.SimpleNamespace(raw_cell=source))
         counters["peak"] = max(counters["peak"], counters["allocated"] + grow + transient)
         counters["allocated"] += grow
@@ -317,6 +325,35 @@ def test_cuda_figures_peak_ooms_and_leak(monkeypatch):
     last = cuda_tracker.history()[-1]
     assert (last.peak, last.peak_bound) == (111 * MiB, EXACT)
     cuda_tracker.close()
+
+
+def test_the_allocator_is_read_once_per_cell_and_anew_after_a_rebase(monkeypatch):
+    """A cell's figures before it are the last cell's after it (nothing of the user's runs
+    in between), as the resident size is: one read of torch's statistics per cell. Where
+    something of ours ran in between (the panel's refresh: `rebase`), they are read anew,
+    so what it allocated is charged to no cell."""
+    pytest.importorskip("torch")
+    readings = _Readings()
+    monkeypatch.setattr(torch_support, "cuda_initialized", lambda torch=None: True)
+    monkeypatch.setattr(torch_support, "cuda_device_count", lambda torch=None: 1)
+    monkeypatch.setattr(torch_support, "allocator_stats", readings.allocator_stats)
+    cells = MemoryTracker(nvml=False)
+    readings.readings += [stats(0, 0, 0), stats(10 * MiB, 10 * MiB, 10 * MiB)]
+    cells.pre_run_cell(types.SimpleNamespace(raw_cell="a = f()"))
+    cells.post_run_cell(types.SimpleNamespace(execution_count=1))
+    readings.readings += [stats(12 * MiB, 12 * MiB, 12 * MiB)]  # the second cell's end only
+    cells.pre_run_cell(types.SimpleNamespace(raw_cell="b = g()"))
+    cells.post_run_cell(types.SimpleNamespace(execution_count=2))
+    assert readings.readings == []
+    cells.rebase()  # 5 MiB allocated between the cells by something of ours
+    readings.readings += [stats(17 * MiB, 17 * MiB, 17 * MiB), stats(17 * MiB, 17 * MiB, 17 * MiB)]
+    cells.pre_run_cell(types.SimpleNamespace(raw_cell="c = 1"))
+    cells.post_run_cell(types.SimpleNamespace(execution_count=3))
+    assert readings.readings == []
+    first, second, third = cells.history()
+    assert (second.allocated_before, second.allocated_after) == (10 * MiB, 12 * MiB)
+    assert (third.allocated_before, third.delta) == (17 * MiB, 0)
+    cells.close()
 
 
 def test_broken_context_is_not_queried(monkeypatch):
