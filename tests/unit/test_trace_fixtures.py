@@ -144,7 +144,11 @@ def test_the_out_of_memory_scenario_names_the_line_that_asked():
     (device,) = saved_report(snapshot, cells).devices
     assert device.oom is not None
     assert (device.oom.where.cell, device.oom.where.line) == (4, 2)  # logits = model(batch)
-    assert device.oom.requested == facts["oom_calls"][-1]["alloc"]
+    # the trace keeps the size asked for (what torch's message says); the observer gets it
+    # rounded up by the allocator (to 2 MiB for a large block): seen on an H200,
+    # 59813761024 asked, 59814969344 to the observer
+    observed = facts["oom_calls"][-1]["alloc"]
+    assert device.oom.requested <= observed < device.oom.requested + 2 * 2**20
     assert lines_of(device.at_peak, 4)[1] == facts["measured"]["batch"]
 
 
