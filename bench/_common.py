@@ -184,3 +184,14 @@ def path_first(root: str, env: Optional[dict] = None) -> str:
     lent GPU machine)."""
     existing = (os.environ if env is None else env).get("PYTHONPATH")
     return os.pathsep.join(part for part in (root, existing) if part)
+
+
+def print_verdicts(lines) -> int:
+    """Print (text, ok) lines, ok None for a line without a target, then PASS or FAIL;
+    the exit status: 1 when any target failed."""
+    failed = False
+    for text, ok in lines:
+        failed |= ok is False
+        print(text if ok is None else f"{text}: {'PASS' if ok else 'FAIL'}")
+    print("FAIL" if failed else "PASS")
+    return 1 if failed else 0

@@ -30,7 +30,7 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 if ROOT not in sys.path:
     sys.path.insert(0, ROOT)
 
-from bench._common import p90  # noqa: E402
+from bench._common import p90, print_verdicts  # noqa: E402
 from bench.bench_panel_live import FAKE_NVML, _Kernel  # noqa: E402
 
 ADDED_TARGET_MS = 1.0  # the panel adds at most this to a cell that changed nothing
@@ -137,12 +137,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--real-nvml", action="store_true", help="this machine's NVML")
     args = parser.parse_args(argv)
     cost = measure(args.quick, args.real_nvml)
-    failed = False
-    for text, ok in cost.lines():
-        failed |= ok is False
-        print(text if ok is None else f"{text}: {'PASS' if ok else 'FAIL'}")
-    print("FAIL" if failed else "PASS")
-    return 1 if failed else 0
+    return print_verdicts(cost.lines())
 
 
 if __name__ == "__main__":

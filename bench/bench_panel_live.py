@@ -30,7 +30,7 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 if ROOT not in sys.path:
     sys.path.insert(0, ROOT)
 
-from bench._common import path_first  # noqa: E402
+from bench._common import path_first, print_verdicts  # noqa: E402
 
 SECONDS = 0.5  # the shortest interval --live allows: the dearest
 TICK_TARGET = 1.0  # a tick costs at most one refresh after a cell (same thread)
@@ -220,12 +220,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     cost = measure(args.quick, args.real_nvml)
     print(f"live cost in a real kernel ({cost.nvml})")
-    failed = False
-    for text, ok in cost.lines():
-        failed |= ok is False
-        print(text if ok is None else f"{text}: {'PASS' if ok else 'FAIL'}")
-    print("FAIL" if failed else "PASS")
-    return 1 if failed else 0
+    return print_verdicts(cost.lines())
 
 
 if __name__ == "__main__":

@@ -44,7 +44,16 @@ class Augmented(Dataset):
 
 
 def make_loader(generator) -> DataLoader:
-    return DataLoader(Augmented(), batch_size=2, shuffle=True, num_workers=2, generator=generator)
+    # workers forked from a clean server process: a fork of the test process (whose other
+    # threads may hold locks) hung in the full suite
+    return DataLoader(
+        Augmented(),
+        batch_size=2,
+        shuffle=True,
+        num_workers=2,
+        generator=generator,
+        multiprocessing_context="forkserver",
+    )
 
 
 def epoch(loader: DataLoader) -> list[list[float]]:

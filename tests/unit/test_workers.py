@@ -26,6 +26,10 @@ class Augmented(Dataset):
         )
 
 
+# Workers are spawned, not forked: a fork of the test process, whose other threads may hold
+# locks, hung in the full suite; a spawned worker also reads RANK as it is set now.
+
+
 def batches(rank: int, monkeypatch, seed: int = 7) -> list[list[float]]:
     monkeypatch.setenv("RANK", str(rank))
     loader = DataLoader(
@@ -35,7 +39,7 @@ def batches(rank: int, monkeypatch, seed: int = 7) -> list[list[float]]:
         num_workers=2,
         worker_init_fn=seed_worker,
         generator=dataloader_generator(seed),
-        multiprocessing_context="fork",
+        multiprocessing_context="spawn",
     )
     return [batch.tolist() for batch in loader]
 
@@ -62,7 +66,7 @@ def draws_as_rank(rank: int, monkeypatch, worker_init_fn=None) -> list[tuple]:
         batch_size=4,
         num_workers=2,
         worker_init_fn=worker_init_fn,
-        multiprocessing_context="fork",
+        multiprocessing_context="spawn",
     )
     return [(row[1], row[2]) for batch in loader for row in batch.tolist()]
 
@@ -125,7 +129,7 @@ def all_draws_as_rank(rank: int, monkeypatch, seed: int = 42) -> list[tuple]:
         batch_size=4,
         num_workers=2,
         worker_init_fn=seed_worker,
-        multiprocessing_context="fork",
+        multiprocessing_context="spawn",
     )
     return [(row[1], row[2], row[3]) for batch in loader for row in batch.tolist()]
 
@@ -145,7 +149,7 @@ def test_default_path_differs_per_rank_for_all_three_streams(monkeypatch):
 def draws_with_torch(monkeypatch, rank: int = 1) -> list[tuple]:
     monkeypatch.setenv("RANK", str(rank))
     seed_all(42)
-    loader = DataLoader(Augmented(), batch_size=4, num_workers=2, multiprocessing_context="fork")
+    loader = DataLoader(Augmented(), batch_size=4, num_workers=2, multiprocessing_context="spawn")
     return [(row[1], row[2], row[3]) for batch in loader for row in batch.tolist()]
 
 
@@ -157,7 +161,7 @@ def test_workers_draw_anew_each_epoch(monkeypatch):
         batch_size=4,
         num_workers=2,
         worker_init_fn=seed_worker,
-        multiprocessing_context="fork",
+        multiprocessing_context="spawn",
     )
     first, second = ([row[3] for b in loader for row in b.tolist()] for _ in range(2))
     assert not set(first) & set(second)
