@@ -16,8 +16,8 @@ from typing import TYPE_CHECKING, NamedTuple, Optional
 from ..leftovers.graphs import FIX as GRAPH_FIX
 from ..leftovers.groups import AUTOGRAD_GRAPH
 from ..nvml import V1
-from ..units import NA, USER_VARIABLE, escape_lines, format_bytes, signed_bytes
-from .text import host_ram, lost_banner
+from ..units import USER_VARIABLE, escape_lines, format_bytes, signed_bytes
+from .text import Now, host_ram, lost_banner, versions
 
 if TYPE_CHECKING:
     from ..cells.tracker import CellMemory
@@ -54,13 +54,6 @@ class GpuLine(NamedTuple):
     used: str  # "3.91 GiB of 15 GiB"
     load: str  # "busy 37% · 51 °C · 32 W"
     load_title: str  # the same with names and the power limit
-
-
-class Now(NamedTuple):
-    """One item of the line of what matters now; kind is "error", "warn" or "info"."""
-
-    kind: str
-    text: str
 
 
 def _measure(value: Optional[float], unit: str) -> Optional[str]:
@@ -344,22 +337,6 @@ def held_text(status: GpuStatus) -> str:
         names.append(f"{facts.more:,} more {format_bytes(facts.more_bytes)}")
     total = f" ({format_bytes(facts.total_bytes)} in all)" if len(names) > 1 else ""
     return f"held between cells: {', '.join(names)}{total}"
-
-
-def versions(status: GpuStatus) -> Now:
-    """The driver and CUDA versions, or why they are unknown: no driver, a lost GPU, or
-    NVML failing (its reason, said once). Kind "error" where NVML failed."""
-    view = status.nvml
-    if view.lost_at_start:
-        return Now("error", "driver and CUDA n/a: a GPU is lost")
-    if not view.available:
-        return Now("info", f"driver and CUDA n/a: {view.error or 'no NVML'}")
-    driver, cuda = view.driver_version, view.cuda_driver_version
-    if driver is None and cuda is None:
-        whys = [view.reason("driver_version"), view.reason("cuda_driver_version")]
-        why = "; ".join(dict.fromkeys(reason for reason in whys if reason)) or "no answer"
-        return Now("error", f"NVML failed: {why}")
-    return Now("info", f"driver {driver or NA} · CUDA {cuda or NA}")
 
 
 def no_gpu_text(status: GpuStatus) -> str:

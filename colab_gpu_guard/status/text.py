@@ -4,7 +4,7 @@ line helpers the HTML view shares with it."""
 from __future__ import annotations
 
 import time
-from typing import TYPE_CHECKING, Any, Optional
+from typing import TYPE_CHECKING, Any, NamedTuple, Optional
 
 from .. import cuda_health
 from ..cells.history_text import leak_text
@@ -140,10 +140,36 @@ def nvml_summary(status: GpuStatus) -> list[tuple[str, bool]]:
     return lines
 
 
+class Now(NamedTuple):
+    """One item of the line of what matters now; kind is "error", "warn" or "info"."""
+
+    kind: str
+    text: str
+
+
+def versions(status: GpuStatus) -> Now:
+    """The driver and CUDA versions, or why they are unknown: no driver, a lost GPU, or
+    NVML failing (its reason, said once). Kind "error" where NVML failed."""
+    view = status.nvml
+    if view.lost_at_start:
+        return Now("error", "driver and CUDA n/a: a GPU is lost")
+    if not view.available:
+        return Now("info", f"driver and CUDA n/a: {view.error or 'no NVML'}")
+    driver, cuda = view.driver_version, view.cuda_driver_version
+    if driver is None and cuda is None:
+        whys = [view.reason("driver_version"), view.reason("cuda_driver_version")]
+        why = "; ".join(dict.fromkeys(reason for reason in whys if reason)) or "no answer"
+        return Now("error", f"NVML failed: {why}")
+    return Now("info", f"driver {driver or NA} · CUDA {cuda or NA}")
+
+
 def version_lines(status: GpuStatus) -> list[str]:
     view = status.nvml
     lines = []
-    if view.available:
+    failed = versions(status)
+    if view.available and failed.kind == "error":  # every version query failed: say so
+        lines.append(failed.text)
+    elif view.available:
         lines.append(
             f"driver {view.driver_version or NA} | CUDA driver {view.cuda_driver_version or NA}"
             f" | NVML {view.nvml_version or NA}"

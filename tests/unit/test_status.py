@@ -1278,3 +1278,19 @@ def test_psutil_missing_is_named_with_its_install(fake, monkeypatch):
     note = "host memory not available: psutil is not installed (pip install psutil)"
     assert snap.host.note == note and snap.host.ram_total is None
     assert note in snap.to_text() and "Traceback" not in snap.to_text()
+
+
+def test_every_nvml_query_failing_says_nvml_failed_and_why(fake):
+    """NVML starts but answers every query with an error: the text says NVML failed and
+    why (it said "driver n/a | CUDA driver n/a | NVML n/a"), never that it lists no GPU."""
+    world = fake(fake_pynvml.one_gpu())
+    calls = [
+        name
+        for name in fake_pynvml.api_names()
+        if name.startswith("nvml") and name not in ("nvmlInit", "nvmlShutdown")
+    ]
+    for name in calls:
+        world.fail[name] = fake_pynvml.NVML_ERROR_UNKNOWN
+    text = gpu_status(leftovers=False).to_text()
+    assert "NVML failed: unknown error" in text.splitlines()[1], text
+    assert "lists no GPU" not in text and "driver n/a" not in text
