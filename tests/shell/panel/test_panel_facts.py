@@ -10,6 +10,7 @@ import html
 import re
 import subprocess
 import sys
+import types
 from pathlib import Path
 
 import pytest
@@ -141,27 +142,43 @@ def test_details_keeps_the_last_actions_line_and_its_report_one_click_away(ip, s
 
 
 def test_seed_says_why_it_is_slow_the_first_time(ip, show, torch, monkeypatch):
-    """torch.use_deterministic_algorithms imports torch._inductor.config (torch's source);
-    before that, a ticked Seed says it loads torch's compiler; after it, nothing."""
-    import torch as real_torch
+    """torch.use_deterministic_algorithms imports torch._inductor.config (torch's source,
+    checked in a fresh interpreter); before that, a ticked Seed says it loads torch's
+    compiler; after it, nothing. The modules are never removed from this process (a second
+    copy of torch's compiler config broke torch.compile for every later test)."""
+    from colab_gpu_guard import seed_all
+    from colab_gpu_guard.frameworks import torch as torch_support
+    from tests.child import run_python
 
-    monkeypatch.delitem(sys.modules, "torch._inductor.config", raising=False)
+    imported = run_python(
+        """
+        import json, sys, torch
+        before = "torch._inductor.config" in sys.modules
+        torch.use_deterministic_algorithms(False)
+        print(json.dumps([before, "torch._inductor.config" in sys.modules]))
+        """
+    )
+    assert imported == [False, True]  # what the message claims
+    modules = dict(sys.modules)
+    modules.pop("torch._inductor.config", None)
+    monkeypatch.setattr(panel_actions, "sys", types.SimpleNamespace(modules=modules))
     assert "torch's compiler" in panel_actions.seed_is_slow(True)
     assert panel_actions.seed_is_slow(False) == ""  # no deterministic mode: nothing loads
-    real_torch.use_deterministic_algorithms(False)
-    assert "torch._inductor.config" in sys.modules  # what the message claims, checked
-    assert panel_actions.seed_is_slow(True) == ""
     instance = show()
-    monkeypatch.delitem(sys.modules, "torch._inductor.config", raising=False)
     seen = []
     real_show = instance.view.show_message
     monkeypatch.setattr(
         instance.view, "show_message", lambda html: seen.append(html) or real_show(html)
     )
     instance.deterministic.value = True
-    instance.seed_button.click()
+    try:
+        instance.seed_button.click()
+    finally:
+        seed_all(0, deterministic=False)  # the modes as they were
     assert "Seed... the first deterministic seed loads torch&#x27;s compiler" in seen[0]
-    monkeypatch.delitem(sys.modules, "torch", raising=False)  # as before torch is imported
+    monkeypatch.setattr(panel_actions, "sys", sys)  # the real modules again
+    assert panel_actions.seed_is_slow(True) == ""  # loaded now: nothing to say
+    monkeypatch.setattr(torch_support, "loaded", lambda: None)  # as before torch is imported
     assert panel_actions.seed_is_slow(False).startswith("importing torch first")
 
 
