@@ -105,15 +105,20 @@ def _output_roots(shell: Any, namespace: dict, hidden: dict, managed: dict) -> I
 
 
 def bookkeeping_frame(frame: types.FrameType) -> bool:
-    """A frame of this package's own code, or of IPython's (``run_code()``, which ran the
-    cell): their locals are bookkeeping (IPython's holds the exception the last exception's
+    """A frame of this package's own code, of IPython's (``run_code()``, which ran the
+    cell) or of the `decorator` wrapper IPython 7 puts around magics: their locals are
+    bookkeeping (IPython's holds the exception the last exception's
     roots already reach), never shown."""
     module = frame.f_globals.get("__name__")
-    return type(module) is str and module.partition(".")[0] in _BOOKKEEPING
+    if type(module) is str and module.partition(".")[0] in _BOOKKEEPING:
+        return True
+    # IPython 7's magics are wrapped by the `decorator` package: its `fun()` (in a file
+    # named "<decorator-gen-N>" by older versions of it)
+    return frame.f_code.co_filename.startswith("<decorator-gen-")
 
 
 _PACKAGE = __name__.partition(".")[0]
-_BOOKKEEPING = (_PACKAGE, "IPython")
+_BOOKKEEPING = (_PACKAGE, "IPython", "decorator")
 _OUR_MAGICS = f"{_PACKAGE}.ipython."
 
 
