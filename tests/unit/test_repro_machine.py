@@ -26,7 +26,7 @@ from colab_gpu_guard.seeding.repro import (  # noqa: E402
     Gpu,
     ReproRecord,
 )
-from colab_gpu_guard.seeding.repro_diff import NO_CUDA  # noqa: E402
+from colab_gpu_guard.seeding.repro_effects import NO_CUDA  # noqa: E402
 from tests import fake_pynvml  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[2]
