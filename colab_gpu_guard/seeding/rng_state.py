@@ -11,163 +11,25 @@ import sys
 import warnings
 from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
-from dataclasses import dataclass
-from typing import Any, NamedTuple, Optional, Union
+from typing import Any, Optional
 
 from ..frameworks import cupy as cupy_support
 from ..frameworks import tensorflow as tensorflow_support
 from ..frameworks import torch as torch_support
-
-Generators = Union[Mapping[str, Any], Sequence[Any], None]
-GLOBAL_NUMPY = "NumPy global RNG"
-
-
-class RngStateError(ValueError):
-    """This process cannot restore a captured stream; nothing was restored. `streams`
-    names the streams that could not be restored."""
-
-    def __init__(self, message: str, streams: tuple[str, ...] = ()) -> None:
-        super().__init__(message)
-        self.streams = streams
-
-
-class NumpyArray(NamedTuple):
-    """An array inside a NumPy bit generator's state, as plain Python values."""
-
-    dtype: str
-    values: tuple
-
-
-@dataclass(frozen=True)
-class NumpyState:
-    """A NumPy bit generator's state (any of MT19937, PCG64, PCG64DXSM, Philox, SFC64),
-    its arrays as `NumpyArray`: plain values that pickle without NumPy. For the global
-    RNG it also holds the legacy cached Gaussian (has_gauss, gauss)."""
-
-    bit_generator: str
-    state: dict  # bit_generator.state with arrays made plain
-
-
-@dataclass(frozen=True)
-class GeneratorState:
-    """One generator's state: a torch device's default generator, or a generator the caller
-    named (a torch.Generator, or a numpy.random.Generator: device "numpy")."""
-
-    name: str  # "cpu", "cuda:0", "mps", "xpu:0", or the caller's name for a generator
-    device: str  # cpu, cuda, mps, xpu; "numpy" for a numpy.random.Generator
-    state: Union[bytes, NumpyState]
-
-
-@dataclass(frozen=True)
-class RngState:
-    """Every captured RNG stream of one moment; picklable, restored by `restore_rng_state`.
-
-    The state holds plain Python values (bytes, ints, tuples, dicts), so it pickles without
-    torch or NumPy and reads back in another process."""
-
-    python: tuple
-    numpy: Optional[NumpyState] = None  # the global RNG, whichever bit generator it runs on
-    torch: tuple[GeneratorState, ...] = ()  # default generators: cpu, cuda:N, mps, xpu:N
-    generators: tuple[GeneratorState, ...] = ()  # the caller's generators, by name
-    not_captured: tuple[tuple[str, str], ...] = ()  # (stream, why)
-
-    def streams(self) -> list[str]:
-        """The captured streams, as `__str__` names them."""
-        names = ["Python random"]
-        if self.numpy is not None:
-            names.append(f"{GLOBAL_NUMPY} ({self.numpy.bit_generator})")
-        names += [f"torch {g.name}" for g in self.torch]
-        names += [_generator_label(g) for g in self.generators]
-        return names
-
-    def __str__(self) -> str:
-        lines = [f"RngState: {', '.join(self.streams())}"]
-        for name, why in self.not_captured:
-            lines.append(f"  not captured: {name}: {why}")
-        return "\n".join(lines)
-
-    def _repr_pretty_(self, printer: Any, cycle: bool) -> None:
-        printer.text(str(self))  # the report as text, not the dataclass repr
-
-    def _repr_html_(self) -> str:
-        import html
-
-        rows = "".join(
-            f"<li>not captured: {html.escape(name)}: {html.escape(why)}</li>"
-            for name, why in self.not_captured
-        )
-        return (
-            f"<div><b>RngState</b>: {html.escape(', '.join(self.streams()))}"
-            f"{f'<ul>{rows}</ul>' if rows else ''}</div>"
-        )
-
-    def to_dict(self) -> dict[str, Any]:
-        """What it holds (names and sizes, not the states themselves)."""
-        return {
-            "streams": self.streams(),
-            "state_bytes": {
-                g.name: len(g.state)
-                for g in self.torch + self.generators
-                if isinstance(g.state, bytes)
-            },
-            "not_captured": [list(item) for item in self.not_captured],
-        }
-
-
-def _generator_label(saved: GeneratorState) -> str:
-    if saved.device == "numpy":
-        assert isinstance(saved.state, NumpyState)
-        return f"NumPy generator {saved.name!r} ({saved.state.bit_generator})"
-    return f"generator {saved.name!r}"
-
-
-# ---------------------------------------------------------------- NumPy states
-
-
-def _plain(value: Any) -> Any:
-    """A bit generator's state with its arrays as NumpyArray and NumPy scalars as Python's."""
-    if isinstance(value, dict):
-        return {key: _plain(item) for key, item in value.items()}
-    if hasattr(value, "dtype") and hasattr(value, "tolist"):
-        if getattr(value, "ndim", 0) == 0:
-            return value.item()
-        return NumpyArray(str(value.dtype), tuple(value.tolist()))
-    return value
-
-
-def _numpy_value(value: Any, numpy: Any) -> Any:
-    if isinstance(value, dict):
-        return {key: _numpy_value(item, numpy) for key, item in value.items()}
-    if isinstance(value, NumpyArray):
-        return numpy.array(value.values, dtype=value.dtype)
-    return value
-
-
-def _global_numpy_state(numpy_random: Any) -> NumpyState:
-    with warnings.catch_warnings():  # NumPy warns on legacy reads of other bit generators
-        warnings.simplefilter("ignore")
-        state = numpy_random.get_state(legacy=False)
-    return NumpyState(str(state["bit_generator"]), _plain(state))
-
-
-_scratch: dict[str, Any] = {}  # a bit generator per kind, to check states on
-
-
-def _bit_generator(numpy_random: Any, saved: NumpyState, fresh: bool = False) -> Any:
-    """A bit generator of the saved kind holding the saved state (setting it checks it):
-    a scratch one kept for checking (its seeding from the OS costs ~0.2 ms), or `fresh`."""
-    kind = getattr(numpy_random, saved.bit_generator, None)
-    if not isinstance(kind, type):
-        raise ValueError(f"this NumPy has no bit generator {saved.bit_generator}")
-    generator = _scratch.get(saved.bit_generator)
-    if fresh or generator is None or type(generator) is not kind:
-        generator = kind()
-        if not fresh:
-            _scratch[saved.bit_generator] = generator
-    state = _numpy_value(saved.state, sys.modules["numpy"])
-    generator.state = {key: state[key] for key in state if key not in ("has_gauss", "gauss")}
-    return generator
-
+from .rng_records import (  # noqa: F401  (RngState and its parts are this module's API too)
+    GLOBAL_NUMPY,
+    Generators,
+    GeneratorState,
+    NumpyArray,
+    NumpyState,
+    RngState,
+    RngStateError,
+    bit_generator,
+    generator_label,
+    global_numpy_state,
+    numpy_value,
+    plain,
+)
 
 # ---------------------------------------------------------------- capture
 
@@ -190,7 +52,7 @@ def _capture(pairs: list[tuple[str, Any]], list_held: bool) -> RngState:
     numpy_random = sys.modules.get("numpy.random")  # never import it
     numpy_state = None
     if numpy_random is not None and hasattr(numpy_random, "get_state"):
-        numpy_state = _global_numpy_state(numpy_random)
+        numpy_state = global_numpy_state(numpy_random)
     torch = torch_support.loaded()
     return RngState(
         python=random.getstate(),
@@ -265,7 +127,7 @@ def _named_states(pairs: list[tuple[str, Any]]) -> tuple[GeneratorState, ...]:
     for name, generator in pairs:
         if _is_numpy_generator(generator):
             state = generator.bit_generator.state
-            saved = NumpyState(str(state["bit_generator"]), _plain(state))
+            saved = NumpyState(str(state["bit_generator"]), plain(state))
             states.append(GeneratorState(name, "numpy", saved))
         else:
             states.append(
@@ -403,7 +265,7 @@ def _steps(state: RngState, pairs: dict[str, Any], torch: Any, numpy_random: Any
         generator = pairs[saved_generator.name]
         steps.append(
             (
-                _generator_label(saved_generator),
+                generator_label(saved_generator),
                 lambda s=saved_generator, g=generator: _restore_generator(torch, g, s),
             )
         )
@@ -411,18 +273,18 @@ def _steps(state: RngState, pairs: dict[str, Any], torch: Any, numpy_random: Any
 
 
 def _restore_global_numpy(numpy_random: Any, saved: NumpyState) -> None:
-    state = _numpy_value(saved.state, sys.modules["numpy"])
+    state = numpy_value(saved.state, sys.modules["numpy"])
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         current = numpy_random.get_state(legacy=False)["bit_generator"]
         if current != saved.bit_generator:
-            numpy_random.set_bit_generator(_bit_generator(numpy_random, saved, fresh=True))
+            numpy_random.set_bit_generator(bit_generator(numpy_random, saved, fresh=True))
         numpy_random.set_state(state)
 
 
 def _restore_generator(torch: Any, generator: Any, saved: GeneratorState) -> None:
     if isinstance(saved.state, NumpyState):
-        generator.bit_generator.state = _numpy_value(saved.state.state, sys.modules["numpy"])
+        generator.bit_generator.state = numpy_value(saved.state.state, sys.modules["numpy"])
     else:
         generator.set_state(_tensor(torch, saved.state))
 
@@ -457,7 +319,7 @@ def _problems(
     if state.torch:
         problems += _torch_problems(state.torch, torch)
     for saved in state.generators:
-        label = _generator_label(saved)
+        label = generator_label(saved)
         generator = pairs.get(saved.name)
         if generator is None:
             problems.append(
@@ -504,7 +366,7 @@ def _numpy_problem(saved: Any, numpy_random: Any, global_rng: bool) -> Optional[
     if not isinstance(saved, NumpyState):
         return "not a state rng_state() captured"
     if global_rng and not hasattr(numpy_random, "set_bit_generator"):
-        current = _global_numpy_state(numpy_random).bit_generator
+        current = global_numpy_state(numpy_random).bit_generator
         if current != saved.bit_generator:
             return (
                 f"captured on {saved.bit_generator}, and this NumPy "
@@ -512,7 +374,7 @@ def _numpy_problem(saved: Any, numpy_random: Any, global_rng: bool) -> Optional[
                 f"{current} (numpy.random.set_bit_generator needs NumPy 1.25 or later)"
             )
     try:
-        _bit_generator(numpy_random, saved)
+        bit_generator(numpy_random, saved)
     except (ValueError, TypeError, KeyError, IndexError, OverflowError) as error:
         return f"its {saved.bit_generator} state does not fit: {error!r}"
     return None
