@@ -917,10 +917,19 @@ def test_the_resident_size_read_keeping_the_gil_is_the_kernels_figure():
     reader = host_memory.RssReader()
     reader.read()  # the first read loads ctypes
     assert bracketed(reader)
-    before = reader.read()
-    block = bytearray(b"1") * (64 * MiB)
-    after = reader.read()
-    assert after - before >= 60 * MiB and bracketed(reader)
-    del block
+
+    def sees_touched_block() -> bool:
+        # memory another thread frees at the same moment (the previous test's garbage, a
+        # sampler) lowers the difference: one clean try of five is the claim
+        for _ in range(5):
+            before = reader.read()
+            block = bytearray(b"1") * (64 * MiB)
+            after = reader.read()
+            del block
+            if after - before >= 60 * MiB:
+                return True
+        return False
+
+    assert sees_touched_block() and bracketed(reader)
     reader.close()
     assert reader.read() is None
