@@ -15,22 +15,33 @@ from .graphs import SHARERS_SHOWN, Graph, named_few
 from .groups import Blocks as GroupColumns
 from .naming import ITEM, PathNames, rank, shared_names
 from .records import Leftover, leftover_of, with_graph
-from .tally import root_labels, root_of
+from .tally import Groups, root_labels, root_of_path
 
 
-def leftover_for(names: PathNames, refs: list[Ref]) -> Leftover:
+def leftover_for(names: PathNames, refs: list[Ref], groups: Groups) -> Leftover:
     """The entry of a block reached by ``refs``: named by the first by `rank`, the other
-    names in ``shared_with``, every holder in ``holders``."""
+    names in ``shared_with``, every holder in ``holders``, the group of each root reaching
+    it (`groups`) in ``root`` and ``shared_roots``."""
     if len(refs) == 1:
         ref = refs[0]
-        return leftover_of(names.name_of(ref.path), ref.holder, ref.info, ref.framework)
+        root = root_of_path(ref.path, ref.holder, groups)
+        return leftover_of(names.name_of(ref.path), ref.holder, ref.info, ref.framework, root=root)
     refs = sorted(refs, key=rank)
     primary = refs[0]
     name, others = shared_names(names.name_of, refs)
     holders = tuple(h for h in HOLDERS if any(ref.holder == h for ref in refs))
     views = sum({ref.ident: ref.info.nbytes for ref in refs}.values())  # each array once
+    roots = [root_of_path(ref.path, ref.holder, groups) for ref in refs]
     return leftover_of(
-        name, primary.holder, primary.info, primary.framework, others, holders, views
+        name,
+        primary.holder,
+        primary.info,
+        primary.framework,
+        others,
+        holders,
+        views,
+        roots[0],
+        tuple(dict.fromkeys(root for root in roots[1:] if root != roots[0])),
     )
 
 
@@ -52,10 +63,11 @@ class Blocks:
     row when read (the row's path and metadata were taken during the scan).
     """
 
-    def __init__(self, found: Found, names: PathNames) -> None:
+    def __init__(self, found: Found, names: PathNames, groups: Groups) -> None:
         rows = found.rows
         self.rows, self.found = rows, found
         self.names = names  # names paths on demand; it holds no array
+        self.groups = groups  # the group of each root (`Walker.groups`)
         self.shared: dict[int, Leftover] = {}  # block -> its entry, made now
         self.order: Sequence[int] = []  # blocks in the order of the list
         keys = self.keys = found.keys
@@ -74,18 +86,18 @@ class Blocks:
             return
         counts = collections.Counter(keys)
         refs = found.refs
-        groups: dict = {}
+        by_key: dict = {}
         for index, key in enumerate(keys):
             if counts[key] > 1:
-                groups.setdefault(key, []).append(refs[index])
+                by_key.setdefault(key, []).append(refs[index])
         self.row_of, self.sizes, self.holders, self.devices = [], [], [], []
         sizes, devices = found.storage_nbytes, found.devices
         for index, key in enumerate(keys):
             if counts[key] > 1:
-                group = groups.pop(key, None)
-                if group is None:
+                reaching = by_key.pop(key, None)
+                if reaching is None:
                     continue  # a later reference to a storage already listed
-                item = self.shared[len(self.row_of)] = leftover_for(names, group)
+                item = self.shared[len(self.row_of)] = leftover_for(names, reaching, groups)
                 size, holder, device = item.nbytes, item.holder, item.device
             else:
                 size, holder, device = sizes[index], ROW_HOLDER(rows[index]), devices[index]
@@ -165,6 +177,7 @@ class Blocks:
             holder,
             self.found.info(index),
             framework,
+            root=root_of_path(path, holder, self.groups),
         )
 
     def group_columns(self) -> GroupColumns:
@@ -174,9 +187,13 @@ class Blocks:
         holders = _in_order(self.holders, order)
         if order == range(len(row_of)) and row_of == range(len(rows)):  # block i is row i
             paths = list(map(ROW_PATH, rows))
+            path_holders = holders
         else:
-            paths = list(map(ROW_PATH, map(rows.__getitem__, map(row_of.__getitem__, order))))
-        roots = root_labels(paths, holders)
+            in_order = list(map(rows.__getitem__, map(row_of.__getitem__, order)))
+            paths = list(map(ROW_PATH, in_order))
+            # a shared block's holder is its first name's; its row is the first reached
+            path_holders = list(map(ROW_HOLDER, in_order)) if shared else holders
+        roots = root_labels(paths, path_holders, self.groups)
         shared_at = (
             list(itertools.compress(itertools.count(), map(shared.__contains__, order)))
             if shared
@@ -187,8 +204,7 @@ class Blocks:
             [(p, block) for p, block in enumerate(order) if block in graph_of] if graph_of else []
         )
         for position in shared_at:
-            entry = shared[order[position]]
-            roots[position] = root_of(entry.name, entry.holder)
+            roots[position] = shared[order[position]].root.name  # type: ignore[union-attr]
         return GroupColumns(
             _in_order(self.sizes, order),
             holders,
@@ -197,6 +213,7 @@ class Blocks:
             shared_at,
             {position: self.graph_of[block].nbytes for position, block in graphs},
             self._aliased_positions(order) if self.aliased else None,
+            {group.name: group for group in reversed(self.groups.values())},
         )
 
     def _aliased_positions(self, order: Sequence[int]) -> dict[str, list[int]]:

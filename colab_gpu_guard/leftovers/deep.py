@@ -18,6 +18,7 @@ from .kinds import ARRAY, ATOMIC, opaque_module
 from .naming import ROOT
 from .readers import instance_dict, layout_of, mro, type_module
 from .records import DeviceGap
+from .root_refs import UNNAMED_REF, UNNAMED_ROOT
 from .visit import Visit
 from .walker import Walker
 
@@ -112,7 +113,8 @@ def scan_unnamed(walker: Walker, notes: list[str]) -> None:
             label = f"<unnamed #{index + 1}: referenced by {', '.join(held_by)}>"
         else:
             label = f"<unnamed #{index + 1}: no Python referrer (held from C++, e.g. autograd)>"
-        walker.record(arrays[0], what, Visit((None, ROOT, label), 0, OTHER, ("unnamed",)))
+        walker.groups[(label, OTHER)] = UNNAMED_REF
+        walker.record(arrays[0], what, Visit((None, ROOT, label), 0, OTHER, (UNNAMED_ROOT,)))
     notes.append(
         f"{len(found)} more arrays' memory is alive but reached by no name in the notebook"
     )

@@ -232,7 +232,7 @@ def _kept_listing(
     afresh; ``graphs``: `Blocks.add_graphs`'s arguments, for the owners among them."""
     walker = scan.walker
     part = walker.found.subset(kept)
-    blocks = Blocks(part, PathNames(lambda: best_paths(part.refs)))
+    blocks = Blocks(part, PathNames(lambda: best_paths(part.refs)), walker.groups)
     if graphs is not None and graphs[0]:
         blocks.add_graphs(*graphs)
     aliases = [alias for alias in walker.aliases if alias[0] not in dropped]

@@ -65,13 +65,15 @@ def _same(info: ArrayInfo) -> ArrayInfo:
 
 
 def _quoted(names: Sequence[str]) -> str:
-    """'`a`, `b` (+3 more)': the names quoted, a '(+N more)' entry as it is."""
-    shown = ", ".join(f"`{name}`" for name in names if not name.startswith("(+"))
-    return " ".join([shown, *(name for name in names if name.startswith("(+"))])
+    """'`a`, `b`, `c` (+3 more)' for a `named_few` tuple: its names quoted, the entry after
+    them (how many more) as it is."""
+    shown = ", ".join(f"`{name}`" for name in names[:SHARERS_SHOWN])
+    return " ".join([shown, *names[SHARERS_SHOWN:]])
 
 
 def named_few(names: list[str], total: int) -> tuple[str, ...]:
-    """The first `SHARERS_SHOWN` of `total` names, then '(+N more)' for the rest."""
+    """The first `SHARERS_SHOWN` of `total` names, then one '(+N more)' entry for the rest
+    (`_quoted` reads the tuple by that layout)."""
     more = total - SHARERS_SHOWN
     return tuple(names[:SHARERS_SHOWN]) + ((f"(+{more} more)",) if more > 0 else ())
 

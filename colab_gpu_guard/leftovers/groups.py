@@ -17,22 +17,23 @@ from ..units import (
     format_bytes,
 )
 from .html import advice_html, groups_html
-from .naming import listed_names
 from .records import Leftover
-from .tally import UNNAMED, RootTally, holder_of_root, root_of, tally_roots
+from .root_refs import (
+    AUTOGRAD_GRAPH,
+    COMPILED_GRAPH,
+    DEBUGGER_FRAME,
+    EXCEPTION,
+    GREW_ON_RERUN,
+    LOGGER,
+    NO_NAME,
+    USER_STATE,
+    RootRef,
+)
+from .tally import RootTally, tally_roots
 
 ENTRIES_SHOWN = 3  # per group, in the text and HTML views
 GROUPS_SHOWN = 12  # in the text view (one screen)
 
-# what a group's holder is, in words
-USER_STATE = "user variable"
-AUTOGRAD_GRAPH = "autograd graph"
-DEBUGGER_FRAME = "debugger frame"
-EXCEPTION = "exception"
-COMPILED_GRAPH = "compiled graph"
-LOGGER = "logger"  # a logger with handlers: logging's registry keeps it
-GREW_ON_RERUN = "grew on rerun"  # a user container a rerun flagged as a leak added to
-NO_NAME = "no name in the notebook"  # what refers to it: the entry says (deep scan)
 # released by a plain %gpu_reset (reset.py drops every root but user variables;
 # notebook_refs.plan_drop): output history, the last exception with its frames, the
 # debugger's frames, torch.compile's graphs
@@ -67,23 +68,6 @@ def _arrays(count: int) -> str:
 def _joined(words: list[str]) -> str:
     """'a', 'a and b', 'a, b and c'."""
     return words[0] if len(words) == 1 else f"{', '.join(words[:-1])} and {words[-1]}"
-
-
-def kind_of(name: str, holder: str) -> str:
-    """What holds a group, in words (a `units` holder label, or finer for 'other')."""
-    if holder == TRACEBACK_FRAME and name.startswith("<debugger"):
-        return DEBUGGER_FRAME
-    if holder in (USER_VARIABLE, OUTPUT_HISTORY, TRACEBACK_FRAME):
-        return holder
-    if name.startswith("<exception"):
-        return EXCEPTION
-    if name.startswith("<compiled graph"):
-        return COMPILED_GRAPH
-    if name.startswith("<logging.getLogger("):
-        return LOGGER
-    if name == UNNAMED:
-        return NO_NAME
-    return holder
 
 
 @dataclass(frozen=True)
@@ -315,6 +299,7 @@ class Blocks(NamedTuple):
     shared_at: Sequence[int] = ()
     graphs: Optional[dict[int, int]] = None
     aliased: Optional[dict[str, list[int]]] = None  # a variable -> blocks it reaches as an alias
+    refs: Optional[dict[str, RootRef]] = None  # a group's name -> its root's group record
 
 
 def _columns_of(items: Sequence[Leftover]) -> tuple[Blocks, list[Leftover]]:
@@ -327,13 +312,19 @@ def _columns_of(items: Sequence[Leftover]) -> tuple[Blocks, list[Leftover]]:
             seen.add(key)
             kept.append(item)
     kept.sort(key=lambda item: -item.nbytes)
+    refs: dict[str, RootRef] = {}
+    for item in kept:
+        for ref in (item.root, *item.shared_roots) if item.root is not None else ():
+            refs.setdefault(ref.name, ref)
     blocks = Blocks(
         [item.nbytes for item in kept],
         [item.holder for item in kept],
         [item.device for item in kept],
-        [root_of(item.name, item.holder) for item in kept],
-        [index for index, item in enumerate(kept) if item.shared_with],
+        # an entry read from a document written before its group was kept: its own group
+        [item.root.name if item.root is not None else item.name for item in kept],
+        [index for index, item in enumerate(kept) if item.shared_roots],
         {index: item.graph_nbytes for index, item in enumerate(kept) if item.graph_nbytes},
+        refs=refs,
     )
     return blocks, kept
 
@@ -367,25 +358,28 @@ def group_leftovers(
     order = tally_roots(roots, blocks.sizes, blocks.holders, blocks.devices, entries_per_group)
     shares: dict[str, dict[str, int]] = {}
     counted: set = set()  # (a root, a block) whose share is counted
+    refs = dict(blocks.refs or {})
     for position in blocks.shared_at:
         owner = blocks.roots[position]
-        others = dict.fromkeys(map(root_of, listed_names(items[position].shared_with)))
+        others = items[position].shared_roots
         by_output = blocks.holders[position] == OUTPUT_HISTORY
-        beside_out = any(name.startswith("Out[") for name in others)
-        for other in others:
+        beside_out = any(other.is_output for other in others)
+        for ref in others:
+            other = ref.name
             if other == owner:
                 continue
             if (
                 other not in order
-                and holder_of_root(other) == OUTPUT_HISTORY
-                and (by_output or (beside_out and not other.startswith("Out[")))
+                and ref.kind == OUTPUT_HISTORY
+                and (by_output or (beside_out and not ref.is_output))
             ):
                 continue  # `_`, `__`, `_18` beside `Out[18]`: the entry's row names them
             counts = shares.setdefault(other, {})
             counts[owner] = counts.get(owner, 0) + 1
             counted.add((other, position))
             if other not in order:  # reaches only blocks another group counts
-                order[other] = RootTally(holder_of_root(other))
+                order[other] = RootTally(ref.holder)
+                refs.setdefault(other, ref)
     # a variable reaching a container another root reached first (``b = {'x': a}``)
     for other, positions in (blocks.aliased or {}).items():
         for position in positions:
@@ -405,7 +399,8 @@ def group_leftovers(
     for name, tally in order.items():
         entries = tuple(items[position] for position in tally.positions)
         graph = graph_bytes[name]
-        kind = kind_of(name, tally.holder)
+        ref = refs.get(name)
+        kind = ref.kind if ref is not None else tally.holder
         if kind == USER_STATE and graph:
             kind = AUTOGRAD_GRAPH
         elif kind == USER_STATE and name in grown:

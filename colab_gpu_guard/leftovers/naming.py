@@ -123,12 +123,6 @@ class PathNames:
         return text
 
 
-def listed_names(shared_with: tuple[str, ...]) -> tuple[str, ...]:
-    """The names `shared_names` listed, without its '(+N more)' entry (always its last,
-    after MAX_SHARED_NAMES names)."""
-    return shared_with[:MAX_SHARED_NAMES]
-
-
 def shared_names(name_of: Callable[[Path], str], refs: Sequence[Any]) -> tuple[str, tuple]:
     """The first name of a block reached by ``refs`` (sorted by `rank`), and the other
     names: at most MAX_SHARED_NAMES, then a '(+N more)' entry."""

@@ -11,6 +11,7 @@ from ..frameworks.base import ArrayInfo
 from ..frameworks.torch_arrays import SPARSE_CALLS
 from ..units import HOLDERS, escape_text, format_bytes
 from .graphs import Graph
+from .root_refs import RootRef
 
 
 @dataclass(frozen=True)
@@ -27,6 +28,9 @@ class Leftover:
     (``row = big[0]``, a loaded checkpoint's slice) says so (`view_text`).
     ``shared_with`` lists the other names reaching the same memory (views, aliases, the
     optimizer's reference to a parameter), at most 16 and then a '(+N more)' entry.
+    ``root`` is the group the entry is listed under (None in a document written before
+    it was kept), ``shared_roots`` the groups of the other names (those of every name
+    reaching the memory, not only the listed ones).
     """
 
     name: str
@@ -47,6 +51,8 @@ class Leftover:
     graph_shared_with: tuple[str, ...] = ()
     graph_counted_under: tuple[str, ...] = ()
     graph_leaves: int = 0
+    root: Optional[RootRef] = None
+    shared_roots: tuple[RootRef, ...] = ()
 
     def __str__(self) -> str:
         shape = "x".join(str(size) for size in self.shape) or "scalar"
@@ -136,6 +142,8 @@ def leftover_of(
     shared_with: tuple[str, ...] = (),
     holders: tuple[str, ...] = (),
     views_nbytes: Optional[int] = None,
+    root: Optional[RootRef] = None,
+    shared_roots: tuple[RootRef, ...] = (),
 ) -> Leftover:
     """The entry for an array's storage, named ``name`` and held by ``holder``: how a scan
     makes every `Leftover` (``views_nbytes``: the array's own bytes unless given). It
@@ -157,6 +165,8 @@ def leftover_of(
             "array_nbytes": nbytes,
             "holders": holders or _HOLDER_TUPLES.get(holder) or (holder,),
             "views_nbytes": nbytes if views_nbytes is None else views_nbytes,
+            "root": root,
+            "shared_roots": shared_roots,
         }
     )
     return item

@@ -28,10 +28,9 @@ from .numpy_sharing import join_numpy_buffers
 from .reach import Reach, alias_rows
 from .readers import instance_dict, layout_of, own_attribute, type_module
 from .records import DeviceGap, Unread, Unseen
+from .root_refs import COMPILED_GRAPH, LOGGER, root_ref
 from .walker import DEFAULT_MAX_DEPTH, OutOfTime, Walker
 
-COMPILED_GRAPH = "compiled graph"  # a root kind: a graph torch.compile installed
-LOGGER = "logger"  # a root kind: a logger with handlers, kept by logging's registry
 DEFAULT_BUDGET_S = 5.0  # find_leftovers(); %gpu_status and the panel take 2 s
 _UNFINISHED_SHOWN = 3
 
@@ -169,22 +168,26 @@ def _is_variable(root: notebook_refs.Root) -> bool:
     return root.key.kind == notebook_refs.VARIABLE
 
 
-def root_entries(shell, namespace: Optional[dict], variables_only: bool = False) -> list[tuple]:
-    """Every root a scan starts from, in order, as (key, label, holder, value, depth): the
-    notebook's (`notebook_refs.roots`), then the graphs torch.compile's caches hold (never
-    a user variable; freed by dynamo's reset), then the loggers with handlers (logging's
-    registry keeps them: `logging_registry`); `variables_only`: the namespace's variables
-    alone (they come first)."""
+def root_entries(
+    shell, namespace: Optional[dict], variables_only: bool = False
+) -> list[notebook_refs.Root]:
+    """Every root a scan starts from, in order: the notebook's (`notebook_refs.roots`),
+    then the graphs torch.compile's caches hold (never a user variable; freed by dynamo's
+    reset), then the loggers with handlers (logging's registry keeps them:
+    `logging_registry`); `variables_only`: the namespace's variables alone (they come
+    first)."""
     found = notebook_refs.roots(shell, namespace if namespace is not None else {})
     if variables_only:
-        return [tuple(root) for root in itertools.takewhile(_is_variable, found)]
-    entries = [tuple(root) for root in found]
+        return list(itertools.takewhile(_is_variable, found))
+    entries = list(found)
     for graph in torch_compile.compiled_graphs(namespace):
         key = notebook_refs.RootKey(COMPILED_GRAPH, graph.label)
-        entries.append((key, graph.label, OTHER, graph.value, 0))
+        entries.append(notebook_refs.Root(key, graph.label, OTHER, graph.value))
     for name, logger in logging_registry():
         label = f"<logging.getLogger({name!r})>" if name else "<logging.getLogger()>"
-        entries.append((notebook_refs.RootKey(LOGGER, name), label, OTHER, logger, 0))
+        entries.append(
+            notebook_refs.Root(notebook_refs.RootKey(LOGGER, name), label, OTHER, logger)
+        )
     return entries
 
 
@@ -223,28 +226,30 @@ def logging_registry() -> list[tuple[str, Any]]:
     return found
 
 
-def root_ids(entries: list[tuple]) -> list[tuple]:
+def root_ids(entries: list[notebook_refs.Root]) -> list[tuple]:
     """(key, label, id(value)) of each root that can hold an array (a plain value as a
     root, such as a blanked ``_``, reaches nothing)."""
     return [
-        (key, label, id(value))
-        for key, label, _holder, value, _depth in entries
-        if type(value) not in ATOMIC
+        (entry.key, entry.label, id(entry.value))
+        for entry in entries
+        if type(entry.value) not in ATOMIC
     ]
 
 
-def _scan_roots(walker: Walker, entries: list[tuple]) -> tuple[dict[str, str], int]:
+def _scan_roots(walker: Walker, entries: list[notebook_refs.Root]) -> tuple[dict[str, str], int]:
     """Walk every root; returns each user variable's type name (for the groups) and how
     many of the notebook's roots the time budget left unsearched."""
     types = {}
-    notebook = sum(1 for entry in entries if entry[0].kind not in (COMPILED_GRAPH, LOGGER))
-    for index, (key, label, holder, value, depth) in enumerate(entries):
+    notebook = sum(1 for entry in entries if entry.key.kind not in (COMPILED_GRAPH, LOGGER))
+    for index, (key, label, holder, value, depth, group) in enumerate(entries):
         if holder == USER_VARIABLE:
             kind = type(value)
             types[label] = "class" if issubclass(kind, type) else kind.__name__
         started = len(walker.unfinished)
         try:
-            walker.visit_root(label, value, holder, key, depth)
+            walker.visit_root(
+                label, value, holder, key, depth, root_ref(key.kind, label, holder, group)
+            )
         except OutOfTime:  # this root is named in `unfinished` if its walk had begun
             return types, max(0, notebook - index - (len(walker.unfinished) > started))
     return types, 0
@@ -325,7 +330,7 @@ def _scan(
     notes: list[str] = []
     entries = root_entries(shell, namespace, variables_only)
     if without:
-        entries = [entry for entry in entries if entry[0] not in without]
+        entries = [entry for entry in entries if entry.key not in without]
     roots = root_ids(entries)
     graphs = walker.graphs
     try:
@@ -410,7 +415,7 @@ def _listing(
 ) -> tuple[Blocks, LeftoverList]:
     """A scan's blocks and its list (on `device`; with the allocator gaps when `deep`)."""
     found, graphs = walker.found, walker.graphs
-    blocks = Blocks(found, names)
+    blocks = Blocks(found, names, walker.groups)
     if graphs.by_block:
         blocks.add_graphs(graphs.by_block, graphs.sharing)
     if walker.aliases and walker.variables:

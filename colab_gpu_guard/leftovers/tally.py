@@ -1,71 +1,27 @@
-"""Which group each block belongs to (`root_of`, `root_labels`) and what each group counts
-(`tally_roots`), worked per run of one root. See docs/leftovers.md."""
+"""Which group each block belongs to (`root_labels`, from the group of the root its path
+starts at) and what each group counts (`tally_roots`), worked per run of one root. See
+docs/leftovers.md."""
 
 from __future__ import annotations
 
 import collections
-import re
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from itertools import compress, islice, repeat
 from operator import is_not, itemgetter, ne
 from typing import Callable, Optional
 
-from ..units import OUTPUT_HISTORY, TRACEBACK_FRAME, USER_VARIABLE
+from .root_refs import RootRef
 
-UNNAMED = "<no name>"  # the group of a deep scan's unnamed blocks
 # worked per run when the column has at most one run per this many blocks
 BLOCKS_PER_RUN = 8
 SAMPLE = 4096  # blocks looked at first, to tell many runs without a pass over them all
 LIFTS = 2  # levels up the path a column of parents is lifted to find runs (`d[k][i][0]`)
 
-_VARIABLE_ROOT = re.compile(r"Out\[-?\d+\]|[^.\[{]+")
-_OUTPUT_ROOT = re.compile(
-    r"Out\[-?\d+\]|_+|_\d+|<displayhook\..*|<user_ns_hidden.*|<last cell result>"
-)
 _PARENT = itemgetter(0)
 _KEY = itemgetter(2)
 
-
-def root_of(name: str, holder: Optional[str] = None) -> str:
-    """The group of a leftover's name: ``model.0.weight`` -> ``model``, ``Out[3][0]`` ->
-    ``Out[3]``, ``<traceback: f() local 'x'>[0]`` -> ``<traceback: f() local 'x'>``,
-    ``<exception E>.args[0]`` -> ``<exception E>``, every ``<unnamed ...>`` -> UNNAMED.
-    A user variable's name is never read as one of those labels (``<b>`` is a name); a
-    dict's key belongs to the dict's root, whoever holds it (``<key of opt.state>`` ->
-    ``opt``)."""
-    if name.startswith("<"):
-        label = _label(name)
-        if name.startswith("<key of ") and label.endswith(">"):  # `<key of opt.state>.grad`
-            return root_of(label[len("<key of ") : -1], holder)
-        if holder != USER_VARIABLE:
-            return UNNAMED if name.startswith("<unnamed") else label
-    match = _VARIABLE_ROOT.match(name)
-    return match.group(0) if match else name
-
-
-def _label(name: str) -> str:
-    """The leading ``<...>`` of a name, nested brackets included."""
-    depth = 0
-    for index, char in enumerate(name):
-        if char == "<":
-            depth += 1
-        elif char == ">":
-            depth -= 1
-            if depth == 0:
-                return name[: index + 1]
-    return name
-
-
-def holder_of_root(root: str) -> str:
-    """The holder of a root known only by name (one that owns no block)."""
-    if _OUTPUT_ROOT.fullmatch(root):
-        return OUTPUT_HISTORY
-    if root.startswith("<traceback") or root.startswith("<debugger"):
-        return TRACEBACK_FRAME
-    if root.startswith("<"):
-        return "other"
-    return USER_VARIABLE
+Groups = dict[tuple[str, str], RootRef]  # (a root's label, its holder) -> its group
 
 
 def run_starts(
@@ -109,12 +65,20 @@ def _one_value(column: Sequence) -> bool:
     )
 
 
-def root_labels(paths: Iterable[tuple], holders: Sequence[str]) -> list[str]:
+def root_of_path(path: tuple, holder: str, groups: Groups) -> RootRef:
+    """The group of the root a path (a walk's linked ``(parent, kind, key)`` tuple) starts
+    at; `holder` holds that root."""
+    node = path
+    while node[0] is not None:
+        node = node[0]
+    return groups[(node[2], holder)]
+
+
+def root_labels(paths: Iterable[tuple], holders: Sequence[str], groups: Groups) -> list[str]:
     """The group of each path (a walk's linked ``(parent, kind, key)`` tuple) held by
-    `holders`: a user variable's root label, or another root's label through `root_of`;
-    worked out once per parent node (a list's items share one), and per run of one parent
-    where parents come in runs, or where their parents (or theirs) do: a node lifted to its
-    parent keeps its root."""
+    `holders`: that of the root it starts at (`groups`); worked out once per parent node
+    (a list's items share one), and per run of one parent where parents come in runs, or
+    where their parents (or theirs) do: a node lifted to its parent keeps its root."""
     paths = paths if isinstance(paths, list) else list(paths)
     parents = list(map(_PARENT, paths))
     starts = run_starts(parents, is_not)
@@ -128,50 +92,46 @@ def root_labels(paths: Iterable[tuple], holders: Sequence[str]) -> list[str]:
         parents = lifted
         starts = run_starts(parents, is_not)
     if starts is None:
-        return _labels_per_path(paths, parents, holders)
+        return _labels_per_path(paths, parents, holders, groups)
     ends = starts[1:] + [len(parents)]
     last: dict[int, tuple] = {}  # id(parent) -> (parent, holder of its last path)
     for start, end in zip(starts, ends):
         parent = parents[start]
         last[id(parent)] = (parent, holders[end - 1])
-    label_of = _parent_labels(last)
+    label_of = _parent_labels(last, groups)
     labels: list[str] = []
     for start, end in zip(starts, ends):
         parent = parents[start]
         if parent is None:  # the root itself is the array
-            labels += map(root_of, map(_KEY, paths[start:end]), holders[start:end])
+            labels += (
+                groups[(key, holder)].name
+                for key, holder in zip(map(_KEY, paths[start:end]), holders[start:end])
+            )
         else:
             labels += repeat(label_of[id(parent)], end - start)
     return labels
 
 
-def _labels_per_path(paths: list, parents: list, holders: Sequence[str]) -> list[str]:
+def _labels_per_path(
+    paths: list, parents: list, holders: Sequence[str], groups: Groups
+) -> list[str]:
     """`root_labels` worked per path (the parents change too often for runs)."""
     keys = list(map(id, parents))
-    label_of = _parent_labels(dict(zip(keys, zip(parents, holders))))
+    label_of = _parent_labels(dict(zip(keys, zip(parents, holders))), groups)
     labels = list(map(label_of.get, keys))
     for position in compress(range(len(keys)), map(id(None).__eq__, keys)):
         # the root itself is the array
-        labels[position] = root_of(paths[position][2], holders[position])
+        labels[position] = groups[(paths[position][2], holders[position])].name
     return labels  # type: ignore[return-value]
 
 
-def _parent_labels(parents: dict[int, tuple]) -> dict[int, str]:
-    """id(parent) -> its root's label, for ``{id(parent): (parent, holder of its last
-    path)}`` in the order first met: a label is read (`root_of`) with the holder of the
-    first parent under it."""
-    by_label: dict[str, str] = {}
+def _parent_labels(parents: dict[int, tuple], groups: Groups) -> dict[int, str]:
+    """id(parent) -> its root's group, for ``{id(parent): (parent, holder of its last
+    path)}``."""
     label_of: dict[int, str] = {}
     for key, (parent, holder) in parents.items():
-        if parent is None:
-            continue
-        node = parent
-        while node[0] is not None:
-            node = node[0]
-        root = by_label.get(node[2])
-        if root is None:
-            root = by_label[node[2]] = root_of(node[2], holder)
-        label_of[key] = root
+        if parent is not None:
+            label_of[key] = root_of_path(parent, holder, groups).name
     return label_of
 
 

@@ -45,6 +45,7 @@ from .naming import (
 )
 from .plain import all_plain
 from .readers import BASE_ITER, instance_dict, own_attribute, slot_values, tensor_readers
+from .root_refs import RootRef
 from .visit import Visit
 
 DEFAULT_MAX_DEPTH = 10
@@ -86,6 +87,8 @@ class Walker:
         self.aliases: list[tuple] = []
         self.root_keys: dict[Hashable, Hashable] = {}  # a root as rows hold it -> its key
         self.variables: dict[Hashable, str] = {}  # a user variable's root, as rows hold it -> name
+        # (a root's label, its holder) -> the group its arrays are listed under
+        self.groups: dict[tuple[str, str], RootRef] = {}
         self.deadline = None if budget_s is None else time.perf_counter() + budget_s
         self.unfinished: list[tuple] = []
         self.ran_out = False
@@ -116,10 +119,14 @@ class Walker:
             self.ran_out = True
             raise OutOfTime
 
-    def visit_root(self, label: str, value, holder: str, root: Hashable, depth: int = 0) -> None:
-        """Walk from one root; ``root`` (its key) is recorded as a plain tuple (see `Row`)."""
+    def visit_root(
+        self, label: str, value, holder: str, root: Hashable, depth: int, group: RootRef
+    ) -> None:
+        """Walk from one root; ``root`` (its key) is recorded as a plain tuple (see `Row`),
+        ``group`` is the group its arrays are listed under."""
         held = tuple(root) if isinstance(root, tuple) else root
         self.root_keys.setdefault(held, root)
+        self.groups.setdefault((label, holder), group)
         if holder == USER_VARIABLE:
             self.variables[held] = label
         start = len(self.found.pending)

@@ -52,13 +52,15 @@ class RootKey(NamedTuple):
 class Root(NamedTuple):
     """One reference a scan starts from: which it is, how a user names it, who holds it
     (a `units` holder label), the object it references, and how deep below the holder that
-    object already is (an exception's ``args`` and attributes are one level down)."""
+    object already is (an exception's ``args`` and attributes are one level down), and the
+    name its arrays are listed under where that is not its label ("": the label)."""
 
     key: RootKey
     label: str
     holder: str
     value: Any
     depth: int = 0
+    group: str = ""
 
 
 def roots(shell: Any, namespace: dict) -> Iterator[Root]:
@@ -181,12 +183,12 @@ def _exception_and_debugger_roots(shell: Any) -> Iterator[Root]:
     key = RootKey(EXCEPTION)
     for exception in exceptions:
         label = f"<exception {type(exception).__name__}>"
-        yield Root(key, f"{label}.args", OTHER, exception.args, 1)
+        yield Root(key, f"{label}.args", OTHER, exception.args, 1, label)
         attributes = getattr(exception, "__dict__", None)
         if isinstance(attributes, dict):
             for name, value in list(attributes.items()):
                 if type(value) not in _ATOMIC and type(name) is str:
-                    yield Root(key, f"{label}.{name}", OTHER, value, 1)
+                    yield Root(key, f"{label}.{name}", OTHER, value, 1, label)
     for frame in traceback_frames(tracebacks):
         yield from _frame_roots(frame, "traceback", key)
     debugger = debugger_of(shell)

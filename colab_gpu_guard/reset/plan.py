@@ -16,7 +16,7 @@ from ..cells.notebook_leftovers import scan
 from ..frameworks import torch as torch_support
 from ..frameworks import torch_compile
 from ..leftovers import Scan, dropping
-from ..leftovers.scan import COMPILED_GRAPH, LOGGER
+from ..leftovers.root_refs import COMPILED_GRAPH, LOGGER
 from ..units import format_bytes
 from .report import DeviceRelease, ReleaseReport
 

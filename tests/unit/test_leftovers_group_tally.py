@@ -14,13 +14,12 @@ import pytest
 torch = pytest.importorskip("torch")
 
 from colab_gpu_guard.leftovers import find_leftovers  # noqa: E402
-from colab_gpu_guard.leftovers.groups import group_leftovers, kind_of  # noqa: E402
+from colab_gpu_guard.leftovers.groups import group_leftovers  # noqa: E402
+from colab_gpu_guard.leftovers.root_refs import RootRef  # noqa: E402
 from colab_gpu_guard.leftovers.tally import (  # noqa: E402
     BLOCKS_PER_RUN,
     RootTally,
-    holder_of_root,
     root_labels,
-    root_of,
     run_starts,
     tally_roots,
 )
@@ -29,11 +28,14 @@ from colab_gpu_guard.units import OUTPUT_HISTORY, USER_VARIABLE  # noqa: E402
 
 
 def reference_groups(entries, per_group):
-    """The groups of `entries` (one per block, biggest first), worked entry by entry:
-    (name, holder, hidden, count, nbytes, devices, shares, graph bytes, entry names)."""
+    """The groups of `entries` (one per block, biggest first), worked entry by entry from
+    each entry's own group record: (name, holder, hidden, count, nbytes, devices, shares,
+    graph bytes, entry names)."""
     groups: dict[str, dict] = {}
+    kinds: dict[str, str] = {}
     for entry in entries:
-        root = root_of(entry.name, entry.holder)
+        root = entry.root.name
+        kinds.setdefault(root, entry.root.kind)
         group = groups.setdefault(
             root, {"holder": entry.holder, "entries": [], "devices": [], "graph": 0}
         )
@@ -43,34 +45,31 @@ def reference_groups(entries, per_group):
         group["graph"] += entry.graph_nbytes
     shares: dict[str, dict[str, int]] = {}
     for entry in entries:
-        owner = root_of(entry.name, entry.holder)
-        others = []
-        for name in entry.shared_with:
-            if root_of(name) not in others:
-                others.append(root_of(name))
-        beside_out = any(name.startswith("Out[") for name in others)
-        for other in others:
-            if other == owner or other.startswith("(+"):
+        owner = entry.root.name
+        beside_out = any(ref.source == "out" for ref in entry.shared_roots)
+        for ref in entry.shared_roots:
+            other = ref.name
+            if other == owner:
                 continue
             if (
                 other not in groups
-                and holder_of_root(other) == OUTPUT_HISTORY
-                and (entry.holder == OUTPUT_HISTORY or (beside_out and other[:4] != "Out["))
+                and ref.kind == OUTPUT_HISTORY
+                and (entry.holder == OUTPUT_HISTORY or (beside_out and ref.source != "out"))
             ):
                 continue  # `_`, `__`, `_N` beside Out[N]: the entry's row names them
             shares.setdefault(other, {}).setdefault(owner, 0)
             shares[other][owner] += 1
             if other not in groups:
+                kinds.setdefault(other, ref.kind)
                 groups[other] = {
-                    "holder": holder_of_root(other),
+                    "holder": ref.holder,
                     "entries": [],
                     "devices": [],
                     "graph": 0,
                 }
     rows = []
     for name, group in groups.items():
-        kind = kind_of(name, group["holder"])
-        hidden = kind != "user variable" or group["graph"] > 0
+        hidden = kinds[name] != "user variable" or group["graph"] > 0
         listed = group["entries"] if per_group is None else group["entries"][:per_group]
         rows.append(
             (
@@ -184,7 +183,7 @@ def test_a_notebook_with_shared_blocks_graphs_and_output_history(ip, run_cell):
 
 def test_root_labels_are_each_paths_root():
     """Per run of one parent node where the parents come in runs, per path where they do
-    not: each path's group is its top node's label (`root_of`, with its holder)."""
+    not: each path's group is that of its top node (its label and holder)."""
     rng = random.Random(2)
     tops = {label: (None, 0, label) for label in ("many", "Out[3]", "<b>", "a.b", "x")}
     holders = {"Out[3]": OUTPUT_HISTORY}
@@ -210,8 +209,13 @@ def test_root_labels_are_each_paths_root():
         held = [holders.get(top(path), USER_VARIABLE) for path in paths]
         parents = [path[0] for path in paths]
         assert (run_starts(parents, is_not) is not None) == per_run
-        expected = [root_of(top(path), holder) for path, holder in zip(paths, held)]
-        assert root_labels(iter(paths), held) == expected
+        groups = {
+            (label, holder): RootRef(f"group of {label}", holder, "test")
+            for label in tops
+            for holder in (USER_VARIABLE, OUTPUT_HISTORY)
+        }
+        expected = [f"group of {top(path)}" for path in paths]
+        assert root_labels(iter(paths), held, groups) == expected
 
 
 def test_root_labels_lift_a_list_of_pairs_to_its_list(monkeypatch):
@@ -232,7 +236,8 @@ def test_root_labels_lift_a_list_of_pairs_to_its_list(monkeypatch):
         raise AssertionError("worked per path")
 
     monkeypatch.setattr(tally, "_labels_per_path", per_path)
-    assert root_labels(paths, held) == ["pairs"] * 600 + ["batches"] * 200 + ["x"]
+    groups = {(label, USER_VARIABLE): RootRef(label, USER_VARIABLE, "variable") for label in tops}
+    assert root_labels(paths, held, groups) == ["pairs"] * 600 + ["batches"] * 200 + ["x"]
 
 
 def reference_tally(roots, sizes, holders, devices, wanted):

@@ -5,6 +5,7 @@ HTML, JSON, %gpu_status, %gpu_reset's report and the OOM advice all use the grou
 from __future__ import annotations
 
 import json
+import sys
 import weakref
 
 import pytest
@@ -13,11 +14,7 @@ torch = pytest.importorskip("torch")
 
 from colab_gpu_guard import advisor
 from colab_gpu_guard.leftovers import find_leftovers  # noqa: E402
-from colab_gpu_guard.leftovers.groups import (  # noqa: E402
-    UNNAMED,
-    group_leftovers,
-    root_of,
-)
+from colab_gpu_guard.leftovers.groups import group_leftovers  # noqa: E402
 from colab_gpu_guard.reset import apply as reset  # noqa: E402
 from colab_gpu_guard.status import GpuStatus  # noqa: E402
 from colab_gpu_guard.units import format_bytes, jargon_in  # noqa: E402
@@ -251,23 +248,39 @@ def test_a_plain_list_groups_like_the_scan():
     ]
 
 
-def test_root_of_names():
-    assert root_of("model.0.weight") == "model"
-    assert root_of("opt.state[model.0.weight]['exp_avg']") == "opt"
-    assert root_of("Out[12][0]") == "Out[12]"
-    assert root_of("_15") == "_15"
-    assert root_of("<traceback: <lambda>() local 'x'>[0]") == "<traceback: <lambda>() local 'x'>"
-    assert root_of("<exception ValueError>.args[1]") == "<exception ValueError>"
-    assert root_of("<compiled graph 1 of f()>.constants['w']") == "<compiled graph 1 of f()>"
-    assert root_of("<unnamed #3: no Python referrer>") == UNNAMED
-    assert root_of("<b>.x", "user variable") == "<b>"
+def test_each_entry_is_grouped_under_the_root_its_path_starts_at(ip):
+    """The group comes from the root the scan started at, never from the text of a name: a
+    variable named like one of the package's labels, or with a dot, is its own group; a
+    traceback's local, an exception's argument and an output are grouped under them."""
+    namespace = {"<b>": [torch.ones(2)], "a.b": torch.ones(3), "d": {torch.ones(4): 1}}
+    found = find_leftovers(namespace=namespace)
+    assert {item.name: item.root for item in found} == {
+        "<b>[0]": ("<b>", "user variable", "variable"),
+        "a.b": ("a.b", "user variable", "variable"),
+        "<key of d>": ("d", "user variable", "variable"),
+    }
+    assert sorted(group.name for group in found.groups()) == ["<b>", "a.b", "d"]
+
+    ip.run_cell("import torch\ntorch.ones(5)", store_history=True)
+    ip.run_cell("def f(x):\n    raise ValueError(torch.ones(6), x)\nf(torch.ones(7))")
+    try:
+        groups = {group.name: group.kind for group in find_leftovers(shell=ip).groups()}
+        number = max(ip.user_ns["Out"])
+        assert groups[f"Out[{number}]"] == "output history"
+        assert groups["<exception ValueError>"] == "exception"
+        assert groups["<traceback: f() local 'x'>"] == "traceback frame"
+    finally:
+        ip.run_line_magic("reset", "-f out")
+        ip.InteractiveTB.last_exception = None
+        for name in ("last_value", "last_traceback", "last_type", "last_exc"):
+            if hasattr(sys, name):
+                setattr(sys, name, None)
 
 
 def test_a_tensor_used_as_a_dict_key_belongs_to_the_dict():
     key = torch.ones(1000)
     found = find_leftovers(namespace={"d": {key: "label"}})
     assert [(group.name, group.count, group.nbytes) for group in found.groups()] == [("d", 1, 4000)]
-    assert root_of("<key of opt.state>.grad") == "opt"
 
 
 def test_an_empty_list_says_so_in_words():

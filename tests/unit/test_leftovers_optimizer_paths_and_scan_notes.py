@@ -15,7 +15,6 @@ torch = pytest.importorskip("torch")
 
 from colab_gpu_guard import nvml  # noqa: E402
 from colab_gpu_guard.leftovers import find_leftovers  # noqa: E402
-from colab_gpu_guard.leftovers.tally import root_of  # noqa: E402
 from colab_gpu_guard.status import collect, gpu_status  # noqa: E402
 from colab_gpu_guard.units import USER_VARIABLE  # noqa: E402
 from tests import fake_pynvml  # noqa: E402
@@ -96,9 +95,7 @@ def test_a_tensor_only_a_key_of_two_dicts_belongs_to_the_variable_holding_them()
         ("<key of cfg.a>", ("<key of cfg.b>",))
     ]
     assert [(g.name, g.count, g.nbytes) for g in found.groups()] == [("cfg", 1, 4000)]
-    assert root_of("<key of opt.state>", USER_VARIABLE) == "opt"
-    assert root_of("<key of opt.state>.grad", USER_VARIABLE) == "opt"
-    assert root_of("<b>.x", USER_VARIABLE) == "<b>"  # a user variable's own name stays
+    assert found[0].root == ("cfg", USER_VARIABLE, "variable")
 
 
 def test_gpu_status_lists_the_optimizer_as_one_group_after_del_model(ip, run_cell, no_gpus, capsys):

@@ -1126,10 +1126,12 @@ def test_a_snapshot_written_before_the_house_move_still_reads():
     graph = {"graph_nbytes", "graph_tensors", "graph_shared_nbytes", "graph_leaves"}  # issue 14
     views = {"views_nbytes"}  # what the names use of the memory (None: not known)
     sharing = {"graph_shared_with", "graph_counted_under"}  # which graphs share, named
+    groups = {"root", "shared_roots"}  # the group an entry is listed under (issue 29)
     assert (
         set(again["leftovers"][0]) - set(old["leftovers"][0])
-        == {"array_nbytes", "holders"} | graph | views | sharing
+        == {"array_nbytes", "holders"} | graph | views | sharing | groups
     )
+    assert again["leftovers"][0]["root"] is None  # not kept then: not made up now
     assert {key: again["leftovers"][0][key] for key in graph} == dict.fromkeys(graph, 0)
     assert {key: again["leftovers"][0][key] for key in sharing} == {key: [] for key in sharing}
     assert again["leftovers"][0]["views_nbytes"] is None

@@ -20,6 +20,7 @@ ipywidgets = pytest.importorskip("ipywidgets")
 from colab_gpu_guard.ipython.panel import groups as panel_groups  # noqa: E402
 from colab_gpu_guard.ipython.panel import refresh as panel_refresh  # noqa: E402
 from colab_gpu_guard.leftovers.groups import group_leftovers  # noqa: E402
+from colab_gpu_guard.leftovers.root_refs import RootRef  # noqa: E402
 from colab_gpu_guard.status.panel_leftovers import TOP_LEFTOVERS  # noqa: E402
 from tests.panel_widgets import HOSTILE, all_widgets, assert_escaped, html_of  # noqa: E402
 from tests.records import leftover  # noqa: E402
@@ -197,6 +198,9 @@ def test_groups_stay_open_when_a_slow_scan_is_not_repeated(ip, run_cell, show, m
 # ---------------------------------------------------------------- bounded and minimal
 
 
+G1 = RootRef("g1", "user variable", "variable")  # an entry listed under `g1`
+
+
 def _group(name: str, nbytes: int = 1024, hidden: bool = False):
     holder = "output history" if hidden else "user variable"
     entry = leftover(name=name, holder=holder, shape=(nbytes // 4,), nbytes=nbytes)
@@ -327,7 +331,10 @@ def test_a_refresh_writes_only_what_changed_in_the_groups(show):
     # the open group changes: its line and its arrays, and the totals
     written.clear()
     grown = group_leftovers(
-        [*_group("g1").entries, leftover(name="g1[1]", shape=(9,), nbytes=8192, storage_id=1)]
+        [
+            *_group("g1").entries,
+            leftover(name="g1[1]", shape=(9,), nbytes=8192, storage_id=1, root=G1),
+        ]
     ).groups[0]
     instance.refresh(_status(base, [extra, first[0], grown, *first[2:]]))
     assert written.labels() == [("head", "value"), ("g1.line", "value"), ("g1.body", "value")]
