@@ -308,7 +308,7 @@ def render_message(kind: str, text: str, details: str = "") -> str:
         body = theme.label("error", body, "cgg-msg-error", wrap=True)
     else:
         body = f'<span class="cgg-msg-{_e(kind)}">{body}</span>'
-    tip = _e(details or text)
+    tip = _e(details, lines=True) if details else _e(text)  # a report: its lines stay
     return f'<div class="cgg-message-html" style="{_LINE}" title="{tip}">{body}</div>'
 
 
