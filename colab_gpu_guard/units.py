@@ -1,11 +1,11 @@
 """How sizes, versions and the few shared labels are written in every report and view, and
-how a text view escapes what it did not write (`escape_text`)."""
+how a text or HTML view escapes what it did not write (`escape_text`, `escape_html`)."""
 
 from __future__ import annotations
 
 import functools
 import re
-from typing import Iterable, NamedTuple, Optional
+from typing import Any, Iterable, NamedTuple, Optional
 
 NA = "n/a"
 
@@ -92,6 +92,21 @@ def escape_lines(lines: Iterable[str]) -> str:
     """A text view's `lines`, each escaped (`escape_text`), one per line: a name inside a
     line can neither end it nor start another."""
     return "\n".join(map(escape_text, lines))
+
+
+# html.escape(text, quote=True), without importing html (and html.entities) at %load_ext
+_MARKUP = str.maketrans({"&": "&amp;", "<": "&lt;", ">": "&gt;", '"': "&quot;", "'": "&#x27;"})
+
+
+def escape_html(value: Any, lines: bool = False) -> str:
+    """`value` as HTML element text or a quoted attribute's value (a ``title`` tooltip, SVG
+    text): its control characters shown as the text views show them (`escape_text`: a
+    bidi override or an ESC no longer acts in the page, in a copy of it or a terminal it is
+    pasted into), then ``<>&"'`` escaped. With `lines` (a ``<pre>`` block), its own line
+    ends stay: each line is escaped, as `escape_lines` does."""
+    text = str(value)
+    shown = escape_lines(text.split("\n")) if lines else escape_text(text)
+    return shown.translate(_MARKUP)
 
 
 class Unavailable(NamedTuple):

@@ -99,6 +99,16 @@ def help_text(function) -> str:
     return text.replace("\noptional arguments:\n", "\noptions:\n")
 
 
+def conflicts_text(function) -> str:
+    """The magic's options that contradict each other (its `conflicts`), one line: given
+    together they are a usage error that changes nothing; '' for none."""
+    pairs = getattr(function, "conflicts", ())
+    if not pairs:
+        return ""
+    listed = "; ".join(f"`{first}` with `{second}`" for first, second in pairs)
+    return f"Not together (a usage error that changes nothing): {listed}.\n"
+
+
 def glossary() -> str:
     lines = ["## Words in the reports", ""]
     lines += [f"- **{term}**: {meaning}" for term, meaning in GLOSSARY]
@@ -117,6 +127,8 @@ def reference() -> str:
     for name, function in magics.items():
         module = sys.modules[function.__module__]
         parts.append(f"## `%{name}`\n\n```text\n{help_text(function)}\n```\n")
+        if conflicts_text(function):
+            parts.append(conflicts_text(function))
         parts.append(module.REFERENCE)
     parts.append(glossary())
     return "\n".join(parts)

@@ -7,13 +7,12 @@ for anything that is not a recognised CUDA error. It makes no CUDA or NVML call.
 
 from __future__ import annotations
 
-import html
 import re
 from dataclasses import asdict, dataclass, field
 from typing import Any, Optional
 
 from .. import notebook_refs
-from ..units import escape_lines
+from ..units import escape_html, escape_lines
 from .fixes import BUILDERS
 from .kinds import STICKY_ERROR, TITLES
 from .recognise import child_process, first_line, recognise
@@ -78,12 +77,12 @@ class Diagnosis:
 
     def _repr_html_(self) -> str:
         rows = "".join(
-            f"<tr><td style='padding:0 8px 0 0;color:#555'>{html.escape(label)}</td>"
+            f"<tr><td style='padding:0 8px 0 0;color:#555'>{escape_html(label)}</td>"
             f"<td style='padding:0'>{_inline_code(value)}</td></tr>"
             for label, value in self.facts.items()
         )
         sections = "".join(
-            f"<b>{html.escape(section.title)}</b><div style='margin:2px 0 4px 12px'>"
+            f"<b>{escape_html(section.title)}</b><div style='margin:2px 0 4px 12px'>"
             + "<br>".join(_inline_code(line) for line in section.lines)
             + "</div>"
             for section in self.sections
@@ -97,7 +96,7 @@ class Diagnosis:
         return (
             f"<div class='colab-gpu-guard-advice' style='border-left:4px solid {colour};"
             "padding:4px 10px;margin:6px 0;font-size:13px;line-height:1.4'>"
-            f"<b>CUDA advisor: {html.escape(self.title)}</b>"
+            f"<b>CUDA advisor: {escape_html(self.title)}</b>"
             f"<div>{_inline_code(self.summary)}</div>"
             + (f"<table style='margin:4px 0;font-size:12px'>{rows}</table>" if rows else "")
             + sections
@@ -110,7 +109,7 @@ class Diagnosis:
 
 def _inline_code(text: str) -> str:
     """Escape `text` for HTML, then show `backticked` spans as code."""
-    escaped = html.escape(str(text))
+    escaped = escape_html(text)
     return re.sub(r"`([^`]+)`", r"<code>\1</code>", escaped)
 
 

@@ -3,7 +3,6 @@ the last exception, a compiled graph), hidden holders first: ``LeftoverList.grou
 
 from __future__ import annotations
 
-import html
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any, NamedTuple, Optional
@@ -12,6 +11,7 @@ from ..units import (
     OUTPUT_HISTORY,
     TRACEBACK_FRAME,
     USER_VARIABLE,
+    escape_html,
     escape_lines,
     escape_text,
     format_bytes,
@@ -275,7 +275,7 @@ class LeftoverGroups:
         return (
             groups_html(self.groups)
             + advice_html(self.advice())
-            + "".join(f"<div>note: {html.escape(str(note))}</div>" for note in self.notes)
+            + "".join(f"<div>note: {escape_html(note)}</div>" for note in self.notes)
         )
 
     def to_dict(self) -> dict[str, Any]:

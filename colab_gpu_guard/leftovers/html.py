@@ -3,20 +3,16 @@ status snapshot and the panel. Every name in it is escaped."""
 
 from __future__ import annotations
 
-import html
 from collections.abc import Iterable, Sequence
 from typing import Any
 
+from ..units import escape_html as _e
 from ..units import format_bytes
 from .graphs import FIX
 
 _CELL = 'style="padding:0 8px 0 0"'
 _SIZE_CELL = 'style="padding:0 8px 0 0;text-align:right"'
 COLUMNS = ("name", "held by", "shape", "dtype", "device", "size")
-
-
-def _e(value: Any) -> str:
-    return html.escape(str(value), quote=True)
 
 
 def shape_text(shape: Any) -> str:

@@ -4,7 +4,6 @@ leftovers still alive."""
 
 from __future__ import annotations
 
-import html
 import re
 from dataclasses import asdict, dataclass, field, replace
 from typing import Any, Callable, NamedTuple, Optional
@@ -13,7 +12,7 @@ from ..leftovers import Leftover, LeftoverList
 from ..leftovers.groups import ENTRIES_SHOWN, OWN_KINDS, LeftoverGroups, group_leftovers
 from ..leftovers.html import groups_html
 from ..nvml import INCLUDES_RESERVED, V1
-from ..units import escape_lines, format_bytes
+from ..units import escape_html, escape_lines, format_bytes
 
 # what the scan searched: a module's globals (an imported module's cache) are not walked
 NONE_NAMED = (
@@ -332,7 +331,7 @@ class ReleaseReport:
         printer.text(str(self))
 
     def _repr_html_(self) -> str:
-        esc = html.escape
+        esc = escape_html
         words = self.wording
         counts = self.dropped_counts()
         items = [f"<li>{words.dropped}: {esc(', '.join(counts) if counts else 'nothing')}</li>"]

@@ -7,6 +7,7 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field
 from typing import Any, Optional
 
+from ..units import escape_html, escape_lines
 from .precision import PrecisionReport
 
 # Seeded RNGs' names, shortened for the one-line summary; PyTorch's devices group as torch (...).
@@ -107,7 +108,11 @@ class SeedReport:
         return f"{words}, {self.precision.clause()}"
 
     def summary(self) -> str:
-        """One line (warnings that need action on lines of their own)."""
+        """One line (warnings that need action on lines of their own), escaped."""
+        return escape_lines([self.summary_line()] + [f"  WARNING  {w}" for w in self.warnings])
+
+    def summary_line(self) -> str:
+        """The summary's one line, as written (a view escapes it)."""
         line = f"seed {self.seed}"
         if self.rank is not None:
             line += f" ({self.base_seed} + rank {self.rank})"
@@ -124,7 +129,7 @@ class SeedReport:
                 if self.every_cell
                 else "; per-cell reseeding off"
             )
-        return "\n".join([line] + [f"  WARNING  {warning}" for warning in self.warnings])
+        return line
 
     def __str__(self) -> str:
         lines = [f"seed_all: seed {self.seed} ({self.seed_source})"]
@@ -147,7 +152,7 @@ class SeedReport:
             lines.append(f"  note     {note}")
         for warning in self.warnings:
             lines.append(f"  WARNING  {warning}")
-        return "\n".join(lines)
+        return escape_lines(lines)  # a framework's error, an environment variable: escaped
 
     def precision_lines(self) -> list[str]:
         """The float32 precision in force under deterministic mode: torch's three settings
@@ -163,9 +168,7 @@ class SeedReport:
         printer.text(str(self))  # the report as text, not the dataclass repr
 
     def _repr_html_(self) -> str:
-        import html
-
-        esc = html.escape
+        esc = escape_html
         rows = [
             f"<tr><td>seeded</td><td>{esc(r.name)} {esc(r.version)}</td><td>{esc(r.how)}</td></tr>"
             for r in self.seeded
@@ -184,12 +187,9 @@ class SeedReport:
             for line in self.precision_lines()
         ]
         rows += [f"<tr><td>note</td><td colspan=2>{esc(n)}</td></tr>" for n in self.notes]
-        line, *warnings = self.summary().splitlines()
-        shown = "".join(
-            f"<div><b>warning</b>: {esc(w.split('WARNING', 1)[1].strip())}</div>" for w in warnings
-        )
+        shown = "".join(f"<div><b>warning</b>: {esc(w)}</div>" for w in self.warnings)
         return (
-            f"<div><b>seed_all</b>: {esc(line)}{shown}"
+            f"<div><b>seed_all</b>: {esc(self.summary_line())}{shown}"
             '<details><summary style="cursor:pointer">full report</summary>'
             f"<table>{''.join(rows)}</table></details></div>"
         )

@@ -20,7 +20,7 @@ from typing import Any, Optional
 
 from ..serialize import from_versioned, to_data
 from ..serialize import json_schema as _json_schema
-from ..units import escape_lines
+from ..units import escape_html, escape_lines
 
 SCHEMA_VERSION = 1
 TF32_MIN_CAPABILITY = (8, 0)  # Ampere: the first GPUs with TF32 tensor cores
@@ -446,10 +446,8 @@ class ReproRecord:
         printer.text(str(self))  # the report as text, not the dataclass repr
 
     def _repr_html_(self) -> str:
-        import html
-
-        summary = "<br>".join(html.escape(line.strip()) for line in self.summary())
-        details = "<br>".join(html.escape(line.strip()) for line in self.details())
+        summary = "<br>".join(escape_html(line.strip()) for line in self.summary())
+        details = "<br>".join(escape_html(line.strip()) for line in self.details())
         return (
             f"<div>{summary}<details><summary>details</summary><code>{details}</code>"
             "</details></div>"

@@ -7,7 +7,7 @@ from dataclasses import dataclass
 from typing import Any, Callable, Optional
 
 from ..serialize import to_data
-from ..units import escape_lines
+from ..units import escape_html, escape_lines
 from .repro import ReproRecord, gpu_summary, supports_tf32
 from .repro_effects import (
     BACKEND_EFFECTS,
@@ -77,11 +77,9 @@ class ReproDiff:
         printer.text(str(self))  # the report as text, not the dataclass repr
 
     def _repr_html_(self) -> str:
-        import html
-
         text = str(self).splitlines()
-        items = "".join(f"<li>{html.escape(line.strip())}</li>" for line in text[1:])
-        return f"<div><b>{html.escape(text[0])}</b><ul>{items}</ul></div>"
+        items = "".join(f"<li>{escape_html(line.strip())}</li>" for line in text[1:])
+        return f"<div><b>{escape_html(text[0])}</b><ul>{items}</ul></div>"
 
     def to_dict(self) -> dict[str, Any]:
         return to_data(self)

@@ -9,6 +9,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, NamedTuple, Optional, Union
 
+from ..units import escape_html, escape_lines
+
 Generators = Union[Mapping[str, Any], Sequence[Any], None]
 GLOBAL_NUMPY = "NumPy global RNG"
 
@@ -75,20 +77,18 @@ class RngState:
         lines = [f"RngState: {', '.join(self.streams())}"]
         for name, why in self.not_captured:
             lines.append(f"  not captured: {name}: {why}")
-        return "\n".join(lines)
+        return escape_lines(lines)
 
     def _repr_pretty_(self, printer: Any, cycle: bool) -> None:
         printer.text(str(self))  # the report as text, not the dataclass repr
 
     def _repr_html_(self) -> str:
-        import html
-
         rows = "".join(
-            f"<li>not captured: {html.escape(name)}: {html.escape(why)}</li>"
+            f"<li>not captured: {escape_html(name)}: {escape_html(why)}</li>"
             for name, why in self.not_captured
         )
         return (
-            f"<div><b>RngState</b>: {html.escape(', '.join(self.streams()))}"
+            f"<div><b>RngState</b>: {escape_html(', '.join(self.streams()))}"
             f"{f'<ul>{rows}</ul>' if rows else ''}</div>"
         )
 

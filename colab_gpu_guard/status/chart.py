@@ -16,10 +16,10 @@ from __future__ import annotations
 import math
 from typing import TYPE_CHECKING, NamedTuple, Optional
 
+from ..units import escape_html as _e
 from ..units import format_bytes, signed_bytes
 from . import theme
 from .compact import leak_words
-from .html import escape as _e
 
 if TYPE_CHECKING:
     from ..cells.tracker import CellMemory

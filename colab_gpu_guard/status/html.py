@@ -1,13 +1,12 @@
-"""The HTML view of a `GpuStatus` (``_repr_html_``), and the one HTML escaper of every
-status view and panel fragment."""
+"""The HTML view of a `GpuStatus` (``_repr_html_``)."""
 
 from __future__ import annotations
 
-import html
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from ..leftovers.html import advice_html, groups_html, leftovers_table
 from ..nvml import NvmlDevice
+from ..units import escape_html as _e
 from ..units import format_bytes
 from .text import (
     KERNEL_AMONG,
@@ -48,12 +47,6 @@ _STYLE = (
 )
 
 
-def escape(value: Any) -> str:
-    """Escape text for HTML (element content and quoted attributes)."""
-    return html.escape(str(value), quote=True)
-
-
-_e = escape
 _NA = ' class="cgg-na"'
 
 

@@ -10,6 +10,7 @@ import time
 from typing import TYPE_CHECKING, Any, Optional
 
 from ..nvml import INCLUDES_RESERVED
+from ..units import escape_html as _e
 from ..units import format_bytes
 from . import theme
 from .compact import (
@@ -31,7 +32,6 @@ from .compact import (
     now_items,
     versions,
 )
-from .html import escape as _e
 from .notes import COLAB_NO_GPU, NO_GPU_LISTED, cpu_only_note
 from .panel_leftovers import TOP_LEFTOVERS
 from .text import (
@@ -308,7 +308,7 @@ def render_message(kind: str, text: str, details: str = "") -> str:
         body = theme.label("error", body, "cgg-msg-error", wrap=True)
     else:
         body = f'<span class="cgg-msg-{_e(kind)}">{body}</span>'
-    tip = _e(details or text)
+    tip = _e(details, lines=True) if details else _e(text)  # a report: its lines stay
     return f'<div class="cgg-message-html" style="{_LINE}" title="{tip}">{body}</div>'
 
 
@@ -421,7 +421,7 @@ def render_report(report: str) -> str:
     """An action's full report, shown when its toggle is pressed."""
     return (
         f'<pre class="cgg-report" style="white-space:pre-wrap;overflow-wrap:anywhere;'
-        f'word-break:normal;margin:0;font-size:12px;{theme.CODE}">{_e(report)}</pre>'
+        f'word-break:normal;margin:0;font-size:12px;{theme.CODE}">{_e(report, lines=True)}</pre>'
     )
 
 

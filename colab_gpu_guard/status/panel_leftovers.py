@@ -10,8 +10,8 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any, Sequence
 
 from ..units import USER_VARIABLE, format_bytes
+from ..units import escape_html as _e
 from . import theme
-from .html import escape as _e
 
 if TYPE_CHECKING:
     from ..leftovers.groups import LeftoverGroup

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Optional
 
+from ..units import escape_html as _e
 from . import theme
-from .html import escape as _e
 from .panel_html import render_device, render_header, render_no_gpu, render_now
 
 if TYPE_CHECKING:

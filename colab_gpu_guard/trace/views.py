@@ -3,10 +3,10 @@ the theme's colours, no script): made only from the `TraceReport` record."""
 
 from __future__ import annotations
 
-import html
 from typing import TYPE_CHECKING
 
-from ..units import escape_lines, escape_text, format_bytes
+from ..units import escape_html as _esc
+from ..units import escape_lines, format_bytes
 from .kinds import CELL, MODULE, NONE, OWN, SAVED, SourceLine
 from .lines import label
 
@@ -175,10 +175,6 @@ _GRID = "rgba(128,128,128,.35)"
 _W, _H = 600, 90
 
 
-def _esc(text: str) -> str:
-    return html.escape(escape_text(text), quote=True)
-
-
 def _place_html(where: SourceLine) -> str:
     if where.kind not in (CELL, MODULE):  # folded: words, not a line of the user's
         return f"<i>{_esc(label(where))}</i>"
@@ -289,7 +285,7 @@ def _device_html(report: TraceReport, trace: DeviceTrace) -> str:
 
 def report_html(report: TraceReport) -> str:
     if report.unavailable is not None or not report.devices:
-        body = f"<pre>{_esc(report_text(report))}</pre>"
+        body = f"<pre>{_esc(report_text(report), lines=True)}</pre>"
     else:
         body = "".join(_device_html(report, trace) for trace in report.devices)
         body += "".join(

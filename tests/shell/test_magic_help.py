@@ -17,7 +17,7 @@ WIDTH = 100  # characters a line
 # A line each magic refuses (besides an unknown option), and what its error says.
 BAD_INPUT = {
     "seed_all": ("-7", "seed must be an integer"),
-    "repro": ("--diff a.json --json", "--diff cannot be combined"),
+    "repro": ("--diff a.json --json", "--diff and --json contradict each other: give one"),
     "gpu_status": ("extra", "unrecognized arguments: extra"),
     "gpu_advice": ("maybe", "expected 'on' or 'off', got 'maybe'"),
     "gpu_panel": ("--live fast", "--live takes seconds or off"),

@@ -430,7 +430,7 @@ def _snapshot(shell):
     [
         ("no_such_variable", "no such variable"),
         ("keep no_such_variable", "no such variable"),
-        ("keep --all", "not both"),
+        ("keep --all", "--all and NAME contradict each other: give one"),
         ("--bogus", ""),
         ("keep --dry-run=3", ""),
         ("1abc", "not a variable name"),

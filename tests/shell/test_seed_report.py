@@ -211,7 +211,8 @@ def test_new_seed_takes_over_the_per_cell_base(ip, run_cell, capsys):
     run_cell("%seed_all 5")  # no flag: per-cell reseeding goes on, from 5 now
     assert "; every cell reseeded from 5" in capsys.readouterr().out
     assert cell_draw(ip, run_cell) == from_5
-    run_cell("_ = [random.random() for _ in range(9)]")
+    # draws between cells (not into `_`: a user's `_` would stop IPython's output history)
+    run_cell("drawn = [random.random() for _ in range(9)]\ndel drawn")
     assert cell_draw(ip, run_cell) == from_5
 
     run_cell("%seed_all 6 --no-every-cell")

@@ -337,7 +337,7 @@ def test_magic_rejects_unwritable_file_and_bad_combinations(ip, tmp_path):
 
     with pytest.raises(UsageError, match="cannot write .*No such file or directory"):
         ip.run_line_magic("repro", f"--save {tmp_path}/missing/dir/run.json")
-    with pytest.raises(UsageError, match="--diff cannot be combined with --save"):
+    with pytest.raises(UsageError, match="--diff and --save contradict each other: give one"):
         ip.run_line_magic("repro", "--diff a.json --save b.json")
 
 

@@ -5,7 +5,7 @@ parsing."""
 from __future__ import annotations
 
 import argparse
-from typing import TYPE_CHECKING, Callable
+from typing import TYPE_CHECKING, Any, Callable, TypeVar
 
 from IPython.core.error import UsageError
 from IPython.core.magic import Magics
@@ -15,6 +15,8 @@ if TYPE_CHECKING:
     from IPython.core.interactiveshell import InteractiveShell
 
     from ..registration import Registration
+
+F = TypeVar("F", bound=Callable[..., Any])
 
 
 class HelpFormatter(MagicHelpFormatter):
@@ -62,12 +64,49 @@ def usage_error(error: Exception, magic: Callable) -> UsageError:
     return UsageError(f"{error}\nUsage: {usage_line(magic)}")
 
 
+def conflicts(*pairs: tuple[str, str]) -> Callable[[F], F]:
+    """Above ``@magic_arguments()``: the magic's pairs of options that contradict each
+    other, each as the user types it: an option of its usage line (``"--close"``, ``"-v"``)
+    or a positional's value or name (``"off"``, ``"NAME"``). Given together, `parse_line`
+    refuses the line before the magic changes anything: "--close and --new contradict each
+    other: give one", then the usage line. Read back as the function's ``conflicts``."""
+
+    def mark(magic: F) -> F:
+        magic.conflicts = pairs  # type: ignore[attr-defined]
+        return magic
+
+    return mark
+
+
+def given(magic: Callable, args: argparse.Namespace, form: str) -> bool:
+    """Whether `form` (an option string, or a positional's value or metavar, as in
+    `conflicts`) was given on the line `args` came from."""
+    for action in magic.parser._actions:  # argparse's own list: the usage line's source
+        value = getattr(args, action.dest, None)
+        if form in action.option_strings:
+            return value != action.default
+        if action.option_strings:
+            continue
+        if action.choices is not None and form in action.choices:
+            return value == form
+        if form == action.metavar:
+            return value not in (None, [], action.default)
+    raise ValueError(f"{form!r} is not in {usage_line(magic)}")
+
+
 def parse_line(magic: Callable, line: str) -> argparse.Namespace:
     """``parse_argstring``, whose errors ("unrecognized arguments: --bogus") also give the
-    usage line."""
+    usage line; then the magic's `conflicts` refused (nothing has changed yet)."""
     failure = None
     try:
-        return parse_argstring(magic, line)
+        args = parse_argstring(magic, line)
     except UsageError as error:
         failure = usage_error(error, magic)
-    raise failure  # outside the handler: no internal exception chained to it
+    if failure is not None:
+        raise failure  # outside the handler: no internal exception chained to it
+    for first, second in getattr(magic, "conflicts", ()):
+        if given(magic, args, first) and given(magic, args, second):
+            raise usage_error(
+                ValueError(f"{first} and {second} contradict each other: give one"), magic
+            )
+    return args

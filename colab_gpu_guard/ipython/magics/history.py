@@ -67,6 +67,10 @@ resets torch's peak counters before every cell instead: every peak is exact, and
 `max_memory_allocated()` then covers only the current cell; `--reset-peaks off` leaves
 them alone again.
 
+Settings combine, with each other and with `--limit`: `%gpu_history --reset-peaks on
+--limit 5` switches exact peaks on, then shows the last 5 cells; a setting alone shows no
+history.
+
 From code: `colab_gpu_guard.memory_history()` (records) and
 `colab_gpu_guard.format_history(...)`.
 """
@@ -129,6 +133,7 @@ class HistoryMagics(GuardMagics):
             raise failure  # outside the handler: no internal exception chained to it
         if args.limit is not None and args.limit < 0:
             raise usage_error(ValueError("--limit must be 0 or more"), self.gpu_history)
+        threshold = None
         if args.warn_output is not None:
             from ...cells.output_warning import parse_threshold
 
@@ -138,17 +143,18 @@ class HistoryMagics(GuardMagics):
                 failure = usage_error(error, self.gpu_history)
             if failure is not None:
                 raise failure  # outside the handler: no exception of ours chained to it
-            if self.output_warning is not None:
-                self.output_warning.threshold = threshold
-                print(self.output_warning.describe() + _no_gpu_clause(threshold is not None))
-            return
+        # every value checked: each setting given, with its line; then the history, unless
+        # only settings were given (none is dropped: --reset-peaks on --limit 5 does both)
+        if args.warn_output is not None and self.output_warning is not None:
+            self.output_warning.threshold = threshold
+            print(self.output_warning.describe() + _no_gpu_clause(threshold is not None))
         if args.reset_peaks is not None:
             if self.tracker is not None:
                 self.tracker.reset_peaks = args.reset_peaks == "on"
             print(_peaks_state(self.tracker) + _no_gpu_clause(args.reset_peaks == "on"))
-            return
-        history = self.tracker.history() if self.tracker is not None else []
-        print(format_history(history, limit=args.limit))
+        if args.limit is not None or (args.warn_output is None and args.reset_peaks is None):
+            history = self.tracker.history() if self.tracker is not None else []
+            print(format_history(history, limit=args.limit))
 
 
 def _no_gpu_clause(applies: bool) -> str:

@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING
 from IPython.core.magic import line_magic, magics_class
 from IPython.core.magic_arguments import argument, magic_arguments
 
-from .base import GuardMagics, help_format, parse_line, usage_error
+from .base import GuardMagics, conflicts, help_format, parse_line, usage_error
 
 REFERENCE = """\
 Examples:
@@ -79,6 +79,7 @@ class PanelMagics(GuardMagics):
         if panel_module is not None:  # never imported: no panel to stop
             panel_module.stop_panels(self.shell)
 
+    @conflicts(("--close", "--new"), ("--close", "--live"))
     @magic_arguments()
     @help_format()
     @argument("--new", action="store_true", help="close the panel and show a fresh one")
@@ -99,11 +100,6 @@ class PanelMagics(GuardMagics):
         """
         args = parse_line(self.gpu_panel, line)
         seconds = failure = None
-        if args.close and (args.new or args.live is not None):
-            other = "--new" if args.new else "--live"
-            raise usage_error(
-                ValueError(f"--close and {other} contradict each other: give one"), self.gpu_panel
-            )
         from ..panel.missing import unavailable_panel, widgets_problem
 
         why = widgets_problem()

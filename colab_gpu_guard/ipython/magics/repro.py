@@ -8,7 +8,7 @@ from typing import Any, Optional
 from IPython.core.magic import line_magic, magics_class
 from IPython.core.magic_arguments import argument, magic_arguments
 
-from .base import GuardMagics, help_format, parse_line, usage_error
+from .base import GuardMagics, conflicts, help_format, parse_line, usage_error
 
 REFERENCE = """\
 Examples:
@@ -46,6 +46,7 @@ machine decides; a program's seeds and torch flags only it can compare).
 
 @magics_class
 class ReproMagics(GuardMagics):
+    @conflicts(("--diff", "--save"), ("--diff", "--json"), ("--diff", "-v"))
     @magic_arguments()
     @help_format()
     @argument("-v", "--verbose", action="store_true", help="show every field, not the summary")
@@ -104,10 +105,6 @@ class ReproMagics(GuardMagics):
     def _parse(self, line: str) -> Any:
         args = parse_line(self.repro, line)
         args.diff, args.save = _path(args.diff), _path(args.save)
-        if args.diff is not None and (args.save is not None or args.json):
-            raise usage_error(
-                ValueError("--diff cannot be combined with --save or --json"), self.repro
-            )
         return args
 
     def _show(self, report: Any, text: Optional[str] = None) -> None:

@@ -5,7 +5,7 @@ from __future__ import annotations
 from IPython.core.magic import line_magic, magics_class
 from IPython.core.magic_arguments import argument, magic_arguments
 
-from .base import GuardMagics, help_format, parse_line, usage_error
+from .base import GuardMagics, conflicts, help_format, parse_line, usage_error
 
 REFERENCE = """\
 Examples:
@@ -87,6 +87,7 @@ see, or counts only in part:
 
 @magics_class
 class ResetMagics(GuardMagics):
+    @conflicts(("--all", "NAME"))
     @magic_arguments()
     @help_format()
     @argument("names", nargs="*", metavar="NAME", help="variables to delete too (none by default)")

@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING, Callable, Optional
 from IPython.core.magic import line_magic, magics_class
 from IPython.core.magic_arguments import argument, magic_arguments
 
-from .base import GuardMagics, help_format, parse_line, usage_error
+from .base import GuardMagics, conflicts, help_format, parse_line, usage_error
 
 # The modes an option switches on and its --no- form off; a new seed keeps each as it is.
 MODES = ("deterministic", "strict")
@@ -141,6 +141,14 @@ class SeedMagics(GuardMagics):
     def on_load(self) -> None:
         self.registration.add_cleanup(self._stop_every_cell)
 
+    @conflicts(  # a mode and its --no- form; deterministic off with a mode that needs it
+        ("--deterministic", "--no-deterministic"),
+        ("--strict", "--no-strict"),
+        ("--warn-only", "--no-warn-only"),
+        ("--every-cell", "--no-every-cell"),
+        ("--warn-only", "--no-deterministic"),
+        ("--strict", "--no-deterministic"),
+    )
     @magic_arguments()
     @_help_format()
     @argument(
@@ -206,11 +214,6 @@ class SeedMagics(GuardMagics):
         from ... import seeding
 
         args = parse_line(self.seed_all, line)
-        for on, off in _contradictions(args):
-            raise usage_error(
-                ValueError(f"--{on} and --no-{off} contradict each other: give one"),
-                self.seed_all,
-            )
         failure = None
         if args.seed is not None:
             try:
@@ -227,15 +230,3 @@ def _switch(args: argparse.Namespace, mode: str) -> Optional[bool]:
     if getattr(args, mode):
         return True
     return False if getattr(args, f"no_{mode}") else None
-
-
-def _contradictions(args: argparse.Namespace) -> list[tuple[str, str]]:
-    """Each (on, off) pair of options given together that contradict each other: a mode and
-    its --no- form, or deterministic off with a mode that needs it."""
-    pairs = [(mode, mode) for mode in (*MODES, "warn_only", "every_cell")]
-    pairs += [("warn_only", "deterministic"), ("strict", "deterministic")]
-    return [
-        (on.replace("_", "-"), off.replace("_", "-"))
-        for on, off in pairs
-        if getattr(args, on) and getattr(args, f"no_{off}")
-    ]

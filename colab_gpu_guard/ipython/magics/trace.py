@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING, Any, Optional
 from IPython.core.magic import line_cell_magic, magics_class
 from IPython.core.magic_arguments import argument, magic_arguments
 
-from .base import GuardMagics, help_format, parse_line, usage_error
+from .base import GuardMagics, conflicts, help_format, parse_line, usage_error
 
 if TYPE_CHECKING:
     from ...trace.recording import Recorder
@@ -76,6 +76,7 @@ class TraceMagics(GuardMagics):
     def on_load(self) -> None:
         self.registration.add_cleanup(self._switch_off)
 
+    @conflicts(("off", "--names"), ("off", "--max-entries"))
     @magic_arguments()
     @help_format()
     @argument(
@@ -184,6 +185,15 @@ class TraceMagics(GuardMagics):
         if args.save is not None:
             raise usage_error(
                 ValueError("--save is for one cell: %%gpu_trace --save FILE"), self.gpu_trace
+            )
+        if switch is None and (args.names or args.max_entries is not None):
+            option = "--names" if args.names else "--max-entries"
+            raise usage_error(  # it would be dropped: the line alone says whether tracing is on
+                ValueError(
+                    f"{option} applies to tracing: %gpu_trace on {option} (every cell) or "
+                    f"%%gpu_trace {option} (one cell)"
+                ),
+                self.gpu_trace,
             )
         if switch is None:
             state = "on" if self.following is not None else "off"

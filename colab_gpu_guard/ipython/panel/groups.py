@@ -17,6 +17,7 @@ from colab_gpu_guard.status.panel_leftovers import (
     render_leftovers_head,
     shown_groups,
 )
+from colab_gpu_guard.units import escape_text
 
 if TYPE_CHECKING:
     from colab_gpu_guard.leftovers.groups import LeftoverGroup
@@ -145,8 +146,9 @@ class LeftoversView(widgets.VBox):
             self._write(row.toggle, shown, "value")
         finally:
             self._syncing = False
-        self._write(row.toggle, (OPEN if shown else SHUT) + group.name, "description")
-        self._write(row.toggle, group.name, "tooltip")
+        name = escape_text(group.name)  # the toggle's words are text: a name's controls shown
+        self._write(row.toggle, (OPEN if shown else SHUT) + name, "description")
+        self._write(row.toggle, name, "tooltip")
         self._write(row.line, render_group_line(group))
         if shown:
             self._write(row.body, render_group_body(group))

@@ -9,6 +9,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Optional
 
 from colab_gpu_guard import notebook_refs
+from colab_gpu_guard.units import escape_html, escape_text
 
 if TYPE_CHECKING:
     from colab_gpu_guard.status import GpuStatus
@@ -41,15 +42,13 @@ class PanelUnavailable:
     status: GpuStatus
 
     def __str__(self) -> str:
-        return f"{self.why}\n{self.status}"
+        return f"{escape_text(self.why)}\n{self.status}"
 
     def _repr_pretty_(self, printer: Any, cycle: bool) -> None:
         printer.text(str(self))
 
     def _repr_html_(self) -> str:
-        from colab_gpu_guard.status.html import escape
-
-        return f"<div>{escape(self.why)}</div>{self.status.to_html()}"
+        return f"<div>{escape_html(self.why)}</div>{self.status.to_html()}"
 
     def to_dict(self) -> dict[str, Any]:
         return {"why": self.why, "status": self.status.to_dict()}
