@@ -184,7 +184,7 @@ _DESERIALIZE = re.compile(
     r"torch\.cuda\.device_count\(\) is (?P<count>\d+)"
 )
 _BUSY = re.compile(
-    r"CUDA-capable devices? (\(s\) )?(is/are |are |is )?busy or unavailable|"
+    r"CUDA-capable devices?(\(s\))? (is/are |are |is )?busy or unavailable|"
     r"cudaErrorDevicesUnavailable|CUDA_ERROR_DEVICE_UNAVAILABLE",
     re.IGNORECASE,
 )

@@ -308,3 +308,15 @@ def test_a_per_process_limit_is_named_as_the_cause_not_fragmentation():
     assert "set_per_process_memory_fraction" in diagnosis.summary
     assert "fragmentation" not in diagnosis.summary
     assert diagnosis.fixes[0].startswith("Raise this process's limit")
+
+
+@pytest.mark.parametrize(
+    "message",
+    [
+        "CUDA error: CUDA-capable device(s) is/are busy or unavailable",  # CUDA 11+'s wording
+        "CUDA error: all CUDA-capable devices are busy or unavailable",
+    ],
+)
+def test_each_wording_of_a_busy_gpu_is_recognised(message):
+    nvml.set_pynvml(fake_pynvml.install(fake_pynvml.one_gpu()))
+    assert advisor.classify(RuntimeError(message)).kind == advisor.DEVICE_BUSY
