@@ -918,18 +918,21 @@ def test_the_resident_size_read_keeping_the_gil_is_the_kernels_figure():
     reader.read()  # the first read loads ctypes
     assert bracketed(reader)
 
-    def sees_touched_block() -> bool:
-        # memory another thread frees at the same moment (the previous test's garbage, a
-        # sampler) lowers the difference: one clean try of five is the claim
+    def touched_block() -> list[tuple[int, int]]:
+        # what it sees of 64 MiB touched is what the kernel says, read in Python around it:
+        # under memory pressure (CI's container) the kernel may drop mapped file pages
+        # meanwhile, so the growth itself can fall short of 64 MiB; one clean try of five
+        tries = []
         for _ in range(5):
-            before = reader.read()
+            first, before = own(), reader.read()
             block = bytearray(b"1") * (64 * MiB)
-            after = reader.read()
+            after, last = reader.read(), own()
             del block
-            if after - before >= 60 * MiB:
-                return True
-        return False
+            tries.append((after - before, last - first))
+            if after - before >= 16 * MiB and abs((after - before) - (last - first)) <= 2 * MiB:
+                return []
+        return tries  # (what the reader saw grow, what Python's own reads saw) of each try
 
-    assert sees_touched_block() and bracketed(reader)
+    assert touched_block() == [] and bracketed(reader)
     reader.close()
     assert reader.read() is None
