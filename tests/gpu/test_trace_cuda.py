@@ -156,6 +156,19 @@ def test_the_line_form_traces_each_following_cell_until_off(cuda, run_cell):
     assert "gpu_trace" not in shown(captured)
 
 
+def test_cell_options_while_every_cell_is_traced_are_refused(cuda, run_cell, ip):
+    """With `%gpu_trace on`, `%%gpu_trace --save F` would run traced without saving: a
+    usage error naming the options, the cell not run."""
+    run_cell("%gpu_trace on")
+    try:
+        with capture_output() as captured:
+            run_cell("%%gpu_trace --save t.pickle --names\nnot_run_traced = 1")
+        assert "not_run_traced" not in ip.user_ns
+        assert "--save, --names: every cell is traced already" in shown(captured)
+    finally:
+        run_cell("%gpu_trace off")
+
+
 def test_the_api_reads_a_users_window_only(cuda):
     torch = cuda
     torch.cuda.memory._record_memory_history("all", max_entries=10_000)

@@ -110,6 +110,21 @@ def test_save_to_a_missing_folder_is_refused_before_the_cell_runs(ip):
     assert "--save: no folder '/no/such/folder'" in captured.stdout + captured.stderr
 
 
+def test_cell_options_while_every_cell_is_traced_are_refused(ip):
+    """`%gpu_trace on` (which needs CUDA: its state is set here as it leaves it) traces
+    every cell; `%%gpu_trace --save F` would run traced without saving: refused, not run."""
+    from colab_gpu_guard.ipython.magics.trace import TraceMagics
+
+    magics = ip.magics_manager.registry[TraceMagics.__name__]
+    magics.following = object()  # what `on` keeps; nothing reads it before the refusal
+    try:
+        result, captured = run(ip, "%%gpu_trace --max-entries 10\nnot_run = 1\n")
+    finally:
+        magics.following = None
+    assert "not_run" not in ip.user_ns
+    assert "--max-entries: every cell is traced already" in captured.stdout + captured.stderr
+
+
 def test_on_is_not_a_cell_option(ip):
     result, captured = run(ip, "%%gpu_trace on\nnot_run = 1\n")
     assert "not_run" not in ip.user_ns

@@ -119,6 +119,23 @@ class TraceMagics(GuardMagics):
                 ValueError(f"'{args.switch}' is for the line form: %gpu_trace {args.switch}"),
                 self.gpu_trace,
             )
+        given = [
+            option
+            for option, value in (
+                ("--save", args.save),
+                ("--names", args.names or None),
+                ("--max-entries", args.max_entries),
+            )
+            if value is not None
+        ]
+        if self.following is not None and given:  # they would not apply: the cell runs traced
+            raise usage_error(
+                ValueError(
+                    f"{', '.join(given)}: every cell is traced already by %gpu_trace on "
+                    "(%gpu_trace off first, then %%gpu_trace with them)"
+                ),
+                self.gpu_trace,
+            )
         return self._cell(cell, max_entries, args.save, args.names)
 
     # ------------------------------------------------------------ %%gpu_trace
