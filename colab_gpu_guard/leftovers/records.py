@@ -111,14 +111,8 @@ class Leftover:
         )
 
     def graph(self) -> Graph:
-        return Graph(
-            self.graph_tensors,
-            self.graph_nbytes,
-            self.graph_shared_nbytes,
-            self.graph_shared_with,
-            self.graph_counted_under,
-            self.graph_leaves,
-        )
+        """Its autograd graph's figures: the entry's ``graph_*`` fields."""
+        return Graph(*_GRAPH_VALUES(self))
 
     def to_dict(self) -> dict[str, Any]:
         """``dataclasses.asdict``'s dict (its fields hold only plain values and tuples of
@@ -131,6 +125,9 @@ VIEW_NOTE_MIN = 64 * 2**10  # a view's unused memory worth a note
 _LEFTOVER_FIELDS = tuple(item.name for item in fields(Leftover))
 _LEFTOVER_VALUES = operator.attrgetter(*_LEFTOVER_FIELDS)
 _HOLDER_TUPLES = {holder: (holder,) for holder in HOLDERS}
+# an entry's field for each of its graph's: `graph_tensors` for `Graph.tensors`, ...
+_GRAPH_FIELDS = tuple(f"graph_{name}" for name in Graph._fields)
+_GRAPH_VALUES = operator.attrgetter(*_GRAPH_FIELDS)
 _NEW = object.__new__
 
 
@@ -176,15 +173,7 @@ def with_graph(item: Leftover, graph: Graph) -> Leftover:
     """The entry, keeping its autograd graph's memory too (a new entry)."""
     made = _NEW(Leftover)
     made.__dict__.update(item.__dict__)
-    made.__dict__.update(
-        nbytes=item.nbytes + graph.nbytes,
-        graph_nbytes=graph.nbytes,
-        graph_tensors=graph.tensors,
-        graph_shared_nbytes=graph.shared_nbytes,
-        graph_shared_with=graph.shared_with,
-        graph_counted_under=graph.counted_under,
-        graph_leaves=graph.leaves,
-    )
+    made.__dict__.update(zip(_GRAPH_FIELDS, graph), nbytes=item.nbytes + graph.nbytes)
     return made
 
 

@@ -379,3 +379,16 @@ def test_a_list_of_losses_is_grouped_as_a_hidden_autograd_graph_holder_first():
     before = alive_now(watch)
     del outs, found, groups, first
     assert dead_bytes(watch, before) == 5 * 2 * ROWS * WIDTH * 4 + 5 * 4
+
+
+def test_an_entry_keeps_each_figure_of_its_graph():
+    """`with_graph` writes each of the graph's figures to the entry's `graph_*` field of the
+    same name, and `Leftover.graph()` reads them back unchanged."""
+    from colab_gpu_guard.frameworks.base import ArrayInfo
+    from colab_gpu_guard.leftovers.graphs import Graph
+    from colab_gpu_guard.leftovers.records import leftover_of, with_graph
+
+    info = ArrayInfo((4,), "float32", "cpu", 16, ("cpu", 1), 16, 1)
+    graph = Graph(3, 48, 16, ("a", "b"), ("", "c"), 1)
+    item = with_graph(leftover_of("x", "user variable", info, "torch"), graph)
+    assert item.graph() == graph and item.nbytes == 16 + 48
