@@ -89,13 +89,18 @@ def _pread_keeping_the_gil() -> Callable[[int], bytes]:
 
 
 def _reopen_in_child() -> None:
-    """In a forked child: each reader's descriptor still reads the parent's /proc/self."""
+    """In a forked child: each reader's descriptor still reads the parent's /proc/self,
+    and `host_ram`'s lock may have been held by a thread the child does not have."""
+    global _meminfo
     for reader in list(_READERS):
         if reader._fd is not None:
             with contextlib.suppress(OSError):
                 os.close(reader._fd)
             reader._fd = None
             reader._open()
+    if _meminfo is not None:
+        _meminfo.close()
+        _meminfo = None  # a new one on the child's first read
 
 
 if hasattr(os, "register_at_fork"):
@@ -186,6 +191,14 @@ class _MemInfo:
             with contextlib.suppress(OSError):
                 self._fd = os.open("/proc/meminfo", os.O_RDONLY)
                 self._rss = RssReader()
+
+    def close(self) -> None:
+        if self._fd is not None:
+            with contextlib.suppress(OSError):
+                os.close(self._fd)
+            self._fd = None
+        if self._rss is not None:
+            self._rss.close()
 
     def read(self) -> Optional[HostRam]:
         if self._fd is None or self._rss is None:

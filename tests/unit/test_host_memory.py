@@ -3,6 +3,8 @@
 
 from __future__ import annotations
 
+import os
+import signal
 import sys
 import threading
 import types
@@ -93,3 +95,29 @@ def test_without_psutil_host_ram_says_so(monkeypatch):
     monkeypatch.setitem(sys.modules, "psutil", None)
     with pytest.raises(ImportError):
         host_memory.host_ram()
+
+
+@linux
+@pytest.mark.skipif(not hasattr(os, "fork"), reason="needs fork")
+def test_a_forked_child_reads_its_own_figures_even_forked_mid_read():
+    """A child forked while another thread held the reader's lock reads its own resident
+    size (not the parent's, through descriptors the parent opened) and does not wait."""
+    host_memory.host_ram()
+    reader = host_memory._meminfo
+    assert reader is not None
+    with reader._lock:  # as if the panel's live thread were reading at the fork
+        pid = os.fork()
+        if pid == 0:  # the child: exit 0 when its figure is its own
+            code = 1
+            try:
+                signal.alarm(10)  # a deadlock ends the child instead of the test
+                page = os.sysconf("SC_PAGE_SIZE")
+                block = bytearray(b"1") * (48 * MiB)  # the child alone grows by this
+                with open("/proc/self/statm", "rb") as statm:
+                    own = int(statm.read().split()[1]) * page
+                rss = host_memory.host_ram().process_rss
+                code = 0 if abs(rss - own) <= 4 * MiB and len(block) else 2
+            finally:
+                os._exit(code)
+    _, status = os.waitpid(pid, 0)
+    assert os.WIFEXITED(status) and os.WEXITSTATUS(status) == 0, status

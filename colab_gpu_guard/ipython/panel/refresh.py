@@ -268,12 +268,15 @@ class Refresher:
     def cell_snapshot(self) -> GpuStatus:
         """The snapshot after a cell: a full one, unless the cell changed nothing the last
         scan looked at, or the last full one was slow and recent; then everything but the
-        leftovers is new (a slow scan's say how old they are)."""
+        leftovers is new (a slow scan's say how old they are). Whether the cell changed
+        anything is asked first, of the tracker's record of it and the namespace: a cell
+        that did takes the full snapshot alone."""
+        from colab_gpu_guard.cells import tracker
+
         scan = self._scan
         if scan is None or self.snapshot is not _take_status or scan.status.leftovers is None:
             return self._full_snapshot()
         slow = scan.seconds > ALWAYS_SCAN_S and _clock() - scan.done_at < scan.seconds / SCAN_SHARE
-        fresh = _take_status(self.shell, leftovers=False).status
         note = scan.status.leftovers_note
         if slow:
             taken = time.strftime("%H:%M:%S", time.localtime(scan.status.taken_at))
@@ -282,8 +285,9 @@ class Refresher:
                 f"cell it runs at most every {scan.seconds / SCAN_SHARE:.0f} s; Refresh finds "
                 "them now"
             )
-        elif not self._unchanged(scan, fresh.history or ()):
+        elif not self._unchanged(scan, tracker.history_tail(1, self.shell)[0]):
             return self._full_snapshot()
+        fresh = _take_status(self.shell, leftovers=False).status
         scanned = scan.status
         # what the reused scan said of its leftovers (incomplete, graphs not measured)
         kept = tuple(note for note in scan.scan_notes if note not in fresh.notes)
