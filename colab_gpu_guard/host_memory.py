@@ -178,7 +178,7 @@ class _MemInfo:
     figures psutil.virtual_memory gives on Linux) with one pread on a kept-open
     descriptor, keeping the GIL as `RssReader` does: psutil opens and reads three files,
     letting the GIL go each time, and after a cell the kernel's threads take it (read in
-    the panel's refresh after a cell: 0.6 ms through psutil, 0.03 ms so, on a shared
+    the panel's refresh after a cell: 0.6 ms through psutil, under 0.05 ms so, on a shared
     2-core machine). None where that cannot be read (not Linux, a kernel before
     MemAvailable, or MemAvailable 0: psutil estimates it then)."""
 
