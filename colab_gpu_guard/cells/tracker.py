@@ -184,6 +184,39 @@ def _cuda_stats(reset_peaks: bool = False) -> tuple[int, tuple]:
     return devices, stats
 
 
+def _cell_memory(
+    row: _Row, used: Optional[int], process: Optional[int], used_call: Optional[str]
+) -> CellMemory:
+    """The record of one cell as `history` gives it, with what NVML read after it."""
+    named = row.named
+    # CellMemory's fields in order, by position: a keyword call costs a third more
+    return CellMemory(
+        row.cell,
+        row.allocated_before,
+        row.allocated_after,
+        row.peak,
+        row.reserved_after,
+        row.ooms,
+        used,  # nvml_used_after
+        bool(row.leaks),  # rerun_leak
+        row.leak_bytes,
+        row.duration_s,
+        row.rss_after,
+        row.devices,
+        row.leak_kind,
+        row.rerun_of,
+        row.peak_bound,
+        used_call,  # nvml_used_call
+        row.leaks,
+        held_by_text(named.holders, named.explained, row.leaks) if named.holders else "",
+        process,  # nvml_process_used
+        named.grew,
+        row.rss_before,
+        named.holders,
+        named.explained,
+    )
+
+
 # ---------------------------------------------------------------- the tracker
 
 
@@ -214,6 +247,8 @@ class MemoryTracker:
         self._seq = 0
         self._nvml_used: dict[int, int] = {}
         self._nvml_process: dict[int, Optional[int]] = {}
+        # seq -> (its record, NVML's two readings and call, the CellMemory made of them)
+        self._made: dict[int, tuple] = {}
         self._rss = _RssReader()
         self._holders = RerunHolders(namespace, outputs or dict, maxlen)
         self._reruns = RerunLeakCheck(maxlen, self._rss, self._holders.after)
@@ -375,41 +410,36 @@ class MemoryTracker:
         if last is not None:
             records = records[-last:] if last > 0 else []
         call = self._nvml.call if self._nvml is not None else None
-        # CellMemory's fields in order, by position: a keyword call costs a third more
-        rows = [_new_tuple(_Row, record) for record in records]
-        return [
-            CellMemory(
-                row.cell,
-                row.allocated_before,
-                row.allocated_after,
-                row.peak,
-                row.reserved_after,
-                row.ooms,
-                nvml_used.get(row.seq),  # nvml_used_after
-                bool(row.leaks),  # rerun_leak
-                row.leak_bytes,
-                row.duration_s,
-                row.rss_after,
-                row.devices,
-                row.leak_kind,
-                row.rerun_of,
-                row.peak_bound,
-                call if row.seq in nvml_used else None,  # nvml_used_call
-                row.leaks,
-                held_by_text(row.named.holders, row.named.explained, row.leaks)
-                if row.named.holders
-                else "",  # held_by
-                nvml_process.get(row.seq),  # nvml_process_used
-                row.named.grew,
-                row.rss_before,
-                row.named.holders,
-                row.named.explained,
-            )
-            for row in rows
-        ]
+        # a record's CellMemory is made once and again only when what NVML read after
+        # that cell came in since (the panel reads the last 30 after every cell)
+        made = self._made
+        if len(made) > 2 * self.maxlen:
+            oldest = _new_tuple(_Row, self._records[0]).seq if self._records else 0
+            for seq in [seq for seq in list(made) if seq < oldest]:  # list(): atomic
+                made.pop(seq, None)
+        cells = []
+        for record in records:
+            seq = record[0]
+            used, process = nvml_used.get(seq), nvml_process.get(seq)
+            used_call = call if seq in nvml_used else None
+            known = made.get(seq)
+            if (
+                known is not None
+                and known[0] is record
+                and known[1] == used
+                and known[2] == process
+                and known[3] == used_call
+            ):
+                cells.append(known[4])
+                continue
+            cell = _cell_memory(_new_tuple(_Row, record), used, process, used_call)
+            made[seq] = (record, used, process, used_call, cell)
+            cells.append(cell)
+        return cells
 
     def clear(self) -> None:
         self._records.clear()
+        self._made.clear()
         self._grown.clear()
         self._reruns.clear()
         self._holders.clear()

@@ -2,10 +2,10 @@
 
 Run in a fresh interpreter: a plain IPython shell (text output), a fake two-GPU NVML, the
 real CPU torch, and the host's memory readings fixed at the OS boundary (psutil,
-``/proc/self/statm``), so that the same code gives the same text on every machine. What
-still varies (times, PIDs, versions) is normalised at the end. Only the public API, the
-magics and the fake NVML are used: moving code inside the package must not change a byte
-of this output.
+``/proc/self/statm``, ``/proc/meminfo``), so that the same code gives the same text on
+every machine. What still varies (times, PIDs, versions) is normalised at the end. Only the
+public API, the magics and the fake NVML are used: moving code inside the package must not
+change a byte of this output.
 """
 
 from __future__ import annotations
@@ -53,6 +53,10 @@ def _hold_host_memory_still() -> None:
             target = ""
         if target.endswith("/statm"):
             return f"{pages * 2} {pages} 0 0 0 0 0\n".encode()[:count]
+        if target == "/proc/meminfo":  # host_ram reads it there, psutil's figures elsewhere
+            kib = (FIXED_TOTAL >> 10, FIXED_AVAILABLE >> 10)
+            text = "MemTotal: {} kB\nMemFree: 0 kB\nMemAvailable: {} kB\n".format(*kib)
+            return text.encode()[:count]
         return real_pread(fd, count, offset)
 
     os.pread = pread

@@ -4,6 +4,7 @@ bounded, rerun leaks flagged on CPU (host memory) and CUDA (allocator figures)."
 from __future__ import annotations
 
 import ctypes
+import threading
 import types
 
 import pytest
@@ -384,6 +385,52 @@ def test_nvml_used_is_read_off_the_hot_path(monkeypatch):
     assert sampled.history()[0].nvml_used_call == "v1"
     assert "NVML used (including driver-reserved memory)" in format_history(sampled.history())
     sampled.close()
+
+
+def test_history_kept_between_reads_shows_nvml_once_it_answered(monkeypatch):
+    """`history` keeps the records it made (the panel reads the last 30 after every cell)
+    and makes one again when NVML's reading after its cell came in since."""
+    answer = threading.Event()
+
+    def used_memory():
+        answer.wait(10)
+        return nvml.UsedMemory((2**30,), "v2")
+
+    monkeypatch.setattr(nvml, "known_unavailable", lambda: False)
+    monkeypatch.setattr(nvml, "used_memory", used_memory)
+    sampled = MemoryTracker()
+    try:
+        sampled.pre_run_cell(types.SimpleNamespace(raw_cell="x"))
+        sampled.post_run_cell(types.SimpleNamespace(execution_count=1))
+        first = sampled.history()
+        assert first[0].nvml_used_after is None and first[0].nvml_used_call is None
+        assert sampled.history()[0] is first[0]  # nothing new: the same record
+        answer.set()
+        sampled._nvml.wait_idle()
+        later = sampled.history()[0]
+        assert (later.nvml_used_after, later.nvml_used_call) == (2**30, "v2")
+        kept = ("cell", "duration_s", "rss_before", "rss_after", "allocated_after")
+        assert [getattr(later, name) for name in kept] == [getattr(first[0], name) for name in kept]
+        sampled.clear()
+        assert sampled.history() == []
+    finally:
+        answer.set()
+        sampled.close()
+
+
+def test_history_made_once_per_record_matches_a_fresh_tracker_over_many_cells():
+    """Past `maxlen` cells the kept records are dropped with theirs: the last cells read
+    the same as they are recorded, in order."""
+    cells = MemoryTracker(maxlen=5, nvml=False)
+    for number in range(1, 40):
+        cells.pre_run_cell(types.SimpleNamespace(raw_cell=f"x{number} = {number}"))
+        cells.post_run_cell(types.SimpleNamespace(execution_count=number))
+        assert [record.cell for record in cells.history(last=3)] == list(
+            range(max(1, number - 2), number + 1)
+        )
+    assert [record.cell for record in cells.history()] == [35, 36, 37, 38, 39]
+    assert len(cells._made) <= 2 * cells.maxlen + 1
+    cells.close()
 
 
 def test_no_nvml_known_at_start_means_no_reader_thread():

@@ -121,16 +121,26 @@ class _Scan(NamedTuple):
     scan_notes: tuple[str, ...]
 
 
-_SIZED = (list, dict, set, tuple, frozenset, collections.deque)
+_SIZED = frozenset((list, dict, set, tuple, frozenset, collections.deque))
 
 
 _INPUTS = frozenset(("In", "_ih", "_dh", "_i", "_ii", "_iii"))
 
 
-def _input_name(name: str) -> bool:
+def _input_name(name: object) -> bool:
     """IPython's names for the cells' source text (In, _ih, _i, _ii, _iii, _i12) and the
     directory history (_dh): they grow every cell and hold no arrays."""
-    return name in _INPUTS or (name.startswith("_i") and name[2:].isdigit())
+    return isinstance(name, str) and (
+        name in _INPUTS or (name.startswith("_i") and name[2:].isdigit())
+    )
+
+
+# IPython's input names found so far and the other names found so far: IPython adds an
+# `_iN` every cell, so a long session's namespace is mostly those (1,000 cells: 1,000
+# names), and one set difference on the keys leaves them out at C speed
+_INPUT_NAMES: set = set()
+_OTHER_NAMES: set = set()
+_NAMES_KEPT = 100_000  # forgotten past this many names (a namespace that churns)
 
 
 def namespace_print(shell: Optional[InteractiveShell]) -> tuple:
@@ -140,13 +150,26 @@ def namespace_print(shell: Optional[InteractiveShell]) -> tuple:
     namespace = getattr(shell, "user_ns", None)
     if not isinstance(namespace, dict):
         return ()
-    sized = _SIZED
-    items = tuple(
-        (name, id(value), len(value) if type(value) in sized else -1)
-        for name, value in namespace.items()
-        if not _input_name(name)
+    inputs, others = _INPUT_NAMES, _OTHER_NAMES
+    if len(inputs) + len(others) > _NAMES_KEPT:
+        inputs.clear()
+        others.clear()
+    sized, value_of = _SIZED, namespace.get
+    items = []
+    for name in namespace.keys() - inputs:
+        if name not in others:  # a name not seen before
+            if _input_name(name):
+                inputs.add(name)
+                continue
+            others.add(name)
+        value = value_of(name)
+        items.append((name, id(value), len(value) if type(value) in sized else -1))
+    # a set: the order of a set difference is no fact about the namespace
+    return (
+        frozenset(items),
+        id(getattr(sys, "last_value", None)),
+        id(getattr(sys, "last_traceback", None)),
     )
-    return items, id(getattr(sys, "last_value", None)), id(getattr(sys, "last_traceback", None))
 
 
 class Running(NamedTuple):
@@ -245,12 +268,15 @@ class Refresher:
     def cell_snapshot(self) -> GpuStatus:
         """The snapshot after a cell: a full one, unless the cell changed nothing the last
         scan looked at, or the last full one was slow and recent; then everything but the
-        leftovers is new (a slow scan's say how old they are)."""
+        leftovers is new (a slow scan's say how old they are). Whether the cell changed
+        anything is asked first, of the tracker's record of it and the namespace: a cell
+        that did takes the full snapshot alone."""
+        from colab_gpu_guard.cells import tracker
+
         scan = self._scan
         if scan is None or self.snapshot is not _take_status or scan.status.leftovers is None:
             return self._full_snapshot()
         slow = scan.seconds > ALWAYS_SCAN_S and _clock() - scan.done_at < scan.seconds / SCAN_SHARE
-        fresh = _take_status(self.shell, leftovers=False).status
         note = scan.status.leftovers_note
         if slow:
             taken = time.strftime("%H:%M:%S", time.localtime(scan.status.taken_at))
@@ -259,8 +285,9 @@ class Refresher:
                 f"cell it runs at most every {scan.seconds / SCAN_SHARE:.0f} s; Refresh finds "
                 "them now"
             )
-        elif not self._unchanged(scan, fresh.history or ()):
+        elif not self._unchanged(scan, tracker.history_tail(1, self.shell)[0]):
             return self._full_snapshot()
+        fresh = _take_status(self.shell, leftovers=False).status
         scanned = scan.status
         # what the reused scan said of its leftovers (incomplete, graphs not measured)
         kept = tuple(note for note in scan.scan_notes if note not in fresh.notes)

@@ -17,6 +17,7 @@ import pytest
 
 ipywidgets = pytest.importorskip("ipywidgets")
 
+from colab_gpu_guard import host_memory  # noqa: E402
 from colab_gpu_guard.ipython.panel import actions as panel_actions  # noqa: E402
 from colab_gpu_guard.ipython.panel import refresh as panel_refresh  # noqa: E402
 from colab_gpu_guard.status import chart, panel_html  # noqa: E402
@@ -210,6 +211,10 @@ def test_a_cell_that_changed_nothing_is_not_scanned_again(ip, run_cell, show, to
     monkeypatch.setattr(instance.refresher, "snapshot", counted)
     now = [1000.0]
     monkeypatch.setattr(panel_refresh, "_clock", lambda: now[0])
+    # the host held still: the no-GPU line shows this process's resident size, which a
+    # leftovers scan itself may grow past the next MiB (rightly shown: a value written)
+    still = host_memory.host_ram()
+    monkeypatch.setattr(host_memory, "host_ram", lambda: still)
     run_cell("import torch\nbatches = [torch.ones(8)]")
     assert len(scans) == 1  # a new variable: scanned
     refreshes, quiet, updates = instance.refreshes, instance.refresher.quiet, instance.updates
@@ -235,6 +240,46 @@ def test_a_cell_that_changed_nothing_is_not_scanned_again(ip, run_cell, show, to
     now[0] += panel_refresh.UNCHANGED_S + 1  # the last scan is old: scanned, changed or not
     run_cell("pass")
     assert len(scans) == 4
+
+
+def test_after_unchanged_cells_a_rebound_new_or_deleted_name_is_scanned(
+    ip, run_cell, show, torch, monkeypatch
+):
+    """The namespace's print leaves out only IPython's input names (`_i`, `_i12`, `In`...):
+    a variable rebound, added (even one named like them) or deleted is found by the next
+    cell's refresh, however many unchanged cells came before."""
+    instance = show(opened=False)
+    scans = []
+    real = panel_refresh._take_status
+
+    def counted(shell, leftovers=True):
+        scans.extend([1] if leftovers else [])
+        return real(shell, leftovers=leftovers)
+
+    monkeypatch.setattr(panel_refresh, "_take_status", counted)
+    monkeypatch.setattr(instance.refresher, "snapshot", counted)
+    now = [1000.0]
+    monkeypatch.setattr(panel_refresh, "_clock", lambda: now[0])
+    run_cell("import torch\nkept = torch.ones(8)")
+    assert len(scans) == 1
+    cases = (
+        ("kept = torch.ones(16)", "`kept`"),  # rebound
+        ("_i_weights = torch.ones(32)", "`_i_weights`"),  # new, named like an input
+        ("_ix2 = torch.ones(32)", "`_ix2`"),
+        ("del kept", None),
+    )
+    for source, shown in cases:
+        for _ in range(3):
+            now[0] += panel_refresh.QUIET_S + 0.5  # the cheap snapshot, no scan
+            run_cell("pass")
+        count = len(scans)
+        now[0] += panel_refresh.QUIET_S + 0.5
+        run_cell(source)
+        assert len(scans) == count + 1, source
+        if shown:
+            assert shown in instance.text(), (source, instance.text())
+    assert "`kept`" not in instance.text()
+    run_cell("del _i_weights, _ix2")
 
 
 def test_toggles_keep_their_width_when_a_count_appears(show):
