@@ -10,7 +10,7 @@ from collections.abc import Callable, Sequence
 from typing import Optional, Union
 
 from ..units import HOLDERS
-from .found import ROW_HOLDER, ROW_PATH, Found, Ref
+from .found import ROW_HOLDER, ROW_PATH, Found, Items, Ref
 from .graphs import SHARERS_SHOWN, Graph, named_few
 from .groups import Blocks as GroupColumns
 from .naming import ITEM, PathNames, rank, shared_names
@@ -143,8 +143,7 @@ class Blocks:
         for key in keys:
             block = self._graph_block[key]
             shared = self.shared.get(block)
-            path = ROW_PATH(self.rows[self.row_of[block]])
-            names.append(shared.name if shared is not None else self.names.name_of(path))
+            names.append(shared.name if shared is not None else self._row_name(self.row_of[block]))
         return names
 
     def entry(self, position: int) -> Leftover:
@@ -154,28 +153,32 @@ class Blocks:
         if item is not None:
             return item
         index = self.row_of[block]
-        path, holder, _root, _depth, framework = self.rows[index]
-        name = None
-        if path[1] == ITEM:  # list[i] under an already named container: no call
-            name = self.names.cache.get(id(path[0]))
-            if name is not None:
-                name = f"{name}[{path[2]}]"
-        return leftover_of(
-            name if name is not None else self.names.name_of(path),
-            holder,
-            self.found.info(index),
-            framework,
-        )
+        _path, holder, _root, _depth, framework = self.rows[index]
+        return leftover_of(self._row_name(index), holder, self.found.info(index), framework)
+
+    def _row_name(self, index: int) -> str:
+        """The name of row `index`'s path."""
+        path = ROW_PATH(self.rows[index])
+        if type(path) is Items:  # an item recorded in bulk: its path is made, not kept
+            parent, item = path.parent, index - path.start
+        elif path[1] == ITEM:
+            parent, item = path[0], path[2]
+        else:
+            return self.names.name_of(path)
+        # list[i] under an already named container: no call
+        name = self.names.cache.get(id(parent))
+        if name is None:
+            name = self.names.name_of(parent) if parent is not None else None
+        return f"{name}[{item}]" if name is not None else self.names.name_of(path)
 
     def group_columns(self) -> GroupColumns:
         """The columns `groups.group_leftovers` needs, in ``order``: a block reached by
         several names belongs to the root of the name it is listed under."""
         order, row_of, rows, shared = self.order, self.row_of, self.rows, self.shared
         holders = _in_order(self.holders, order)
-        if order == range(len(row_of)) and row_of == range(len(rows)):  # block i is row i
-            paths = list(map(ROW_PATH, rows))
-        else:
-            paths = list(map(ROW_PATH, map(rows.__getitem__, map(row_of.__getitem__, order))))
+        paths = self.found.paths()
+        if not (order == range(len(row_of)) and row_of == range(len(rows))):  # block i: row i
+            paths = list(map(paths.__getitem__, map(row_of.__getitem__, order)))
         roots = root_labels(paths, holders)
         shared_at = (
             list(itertools.compress(itertools.count(), map(shared.__contains__, order)))

@@ -5,12 +5,18 @@ from __future__ import annotations
 import itertools
 import operator
 from collections.abc import Hashable, Iterable, Sequence
-from typing import Optional
+from typing import Any, Optional
 
-from .found import ROW_PATH, ROW_ROOT
+from .found import ROW_PATH, ROW_ROOT, Items
 from .graphs import Graphs
 
 _PARENT = operator.itemgetter(0)
+
+
+def _parent(path: Any) -> Any:
+    """A row's path's parent (the container's, for items recorded in bulk: `Items`)."""
+    return path.parent if type(path) is Items else _PARENT(path)
+
 
 Run = tuple  # (root, first row, end row)
 
@@ -45,7 +51,7 @@ def alias_rows(rows: Sequence[tuple], aliases: Iterable[tuple]) -> dict[Hashable
             memo[id(item)] = found
         return found
 
-    parents = list(map(_PARENT, map(ROW_PATH, rows)))
+    parents = list(map(_parent, map(ROW_PATH, rows)))
     idents = list(map(id, parents))
     for parent in dict(zip(idents, parents)).values():
         roots_above(parent)

@@ -12,7 +12,7 @@ from typing import Optional
 
 from ..units import USER_VARIABLE
 from . import arrow
-from .found import Found
+from .found import Found, Items
 from .graphs import Graphs
 from .holders import FrameWalks, HolderWalks, TensorParts
 from .kinds import (
@@ -333,17 +333,13 @@ class ItemWalk:
         walker = self.walker
         path, depth, holder, root = at.path, at.depth + 1, at.holder, at.root
         count = len(arrays)
-        walker.found.pending.extend(arrays)
-        paths = zip(itertools.repeat(path), itertools.repeat(ITEM), range(count))
-        walker.found.pending_rows.extend(
-            zip(
-                paths,
-                itertools.repeat(holder),
-                itertools.repeat(root),
-                itertools.repeat(depth),
-                itertools.repeat(what.framework),
-            )
-        )
+        found = walker.found
+        # one row for all: item i's path is (path, ITEM, i) (`Items`)
+        run = Items(path, len(found.pending), count)
+        found.pending_runs.append(run)
+        found.pending.extend(arrays)
+        row = (run, holder, root, depth, what.framework)
+        found.pending_rows.extend(itertools.repeat(row, count))
         if what.framework == "torch" and any(map(_REQUIRES_GRAD, arrays)):
             for index, array in enumerate(arrays):
                 if array.requires_grad:
