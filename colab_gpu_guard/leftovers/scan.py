@@ -142,8 +142,9 @@ class Scan:
         """Which roots reach which blocks (built on first use)."""
         if self._reach is None:
             walker = self.walker
+            found = walker.found
             self._reach = Reach(
-                walker.found.rows, self.keys, walker.aliases, walker.graphs, walker.root_keys
+                found.rows, self.keys, walker.aliases, walker.graphs, walker.root_keys, found.runs
             )
         return self._reach
 
