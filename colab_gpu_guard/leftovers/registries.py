@@ -6,6 +6,7 @@ runs). A reset names them and never changes them. See docs/leftovers.md."""
 
 from __future__ import annotations
 
+import functools
 import os
 import sys
 import sysconfig
@@ -31,7 +32,12 @@ MAX_MODULE_GLOBALS = 10_000  # the user's modules' globals taken as roots, at mo
 _MODULE_DICT = types.ModuleType.__dict__["__dict__"].__get__
 _METHOD_FUNC = types.MethodType.__dict__["__func__"].__get__
 _TYPE_NAME = type.__dict__["__name__"].__get__
+_FUNCTION_GLOBALS = types.FunctionType.__dict__["__globals__"].__get__
+_PARTIAL_FUNC = functools.partial.__dict__["func"].__get__
 _installed: list[tuple[str, ...]] = []
+# a module's globals that hold no data of its own: modules, C functions (``from torch
+# import zeros``)
+_NOT_DATA = (types.ModuleType, types.BuiltinFunctionType)
 
 
 class Global(NamedTuple):
@@ -75,16 +81,16 @@ def _defined_elsewhere(value: Any, module: str) -> bool:
 
 def module_globals(namespace: Optional[dict]) -> list[Global]:
     """The globals of the user's own modules (`users_module`) that may hold an array, in
-    the order Python imported the modules: not modules, plain values, functions and classes
-    imported from elsewhere, ``__dunder__`` names; not the notebook's own namespace, nor
+    the order Python imported the modules: not modules, plain values, C functions, functions
+    and classes imported from elsewhere, ``__dunder__`` names; not the notebook's own namespace, nor
     the shell's or this package's modules. Read through the modules' dicts."""
     aliases: dict[int, str] = {}  # a module the notebook imported under a name of its own
     for name, value in list(dict.items(namespace or {})):
-        if type(name) is str and isinstance(value, types.ModuleType):
+        if type(name) is str and issubclass(type(value), types.ModuleType):
             aliases.setdefault(id(value), name)
     found: list[Global] = []
     for name, module in list(dict.items(sys.modules)):
-        if type(name) is not str or not isinstance(module, types.ModuleType):
+        if type(name) is not str or not issubclass(type(module), types.ModuleType):
             continue
         scope = _MODULE_DICT(module)
         if type(scope) is not dict or scope is namespace or opaque_module(name):
@@ -96,7 +102,7 @@ def module_globals(namespace: Optional[dict]) -> list[Global]:
             if type(key) is not str or (key.startswith("__") and key.endswith("__")):
                 continue
             kind = type(value)
-            if kind in ATOMIC or issubclass(kind, types.ModuleType):
+            if kind in ATOMIC or issubclass(kind, _NOT_DATA):
                 continue
             if _defined_elsewhere(value, name):
                 continue
@@ -106,24 +112,45 @@ def module_globals(namespace: Optional[dict]) -> list[Global]:
     return found
 
 
+def _function_of(function: Any) -> Any:
+    """The function a finalizer calls: a bound method's and a partial's own, read through
+    their C fields."""
+    for _ in range(4):  # a partial of a bound method, ...
+        kind = type(function)
+        if kind is types.MethodType:
+            function = _METHOD_FUNC(function)
+        elif issubclass(kind, functools.partial):
+            function = _PARTIAL_FUNC(function)
+        else:
+            break
+    return function
+
+
 def _callable_name(function: Any) -> str:
     """A finalizer's function as its code names it (no attribute of a user object read)."""
     kind = type(function)
-    if kind is types.MethodType:
-        function = _METHOD_FUNC(function)
-        kind = type(function)
     if kind is types.FunctionType:
         return function_name(function)
-    if isinstance(function, types.BuiltinFunctionType):
+    if issubclass(kind, types.BuiltinFunctionType):
         return "builtin function"
     return _TYPE_NAME(kind)
 
 
+def _installed_package(function: Any) -> bool:
+    """A function of an installed package (torch's own finalizers): not the user's."""
+    if type(function) is not types.FunctionType:
+        return False
+    scope = _FUNCTION_GLOBALS(function)  # its module's globals (a notebook's: the shell's)
+    path = dict.get(scope, "__file__") if type(scope) is dict else None
+    return type(path) is str and ("site-packages" in path or "dist-packages" in path)
+
+
 def finalizers() -> list[tuple[str, Any]]:
     """(label, record) of each finalizer ``weakref.finalize`` keeps in its registry (a
-    class attribute: every finalizer not yet run or detached), labelled by its function
-    (``<weakref.finalize cleanup>``; a number after a repeated one); the record holds its
-    function, args and kwargs. Read through the class's and the records' own slots."""
+    class attribute: every finalizer not yet run or detached) but an installed package's
+    own, labelled by its function (``<weakref.finalize cleanup>``; a number after a
+    repeated one); the record holds its function, args and kwargs. Read through the
+    class's and the records' own slots."""
     weakref_module = sys.modules.get("weakref")
     scope = _MODULE_DICT(weakref_module) if weakref_module is not None else {}
     finalize = dict.get(scope, "finalize") if type(scope) is dict else None
@@ -136,7 +163,10 @@ def finalizers() -> list[tuple[str, Any]]:
     seen: dict[str, int] = {}
     for record in list(dict.values(registry)):
         slots = dict(slot_values(layout_of(type(record)).slots, record))
-        label = f"<weakref.finalize {_callable_name(slots.get('func'))}>"
+        function = _function_of(slots.get("func"))
+        if _installed_package(function):  # a library's own finalizer (torch.compile's)
+            continue
+        label = f"<weakref.finalize {_callable_name(function)}>"
         count = seen[label] = seen.get(label, 0) + 1
         found.append((label if count == 1 else f"{label[:-1]} ({count})>", record))
     return found
