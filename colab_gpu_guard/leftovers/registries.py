@@ -35,6 +35,7 @@ _TYPE_NAME = type.__dict__["__name__"].__get__
 _FUNCTION_GLOBALS = types.FunctionType.__dict__["__globals__"].__get__
 _PARTIAL_FUNC = functools.partial.__dict__["func"].__get__
 _installed: list[tuple[str, ...]] = []
+_MAIN_NAMES = frozenset({"__main__", "__mp_main__"})
 # a module's globals that hold no data of its own: modules, C functions (``from torch
 # import zeros``)
 _NOT_DATA = (types.ModuleType, types.BuiltinFunctionType)
@@ -82,18 +83,23 @@ def _defined_elsewhere(value: Any, module: str) -> bool:
 def module_globals(namespace: Optional[dict]) -> list[Global]:
     """The globals of the user's own modules (`users_module`) that may hold an array, in
     the order Python imported the modules: not modules, plain values, C functions, functions
-    and classes imported from elsewhere, ``__dunder__`` names; not the notebook's own namespace, nor
-    the shell's or this package's modules. Read through the modules' dicts."""
+    and classes imported from elsewhere, ``__dunder__`` names; not ``__main__`` (the
+    notebook's namespace, or a script's: not an imported module) nor the shell's or this
+    package's modules. Read through the modules' dicts."""
     aliases: dict[int, str] = {}  # a module the notebook imported under a name of its own
     for name, value in list(dict.items(namespace or {})):
         if type(name) is str and issubclass(type(value), types.ModuleType):
             aliases.setdefault(id(value), name)
     found: list[Global] = []
+    main = sys.modules.get("__main__")
     for name, module in list(dict.items(sys.modules)):
         if type(name) is not str or not issubclass(type(module), types.ModuleType):
             continue
+        # the notebook (or script) itself, also as multiprocessing's `__mp_main__`
+        if module is main or name in _MAIN_NAMES or opaque_module(name):
+            continue
         scope = _MODULE_DICT(module)
-        if type(scope) is not dict or scope is namespace or opaque_module(name):
+        if type(scope) is not dict or scope is namespace:
             continue
         if not users_module(scope):
             continue
