@@ -1,8 +1,9 @@
 """The process-wide places outside the notebook's names that keep a user's arrays alive,
 read as a scan's roots without running user code: logging's registry (loggers with
-handlers), the globals of the user's own modules (``nbutils._cache``), and
+handlers), the globals of the user's own modules (``nbutils._cache``),
 ``weakref.finalize``'s registry (a finalizer keeps its function and arguments until it
-runs). A reset names them and never changes them. See docs/leftovers.md."""
+runs) and threading's (a running thread keeps its target and arguments until it returns).
+A reset names them and never changes them. See docs/leftovers.md."""
 
 from __future__ import annotations
 
@@ -27,6 +28,7 @@ from .readers import (
 LOGGER = "logger"  # a root kind: a logger with handlers, kept by logging's registry
 MODULE_GLOBAL = "module global"  # a root kind: a global of the user's own module
 FINALIZER = "finalizer"  # a root kind: a weakref.finalize's function and arguments
+THREAD = "thread"  # a root kind: a running thread (its target and arguments)
 MAX_MODULE_GLOBALS = 10_000  # the user's modules' globals taken as roots, at most
 
 _MODULE_DICT = types.ModuleType.__dict__["__dict__"].__get__
@@ -166,16 +168,47 @@ def finalizers() -> list[tuple[str, Any]]:
     if type(registry) is not dict:
         return []
     found = []
-    seen: dict[str, int] = {}
     for record in list(dict.values(registry)):
         slots = dict(slot_values(layout_of(type(record)).slots, record))
         function = _function_of(slots.get("func"))
         if _installed_package(function):  # a library's own finalizer (torch.compile's)
             continue
-        label = f"<weakref.finalize {_callable_name(function)}>"
+        found.append((f"<weakref.finalize {_callable_name(function)}>", record))
+    return list(zip(_numbered([label for label, _record in found]), (r for _l, r in found)))
+
+
+def _numbered(labels: list[str]) -> list[str]:
+    """`labels`, a repeated one numbered from its second: ``<x (2)>``."""
+    seen: dict[str, int] = {}
+    made = []
+    for label in labels:
         count = seen[label] = seen.get(label, 0) + 1
-        found.append((label if count == 1 else f"{label[:-1]} ({count})>", record))
-    return found
+        made.append(label if count == 1 else f"{label[:-1]} ({count})>")
+    return made
+
+
+def threads() -> list[tuple[str, Any]]:
+    """(label, thread) of each thread threading keeps as started or running, but the main
+    thread and the shell's or this package's own (``<thread 'Thread-3 (train)'>``): a
+    thread keeps its target and arguments until its target returns. Read through
+    threading's tables and each thread's own dict (its ``_name``)."""
+    threading = sys.modules.get("threading")
+    scope = _MODULE_DICT(threading) if threading is not None else None
+    if type(scope) is not dict:
+        return []
+    main = dict.get(scope, "_main_thread")
+    found = []
+    for table in (dict.get(scope, "_limbo"), dict.get(scope, "_active")):
+        if type(table) is not dict:
+            continue
+        for thread in list(dict.values(table)):
+            kind = type(thread)
+            if thread is main or opaque_module(type_module(kind)):
+                continue
+            attributes = instance_dict(layout_of(kind).dict_getter, thread) or {}
+            name = dict.get(attributes, "_name")
+            found.append((f"<thread {name!r}>" if type(name) is str else "<thread>", thread))
+    return list(zip(_numbered([label for label, _thread in found]), (t for _l, t in found)))
 
 
 def logging_registry() -> list[tuple[str, Any]]:

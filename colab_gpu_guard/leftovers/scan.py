@@ -30,15 +30,17 @@ from .registries import (
     FINALIZER,
     LOGGER,
     MODULE_GLOBAL,
+    THREAD,
     finalizers,
     logging_registry,
     module_globals,
+    threads,
 )
 from .walker import DEFAULT_MAX_DEPTH, OutOfTime, Walker
 
 COMPILED_GRAPH = "compiled graph"  # a root kind: a graph torch.compile installed
 # the root kinds of what process-wide registries keep (`registries`)
-REGISTRY_KINDS = frozenset({COMPILED_GRAPH, LOGGER, FINALIZER, MODULE_GLOBAL})
+REGISTRY_KINDS = frozenset({COMPILED_GRAPH, LOGGER, FINALIZER, THREAD, MODULE_GLOBAL})
 DEFAULT_BUDGET_S = 5.0  # find_leftovers(); %gpu_status and the panel take 2 s
 _UNFINISHED_SHOWN = 3
 
@@ -181,9 +183,9 @@ def root_entries(shell, namespace: Optional[dict], variables_only: bool = False)
     """Every root a scan starts from, in order, as (key, label, holder, value, depth): the
     notebook's (`notebook_refs.roots`), then the graphs torch.compile's caches hold (never
     a user variable; freed by dynamo's reset), then what process-wide registries keep
-    (`registries`: loggers with handlers, ``weakref.finalize``'s finalizers, the globals of
-    the user's own modules); `variables_only`: the namespace's variables alone (they come
-    first)."""
+    (`registries`: loggers with handlers, ``weakref.finalize``'s finalizers, running
+    threads, the globals of the user's own modules); `variables_only`: the namespace's
+    variables alone (they come first)."""
     found = notebook_refs.roots(shell, namespace if namespace is not None else {})
     if variables_only:
         return [tuple(root) for root in itertools.takewhile(_is_variable, found)]
@@ -196,6 +198,8 @@ def root_entries(shell, namespace: Optional[dict], variables_only: bool = False)
         entries.append((notebook_refs.RootKey(LOGGER, name), label, OTHER, logger, 0))
     for label, record in finalizers():
         entries.append((notebook_refs.RootKey(FINALIZER, label), label, OTHER, record, 0))
+    for label, thread in threads():
+        entries.append((notebook_refs.RootKey(THREAD, label), label, OTHER, thread, 0))
     for label, value in module_globals(namespace):
         entries.append((notebook_refs.RootKey(MODULE_GLOBAL, label), label, OTHER, value, 0))
     return entries

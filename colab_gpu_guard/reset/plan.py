@@ -16,7 +16,7 @@ from ..cells.notebook_leftovers import scan
 from ..frameworks import torch as torch_support
 from ..frameworks import torch_compile
 from ..leftovers import Scan, dropping
-from ..leftovers.registries import FINALIZER, LOGGER, MODULE_GLOBAL
+from ..leftovers.registries import FINALIZER, LOGGER, MODULE_GLOBAL, THREAD
 from ..leftovers.scan import COMPILED_GRAPH
 from ..units import format_bytes
 from .report import DeviceRelease, ReleaseReport
@@ -278,6 +278,8 @@ def _held_elsewhere_notes(report: ReleaseReport, stays: list[tuple]) -> None:
             why = f"{_MODULE_GLOBAL_WHY}: `del` it or assign it anew to free it"
         elif FINALIZER in kinds:
             why = _FINALIZER_WHY
+        elif THREAD in kinds:
+            why = f"a running thread keeps its function's arguments: {_THREAD_FIX}"
         report.notes.append(
             f"`{label}`: {format_bytes(amount)} of its memory {verb}{where} ({why})"
         )
@@ -292,18 +294,22 @@ _FINALIZER_WHY = (
     "a weakref.finalize keeps its function and arguments until it runs, and %gpu_reset "
     f"never runs or removes one: {_FINALIZER_FIX}"
 )
+_THREAD_FIX = "they go when the function the thread runs returns (%gpu_reset never stops one)"
 REGISTRY_NAMES_SHOWN = 5
+# the roots of registries a reset never changes, named with their fix (in this order)
+_REGISTRY_ROOTS = (MODULE_GLOBAL, FINALIZER, THREAD)
 
 
 def _registry_notes(report: ReleaseReport, found: Scan) -> None:
-    """What the globals of the user's modules and ``weakref.finalize``'s finalizers keep:
-    a reset leaves them as they are; the note names them, their bytes and the fix."""
+    """What the globals of the user's modules, ``weakref.finalize``'s finalizers and running
+    threads keep: a reset leaves them as they are; the note names them, their bytes and
+    the fix."""
     reach = found.reach
-    holding = [root for root in reach.holding() if root.kind in (MODULE_GLOBAL, FINALIZER)]
+    holding = [root for root in reach.holding() if root.kind in _REGISTRY_ROOTS]
     if not holding:
         return
     labels = {entry[0]: entry[1] for entry in found.roots}
-    for kind in (MODULE_GLOBAL, FINALIZER):
+    for kind in _REGISTRY_ROOTS:
         roots = [root for root in holding if root.kind == kind]
         if not roots:
             continue
@@ -322,10 +328,14 @@ def _registry_notes(report: ReleaseReport, found: Scan) -> None:
                 f"never deletes: {shown}; `del {first}` (or assigning it anew) frees what "
                 "it keeps"
             )
-        else:
+        elif kind == FINALIZER:
             report.notes.append(
                 f"{report.wording.held} held by weakref.finalize until it runs, which "
                 f"%gpu_reset never runs or removes: {shown}; {_FINALIZER_FIX}"
+            )
+        else:
+            report.notes.append(
+                f"{report.wording.held} held by running threads: {shown}; {_THREAD_FIX}"
             )
 
 

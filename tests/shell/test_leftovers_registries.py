@@ -1,13 +1,16 @@
 """What process-wide registries keep, in a real shell: the globals of the user's own module
-(``nb._cache``, named as the notebook imported it) and ``weakref.finalize``'s finalizers
-(their arguments). Listed with the bytes of their storages; `%gpu_reset` (plain, ``--all``,
-a dry run) never deletes a module's global nor runs or removes a finalizer: it names them
-with the fix, and weakrefs prove the memory stays, then goes once the user lets go."""
+(``nb._cache``, named as the notebook imported it), ``weakref.finalize``'s finalizers
+(their arguments) and running threads (their function's arguments). Listed with the bytes
+of their storages; `%gpu_reset` (plain, ``--all``, a dry run) never deletes a module's
+global, runs or removes a finalizer, nor stops a thread: it names them with the fix, and
+weakrefs prove the memory stays, then goes once the user lets go."""
 
 from __future__ import annotations
 
+import gc
 import sys
 import textwrap
+import threading
 
 import pytest
 from IPython.utils.capture import capture_output
@@ -157,3 +160,30 @@ def test_module_globals_are_roots_of_their_own_kind(shell, run_cell, user_module
     keys = {key for key, *_rest in _root_entries(shell)}
     assert (MODULE_GLOBAL, f"{MODULE}._cache") in keys
     run(run_cell, f"{MODULE}._cache.clear()")
+
+
+def test_a_running_threads_arguments_are_listed_and_freed_when_it_returns(shell, run_cell):
+    run(
+        run_cell,
+        "import threading\n"
+        "go = threading.Event()\n"
+        "def work(batch, go):\n    go.wait(30)\n"
+        f"batch = torch.ones({N}); refs['batch'] = weakref.ref(batch.untyped_storage())\n"
+        "worker = threading.Thread(target=work, args=(batch, go), name='loader', daemon=True)\n"
+        "worker.start(); del batch, worker",
+    )
+    try:
+        found = entries(shell)
+        item = found["<thread 'loader'>._args[0]"]
+        assert item.nbytes == 4 * N and item.holder == "other"
+        text = quiet(shell, "--all") + quiet(shell, "")
+        assert "held by running threads: `<thread 'loader'>` (977 KiB)" in text
+        assert shell.user_ns["refs"]["batch"]() is not None  # the reset stops no thread
+    finally:
+        shell.user_ns["go"].set()
+    for thread in threading.enumerate():
+        if thread.name == "loader":
+            thread.join(10)
+    gc.collect()
+    assert shell.user_ns["refs"]["batch"]() is None
+    assert not any(name.startswith("<thread 'loader'>") for name in entries(shell))

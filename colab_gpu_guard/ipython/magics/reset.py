@@ -44,8 +44,8 @@ From code: `colab_gpu_guard.gpu_reset("model", dry_run=True)` returns the report
 `%gpu_reset`, `%gpu_status`, the panel and `find_leftovers()` share one scan. It starts
 from the notebook's variables, the output history, the last exception's frames and the
 debugger's, the globals of your own modules (`nbutils._cache`, as you imported it),
-logging's loggers with handlers and `weakref.finalize`'s finalizers (their arguments), and
-walks into containers, objects' attributes and slots, closures,
+logging's loggers with handlers, `weakref.finalize`'s finalizers and running threads
+(their arguments), and walks into containers, objects' attributes and slots, closures,
 generators, iterators, `nn.Module`s, optimizers, the standard library's and other
 libraries' objects (a `Future`'s result, a logging handler's records, a queue's items)
 and pandas frames (by their NumPy blocks), without running any of your code. It does not
@@ -70,8 +70,8 @@ see, or counts only in part:
   garbage collector, CUDA graph pools, caches inside libraries. It shows only as that
   gap. (Autograd graphs are measured: what they saved is counted with their tensor.)
 - **Local variables of a function still running** (another thread, an executing
-  generator): not walked. A deep scan names such a tensor by its variable, function and
-  thread.
+  generator): not walked (a running thread's arguments are, `<thread 'loader'>._args[0]`).
+  A deep scan names such a tensor by its variable, function and thread.
 - **Libraries whose arrays live in buffers no Python object shows**: cuDF, Polars,
   TensorFlow, and Arrow's tensors. Their holders are named, "not looked into: `gdf`
   (cudf.core.dataframe.DataFrame)", and not counted. (Arrow's arrays, chunked arrays,
