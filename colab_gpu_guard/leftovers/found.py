@@ -148,14 +148,19 @@ def _info_or_none(info_of, array: Any) -> Optional[ArrayInfo]:
 
 
 def _bulk_columns(
-    arrays: list, rows: list[tuple], readers: dict[str, Callable[[Any], ArrayInfo]]
+    arrays: list,
+    rows: list[tuple],
+    readers: dict[str, Callable[[Any], ArrayInfo]],
+    frameworks: Optional[set] = None,
 ) -> tuple[list, Optional[list[bool]], bool]:
     """The metadata of every recorded array (``readers``: its framework's ``info_of``), as
     columns in `ArrayInfo`'s field order, which arrays those are (None: all; the others'
     metadata could not be read), and whether they were read one by one (else: torch
     tensors' in one C-level pass per attribute, ``torch_support.array_columns``, which
-    fails on any unusual tensor, a sparse one included)."""
-    frameworks = set(map(ROW_FRAMEWORK, rows))
+    fails on any unusual tensor, a sparse one included). ``frameworks``: the rows'
+    frameworks, where the caller has them."""
+    if frameworks is None:
+        frameworks = set(map(ROW_FRAMEWORK, rows))
     if frameworks == {"torch"} and readers.get("torch") is torch_support.array_info:
         try:
             return list(torch_support.array_columns(arrays)), None, False
@@ -171,12 +176,14 @@ def _bulk_columns(
     return columns, kept, True
 
 
-def _arrow_parts(arrays: list, rows: list[tuple]) -> Optional[tuple[list, list, list]]:
+def _arrow_parts(
+    arrays: list, rows: list[tuple], frameworks: set
+) -> Optional[tuple[list, list, list]]:
     """Where Arrow data is among `arrays` (framework "arrow"), the arrays and rows again
     with its buffers in its place (each a block: `arrow.buffer_parts`), and the owner of
     each (the Arrow object for a buffer: a new object each time it is read, a buffer
     lives as long as its owner keeps it); None where there is none."""
-    if "arrow" not in map(ROW_FRAMEWORK, rows):
+    if arrow.FRAMEWORK not in frameworks:
         return None
     new_arrays, new_rows, owners = [], [], []
     for array, row in zip(arrays, rows):
@@ -324,12 +331,15 @@ class Found:
             return
         try:
             owners = arrays
-            if runs and arrow.FRAMEWORK in map(ROW_FRAMEWORK, rows):
+            frameworks = set(map(ROW_FRAMEWORK, rows))  # of each row, arrow's included
+            if runs and arrow.FRAMEWORK in frameworks:
                 rows, runs = expanded(rows, runs), []
-            buffers = _arrow_parts(arrays, rows)
+            buffers = _arrow_parts(arrays, rows, frameworks)
             if buffers is not None:  # Arrow data: its buffers take its place
                 arrays, rows, owners = buffers
-            columns, kept, one_by_one = _bulk_columns(arrays, rows, self.readers)
+            if buffers is not None:
+                frameworks = set(map(ROW_FRAMEWORK, rows))
+            columns, kept, one_by_one = _bulk_columns(arrays, rows, self.readers, frameworks)
             if runs and (one_by_one or kept is not None):  # rows to take out or replace
                 rows, runs = expanded(rows, runs), []
             parts = None
