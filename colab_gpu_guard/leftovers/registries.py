@@ -21,7 +21,6 @@ from .readers import (
     instance_dict,
     layout_of,
     own_attribute,
-    slot_values,
     type_module,
 )
 
@@ -168,9 +167,19 @@ def finalizers() -> list[tuple[str, Any]]:
     if type(registry) is not dict:
         return []
     found = []
+    readers: dict[type, Any] = {}  # a record's type -> its `func` slot's reader
     for record in list(dict.values(registry)):
-        slots = dict(slot_values(layout_of(type(record)).slots, record))
-        function = _function_of(slots.get("func"))
+        kind = type(record)
+        reader = readers.get(kind)
+        if reader is None:
+            slots = dict(layout_of(kind).slots)
+            reader = readers[kind] = slots.get("func")
+        if reader is None:
+            continue
+        try:
+            function = _function_of(reader.__get__(record, kind))
+        except Exception:  # an unset slot (a record being made)
+            continue
         if _installed_package(function):  # a library's own finalizer (torch.compile's)
             continue
         found.append((f"<weakref.finalize {_callable_name(function)}>", record))
