@@ -70,6 +70,25 @@ def users_module(globals_: dict) -> bool:
     return not path.startswith(_installed_prefixes())
 
 
+# (module name, its globals' id) -> (its __file__ then, whether it is the user's): a scan
+# looks at every module Python imported (a thousand with torch)
+_USERS: dict[tuple[str, int], tuple[Any, bool]] = {}
+
+
+def _users(name: str, scope: dict) -> bool:
+    """`users_module`, and not the shell's or this package's (memoised per file)."""
+    path = dict.get(scope, "__file__")
+    key = (name, id(scope))
+    known = _USERS.get(key)
+    if known is not None and known[0] is path:
+        return known[1]
+    if len(_USERS) > 8192:
+        _USERS.clear()
+    mine = not opaque_module(name) and users_module(scope)
+    _USERS[key] = (path, mine)
+    return mine
+
+
 def _defined_elsewhere(value: Any, module: str) -> bool:
     """A function or class another module defined (``from torch import nn``'s kind):
     not this module's data."""
@@ -97,12 +116,10 @@ def module_globals(namespace: Optional[dict]) -> list[Global]:
         if type(name) is not str or not issubclass(type(module), types.ModuleType):
             continue
         # the notebook (or script) itself, also as multiprocessing's `__mp_main__`
-        if module is main or name in _MAIN_NAMES or opaque_module(name):
+        if module is main or name in _MAIN_NAMES:
             continue
         scope = _MODULE_DICT(module)
-        if type(scope) is not dict or scope is namespace:
-            continue
-        if not users_module(scope):
+        if type(scope) is not dict or scope is namespace or not _users(name, scope):
             continue
         shown = aliases.get(id(module), name)
         for key, value in list(dict.items(scope)):
