@@ -8,9 +8,7 @@ from __future__ import annotations
 import collections
 import functools
 import itertools
-import os
 import sys
-import sysconfig
 import types
 import weakref
 from typing import Any, Callable, NamedTuple, Optional
@@ -92,26 +90,11 @@ def cache_results(wrapper: Any) -> list:
     return lru_cache_entries(wrapper)[1]
 
 
-_installed: list[tuple[str, ...]] = []
-
-
-def _installed_prefixes() -> tuple[str, ...]:
-    if not _installed:
-        paths = sysconfig.get_paths()
-        found = {paths.get(key) for key in ("stdlib", "platstdlib", "purelib", "platlib")}
-        _installed.append(tuple(os.path.join(path, "") for path in found if path))
-    return _installed[0]
-
-
 def users_module(globals_: dict) -> bool:
-    """A module of the user's own (a file beside the notebook, on Drive): not the
-    standard library's, not an installed package's."""
-    path = dict.get(globals_, "__file__")
-    if type(path) is not str:
-        return False
-    if "site-packages" in path or "dist-packages" in path:
-        return False
-    return not path.startswith(_installed_prefixes())
+    """A module of the user's own (`leftovers.registries.users_module`)."""
+    from ..leftovers.registries import users_module as of_user  # first use, not %load_ext
+
+    return of_user(globals_)
 
 
 # type -> the interpreter's reader of its instances' dict (`layout_of`: it walks the

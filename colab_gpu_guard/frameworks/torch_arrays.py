@@ -212,19 +212,25 @@ class _Shapes(dict):
         return shape
 
 
-def _shapes(tensors: list, nbytes: list, dtypes: list) -> list[tuple]:
+def _shapes(tensors: list, nbytes: list, dtypes: list, kinds: set) -> list[tuple]:
     """Each tensor's shape as a tuple. Reading ``.shape`` builds a torch.Size per tensor
     (about 0.8 µs, and an object the cyclic collector then goes over); a 0-d or 1-d
     tensor's shape is known from its dim() and its element count: its bytes (``nbytes``)
-    over its dtype's item size."""
+    over its dtype's item size. ``kinds``: the dtypes among `dtypes`."""
     tensor_base = _tensor_base()
     dims = list(map(getattr(tensor_base, "dim", _DIM), tensors))
     if min(dims, default=0) > 1:
         return list(map(tuple, map(_SHAPE, tensors)))
-    sizes = {dtype: dtype.itemsize for dtype in set(dtypes)}
-    counts = list(map(operator.floordiv, nbytes, map(sizes.__getitem__, dtypes)))
+    sizes = {dtype: dtype.itemsize for dtype in kinds}
+    if len(sizes) == 1:  # one dtype (a list of 10^6 tensors): one item size
+        items = itertools.repeat(next(iter(sizes.values())))
+    else:
+        items = map(sizes.__getitem__, dtypes)
+    counts = list(map(operator.floordiv, nbytes, items))
     made = _Shapes()
     shapes = list(map(made.__getitem__, counts))  # as if each were 1-d
+    if dims.count(1) == len(dims):
+        return shapes
     # the others (a model's weights among 10^5 vectors) put right one by one
     for index in itertools.compress(itertools.count(), map((1).__ne__, dims)):
         shapes[index] = made[-1] if dims[index] == 0 else tuple(tensors[index].shape)
@@ -258,9 +264,10 @@ def _array_columns(tensors: list) -> tuple[list, ...]:
     """
     device_texts = _device_texts(tensors)
     dtypes = list(map(_DTYPE, tensors))
-    dtype_names = {dtype: _dtype_name(dtype) for dtype in set(dtypes)}
+    kinds = set(dtypes)
+    dtype_names = {dtype: _dtype_name(dtype) for dtype in kinds}
     nbytes = list(map(_NBYTES, tensors))  # numel() * element_size(), in C
-    shapes = _shapes(tensors, nbytes, dtypes)
+    shapes = _shapes(tensors, nbytes, dtypes, kinds)
     untyped_storage, storage_nbytes_of, data_ptr = _storage_methods()
     storages = list(map(untyped_storage, tensors))
     storage_nbytes = list(map(storage_nbytes_of, storages))
@@ -274,7 +281,10 @@ def _array_columns(tensors: list) -> tuple[list, ...]:
             if size == 0 or pointer == 0:
                 ident = id(tensors[index])
                 keys[index], ids[index] = ("tensor", ident), ident
-    dtype_texts = list(map(dtype_names.__getitem__, dtypes))
+    if len(dtype_names) == 1:  # one dtype: one name
+        dtype_texts = [next(iter(dtype_names.values()))] * len(dtypes)
+    else:
+        dtype_texts = list(map(dtype_names.__getitem__, dtypes))
     return shapes, dtype_texts, device_texts, nbytes, keys, storage_nbytes, ids
 
 

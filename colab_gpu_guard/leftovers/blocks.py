@@ -10,11 +10,12 @@ from collections.abc import Callable, Sequence
 from typing import Optional, Union
 
 from ..units import HOLDERS
-from .found import ROW_HOLDER, ROW_PATH, Found, Ref
+from .found import ROW_HOLDER, ROW_PATH, Found, Items, Ref
 from .graphs import SHARERS_SHOWN, Graph, named_few
 from .groups import Blocks as GroupColumns
 from .naming import ITEM, PathNames, rank, shared_names
 from .records import Leftover, leftover_of, with_graph
+from .root_refs import RootRef
 from .tally import Groups, root_labels, root_of_path
 
 
@@ -155,8 +156,7 @@ class Blocks:
         for key in keys:
             block = self._graph_block[key]
             shared = self.shared.get(block)
-            path = ROW_PATH(self.rows[self.row_of[block]])
-            names.append(shared.name if shared is not None else self.names.name_of(path))
+            names.append(shared.name if shared is not None else self._row_name(self.row_of[block]))
         return names
 
     def entry(self, position: int) -> Leftover:
@@ -166,33 +166,49 @@ class Blocks:
         if item is not None:
             return item
         index = self.row_of[block]
-        path, holder, _root, _depth, framework = self.rows[index]
-        name = None
-        if path[1] == ITEM:  # list[i] under an already named container: no call
-            name = self.names.cache.get(id(path[0]))
-            if name is not None:
-                name = f"{name}[{path[2]}]"
+        _path, holder, _root, _depth, framework = self.rows[index]
         return leftover_of(
-            name if name is not None else self.names.name_of(path),
+            self._row_name(index),
             holder,
             self.found.info(index),
             framework,
-            root=root_of_path(path, holder, self.groups),
+            root=self._row_root(index, holder),
         )
+
+    def _row_name(self, index: int) -> str:
+        """The name of row `index`'s path."""
+        path = ROW_PATH(self.rows[index])
+        if type(path) is Items:  # an item recorded in bulk: its path is made, not kept
+            parent, item = path.parent, index - path.start
+        elif path[1] == ITEM:
+            parent, item = path[0], path[2]
+        else:
+            return self.names.name_of(path)
+        # list[i] under an already named container: no call
+        name = self.names.cache.get(id(parent))
+        if name is None:
+            name = self.names.name_of(parent) if parent is not None else None
+        return f"{name}[{item}]" if name is not None else self.names.name_of(path)
+
+    def _row_root(self, index: int, holder: str) -> RootRef:
+        """The group of the root row `index`'s path starts at."""
+        path = ROW_PATH(self.rows[index])
+        if type(path) is Items:  # its items' paths start where its container's does
+            path = path.parent
+        return root_of_path(path, holder, self.groups)
 
     def group_columns(self) -> GroupColumns:
         """The columns `groups.group_leftovers` needs, in ``order``: a block reached by
         several names belongs to the root of the name it is listed under."""
         order, row_of, rows, shared = self.order, self.row_of, self.rows, self.shared
         holders = _in_order(self.holders, order)
-        if order == range(len(row_of)) and row_of == range(len(rows)):  # block i is row i
-            paths = list(map(ROW_PATH, rows))
-            path_holders = holders
-        else:
-            in_order = list(map(rows.__getitem__, map(row_of.__getitem__, order)))
-            paths = list(map(ROW_PATH, in_order))
-            # a shared block's holder is its first name's; its row is the first reached
-            path_holders = list(map(ROW_HOLDER, in_order)) if shared else holders
+        paths = self.found.paths()
+        path_holders = holders
+        if not (order == range(len(row_of)) and row_of == range(len(rows))):  # block i: row i
+            in_order = list(map(row_of.__getitem__, order))
+            paths = list(map(paths.__getitem__, in_order))
+            if shared:  # a shared block's holder is its first name's; its row, the first found
+                path_holders = [ROW_HOLDER(rows[row]) for row in in_order]
         roots = root_labels(paths, path_holders, self.groups)
         shared_at = (
             list(itertools.compress(itertools.count(), map(shared.__contains__, order)))

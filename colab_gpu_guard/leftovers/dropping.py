@@ -16,6 +16,7 @@ from .found import ROW_FRAMEWORK
 from .leftover_list import LeftoverList
 from .naming import PathNames, best_paths
 from .reach import alias_rows
+from .registries import MODULE_GLOBAL
 from .scan import Scan, listed, root_entries, root_ids
 
 _IS_NONE = type(None).__instancecheck__  # x is None, as a C-level callable
@@ -282,14 +283,15 @@ def held_elsewhere(scan: Scan, named: Iterable[Any], dropped: set, freed: set) -
     return stays
 
 
-# the roots a user names by typing them: a variable, Out[N], _, _N (the others' labels are
-# the package's own: <exception E>.args, <displayhook._>, ...)
+# the roots a user names by typing them: a variable, Out[N], _, _N, a module's global
+# (the others' labels are the package's own: <exception E>.args, <displayhook._>, ...)
 TYPED_KINDS = frozenset(
     {
         notebook_refs.VARIABLE,
         notebook_refs.OUT,
         notebook_refs.UNDERSCORE,
         notebook_refs.OUTPUT_NAME_KIND,
+        MODULE_GLOBAL,
     }
 )
 

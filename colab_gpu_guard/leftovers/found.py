@@ -1,6 +1,7 @@
 """The references a walk found, one per path to an array, in the order found: each path's
 `Row` and the array's `ArrayInfo` (read in bulk when the walk is done: torch's in one
-C-level pass per attribute), its id() and, when asked, a weakref; `Ref` joins them."""
+C-level pass per attribute), its id() and, when asked, a weakref; `Ref` joins them. The
+items of a container recorded in bulk share one row (`Items`)."""
 
 from __future__ import annotations
 
@@ -14,7 +15,7 @@ from typing import Any, NamedTuple, Optional
 from ..frameworks import torch as torch_support
 from ..frameworks.base import ArrayInfo
 from . import arrow
-from .naming import DOT
+from .naming import DOT, ITEM
 
 
 class Row(NamedTuple):
@@ -63,6 +64,55 @@ class Ref(NamedTuple):
         return self.info.storage_nbytes
 
 
+class Items:
+    """The path in the one row that the `count` items of a container recorded in bulk
+    share (`Walker._record_items`: a list of 10^6 tensors): item i's path is ``(parent,
+    ITEM, i)`` and its row is the one at ``start + i`` of its list (`Found.path` and
+    `Found.paths` give the paths). 10^6 rows and paths made per item would be 2x10^6 tuples
+    that ``gpu_reset``'s gc.collect() goes over while the scan is held; the paths are made
+    when names are (for the entries shown), the rows not at all. Not a tuple: code reading
+    a row's path without `Found` fails rather than names something else."""
+
+    __slots__ = ("parent", "start", "count")
+
+    def __init__(self, parent: tuple, start: int, count: int) -> None:
+        self.parent = parent
+        self.start = start  # in the list its rows are in (pending, then rows)
+        self.count = count
+
+    def paths(self, start: int, end: int):
+        """The paths of items ``start`` to ``end`` (lazily, in C)."""
+        return zip(itertools.repeat(self.parent), itertools.repeat(ITEM), range(start, end))
+
+
+def real_path(path: Any, index: int) -> tuple:
+    """The path of the row at `index` of its list, whose path field is `path`."""
+    if type(path) is Items:
+        return (path.parent, ITEM, index - path.start)
+    return path
+
+
+def expanded(rows: list, runs: list[Items]) -> list[tuple]:
+    """`rows` with the rows of each run (`Items`, in order) made one per item."""
+    if not runs:
+        return rows
+    made: list = []
+    at = 0
+    for run in runs:
+        made += rows[at : run.start]
+        _items, holder, root, depth, framework = rows[run.start]
+        made += zip(
+            run.paths(0, run.count),
+            itertools.repeat(holder),
+            itertools.repeat(root),
+            itertools.repeat(depth),
+            itertools.repeat(framework),
+        )
+        at = run.start + run.count
+    made += rows[at:]
+    return made
+
+
 # a Row-layout tuple's fields, read in C
 ROW_PATH = itemgetter(Row._fields.index("path"))
 ROW_HOLDER = itemgetter(Row._fields.index("holder"))
@@ -98,14 +148,19 @@ def _info_or_none(info_of, array: Any) -> Optional[ArrayInfo]:
 
 
 def _bulk_columns(
-    arrays: list, rows: list[tuple], readers: dict[str, Callable[[Any], ArrayInfo]]
+    arrays: list,
+    rows: list[tuple],
+    readers: dict[str, Callable[[Any], ArrayInfo]],
+    frameworks: Optional[set] = None,
 ) -> tuple[list, Optional[list[bool]], bool]:
     """The metadata of every recorded array (``readers``: its framework's ``info_of``), as
     columns in `ArrayInfo`'s field order, which arrays those are (None: all; the others'
     metadata could not be read), and whether they were read one by one (else: torch
     tensors' in one C-level pass per attribute, ``torch_support.array_columns``, which
-    fails on any unusual tensor, a sparse one included)."""
-    frameworks = set(map(ROW_FRAMEWORK, rows))
+    fails on any unusual tensor, a sparse one included). ``frameworks``: the rows'
+    frameworks, where the caller has them."""
+    if frameworks is None:
+        frameworks = set(map(ROW_FRAMEWORK, rows))
     if frameworks == {"torch"} and readers.get("torch") is torch_support.array_info:
         try:
             return list(torch_support.array_columns(arrays)), None, False
@@ -121,12 +176,14 @@ def _bulk_columns(
     return columns, kept, True
 
 
-def _arrow_parts(arrays: list, rows: list[tuple]) -> Optional[tuple[list, list, list]]:
+def _arrow_parts(
+    arrays: list, rows: list[tuple], frameworks: set
+) -> Optional[tuple[list, list, list]]:
     """Where Arrow data is among `arrays` (framework "arrow"), the arrays and rows again
     with its buffers in its place (each a block: `arrow.buffer_parts`), and the owner of
     each (the Arrow object for a buffer: a new object each time it is read, a buffer
     lives as long as its owner keeps it); None where there is none."""
-    if "arrow" not in map(ROW_FRAMEWORK, rows):
+    if arrow.FRAMEWORK not in frameworks:
         return None
     new_arrays, new_rows, owners = [], [], []
     for array, row in zip(arrays, rows):
@@ -201,7 +258,9 @@ class Found:
     ``idents[i]`` the array's id() and ``weaks[i]`` a weakref to it (keep_refs only;
     ``died`` collects those whose array is gone).
     Arrays wait in ``pending`` (their rows, as plain tuples, in ``pending_rows``) until
-    ``finish()`` reads their metadata in bulk; ``refs`` builds the `Ref`s on demand."""
+    ``finish()`` reads their metadata in bulk; ``refs`` builds the `Ref`s on demand.
+    ``runs`` (``pending_runs``): the `Items` of the rows recorded in bulk, in order; read
+    a row's path with ``path(i)`` or ``paths()``."""
 
     def __init__(
         self, keep_refs: bool = False, readers: Optional[dict[str, Callable]] = None
@@ -215,6 +274,8 @@ class Found:
         self.died: list[weakref.ref] = []  # weaks whose array is gone (their callback)
         self.pending: list = []  # arrays awaiting metadata (strong refs until finish())
         self.pending_rows: list[tuple] = []  # Row layout
+        self.runs: list[Items] = []
+        self.pending_runs: list[Items] = []
         self._refs: list[Ref] = []
         self._infos: list[ArrayInfo] = []
 
@@ -234,6 +295,24 @@ class Found:
     def storage_ids(self) -> list[int]:
         return self.columns[_ID]
 
+    def path(self, index: int) -> tuple:
+        """Row `index`'s path."""
+        return real_path(ROW_PATH(self.rows[index]), index)
+
+    def pending_path(self, index: int) -> tuple:
+        """Pending row `index`'s path."""
+        return real_path(ROW_PATH(self.pending_rows[index]), index)
+
+    def paths(self, start: int = 0) -> list[tuple]:
+        """The paths of rows `start` on."""
+        paths = list(map(ROW_PATH, self.rows[start:]))
+        for run in self.runs:
+            end = run.start + run.count
+            if end > start:
+                first = max(run.start, start)
+                paths[first - start : end - start] = run.paths(first - run.start, run.count)
+        return paths
+
     def info(self, index: int) -> ArrayInfo:
         return _NEW_INFO([column[index] for column in self.columns])
 
@@ -247,15 +326,22 @@ class Found:
 
     def finish(self) -> None:
         """Read the metadata of the arrays recorded since the last call; drop the arrays."""
-        arrays, rows = self.pending, self.pending_rows
+        arrays, rows, runs = self.pending, self.pending_rows, self.pending_runs
         if not arrays:
             return
         try:
             owners = arrays
-            buffers = _arrow_parts(arrays, rows)
+            frameworks = set(map(ROW_FRAMEWORK, rows))  # of each row, arrow's included
+            if runs and arrow.FRAMEWORK in frameworks:
+                rows, runs = expanded(rows, runs), []
+            buffers = _arrow_parts(arrays, rows, frameworks)
             if buffers is not None:  # Arrow data: its buffers take its place
                 arrays, rows, owners = buffers
-            columns, kept, one_by_one = _bulk_columns(arrays, rows, self.readers)
+            if buffers is not None:
+                frameworks = set(map(ROW_FRAMEWORK, rows))
+            columns, kept, one_by_one = _bulk_columns(arrays, rows, self.readers, frameworks)
+            if runs and (one_by_one or kept is not None):  # rows to take out or replace
+                rows, runs = expanded(rows, runs), []
             parts = None
             if one_by_one:
                 parts = _sparse_parts(arrays, rows, columns[_KEY], kept, owners)
@@ -272,6 +358,9 @@ class Found:
                 weaks = list(itertools.compress(weaks, kept))
             else:
                 rows = list(rows)  # pending_rows is emptied below
+            for run in runs:  # their rows go after those found before
+                run.start += len(self.rows)
+            self.runs += runs
             if self.rows:
                 self.rows += rows
                 for column, more in zip(self.columns, columns):
@@ -284,12 +373,13 @@ class Found:
             # never keep an array alive past the scan; the lists stay (the walk appends to them)
             del self.pending[:]
             del self.pending_rows[:]
+            del self.pending_runs[:]
 
     def subset(self, kept: list[bool]) -> Found:
         """The references where ``kept`` is True, in the order found (``finish()`` done),
         without weakrefs."""
         part = Found(False, self.readers)
-        part.rows = list(itertools.compress(self.rows, kept))
+        part.rows = list(itertools.compress(expanded(self.rows, self.runs), kept))
         part.columns = [list(itertools.compress(column, kept)) for column in self.columns]
         part.idents = list(itertools.compress(self.idents, kept))
         return part
@@ -306,7 +396,7 @@ class Found:
                 _NEW_TUPLE,
                 itertools.repeat(Ref),
                 zip(
-                    map(ROW_PATH, rows),
+                    self.paths(start),
                     map(ROW_HOLDER, rows),
                     map(ROW_ROOT, rows),
                     map(ROW_DEPTH, rows),

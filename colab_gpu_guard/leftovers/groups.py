@@ -18,13 +18,13 @@ from ..units import (
 )
 from .html import advice_html, groups_html
 from .records import Leftover
+from .registries import FINALIZER, LOGGER, MODULE_GLOBAL, THREAD
 from .root_refs import (
     AUTOGRAD_GRAPH,
     COMPILED_GRAPH,
     DEBUGGER_FRAME,
     EXCEPTION,
     GREW_ON_RERUN,
-    LOGGER,
     NO_NAME,
     USER_STATE,
     RootRef,
@@ -57,7 +57,18 @@ _BADGES = {
     DEBUGGER_FRAME: "kept by the debugger",
     COMPILED_GRAPH: "kept by torch.compile",
     LOGGER: "kept by logging",
+    MODULE_GLOBAL: "kept by your module",
+    FINALIZER: "kept by weakref.finalize",
+    THREAD: "kept by a running thread",
     NO_NAME: "no name",
+}
+# what frees a registry's memory (%gpu_reset never deletes, runs or stops these), in the
+# order the "to free" line names them
+_REGISTRY_FIXES = {
+    LOGGER: "`logger.removeHandler(handler)` for what a logger's handler keeps",
+    MODULE_GLOBAL: "`del module.name` (or assigning it anew) for your modules' globals",
+    FINALIZER: "a weakref.finalize keeps its arguments until it runs (`.detach()` lets go)",
+    THREAD: "a running thread keeps its target and arguments until it ends",
 }
 
 
@@ -254,8 +265,8 @@ class LeftoverGroups:
         )
         if released:
             parts.append(f"%gpu_reset releases {_joined(list(released))}")
-        if any(group.kind == LOGGER and group.nbytes for group in shown):
-            parts.append("`logger.removeHandler(handler)` for what a logger's handler keeps")
+        kinds = {group.kind for group in shown if group.nbytes}
+        parts += [fix for kind, fix in _REGISTRY_FIXES.items() if kind in kinds]
         return f"to free: {'; '.join(parts)}" if parts else ""
 
     def __str__(self) -> str:

@@ -314,17 +314,19 @@ class TensorParts:
                 start = end
                 continue
             tensors = list(itertools.compress(pending[start:end], torch_rows))
-            held = list(itertools.compress(rows[start:end], torch_rows))
+            held = list(itertools.compress(range(start, end), torch_rows))
             start = end
-            for tensor, attributes, row in zip(tensors, tensor_attributes(tensors), held):
+            for tensor, attributes, index in zip(tensors, tensor_attributes(tensors), held):
                 if attributes:
-                    self._own_attributes(id(tensor), *attributes, row)
+                    self._own_attributes(id(tensor), *attributes, index)
 
-    def _own_attributes(self, ident: int, attributes: Optional[dict], slots: list, row) -> None:
-        """One tensor's attributes and slots, under its row's path; met before from
-        another root: an alias."""
-        path, holder, root, depth, _framework = row
-        at = Visit(path, depth, holder, root)
+    def _own_attributes(
+        self, ident: int, attributes: Optional[dict], slots: list, index: int
+    ) -> None:
+        """One tensor's attributes and slots, under the path of its row (pending row
+        `index`); met before from another root: an alias."""
+        _path, holder, root, depth, _framework = self.found.pending_rows[index]
+        at = Visit(self.found.pending_path(index), depth, holder, root)
         if depth >= self.max_depth or not self.first_entry(ident, at):
             return
         if attributes:

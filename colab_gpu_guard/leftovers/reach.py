@@ -5,12 +5,18 @@ from __future__ import annotations
 import itertools
 import operator
 from collections.abc import Hashable, Iterable, Sequence
-from typing import Optional
+from typing import Any, Optional
 
-from .found import ROW_PATH, ROW_ROOT
+from .found import ROW_PATH, ROW_ROOT, Items
 from .graphs import Graphs
 
 _PARENT = operator.itemgetter(0)
+
+
+def _parent(path: Any) -> Any:
+    """A row's path's parent (the container's, for items recorded in bulk: `Items`)."""
+    return path.parent if type(path) is Items else _PARENT(path)
+
 
 Run = tuple  # (root, first row, end row)
 
@@ -45,7 +51,7 @@ def alias_rows(rows: Sequence[tuple], aliases: Iterable[tuple]) -> dict[Hashable
             memo[id(item)] = found
         return found
 
-    parents = list(map(_PARENT, map(ROW_PATH, rows)))
+    parents = list(map(_parent, map(ROW_PATH, rows)))
     idents = list(map(id, parents))
     for parent in dict(zip(idents, parents)).values():
         roots_above(parent)
@@ -57,10 +63,30 @@ def alias_rows(rows: Sequence[tuple], aliases: Iterable[tuple]) -> dict[Hashable
     return by_root
 
 
+def root_runs(rows: Sequence[tuple], items: Sequence[Items] = ()) -> list[Run]:
+    """The rows' roots as runs of one root (`runs_of`); the rows of each of `items` (a
+    container's items recorded in bulk, in order) share one root, taken once."""
+    if not items:
+        return runs_of(list(map(ROW_ROOT, rows)))
+    roots: list = []
+    places: list[int] = []  # the row of each of `roots`
+    at = 0
+    for run in items:
+        roots += map(ROW_ROOT, rows[at : run.start])
+        places += range(at, run.start)
+        roots.append(ROW_ROOT(rows[run.start]))
+        places.append(run.start)
+        at = run.start + run.count
+    roots += map(ROW_ROOT, rows[at:])
+    places += range(at, len(rows))
+    places.append(len(rows))
+    return [(root, places[start], places[end]) for root, start, end in runs_of(roots)]
+
+
 class Reach:
     """Which roots reach which blocks: ``keys[i]`` is row i's block (storage key). Roots
     are given and answered as their keys (`notebook_refs.RootKey`); the rows hold them as
-    plain tuples, equal to the keys."""
+    plain tuples, equal to the keys. ``items``: the rows' `Items` (`Found.runs`)."""
 
     def __init__(
         self,
@@ -69,12 +95,13 @@ class Reach:
         aliases: Sequence[tuple],
         graphs: Graphs,
         root_keys: Optional[dict] = None,
+        items: Sequence[Items] = (),
     ) -> None:
         self.keys = keys
         self.root_keys = root_keys or {}  # a root as the rows hold it -> its key
         self.graphs = graphs
         self.aliases = aliases
-        self.runs = runs_of(list(map(ROW_ROOT, rows)))
+        self.runs = root_runs(rows, items)
         self._rows = rows
         self._aliased: Optional[dict[Hashable, list[int]]] = None
 

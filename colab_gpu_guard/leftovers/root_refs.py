@@ -8,10 +8,11 @@ from typing import NamedTuple
 
 from .. import notebook_refs
 from ..units import OTHER, OUTPUT_HISTORY, TRACEBACK_FRAME, USER_VARIABLE
+from .registries import FINALIZER, LOGGER, MODULE_GLOBAL, THREAD
 
-# Root kinds beside the notebook's own (`notebook_refs`' VARIABLE, OUT, ...)
+# Root kinds beside the notebook's own (`notebook_refs`' VARIABLE, OUT, ...) and the
+# registries' (`registries`: LOGGER, MODULE_GLOBAL, FINALIZER, THREAD)
 COMPILED_GRAPH = "compiled graph"  # a graph torch.compile installed
-LOGGER = "logger"  # a logger with handlers, kept by logging's registry
 UNNAMED_ROOT = "unnamed"  # a deep scan's array that no root reaches
 
 # What holds a group, in words (a group's `kind`)
@@ -40,6 +41,9 @@ _KIND_OF_SOURCE = {
     notebook_refs.DEBUGGER: DEBUGGER_FRAME,
     COMPILED_GRAPH: COMPILED_GRAPH,
     LOGGER: LOGGER,
+    MODULE_GLOBAL: MODULE_GLOBAL,
+    FINALIZER: FINALIZER,
+    THREAD: THREAD,
     UNNAMED_ROOT: NO_NAME,
     **dict.fromkeys(_OUTPUT_SOURCES, OUTPUT_HISTORY),
 }

@@ -7,7 +7,6 @@ import functools
 import gc
 import itertools
 import operator
-import sys
 import weakref
 from collections.abc import Callable, Hashable, Iterable
 from dataclasses import dataclass, field
@@ -21,16 +20,27 @@ from . import modules
 from .blocks import Blocks
 from .deep import allocator_gaps, scan_unnamed
 from .found import Ref
-from .kinds import ATOMIC, opaque_module
+from .kinds import ATOMIC
 from .leftover_list import LeftoverList
 from .naming import PathNames, best_paths
 from .numpy_sharing import join_numpy_buffers
 from .reach import Reach, alias_rows
-from .readers import instance_dict, layout_of, own_attribute, type_module
 from .records import DeviceGap, Unread, Unseen
-from .root_refs import COMPILED_GRAPH, LOGGER, root_ref
+from .registries import (
+    FINALIZER,
+    LOGGER,
+    MODULE_GLOBAL,
+    THREAD,
+    finalizers,
+    logging_registry,
+    module_globals,
+    threads,
+)
+from .root_refs import COMPILED_GRAPH, root_ref
 from .walker import DEFAULT_MAX_DEPTH, OutOfTime, Walker
 
+# the root kinds of what process-wide registries keep (`registries`)
+REGISTRY_KINDS = frozenset({COMPILED_GRAPH, LOGGER, FINALIZER, THREAD, MODULE_GLOBAL})
 DEFAULT_BUDGET_S = 5.0  # find_leftovers(); %gpu_status and the panel take 2 s
 _UNFINISHED_SHOWN = 3
 
@@ -141,8 +151,9 @@ class Scan:
         """Which roots reach which blocks (built on first use)."""
         if self._reach is None:
             walker = self.walker
+            found = walker.found
             self._reach = Reach(
-                walker.found.rows, self.keys, walker.aliases, walker.graphs, walker.root_keys
+                found.rows, self.keys, walker.aliases, walker.graphs, walker.root_keys, found.runs
             )
         return self._reach
 
@@ -173,9 +184,9 @@ def root_entries(
 ) -> list[notebook_refs.Root]:
     """Every root a scan starts from, in order: the notebook's (`notebook_refs.roots`),
     then the graphs torch.compile's caches hold (never a user variable; freed by dynamo's
-    reset), then the loggers with handlers (logging's registry keeps them:
-    `logging_registry`); `variables_only`: the namespace's variables alone (they come
-    first)."""
+    reset), then what process-wide registries keep (`registries`: loggers with handlers,
+    ``weakref.finalize``'s finalizers, running threads, the globals of the user's own
+    modules); `variables_only`: the namespace's variables alone (they come first)."""
     found = notebook_refs.roots(shell, namespace if namespace is not None else {})
     if variables_only:
         return list(itertools.takewhile(_is_variable, found))
@@ -185,45 +196,18 @@ def root_entries(
         entries.append(notebook_refs.Root(key, graph.label, OTHER, graph.value))
     for name, logger in logging_registry():
         label = f"<logging.getLogger({name!r})>" if name else "<logging.getLogger()>"
-        entries.append(
-            notebook_refs.Root(notebook_refs.RootKey(LOGGER, name), label, OTHER, logger)
-        )
+        entries.append(_registry_root(LOGGER, name, label, logger))
+    for label, record in finalizers():
+        entries.append(_registry_root(FINALIZER, label, label, record))
+    for label, thread in threads():
+        entries.append(_registry_root(THREAD, label, label, thread))
+    for label, value in module_globals(namespace):
+        entries.append(_registry_root(MODULE_GLOBAL, label, label, value))
     return entries
 
 
-def logging_registry() -> list[tuple[str, Any]]:
-    """(name, logger) of each logger with a handler that may keep records ('' for the root
-    logger): logging keeps every logger ``getLogger`` made in its registry (a module's
-    global), and each keeps its handlers, whatever a handler keeps (a ``MemoryHandler``'s
-    buffered records) with them. Read through the loggers' own dicts (no code of a
-    ``Logger`` subclass runs)."""
-    logging = sys.modules.get("logging")
-    if logging is None:
-        return []
-    manager = own_attribute(logging.Logger, "manager")
-    loggers = instance_dict(layout_of(type(manager)).dict_getter, manager) or {}
-    registered = dict.get(loggers, "loggerDict")
-    pairs = [("", dict.get(vars(logging), "root"))]
-    if type(registered) is dict:
-        pairs += [(name, logger) for name, logger in list(dict.items(registered))]
-    # logging's own handlers that keep no record (a library's NullHandler, a console's
-    # StreamHandler), and the shell's or a test runner's: a logger with only those holds
-    # nothing of the notebook's to walk
-    keep_nothing = {
-        getattr(logging, name, None) for name in ("NullHandler", "StreamHandler", "FileHandler")
-    }
-    found = []
-    for name, logger in pairs:
-        if type(name) is not str or not issubclass(type(logger), logging.Logger):
-            continue
-        attributes = instance_dict(layout_of(type(logger)).dict_getter, logger) or {}
-        handlers = dict.get(attributes, "handlers")
-        if type(handlers) is list and any(
-            kind not in keep_nothing and not opaque_module(type_module(kind))
-            for kind in set(map(type, handlers))
-        ):
-            found.append((name, logger))
-    return found
+def _registry_root(kind: str, key: str, label: str, value: Any) -> notebook_refs.Root:
+    return notebook_refs.Root(notebook_refs.RootKey(kind, key), label, OTHER, value)
 
 
 def root_ids(entries: list[notebook_refs.Root]) -> list[tuple]:
@@ -240,7 +224,7 @@ def _scan_roots(walker: Walker, entries: list[notebook_refs.Root]) -> tuple[dict
     """Walk every root; returns each user variable's type name (for the groups) and how
     many of the notebook's roots the time budget left unsearched."""
     types = {}
-    notebook = sum(1 for entry in entries if entry.key.kind not in (COMPILED_GRAPH, LOGGER))
+    notebook = sum(1 for entry in entries if entry.key.kind not in REGISTRY_KINDS)
     for index, (key, label, holder, value, depth, group) in enumerate(entries):
         if holder == USER_VARIABLE:
             kind = type(value)

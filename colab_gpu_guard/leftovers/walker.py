@@ -12,7 +12,7 @@ from typing import Optional
 
 from ..units import USER_VARIABLE
 from . import arrow
-from .found import Found
+from .found import Found, Items
 from .graphs import Graphs
 from .holders import FrameWalks, HolderWalks, TensorParts
 from .kinds import (
@@ -63,9 +63,11 @@ class OutOfTime(Exception):
 class Walker:
     """Walks roots into containers and records the arrays it reaches in ``found``.
     ``first_visit``: id(container) -> (root, path) of its first visit; ``aliases``:
-    (root, path, first root) for each later visit from another root. With a ``budget_s``,
-    the walk raises `OutOfTime` once it is spent, and ``unfinished`` lists (path, items,
-    items searched) for each container it was inside, innermost first."""
+    (root, path, first root) for each later visit from another root to a container that
+    reaches an array (or a holder not looked into; those reaching none are in ``empty``).
+    With a ``budget_s``, the walk raises `OutOfTime` once it is spent, and ``unfinished``
+    lists (path, items, items searched) for each container it was inside, innermost
+    first."""
 
     def __init__(
         self,
@@ -84,6 +86,7 @@ class Walker:
         self.pending = self.found.pending.append
         self.pending_rows = self.found.pending_rows.append
         self.first_visit: dict[int, tuple] = {}
+        self.empty: set[int] = set()  # containers walked that reach no array
         self.aliases: list[tuple] = []
         self.root_keys: dict[Hashable, Hashable] = {}  # a root as rows hold it -> its key
         self.variables: dict[Hashable, str] = {}  # a user variable's root, as rows hold it -> name
@@ -96,6 +99,8 @@ class Walker:
         self.walk_sequence = self.items.walk_sequence
         self.holder_walks = HolderWalks(self.visit, self.walk_sequence)
         self.opaque = self.holder_walks.opaque  # paths to ScriptObjects no binding lists
+        # the arrays and the holders not looked into that the walk has met
+        self.met = (self.found.pending, self.holder_walks.unseen, self.holder_walks.object_arrays)
         self.modules = ModuleWalk(self.visit, self.walk_attributes)
         self.tensor_parts = TensorParts(
             self.visit,
@@ -150,12 +155,15 @@ class Walker:
         ident = id(obj)
         first = self.first_visit.get(ident)
         if first is not None:
-            if first[0] != at.root:
+            if first[0] != at.root and ident not in self.empty:
                 self.aliases.append((at.root, first[1], first[0]))
             return
         self.first_visit[ident] = (at.root, at.path)
         if self.deadline is not None:
             self.check_time()
+        # what the walk has met so far: unchanged over the container's walk, it reaches none
+        pending, unseen, object_arrays = self.met
+        before = len(pending) + len(unseen) + len(object_arrays)
         try:
             if tag == SEQUENCE:
                 items = obj if kind is list or kind is tuple else list(BASE_ITER[what.base](obj))
@@ -180,6 +188,8 @@ class Walker:
                 self.visit(kind, at.child(ATTR, "__class__"))
         except (RuntimeError, ReferenceError):  # changed size during iteration; dead proxy
             pass
+        if len(pending) + len(unseen) + len(object_arrays) == before:
+            self.empty.add(ident)
 
     def walk_layout(self, obj, what: Kind, at: Visit) -> None:
         """An object's ``__dict__`` and slots, read through the interpreter's descriptors."""
@@ -214,7 +224,7 @@ class Walker:
         met before from another root, that root is an alias of the first."""
         first = self.first_visit.get(ident)
         if first is not None:
-            if first[0] != at.root:
+            if first[0] != at.root and ident not in self.empty:
                 self.aliases.append((at.root, first[1], first[0]))
             return False
         self.first_visit[ident] = (at.root, at.path)
@@ -340,17 +350,13 @@ class ItemWalk:
         walker = self.walker
         path, depth, holder, root = at.path, at.depth + 1, at.holder, at.root
         count = len(arrays)
-        walker.found.pending.extend(arrays)
-        paths = zip(itertools.repeat(path), itertools.repeat(ITEM), range(count))
-        walker.found.pending_rows.extend(
-            zip(
-                paths,
-                itertools.repeat(holder),
-                itertools.repeat(root),
-                itertools.repeat(depth),
-                itertools.repeat(what.framework),
-            )
-        )
+        found = walker.found
+        # one row for all: item i's path is (path, ITEM, i) (`Items`)
+        run = Items(path, len(found.pending), count)
+        found.pending_runs.append(run)
+        found.pending.extend(arrays)
+        row = (run, holder, root, depth, what.framework)
+        found.pending_rows.extend(itertools.repeat(row, count))
         if what.framework == "torch" and any(map(_REQUIRES_GRAD, arrays)):
             for index, array in enumerate(arrays):
                 if array.requires_grad:

@@ -230,6 +230,7 @@ def _unseen_holder_note(report: ReleaseReport, stays: int) -> None:
     if stays:
         report.notes.append(
             f"{format_bytes(stays)} expected to be freed is still in use: something outside "
-            "the notebook's variables holds it (a module's global, a C extension's cache, "
-            "another thread): delete that reference, or restart the kernel, to free it"
+            "the notebook's variables holds it (an installed package's global or cache, a C "
+            "extension's, another thread): delete that reference, or restart the kernel, to "
+            "free it"
         )

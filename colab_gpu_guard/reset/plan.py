@@ -16,7 +16,8 @@ from ..cells.notebook_leftovers import scan
 from ..frameworks import torch as torch_support
 from ..frameworks import torch_compile
 from ..leftovers import Scan, dropping
-from ..leftovers.root_refs import COMPILED_GRAPH, LOGGER
+from ..leftovers.registries import FINALIZER, LOGGER, MODULE_GLOBAL, THREAD
+from ..leftovers.root_refs import COMPILED_GRAPH
 from ..units import format_bytes
 from .report import DeviceRelease, ReleaseReport
 
@@ -154,6 +155,7 @@ def make_plan(
     report.estimated_bytes = dropping.nbytes(found, freed_keys)
     named = [notebook_refs.RootKey(notebook_refs.VARIABLE, name) for name in names]
     _held_elsewhere_notes(report, dropping.held_elsewhere(found, named, dropped, freed_keys))
+    _registry_notes(report, found)
     return ResetPlan(
         dry_run=dry_run,
         shell=shell,
@@ -266,14 +268,75 @@ def _held_elsewhere_notes(report: ReleaseReport, stays: list[tuple]) -> None:
         more = f" (+{len(holders) - 5} more)" if len(holders) > 5 else ""
         where = f": still held by {shown}{more}" if holders else ""
         why = "they keep it alive: delete them too to free it"
-        if any(holder.kind == LOGGER for holder in holders):
+        kinds = {holder.kind for holder in holders}
+        if LOGGER in kinds:
             why = (
                 "logging keeps every logger: remove the handler that keeps it, "
                 "`logger.removeHandler(handler)`, to free it"
             )
+        elif MODULE_GLOBAL in kinds:
+            why = f"{_MODULE_GLOBAL_WHY}: `del` it or assign it anew to free it"
+        elif FINALIZER in kinds:
+            why = _FINALIZER_WHY
+        elif THREAD in kinds:
+            why = f"a running thread keeps its function's arguments: {_THREAD_FIX}"
         report.notes.append(
             f"`{label}`: {format_bytes(amount)} of its memory {verb}{where} ({why})"
         )
+
+
+_MODULE_GLOBAL_WHY = "a global of your own module keeps it, and %gpu_reset never deletes one"
+_FINALIZER_FIX = (
+    "it runs when the object it watches is freed (or when called; its detach() lets go "
+    "without running)"
+)
+_FINALIZER_WHY = (
+    "a weakref.finalize keeps its function and arguments until it runs, and %gpu_reset "
+    f"never runs or removes one: {_FINALIZER_FIX}"
+)
+_THREAD_FIX = "they go when the function the thread runs returns (%gpu_reset never stops one)"
+REGISTRY_NAMES_SHOWN = 5
+# the roots of registries a reset never changes, named with their fix (in this order)
+_REGISTRY_ROOTS = (MODULE_GLOBAL, FINALIZER, THREAD)
+
+
+def _registry_notes(report: ReleaseReport, found: Scan) -> None:
+    """What the globals of the user's modules, ``weakref.finalize``'s finalizers and running
+    threads keep: a reset leaves them as they are; the note names them, their bytes and
+    the fix."""
+    reach = found.reach
+    holding = [root for root in reach.holding() if root.kind in _REGISTRY_ROOTS]
+    if not holding:
+        return
+    labels = {entry[0]: entry[1] for entry in found.roots}
+    for kind in _REGISTRY_ROOTS:
+        roots = [root for root in holding if root.kind == kind]
+        if not roots:
+            continue
+        sizes = [(dropping.nbytes(found, reach.keys_reached({root})), root) for root in roots]
+        sizes.sort(key=lambda pair: -pair[0])
+        shown = ", ".join(
+            f"`{labels.get(root, root.key)}` ({format_bytes(amount)})"
+            for amount, root in sizes[:REGISTRY_NAMES_SHOWN]
+        )
+        more = len(sizes) - REGISTRY_NAMES_SHOWN
+        shown += f" (+{more} more)" if more > 0 else ""
+        if kind == MODULE_GLOBAL:
+            first = labels.get(sizes[0][1], "")
+            report.notes.append(
+                f"{report.wording.held} held by globals of your own modules, which %gpu_reset "
+                f"never deletes: {shown}; `del {first}` (or assigning it anew) frees what "
+                "it keeps"
+            )
+        elif kind == FINALIZER:
+            report.notes.append(
+                f"{report.wording.held} held by weakref.finalize until it runs, which "
+                f"%gpu_reset never runs or removes: {shown}; {_FINALIZER_FIX}"
+            )
+        else:
+            report.notes.append(
+                f"{report.wording.held} held by running threads: {shown}; {_THREAD_FIX}"
+            )
 
 
 def add_history_note(plan: ResetPlan) -> None:

@@ -14,15 +14,17 @@ from ..leftovers.html import groups_html
 from ..nvml import INCLUDES_RESERVED, V1
 from ..units import escape_html, escape_lines, format_bytes
 
-# what the scan searched: a module's globals (an imported module's cache) are not walked
+# what the scan searched: installed packages' module globals (a library's cache) are not
 NONE_NAMED = (
-    "no arrays held by the notebook's variables, output history or last exception "
-    "(imported modules are not searched: find_leftovers(deep=True) looks everywhere)"
+    "no arrays held by the notebook's variables, output history, last exception or your "
+    "own modules (installed packages are not searched: find_leftovers(deep=True) looks "
+    "everywhere)"
 )
 # a dry run's: the arrays are still there, and nothing would hold them afterwards
 NONE_WOULD_STAY = (
-    "none would stay held by the notebook's variables, output history or last exception "
-    "(imported modules are not searched: find_leftovers(deep=True) looks everywhere)"
+    "none would stay held by the notebook's variables, output history, last exception or "
+    "your own modules (installed packages are not searched: find_leftovers(deep=True) "
+    "looks everywhere)"
 )
 
 

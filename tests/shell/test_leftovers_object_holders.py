@@ -451,8 +451,8 @@ def test_gpu_reset_says_what_it_did_not_search_when_no_name_holds_an_array(ip, r
         assert "would drop: nothing" in out.stdout, out.stdout
         # a module's global is held, but no name the scan walks reaches it: it says so
         said = out.stdout
-        assert "none would stay held by the notebook's variables, output history or last " in said
-        assert "imported modules are not searched: find_leftovers(deep=True)" in said
+        assert "none would stay held by the notebook's variables, output history, last " in said
+        assert "installed packages are not searched: find_leftovers(deep=True)" in said
         deep = find_leftovers(deep=True)
         assert any(item.nbytes == 4000 and item.name.startswith("<unnamed") for item in deep)
     finally:

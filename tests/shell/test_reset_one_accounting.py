@@ -74,6 +74,7 @@ def test_a_result_a_module_global_keeps_says_all_it_expected_stayed(module_clean
     stayed = [note for note in done.notes if "expected to be freed is still in use" in note]
     assert stayed == [
         f"{format_bytes(both)} expected to be freed is still in use: something outside the "
-        "notebook's variables holds it (a module's global, a C extension's cache, another "
-        "thread): delete that reference, or restart the kernel, to free it"
+        "notebook's variables holds it (an installed package's global or cache, a C "
+        "extension's, another thread): delete that reference, or restart the kernel, to "
+        "free it"
     ]

@@ -43,27 +43,35 @@ From code: `colab_gpu_guard.gpu_reset("model", dry_run=True)` returns the report
 
 `%gpu_reset`, `%gpu_status`, the panel and `find_leftovers()` share one scan. It starts
 from the notebook's variables, the output history, the last exception's frames and the
-debugger's, and walks into containers, objects' attributes and slots, closures,
+debugger's, the globals of your own modules (`nbutils._cache`, as you imported it),
+logging's loggers with handlers, `weakref.finalize`'s finalizers and running threads
+(their arguments), and walks into containers, objects' attributes and slots, closures,
 generators, iterators, `nn.Module`s, optimizers, the standard library's and other
 libraries' objects (a `Future`'s result, a logging handler's records, a queue's items)
 and pandas frames (by their NumPy blocks), without running any of your code. It does not
 see, or counts only in part:
 
-- **Imported modules' globals** (`nbutils._cache`) and what only they reach: they are
-  not searched. `find_leftovers(deep=True)` lists the torch, CuPy and JAX arrays alive
-  that no name reaches (`<unnamed ...>`, with what refers to them), and per GPU the gap
-  between what it found and `torch.cuda.memory_allocated()`. A reset says how much it
-  expected to free and found still in use.
+- **Installed packages' and the standard library's module globals** (a library's
+  module-level cache) and what only they reach: not searched. (Your own modules' globals
+  are, the files beside the notebook or on Drive: `%gpu_reset` names them and never
+  deletes them, `del nbutils._cache` does.) `find_leftovers(deep=True)` lists the torch,
+  CuPy and JAX arrays alive that no name reaches (`<unnamed ...>`, with what refers to
+  them), and per GPU the gap between what it found and `torch.cuda.memory_allocated()`. A
+  reset says how much it expected to free and found still in use.
 - **A registry that keeps an object beyond its name**, other than logging's (loggers with
-  handlers are listed as `<logging.getLogger('x')>`, and `%gpu_reset log` says it frees
-  nothing they keep): a dry run counts what only such a name reaches, and the reset then
-  says how much it expected to free and found still in use.
+  handlers, `<logging.getLogger('x')>`) and `weakref.finalize`'s (a finalizer keeps its
+  arguments until it runs, `<weakref.finalize cleanup>.args[0]`; a reset never runs or
+  removes one). Not read: `atexit` callbacks (Python keeps them where no code reads them
+  without running them), the hooks `torch.nn.modules.module.register_module_forward_hook`
+  keeps for every module, an installed package's own finalizers. A dry run counts what
+  only such a registry keeps, and the reset then says how much it expected to free and
+  found still in use.
 - **Memory only C or C++ code holds**: what a C extension keeps without telling Python's
   garbage collector, CUDA graph pools, caches inside libraries. It shows only as that
   gap. (Autograd graphs are measured: what they saved is counted with their tensor.)
 - **Local variables of a function still running** (another thread, an executing
-  generator): not walked. A deep scan names such a tensor by its variable, function and
-  thread.
+  generator): not walked (a running thread's arguments are, `<thread 'loader'>._args[0]`).
+  A deep scan names such a tensor by its variable, function and thread.
 - **Libraries whose arrays live in buffers no Python object shows**: cuDF, Polars,
   TensorFlow, and Arrow's tensors. Their holders are named, "not looked into: `gdf`
   (cudf.core.dataframe.DataFrame)", and not counted. (Arrow's arrays, chunked arrays,
