@@ -8,7 +8,7 @@ for anything that is not a recognised CUDA error. It makes no CUDA or NVML call.
 from __future__ import annotations
 
 import re
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from typing import Any, Optional
 
 from .. import notebook_refs
@@ -142,16 +142,10 @@ def rebuild(diagnosis: Diagnosis, **details: Any) -> Diagnosis:
     it when a sticky error turns out not to be this process's)."""
     merged = {**diagnosis.details, **details}
     advice = BUILDERS[diagnosis.kind](merged)
-    return Diagnosis(
-        advice.kind,
-        advice.summary,
-        advice.facts,
-        advice.fixes,
+    return replace(
+        diagnosis,
+        **advice._asdict(),
         notes=list(diagnosis.notes),
-        error=diagnosis.error,
-        restart_required=advice.restart_required,
-        frames_released=diagnosis.frames_released,
-        frames_released_bytes=diagnosis.frames_released_bytes,
         details=merged,
         sections=list(diagnosis.sections),
     )
@@ -161,12 +155,4 @@ def _build(kind: str, details: dict[str, Any], exc: BaseException) -> Diagnosis:
     advice = BUILDERS[kind](details)
     error = first_line(exc)
     details.pop("message", None)
-    return Diagnosis(
-        advice.kind,
-        advice.summary,
-        advice.facts,
-        advice.fixes,
-        error=error,
-        restart_required=advice.restart_required,
-        details=dict(details),
-    )
+    return Diagnosis(**advice._asdict(), error=error, details=dict(details))
