@@ -157,11 +157,6 @@ def array_type() -> Optional[type]:
     return getattr(cupy, "ndarray", None) if cupy is not None else None
 
 
-def is_array(obj: object) -> bool:
-    kind = array_type()
-    return kind is not None and isinstance(obj, kind)
-
-
 def array_info(array) -> ArrayInfo:
     """A CuPy array's metadata: views share their base's ``Memory`` allocation
     (``array.data.mem``)."""

@@ -25,11 +25,6 @@ def array_type() -> Optional[type]:
     return getattr(jax, "Array", None) if jax is not None else None
 
 
-def is_array(obj: object) -> bool:
-    kind = array_type()
-    return kind is not None and isinstance(obj, kind)
-
-
 def _device_name(device) -> str:
     platform = str(getattr(device, "platform", "unknown"))
     if platform == "gpu":

@@ -20,11 +20,6 @@ def seed(value: int) -> str:
     return "numpy.random.seed (the legacy global RNG)"
 
 
-def is_array(obj: object) -> bool:
-    numpy = loaded()
-    return numpy is not None and isinstance(obj, numpy.ndarray)
-
-
 def array_type() -> Optional[type]:
     numpy = loaded()
     return getattr(numpy, "ndarray", None) if numpy is not None else None

@@ -309,11 +309,6 @@ def module_type(torch: Optional[ModuleType] = None) -> Optional[type]:
     return getattr(nn, "Module", None)
 
 
-def is_array(obj: object) -> bool:
-    tensor = tensor_type()
-    return tensor is not None and isinstance(obj, tensor)
-
-
 def has_accelerator(torch: Optional[ModuleType] = None) -> bool:
     """A CUDA or MPS device is visible to torch (does not create a CUDA context)."""
     torch = torch or loaded()
