@@ -164,20 +164,11 @@ def array_info(array) -> ArrayInfo:
     nbytes = int(array.nbytes)
     memory = getattr(getattr(array, "data", None), "mem", None)
     if memory is None or not getattr(memory, "ptr", 0):
-        return ArrayInfo(
-            tuple(array.shape),
-            str(array.dtype),
-            device,
-            nbytes,
-            ("cupy", id(array)),
-            nbytes,
-            id(array),
-        )
-    pointer = int(memory.ptr)
-    size = int(getattr(memory, "size", nbytes))
-    return ArrayInfo(
-        tuple(array.shape), str(array.dtype), device, nbytes, (device, pointer), size, pointer
-    )
+        key, size, ident = ("cupy", id(array)), nbytes, id(array)
+    else:
+        pointer = int(memory.ptr)
+        key, size, ident = (device, pointer), int(getattr(memory, "size", nbytes)), pointer
+    return ArrayInfo(tuple(array.shape), str(array.dtype), device, nbytes, key, size, ident)
 
 
 # ---------------------------------------------------------------- releasing the pools

@@ -45,25 +45,8 @@ def array_info(array) -> ArrayInfo:
         pointer = int(array.unsafe_buffer_pointer()) if len(devices) == 1 else 0
     except Exception:  # JAX: a sharded or deleted user's array
         pointer = 0
-    if pointer:
-        return ArrayInfo(
-            tuple(array.shape),
-            str(array.dtype),
-            device,
-            nbytes,
-            (device, pointer),
-            nbytes,
-            pointer,
-        )
-    return ArrayInfo(
-        tuple(array.shape),
-        str(array.dtype),
-        device,
-        nbytes,
-        ("jax", id(array)),
-        nbytes,
-        id(array),
-    )
+    key, ident = ((device, pointer), pointer) if pointer else (("jax", id(array)), id(array))
+    return ArrayInfo(tuple(array.shape), str(array.dtype), device, nbytes, key, nbytes, ident)
 
 
 def live_arrays() -> list:
