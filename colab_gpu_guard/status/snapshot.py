@@ -171,6 +171,18 @@ class GpuStatus:
         return render_html(self)
 
 
+# What one leftovers scan fills in a `GpuStatus`, its note aside: the panel carries them
+# over to a newer snapshot while the cells changed nothing the scan looked at.
+SCANNED_FIELDS = (
+    "leftovers",
+    "leftovers_count",
+    "leftovers_bytes",
+    "leftovers_freeable_bytes",
+    "leftover_groups",
+    "leftover_groups_count",
+)
+
+
 # ---------------------------------------------------------------- JSON schema
 
 

@@ -15,6 +15,7 @@ import IPython
 
 from colab_gpu_guard import notebook_refs
 from colab_gpu_guard.status.panel_html import TOP_LEFTOVERS, render_message
+from colab_gpu_guard.status.snapshot import SCANNED_FIELDS
 
 from .view import HISTORY_CELLS, PanelView
 
@@ -288,19 +289,11 @@ class Refresher:
         elif not self._unchanged(scan, tracker.history_tail(1, self.shell)[0]):
             return self._full_snapshot()
         fresh = _take_status(self.shell, leftovers=False).status
-        scanned = scan.status
+        scanned = {name: getattr(scan.status, name) for name in SCANNED_FIELDS}
         # what the reused scan said of its leftovers (incomplete, graphs not measured)
         kept = tuple(note for note in scan.scan_notes if note not in fresh.notes)
         return dataclasses.replace(
-            fresh,
-            notes=tuple(fresh.notes) + kept,
-            leftovers=scanned.leftovers,
-            leftovers_count=scanned.leftovers_count,
-            leftovers_bytes=scanned.leftovers_bytes,
-            leftovers_freeable_bytes=scanned.leftovers_freeable_bytes,
-            leftover_groups=scanned.leftover_groups,
-            leftover_groups_count=scanned.leftover_groups_count,
-            leftovers_note=note,
+            fresh, notes=tuple(fresh.notes) + kept, leftovers_note=note, **scanned
         )
 
     def cell_began(self, cell: Optional[int], say: bool = True) -> None:
