@@ -5,6 +5,7 @@ parsing."""
 from __future__ import annotations
 
 import argparse
+import functools
 from typing import TYPE_CHECKING, Any, Callable, TypeVar
 
 from IPython.core.error import UsageError
@@ -17,6 +18,7 @@ if TYPE_CHECKING:
     from ..registration import Registration
 
 F = TypeVar("F", bound=Callable[..., Any])
+T = TypeVar("T")
 
 
 class HelpFormatter(MagicHelpFormatter):
@@ -64,6 +66,21 @@ def usage_error(error: Exception, magic: Callable) -> UsageError:
     return UsageError(f"{error}\nUsage: {usage_line(magic)}")
 
 
+def read_value(
+    magic: Callable,
+    read: Callable[[Any], T],
+    given: Any,
+    errors: tuple[type[Exception], ...] = (ValueError,),
+) -> T:
+    """`read(given)`, a value the user gave the magic; its `errors` raised again as the
+    magic's usage error, outside the handler (no exception of ours chained to it)."""
+    try:
+        return read(given)
+    except errors as error:
+        failure = usage_error(error, magic)
+    raise failure
+
+
 def conflicts(*pairs: tuple[str, str]) -> Callable[[F], F]:
     """Above ``@magic_arguments()``: the magic's pairs of options that contradict each
     other, each as the user types it: an option of its usage line (``"--close"``, ``"-v"``)
@@ -97,13 +114,7 @@ def given(magic: Callable, args: argparse.Namespace, form: str) -> bool:
 def parse_line(magic: Callable, line: str) -> argparse.Namespace:
     """``parse_argstring``, whose errors ("unrecognized arguments: --bogus") also give the
     usage line; then the magic's `conflicts` refused (nothing has changed yet)."""
-    failure = None
-    try:
-        args = parse_argstring(magic, line)
-    except UsageError as error:
-        failure = usage_error(error, magic)
-    if failure is not None:
-        raise failure  # outside the handler: no internal exception chained to it
+    args = read_value(magic, functools.partial(parse_argstring, magic), line, (UsageError,))
     for first, second in getattr(magic, "conflicts", ()):
         if given(magic, args, first) and given(magic, args, second):
             raise usage_error(

@@ -9,7 +9,7 @@ from IPython.core.error import UsageError
 from IPython.core.magic import line_magic, magics_class
 from IPython.core.magic_arguments import argument, magic_arguments, parse_argstring
 
-from .base import GuardMagics, help_format, usage_error
+from .base import GuardMagics, help_format, read_value, usage_error
 
 if TYPE_CHECKING:
     from IPython.core.interactiveshell import InteractiveShell
@@ -137,12 +137,7 @@ class HistoryMagics(GuardMagics):
         if args.warn_output is not None:
             from ...cells.output_warning import parse_threshold
 
-            try:
-                threshold = parse_threshold(args.warn_output)
-            except ValueError as error:
-                failure = usage_error(error, self.gpu_history)
-            if failure is not None:
-                raise failure  # outside the handler: no exception of ours chained to it
+            threshold = read_value(self.gpu_history, parse_threshold, args.warn_output)
         # every value checked: each setting given, with its line; then the history, unless
         # only settings were given (none is dropped: --reset-peaks on --limit 5 does both)
         if args.warn_output is not None and self.output_warning is not None:

@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING
 from IPython.core.magic import line_magic, magics_class
 from IPython.core.magic_arguments import argument, magic_arguments
 
-from .base import GuardMagics, conflicts, help_format, parse_line, usage_error
+from .base import GuardMagics, conflicts, help_format, parse_line, read_value
 
 REFERENCE = """\
 Examples:
@@ -99,7 +99,7 @@ class PanelMagics(GuardMagics):
         More (what it shows, --live): docs/reference.md
         """
         args = parse_line(self.gpu_panel, line)
-        seconds = failure = None
+        seconds = None
         from ..panel.missing import unavailable_panel, widgets_problem
 
         why = widgets_problem()
@@ -116,12 +116,7 @@ class PanelMagics(GuardMagics):
         from ..panel import live
 
         if args.live is not None:
-            try:
-                seconds = live.parse_seconds(args.live)
-            except ValueError as error:
-                failure = usage_error(error, self.gpu_panel)
-        if failure is not None:
-            raise failure  # outside the handler: no exception of ours chained to it
+            seconds = read_value(self.gpu_panel, live.parse_seconds, args.live)
         if args.close:
             current = panel_module.current_panel(self.shell)
             if current is not None:

@@ -8,7 +8,7 @@ from typing import Any, Optional
 from IPython.core.magic import line_magic, magics_class
 from IPython.core.magic_arguments import argument, magic_arguments
 
-from .base import GuardMagics, conflicts, help_format, parse_line, usage_error
+from .base import GuardMagics, conflicts, help_format, parse_line, read_value, usage_error
 
 REFERENCE = """\
 Examples:
@@ -71,19 +71,13 @@ class ReproMagics(GuardMagics):
 
         args = self._parse(line)
         record = seeding.repro_record()
-        # a usage error is raised outside the handler: no exception of ours chained to it
-        failure = None
         if args.diff is not None:
-            try:
-                saved = seeding.read_record(args.diff)
-            except ValueError as error:
-                failure = usage_error(error, self.repro)
-            if failure is not None:
-                raise failure
+            saved = read_value(self.repro, seeding.read_record, args.diff)
             self._show(seeding.repro_diff(saved, record, args.diff, "this kernel"))
             return
         if args.save is not None:
             replaced = os.path.isfile(args.save)  # said, not refused: saving again is common
+            failure = None
             try:
                 with open(args.save, "w", encoding="utf-8") as handle:
                     handle.write(record.to_json() + "\n")
@@ -93,7 +87,7 @@ class ReproMagics(GuardMagics):
                     self.repro,
                 )
             if failure is not None:
-                raise failure
+                raise failure  # outside the handler: no exception of ours chained to it
             print(
                 f"repro: saved to {args.save}" + (" (replaced the file there)" if replaced else "")
             )

@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING, Callable, Optional
 from IPython.core.magic import line_magic, magics_class
 from IPython.core.magic_arguments import argument, magic_arguments
 
-from .base import GuardMagics, conflicts, help_format, parse_line, usage_error
+from .base import GuardMagics, conflicts, help_format, parse_line, read_value
 
 # The modes an option switches on and its --no- form off; a new seed keeps each as it is.
 MODES = ("deterministic", "strict")
@@ -214,14 +214,10 @@ class SeedMagics(GuardMagics):
         from ... import seeding
 
         args = parse_line(self.seed_all, line)
-        failure = None
         if args.seed is not None:
-            try:
-                args.seed = seeding.validate_seed(args.seed)
-            except (TypeError, ValueError) as error:
-                failure = usage_error(error, self.seed_all)
-        if failure is not None:
-            raise failure  # outside the handler: no internal exception chained to it
+            args.seed = read_value(
+                self.seed_all, seeding.validate_seed, args.seed, (TypeError, ValueError)
+            )
         return args
 
 
