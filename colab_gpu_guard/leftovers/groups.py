@@ -366,7 +366,7 @@ def group_leftovers(
     if blocks is None:
         blocks, items = _columns_of(items)
     roots = blocks.roots
-    order = tally_roots(roots, blocks.sizes, blocks.holders, blocks.devices, entries_per_group)
+    order = tally_roots(blocks, entries_per_group)
     shares: dict[str, dict[str, int]] = {}
     counted: set = set()  # (a root, a block) whose share is counted
     refs = dict(blocks.refs or {})

@@ -9,9 +9,12 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from itertools import compress, islice, repeat
 from operator import is_not, itemgetter, ne
-from typing import Callable, Optional
+from typing import TYPE_CHECKING, Callable, Optional
 
 from .root_refs import RootRef
+
+if TYPE_CHECKING:
+    from .groups import Blocks
 
 # worked per run when the column has at most one run per this many blocks
 BLOCKS_PER_RUN = 8
@@ -151,19 +154,14 @@ class RootTally:
 Tally = dict[str, RootTally]  # root -> its tally, roots in the order first met
 
 
-def tally_roots(
-    roots: Sequence[str],
-    sizes: Sequence[int],
-    holders: Sequence[str],
-    devices: Sequence[str],
-    wanted: Optional[int],
-) -> Tally:
+def tally_roots(blocks: Blocks, wanted: Optional[int]) -> Tally:
     """Each root's holder (that of its first block), block count, bytes, devices (in the
     order first met) and the positions of its first `wanted` blocks (None: all); roots in
     the order first met."""
+    roots, sizes, holders, devices = blocks.roots, blocks.sizes, blocks.holders, blocks.devices
     starts = run_starts(roots)
     if starts is None:
-        return _tally_per_block(roots, sizes, holders, devices, wanted)
+        return _tally_per_block(blocks, wanted)
     tally: Tally = {}
     for start, end in zip(starts, starts[1:] + [len(roots)]):
         root = roots[start]
@@ -184,14 +182,9 @@ def tally_roots(
     return tally
 
 
-def _tally_per_block(
-    roots: Sequence[str],
-    sizes: Sequence[int],
-    holders: Sequence[str],
-    devices: Sequence[str],
-    wanted: Optional[int],
-) -> Tally:
+def _tally_per_block(blocks: Blocks, wanted: Optional[int]) -> Tally:
     """`tally_roots` worked per block (roots interleaved: too many runs)."""
+    roots, sizes, holders, devices = blocks.roots, blocks.sizes, blocks.holders, blocks.devices
     counts = collections.Counter(roots)
     totals = dict.fromkeys(counts, 0)
     for root, size in zip(roots, sizes):

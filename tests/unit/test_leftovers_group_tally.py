@@ -14,7 +14,7 @@ import pytest
 torch = pytest.importorskip("torch")
 
 from colab_gpu_guard.leftovers import find_leftovers  # noqa: E402
-from colab_gpu_guard.leftovers.groups import group_leftovers  # noqa: E402
+from colab_gpu_guard.leftovers.groups import Blocks, group_leftovers  # noqa: E402
 from colab_gpu_guard.leftovers.root_refs import RootRef  # noqa: E402
 from colab_gpu_guard.leftovers.tally import (  # noqa: E402
     BLOCKS_PER_RUN,
@@ -268,7 +268,7 @@ def test_tally_roots_per_run_and_per_block(run):
     assert (run_starts(roots) is not None) == (run >= BLOCKS_PER_RUN)
     for wanted in (None, 0, 1, 3, 10**6):
         expected = reference_tally(roots, sizes, holders, devices, wanted)
-        got = tally_roots(roots, sizes, holders, devices, wanted)
+        got = tally_roots(Blocks(sizes, holders, devices, roots), wanted)
         assert list(got.items()) == list(expected.items())
         assert [list(row.devices) for row in got.values()] == [
             list(row.devices) for row in expected.values()
