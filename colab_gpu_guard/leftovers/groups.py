@@ -18,7 +18,7 @@ from ..units import (
 )
 from .html import advice_html, groups_html
 from .records import Leftover
-from .registries import FINALIZER, LOGGER, MODULE_GLOBAL, THREAD
+from .registries import FINALIZER, LOGGER, MODULE_GLOBAL
 from .root_refs import (
     AUTOGRAD_GRAPH,
     COMPILED_GRAPH,
@@ -26,6 +26,7 @@ from .root_refs import (
     EXCEPTION,
     GREW_ON_RERUN,
     NO_NAME,
+    RUNNING_THREAD,
     USER_STATE,
     RootRef,
 )
@@ -59,7 +60,7 @@ _BADGES = {
     LOGGER: "kept by logging",
     MODULE_GLOBAL: "kept by your module",
     FINALIZER: "kept by weakref.finalize",
-    THREAD: "kept by a running thread",
+    RUNNING_THREAD: "kept by a running thread",
     NO_NAME: "no name",
 }
 # what frees a registry's memory (%gpu_reset never deletes, runs or stops these), in the
@@ -68,7 +69,7 @@ _REGISTRY_FIXES = {
     LOGGER: "`logger.removeHandler(handler)` for what a logger's handler keeps",
     MODULE_GLOBAL: "`del module.name` (or assigning it anew) for your modules' globals",
     FINALIZER: "a weakref.finalize keeps its arguments until it runs (`.detach()` lets go)",
-    THREAD: "a running thread keeps its target and arguments until it ends",
+    RUNNING_THREAD: "a running thread keeps its target and arguments until it ends",
 }
 
 

@@ -40,7 +40,7 @@ def leftovers_table(entries: Sequence[Any]) -> str:
         title = f' title="also reached as: {_e(also)}"' if also else ""
         rows.append(
             f"<tr{title}><td {_CELL}><code>{_e(entry.name)}</code></td>"
-            f"<td {_CELL}>{_e(entry.holder or '')}</td>"
+            f"<td {_CELL}>{_e(entry.held_as or '')}</td>"
             f"<td {_CELL}>{_e(shape_text(entry.shape))}</td>"
             f"<td {_CELL}>{_e(entry.dtype or '')}</td>"
             f"<td {_CELL}>{_e(entry.device or '')}</td>"
@@ -128,7 +128,7 @@ def _entry_words(entry: Any) -> str:
     if entry.device:
         text += f" on {entry.device}"
     if entry.holder:
-        text += f", {entry.holder}"
+        text += f", {entry.held_as}"
     if entry.shared_with:
         text += f"; also reached as {', '.join(entry.shared_with)}"
     if getattr(entry, "graph_tensors", 0):

@@ -9,7 +9,7 @@ from typing import Any, NamedTuple, Optional
 
 from ..frameworks.base import ArrayInfo
 from ..frameworks.torch_arrays import SPARSE_CALLS
-from ..units import HOLDERS, escape_text, format_bytes
+from ..units import HOLDERS, OTHER, escape_text, format_bytes
 from .graphs import Graph
 from .root_refs import RootRef
 
@@ -58,7 +58,7 @@ class Leftover:
         shape = "x".join(str(size) for size in self.shape) or "scalar"
         text = (
             f"{format_bytes(self.nbytes):>10}  {self.name}  {self.dtype} [{shape}] "
-            f"{self.device}  ({self.holder})"
+            f"{self.device}  ({self.held_as})"
         )
         if self.shared_with:
             text += f"  also: {', '.join(self.shared_with)}"
@@ -68,6 +68,15 @@ class Leftover:
         if view:
             text += f"  {view}"
         return escape_text(text)  # the names are the notebook's: no raw control character
+
+    @property
+    def held_as(self) -> str:
+        """Who holds it, in words: its holder, or, for a root that is none of the notebook's
+        own names, output or frames (``other``), what that root is (an exception, a logger,
+        a module global, a finalizer, a thread, a compiled graph)."""
+        if self.holder == OTHER and self.root is not None:
+            return self.root.kind
+        return self.holder
 
     @property
     def unused_nbytes(self) -> int:

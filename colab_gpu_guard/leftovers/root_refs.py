@@ -22,6 +22,7 @@ DEBUGGER_FRAME = "debugger frame"
 EXCEPTION = "exception"
 GREW_ON_RERUN = "grew on rerun"  # a user container a rerun flagged as a leak added to
 NO_NAME = "no name in the notebook"  # what refers to it: the entry says (deep scan)
+RUNNING_THREAD = "running thread"  # a thread's target and arguments, until it ends
 
 UNNAMED = "<no name>"  # the group of a deep scan's unnamed blocks
 
@@ -43,7 +44,7 @@ _KIND_OF_SOURCE = {
     LOGGER: LOGGER,
     MODULE_GLOBAL: MODULE_GLOBAL,
     FINALIZER: FINALIZER,
-    THREAD: THREAD,
+    THREAD: RUNNING_THREAD,
     UNNAMED_ROOT: NO_NAME,
     **dict.fromkeys(_OUTPUT_SOURCES, OUTPUT_HISTORY),
 }

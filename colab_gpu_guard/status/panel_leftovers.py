@@ -147,7 +147,7 @@ def entries_table(entries: Sequence[Leftover]) -> str:
         if view:
             name += f" (view: {view})"
         facts = [
-            f"held by {entry.holder}" if entry.holder else "",
+            f"held by {entry.held_as}" if entry.holder else "",
             _shape(entry.shape),
             entry.dtype or "",
             entry.device or "",

@@ -382,7 +382,7 @@ def _leftover_line(entry: Leftover) -> str:
     if entry.shape is not None:
         parts.append(str(tuple(entry.shape)))
     if entry.holder:
-        parts.append(f"held by {entry.holder}")
+        parts.append(f"held by {entry.held_as}")
     if entry.shared_with:
         parts.append("shares memory with " + ", ".join(entry.shared_with))
     return " | ".join(parts)

@@ -85,6 +85,7 @@ def test_a_user_modules_globals_are_listed_and_never_deleted(shell, run_cell, us
     found = entries(shell)
     assert found["nb._cache[0]"].nbytes == module._cache[0].untyped_storage().nbytes() == 4 * N
     assert found["nb.Keeper.store['w']"].nbytes == 8 * N
+    assert str(found["nb._cache[0]"]).endswith("cpu  (module global)")  # not "(other)"
     labels = [item.label for item in module_globals(shell.user_ns)]
     assert "nb._cache" in labels and "nb.Keeper" in labels and "nb.remember" in labels
     # imported names and plain values are not this module's data
@@ -148,6 +149,7 @@ def test_a_finalizers_arguments_are_listed_and_the_reset_leaves_it(shell, run_ce
     found = entries(shell)
     item = found["<weakref.finalize cleanup>.args[0]"]
     assert item.nbytes == 4 * N and item.holder == "other"
+    assert item.held_as == "finalizer" and "(finalizer)" in str(item)
     group = find_leftovers(shell=shell).groups().named("<weakref.finalize cleanup>")
     assert (group.kind, group.hidden_word) == ("finalizer", "kept by weakref.finalize")
     roots = {key.kind for key, *_rest in _root_entries(shell)}
@@ -190,8 +192,9 @@ def test_a_running_threads_arguments_are_listed_and_freed_when_it_returns(shell,
         found = entries(shell)
         item = found["<thread 'loader'>._args[0]"]
         assert item.nbytes == 4 * N and item.holder == "other"
+        assert item.held_as == "running thread" and "(running thread)" in str(item)
         group = find_leftovers(shell=shell).groups().named("<thread 'loader'>")
-        assert (group.kind, group.hidden_word) == ("thread", "kept by a running thread")
+        assert (group.kind, group.hidden_word) == ("running thread", "kept by a running thread")
         text = quiet(shell, "--all") + quiet(shell, "")
         assert "held by running threads: `<thread 'loader'>` (977 KiB)" in text
         assert shell.user_ns["refs"]["batch"]() is not None  # the reset stops no thread
