@@ -62,6 +62,16 @@ def entries(shell) -> dict:
     return {item.name: item for item in find_leftovers(shell=shell)}
 
 
+def assert_listed(shell, root: str, path: str, kind: str, keeper: str) -> None:
+    """The 1 MB array under `root` + `path` is listed with its storage's bytes, as held by
+    `kind` (not "other"), in a group of that kind whose badge names `keeper`."""
+    item = entries(shell)[root + path]
+    assert item.nbytes == 4 * N and item.holder == "other"
+    assert item.held_as == kind and f"({kind})" in str(item)
+    group = find_leftovers(shell=shell).groups().named(root)
+    assert (group.kind, group.hidden_word) == (kind, f"kept by {keeper}")
+
+
 def run(run_cell, source: str) -> None:
     result = run_cell(source)
     assert result.error_in_exec is None, result.error_in_exec
@@ -146,12 +156,7 @@ def test_a_finalizers_arguments_are_listed_and_the_reset_leaves_it(shell, run_ce
         "fin = weakref.finalize(obj, cleanup, arg)\n"
         "del arg",
     )
-    found = entries(shell)
-    item = found["<weakref.finalize cleanup>.args[0]"]
-    assert item.nbytes == 4 * N and item.holder == "other"
-    assert item.held_as == "finalizer" and "(finalizer)" in str(item)
-    group = find_leftovers(shell=shell).groups().named("<weakref.finalize cleanup>")
-    assert (group.kind, group.hidden_word) == ("finalizer", "kept by weakref.finalize")
+    assert_listed(shell, "<weakref.finalize cleanup>", ".args[0]", "finalizer", "weakref.finalize")
     roots = {key.kind for key, *_rest in _root_entries(shell)}
     assert FINALIZER in roots
 
@@ -189,12 +194,7 @@ def test_a_running_threads_arguments_are_listed_and_freed_when_it_returns(shell,
         "worker.start(); del batch, worker",
     )
     try:
-        found = entries(shell)
-        item = found["<thread 'loader'>._args[0]"]
-        assert item.nbytes == 4 * N and item.holder == "other"
-        assert item.held_as == "running thread" and "(running thread)" in str(item)
-        group = find_leftovers(shell=shell).groups().named("<thread 'loader'>")
-        assert (group.kind, group.hidden_word) == ("running thread", "kept by a running thread")
+        assert_listed(shell, "<thread 'loader'>", "._args[0]", "running thread", "a running thread")
         text = quiet(shell, "--all") + quiet(shell, "")
         assert "held by running threads: `<thread 'loader'>` (977 KiB)" in text
         assert shell.user_ns["refs"]["batch"]() is not None  # the reset stops no thread

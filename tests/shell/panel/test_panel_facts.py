@@ -198,9 +198,9 @@ def test_the_chart_does_not_charge_the_panels_own_cell(ip, run_cell, show, torch
     assert own_bar is not None and "cgg-cell-bar" not in own_bar.group(1)  # no bar drawn
 
 
-def test_a_cell_that_changed_nothing_is_not_scanned_again(ip, run_cell, show, torch, monkeypatch):
-    instance = show(opened=False)
-    scans = []
+def _counted_scans(instance, monkeypatch) -> tuple[list, list]:
+    """The panel's leftovers scans, counted (one item each), and its clock, set by hand."""
+    scans: list = []
     real = panel_refresh._take_status
 
     def counted(shell, leftovers=True):
@@ -211,6 +211,12 @@ def test_a_cell_that_changed_nothing_is_not_scanned_again(ip, run_cell, show, to
     monkeypatch.setattr(instance.refresher, "snapshot", counted)
     now = [1000.0]
     monkeypatch.setattr(panel_refresh, "_clock", lambda: now[0])
+    return scans, now
+
+
+def test_a_cell_that_changed_nothing_is_not_scanned_again(ip, run_cell, show, torch, monkeypatch):
+    instance = show(opened=False)
+    scans, now = _counted_scans(instance, monkeypatch)
     # the host held still: the no-GPU line shows this process's resident size, which a
     # leftovers scan itself may grow past the next MiB (rightly shown: a value written)
     still = host_memory.host_ram()
@@ -249,17 +255,7 @@ def test_after_unchanged_cells_a_rebound_new_or_deleted_name_is_scanned(
     a variable rebound, added (even one named like them) or deleted is found by the next
     cell's refresh, however many unchanged cells came before."""
     instance = show(opened=False)
-    scans = []
-    real = panel_refresh._take_status
-
-    def counted(shell, leftovers=True):
-        scans.extend([1] if leftovers else [])
-        return real(shell, leftovers=leftovers)
-
-    monkeypatch.setattr(panel_refresh, "_take_status", counted)
-    monkeypatch.setattr(instance.refresher, "snapshot", counted)
-    now = [1000.0]
-    monkeypatch.setattr(panel_refresh, "_clock", lambda: now[0])
+    scans, now = _counted_scans(instance, monkeypatch)
     run_cell("import torch\nkept = torch.ones(8)")
     assert len(scans) == 1
     cases = (
