@@ -126,7 +126,7 @@ def replay_row(events: int, runs: int) -> dict:
 
     from colab_gpu_guard.trace.kinds import OWN
     from colab_gpu_guard.trace.recording import Recorder
-    from tests.unit.test_trace_builder import Allocator, frames
+    from tests.trace_allocator import Allocator, frames
 
     allocator = Allocator()
     here = frames(("<ipython-input-3-0123456789ab>", 2, "<module>"), ("/tmp/model.py", 7, "f"))

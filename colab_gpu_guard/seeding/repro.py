@@ -95,25 +95,8 @@ class TorchFlags:
 
 
 # torch settings beyond determinism and fp32 precision that change numbers, by the name a
-# user sets them with; what each does is judged in repro_diff (BACKEND_EFFECTS).
-BACKEND_SETTINGS = (
-    "torch.backends.cuda.matmul.allow_fp16_reduced_precision_reduction",
-    "torch.backends.cuda.matmul.allow_bf16_reduced_precision_reduction",
-    "torch.backends.cuda.matmul.allow_fp16_accumulation",
-    "torch.backends.cuda.flash_sdp_enabled()",
-    "torch.backends.cuda.mem_efficient_sdp_enabled()",
-    "torch.backends.cuda.math_sdp_enabled()",
-    "torch.backends.cuda.cudnn_sdp_enabled()",
-    "torch.backends.cuda.fp16_bf16_reduction_math_sdp_allowed()",
-    "torch.backends.cuda.preferred_blas_library()",
-    "torch.backends.cudnn.enabled",
-    "torch.backends.mkldnn.enabled",
-    "torch.backends.mkldnn.deterministic",
-    "torch.utils.deterministic.fill_uninitialized_memory",
-)
-
-
-# torch's defaults for them (a fresh process; tests check them against torch), to show only
+# user sets them with (what each does is judged in repro_diff: BACKEND_EFFECTS), and
+# torch's default for each (a fresh process; tests check them against torch), to show only
 # what was changed
 BACKEND_DEFAULTS = {
     "torch.backends.cuda.matmul.allow_fp16_reduced_precision_reduction": "True",
@@ -130,6 +113,7 @@ BACKEND_DEFAULTS = {
     "torch.backends.mkldnn.deterministic": "False",
     "torch.utils.deterministic.fill_uninitialized_memory": "True",
 }
+BACKEND_SETTINGS = tuple(BACKEND_DEFAULTS)
 
 
 @dataclass(frozen=True)

@@ -20,7 +20,7 @@ import pytest
 
 from tests.browser import frontends
 from tests.browser.notebook_page import output_dir, require
-from tests.browser.test_panel_layout import CONTRAST_JS, FIGURES_JS
+from tests.browser.page_checks import CONTRAST_JS, FIGURES_JS
 
 CELLS = [
     f"import sys; sys.path.insert(0, {str(frontends.ROOT)!r})\n"

@@ -12,11 +12,11 @@ import pytest
 
 from tests.browser import frontends
 from tests.browser.notebook_page import TIMEOUT_MS, output_dir, require, run_all_cells
-from tests.browser.test_panel_layout import CONTRAST_JS, OVERFLOW_JS
+from tests.browser.page_checks import CONTRAST_JS, OVERFLOW_JS, set_theme
 
 REPORT_CELL = """\
 from colab_gpu_guard.trace import SavedCell, saved_report
-from tests.unit.test_trace_builder import Allocator, frames
+from tests.trace_allocator import Allocator, frames
 
 source = ("batch = torch.empty(rows, 1024, device='cuda')\\n"
           "logits = model(batch)  # the output needs as much again, a line long enough to wrap")
@@ -73,13 +73,7 @@ def test_the_trace_view_renders_and_reads_at_600_px_light_and_dark(frontend, tmp
             check(view, f"{frontend} at {width} px")
             view.screenshot(path=str(out / f"trace-{frontend}-{width}.png"))
         if frontend == "lab":
-            page.evaluate(
-                "() => window.jupyterapp.commands.execute('apputils:change-theme',"
-                " {theme: 'JupyterLab Dark'})"
-            )
-            page.wait_for_function(
-                "() => document.body.dataset.jpThemeLight === 'false'", timeout=TIMEOUT_MS
-            )
+            set_theme(page, frontend, dark=True)
             page.wait_for_timeout(700)
             check(view, f"{frontend} dark at 600 px")
             view.screenshot(path=str(out / f"trace-{frontend}-dark-600.png"))

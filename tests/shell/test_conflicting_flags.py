@@ -20,7 +20,7 @@ from IPython.core.error import UsageError
 from IPython.utils.capture import capture_output
 
 from colab_gpu_guard.ipython.magics import MAGIC_CLASSES, usage_line, usage_lines
-from tests.shell.test_magic_help import BAD_INPUT
+from tests.bad_input import BAD_INPUT
 
 torch = pytest.importorskip("torch")
 np = pytest.importorskip("numpy")

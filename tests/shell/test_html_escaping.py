@@ -180,7 +180,7 @@ def advisor_page(shell, tmp_path, monkeypatch) -> str:
 
 def trace_page(shell, tmp_path, monkeypatch) -> str:
     from colab_gpu_guard.trace.recording import Recorder, link_names
-    from tests.unit.test_trace_builder import Allocator, frames
+    from tests.trace_allocator import Allocator, frames
 
     kept = [torch.ones(4096), torch.ones(2048)]
     a = Allocator()

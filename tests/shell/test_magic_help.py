@@ -9,22 +9,12 @@ from IPython.utils.capture import capture_output
 
 from colab_gpu_guard import units
 from colab_gpu_guard.ipython.magics import line_magics, usage_lines
+from tests.bad_input import BAD_INPUT
 from tools import magic_reference
 
 SCREEN = 25  # lines: the most `%magic?` may print
 WIDTH = 100  # characters a line
 
-# A line each magic refuses (besides an unknown option), and what its error says.
-BAD_INPUT = {
-    "seed_all": ("-7", "seed must be an integer"),
-    "repro": ("--diff a.json --json", "--diff and --json contradict each other: give one"),
-    "gpu_status": ("extra", "unrecognized arguments: extra"),
-    "gpu_advice": ("maybe", "expected 'on' or 'off', got 'maybe'"),
-    "gpu_panel": ("--live fast", "--live takes seconds or off"),
-    "gpu_history": ("--limit -1", "--limit must be 0 or more"),
-    "gpu_reset": ("1x", "not a variable name: '1x'"),
-    "gpu_trace": ("--max-entries 0", "--max-entries must be 1 or more"),
-}
 NAMES = list(usage_lines())
 
 

@@ -17,7 +17,7 @@ from colab_gpu_guard.trace.recording import Recorder
 from colab_gpu_guard.trace.records import TraceReport
 from colab_gpu_guard.trace.replay import TIMELINE_POINTS, replay, window_start
 from tests.shared_shell import global_shell
-from tests.unit.test_trace_builder import Allocator, frames
+from tests.trace_allocator import Allocator, frames
 
 MiB = 1 << 20
 
