@@ -1,4 +1,5 @@
-"""Make some modules look uninstalled in this process (for "no torch, no numpy" tests).
+"""Make some modules look uninstalled in this process (for "no torch, no numpy" tests), and
+run a real IPython shell in a subprocess where they are (`run_in_blocked_shell`).
 
 Usage in a subprocess: `import tests.blocker as b; b.block("torch", "numpy")` before
 anything imports them. `import torch` then raises ModuleNotFoundError and
@@ -7,7 +8,10 @@ anything imports them. `import torch` then raises ModuleNotFoundError and
 
 from __future__ import annotations
 
+import subprocess
 import sys
+import textwrap
+from pathlib import Path
 
 
 class _Blocker:
@@ -25,3 +29,25 @@ def block(*names: str) -> None:
         if name.partition(".")[0] in names:
             raise RuntimeError(f"{name} is already imported; block it earlier")
     sys.meta_path.insert(0, _Blocker(set(names)))
+
+
+ROOT = str(Path(__file__).resolve().parents[1])
+
+PRELUDE = textwrap.dedent(
+    """
+    import sys
+    sys.path.insert(0, {root!r})
+    from tests.blocker import block
+    block("torch", "numpy", "tensorflow", "jax", "cupy")
+    from IPython.testing.globalipapp import start_ipython
+    ip = start_ipython()
+    ip.run_line_magic("load_ext", "colab_gpu_guard")
+    """
+)
+
+
+def run_in_blocked_shell(body: str) -> subprocess.CompletedProcess:
+    script = PRELUDE.format(root=ROOT) + textwrap.dedent(body)
+    return subprocess.run(
+        [sys.executable, "-c", script], capture_output=True, text=True, timeout=120
+    )

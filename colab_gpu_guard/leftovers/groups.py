@@ -136,9 +136,7 @@ class LeftoverGroup:
             text += f" on {', '.join(self.devices)}"
         if self.graph_nbytes:
             text += f", autograd graphs keep {format_bytes(self.graph_nbytes)}"
-        if self.shares:
-            text += f"; {self.shares_text()}"
-        return text
+        return "; ".join(part for part in (text, self.shares_text()) if part)
 
     def shares_text(self) -> str:
         """'shares 4 arrays with model, 1 array with opt' ('' for none)."""

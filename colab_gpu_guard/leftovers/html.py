@@ -129,14 +129,12 @@ def _entry_words(entry: Any) -> str:
         text += f" on {entry.device}"
     if entry.holder:
         text += f", {entry.held_as}"
-    if entry.shared_with:
-        text += f"; also reached as {', '.join(entry.shared_with)}"
+    notes = [text, _view_text(entry)]
     if getattr(entry, "graph_tensors", 0):
-        text += f"; {entry.graph().text()}"
-    view = _view_text(entry)
-    if view:
-        text += f"; {view}"
-    return text
+        notes.insert(1, entry.graph().text())
+    if entry.shared_with:
+        notes.insert(1, f"also reached as {', '.join(entry.shared_with)}")
+    return "; ".join(note for note in notes if note)
 
 
 def advice_html(advice: str) -> str:

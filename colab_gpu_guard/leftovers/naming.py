@@ -17,6 +17,25 @@ HELD = 12  # what an iterator holds (`it.<list>`): keyed by the held object's ty
 
 Path = tuple  # (parent: Optional[Path], kind: int, key: object)
 
+# The text a node adds to its parent's, as `template % (parent_text, key)`; None where the
+# key needs more than formatting (name_of's branches). A table indexed by kind, not a dict:
+# measured as fast as the branch chain it replaced.
+TEMPLATES: tuple[Optional[str], ...] = (
+    "%.0s%s",  # ROOT: the variable's name
+    "%s.%s",  # ATTR
+    "%s.%s",  # DOT
+    "%s[%s]",  # ITEM
+    None,  # KEY: key_text(key)
+    "%s[%s]",  # KEY_TEXT
+    None,  # ARRAY_KEY: the key array's own name
+    "%s[<%s>]",  # OBJECT_KEY
+    "%s{item}%.0s",  # SET_ITEM
+    "<key of %s>%.0s",  # KEY_OF
+    "%s.<closure %r>",  # CLOSURE
+    None,  # FRAME_LOCAL: what, function and name
+    "%s.<%s>",  # HELD
+)
+
 RANK = {holder: rank for rank, holder in enumerate(HOLDERS)}
 
 
@@ -92,33 +111,18 @@ class PathNames:
             text = ""
         for node in reversed(pending):
             _parent, kind, key = node
-            if kind == ROOT:
-                text = key
-            elif kind == ITEM:
-                text = f"{text}[{key}]"
-            elif kind in (ATTR, DOT):
-                text = f"{text}.{key}"
+            template = TEMPLATES[kind]
+            if template is not None:
+                text = template % (text, key)
             elif kind == KEY:
                 text = f"{text}[{key_text(key)}]"
-            elif kind == KEY_TEXT:
-                text = f"{text}[{key}]"
             elif kind == ARRAY_KEY:
                 best = self.best_path(key)
                 key_name = self.name_of(best, guard + 1) if best and guard < 4 else "<array>"
                 text = f"{text}[{key_name}]"
-            elif kind == OBJECT_KEY:
-                text = f"{text}[<{key}>]"
-            elif kind == SET_ITEM:
-                text = f"{text}{{item}}"
-            elif kind == KEY_OF:
-                text = f"<key of {text}>"
-            elif kind == CLOSURE:
-                text = f"{text}.<closure {key!r}>"
-            elif kind == FRAME_LOCAL:
+            else:  # FRAME_LOCAL
                 what, function, name = key
                 text = f"{text}.<{what} {function}() local {name!r}>"
-            elif kind == HELD:
-                text = f"{text}.<{key}>"
             cache[id(node)] = text
         return text
 

@@ -7,7 +7,6 @@ from typing import TYPE_CHECKING
 from ..leftovers.html import advice_html, groups_html, leftovers_table
 from ..nvml import NvmlDevice
 from ..units import escape_html as _e
-from ..units import format_bytes
 from .text import (
     KERNEL_AMONG,
     KERNEL_UNLISTED,
@@ -26,9 +25,8 @@ from .text import (
     mig_line,
     mode_line,
     nvml_summary,
-    process_label,
+    process_table,
     reasons,
-    shown_processes,
     version_lines,
     when,
 )
@@ -122,21 +120,17 @@ def _process_html(status: GpuStatus, device: NvmlDevice) -> str:
         if kernel_not_listed(status, device):
             return f"<div>processes: none ({_e(KERNEL_UNLISTED)})</div>"
         return "<div>processes: none</div>"
-    shown, hidden = shown_processes(status, device)
+    table, more = process_table(status, device)
     rows = []
     if kernel_not_identified(status, device):
         rows.append(f"<div>processes: {_e(KERNEL_AMONG)}</div>")
     rows.append("<table><tr><th>PID</th><th>memory</th><th>name</th></tr>")
-    for process in shown:
-        css = ' class="cgg-me"' if process.this_process else ""
+    for row in table:
+        css = ' class="cgg-me"' if row.this_process else ""
         rows.append(
-            f"<tr{css}><td>{process.pid}</td><td>{_e(format_bytes(process.used_memory))}</td>"
-            f"<td>{_e(process_label(process))}</td></tr>"
+            f"<tr{css}><td>{row.pid}</td><td>{_e(row.memory)}</td><td>{_e(row.label)}</td></tr>"
         )
-    if hidden:
-        rows.append(
-            f'<tr><td colspan="3">... and {hidden} more (%gpu_status --processes lists all)'
-            "</td></tr>"
-        )
+    if more:
+        rows.append(f'<tr><td colspan="3">{_e(more)}</td></tr>')
     rows.append("</table>")
     return "".join(rows)

@@ -96,16 +96,13 @@ def _process_text(status: GpuStatus, device: NvmlDevice) -> list[str]:
         f"  processes    {len(device.processes)}, {memory}"
         + (f" ({KERNEL_AMONG})" if kernel_not_identified(status, device) else "")
     ]
-    shown, hidden = shown_processes(status, device)
+    rows, more = process_table(status, device)
     lines.append(f"  {'':1} {'PID':>9}  {'memory':>10}  name")
-    for process in shown:
-        mark = "*" if process.this_process else " "
-        lines.append(
-            f"  {mark} {process.pid:>9}  {format_bytes(process.used_memory):>10}  "
-            f"{process_label(process)}"
-        )
-    if hidden:
-        lines.append(f"    ... and {hidden} more (%gpu_status --processes lists all)")
+    for row in rows:
+        mark = "*" if row.this_process else " "
+        lines.append(f"  {mark} {row.pid:>9}  {row.memory:>10}  {row.label}")
+    if more:
+        lines.append(f"    {more}")
     return lines
 
 
@@ -285,10 +282,14 @@ def memory_line(device: NvmlDevice) -> str:
 
 
 def load_line(device: NvmlDevice) -> str:
-    return (
-        f"GPU {_value(device.utilization_gpu, '%')} | memory bus "
-        f"{_value(device.utilization_memory, '%')} | {_value(device.temperature_c, ' C')} | "
-        f"power {_value(device.power_draw_w, ' W')} / {_value(device.power_limit_w, ' W')}"
+    power = f"{_value(device.power_draw_w, ' W')} / {_value(device.power_limit_w, ' W')}"
+    return " | ".join(
+        (
+            f"GPU {_value(device.utilization_gpu, '%')}",
+            f"memory bus {_value(device.utilization_memory, '%')}",
+            _value(device.temperature_c, " C"),
+            f"power {power}",
+        )
     )
 
 
@@ -330,6 +331,26 @@ def kernel_line(item: DeviceMemory) -> str:
     else:
         line += " | NVML figure for this kernel n/a"
     return line
+
+
+class ProcessRow(NamedTuple):
+    """One row of a GPU's process table, as the text and HTML views show it."""
+
+    pid: int
+    memory: str
+    label: str
+    this_process: bool
+
+
+def process_table(status: GpuStatus, device: NvmlDevice) -> tuple[list[ProcessRow], str]:
+    """The rows of a GPU's process table, and the line saying how many were left out ('' for
+    none)."""
+    shown, hidden = shown_processes(status, device)
+    rows = [
+        ProcessRow(p.pid, format_bytes(p.used_memory), process_label(p), p.this_process)
+        for p in shown
+    ]
+    return rows, f"... and {hidden} more (%gpu_status --processes lists all)" if hidden else ""
 
 
 def shown_processes(status: GpuStatus, device: NvmlDevice) -> tuple[list[NvmlProcess], int]:
@@ -391,32 +412,32 @@ def _leftover_line(entry: Leftover) -> str:
 def cell_line(record: CellMemory) -> str:
     """One cell of the history: torch's CUDA figures where the cell has them (else host
     memory), NVML's, the time, and a rerun or its LEAK as `%gpu_history` says it."""
-    cell = "-" if record.cell is None else record.cell
-    line = f"[{cell}]"
+    parts = []
     if record.devices:
         change = None
         if record.allocated_before is not None and record.allocated_after is not None:
             change = record.allocated_after - record.allocated_before
-        line += (
-            f" allocated {format_bytes(record.allocated_after)} "
-            f"({'+' if (change or 0) >= 0 else ''}{format_bytes(change)}) | peak "
-            f"{record.peak_text} | reserved {format_bytes(record.reserved_after)}"
+        sign = "+" if (change or 0) >= 0 else ""
+        parts += (
+            f"allocated {format_bytes(record.allocated_after)} ({sign}{format_bytes(change)})",
+            f"peak {record.peak_text}",
+            f"reserved {format_bytes(record.reserved_after)}",
         )
     elif record.rss_after is not None:
-        line += f" host RSS {format_bytes(record.rss_after)}"
+        parts.append(f"host RSS {format_bytes(record.rss_after)}")
     if record.nvml_used_after is not None:
-        line += f" | NVML used, all processes {format_bytes(record.nvml_used_after)}"
-        if record.nvml_used_call == V1:
-            line += f" ({INCLUDES_RESERVED})"
+        used = f"NVML used, all processes {format_bytes(record.nvml_used_after)}"
+        parts.append(f"{used} ({INCLUDES_RESERVED})" if record.nvml_used_call == V1 else used)
     if record.duration_s is not None:
-        line += f" | {record.duration_s:.2f} s"
+        parts.append(f"{record.duration_s:.2f} s")
     if record.ooms:
-        line += f" | {record.ooms} OOM(s)"
+        parts.append(f"{record.ooms} OOM(s)")
     if record.rerun_leak:
-        line += f" | {leak_text(record)}"
+        parts.append(leak_text(record))
     elif record.rerun_of is not None:
-        line += f" | rerun of [{record.rerun_of}]"
-    return line.replace("] | ", "] ", 1)
+        parts.append(f"rerun of [{record.rerun_of}]")
+    cell = "-" if record.cell is None else record.cell
+    return " ".join((f"[{cell}]", " | ".join(parts))) if parts else f"[{cell}]"
 
 
 def leftovers_heading(status: GpuStatus) -> str:

@@ -3,7 +3,7 @@ runs untraced, never a traceback (a subprocess where torch looks uninstalled).""
 
 from __future__ import annotations
 
-from tests.kernel.test_without_torch import run_in_blocked_shell
+from tests.blocker import run_in_blocked_shell
 
 
 def test_gpu_trace_without_torch_says_so_in_one_line_and_runs_the_cell():

@@ -6,31 +6,7 @@ Runs in a subprocess where torch and NumPy look uninstalled (tests/blocker.py); 
 
 from __future__ import annotations
 
-import subprocess
-import sys
-import textwrap
-from pathlib import Path
-
-ROOT = str(Path(__file__).resolve().parents[2])
-
-PRELUDE = textwrap.dedent(
-    """
-    import sys
-    sys.path.insert(0, {root!r})
-    from tests.blocker import block
-    block("torch", "numpy", "tensorflow", "jax", "cupy")
-    from IPython.testing.globalipapp import start_ipython
-    ip = start_ipython()
-    ip.run_line_magic("load_ext", "colab_gpu_guard")
-    """
-)
-
-
-def run_in_blocked_shell(body: str) -> subprocess.CompletedProcess:
-    script = PRELUDE.format(root=ROOT) + textwrap.dedent(body)
-    return subprocess.run(
-        [sys.executable, "-c", script], capture_output=True, text=True, timeout=120
-    )
+from tests.blocker import run_in_blocked_shell
 
 
 def test_seed_all_without_torch_or_numpy_reports_them_as_missing():

@@ -20,6 +20,13 @@ from IPython.utils.capture import capture_output
 torch = pytest.importorskip("torch")
 
 from colab_gpu_guard.leftovers import find_leftovers  # noqa: E402
+from tests.hostile_objects import (  # noqa: E402
+    DictProperty,
+    HostileDict,
+    HostileList,
+    HostileObject,
+    Recorder,
+)
 from tests.leftover_sizes import assert_float32_sizes, names_and_sizes  # noqa: E402
 
 
@@ -125,84 +132,6 @@ def test_the_bytes_named_are_the_bytes_that_die():
     assert ref() is None
 
 
-class Recorder:
-    calls: list[str] = []
-
-
-class HostileList(list):
-    def __iter__(self):
-        Recorder.calls.append("list.__iter__")
-        raise RuntimeError("never iterate me")
-
-    def __len__(self):
-        Recorder.calls.append("list.__len__")
-        time.sleep(5)
-        return 0
-
-    def __getitem__(self, index):
-        Recorder.calls.append("list.__getitem__")
-        raise RuntimeError("never index me")
-
-
-class HostileDict(dict):
-    def items(self):
-        Recorder.calls.append("dict.items")
-        raise RuntimeError("never")
-
-    def __iter__(self):
-        Recorder.calls.append("dict.__iter__")
-        raise RuntimeError("never")
-
-    def values(self):
-        Recorder.calls.append("dict.values")
-        raise RuntimeError("never")
-
-    def keys(self):
-        Recorder.calls.append("dict.keys")
-        raise RuntimeError("never")
-
-    def __len__(self):
-        Recorder.calls.append("dict.__len__")
-        return 0
-
-
-class HostileObject:
-    def __init__(self, t) -> None:
-        self.t = t
-
-    def __getattr__(self, name):
-        Recorder.calls.append(f"__getattr__({name})")
-        time.sleep(5)
-        raise AttributeError(name)
-
-    def __getattribute__(self, name):
-        if name != "__class__":
-            Recorder.calls.append(f"__getattribute__({name})")
-        return object.__getattribute__(self, name)
-
-    def __eq__(self, other):
-        Recorder.calls.append("__eq__")
-        raise RuntimeError("never compare me")
-
-    __hash__ = object.__hash__
-
-
-class DictProperty:
-    def __init__(self, t) -> None:
-        self.t = t
-
-    @property
-    def __dict__(self):  # type: ignore[override]
-        Recorder.calls.append("__dict__ property")
-        time.sleep(5)
-        return {}
-
-    @property
-    def expensive(self):
-        Recorder.calls.append("property")
-        return torch.zeros(1)
-
-
 def test_the_scan_calls_no_method_of_what_it_reads():
     hostile_list = HostileList([torch.zeros(401), 1, 2] + [torch.zeros(1)] * 20)
     hostile_dict = HostileDict(inner=torch.zeros(402))
@@ -233,7 +162,7 @@ def test_deep_scan_survives_hostile_objects_and_never_reports_its_own_frames(ip,
     # hostile containers no name reaches (a module's globals): the deep scan describes them
     run_cell(
         "import torch, types\n"
-        "from tests.shell.test_leftovers_object_holders import HostileList, HostileDict, Recorder\n"
+        "from tests.hostile_objects import HostileList, HostileDict, Recorder\n"
         "from colab_gpu_guard import find_leftovers\n"
         "Hidden = types.ModuleType('hidden_state')\n"
         "Hidden.a = HostileList([torch.zeros(405)])\n"

@@ -22,26 +22,20 @@ from colab_gpu_guard.seeding.repro import Gpu
 from colab_gpu_guard.status.compact import compact_text
 from colab_gpu_guard.units import escape_lines, escape_text
 from tests import fake_pynvml
+from tests.hostile_names import (
+    ESCAPED,
+    FAKE_ROW,
+    HOSTILE,
+    READABLE,
+    TITLE_AND_CLEAR,
+    hostile_world,
+)
 
 torch = pytest.importorskip("torch")
 
 from colab_gpu_guard.leftovers import find_leftovers  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[2]
-
-# What another user on a shared GPU host may name a process, or a notebook a variable.
-TITLE_AND_CLEAR = "\x1b]0;pwned\x07\x1b[2J"
-FAKE_ROW = "a\nb_fake_row"
-HOSTILE = (TITLE_AND_CLEAR, FAKE_ROW, "x\ry", "r\u202etxt.exe", "del\x7f", "csi\x9bm")
-ESCAPED = {
-    TITLE_AND_CLEAR: r"\x1b]0;pwned\x07\x1b[2J",
-    FAKE_ROW: r"a\nb_fake_row",
-    "x\ry": r"x\ry",
-    "r\u202etxt.exe": r"r\u202etxt.exe",
-    "del\x7f": r"del\x7f",
-    "csi\x9bm": r"csi\x9bm",
-}
-READABLE = ("модель", "重み")  # ordinary non-ASCII names stay as they are
 
 # every character the escaper must never let through (a line's own "\n" aside)
 CONTROLS = (
@@ -88,17 +82,6 @@ def test_escape_lines_keeps_its_own_line_ends():
 # ---------------------------------------------------------------- NVML names: %gpu_status, CLI
 
 
-def hostile_world() -> fake_pynvml.FakeWorld:
-    world = fake_pynvml.one_gpu()
-    gpu = world.gpus[0]
-    gpu.name = "Tesla T4" + TITLE_AND_CLEAR
-    gpu.processes = [
-        fake_pynvml.FakeProcess(pid=1000 + n, used=(n + 1) * fake_pynvml.MiB, name=name)
-        for n, name in enumerate(HOSTILE + READABLE)
-    ] + [fake_pynvml.FakeProcess(pid=os.getpid(), used=fake_pynvml.MiB, name="python3")]
-    return world
-
-
 @pytest.fixture
 def hostile_nvml():
     nvml.set_pynvml(fake_pynvml.install(hostile_world()))
@@ -132,7 +115,7 @@ import sys
 from colab_gpu_guard import nvml
 from colab_gpu_guard.__main__ import main
 from tests import fake_pynvml
-from tests.unit.test_text_escaping import hostile_world
+from tests.hostile_names import hostile_world
 nvml.set_pynvml(fake_pynvml.install(hostile_world()))
 sys.exit(main(sys.argv[1:]))
 """
