@@ -233,7 +233,8 @@ def _one_entry_per_call(pairs: list, was: object, now: object) -> list:
     kept = []
     for what, before, after in pairs:
         key = what.removeprefix("torch.backends.").removesuffix(".fp32_precision")
-        if key in wrote_a and (before, after) == (wrote_a[key], wrote_b[key]):
+        # "none" (a fresh torch's leaves, inheriting) is what "highest" writes as "ieee"
+        if key in wrote_a and (_fp32(before), _fp32(after)) == (wrote_a[key], wrote_b[key]):
             continue
         kept.append((what, before, after))
     return kept
@@ -270,8 +271,16 @@ def _cpu_precision(
             f"{lacks}, which neither record's CPU has",
             False,
         )
-    reduced = [CPU_REDUCED[mode] for mode in here]
+    reduced = [CPU_REDUCED[mode] + _cpus_with(a, b, mode) for mode in here]
     return f"oneDNN may run CPU float32 {ops} in " + " or ".join(reduced), True
+
+
+def _cpus_with(a: ReproRecord, b: ReproRecord, mode: str) -> str:
+    """Which of the two runs' CPUs have `mode`, where both records say."""
+    can = {_cpu_can(a, mode), _cpu_can(b, mode)}
+    if can == {True}:
+        return " (both runs' CPUs have it)"
+    return " (only one run's CPU has it)" if can == {True, False} else ""
 
 
 def _cpu_can(record: ReproRecord, mode: str) -> Optional[bool]:

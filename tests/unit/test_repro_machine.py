@@ -301,12 +301,38 @@ def test_one_matmul_precision_call_is_one_entry_judged_by_the_cpus():
         assert entry.changes_results is bf16
         if not bf16:
             assert "which neither record's CPU has" in entry.explanation
+        else:
+            assert "bf16 on CPUs with AVX-512" in entry.explanation
+            assert "(both runs' CPUs have it)" in entry.explanation
+    # one run's CPU with bf16, the other's without
+    mixed = repro_diff(
+        dataclasses.replace(highest, cpu=dataclasses.replace(highest.cpu, bf16=False), gpus=()),
+        dataclasses.replace(medium, cpu=dataclasses.replace(highest.cpu, bf16=True), gpus=()),
+    )
+    (entry,) = mixed.differences
+    assert "(only one run's CPU has it)" in entry.explanation
     # a record from before the CPU was recorded: bf16 unknown, so it may change results
     unknown = repro_diff(
         dataclasses.replace(highest, cpu=Cpu(), gpus=()),
         dataclasses.replace(medium, cpu=Cpu(), gpus=()),
     )
     assert [d.what for d in unknown.differences] == ["torch float32_matmul_precision"]
+
+
+def test_a_fresh_torchs_precision_then_one_call_is_one_entry():
+    """A fresh torch reads 'highest' with its matmul fp32_precision leaves at "none"
+    (inheriting); the user's first set_float32_matmul_precision('medium') is one entry."""
+    torch.set_float32_matmul_precision("highest")
+    torch.backends.cuda.matmul.fp32_precision = "none"  # torch's state at import
+    torch.backends.mkldnn.matmul.fp32_precision = "none"
+    fresh = repro_record()
+    try:
+        torch.set_float32_matmul_precision("medium")
+        diff = repro_diff(fresh, repro_record())
+    finally:
+        torch.set_float32_matmul_precision("highest")
+    shown = [d.what for d in diff.differences + diff.other]
+    assert shown == ["torch float32_matmul_precision"], shown
 
 
 def test_deterministic_report_says_bf16_only_where_the_cpu_has_it(monkeypatch):
