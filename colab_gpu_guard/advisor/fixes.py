@@ -326,6 +326,21 @@ def _no_gpu(details: dict[str, Any]) -> Advice:
             "Or use a GPU runtime (Colab: Runtime > Change runtime type > a GPU).",
         ]
         return Advice(NO_GPU, summary, {}, fixes)
+    if problem == "cuda did not start":
+        summary = (
+            "JAX's CUDA support is installed, but CUDA could not start or found no GPU, so JAX "
+            "sees none."
+        )
+        fixes = [
+            "The log line above the traceback, `failed call to cuInit: CUDA_ERROR_...`, says "
+            "why: `NO_DEVICE`: this runtime has no GPU (Colab: Runtime > Change runtime type > "
+            "a GPU); `SYSTEM_NOT_READY`: on a server with NVSwitch (8x A100/H100) the "
+            "`nvidia-fabricmanager` service is not running; another code: the driver "
+            "(`!nvidia-smi` shows whether it works).",
+            "To run on the CPU meanwhile: restart, and make the first cell "
+            "`%env JAX_PLATFORMS=cpu` (read when JAX starts).",
+        ]
+        return Advice(NO_GPU, summary, {}, fixes)
     if problem == "no gpu backend" and details.get("framework") == "jax":
         summary = (
             "JAX found no GPU: the JAX installed here is a CPU-only build, or no GPU is visible."

@@ -222,12 +222,20 @@ _DISGUISED = {
     "cuDNN failed to initialize": "cuDNN could not start. Usually the GPU memory is already "
     "taken (TensorFlow takes nearly all of it when it starts, so a second process or "
     "framework finds none).",
+    "CUDNN_STATUS_INTERNAL_ERROR": "cuDNN failed inside a convolution or RNN. Most often it "
+    "could not get the working memory it needed: the same step with a smaller batch runs.",
+    "cuBLAS: resource allocation failed": "cuBLAS (matrix multiplies) could not get the "
+    "resources it needs: usually GPU memory, the GPU is full.",
 }
 _OTHER_CAUSE = {
     "kernel": "If a small batch on a fresh runtime fails the same way, the cause is not "
     "memory but an earlier GPU error (often an index out of range, e.g. a token id >= "
     "`num_embeddings`): rerun with `%env CUDA_LAUNCH_BLOCKING=1` as the first cell to see "
     "where.",
+    "benchmark": "If a small batch fails the same way: set `torch.backends.cudnn.benchmark "
+    "= False` (benchmark mode tries algorithms that need more working memory; "
+    "pytorch/pytorch#16831); if it still fails on a fresh runtime, the GPU itself may be "
+    "faulty: try another runtime.",
     "install": "If a small batch on a fresh runtime fails the same way, the cause is not "
     "memory but the cuDNN install: a cuDNN library other than the one the framework was "
     "built for (an older one found first, or a framework build for another CUDA).",

@@ -87,7 +87,7 @@ _NO_GPU = re.compile(
     r"No CUDA GPUs are available|Torch not compiled with CUDA enabled|"
     r"Found no NVIDIA driver on your system|CUDA driver initialization failed|"
     r"cudaErrorNoDevice|CUDA_ERROR_NO_DEVICE|"
-    r"Unknown backend: '(gpu|cuda)' requested|"
+    r"Unknown backend: '(gpu|cuda)' requested|No visible GPU devices|"
     r"Attempting to deserialize object on a CUDA device but torch\.cuda\.is_available\(\)",
     re.IGNORECASE,
 )
@@ -136,6 +136,12 @@ _IN_DISGUISE: tuple[tuple[re.Pattern, str, Optional[str]], ...] = (
         "cuDNN failed to initialize",
         "install",
     ),
+    (re.compile(r"CUDNN_STATUS_INTERNAL_ERROR"), "CUDNN_STATUS_INTERNAL_ERROR", "benchmark"),
+    (  # torch 1.x (THC) for CUBLAS_STATUS_ALLOC_FAILED
+        re.compile(r"cublas runtime error : resource allocation failed"),
+        "cuBLAS: resource allocation failed",
+        "kernel",
+    ),
 )
 _LIBRARY_SETUP = re.compile(
     r"DNN library is not found|DNN library initialization failed|"
@@ -166,10 +172,11 @@ _DEVICE_MISMATCH = (
         r"Tensor for argument #\d+ '(?P<arg>\w+)' is on (?P<a>\w+), but expected it to be on "
         r"(?P<b>\w+)(?: \(while checking arguments for (?P<op>\w+)\))?"
     ),
-    re.compile(
-        r"indices should be either on (?P<a>cpu) or on the same device as the indexed tensor "
-        r"\((?P<b>[\w:]+)\)"
-    ),
+)
+# Indices on another device than the tensor they index (only the tensor's device is named).
+_INDICES = re.compile(
+    r"indices should be either on cpu or on the same device as the indexed tensor "
+    r"\((?P<indexed>[\w:]+)\)"
 )
 # "Input type (torch.FloatTensor) and weight type (torch.cuda.FloatTensor) should be the
 # same": a device mismatch only when one type is a CUDA type and the other not (the same
@@ -214,6 +221,10 @@ _TOO_OLD: tuple[tuple[re.Pattern, str, str], ...] = (
         "bfloat16",
         "8.0",
     ),
+    # torch.autocast(dtype=torch.bfloat16) where torch.cuda.is_bf16_supported() is False
+    (re.compile(r"Current CUDA Device does not support bfloat16"), "bfloat16", "8.0"),
+    # cuBLAS refusing a bfloat16 (CUDA_R_16BF) matrix multiply on an older GPU
+    (re.compile(r"CUBLAS_STATUS_NOT_SUPPORTED\b.*\bCUDA_R_16BF\b", re.DOTALL), "bfloat16", "8.0"),
     (re.compile(r"FlashAttention only supports Ampere GPUs or newer"), "FlashAttention", "8.0"),
     (
         re.compile(
@@ -321,7 +332,8 @@ def framework(exc: BaseException, message: str) -> Optional[str]:
     if module in _FRAMEWORK_MODULES:
         return _FRAMEWORK_MODULES[module]
     if re.search(
-        r"\b(XLA|XlaRuntimeError|JAX|jaxlib)\b|Platforms present are:|"
+        r"\b(XLA|XlaRuntimeError|JAX|jaxlib|JAX_PLATFORMS)\b|Platforms present are:|"
+        r"^Unable to initialize backend '|"
         r"^(RESOURCE_EXHAUSTED|INTERNAL|"
         r"FAILED_PRECONDITION|UNKNOWN):",
         message,
@@ -436,6 +448,8 @@ def _kind(exc: BaseException, message: str, details: dict[str, Any]) -> Optional
             details["problem"] = "cpu build"
         elif "deserialize" in message:
             details["problem"] = "checkpoint"
+        elif "No visible GPU devices" in message:
+            details["problem"] = "cuda did not start"  # JAX's CUDA plugin, after cuInit
         elif "backend" in message:
             details["problem"] = "no gpu backend"
         return Recognised(NO_GPU, details)
@@ -471,6 +485,10 @@ def _device_mismatch(message: str, details: dict[str, Any]) -> bool:
             if named.get("op"):
                 details["operation"] = _operation_name(named["op"])
             return True
+    match = _INDICES.search(message)
+    if match:
+        details["indexed_on"] = _device_name(match.group("indexed"))
+        return True
     match = _INPUT_WEIGHT.search(message)
     if match:
         on = {

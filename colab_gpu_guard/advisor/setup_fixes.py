@@ -31,6 +31,21 @@ def device_mismatch(details: dict[str, Any]) -> Advice:
             + (f" of `{operation}`" if operation else "")
             + (f", on {details['argument_on']}" if details.get("argument_on") else "")
         )
+    if "indexed_on" in details:
+        on = details["indexed_on"]
+        facts["indexed tensor"] = on
+        summary = (
+            f"A tensor on {on} was indexed with indices on another device: indices must be on "
+            f"the CPU or on the indexed tensor's device ({on})."
+        )
+        fixes = [
+            "Put the indices where the tensor is, `t[idx.to(t.device)]`, or the tensor where the "
+            "indices are, `t.to(idx.device)[idx]`: usually both belong on the GPU with the rest "
+            "of the step.",
+            "A tensor made in `__init__` as a plain attribute stays on the CPU when the model "
+            "moves: `self.register_buffer(...)` moves it with `model.to(device)`.",
+        ]
+        return Advice(DEVICE_MISMATCH, summary, facts, fixes)
     if "input_on" in details:
         summary = (
             f"A layer got its input on the {_where(details['input_on'])} but has its weights on "

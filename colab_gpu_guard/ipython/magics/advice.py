@@ -33,8 +33,8 @@ short diagnosis: the real cause and the fix, in the words of the framework that 
   request bigger than the whole GPU is said to be one no cleanup helps). The frames of the
   functions the failed cell called are released, and a note names them and the memory
   that freed. Also out of memory in disguise (`CUBLAS_STATUS_ALLOC_FAILED`,
-  `CUDNN_STATUS_NOT_INITIALIZED`, no valid cuDNN algorithm, TensorFlow's "cuDNN failed to
-  initialize") and the CUDA driver out of memory.
+  `CUDNN_STATUS_NOT_INITIALIZED`, `CUDNN_STATUS_INTERNAL_ERROR`, no valid cuDNN algorithm,
+  TensorFlow's "cuDNN failed to initialize") and the CUDA driver out of memory.
 - Errors after which this process's CUDA context is unusable, such as a device-side
   assert (the runtime must be restarted; `%gpu_status` and `%gpu_reset` then say so too),
   and cuBLAS/cuDNN execution failures that usually report such an error late.
@@ -43,7 +43,7 @@ short diagnosis: the real cause and the fix, in the words of the framework that 
 - CUDA used in forked DataLoader workers; cuBLAS determinism, and operations with no
   deterministic implementation.
 - A driver too old for the CUDA build, a build with no code for this GPU, a missing or old
-  cuDNN, a CPU-only build, no GPU at all.
+  cuDNN, a CPU-only build, no GPU at all (JAX's "No visible GPU devices" included).
 
 Out-of-memory errors of host memory or of a TPU get no GPU advice. Any other error is
 shown exactly as without the extension, and `%debug` works as usual.
