@@ -8,6 +8,7 @@ from typing import Any, Callable, Optional
 
 from ..serialize import to_data
 from ..units import escape_html, escape_lines
+from .precision import PARENT
 from .repro import ReproRecord, gpu_summary, supports_tf32
 from .repro_effects import (
     BACKEND_EFFECTS,
@@ -169,6 +170,10 @@ def _cpu(a: ReproRecord, b: ReproRecord, found: list, notes: list) -> None:
             "tanh, matmuls and norms round differently, so CPU float results differ in the "
             "last bits"
         )
+        for name in sorted(CPU_ISA_ENV):  # the variable that capped it: this entry says so
+            was, now = a.env_value(name), b.env_value(name)
+            if was != now:
+                why += f"; {name} {_text(was)} → {_text(now)} set it"
         found.append(Difference("CPU capability", ca.capability, cb.capability, why, CPU))
     if None not in (ca.model, cb.model) and ca.model != cb.model:
         why = (
@@ -180,13 +185,20 @@ def _cpu(a: ReproRecord, b: ReproRecord, found: list, notes: list) -> None:
 
 def _precision(a: ReproRecord, b: ReproRecord, found: list, notes: list) -> None:
     fa, fb = a.torch_flags, b.torch_flags
-    if fa.cudnn_allow_tf32 is None or fb.cudnn_allow_tf32 is None:
+    if a.versions.torch is None or b.versions.torch is None:
         return
-    pairs = [(f"torch {name}", getattr(fa, name), getattr(fb, name)) for name in PRECISION_FIELDS]
+    # a legacy setting torch refused to read (None: the legacy and fp32_precision settings
+    # were mixed) is not compared: the fp32_precision settings show what is in force
+    pairs = [
+        (f"torch {name}", getattr(fa, name), getattr(fb, name))
+        for name in PRECISION_FIELDS
+        if None not in (getattr(fa, name), getattr(fb, name))
+    ]
     precision_a, precision_b = dict(fa.fp32_precision), dict(fb.fp32_precision)
     for name in sorted(set(precision_a) & set(precision_b)):
         pairs.append((name, precision_a[name], precision_b[name]))
     pairs = _one_entry_per_call(pairs, fa.float32_matmul_precision, fb.float32_matmul_precision)
+    pairs = _one_entry_per_setting(pairs)
     capable = [
         bool(r.gpus) and all(supports_tf32(g.compute_capability) for g in r.gpus) for r in (a, b)
     ]
@@ -214,8 +226,9 @@ def _precision(a: ReproRecord, b: ReproRecord, found: list, notes: list) -> None
             changes = all(capable) or cpu_changes
         if what == "torch float32_matmul_precision":
             explanation = (
-                "one torch.set_float32_matmul_precision call (it also sets allow_tf32 and "
-                "the matmul fp32_precision settings): " + explanation
+                "set by torch.set_float32_matmul_precision (or by "
+                "torch.backends.cuda.matmul.allow_tf32, which moves it between 'highest' and "
+                "'high'), one entry for the settings it writes with it: " + explanation
             )
         # a CPU-only effect needs particular CPUs: ranked with the flags, after the seeds
         rank = PRECISION if all(capable) else FLAGS
@@ -240,6 +253,39 @@ def _one_entry_per_call(pairs: list, was: object, now: object) -> list:
     return kept
 
 
+def _one_entry_per_setting(pairs: list) -> list:
+    """A setting that differs is one entry, not one per setting that follows it: an
+    fp32_precision leaf reads its parent's value where it holds "none" (torch resolves it),
+    so one `torch.backends.fp32_precision = 'tf32'` changes every leaf below it; and
+    `torch.backends.cudnn.allow_tf32` writes the cuDNN conv and rnn leaves. A setting that
+    now reads what a changed ancestor gives it is left out (the ancestor's entry says what
+    it does)."""
+    changed = {
+        what: (before, after) for what, before, after in pairs if _fp32(before) != _fp32(after)
+    }
+    kept = []
+    for what, before, after in pairs:
+        node = what.removeprefix("torch.backends.")
+        follows = False
+        parent = PARENT.get(node)
+        while parent is not None and not follows:
+            ancestor = changed.get(f"torch.backends.{parent}")
+            follows = ancestor is not None and _fp32(after) == _fp32(_given(node, ancestor[1]))
+            parent = PARENT.get(parent)
+        legacy = changed.get("torch cudnn_allow_tf32")
+        if legacy is not None and node in ("cudnn.conv.fp32_precision", "cudnn.rnn.fp32_precision"):
+            follows = follows or _fp32(after) == ("tf32" if legacy[1] else "ieee")
+        if not follows:
+            kept.append((what, before, after))
+    return kept
+
+
+def _given(node: str, value: object) -> object:
+    """What a leaf under `node`'s backend reads when an ancestor holds `value`: CUDA's
+    settings have no bf16 (they read "none")."""
+    return "none" if value == "bf16" and node.startswith(("cuda.", "cudnn.")) else value
+
+
 def _fp32(value: object) -> object:
     return "ieee" if value == "none" else value
 
@@ -252,7 +298,18 @@ def _cpu_precision(
     generic and mkldnn fp32_precision settings reach it (torch's matmul_allow_tf32 and
     cudnn settings do not); bf16 runs only on CPUs with it, TF32 only with AMX-FP16."""
     if what == "torch float32_matmul_precision":
-        modes = {CPU_MODE.get(str(was)), CPU_MODE.get(str(now))}
+        # what oneDNN's matmuls run at: the mkldnn matmul leaf where torch has one (the call
+        # writes it; torch.backends.cuda.matmul.allow_tf32, which also moves this setting,
+        # does not), else what the call meant for oneDNN before the leaves existed
+        leaf = "torch.backends.mkldnn.matmul.fp32_precision"
+        leaves = (
+            dict(a.torch_flags.fp32_precision).get(leaf),
+            dict(b.torch_flags.fp32_precision).get(leaf),
+        )
+        if None not in leaves:
+            modes = {_fp32(leaves[0]), _fp32(leaves[1])}
+        else:
+            modes = {CPU_MODE.get(str(was)), CPU_MODE.get(str(now))}
     elif what == "torch.backends.fp32_precision" or what.startswith("torch.backends.mkldnn."):
         modes = {_fp32(was), _fp32(now)}
     else:
@@ -483,10 +540,19 @@ def _env(a: ReproRecord, b: ReproRecord, found: list, notes: list) -> None:
             changes, why = ENV_EFFECTS.get(name, (True, "read by a library at start"))
             if changes and name in CUDA_ENV and a.without_cuda() and b.without_cuda():
                 changes, why = False, f"{NO_CUDA} ({why})"
+            elif name in CPU_ISA_ENV and _both_capabilities(a, b):
+                continue  # its effect is the CPU capability entry, which names it
             elif changes and name in CPU_ISA_ENV and _same_capability(a, b):
                 changes = False
                 why = f"no effect here: torch's CPU kernels used {a.cpu.capability} in both ({why})"
             found.append(Difference(name, _text(was), _text(now), why, ENVIRONMENT, changes))
+
+
+def _both_capabilities(a: ReproRecord, b: ReproRecord) -> bool:
+    """Both records hold a CPU capability, and they differ."""
+    return None not in (a.cpu.capability, b.cpu.capability) and (
+        a.cpu.capability != b.cpu.capability
+    )
 
 
 def _same_capability(a: ReproRecord, b: ReproRecord) -> bool:

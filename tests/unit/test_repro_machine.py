@@ -94,7 +94,9 @@ def test_aten_cpu_capability_changes_numbers_and_the_diff_says_so():
         "DEFAULT",
     )
     assert diff.differences[0].what == "CPU capability"  # nothing above it here
-    assert found["ATEN_CPU_CAPABILITY"].changes_results
+    # one cause, one entry: the variable that capped it is named there, not listed again
+    assert [d.what for d in diff.differences + diff.other] == ["CPU capability"]
+    assert "ATEN_CPU_CAPABILITY unset → default set it" in found["CPU capability"].explanation
 
 
 def test_a_capability_variable_that_changes_nothing_is_said_to():
@@ -297,7 +299,7 @@ def test_one_matmul_precision_call_is_one_entry_judged_by_the_cpus():
         diff = repro_diff(a, b)
         (entry,) = diff.differences + diff.other
         assert entry.what == "torch float32_matmul_precision"
-        assert entry.explanation.startswith("one torch.set_float32_matmul_precision call")
+        assert entry.explanation.startswith("set by torch.set_float32_matmul_precision")
         assert entry.changes_results is bf16
         if not bf16:
             assert "which neither record's CPU has" in entry.explanation
@@ -333,6 +335,96 @@ def test_a_fresh_torchs_precision_then_one_call_is_one_entry():
         torch.set_float32_matmul_precision("highest")
     shown = [d.what for d in diff.differences + diff.other]
     assert shown == ["torch float32_matmul_precision"], shown
+
+
+# a new torch process, one precision setting: the records before and after, and whether a
+# CPU float32 matmul changed with it
+SETTING_CHILD = """
+import json, sys, torch
+from colab_gpu_guard import repro_record
+torch.manual_seed(0)
+x, w = torch.randn(256, 512), torch.randn(512, 256)
+full, before = x @ w, repro_record().to_dict()
+exec(sys.argv[1])
+print(json.dumps({"before": before, "after": repro_record().to_dict(),
+                  "matmul_changed": not torch.equal(full, x @ w)}))
+"""
+
+
+def fresh_torch_then(setting: str) -> tuple[ReproRecord, ReproRecord, bool]:
+    """Records before and after `setting` in a new torch process (no GPU listed)."""
+    done = subprocess.run(
+        [sys.executable, "-c", SETTING_CHILD, setting],
+        cwd=ROOT,
+        env=dict(os.environ, PYTHONPATH=str(ROOT)),
+        capture_output=True,
+        text=True,
+    )
+    assert done.returncode == 0, done.stderr
+    data = json.loads(done.stdout)
+    before, after = (
+        dataclasses.replace(ReproRecord.from_dict(data[key]), gpus=())
+        for key in ("before", "after")
+    )
+    return before, after, data["matmul_changed"]
+
+
+@pytest.mark.parametrize(
+    "setting, entry",
+    [
+        # torch resolves a "none" leaf to its parent: one generic setting moves all nine
+        ("torch.backends.fp32_precision = 'tf32'", "torch.backends.fp32_precision"),
+        ("torch.backends.cudnn.fp32_precision = 'tf32'", "torch.backends.cudnn.fp32_precision"),
+        # the legacy cuDNN flag writes the conv and rnn leaves with it
+        ("torch.backends.cudnn.allow_tf32 = False", "torch cudnn_allow_tf32"),
+        (
+            "torch.backends.cudnn.conv.fp32_precision = 'ieee'",
+            "torch.backends.cudnn.conv.fp32_precision",
+        ),
+        ("torch.backends.cuda.matmul.allow_tf32 = True", "torch float32_matmul_precision"),
+        ("torch.set_float32_matmul_precision('high')", "torch float32_matmul_precision"),
+    ],
+)
+def test_one_precision_setting_in_a_fresh_torch_is_one_entry(setting, entry):
+    before, after, _ = fresh_torch_then(setting)
+    diff = repro_diff(before, after)
+    shown = [d.what for d in diff.differences + diff.other]
+    assert shown == [entry], shown
+    assert "unset" not in str(diff)  # a legacy setting torch refuses to read is not "unset"
+
+
+def test_allow_tf32_is_not_said_to_move_the_cpus_matmuls():
+    """torch.backends.cuda.matmul.allow_tf32 = True reads back as precision 'high' but
+    leaves oneDNN's matmul leaf alone; set_float32_matmul_precision('high') writes it."""
+    for setting, cpu_moves in (
+        ("torch.backends.cuda.matmul.allow_tf32 = True", False),
+        ("torch.set_float32_matmul_precision('high')", True),
+    ):
+        before, after, _ = fresh_torch_then(setting)
+        tf32_cpu = dataclasses.replace(after.cpu, tf32=True)  # a CPU with AMX-FP16
+        diff = repro_diff(*(dataclasses.replace(r, cpu=tf32_cpu) for r in (before, after)))
+        (entry,) = diff.differences + diff.other
+        assert "torch.backends.cuda.matmul.allow_tf32" in entry.explanation
+        assert ("oneDNN may run CPU float32 matmuls in TF32" in entry.explanation) is cpu_moves
+        assert entry.changes_results is cpu_moves
+
+
+def test_cpu_bf16_set_through_the_mkldnn_node_is_seen():
+    """torch.backends.mkldnn.fp32_precision = 'bf16' makes torch refuse to read the legacy
+    cuDNN flag; the CPU's matmuls still change (on a CPU with bf16), and the diff says so."""
+    before, after, matmul_changed = fresh_torch_then(
+        "torch.backends.mkldnn.fp32_precision = 'bf16'"
+    )
+    assert after.torch_flags.cudnn_allow_tf32 is None  # torch refuses to read it now
+    diff = repro_diff(before, after)
+    (entry,) = diff.differences + diff.other
+    # torch 2.13 writes the generic node through the mkldnn one: the generic is in force
+    assert entry.what in ("torch.backends.fp32_precision", "torch.backends.mkldnn.fp32_precision")
+    assert entry.after == "bf16"
+    assert entry.changes_results is after.cpu.bf16
+    if after.cpu.bf16:
+        assert matmul_changed  # this CPU's matmul really changed
+        assert "oneDNN may run CPU float32 ops in bf16" in entry.explanation
 
 
 def test_deterministic_report_says_bf16_only_where_the_cpu_has_it(monkeypatch):
