@@ -36,7 +36,8 @@ created); world size and rank; the imported frameworks' versions.
 
 `--diff` judges each difference on the two machines: a CUDA setting changes nothing where
 neither record can run CUDA, bf16 matmul precision nothing on CPUs without bf16, and one
-`set_float32_matmul_precision` call is one entry.
+precision setting is one entry (`set_float32_matmul_precision`, `allow_tf32`, or an
+`fp32_precision` node with the settings below it that follow it).
 
 From code: `colab_gpu_guard.repro_record()` and `repro_diff(saved, current)`; from a
 terminal or a DDP worker: `python -m colab_gpu_guard repro [--diff FILE]` (what the
