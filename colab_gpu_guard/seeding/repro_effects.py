@@ -133,10 +133,13 @@ BACKEND_EFFECTS: dict[str, tuple[bool, int, str]] = {
         PRECISION,
         "fp16 GEMMs on the GPU accumulate in fp16 (faster, much less precise)",
     ),
+    # torch's CPU attention has a flash kernel and the math one, chosen by the same
+    # switches (ATen's sdp_utils_cpp.cpp): flash off changes CPU results too
     "torch.backends.cuda.flash_sdp_enabled()": (
-        True,
+        False,
         FLAGS,
-        "scaled_dot_product_attention may run another kernel (flash attention on or off)",
+        "scaled_dot_product_attention may run another kernel (flash attention on or off, "
+        "on the GPU and on the CPU)",
     ),
     "torch.backends.cuda.mem_efficient_sdp_enabled()": (
         True,
@@ -144,9 +147,10 @@ BACKEND_EFFECTS: dict[str, tuple[bool, int, str]] = {
         "scaled_dot_product_attention may run another kernel (memory-efficient attention)",
     ),
     "torch.backends.cuda.math_sdp_enabled()": (
-        True,
+        False,
         FLAGS,
-        "scaled_dot_product_attention may run another kernel (the math fallback on the GPU)",
+        "scaled_dot_product_attention may run another kernel (the math fallback, on the GPU "
+        "and on the CPU)",
     ),
     "torch.backends.cuda.cudnn_sdp_enabled()": (
         True,
@@ -154,9 +158,9 @@ BACKEND_EFFECTS: dict[str, tuple[bool, int, str]] = {
         "scaled_dot_product_attention may run another kernel (cuDNN attention)",
     ),
     "torch.backends.cuda.fp16_bf16_reduction_math_sdp_allowed()": (
-        True,
+        False,
         PRECISION,
-        "the math attention kernel on the GPU may reduce fp16/bf16 in that precision",
+        "the math attention kernel (GPU and CPU) may reduce fp16/bf16 in that precision",
     ),
     "torch.backends.cuda.preferred_blas_library()": (
         True,

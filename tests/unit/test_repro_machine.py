@@ -238,7 +238,7 @@ def test_reduced_precision_sdpa_and_mkldnn_flags_are_judged_here():
     assert "torch.backends.mkldnn.deterministic = True" in "\n".join(after.backend_lines())
     if CPU_BUILD:  # no CUDA here: the CUDA settings change nothing
         assert not fp16.changes_results and fp16.explanation.startswith(NO_CUDA)
-        assert not flash.changes_results
+    assert flash.changes_results  # the CPU's attention has a flash kernel too (next test)
     # the same settings in records of a CUDA machine: they change results
     cuda = dataclasses.replace(after.versions, cuda_runtime="12.4")
     gpu_before = dataclasses.replace(before, versions=cuda, gpus=(A100,))
@@ -248,6 +248,56 @@ def test_reduced_precision_sdpa_and_mkldnn_flags_are_judged_here():
     assert on_gpu[
         "torch.backends.cuda.matmul.allow_fp16_reduced_precision_reduction"
     ].changes_results
+
+
+@pytest.mark.parametrize(
+    "switch, changes",
+    [
+        ("torch.backends.cuda.enable_flash_sdp(False)", True),
+        ("torch.backends.cuda.enable_mem_efficient_sdp(False)", False),
+        ("torch.backends.cuda.enable_cudnn_sdp(False)", False),
+        ("torch.backends.cuda.allow_fp16_bf16_reduction_math_sdp(True)", True),
+    ],
+)
+def test_attention_switches_are_judged_by_what_they_do_on_the_cpu(switch, changes):
+    """torch.backends.cuda's attention switches also choose the CPU's attention kernel
+    (flash or math): measured on this CPU, then said so by the diff of two CPU records."""
+    code = (
+        "import json, sys, torch\n"
+        "import torch.nn.functional as F\n"
+        "from colab_gpu_guard import repro_record\n"
+        "torch.manual_seed(0)\n"
+        "q, k, v = (torch.randn(2, 4, 64, 32) for _ in range(3))\n"
+        "math_bf16 = 'fp16_bf16' in sys.argv[1]  # the math kernel, in bf16\n"
+        "torch.backends.cuda.enable_flash_sdp(not math_bf16)\n"
+        "def run():\n"
+        "    if math_bf16:\n"
+        "        return F.scaled_dot_product_attention(q.bfloat16(), k.bfloat16(), v.bfloat16())\n"
+        "    return F.scaled_dot_product_attention(q, k, v)\n"
+        "before, first = repro_record().to_dict(), run()\n"
+        "exec(sys.argv[1])\n"
+        "after, second = repro_record().to_dict(), run()\n"
+        "print(json.dumps({'before': before, 'after': after,"
+        " 'changed': not torch.equal(first, second)}))\n"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", code, switch],
+        cwd=ROOT,
+        env=dict(os.environ, PYTHONPATH=str(ROOT)),
+        capture_output=True,
+        text=True,
+    )
+    assert done.returncode == 0, done.stderr
+    data = json.loads(done.stdout)
+    if not CPU_BUILD:
+        pytest.skip("the CPU-only judgement needs a torch without CUDA")
+    assert data["changed"] is changes  # measured on this CPU
+    before, after = (ReproRecord.from_dict(data[key]) for key in ("before", "after"))
+    diff = repro_diff(before, after)
+    (entry,) = [d for d in diff.differences + diff.other if "sdp" in d.what]
+    assert entry.changes_results is changes
+    if not changes:
+        assert entry.explanation.startswith(NO_CUDA)
 
 
 def test_cuda_only_variables_change_nothing_without_cuda(monkeypatch):
