@@ -22,6 +22,7 @@ from .repro_effects import (
     ENVIRONMENT,
     FLAG_EFFECTS,
     FLAGS,
+    FRAMEWORK_ENV,
     GPU,
     LIBRARIES,
     MATMUL_PRECISION_WRITES,
@@ -108,6 +109,25 @@ def repro_diff(
         tuple(d for d in found if not d.changes_results),
         tuple(notes),
     )
+
+
+def program_set_env(record: ReproRecord) -> dict[str, str]:
+    """The environment variables `record`'s program set itself with seed_all
+    (deterministic=True), as the record shows them: a terminal's record of this machine
+    lacks them, and the program would set them here too."""
+    from .determinism import CUBLAS_DETERMINISTIC_CONFIGS, DETERMINISM_ENV
+
+    if not record.torch_flags.deterministic_algorithms:
+        return {}
+    found = {
+        name: value
+        for name, (value, _) in DETERMINISM_ENV.items()
+        if record.env_value(name) == value
+    }
+    cublas = record.env_value("CUBLAS_WORKSPACE_CONFIG")
+    if cublas in CUBLAS_DETERMINISTIC_CONFIGS:
+        found["CUBLAS_WORKSPACE_CONFIG"] = cublas
+    return found
 
 
 def _text(value: object) -> str:
@@ -538,7 +558,15 @@ def _env(a: ReproRecord, b: ReproRecord, found: list, notes: list) -> None:
         was, now = env_a.get(name), env_b.get(name)
         if was != now:
             changes, why = ENV_EFFECTS.get(name, (True, "read by a library at start"))
-            if changes and name in CUDA_ENV and a.without_cuda() and b.without_cuda():
+            readers = FRAMEWORK_ENV.get(name, ())
+            imported = {framework for framework, _ in a.frameworks + b.frameworks}
+            if changes and readers and not imported & set(readers):
+                changes = False
+                why = (
+                    f"no effect here: only {' and '.join(readers)} reads it, and neither run "
+                    f"had it imported when its record was taken ({why})"
+                )
+            elif changes and name in CUDA_ENV and a.without_cuda() and b.without_cuda():
                 changes, why = False, f"{NO_CUDA} ({why})"
             elif name in CPU_ISA_ENV and _both_capabilities(a, b):
                 continue  # its effect is the CPU capability entry, which names it

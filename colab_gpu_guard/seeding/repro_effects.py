@@ -24,6 +24,17 @@ CUDA_ENV = {
 # capability torch used, compared on its own
 CPU_ISA_ENV = {"ATEN_CPU_CAPABILITY"}
 
+# environment variables only a framework reads, and which (the record's framework names):
+# they change nothing where neither run had it imported
+FRAMEWORK_ENV = {
+    "TF_DETERMINISTIC_OPS": ("TensorFlow",),
+    "TF_CUDNN_DETERMINISTIC": ("TensorFlow",),
+    "TF_ENABLE_ONEDNN_OPTS": ("TensorFlow",),
+    "XLA_FLAGS": ("JAX", "TensorFlow"),
+    "XLA_PYTHON_CLIENT_PREALLOCATE": ("JAX",),
+    "CUPY_SEED": ("CuPy",),
+}
+
 ENV_EFFECTS: dict[str, tuple[bool, str]] = {  # name -> (changes results, why)
     "NVIDIA_TF32_OVERRIDE": (
         True,

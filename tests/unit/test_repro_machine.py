@@ -155,6 +155,52 @@ def test_cli_diff_compares_its_own_cpu_threads(tmp_path):
 # ---------------------------------------------------------------- seeds set another way
 
 
+def test_cli_diff_takes_the_variables_the_program_set_itself_as_set(tmp_path):
+    """A program that ran seed_all(deterministic=True) set TF_DETERMINISTIC_OPS and
+    FLASH_ATTENTION_DETERMINISTIC itself (and CUBLAS_WORKSPACE_CONFIG where torch needs
+    it): a terminal's process lacks them, and the program would set them here too."""
+    code = (
+        "import sys, torch\n"
+        "from colab_gpu_guard import seed_all\n"
+        "from colab_gpu_guard.__main__ import main\n"
+        "seed_all(3, deterministic=True)\n"
+        "sys.exit(main(['repro', '--json']))\n"
+    )
+    environment = {k: v for k, v in os.environ.items() if k not in REPRO_ENV}
+    run = dict(
+        cwd=ROOT, capture_output=True, text=True, env=dict(environment, PYTHONPATH=str(ROOT))
+    )
+    saved = subprocess.run([sys.executable, "-c", code], **run)
+    assert saved.returncode == 0, saved.stderr
+    record = ReproRecord.from_json(saved.stdout)
+    # the CLI's record is a fresh process's: take the program's flags as %repro would
+    path = tmp_path / "deterministic.json"
+    flags = dataclasses.replace(record.torch_flags, deterministic_algorithms=True)
+    path.write_text(dataclasses.replace(record, torch_flags=flags).to_json())
+    assert record.env_value("TF_DETERMINISTIC_OPS") == "1"
+    done = subprocess.run(
+        [sys.executable, "-m", "colab_gpu_guard", "repro", "--diff", str(path)], **run
+    )
+    assert done.returncode == 0, done.stderr
+    assert "TF_DETERMINISTIC_OPS" not in done.stdout
+    assert "FLASH_ATTENTION_DETERMINISTIC" not in done.stdout
+    assert "nothing that can change results differs" in done.stdout
+
+
+def test_a_variable_only_an_unimported_framework_reads_changes_nothing():
+    now = repro_record()
+    unset = dataclasses.replace(now, env=(("TF_DETERMINISTIC_OPS", None),))
+    set_ = dataclasses.replace(now, env=(("TF_DETERMINISTIC_OPS", "1"),))
+    (entry,) = repro_diff(unset, set_).other
+    assert "only TensorFlow reads it" in entry.explanation
+    with_tf = [
+        dataclasses.replace(r, frameworks=(*r.frameworks, ("TensorFlow", "2.17.0")))
+        for r in (unset, set_)
+    ]
+    (entry,) = repro_diff(*with_tf).differences
+    assert entry.what == "TF_DETERMINISTIC_OPS"
+
+
 def test_seeds_set_by_anything_but_seed_all_are_recorded():
     torch.manual_seed(1)  # as Lightning's seed_everything(1) does
     one = repro_record()
