@@ -386,7 +386,8 @@ def _seeds(a: ReproRecord, b: ReproRecord, found: list, notes: list) -> None:
         why = (
             "torch's generator was seeded with another seed (torch.manual_seed, Lightning's "
             "seed_everything, accelerate's set_seed...; an unseeded process starts from a "
-            "random one): torch's random draws differ"
+            "random one): torch's random draws differ (Python's and NumPy's seeds are "
+            "recorded only when seed_all sets them)"
         )
         found.append(
             Difference(
@@ -522,7 +523,11 @@ def _versions(a: ReproRecord, b: ReproRecord, found: list, notes: list) -> None:
                     "cuda_runtime": "a torch without CUDA runs every op on the CPU",
                     "cudnn": "a torch without cuDNN runs convolutions and RNNs without it",
                 }.get(name, why)
-            found.append(Difference(label, was or "none", now or "none", why, rank))
+            changes = True
+            if name in ("cuda_runtime", "cudnn") and a.without_cuda() and b.without_cuda():
+                changes = False  # the same CPU kernels ran in both (the torch entry says so)
+                why = f"{NO_CUDA}: every op ran on the CPU in both"
+            found.append(Difference(label, was or "none", now or "none", why, rank, changes))
     frameworks_a, frameworks_b = dict(a.frameworks), dict(b.frameworks)
     for name in sorted(set(frameworks_a) & set(frameworks_b)):
         if frameworks_a[name] != frameworks_b[name] and name not in ("NumPy", "PyTorch"):
