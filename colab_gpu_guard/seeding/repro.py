@@ -112,6 +112,9 @@ BACKEND_DEFAULTS = {
     "torch.backends.mkldnn.enabled": "True",
     "torch.backends.mkldnn.deterministic": "False",
     "torch.utils.deterministic.fill_uninitialized_memory": "True",
+    "torch.get_default_dtype()": "torch.float32",
+    "torch.backends.mha.get_fastpath_enabled()": "True",
+    "torch.backends.cuda.preferred_linalg_library()": "Default",
 }
 BACKEND_SETTINGS = tuple(BACKEND_DEFAULTS)
 

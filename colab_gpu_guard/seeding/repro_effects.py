@@ -193,6 +193,24 @@ BACKEND_EFFECTS: dict[str, tuple[bool, int, str]] = {
         FLAGS,
         "without it oneDNN may use nondeterministic algorithms on the CPU",
     ),
+    "torch.get_default_dtype()": (
+        False,
+        PRECISION,
+        "new float tensors (torch.tensor of floats, torch.randn, a new layer's weights) are "
+        "made in another dtype: every result differs",
+    ),
+    # measured: a TransformerEncoderLayer in inference on the CPU moved by 5e-7
+    "torch.backends.mha.get_fastpath_enabled()": (
+        False,
+        FLAGS,
+        "nn.MultiheadAttention and Transformer layers in inference run their fused fast path "
+        "or the plain one (CPU and GPU): results differ in the last bits",
+    ),
+    "torch.backends.cuda.preferred_linalg_library()": (
+        True,
+        FLAGS,
+        "torch.linalg on the GPU runs in another library (cuSOLVER or MAGMA): other kernels",
+    ),
     "torch.utils.deterministic.fill_uninitialized_memory": (
         False,
         FLAGS,

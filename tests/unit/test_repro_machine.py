@@ -254,6 +254,33 @@ def test_backend_settings_are_read_and_their_defaults_are_torchs():
     assert fresh.backend_lines() == []
 
 
+def test_default_dtype_and_the_attention_fast_path_are_recorded():
+    """Two settings that change numbers and were not recorded: torch.set_default_dtype and
+    the MultiheadAttention fast path (measured on this CPU, in a new process)."""
+    before, after, _ = fresh_torch_then(
+        "torch.set_default_dtype(torch.float64); torch.backends.mha.set_fastpath_enabled(False)"
+    )
+    code = (
+        "import torch\n"
+        "torch.manual_seed(0)\n"
+        "layer = torch.nn.TransformerEncoderLayer(64, 4, 128, batch_first=True).eval()\n"
+        "x = torch.randn(4, 16, 64)\n"
+        "with torch.inference_mode():\n"
+        "    fast = layer(x)\n"
+        "    torch.backends.mha.set_fastpath_enabled(False)\n"
+        "    print(torch.equal(fast, layer(x)))\n"
+    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert done.stdout.split() == ["False"], done.stderr  # the fast path moves the result
+    found = whats(repro_diff(before, after))
+    dtype = found["torch.get_default_dtype()"]
+    fastpath = found["torch.backends.mha.get_fastpath_enabled()"]
+    assert (dtype.before, dtype.after) == ("torch.float32", "torch.float64")
+    assert (fastpath.before, fastpath.after) == ("True", "False")
+    assert dtype.changes_results and fastpath.changes_results
+    assert "torch.get_default_dtype() = torch.float64" in after.backend_lines()
+
+
 def test_reduced_precision_sdpa_and_mkldnn_flags_are_judged_here():
     before = repro_record()
     saved = (

@@ -26,7 +26,8 @@ and CUDA generators hold however they were seeded (`torch.manual_seed`, Lightnin
 `seed_everything`...); torch's deterministic settings (use_deterministic_algorithms,
 cudnn.deterministic, cudnn.benchmark, mkldnn.deterministic); TF32 (matmul and cuDNN) and
 float32 precision; fp16/bf16 reduced-precision reductions and the attention backends
-(flash, memory-efficient, math, cuDNN); CPU threads; the CPU's model, the instruction set
+(flash, memory-efficient, math, cuDNN); the default dtype, the MultiheadAttention fast
+path and the GPU linear algebra library; CPU threads; the CPU's model, the instruction set
 torch's CPU kernels use and whether oneDNN can compute in bf16 or TF32 on it; the
 environment variables libraries read (CUBLAS_WORKSPACE_CONFIG, PYTHONHASHSEED,
 CUDA_VISIBLE_DEVICES, NVIDIA_TF32_OVERRIDE, ATEN_CPU_CAPABILITY, XLA_FLAGS, thread
