@@ -516,6 +516,18 @@ def test_one_precision_setting_in_a_fresh_torch_is_one_entry(setting, entry):
     assert "unset" not in str(diff)  # a legacy setting torch refuses to read is not "unset"
 
 
+def test_the_precision_lines_name_the_setting_that_was_set():
+    """A fresh torch's cuDNN conv leaf reads 'tf32' because cudnn.allow_tf32 is True (its
+    default), and a leaf that follows torch.backends.fp32_precision reads its value: the
+    lines name the setting a user set, not the leaf."""
+    fresh, generic, _ = fresh_torch_then("torch.backends.fp32_precision = 'tf32'")
+    lines = fresh.precision_lines()
+    assert lines[1].endswith("set by torch.backends.cudnn.allow_tf32 = True"), lines
+    assert lines[0].endswith("set by torch.get_float32_matmul_precision() = 'highest'"), lines
+    lines = generic.precision_lines()
+    assert lines[0].endswith("set by torch.backends.fp32_precision = 'tf32'"), lines
+
+
 def test_allow_tf32_is_not_said_to_move_the_cpus_matmuls():
     """torch.backends.cuda.matmul.allow_tf32 = True reads back as precision 'high' but
     leaves oneDNN's matmul leaf alone; set_float32_matmul_precision('high') writes it."""
