@@ -371,6 +371,16 @@ def _seeds(a: ReproRecord, b: ReproRecord, found: list, notes: list) -> None:
     torch_words = f"torch.initial_seed() {sa.torch_initial_seed} → {sb.torch_initial_seed}"
     if sa.seed != sb.seed:
         why = "every random draw differs (initial weights, dropout, shuffling)"
+        followed = [
+            words
+            for words, follows in (
+                ("the per-cell reseeding base", _base_follows_seed(a, b)),
+                ("PYTHONHASHSEED", _hash_seed_follows_seed(a, b)),
+            )
+            if follows
+        ]
+        if followed:  # one seed_all call: one entry
+            why += f"; seed_all set {' and '.join(followed)} to it"
         if None in (sa.seed, sb.seed):
             run = "the saved run" if sa.seed is None else "this process"
             why = (
@@ -411,7 +421,7 @@ def _seeds(a: ReproRecord, b: ReproRecord, found: list, notes: list) -> None:
                     SEEDS,
                 )
             )
-    if sa.every_cell != sb.every_cell:
+    if sa.every_cell != sb.every_cell and not _base_follows_seed(a, b):
         why = (
             "per-cell reseeding makes each cell's draws depend only on (seed, cell source); "
             "without it they depend on every cell run before"
@@ -425,6 +435,22 @@ def _seeds(a: ReproRecord, b: ReproRecord, found: list, notes: list) -> None:
                 SEEDS,
             )
         )
+
+
+def _base_follows_seed(a: ReproRecord, b: ReproRecord) -> bool:
+    """Per-cell reseeding is on in both runs, from each run's seed_all seed (seed_all
+    moves the base with the seed)."""
+    return all(r.seeding.every_cell is not None for r in (a, b)) and all(
+        r.seeding.every_cell == r.seeding.seed for r in (a, b)
+    )
+
+
+def _hash_seed_follows_seed(a: ReproRecord, b: ReproRecord) -> bool:
+    """PYTHONHASHSEED holds each run's seed_all seed (seed_all sets it)."""
+    return all(
+        r.seeding.seed is not None and r.env_value("PYTHONHASHSEED") == str(r.seeding.seed)
+        for r in (a, b)
+    )
 
 
 def _torch_seeds_differ(sa, sb) -> bool:
@@ -561,6 +587,12 @@ def _env(a: ReproRecord, b: ReproRecord, found: list, notes: list) -> None:
     env_a, env_b = dict(a.env), dict(b.env)
     for name in sorted(set(env_a) | set(env_b)):
         was, now = env_a.get(name), env_b.get(name)
+        if (
+            name == "PYTHONHASHSEED"
+            and a.seeding.seed != b.seeding.seed
+            and (_hash_seed_follows_seed(a, b))
+        ):
+            continue  # the seed entry says seed_all set it
         if was != now:
             changes, why = ENV_EFFECTS.get(name, (True, "read by a library at start"))
             readers = FRAMEWORK_ENV.get(name, ())

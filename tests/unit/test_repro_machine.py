@@ -225,6 +225,24 @@ def test_seeds_set_by_anything_but_seed_all_are_recorded():
     assert not [d for d in repro_diff(cell_a, cell_b).differences if "seed" in d.what]
 
 
+def test_one_seed_all_call_is_one_entry(monkeypatch):
+    """seed_all(6) after a run seeded with 5 moves PYTHONHASHSEED and, with per-cell
+    reseeding on, its base: one call, one entry that says so."""
+    monkeypatch.delenv("PYTHONHASHSEED", raising=False)
+    seed_all(5)
+    five = repro_record(every_cell=5)
+    seed_all(6)
+    six = repro_record(every_cell=6)
+    diff = repro_diff(five, six)
+    assert [d.what for d in diff.differences + diff.other] == ["seed"]
+    assert diff.differences[0].explanation.endswith(
+        "; seed_all set the per-cell reseeding base and PYTHONHASHSEED to it"
+    )
+    # the base turned off is its own entry
+    diff = repro_diff(five, repro_record())
+    assert [d.what for d in diff.differences] == ["seed", "per-cell reseeding base"]
+
+
 def test_an_unseeded_process_starts_from_a_random_torch_seed():
     code = "import torch\nfrom colab_gpu_guard import repro_record\nprint(repro_record().to_json())"
     env = dict(os.environ, PYTHONPATH=str(ROOT))
