@@ -117,8 +117,8 @@ def program_set_env(record: ReproRecord) -> dict[str, str]:
     lacks them, and the program would set them here too."""
     from .determinism import CUBLAS_DETERMINISTIC_CONFIGS, DETERMINISM_ENV
 
-    if not record.torch_flags.deterministic_algorithms:
-        return {}
+    if not record.torch_flags.deterministic_algorithms or record.seeding.seed is None:
+        return {}  # deterministic mode not set by seed_all
     found = {
         name: value
         for name, (value, _) in DETERMINISM_ENV.items()
