@@ -1,8 +1,8 @@
 """Reproducibility: seed every RNG that matters (seed.py), deterministic mode
 (determinism.py), per-cell reseeding (every_cell.py), exact RNG save/restore
 (rng_state.py), exact mid-epoch DataLoader resume (resume.py), the reproducibility record
-and its diff (repro.py, repro_diff.py), and seeds for DataLoader workers, ranks and JAX keys
-(workers.py)."""
+and its diff (repro.py, repro_diff.py, repro_precision.py), and seeds for DataLoader
+workers, ranks and JAX keys (workers.py)."""
 
 from .determinism import DETERMINISM_ENV
 from .every_cell import CellReseeder, reseed_loaded

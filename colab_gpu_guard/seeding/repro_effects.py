@@ -1,8 +1,11 @@
 """What each setting a reproducibility record holds does to results: which variables and
-torch switches change numbers, where (CPU, CUDA), and by how much. The diff
-(repro_diff.py) reads these to judge each difference on the two machines."""
+torch switches change numbers, where (CPU, CUDA), and by how much; and `Difference`, one
+field that differs with what it means. The diff (repro_diff.py, repro_precision.py) reads
+these to judge each difference on the two machines."""
 
 from __future__ import annotations
+
+from dataclasses import dataclass
 
 STRICT_HINT = "run with %seed_all --strict to rule it out"
 TF32_EFFECT = "expect relative differences around 1e-3"
@@ -239,3 +242,22 @@ MATMUL_PRECISION_WRITES = {
     "high": {"torch matmul_allow_tf32": True, "cuda.matmul": "tf32", "mkldnn.matmul": "tf32"},
     "medium": {"torch matmul_allow_tf32": True, "cuda.matmul": "tf32", "mkldnn.matmul": "bf16"},
 }
+
+
+@dataclass(frozen=True)
+class Difference:
+    """One field that differs, with what it means for the numbers."""
+
+    what: str
+    before: str
+    after: str
+    explanation: str
+    rank: int  # lower is more important
+    changes_results: bool = True
+
+    def __str__(self) -> str:
+        return f"{self.what} {self.before} → {self.after}: {self.explanation}"
+
+
+def value_text(value: object) -> str:
+    return "unset" if value is None else str(value)
