@@ -66,9 +66,8 @@ def precision_differences(a: ReproRecord, b: ReproRecord, found: list, notes: li
             changes = all(capable) or cpu_changes
         if what == "torch float32_matmul_precision":
             explanation = (
-                "set by torch.set_float32_matmul_precision (or by "
-                "torch.backends.cuda.matmul.allow_tf32, which moves it between 'highest' and "
-                "'high'), one entry for the settings it writes with it: " + explanation
+                "set by torch.set_float32_matmul_precision or torch.backends.cuda.matmul."
+                "allow_tf32 (one entry with the settings it writes): " + explanation
             )
         # a CPU-only effect needs particular CPUs: ranked with the flags, after the seeds
         rank = PRECISION if all(capable) else FLAGS
