@@ -170,6 +170,9 @@ def run_repro(args: argparse.Namespace, out: Optional[TextIO] = None) -> int:
             saved.seeding.seed
         ):  # seed_all set it in the program
             env["PYTHONHASHSEED"] = str(saved.seeding.seed)
+        for name, value in seeding.program_set_env(saved).items():
+            if env.get(name) is None:  # the program would set it here too
+                env[name] = value
         record = dataclasses.replace(record, seeding=saved.seeding, env=tuple(env.items()))
         diff = seeding.repro_diff(saved, record, args.diff)
         diff = dataclasses.replace(diff, notes=(*diff.notes, NOT_COMPARED))

@@ -24,6 +24,22 @@ with open(os.path.join(_folder, "augmented35.py"), "w") as _file:
         "    def __getitem__(self, i):\n"
         "        return torch.tensor([float(i), torch.rand(()).item(), random.random(),"
         " float(np.random.rand())])\n"
+        "def accelerate_rank(rank, port, folder):\n"
+        "    # one of two gloo ranks: accelerate's device_specific seed against per_rank\n"
+        "    import json, os, random\n"
+        "    os.environ.update(RANK=str(rank), LOCAL_RANK=str(rank), WORLD_SIZE='2',\n"
+        "                      MASTER_ADDR='127.0.0.1', MASTER_PORT=str(port))\n"
+        "    from accelerate import Accelerator\n"
+        "    from accelerate.utils import set_seed\n"
+        "    from colab_gpu_guard import seed_all\n"
+        "    state = Accelerator(cpu=True).state\n"
+        "    draw = lambda: [torch.rand(2).tolist(), random.random(), float(np.random.rand())]\n"
+        "    set_seed(42, device_specific=True)\n"
+        "    theirs = draw()\n"
+        "    report = seed_all(42, per_rank=True)\n"
+        "    ours = draw()\n"
+        "    with open(os.path.join(folder, f'rank{rank}.json'), 'w') as f:\n"
+        "        json.dump([state.process_index, theirs == ours, report.seed], f)\n"
     )
 sys.path.insert(0, _folder)
 import accelerate
@@ -83,6 +99,35 @@ for init in (None, "ours", "pl"):
         [bool(set(x) & set(y)) for x, y in zip(r0, r1)],
     )
 os.environ.pop("RANK")
+import json
+import socket
+import subprocess
+
+with socket.socket() as probe:
+    probe.bind(("127.0.0.1", 0))
+    port = probe.getsockname()[1]
+# two new processes (not mp.spawn: it would import this script again in each)
+_path = os.pathsep.join([_folder, os.getcwd(), os.environ.get("PYTHONPATH", "")])
+_ranks = [
+    subprocess.Popen(
+        [
+            sys.executable,
+            "-c",
+            f"from augmented35 import accelerate_rank as f; f({r}, {port}, {_folder!r})",
+        ],
+        env=dict(os.environ, PYTHONPATH=_path),
+    )
+    for r in (0, 1)
+]
+assert [p.wait() for p in _ranks] == [0, 0]
+for rank in (0, 1):
+    with open(os.path.join(_folder, f"rank{rank}.json")) as handle:
+        index, equal, seed = json.load(handle)
+    print(
+        f"2b. gloo rank {rank}: accelerate process_index {index}, set_seed(42, "
+        f"device_specific=True) draws equal seed_all(42, per_rank=True)'s (seed {seed}):",
+        equal,
+    )
 # fork_rng
 random.seed(1)
 np.random.seed(1)

@@ -547,19 +547,21 @@ print("resumed epochs 2-3 draw exactly what the uninterrupted run drew")
     md("""
 ## Resume in the middle of an epoch
 
-The runtime disconnected after batch 2 of an epoch. Restoring a state saved there and
+The runtime disconnected after batch 2 of epoch 2. Restoring a state saved there and
 iterating the DataLoader again does not go on with batch 3: a new iterator draws a new
 shuffle order (and new worker seeds) from the loader's generator, so it starts another
 epoch. `ResumableEpoch` keeps what an exact resume needs: the random state at the epoch's
-start, the batches done, and the state at the checkpoint. Resuming makes the iterator
-from the first, loads and drops the batches already done (the workers' augmentation
-streams move on as before; this costs their loading time), then restores the second.
+start (the loader's own `generator=` included), the batches done, and the state at the
+checkpoint. Resuming makes the iterator from the first, loads and drops the batches already
+done (the workers' augmentation streams move on as before; this costs their loading time),
+then restores the second; the epochs after it go on as in the uninterrupted run.
 """),
     code("""
 from colab_gpu_guard import ResumableEpoch
 
 
-def make_loader(generator):
+def make_loader():
+    generator = torch.Generator().manual_seed(5)
     return DataLoader(Augmented(), batch_size=2, shuffle=True, num_workers=2,
                       worker_init_fn=seed_worker, generator=generator)
 
@@ -569,14 +571,13 @@ def train_step(batch):
 
 
 seed_all(5)
-loader_generator = torch.Generator().manual_seed(5)
-generators = {"loader": loader_generator}
-uninterrupted = [train_step(b) for b in ResumableEpoch(make_loader(loader_generator), generators)]
+loader = make_loader()
+uninterrupted = [[train_step(b) for b in ResumableEpoch(loader)] for _ in range(3)]
 
 seed_all(5)
-loader_generator = torch.Generator().manual_seed(5)
-generators = {"loader": loader_generator}
-epoch_run = ResumableEpoch(make_loader(loader_generator), generators)
+loader = make_loader()
+[train_step(b) for b in ResumableEpoch(loader)]  # epoch 1
+epoch_run = ResumableEpoch(loader)  # epoch 2
 for batch in epoch_run:
     train_step(batch)
     if epoch_run.batches_done == 2:  # the runtime disconnects here
@@ -585,17 +586,17 @@ for batch in epoch_run:
         break
 """),
     code("""
-seed_all(999)  # a new session: another seed, other draws, a fresh generator
+seed_all(999)  # a new session: another seed, other draws, a fresh loader
 torch.rand(100)
-loader_generator = torch.Generator()
+loader = make_loader()
 with open(workdir / "epoch_checkpoint.pkl", "rb") as file:
     checkpoint = pickle.load(file)
 print(checkpoint)
-resumed = ResumableEpoch(make_loader(loader_generator), {"loader": loader_generator},
-                         resume=checkpoint)
-rest = [train_step(b) for b in resumed]
-assert rest == uninterrupted[2:]
-print(f"batches 3-{len(uninterrupted)}: the same samples, augmentations and training draws")
+rest_of_epoch_2 = [train_step(b) for b in ResumableEpoch(loader, resume=checkpoint)]
+epoch_3 = [train_step(b) for b in ResumableEpoch(loader)]
+assert rest_of_epoch_2 == uninterrupted[1][2:]
+assert epoch_3 == uninterrupted[2]
+print("the rest of epoch 2, and epoch 3: the same samples, augmentations and training draws")
 """),
     md("""
 A plotting or validation cell that draws random numbers shifts every training draw after

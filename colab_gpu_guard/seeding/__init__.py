@@ -1,14 +1,14 @@
 """Reproducibility: seed every RNG that matters (seed.py), deterministic mode
 (determinism.py), per-cell reseeding (every_cell.py), exact RNG save/restore
 (rng_state.py), exact mid-epoch DataLoader resume (resume.py), the reproducibility record
-and its diff (repro.py, repro_diff.py), and seeds for DataLoader workers, ranks and JAX keys
-(workers.py)."""
+and its diff (repro.py, repro_diff.py, repro_precision.py), and seeds for DataLoader
+workers, ranks and JAX keys (workers.py)."""
 
 from .determinism import DETERMINISM_ENV
 from .every_cell import CellReseeder, reseed_loaded
 from .report import Change, SeededRng, SeedReport, SkippedRng
 from .repro import ReproRecord, read_record
-from .repro_diff import Difference, ReproDiff, repro_diff
+from .repro_diff import Difference, ReproDiff, program_set_env, repro_diff
 from .repro_read import repro_record
 from .resume import EpochCheckpoint, ResumableEpoch
 from .rng_state import (
@@ -35,6 +35,7 @@ __all__ = [
     "Difference",
     "ReproDiff",
     "ReproRecord",
+    "program_set_env",
     "read_record",
     "repro_diff",
     "repro_record",

@@ -112,6 +112,9 @@ BACKEND_DEFAULTS = {
     "torch.backends.mkldnn.enabled": "True",
     "torch.backends.mkldnn.deterministic": "False",
     "torch.utils.deterministic.fill_uninitialized_memory": "True",
+    "torch.get_default_dtype()": "torch.float32",
+    "torch.backends.mha.get_fastpath_enabled()": "True",
+    "torch.backends.cuda.preferred_linalg_library()": "Default",
 }
 BACKEND_SETTINGS = tuple(BACKEND_DEFAULTS)
 
@@ -252,6 +255,19 @@ class ReproRecord:
         value = dict(self.torch_flags.fp32_precision).get(node)
         return None if value in (None, "none") else value
 
+    def set_by(self, node: str) -> str:
+        """The fp32_precision setting `node` reads its value from: itself, or the highest
+        parent holding the same value (torch resolves a "none" leaf to its parent)."""
+        from .precision import PARENT
+
+        values = dict(self.torch_flags.fp32_precision)
+        found, name = node, node.removeprefix("torch.backends.")
+        while (parent := PARENT.get(name)) is not None:
+            if values.get(f"torch.backends.{parent}") != values.get(node):
+                break
+            found, name = f"torch.backends.{parent}", parent
+        return found
+
     # ------------------------------------------------------------ JSON
 
     def to_dict(self) -> dict[str, Any]:
@@ -384,18 +400,21 @@ class ReproRecord:
         can use TF32 at all, and the CPU's oneDNN where it may go below float32."""
         flags = self.torch_flags
         conv, matmul = self.tf32_allowed()
+        # the setting named is the one users know (and torch's default) where the
+        # fp32_precision leaf holds what it says: a fresh torch's conv leaf reads 'tf32'
+        # because cudnn.allow_tf32 is True, not because anyone set the leaf
         node = self.precision_of("torch.backends.cuda.matmul.fp32_precision")
-        matmul_set = (
-            f"torch.backends.cuda.matmul.fp32_precision = {node!r}"
-            if node is not None
-            else f"torch.get_float32_matmul_precision() = {_read(flags.float32_matmul_precision)}"
-        )
+        legacy = flags.float32_matmul_precision
+        if node is not None and (legacy is None or (node == "tf32") != (legacy != "highest")):
+            matmul_set = f"{self.set_by('torch.backends.cuda.matmul.fp32_precision')} = {node!r}"
+        else:
+            matmul_set = f"torch.get_float32_matmul_precision() = {_read(legacy)}"
         node = self.precision_of("torch.backends.cudnn.conv.fp32_precision")
-        conv_set = (
-            f"torch.backends.cudnn.conv.fp32_precision = {node!r}"
-            if node is not None
-            else f"torch.backends.cudnn.allow_tf32 = {_read(flags.cudnn_allow_tf32)}"
-        )
+        allowed = flags.cudnn_allow_tf32
+        if node is not None and (allowed is None or (node == "tf32") != allowed):
+            conv_set = f"{self.set_by('torch.backends.cudnn.conv.fp32_precision')} = {node!r}"
+        else:
+            conv_set = f"torch.backends.cudnn.allow_tf32 = {_read(allowed)}"
         lines = [
             f"float32 matmuls on the GPU: {_precision_words(matmul)}; set by {matmul_set}",
             f"float32 convolutions on the GPU: {_precision_words(conv)}; set by {conv_set}",

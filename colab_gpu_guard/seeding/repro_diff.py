@@ -1,5 +1,6 @@
 """Why do two runs differ? `repro_diff(saved, current)` compares two reproducibility records
-and explains each difference that can change results, most important first."""
+and explains each difference that can change results, most important first (the float32
+precision settings are judged in repro_precision.py)."""
 
 from __future__ import annotations
 
@@ -8,46 +9,29 @@ from typing import Any, Callable, Optional
 
 from ..serialize import to_data
 from ..units import escape_html, escape_lines
-from .repro import ReproRecord, gpu_summary, supports_tf32
+from .repro import ReproRecord, gpu_summary
 from .repro_effects import (
     BACKEND_EFFECTS,
     CPU,
     CPU_ISA_ENV,
-    CPU_MODE,
-    CPU_OPS,
-    CPU_REDUCED,
     CUDA_ENV,
     ENV_EFFECTS,
     ENVIRONMENT,
     FLAG_EFFECTS,
     FLAGS,
+    FRAMEWORK_ENV,
     GPU,
     LIBRARIES,
-    MATMUL_PRECISION_WRITES,
     NO_CUDA,
     OTHER_VERSIONS,
-    PRECISION,
-    PRECISION_FIELDS,
     RANKS,
     SEEDS,
     STRICT_HINT,
     TF32_EFFECT,
+    Difference,
+    value_text,
 )
-
-
-@dataclass(frozen=True)
-class Difference:
-    """One field that differs, with what it means for the numbers."""
-
-    what: str
-    before: str
-    after: str
-    explanation: str
-    rank: int  # lower is more important
-    changes_results: bool = True
-
-    def __str__(self) -> str:
-        return f"{self.what} {self.before} → {self.after}: {self.explanation}"
+from .repro_precision import precision_differences
 
 
 @dataclass(frozen=True)
@@ -109,8 +93,23 @@ def repro_diff(
     )
 
 
-def _text(value: object) -> str:
-    return "unset" if value is None else str(value)
+def program_set_env(record: ReproRecord) -> dict[str, str]:
+    """The environment variables `record`'s program set itself with seed_all
+    (deterministic=True), as the record shows them: a terminal's record of this machine
+    lacks them, and the program would set them here too."""
+    from .determinism import CUBLAS_DETERMINISTIC_CONFIGS, DETERMINISM_ENV
+
+    if not record.torch_flags.deterministic_algorithms or record.seeding.seed is None:
+        return {}  # deterministic mode not set by seed_all
+    found = {
+        name: value
+        for name, (value, _) in DETERMINISM_ENV.items()
+        if record.env_value(name) == value
+    }
+    cublas = record.env_value("CUBLAS_WORKSPACE_CONFIG")
+    if cublas in CUBLAS_DETERMINISTIC_CONFIGS:
+        found["CUBLAS_WORKSPACE_CONFIG"] = cublas
+    return found
 
 
 def _tf32_change(before: ReproRecord, after: ReproRecord) -> list[str]:
@@ -169,6 +168,10 @@ def _cpu(a: ReproRecord, b: ReproRecord, found: list, notes: list) -> None:
             "tanh, matmuls and norms round differently, so CPU float results differ in the "
             "last bits"
         )
+        for name in sorted(CPU_ISA_ENV):  # the variable that capped it: this entry says so
+            was, now = a.env_value(name), b.env_value(name)
+            if was != now:
+                why += f"; {name} {value_text(was)} → {value_text(now)} set it"
         found.append(Difference("CPU capability", ca.capability, cb.capability, why, CPU))
     if None not in (ca.model, cb.model) and ca.model != cb.model:
         why = (
@@ -178,122 +181,22 @@ def _cpu(a: ReproRecord, b: ReproRecord, found: list, notes: list) -> None:
         found.append(Difference("CPU", ca.model, cb.model, why, CPU))
 
 
-def _precision(a: ReproRecord, b: ReproRecord, found: list, notes: list) -> None:
-    fa, fb = a.torch_flags, b.torch_flags
-    if fa.cudnn_allow_tf32 is None or fb.cudnn_allow_tf32 is None:
-        return
-    pairs = [(f"torch {name}", getattr(fa, name), getattr(fb, name)) for name in PRECISION_FIELDS]
-    precision_a, precision_b = dict(fa.fp32_precision), dict(fb.fp32_precision)
-    for name in sorted(set(precision_a) & set(precision_b)):
-        pairs.append((name, precision_a[name], precision_b[name]))
-    pairs = _one_entry_per_call(pairs, fa.float32_matmul_precision, fb.float32_matmul_precision)
-    capable = [
-        bool(r.gpus) and all(supports_tf32(g.compute_capability) for g in r.gpus) for r in (a, b)
-    ]
-    if all(capable):
-        gpu = "changes where TF32 is used on these Ampere-or-newer GPUs: " + TF32_EFFECT
-        if a.tf32() != b.tf32():
-            gpu += f"; {STRICT_HINT}"
-    elif any(capable):
-        gpu = (
-            "takes effect only on Ampere-or-newer GPUs (sm_80+), which only one of the runs "
-            "has: the GPU difference decides"
-        )
-    elif a.gpus or b.gpus:
-        gpu = "no effect on these GPUs (TF32 needs Ampere or newer, sm_80+)"
-    else:
-        gpu = "no effect on a GPU here (neither record lists one)"
-    for what, was, now in pairs:
-        if _fp32(was) == _fp32(now):
-            continue  # "none" inherits, and reads back as "none" only when nothing is set
-        cpu, cpu_changes = _cpu_precision(what, was, now, a, b)
-        if what.startswith("torch.backends.mkldnn."):  # oneDNN: the CPU only
-            explanation, changes = cpu or "no effect on CPU float32 results", cpu_changes
-        else:
-            explanation = gpu + (f"; {cpu}" if cpu else "")
-            changes = all(capable) or cpu_changes
-        if what == "torch float32_matmul_precision":
-            explanation = (
-                "one torch.set_float32_matmul_precision call (it also sets allow_tf32 and "
-                "the matmul fp32_precision settings): " + explanation
-            )
-        # a CPU-only effect needs particular CPUs: ranked with the flags, after the seeds
-        rank = PRECISION if all(capable) else FLAGS
-        found.append(Difference(what, _text(was), _text(now), explanation, rank, changes))
-
-
-def _one_entry_per_call(pairs: list, was: object, now: object) -> list:
-    """Where float32_matmul_precision differs, the settings that set_float32_matmul_precision
-    wrote with it, holding what it wrote in both records, are left out: one call, one entry."""
-    if was == now:
-        return pairs
-    wrote_a, wrote_b = MATMUL_PRECISION_WRITES.get(str(was)), MATMUL_PRECISION_WRITES.get(str(now))
-    if wrote_a is None or wrote_b is None:
-        return pairs
-    kept = []
-    for what, before, after in pairs:
-        key = what.removeprefix("torch.backends.").removesuffix(".fp32_precision")
-        # "none" (a fresh torch's leaves, inheriting) is what "highest" writes as "ieee"
-        if key in wrote_a and (_fp32(before), _fp32(after)) == (wrote_a[key], wrote_b[key]):
-            continue
-        kept.append((what, before, after))
-    return kept
-
-
-def _fp32(value: object) -> object:
-    return "ieee" if value == "none" else value
-
-
-def _cpu_precision(
-    what: str, was: object, now: object, a: ReproRecord, b: ReproRecord
-) -> tuple[Optional[str], bool]:
-    """What a precision difference does to CPU float32 results through oneDNN, and whether
-    it changes them on the CPUs of the two records: set_float32_matmul_precision and the
-    generic and mkldnn fp32_precision settings reach it (torch's matmul_allow_tf32 and
-    cudnn settings do not); bf16 runs only on CPUs with it, TF32 only with AMX-FP16."""
-    if what == "torch float32_matmul_precision":
-        modes = {CPU_MODE.get(str(was)), CPU_MODE.get(str(now))}
-    elif what == "torch.backends.fp32_precision" or what.startswith("torch.backends.mkldnn."):
-        modes = {_fp32(was), _fp32(now)}
-    else:
-        return None, False
-    asked = [mode for mode in ("bf16", "tf32") if mode in modes]
-    if not asked:
-        return None, False
-    ops = next((ops for key, ops in CPU_OPS.items() if key in what), "ops")
-    here = [
-        mode for mode in asked if _cpu_can(a, mode) is not False or _cpu_can(b, mode) is not False
-    ]
-    if not here:
-        lacks = " or ".join("bf16" if mode == "bf16" else "AMX-FP16 (TF32)" for mode in asked)
-        return (
-            f"no effect on these CPUs: oneDNN runs float32 {ops} below fp32 only on CPUs with "
-            f"{lacks}, which neither record's CPU has",
-            False,
-        )
-    reduced = [CPU_REDUCED[mode] + _cpus_with(a, b, mode) for mode in here]
-    return f"oneDNN may run CPU float32 {ops} in " + " or ".join(reduced), True
-
-
-def _cpus_with(a: ReproRecord, b: ReproRecord, mode: str) -> str:
-    """Which of the two runs' CPUs have `mode`, where both records say."""
-    can = {_cpu_can(a, mode), _cpu_can(b, mode)}
-    if can == {True}:
-        return " (both runs' CPUs have it)"
-    return " (only one run's CPU has it)" if can == {True, False} else ""
-
-
-def _cpu_can(record: ReproRecord, mode: str) -> Optional[bool]:
-    """Whether the record's CPU runs oneDNN in `mode` ("bf16", "tf32"); None: not recorded."""
-    return record.cpu.bf16 if mode == "bf16" else record.cpu.tf32
-
-
 def _seeds(a: ReproRecord, b: ReproRecord, found: list, notes: list) -> None:
     sa, sb = a.seeding, b.seeding
     torch_differs = _torch_seeds_differ(sa, sb)
     torch_words = f"torch.initial_seed() {sa.torch_initial_seed} → {sb.torch_initial_seed}"
     if sa.seed != sb.seed:
         why = "every random draw differs (initial weights, dropout, shuffling)"
+        followed = [
+            words
+            for words, follows in (
+                ("the per-cell reseeding base", _base_follows_seed(a, b)),
+                ("PYTHONHASHSEED", _hash_seed_follows_seed(a, b)),
+            )
+            if follows
+        ]
+        if followed:  # one seed_all call: one entry
+            why += f"; seed_all set {' and '.join(followed)} to it"
         if None in (sa.seed, sb.seed):
             run = "the saved run" if sa.seed is None else "this process"
             why = (
@@ -304,12 +207,13 @@ def _seeds(a: ReproRecord, b: ReproRecord, found: list, notes: list) -> None:
                 why += f"; torch's draws differ ({torch_words})"
             elif sa.torch_initial_seed is not None and sb.torch_initial_seed is not None:
                 why += "; torch's generator holds the same seed in both"
-        found.append(Difference("seed", _text(sa.seed), _text(sb.seed), why, SEEDS))
+        found.append(Difference("seed", value_text(sa.seed), value_text(sb.seed), why, SEEDS))
     elif torch_differs:
         why = (
             "torch's generator was seeded with another seed (torch.manual_seed, Lightning's "
             "seed_everything, accelerate's set_seed...; an unseeded process starts from a "
-            "random one): torch's random draws differ"
+            "random one): torch's random draws differ (Python's and NumPy's seeds are "
+            "recorded only when seed_all sets them)"
         )
         found.append(
             Difference(
@@ -333,7 +237,7 @@ def _seeds(a: ReproRecord, b: ReproRecord, found: list, notes: list) -> None:
                     SEEDS,
                 )
             )
-    if sa.every_cell != sb.every_cell:
+    if sa.every_cell != sb.every_cell and not _base_follows_seed(a, b):
         why = (
             "per-cell reseeding makes each cell's draws depend only on (seed, cell source); "
             "without it they depend on every cell run before"
@@ -347,6 +251,22 @@ def _seeds(a: ReproRecord, b: ReproRecord, found: list, notes: list) -> None:
                 SEEDS,
             )
         )
+
+
+def _base_follows_seed(a: ReproRecord, b: ReproRecord) -> bool:
+    """Per-cell reseeding is on in both runs, from each run's seed_all seed (seed_all
+    moves the base with the seed)."""
+    return all(r.seeding.every_cell is not None for r in (a, b)) and all(
+        r.seeding.every_cell == r.seeding.seed for r in (a, b)
+    )
+
+
+def _hash_seed_follows_seed(a: ReproRecord, b: ReproRecord) -> bool:
+    """PYTHONHASHSEED holds each run's seed_all seed (seed_all sets it)."""
+    return all(
+        r.seeding.seed is not None and r.env_value("PYTHONHASHSEED") == str(r.seeding.seed)
+        for r in (a, b)
+    )
 
 
 def _torch_seeds_differ(sa, sb) -> bool:
@@ -375,7 +295,9 @@ def _flags(a: ReproRecord, b: ReproRecord, found: list, notes: list) -> None:
             continue  # a record from before cpu_threads was recorded says nothing of them
         if name.startswith("cudnn_") and no_cudnn:  # torch consults them only in cuDNN calls
             changes, why = False, "no effect here: neither record's torch has cuDNN"
-        found.append(Difference(f"torch {name}", _text(was), _text(now), why, rank, changes))
+        found.append(
+            Difference(f"torch {name}", value_text(was), value_text(now), why, rank, changes)
+        )
 
 
 def _versions(a: ReproRecord, b: ReproRecord, found: list, notes: list) -> None:
@@ -445,7 +367,11 @@ def _versions(a: ReproRecord, b: ReproRecord, found: list, notes: list) -> None:
                     "cuda_runtime": "a torch without CUDA runs every op on the CPU",
                     "cudnn": "a torch without cuDNN runs convolutions and RNNs without it",
                 }.get(name, why)
-            found.append(Difference(label, was or "none", now or "none", why, rank))
+            changes = True
+            if name in ("cuda_runtime", "cudnn") and a.without_cuda() and b.without_cuda():
+                changes = False  # the same CPU kernels ran in both (the torch entry says so)
+                why = f"{NO_CUDA}: every op ran on the CPU in both"
+            found.append(Difference(label, was or "none", now or "none", why, rank, changes))
     frameworks_a, frameworks_b = dict(a.frameworks), dict(b.frameworks)
     for name in sorted(set(frameworks_a) & set(frameworks_b)):
         if frameworks_a[name] != frameworks_b[name] and name not in ("NumPy", "PyTorch"):
@@ -479,14 +405,39 @@ def _env(a: ReproRecord, b: ReproRecord, found: list, notes: list) -> None:
     env_a, env_b = dict(a.env), dict(b.env)
     for name in sorted(set(env_a) | set(env_b)):
         was, now = env_a.get(name), env_b.get(name)
+        if (
+            name == "PYTHONHASHSEED"
+            and a.seeding.seed != b.seeding.seed
+            and (_hash_seed_follows_seed(a, b))
+        ):
+            continue  # the seed entry says seed_all set it
         if was != now:
             changes, why = ENV_EFFECTS.get(name, (True, "read by a library at start"))
-            if changes and name in CUDA_ENV and a.without_cuda() and b.without_cuda():
+            readers = FRAMEWORK_ENV.get(name, ())
+            imported = {framework for framework, _ in a.frameworks + b.frameworks}
+            if changes and readers and not imported & set(readers):
+                changes = False
+                why = (
+                    f"no effect here: only {' and '.join(readers)} reads it, and neither run "
+                    f"had it imported when its record was taken ({why})"
+                )
+            elif changes and name in CUDA_ENV and a.without_cuda() and b.without_cuda():
                 changes, why = False, f"{NO_CUDA} ({why})"
+            elif name in CPU_ISA_ENV and _both_capabilities(a, b):
+                continue  # its effect is the CPU capability entry, which names it
             elif changes and name in CPU_ISA_ENV and _same_capability(a, b):
                 changes = False
                 why = f"no effect here: torch's CPU kernels used {a.cpu.capability} in both ({why})"
-            found.append(Difference(name, _text(was), _text(now), why, ENVIRONMENT, changes))
+            found.append(
+                Difference(name, value_text(was), value_text(now), why, ENVIRONMENT, changes)
+            )
+
+
+def _both_capabilities(a: ReproRecord, b: ReproRecord) -> bool:
+    """Both records hold a CPU capability, and they differ."""
+    return None not in (a.cpu.capability, b.cpu.capability) and (
+        a.cpu.capability != b.cpu.capability
+    )
 
 
 def _same_capability(a: ReproRecord, b: ReproRecord) -> bool:
@@ -512,7 +463,7 @@ def _backends(a: ReproRecord, b: ReproRecord, found: list, notes: list) -> None:
 _CHECKS: tuple[Callable[[ReproRecord, ReproRecord, list, list], None], ...] = (
     _gpus,
     _cpu,
-    _precision,
+    precision_differences,
     _seeds,
     _backends,
     _flags,

@@ -1,8 +1,11 @@
 """What each setting a reproducibility record holds does to results: which variables and
-torch switches change numbers, where (CPU, CUDA), and by how much. The diff
-(repro_diff.py) reads these to judge each difference on the two machines."""
+torch switches change numbers, where (CPU, CUDA), and by how much; and `Difference`, one
+field that differs with what it means. The diff (repro_diff.py, repro_precision.py) reads
+these to judge each difference on the two machines."""
 
 from __future__ import annotations
+
+from dataclasses import dataclass
 
 STRICT_HINT = "run with %seed_all --strict to rule it out"
 TF32_EFFECT = "expect relative differences around 1e-3"
@@ -23,6 +26,17 @@ CUDA_ENV = {
 # environment variables that cap the CPU instruction set: what they did shows in the CPU
 # capability torch used, compared on its own
 CPU_ISA_ENV = {"ATEN_CPU_CAPABILITY"}
+
+# environment variables only a framework reads, and which (the record's framework names):
+# they change nothing where neither run had it imported
+FRAMEWORK_ENV = {
+    "TF_DETERMINISTIC_OPS": ("TensorFlow",),
+    "TF_CUDNN_DETERMINISTIC": ("TensorFlow",),
+    "TF_ENABLE_ONEDNN_OPTS": ("TensorFlow",),
+    "XLA_FLAGS": ("JAX", "TensorFlow"),
+    "XLA_PYTHON_CLIENT_PREALLOCATE": ("JAX",),
+    "CUPY_SEED": ("CuPy",),
+}
 
 ENV_EFFECTS: dict[str, tuple[bool, str]] = {  # name -> (changes results, why)
     "NVIDIA_TF32_OVERRIDE": (
@@ -133,10 +147,13 @@ BACKEND_EFFECTS: dict[str, tuple[bool, int, str]] = {
         PRECISION,
         "fp16 GEMMs on the GPU accumulate in fp16 (faster, much less precise)",
     ),
+    # torch's CPU attention has a flash kernel and the math one, chosen by the same
+    # switches (ATen's sdp_utils_cpp.cpp): flash off changes CPU results too
     "torch.backends.cuda.flash_sdp_enabled()": (
-        True,
+        False,
         FLAGS,
-        "scaled_dot_product_attention may run another kernel (flash attention on or off)",
+        "scaled_dot_product_attention may run another kernel (flash attention on or off, "
+        "on the GPU and on the CPU)",
     ),
     "torch.backends.cuda.mem_efficient_sdp_enabled()": (
         True,
@@ -144,9 +161,10 @@ BACKEND_EFFECTS: dict[str, tuple[bool, int, str]] = {
         "scaled_dot_product_attention may run another kernel (memory-efficient attention)",
     ),
     "torch.backends.cuda.math_sdp_enabled()": (
-        True,
+        False,
         FLAGS,
-        "scaled_dot_product_attention may run another kernel (the math fallback on the GPU)",
+        "scaled_dot_product_attention may run another kernel (the math fallback, on the GPU "
+        "and on the CPU)",
     ),
     "torch.backends.cuda.cudnn_sdp_enabled()": (
         True,
@@ -154,9 +172,9 @@ BACKEND_EFFECTS: dict[str, tuple[bool, int, str]] = {
         "scaled_dot_product_attention may run another kernel (cuDNN attention)",
     ),
     "torch.backends.cuda.fp16_bf16_reduction_math_sdp_allowed()": (
-        True,
+        False,
         PRECISION,
-        "the math attention kernel on the GPU may reduce fp16/bf16 in that precision",
+        "the math attention kernel (GPU and CPU) may reduce fp16/bf16 in that precision",
     ),
     "torch.backends.cuda.preferred_blas_library()": (
         True,
@@ -178,6 +196,24 @@ BACKEND_EFFECTS: dict[str, tuple[bool, int, str]] = {
         FLAGS,
         "without it oneDNN may use nondeterministic algorithms on the CPU",
     ),
+    "torch.get_default_dtype()": (
+        False,
+        PRECISION,
+        "new float tensors (torch.tensor of floats, torch.randn, a new layer's weights) are "
+        "made in another dtype: every result differs",
+    ),
+    # measured: a TransformerEncoderLayer in inference on the CPU moved by 5e-7
+    "torch.backends.mha.get_fastpath_enabled()": (
+        False,
+        FLAGS,
+        "nn.MultiheadAttention and Transformer layers in inference run their fused fast path "
+        "or the plain one (CPU and GPU): results differ in the last bits",
+    ),
+    "torch.backends.cuda.preferred_linalg_library()": (
+        True,
+        FLAGS,
+        "torch.linalg on the GPU runs in another library (cuSOLVER or MAGMA): other kernels",
+    ),
     "torch.utils.deterministic.fill_uninitialized_memory": (
         False,
         FLAGS,
@@ -189,8 +225,12 @@ PRECISION_FIELDS = ("matmul_allow_tf32", "cudnn_allow_tf32", "float32_matmul_pre
 # Which CPUs oneDNN runs float32 matmuls on in a lower precision (ATen's mkldnn/Matmul.cpp:
 # bf16 needs mkldnn_bf16_device_check, TF32 needs AMX-FP16), and the size of the effect.
 CPU_REDUCED = {
-    "bf16": "bf16 on CPUs with AVX-512 (BW, VL, DQ) or AVX-NE-CONVERT: expect relative "
-    "differences around 1e-2",
+    # measured on an AMD EPYC with AVX512-BF16 (no AMX): a 1024x1024 float32 matmul at
+    # 'medium' differed from 'highest' by 8e-7 of its largest value (float32 rounding is
+    # 3e-7 there); the same matmul in plain bf16 differs by 3e-3
+    "bf16": "bf16 on CPUs with AVX-512 (BW, VL, DQ) or AVX-NE-CONVERT: results change, "
+    "from the last float32 digits (as on a CPU with AVX512-BF16) up to bf16 rounding "
+    "(~3e-3 relative)",
     "tf32": "TF32 on CPUs with AMX-FP16: expect relative differences around 1e-3",
 }
 CPU_OPS = {"matmul": "matmuls", "conv": "convolutions", "rnn": "RNNs"}
@@ -202,3 +242,22 @@ MATMUL_PRECISION_WRITES = {
     "high": {"torch matmul_allow_tf32": True, "cuda.matmul": "tf32", "mkldnn.matmul": "tf32"},
     "medium": {"torch matmul_allow_tf32": True, "cuda.matmul": "tf32", "mkldnn.matmul": "bf16"},
 }
+
+
+@dataclass(frozen=True)
+class Difference:
+    """One field that differs, with what it means for the numbers."""
+
+    what: str
+    before: str
+    after: str
+    explanation: str
+    rank: int  # lower is more important
+    changes_results: bool = True
+
+    def __str__(self) -> str:
+        return f"{self.what} {self.before} → {self.after}: {self.explanation}"
+
+
+def value_text(value: object) -> str:
+    return "unset" if value is None else str(value)

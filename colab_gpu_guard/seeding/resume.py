@@ -8,7 +8,9 @@ taken mid-epoch and iterating again starts another epoch. So the checkpoint keep
 state from the epoch's start as well as the one at the checkpoint: resuming restores the
 first, makes the iterator (the same permutation and worker seeds), loads and drops the
 batches already done (so each worker's augmentation stream reaches the same point), then
-restores the second. The dropped batches cost their loading time.
+restores the second. The dropped batches cost their loading time. The loader's own
+generator (``generator=``, or its sampler's) is captured with the rest, named for where it
+was found.
 """
 
 from __future__ import annotations
@@ -17,7 +19,8 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any, Optional
 
-from .rng_state import Generators, RngState, restore_rng_state, rng_state
+from ..frameworks import torch as torch_support
+from .rng_state import Generators, RngState, _named, restore_rng_state, rng_state
 
 
 @dataclass(frozen=True)
@@ -36,12 +39,14 @@ class EpochCheckpoint:
 class ResumableEpoch:
     """One epoch of `loader`, resumable exactly from any batch.
 
-    ``epoch = ResumableEpoch(loader, generators={"loader": g})`` before the loop (g: the
-    loader's ``generator=``, if it has one), ``for batch in epoch: ...``, and
+    ``epoch = ResumableEpoch(loader)`` before the loop, ``for batch in epoch: ...``, and
     ``epoch.checkpoint()`` after a training step saves where it stands. After a restart,
-    ``ResumableEpoch(loader, generators={"loader": g}, resume=checkpoint)`` yields the rest
-    of that epoch: the same batches, worker augmentations and main-process draws as the
-    uninterrupted run. Create it where the epoch begins: it captures the RNG state there.
+    ``ResumableEpoch(loader, resume=checkpoint)`` yields the rest of that epoch: the same
+    batches, worker augmentations and main-process draws as the uninterrupted run, and the
+    epochs after it go on as they would have. The loader's own ``generator=`` is captured
+    with it; pass any other generator your steps draw from as ``generators={"name": g}``.
+    Create it where the epoch begins: it captures the RNG state there. Persistent workers
+    carry their streams across epochs, out of reach: checkpoint() refuses after the first.
     """
 
     def __init__(
@@ -60,9 +65,16 @@ class ResumableEpoch:
         ):
             raise ValueError("the checkpoint's batches_done must be an int from 0 up")
         self.loader = loader
-        self.generators = generators
+        self.generators = _with_loader_generators(loader, generators)
+        # persistent workers keep their random streams from the epochs before this one, in
+        # their own processes: a checkpoint made now could not be resumed exactly
+        self._workers_ran_before = bool(
+            _attribute(loader, "persistent_workers")
+            and _attribute(loader, "num_workers")
+            and _attribute(loader, "_iterator") is not None
+        )
         self.resume = resume
-        self.start = resume.start if resume is not None else rng_state(generators)
+        self.start = resume.start if resume is not None else rng_state(self.generators)
         self.batches_done = 0
         self._started = False
 
@@ -85,4 +97,43 @@ class ResumableEpoch:
 
     def checkpoint(self) -> EpochCheckpoint:
         """Where this epoch stands now: call it after a step has used its batch."""
+        if self._workers_ran_before:
+            raise RuntimeError(
+                "this loader's persistent workers (persistent_workers=True) carry their random "
+                "streams over from the epochs before, which a new session cannot restore: "
+                "make the loader with persistent_workers=False to checkpoint mid-epoch"
+            )
         return EpochCheckpoint(self.start, self.batches_done, rng_state(self.generators))
+
+
+# where a DataLoader keeps the generator its shuffle order and worker seeds come from
+LOADER_GENERATORS = (
+    ("loader.generator", ("generator",)),
+    ("loader.sampler.generator", ("sampler", "generator")),
+    ("loader.batch_sampler.sampler.generator", ("batch_sampler", "sampler", "generator")),
+)
+
+
+def _with_loader_generators(loader: Any, generators: Generators) -> dict[str, Any]:
+    """The caller's generators, by name, and each torch.Generator the loader draws from
+    that the caller did not pass (read as instance attributes: no user code runs)."""
+    pairs = dict(_named(generators))
+    torch = torch_support.loaded()
+    kind = getattr(torch, "Generator", None)
+    held = {id(generator) for generator in pairs.values()}
+    for name, path in LOADER_GENERATORS:
+        found: Any = loader
+        for part in path:
+            found = _attribute(found, part)
+        if isinstance(kind, type) and isinstance(found, kind) and id(found) not in held:
+            pairs[name] = found
+            held.add(id(found))
+    return pairs
+
+
+def _attribute(owner: Any, name: str) -> Any:
+    """An instance attribute, read without properties or __getattr__; None where absent."""
+    try:
+        return vars(owner).get(name)
+    except TypeError:  # no __dict__
+        return None

@@ -3,6 +3,8 @@ seed_all seed (or the one a parent process passed down)."""
 
 from __future__ import annotations
 
+from typing import Optional
+
 from ..frameworks import jax as jax_support
 from ..frameworks import numpy as numpy_support
 from ..frameworks import python_random
@@ -36,7 +38,7 @@ def dataloader_generator(seed: object = None):
     return generator
 
 
-def seed_worker(worker_id: int) -> None:
+class SeedWorker:
     """`DataLoader(worker_init_fn=seed_worker)`: give each rank's workers their own torch,
     Python `random` and NumPy streams.
 
@@ -50,14 +52,36 @@ def seed_worker(worker_id: int) -> None:
     derived seed: reproducible, different per worker, per rank and per epoch (the worker
     seed is drawn anew each epoch). `generator=dataloader_generator()` also gives each rank
     its own shuffle order.
+
+    The rank is torch.distributed's (else $RANK), read in the process that starts the
+    workers: a spawned worker (``multiprocessing_context="spawn"``) has no process group
+    of its own, so `seed_worker` takes its parent's rank with it when it is sent there.
     """
-    torch = torch_support.loaded() or torch_support.import_torch()
-    parts = (int(torch.initial_seed()), current_rank(), int(worker_id))
-    torch.manual_seed(derive_seed("worker torch", *parts))
-    value = derive_seed("worker", *parts)
-    python_random.seed(value)
-    if numpy_support.installed():
-        numpy_support.seed(value)
+
+    def __init__(self, rank: Optional[int] = None) -> None:
+        self._rank = rank
+
+    def __call__(self, worker_id: int) -> None:
+        torch = torch_support.loaded() or torch_support.import_torch()
+        rank = self._rank if self._rank is not None else current_rank()
+        parts = (int(torch.initial_seed()), rank, int(worker_id))
+        torch.manual_seed(derive_seed("worker torch", *parts))
+        value = derive_seed("worker", *parts)
+        python_random.seed(value)
+        if numpy_support.installed():
+            numpy_support.seed(value)
+
+    def __reduce__(self) -> tuple:
+        # pickled in the parent as a DataLoader starts spawned workers: the rank read
+        # there (where torch.distributed is initialised) goes with it
+        return (SeedWorker, (self._rank if self._rank is not None else current_rank(),))
+
+    def __repr__(self) -> str:
+        rank = "" if self._rank is None else f" (rank {self._rank})"
+        return f"<colab_gpu_guard.seed_worker{rank}>"
+
+
+seed_worker = SeedWorker()
 
 
 def jax_key(seed: object = None):

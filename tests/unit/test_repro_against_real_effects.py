@@ -105,15 +105,23 @@ def test_none_and_ieee_are_the_same_precision():
 
 @pytest.mark.skipif(torch.version.cuda is not None, reason="needs a torch built without CUDA")
 def test_a_cpu_build_has_no_cuda_rather_than_an_unset_one():
-    now = repro_record()
+    now = dataclasses.replace(repro_record(), gpus=())
+    versions = dataclasses.replace(now.versions, cuda_runtime="12.1", cudnn="9.1.0")
+    # the saved run had a GPU (and its driver): it ran CUDA, this one cannot
+    gpu = Gpu(0, "Tesla T4", "7.5", 15 * 2**30)
     saved = dataclasses.replace(
-        now, versions=dataclasses.replace(now.versions, cuda_runtime="12.1", cudnn="9.1.0")
+        now, versions=dataclasses.replace(versions, driver="550.54"), gpus=(gpu,)
     )
     found = {d.what: str(d) for d in repro_diff(saved, now).differences}
     assert found["CUDA runtime"] == (
         "CUDA runtime 12.1 → none: a torch without CUDA runs every op on the CPU"
     )
     assert found["cuDNN"].startswith("cuDNN 9.1.0 → none: a torch without cuDNN")
+    # a CUDA torch on a machine without a GPU or driver ran every op on the CPU too
+    diff = repro_diff(dataclasses.replace(now, versions=versions), now)
+    other = {d.what: d for d in diff.other}
+    assert not {"CUDA runtime", "cuDNN"} & {d.what for d in diff.differences}
+    assert other["CUDA runtime"].explanation.endswith("every op ran on the CPU in both")
 
 
 def test_the_note_names_the_record_taken_without_torch():

@@ -94,7 +94,9 @@ def test_aten_cpu_capability_changes_numbers_and_the_diff_says_so():
         "DEFAULT",
     )
     assert diff.differences[0].what == "CPU capability"  # nothing above it here
-    assert found["ATEN_CPU_CAPABILITY"].changes_results
+    # one cause, one entry: the variable that capped it is named there, not listed again
+    assert [d.what for d in diff.differences + diff.other] == ["CPU capability"]
+    assert "ATEN_CPU_CAPABILITY unset → default set it" in found["CPU capability"].explanation
 
 
 def test_a_capability_variable_that_changes_nothing_is_said_to():
@@ -153,6 +155,52 @@ def test_cli_diff_compares_its_own_cpu_threads(tmp_path):
 # ---------------------------------------------------------------- seeds set another way
 
 
+def test_cli_diff_takes_the_variables_the_program_set_itself_as_set(tmp_path):
+    """A program that ran seed_all(deterministic=True) set TF_DETERMINISTIC_OPS and
+    FLASH_ATTENTION_DETERMINISTIC itself (and CUBLAS_WORKSPACE_CONFIG where torch needs
+    it): a terminal's process lacks them, and the program would set them here too."""
+    code = (
+        "import sys, torch\n"
+        "from colab_gpu_guard import seed_all\n"
+        "from colab_gpu_guard.__main__ import main\n"
+        "seed_all(3, deterministic=True)\n"
+        "sys.exit(main(['repro', '--json']))\n"
+    )
+    environment = {k: v for k, v in os.environ.items() if k not in REPRO_ENV}
+    run = dict(
+        cwd=ROOT, capture_output=True, text=True, env=dict(environment, PYTHONPATH=str(ROOT))
+    )
+    saved = subprocess.run([sys.executable, "-c", code], **run)
+    assert saved.returncode == 0, saved.stderr
+    record = ReproRecord.from_json(saved.stdout)
+    # the CLI's record is a fresh process's: take the program's flags as %repro would
+    path = tmp_path / "deterministic.json"
+    flags = dataclasses.replace(record.torch_flags, deterministic_algorithms=True)
+    path.write_text(dataclasses.replace(record, torch_flags=flags).to_json())
+    assert record.env_value("TF_DETERMINISTIC_OPS") == "1"
+    done = subprocess.run(
+        [sys.executable, "-m", "colab_gpu_guard", "repro", "--diff", str(path)], **run
+    )
+    assert done.returncode == 0, done.stderr
+    assert "TF_DETERMINISTIC_OPS" not in done.stdout
+    assert "FLASH_ATTENTION_DETERMINISTIC" not in done.stdout
+    assert "nothing that can change results differs" in done.stdout
+
+
+def test_a_variable_only_an_unimported_framework_reads_changes_nothing():
+    now = repro_record()
+    unset = dataclasses.replace(now, env=(("TF_DETERMINISTIC_OPS", None),))
+    set_ = dataclasses.replace(now, env=(("TF_DETERMINISTIC_OPS", "1"),))
+    (entry,) = repro_diff(unset, set_).other
+    assert "only TensorFlow reads it" in entry.explanation
+    with_tf = [
+        dataclasses.replace(r, frameworks=(*r.frameworks, ("TensorFlow", "2.17.0")))
+        for r in (unset, set_)
+    ]
+    (entry,) = repro_diff(*with_tf).differences
+    assert entry.what == "TF_DETERMINISTIC_OPS"
+
+
 def test_seeds_set_by_anything_but_seed_all_are_recorded():
     torch.manual_seed(1)  # as Lightning's seed_everything(1) does
     one = repro_record()
@@ -175,6 +223,24 @@ def test_seeds_set_by_anything_but_seed_all_are_recorded():
     cell_a = dataclasses.replace(one, seeding=dataclasses.replace(one.seeding, every_cell=3))
     cell_b = dataclasses.replace(two, seeding=dataclasses.replace(two.seeding, every_cell=3))
     assert not [d for d in repro_diff(cell_a, cell_b).differences if "seed" in d.what]
+
+
+def test_one_seed_all_call_is_one_entry(monkeypatch):
+    """seed_all(6) after a run seeded with 5 moves PYTHONHASHSEED and, with per-cell
+    reseeding on, its base: one call, one entry that says so."""
+    monkeypatch.delenv("PYTHONHASHSEED", raising=False)
+    seed_all(5)
+    five = repro_record(every_cell=5)
+    seed_all(6)
+    six = repro_record(every_cell=6)
+    diff = repro_diff(five, six)
+    assert [d.what for d in diff.differences + diff.other] == ["seed"]
+    assert diff.differences[0].explanation.endswith(
+        "; seed_all set the per-cell reseeding base and PYTHONHASHSEED to it"
+    )
+    # the base turned off is its own entry
+    diff = repro_diff(five, repro_record())
+    assert [d.what for d in diff.differences] == ["seed", "per-cell reseeding base"]
 
 
 def test_an_unseeded_process_starts_from_a_random_torch_seed():
@@ -204,6 +270,33 @@ def test_backend_settings_are_read_and_their_defaults_are_torchs():
     for name, value in recorded.items():
         assert BACKEND_DEFAULTS[name] == value, name  # a fresh process: torch's defaults
     assert fresh.backend_lines() == []
+
+
+def test_default_dtype_and_the_attention_fast_path_are_recorded():
+    """Two settings that change numbers and were not recorded: torch.set_default_dtype and
+    the MultiheadAttention fast path (measured on this CPU, in a new process)."""
+    before, after, _ = fresh_torch_then(
+        "torch.set_default_dtype(torch.float64); torch.backends.mha.set_fastpath_enabled(False)"
+    )
+    code = (
+        "import torch\n"
+        "torch.manual_seed(0)\n"
+        "layer = torch.nn.TransformerEncoderLayer(64, 4, 128, batch_first=True).eval()\n"
+        "x = torch.randn(4, 16, 64)\n"
+        "with torch.inference_mode():\n"
+        "    fast = layer(x)\n"
+        "    torch.backends.mha.set_fastpath_enabled(False)\n"
+        "    print(torch.equal(fast, layer(x)))\n"
+    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert done.stdout.split() == ["False"], done.stderr  # the fast path moves the result
+    found = whats(repro_diff(before, after))
+    dtype = found["torch.get_default_dtype()"]
+    fastpath = found["torch.backends.mha.get_fastpath_enabled()"]
+    assert (dtype.before, dtype.after) == ("torch.float32", "torch.float64")
+    assert (fastpath.before, fastpath.after) == ("True", "False")
+    assert dtype.changes_results and fastpath.changes_results
+    assert "torch.get_default_dtype() = torch.float64" in after.backend_lines()
 
 
 def test_reduced_precision_sdpa_and_mkldnn_flags_are_judged_here():
@@ -236,7 +329,7 @@ def test_reduced_precision_sdpa_and_mkldnn_flags_are_judged_here():
     assert "torch.backends.mkldnn.deterministic = True" in "\n".join(after.backend_lines())
     if CPU_BUILD:  # no CUDA here: the CUDA settings change nothing
         assert not fp16.changes_results and fp16.explanation.startswith(NO_CUDA)
-        assert not flash.changes_results
+    assert flash.changes_results  # the CPU's attention has a flash kernel too (next test)
     # the same settings in records of a CUDA machine: they change results
     cuda = dataclasses.replace(after.versions, cuda_runtime="12.4")
     gpu_before = dataclasses.replace(before, versions=cuda, gpus=(A100,))
@@ -246,6 +339,56 @@ def test_reduced_precision_sdpa_and_mkldnn_flags_are_judged_here():
     assert on_gpu[
         "torch.backends.cuda.matmul.allow_fp16_reduced_precision_reduction"
     ].changes_results
+
+
+@pytest.mark.parametrize(
+    "switch, changes",
+    [
+        ("torch.backends.cuda.enable_flash_sdp(False)", True),
+        ("torch.backends.cuda.enable_mem_efficient_sdp(False)", False),
+        ("torch.backends.cuda.enable_cudnn_sdp(False)", False),
+        ("torch.backends.cuda.allow_fp16_bf16_reduction_math_sdp(True)", True),
+    ],
+)
+def test_attention_switches_are_judged_by_what_they_do_on_the_cpu(switch, changes):
+    """torch.backends.cuda's attention switches also choose the CPU's attention kernel
+    (flash or math): measured on this CPU, then said so by the diff of two CPU records."""
+    code = (
+        "import json, sys, torch\n"
+        "import torch.nn.functional as F\n"
+        "from colab_gpu_guard import repro_record\n"
+        "torch.manual_seed(0)\n"
+        "q, k, v = (torch.randn(2, 4, 64, 32) for _ in range(3))\n"
+        "math_bf16 = 'fp16_bf16' in sys.argv[1]  # the math kernel, in bf16\n"
+        "torch.backends.cuda.enable_flash_sdp(not math_bf16)\n"
+        "def run():\n"
+        "    if math_bf16:\n"
+        "        return F.scaled_dot_product_attention(q.bfloat16(), k.bfloat16(), v.bfloat16())\n"
+        "    return F.scaled_dot_product_attention(q, k, v)\n"
+        "before, first = repro_record().to_dict(), run()\n"
+        "exec(sys.argv[1])\n"
+        "after, second = repro_record().to_dict(), run()\n"
+        "print(json.dumps({'before': before, 'after': after,"
+        " 'changed': not torch.equal(first, second)}))\n"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", code, switch],
+        cwd=ROOT,
+        env=dict(os.environ, PYTHONPATH=str(ROOT)),
+        capture_output=True,
+        text=True,
+    )
+    assert done.returncode == 0, done.stderr
+    data = json.loads(done.stdout)
+    if not CPU_BUILD:
+        pytest.skip("the CPU-only judgement needs a torch without CUDA")
+    assert data["changed"] is changes  # measured on this CPU
+    before, after = (ReproRecord.from_dict(data[key]) for key in ("before", "after"))
+    diff = repro_diff(before, after)
+    (entry,) = [d for d in diff.differences + diff.other if "sdp" in d.what]
+    assert entry.changes_results is changes
+    if not changes:
+        assert entry.explanation.startswith(NO_CUDA)
 
 
 def test_cuda_only_variables_change_nothing_without_cuda(monkeypatch):
@@ -297,7 +440,7 @@ def test_one_matmul_precision_call_is_one_entry_judged_by_the_cpus():
         diff = repro_diff(a, b)
         (entry,) = diff.differences + diff.other
         assert entry.what == "torch float32_matmul_precision"
-        assert entry.explanation.startswith("one torch.set_float32_matmul_precision call")
+        assert entry.explanation.startswith("set by torch.set_float32_matmul_precision")
         assert entry.changes_results is bf16
         if not bf16:
             assert "which neither record's CPU has" in entry.explanation
@@ -333,6 +476,108 @@ def test_a_fresh_torchs_precision_then_one_call_is_one_entry():
         torch.set_float32_matmul_precision("highest")
     shown = [d.what for d in diff.differences + diff.other]
     assert shown == ["torch float32_matmul_precision"], shown
+
+
+# a new torch process, one precision setting: the records before and after, and whether a
+# CPU float32 matmul changed with it
+SETTING_CHILD = """
+import json, sys, torch
+from colab_gpu_guard import repro_record
+torch.manual_seed(0)
+x, w = torch.randn(256, 512), torch.randn(512, 256)
+full, before = x @ w, repro_record().to_dict()
+exec(sys.argv[1])
+print(json.dumps({"before": before, "after": repro_record().to_dict(),
+                  "matmul_changed": not torch.equal(full, x @ w)}))
+"""
+
+
+def fresh_torch_then(setting: str) -> tuple[ReproRecord, ReproRecord, bool]:
+    """Records before and after `setting` in a new torch process (no GPU listed)."""
+    done = subprocess.run(
+        [sys.executable, "-c", SETTING_CHILD, setting],
+        cwd=ROOT,
+        env=dict(os.environ, PYTHONPATH=str(ROOT)),
+        capture_output=True,
+        text=True,
+    )
+    assert done.returncode == 0, done.stderr
+    data = json.loads(done.stdout)
+    before, after = (
+        dataclasses.replace(ReproRecord.from_dict(data[key]), gpus=())
+        for key in ("before", "after")
+    )
+    return before, after, data["matmul_changed"]
+
+
+@pytest.mark.parametrize(
+    "setting, entry",
+    [
+        # torch resolves a "none" leaf to its parent: one generic setting moves all nine
+        ("torch.backends.fp32_precision = 'tf32'", "torch.backends.fp32_precision"),
+        ("torch.backends.cudnn.fp32_precision = 'tf32'", "torch.backends.cudnn.fp32_precision"),
+        # the legacy cuDNN flag writes the conv and rnn leaves with it
+        ("torch.backends.cudnn.allow_tf32 = False", "torch cudnn_allow_tf32"),
+        (
+            "torch.backends.cudnn.conv.fp32_precision = 'ieee'",
+            "torch.backends.cudnn.conv.fp32_precision",
+        ),
+        ("torch.backends.cuda.matmul.allow_tf32 = True", "torch float32_matmul_precision"),
+        ("torch.set_float32_matmul_precision('high')", "torch float32_matmul_precision"),
+    ],
+)
+def test_one_precision_setting_in_a_fresh_torch_is_one_entry(setting, entry):
+    before, after, _ = fresh_torch_then(setting)
+    diff = repro_diff(before, after)
+    shown = [d.what for d in diff.differences + diff.other]
+    assert shown == [entry], shown
+    assert "unset" not in str(diff)  # a legacy setting torch refuses to read is not "unset"
+
+
+def test_the_precision_lines_name_the_setting_that_was_set():
+    """A fresh torch's cuDNN conv leaf reads 'tf32' because cudnn.allow_tf32 is True (its
+    default), and a leaf that follows torch.backends.fp32_precision reads its value: the
+    lines name the setting a user set, not the leaf."""
+    fresh, generic, _ = fresh_torch_then("torch.backends.fp32_precision = 'tf32'")
+    lines = fresh.precision_lines()
+    assert lines[1].endswith("set by torch.backends.cudnn.allow_tf32 = True"), lines
+    assert lines[0].endswith("set by torch.get_float32_matmul_precision() = 'highest'"), lines
+    lines = generic.precision_lines()
+    assert lines[0].endswith("set by torch.backends.fp32_precision = 'tf32'"), lines
+
+
+def test_allow_tf32_is_not_said_to_move_the_cpus_matmuls():
+    """torch.backends.cuda.matmul.allow_tf32 = True reads back as precision 'high' but
+    leaves oneDNN's matmul leaf alone; set_float32_matmul_precision('high') writes it."""
+    for setting, cpu_moves in (
+        ("torch.backends.cuda.matmul.allow_tf32 = True", False),
+        ("torch.set_float32_matmul_precision('high')", True),
+    ):
+        before, after, _ = fresh_torch_then(setting)
+        tf32_cpu = dataclasses.replace(after.cpu, tf32=True)  # a CPU with AMX-FP16
+        diff = repro_diff(*(dataclasses.replace(r, cpu=tf32_cpu) for r in (before, after)))
+        (entry,) = diff.differences + diff.other
+        assert "torch.backends.cuda.matmul.allow_tf32" in entry.explanation
+        assert ("oneDNN may run CPU float32 matmuls in TF32" in entry.explanation) is cpu_moves
+        assert entry.changes_results is cpu_moves
+
+
+def test_cpu_bf16_set_through_the_mkldnn_node_is_seen():
+    """torch.backends.mkldnn.fp32_precision = 'bf16' makes torch refuse to read the legacy
+    cuDNN flag; the CPU's matmuls still change (on a CPU with bf16), and the diff says so."""
+    before, after, matmul_changed = fresh_torch_then(
+        "torch.backends.mkldnn.fp32_precision = 'bf16'"
+    )
+    assert after.torch_flags.cudnn_allow_tf32 is None  # torch refuses to read it now
+    diff = repro_diff(before, after)
+    (entry,) = diff.differences + diff.other
+    # torch 2.13 writes the generic node through the mkldnn one: the generic is in force
+    assert entry.what in ("torch.backends.fp32_precision", "torch.backends.mkldnn.fp32_precision")
+    assert entry.after == "bf16"
+    assert entry.changes_results is after.cpu.bf16
+    if after.cpu.bf16:
+        assert matmul_changed  # this CPU's matmul really changed
+        assert "oneDNN may run CPU float32 ops in bf16" in entry.explanation
 
 
 def test_deterministic_report_says_bf16_only_where_the_cpu_has_it(monkeypatch):

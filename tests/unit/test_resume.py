@@ -106,3 +106,61 @@ def test_bad_use_says_what_is_expected():
     with pytest.raises(RuntimeError, match="make a new one for the next"):
         list(epoch)
     assert str(epoch.checkpoint()) == "EpochCheckpoint: 6 batches done"
+
+
+def three_epochs(loader, stop_at=None, resume=None) -> tuple[list, object]:
+    """Epochs 1-3 of `loader` (from epoch 2 when resuming): rows and steps per epoch; with
+    stop_at, pickles a checkpoint after that many batches of epoch 2 and stops."""
+    epochs = []
+    if resume is not None:
+        epochs.append([step(batch) for batch in ResumableEpoch(loader, resume=resume)])
+    for number in range(len(epochs) + 2 if resume is not None else 1, 4):
+        epoch, rows = ResumableEpoch(loader), []
+        for batch in epoch:
+            rows.append(step(batch))
+            if number == 2 and epoch.batches_done == stop_at:
+                return epochs + [rows], pickle.dumps(epoch.checkpoint())
+        epochs.append(rows)
+    return epochs, None
+
+
+@pytest.mark.parametrize("workers", [0, 2])
+def test_the_loaders_own_generator_is_captured_without_being_passed(workers):
+    """Interrupted in epoch 2 and resumed without naming the loader's generator= (the
+    shuffle order comes from it): the rest of epoch 2 and epoch 3 as uninterrupted. It
+    was not captured: the resumed epoch drew the order of a fresh generator's epoch 1."""
+    seed_all(3)
+    uninterrupted, _ = three_epochs(make_loader(workers, True)[0])
+    seed_all(3)
+    interrupted, saved = three_epochs(make_loader(workers, True)[0], stop_at=2)
+    assert interrupted == [uninterrupted[0], uninterrupted[1][:2]]
+
+    seed_all(999)  # a new session: other seeds, a fresh loader and generator
+    torch.rand(50), random.random()
+    resumed, _ = three_epochs(make_loader(workers, True)[0], resume=pickle.loads(saved))
+    assert resumed == [uninterrupted[1][2:], uninterrupted[2]]
+
+
+def test_persistent_workers_refuse_a_checkpoint_they_cannot_resume():
+    """Persistent workers keep their random streams from one epoch to the next, in their
+    own processes: a checkpoint after the first epoch would resume other augmentations."""
+    seed_all(3)
+    loader = DataLoader(
+        Augmented(),
+        batch_size=2,
+        shuffle=True,
+        num_workers=2,
+        worker_init_fn=seed_worker,
+        persistent_workers=True,
+        multiprocessing_context="forkserver",
+    )
+    first = ResumableEpoch(loader)
+    batches = iter(first)
+    next(batches)
+    assert first.checkpoint().batches_done == 1  # the first epoch's workers start fresh
+    list(batches)
+    second = ResumableEpoch(loader)
+    for _batch in second:
+        with pytest.raises(RuntimeError, match="persistent_workers=False to checkpoint"):
+            second.checkpoint()
+        break

@@ -227,3 +227,69 @@ def test_spawned_workers_differ_per_rank_too(monkeypatch):
         return [row[3] for batch in loader for row in batch.tolist()]
 
     assert not set(spawned(0)) & set(spawned(1))
+
+
+def _gloo_rank(rank: int, port: int, folder: str) -> None:
+    """One rank of a two-process gloo job started by torch.multiprocessing.spawn: no RANK
+    in the environment, the rank only in the process group (as with mp.spawn and
+    init_process_group(rank=...)); its workers are spawned too."""
+    import json
+    import os
+
+    import torch.distributed as dist
+
+    os.environ.pop("RANK", None)
+    dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=2)
+    try:
+        seed_all(7)
+        main = [torch.rand(2).tolist(), random.random(), float(np.random.rand())]
+        loader = DataLoader(
+            Augmented(),
+            batch_size=4,
+            num_workers=2,
+            worker_init_fn=seed_worker,
+            multiprocessing_context="spawn",
+        )
+        rows = [row for batch in loader for row in batch.tolist()]
+        with open(os.path.join(folder, f"rank{rank}.json"), "w") as handle:
+            json.dump({"main": main, "rows": rows}, handle)
+    finally:
+        dist.destroy_process_group()
+
+
+def test_spawned_workers_of_a_process_group_differ_per_rank(monkeypatch, tmp_path):
+    """torch.distributed ranks whose DataLoader workers are spawned: a worker has no
+    process group, so seed_worker carries its parent's rank there (it read rank 0 in every
+    worker, repeating rank 0's draws on rank 1)."""
+    import json
+    import socket
+
+    import torch.multiprocessing as mp
+
+    if not torch.distributed.is_available():
+        pytest.skip("this torch has no torch.distributed")
+    monkeypatch.delenv("RANK", raising=False)
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    mp.spawn(_gloo_rank, args=(port, str(tmp_path)), nprocs=2)
+    rank0, rank1 = (json.loads((tmp_path / f"rank{r}.json").read_text()) for r in (0, 1))
+    assert rank0["main"] == rank1["main"]  # main-process seeds equal across ranks
+    for stream in (1, 2, 3):  # random, NumPy, torch in the workers
+        assert not {row[stream] for row in rank0["rows"]} & {row[stream] for row in rank1["rows"]}
+
+
+def test_seed_worker_takes_the_rank_with_it_when_pickled(monkeypatch):
+    import pickle
+
+    monkeypatch.setenv("RANK", "3")
+    sent = pickle.loads(pickle.dumps(seed_worker))
+    monkeypatch.setenv("RANK", "0")  # a spawned worker's own environment says nothing
+    assert repr(sent) == "<colab_gpu_guard.seed_worker (rank 3)>"
+    seed_all(1)
+    sent(0)
+    there = torch.rand(3).tolist()
+    monkeypatch.setenv("RANK", "3")
+    seed_all(1)
+    seed_worker(0)
+    assert torch.rand(3).tolist() == there

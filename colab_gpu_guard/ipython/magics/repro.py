@@ -26,7 +26,8 @@ and CUDA generators hold however they were seeded (`torch.manual_seed`, Lightnin
 `seed_everything`...); torch's deterministic settings (use_deterministic_algorithms,
 cudnn.deterministic, cudnn.benchmark, mkldnn.deterministic); TF32 (matmul and cuDNN) and
 float32 precision; fp16/bf16 reduced-precision reductions and the attention backends
-(flash, memory-efficient, math, cuDNN); CPU threads; the CPU's model, the instruction set
+(flash, memory-efficient, math, cuDNN); the default dtype, the MultiheadAttention fast
+path and the GPU linear algebra library; CPU threads; the CPU's model, the instruction set
 torch's CPU kernels use and whether oneDNN can compute in bf16 or TF32 on it; the
 environment variables libraries read (CUBLAS_WORKSPACE_CONFIG, PYTHONHASHSEED,
 CUDA_VISIBLE_DEVICES, NVIDIA_TF32_OVERRIDE, ATEN_CPU_CAPABILITY, XLA_FLAGS, thread
@@ -36,7 +37,8 @@ created); world size and rank; the imported frameworks' versions.
 
 `--diff` judges each difference on the two machines: a CUDA setting changes nothing where
 neither record can run CUDA, bf16 matmul precision nothing on CPUs without bf16, and one
-`set_float32_matmul_precision` call is one entry.
+precision setting is one entry (`set_float32_matmul_precision`, `allow_tf32`, or an
+`fp32_precision` node with the settings below it that follow it).
 
 From code: `colab_gpu_guard.repro_record()` and `repro_diff(saved, current)`; from a
 terminal or a DDP worker: `python -m colab_gpu_guard repro [--diff FILE]` (what the

@@ -85,8 +85,7 @@ both work. For DataLoader workers use `colab_gpu_guard.seed_worker` and
 epoch exactly mid-way.
 
 Compared with Lightning 2.6.6, accelerate 1.15.0 and `torch.random.fork_rng` (measured
-with torch 2.14.1 and NumPy 2.4.6 by `tools/compare_seeding_peers.py`, unless marked as
-read from the source):
+with torch 2.14.1 and NumPy 2.4.6 by `tools/compare_seeding_peers.py`):
 
 - Seed 42: `seed_all`, Lightning's `seed_everything` and accelerate's `set_seed` draw the
   same numbers from torch, Python `random` and NumPy. `seed_everything` sets
@@ -97,8 +96,8 @@ read from the source):
   torch, `random` and NumPy draws; with `seed_worker`, as with Lightning's
   `pl_worker_init_function`, they share none.
 - Main-process seeds are equal across ranks in all three. `per_rank=True` adds the rank,
-  as accelerate's `set_seed(seed, device_specific=True)` adds the process index (read
-  from its source).
+  as accelerate's `set_seed(seed, device_specific=True)` adds the process index: on two
+  gloo ranks the two draw the same numbers.
 - Restoring: `torch.random.fork_rng` puts back torch's generators only (Python `random`
   and NumPy draws stay shifted); Lightning's `isolate_rng` puts back all three, but not
   when the block raises, and on a NumPy global RNG moved to another bit generator it lets
