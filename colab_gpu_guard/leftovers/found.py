@@ -119,6 +119,19 @@ ROW_HOLDER = itemgetter(Row._fields.index("holder"))
 ROW_ROOT = itemgetter(Row._fields.index("root"))
 ROW_DEPTH = itemgetter(Row._fields.index("depth"))
 ROW_FRAMEWORK = itemgetter(Row._fields.index("framework"))
+
+
+def _frameworks(rows: list, runs: list[Items]) -> set[str]:
+    """The frameworks of `rows`; the rows of each of `runs` (in order) are one row, read once."""
+    found: set[str] = set()
+    at = 0
+    for run in runs:
+        found.update(map(ROW_FRAMEWORK, rows[at : run.start + 1]))
+        at = run.start + run.count
+    found.update(map(ROW_FRAMEWORK, rows[at:]))
+    return found
+
+
 # Refs are made from plain tuples in bulk: tuple.__new__(Ref, values) in C, where Ref(...)
 # would be a Python call per reference.
 _NEW_TUPLE = tuple.__new__
@@ -331,7 +344,7 @@ class Found:
             return
         try:
             owners = arrays
-            frameworks = set(map(ROW_FRAMEWORK, rows))  # of each row, arrow's included
+            frameworks = _frameworks(rows, runs)  # of each row, arrow's included
             if runs and arrow.FRAMEWORK in frameworks:
                 rows, runs = expanded(rows, runs), []
             buffers = _arrow_parts(arrays, rows, frameworks)

@@ -15,6 +15,7 @@ from IPython.utils.capture import capture_output
 
 torch = pytest.importorskip("torch")
 
+from colab_gpu_guard.frameworks.base import storage_key  # noqa: E402
 from colab_gpu_guard.leftovers import dropping, find_leftovers, scan  # noqa: E402
 from colab_gpu_guard.notebook_refs import VARIABLE, RootKey  # noqa: E402
 from colab_gpu_guard.reset import apply as reset  # noqa: E402
@@ -210,7 +211,7 @@ def test_reach_runs_aliases_and_what_only_some_roots_reach():
     found = scan(namespace=namespace, keep_refs=True)
     first, second, own = (RootKey(VARIABLE, name) for name in ("first", "second", "own"))
     keys = {
-        name: (str(t.device), t.untyped_storage().data_ptr())
+        name: storage_key(str(t.device), t.untyped_storage().data_ptr())
         for name, t in (("s0", shared[0]), ("s1", shared[1]), ("o", namespace["own"][0]))
     }
     reach = found.reach
