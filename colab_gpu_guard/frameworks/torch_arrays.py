@@ -220,12 +220,13 @@ def _shapes(tensors: list, nbytes: list, dtypes: list, kinds: set) -> list[tuple
     over its dtype's item size. ``kinds``: the dtypes among `dtypes`."""
     tensor_base = _tensor_base()
     dims = list(map(getattr(tensor_base, "dim", _DIM), tensors))
-    if min(dims, default=0) > 1:
-        return list(map(tuple, map(_SHAPE, tensors)))
     sizes = {dtype: dtype.itemsize for dtype in kinds}
-    if len(sizes) == 1 and _one_value(dims) and dims[0] == 1 and _one_value(nbytes):
+    vectors = _one_value(dims) and dims[0] == 1
+    if vectors and len(sizes) == 1 and _one_value(nbytes):
         # vectors of one dtype and one length (a dataset's samples): one shape for all
         return [(nbytes[0] // next(iter(sizes.values())),)] * len(tensors)
+    if not vectors and min(dims, default=0) > 1:
+        return list(map(tuple, map(_SHAPE, tensors)))
     if len(sizes) == 1:  # one dtype (a list of 10^6 tensors): one item size
         items = itertools.repeat(next(iter(sizes.values())))
     else:
