@@ -284,12 +284,13 @@ def _array_columns(tensors: list) -> tuple[list, ...]:
     pointers = list(map(data_ptr, storages))
     del storages
     if device_texts.count("cpu") == len(device_texts):  # host memory: its address
-        keys = list(pointers)
+        keys = pointers  # the ids too: one list (`Found.finish` parts them before adding)
     else:
         keys = list(map(storage_key, device_texts, pointers))
     ids = pointers
     if 0 in pointers or 0 in storage_nbytes:  # empty storages: a key of their own
         ids = list(pointers)
+        keys = list(keys)
         for index, (size, pointer) in enumerate(zip(storage_nbytes, pointers)):
             if size == 0 or pointer == 0:
                 ident = id(tensors[index])

@@ -451,6 +451,8 @@ class Found:
             self.runs += runs
             if self.rows:
                 self.rows += rows
+                if self.columns[_KEY] is self.columns[_ID]:  # host memory's (`array_columns`)
+                    self.columns[_ID] = list(self.columns[_ID])
                 for column, more in zip(self.columns, columns):
                     column += more
                 if self._idents is not None and idents is not None:
