@@ -20,10 +20,10 @@ def all_plain(items, depth: int, max_depth: int, rows: bool = False) -> bool:
         depth += 1
         level = get_referents(*level)
     while True:
-        # each stops at the first type it does not hold (no set of the types is made)
-        if ATOMIC.issuperset(map(type, level)):
+        present = set(map(type, level))
+        if present <= ATOMIC:
             return True
-        if not ROWS_OF_PLAIN.issuperset(map(type, level)):
+        if not present <= ROWS_OF_PLAIN:
             return False  # an array, an object, a subclass: the walk looks closer
         if depth >= max_depth:
             return True  # the walk does not open containers this deep

@@ -287,18 +287,16 @@ class ItemWalk:
         if total <= 16:
             self._walk_items(enumerate(items), at, node)
             return
-        # each look stops at the first type it does not hold (no set of the types is made)
-        if ATOMIC.issuperset(map(type, items)):
+        present = set(map(type, items))
+        if present <= ATOMIC:
             return  # plain values only: a list of 10^6 ints costs one C-level pass
-        rows = ROWS_OF_PLAIN.issuperset(map(type, items))  # records of plain values
-        if not rows and node == ITEM:
-            present = set(map(type, items))
-            if len(present) == 1:
-                what = walker.classify(next(iter(present)))
-                if what.tag == ARRAY:
-                    self._record_items(items, what, at)
-                    return
+        if len(present) == 1 and node == ITEM:
+            what = walker.classify(next(iter(present)))
+            if what.tag == ARRAY:
+                self._record_items(items, what, at)
+                return
         depth, max_depth = at.depth + 1, walker.max_depth
+        rows = present <= ROWS_OF_PLAIN  # records of plain values: their types known
         for start in range(0, total, CHUNK):
             chunk = items[start : start + CHUNK]
             try:
