@@ -63,7 +63,7 @@ def weaken(scan: Scan, dropped: set) -> None:
     array under the `dropped` roots, before anything changes: the drop may free those.
     The others are held until `settle` after the collection, each one whose reference
     count fell on the way weakened then (a finalizer or another thread let go of it)."""
-    scan.walker.found.weaken(scan.reach.dropped_rows(dropped))
+    scan.walker.found.weaken(scan.reach.spans(dropped))
 
 
 def settle(scan: Scan) -> None:

@@ -269,6 +269,8 @@ _KEY, _SIZE, _DEVICE, _ID = (
 )
 _NEW_INFO = functools.partial(tuple.__new__, ArrayInfo)
 _NO_IDENTS = itertools.repeat(None)  # Refs of a scan whose lists need no ids (`Found.let_go`)
+_IS_NONE = type(None).__instancecheck__
+_FEW = 4096  # rows let go of at once whose ids are kept one by one (`Found.weaken`)
 
 
 class Found:
@@ -479,17 +481,26 @@ class Found:
         weak = self.weaks[index] if index < len(self.weaks) else None
         return None if weak is None else weak()
 
-    def weaken(self, rows: Optional[list[bool]]) -> None:
-        """`HOLD`: a weakref in place of each held array of `rows` (per row; None: none),
-        those a drop may free (its death then proves the release), and the reference
-        counts of the arrays still held noted: only a finalizer or another thread could
-        free one of those (they are reached from the roots kept), which `settle` tells."""
+    def weaken(self, spans: list[tuple[int, int]]) -> None:
+        """`HOLD`: a weakref in place of each held array of the rows in `spans` ((start,
+        end) each), those a drop may free (its death then proves the release), and the
+        reference counts of the arrays still held noted: only a finalizer or another
+        thread could free one of those (they are reached from the roots kept), which
+        `settle` tells."""
         if not self.hold:
             return
-        held = self.held
-        if rows is not None:
-            indices = list(itertools.compress(range(len(held)), rows))
-            self._weaken(indices)
+        if self._idents is None and sum(end - start for start, end in spans) > _FEW:
+            self._idents = self._held_idents()  # many let go of: all their ids, in C
+        held, weaks = self.held, self.weaks
+        for start, end in spans:
+            arrays = held[start:end]
+            if self._idents is None:  # their ids, while they are sure to be alive
+                self.gone_idents.update(zip(range(start, end), map(id, arrays)))
+            held[start:end] = [self.gone] * (end - start)
+            made = weaks[start:end] = _weaks(arrays, self.died.append)
+            del arrays  # not counted below
+            if None in made:
+                self.unproven_rows += itertools.compress(range(start, end), map(_IS_NONE, made))
         self.counts = list(map(sys.getrefcount, held))
 
     def settle(self) -> None:
