@@ -62,7 +62,8 @@ def weaken(scan: Scan, dropped: set) -> None:
     """A scan that holds its arrays (`found.HOLD`: gpu_reset's) takes a weakref to each
     array under the `dropped` roots, before anything changes: the drop may free those.
     The others are held until `settle` after the collection, each one whose reference
-    count fell on the way weakened then (a finalizer or another thread let go of it)."""
+    count fell on the way (the drop, a finalizer or another thread let go of a reference
+    to it) weakened then: it goes at once where nothing else held it."""
     scan.walker.found.weaken(scan.reach.spans(dropped))
 
 
