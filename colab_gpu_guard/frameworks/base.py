@@ -26,6 +26,14 @@ class ArrayInfo(NamedTuple):
     storage_id: int
 
 
+def storage_key(device: str, address: int) -> Hashable:
+    """The storage key of the memory at `address` on `device`: host memory ("cpu") by its
+    address alone, one key for a tensor's, an ndarray's and an Arrow buffer's (an int:
+    made and hashed cheaply, and never gone over by the cyclic collector, for the 10^6
+    tensors a notebook may hold); an accelerator's as ``(device, address)``."""
+    return address if device == "cpu" else (device, address)
+
+
 class Framework(Protocol):
     """What each module of this package (``torch``, ``numpy``, ``cupy``, ``jax``,
     ``tensorflow``, ``python_random``) is: ``NAME`` (what reports call it), ``MODULE`` (its

@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Any, Callable, NamedTuple, Optional
 
 from . import torch as torch_support
-from .base import ArrayInfo, presence
+from .base import ArrayInfo, presence, storage_key
 
 NAME = "NumPy"
 MODULE = "numpy"
@@ -87,7 +87,7 @@ def array_info(array) -> ArrayInfo:
     address = read.interface(root, ndarray)["data"][0] if size else 0
     if not address:  # an empty array: a key of its own
         return ArrayInfo(shape, dtype, "cpu", nbytes, ("numpy", id(root)), size, id(root))
-    return ArrayInfo(shape, dtype, "cpu", nbytes, ("cpu", address), size, address)
+    return ArrayInfo(shape, dtype, "cpu", nbytes, storage_key("cpu", address), size, address)
 
 
 def object_items(array) -> tuple[Optional[list], tuple]:

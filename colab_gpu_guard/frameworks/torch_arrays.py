@@ -16,7 +16,7 @@ from functools import partial
 from operator import attrgetter, methodcaller
 from typing import Any, Optional
 
-from .base import ArrayInfo
+from .base import ArrayInfo, storage_key
 
 
 def _dense_nbytes(tensor) -> int:
@@ -118,7 +118,8 @@ def _array_info(tensor) -> ArrayInfo:
     if storage_nbytes == 0 or pointer == 0:
         key = ("tensor", id(tensor))
         return ArrayInfo(shape, dtype, device, nbytes, key, storage_nbytes, id(tensor))
-    return ArrayInfo(shape, dtype, device, nbytes, (device, pointer), storage_nbytes, pointer)
+    key = storage_key(device, pointer)
+    return ArrayInfo(shape, dtype, device, nbytes, key, storage_nbytes, pointer)
 
 
 # a sparse layout's component tensors, by the name of its layout
@@ -219,9 +220,13 @@ def _shapes(tensors: list, nbytes: list, dtypes: list, kinds: set) -> list[tuple
     over its dtype's item size. ``kinds``: the dtypes among `dtypes`."""
     tensor_base = _tensor_base()
     dims = list(map(getattr(tensor_base, "dim", _DIM), tensors))
-    if min(dims, default=0) > 1:
-        return list(map(tuple, map(_SHAPE, tensors)))
     sizes = {dtype: dtype.itemsize for dtype in kinds}
+    vectors = _one_value(dims) and dims[0] == 1
+    if vectors and len(sizes) == 1 and _one_value(nbytes):
+        # vectors of one dtype and one length (a dataset's samples): one shape for all
+        return [(nbytes[0] // next(iter(sizes.values())),)] * len(tensors)
+    if not vectors and min(dims, default=0) > 1:
+        return list(map(tuple, map(_SHAPE, tensors)))
     if len(sizes) == 1:  # one dtype (a list of 10^6 tensors): one item size
         items = itertools.repeat(next(iter(sizes.values())))
     else:
@@ -235,6 +240,11 @@ def _shapes(tensors: list, nbytes: list, dtypes: list, kinds: set) -> list[tuple
     for index in itertools.compress(itertools.count(), map((1).__ne__, dims)):
         shapes[index] = made[-1] if dims[index] == 0 else tuple(tensors[index].shape)
     return shapes
+
+
+def _one_value(values: list) -> bool:
+    """Whether every value in `values` (small ints: dims, sizes) is the first, seen in C."""
+    return bool(values) and values.count(values[0]) == len(values)
 
 
 def _device_texts(tensors: list) -> list[str]:
@@ -273,10 +283,14 @@ def _array_columns(tensors: list) -> tuple[list, ...]:
     storage_nbytes = list(map(storage_nbytes_of, storages))
     pointers = list(map(data_ptr, storages))
     del storages
-    keys = list(zip(device_texts, pointers))
+    if device_texts.count("cpu") == len(device_texts):  # host memory: its address
+        keys = pointers  # the ids too: one list (`Found.finish` parts them before adding)
+    else:
+        keys = list(map(storage_key, device_texts, pointers))
     ids = pointers
     if 0 in pointers or 0 in storage_nbytes:  # empty storages: a key of their own
         ids = list(pointers)
+        keys = list(keys)
         for index, (size, pointer) in enumerate(zip(storage_nbytes, pointers)):
             if size == 0 or pointer == 0:
                 ident = id(tensors[index])

@@ -10,7 +10,7 @@ import sys
 from collections.abc import Callable
 from typing import Any, Optional
 
-from ..frameworks.base import ArrayInfo
+from ..frameworks.base import ArrayInfo, storage_key
 from .naming import ATTR, DOT, ITEM, Path
 from .readers import mro, type_module
 
@@ -89,7 +89,7 @@ def buffer_info(buffer: Any) -> ArrayInfo:
         raise ValueError("an Arrow buffer outside host memory")
     size = int(_getter(kind, "size")(buffer))
     address = int(_getter(kind, "address")(buffer))
-    key = ("cpu", address) if address and size else ("arrow", id(buffer))
+    key = storage_key("cpu", address) if address and size else ("arrow", id(buffer))
     return ArrayInfo((size,), "arrow buffer", "cpu", size, key, size, address or id(buffer))
 
 

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import collections
 import itertools
-import operator
 from collections.abc import Callable, Sequence
 from typing import Optional, Union
 
@@ -46,14 +45,6 @@ def leftover_for(names: PathNames, refs: list[Ref], groups: Groups) -> Leftover:
     )
 
 
-def _distinct(ids: list[int]) -> bool:
-    """Whether no two storage ids are equal (then no two keys are: an id names one key).
-    Sorted, not hashed: addresses share their low bits, which a set of ints hashes on,
-    and arrays made one after another mostly lie in address order."""
-    ordered = sorted(ids)
-    return not any(map(operator.eq, ordered, itertools.islice(ordered, 1, None)))
-
-
 class Blocks:
     """One block of memory per storage, in the order each storage was first reached: the
     columns the list is filtered, sorted and totalled by, and ``entry(i)`` for the entry of
@@ -79,10 +70,10 @@ class Blocks:
         # first (``b = {'x': a}``: `b` reaches what is listed under `a`)
         self.aliased: dict[str, list[int]] = {}
         self.row_of: Union[range, list[int]]
-        if _distinct(found.storage_ids) or len(dict.fromkeys(keys)) == len(keys):
+        if found.distinct_storages() or len(dict.fromkeys(keys)) == len(keys):
             self.row_of = range(len(rows))
             self.sizes: list[int] = list(found.storage_nbytes)
-            self.holders: list[str] = list(map(ROW_HOLDER, rows))
+            self.holders: list[str] = found.row_values(ROW_HOLDER)
             self.devices: list[str] = found.devices
             return
         counts = collections.Counter(keys)

@@ -44,16 +44,38 @@ def states(scan: Scan) -> States:
     count = len(found.rows)
     if len(found.weaks) != count:  # a scan without keep_refs proves nothing
         return States(None, [True] * count)
-    unproven = list(map(_IS_NONE, found.weaks)) if None in found.weaks else None
+    if found.hold:  # those without a weakref were held to the end: alive
+        unproven = None
+        if found.unproven_rows:
+            unproven = [False] * count
+            for index in found.unproven_rows:
+                unproven[index] = True
+    else:
+        unproven = list(map(_IS_NONE, found.weaks)) if None in found.weaks else None
     if not found.died:
         return States(None, unproven)
     died = set(map(id, found.died))
     return States(list(map(died.__contains__, map(id, found.weaks))), unproven)
 
 
+def weaken(scan: Scan, dropped: set) -> None:
+    """A scan that holds its arrays (`found.HOLD`: gpu_reset's) takes a weakref to each
+    array under the `dropped` roots, before anything changes: the drop may free those.
+    The others are held until `settle` after the collection, each one whose reference
+    count fell on the way (the drop, a finalizer or another thread let go of a reference
+    to it) weakened then: it goes at once where nothing else held it."""
+    scan.walker.found.weaken(scan.reach.spans(dropped))
+
+
+def settle(scan: Scan) -> None:
+    """After a change (the drop, the collection): `Found.settle`."""
+    scan.walker.found.settle()
+
+
 def forget_weakrefs(scan: Scan) -> None:
     """Drop the scan's weakrefs (its list keeps the rest; 10^6 weakrefs are 10^6 objects
-    the cyclic collector goes over)."""
+    the cyclic collector goes over), and any array it still holds."""
+    scan.walker.found.let_go()
     scan.walker.found.weaks = []
     scan.walker.found.died = []
     scan.walker.found.keep_refs = False
@@ -97,7 +119,7 @@ def storage_proofs(
     if keys is not None and not keys:
         return {}
     arrays = scan.walker.found
-    chosen = list(map("torch".__eq__, map(ROW_FRAMEWORK, arrays.rows)))
+    chosen = list(map("torch".__eq__, arrays.row_values(ROW_FRAMEWORK)))
     if keys is not None:
         chosen = list(map(operator.and_, chosen, map(keys.__contains__, arrays.keys)))
     if len(arrays.weaks) != len(arrays.keys):  # no weakrefs to reach the tensors by
@@ -109,8 +131,8 @@ def storage_proofs(
             biggest = set(itertools.islice(_at_least(sizes, smallest), limit))
             chosen = list(map(operator.and_, chosen, map(biggest.__contains__, arrays.keys)))
     # any tensor of a storage leads to it
-    one_each = dict(itertools.compress(zip(arrays.keys, arrays.weaks), chosen))
-    tensors = [weak() if weak is not None else None for weak in one_each.values()]
+    one_each = dict(itertools.compress(zip(arrays.keys, itertools.count()), chosen))
+    tensors = list(map(arrays.array, one_each.values()))
     try:
         proofs = dict(zip(one_each, torch_support.storage_weakrefs(tensors)))
     finally:

@@ -7,10 +7,12 @@ from __future__ import annotations
 
 import functools
 import itertools
+import operator
+import sys
 import weakref
 from collections.abc import Callable, Hashable
 from operator import itemgetter
-from typing import Any, NamedTuple, Optional
+from typing import Any, NamedTuple, Optional, Union
 
 from ..frameworks import torch as torch_support
 from ..frameworks.base import ArrayInfo
@@ -119,6 +121,19 @@ ROW_HOLDER = itemgetter(Row._fields.index("holder"))
 ROW_ROOT = itemgetter(Row._fields.index("root"))
 ROW_DEPTH = itemgetter(Row._fields.index("depth"))
 ROW_FRAMEWORK = itemgetter(Row._fields.index("framework"))
+
+
+def _frameworks(rows: list, runs: list[Items]) -> set[str]:
+    """The frameworks of `rows`; the rows of each of `runs` (in order) are one row, read once."""
+    found: set[str] = set()
+    at = 0
+    for run in runs:
+        found.update(map(ROW_FRAMEWORK, rows[at : run.start + 1]))
+        at = run.start + run.count
+    found.update(map(ROW_FRAMEWORK, rows[at:]))
+    return found
+
+
 # Refs are made from plain tuples in bulk: tuple.__new__(Ref, values) in C, where Ref(...)
 # would be a Python call per reference.
 _NEW_TUPLE = tuple.__new__
@@ -244,11 +259,18 @@ def _sparse_parts(
     return new_arrays, new_rows, owners
 
 
+# keep_refs: the arrays themselves, held until `Found.weaken` says which the drop may free
+# (gpu_reset's scan: a weakref per array is 10^6 objects to make, and for its gc.collect()
+# to go over, where a reset frees few of them)
+HOLD = "hold"
 _FIELDS = ArrayInfo._fields
 _KEY, _SIZE, _DEVICE, _ID = (
     _FIELDS.index(name) for name in ("storage_key", "storage_nbytes", "device", "storage_id")
 )
 _NEW_INFO = functools.partial(tuple.__new__, ArrayInfo)
+_NO_IDENTS = itertools.repeat(None)  # Refs of a scan whose lists need no ids (`Found.let_go`)
+_IS_NONE = type(None).__instancecheck__
+_FEW = 4096  # rows let go of at once whose ids are kept one by one (`Found.weaken`)
 
 
 class Found:
@@ -256,20 +278,34 @@ class Found:
     array's metadata (kept as columns: ``columns[f][i]`` is field f of `ArrayInfo`;
     ``keys``, ``storage_nbytes``, ``devices`` and ``storage_ids`` name four of them),
     ``idents[i]`` the array's id() and ``weaks[i]`` a weakref to it (keep_refs only;
-    ``died`` collects those whose array is gone).
+    ``died`` collects those whose array is gone). With keep_refs `HOLD`, ``held[i]`` is the
+    array itself until `weaken` and `settle` put a weakref in its place (``weaks[i]`` is
+    None meanwhile), and `let_go` drops the rest: see `weaken`.
     Arrays wait in ``pending`` (their rows, as plain tuples, in ``pending_rows``) until
     ``finish()`` reads their metadata in bulk; ``refs`` builds the `Ref`s on demand.
     ``runs`` (``pending_runs``): the `Items` of the rows recorded in bulk, in order; read
     a row's path with ``path(i)`` or ``paths()``."""
 
     def __init__(
-        self, keep_refs: bool = False, readers: Optional[dict[str, Callable]] = None
+        self, keep_refs: Union[bool, str] = False, readers: Optional[dict[str, Callable]] = None
     ) -> None:
-        self.keep_refs = keep_refs
+        self.keep_refs = bool(keep_refs)
+        self.hold = keep_refs == HOLD
+        self.held: list = []  # HOLD: row i's array, or `gone` once a weakref stands for it
+        # in `held` where an array is no more (not None: its reference count moves all the
+        # time, this one's only when `_weaken` puts it in)
+        self.gone = object()
+        self.counts: Optional[list[int]] = None  # HOLD: the held arrays' reference counts
+        self.unproven_rows: list[int] = []  # HOLD: rows whose array took no weakref
         self.readers = readers or {}  # framework -> its info_of
         self.rows: list[tuple] = []  # Row layout
         self.columns: list[list] = [[] for _ in _FIELDS]
-        self.idents: list[int] = []
+        # each reference's array's id(); None until asked for where the scan holds its
+        # arrays (`HOLD`: `idents`, `let_go`)
+        self._idents: Optional[list[int]] = None if self.hold else []
+        self.gone_idents: dict[int, int] = {}  # HOLD: row -> id() of an array let go of
+        self.array_keys = False  # the walk met an array used as a dict's key (`ARRAY_KEY`)
+        self._distinct: Optional[bool] = None  # `distinct_storages`, once known
         self.weaks: list = []
         self.died: list[weakref.ref] = []  # weaks whose array is gone (their callback)
         self.pending: list = []  # arrays awaiting metadata (strong refs until finish())
@@ -282,6 +318,35 @@ class Found:
     @property
     def keys(self) -> list:
         return self.columns[_KEY]
+
+    @property
+    def idents(self) -> list[int]:
+        """Each reference's array's id() (valid while the scan runs); where the scan holds
+        its arrays (`HOLD`), made when first asked for, or by `let_go` where a list could
+        need them (empty where none can: no row then has one)."""
+        if self._idents is None:
+            self._idents = self._held_idents()
+        return self._idents
+
+    def _held_idents(self) -> list[int]:
+        idents = list(map(id, self.held))
+        for index, ident in self.gone_idents.items():
+            idents[index] = ident
+        return idents
+
+    @idents.setter
+    def idents(self, idents: list[int]) -> None:
+        self._idents = idents
+
+    def distinct_storages(self) -> bool:
+        """Whether no two references' storage ids are equal: then no two keys are, and no
+        array is reached twice. Sorted, not hashed: addresses share their low bits, which a
+        set of ints hashes on, and arrays made one after another mostly lie in address
+        order."""
+        if self._distinct is None:
+            ordered = sorted(self.storage_ids)
+            self._distinct = not any(map(operator.eq, ordered, itertools.islice(ordered, 1, None)))
+        return self._distinct
 
     @property
     def storage_nbytes(self) -> list[int]:
@@ -313,6 +378,20 @@ class Found:
                 paths[first - start : end - start] = run.paths(first - run.start, run.count)
         return paths
 
+    def row_values(self, field: Callable[[tuple], Any]) -> list:
+        """`field` (``ROW_HOLDER``...) of every row; read once for the rows of a run."""
+        rows = self.rows
+        if not self.runs:
+            return list(map(field, rows))
+        values: list = []
+        at = 0
+        for run in self.runs:
+            values += map(field, rows[at : run.start])
+            values += [field(rows[run.start])] * run.count
+            at = run.start + run.count
+        values += map(field, rows[at:])
+        return values
+
     def info(self, index: int) -> ArrayInfo:
         return _NEW_INFO([column[index] for column in self.columns])
 
@@ -331,7 +410,7 @@ class Found:
             return
         try:
             owners = arrays
-            frameworks = set(map(ROW_FRAMEWORK, rows))  # of each row, arrow's included
+            frameworks = _frameworks(rows, runs)  # of each row, arrow's included
             if runs and arrow.FRAMEWORK in frameworks:
                 rows, runs = expanded(rows, runs), []
             buffers = _arrow_parts(arrays, rows, frameworks)
@@ -350,12 +429,23 @@ class Found:
                 columns, kept, _ = _bulk_columns(arrays, rows, self.readers)
             # a component's liveness and identity are its sparse tensor's (a new object
             # each time it is read, it dies at once)
-            idents = list(map(id, owners))
-            weaks = _weaks(owners, self.died.append) if self.keep_refs else []
+            self._distinct = None
+            # ids made when asked for, where the arrays are held (a pass over 10^6 of them)
+            idents = list(map(id, owners)) if self._idents is not None else None
+            held: list = []
+            if self.hold:  # weakrefs made by `weaken`, for what the drop may free
+                held = list(owners if kept is None else itertools.compress(owners, kept))
+                weaks = [None] * len(held)
+            elif self.keep_refs:
+                weaks = _weaks(owners, self.died.append)
+            else:
+                weaks = []
             if kept is not None:  # arrays whose metadata could not be read are left out
                 rows = list(itertools.compress(rows, kept))
-                idents = list(itertools.compress(idents, kept))
-                weaks = list(itertools.compress(weaks, kept))
+                if idents is not None:
+                    idents = list(itertools.compress(idents, kept))
+                if not self.hold:
+                    weaks = list(itertools.compress(weaks, kept))
             else:
                 rows = list(rows)  # pending_rows is emptied below
             for run in runs:  # their rows go after those found before
@@ -363,17 +453,93 @@ class Found:
             self.runs += runs
             if self.rows:
                 self.rows += rows
+                if self.columns[_KEY] is self.columns[_ID]:  # host memory's (`array_columns`)
+                    self.columns[_ID] = list(self.columns[_ID])
                 for column, more in zip(self.columns, columns):
                     column += more
-                self.idents += idents
+                if self._idents is not None and idents is not None:
+                    self._idents += idents
                 self.weaks += weaks
+                self.held += held
             else:  # the first: no copy
-                self.rows, self.columns, self.idents, self.weaks = rows, columns, idents, weaks
+                self.rows, self.columns, self.weaks = rows, columns, weaks
+                self._idents = idents if self._idents is not None else None
+                self.held = held
         finally:
             # never keep an array alive past the scan; the lists stay (the walk appends to them)
             del self.pending[:]
             del self.pending_rows[:]
             del self.pending_runs[:]
+
+    def array(self, index: int) -> Any:
+        """Row `index`'s array, held or reached by its weakref; None where it is gone or
+        no reference to it is kept."""
+        if self.held:
+            array = self.held[index]
+            if array is not self.gone:
+                return array
+        weak = self.weaks[index] if index < len(self.weaks) else None
+        return None if weak is None else weak()
+
+    def weaken(self, spans: list[tuple[int, int]]) -> None:
+        """`HOLD`: a weakref in place of each held array of the rows in `spans` ((start,
+        end) each), those a drop may free (its death then proves the release), and the
+        reference counts of the arrays still held noted: only a finalizer or another
+        thread could free one of those (they are reached from the roots kept), which
+        `settle` tells."""
+        if not self.hold:
+            return
+        if self._idents is None and sum(end - start for start, end in spans) > _FEW:
+            self._idents = self._held_idents()  # many let go of: all their ids, in C
+        held, weaks = self.held, self.weaks
+        for start, end in spans:
+            arrays = held[start:end]
+            if self._idents is None:  # their ids, while they are sure to be alive
+                self.gone_idents.update(zip(range(start, end), map(id, arrays)))
+            held[start:end] = [self.gone] * (end - start)
+            made = weaks[start:end] = _weaks(arrays, self.died.append)
+            del arrays  # not counted below
+            if None in made:
+                self.unproven_rows += itertools.compress(range(start, end), map(_IS_NONE, made))
+        self.counts = list(map(sys.getrefcount, held))
+
+    def settle(self) -> None:
+        """`HOLD`, after a change (the drop, the collection): each held array whose
+        reference count fell is held no more, a weakref in its place; an array nothing
+        else held goes now, as it would have without the scan (its weakref says so)."""
+        held, counts = self.held, self.counts
+        if counts is None:
+            return
+        now = list(map(sys.getrefcount, held))
+        if now != counts:
+            fell = itertools.compress(range(len(now)), map(operator.lt, now, counts))
+            self._weaken([index for index in fell if held[index] is not self.gone])
+            now = list(map(sys.getrefcount, held))
+        self.counts = now
+
+    def _weaken(self, indices: list[int]) -> None:
+        held, weaks = self.held, self.weaks
+        arrays = list(map(held.__getitem__, indices))
+        if self._idents is None:  # their ids, while they are sure to be alive
+            self.gone_idents.update(zip(indices, map(id, arrays)))
+        for index in indices:
+            held[index] = self.gone
+        made = _weaks(arrays, self.died.append)
+        del arrays  # each goes here where nothing else holds it (its callback says so)
+        for index, weak in zip(indices, made):
+            weaks[index] = weak
+            if weak is None:
+                self.unproven_rows.append(index)
+
+    def let_go(self) -> None:
+        """Drop the arrays held (`HOLD`); those still held are alive. Their ids are taken
+        first where a list could name an array through them: one used as a dict's key, or
+        one reached twice (a storage's references are told apart by them)."""
+        if self._idents is None:
+            needed = self.array_keys or not self.distinct_storages()
+            self._idents = self._held_idents() if needed and self.held else []
+        self.held = []
+        self.counts = None
 
     def subset(self, kept: list[bool]) -> Found:
         """The references where ``kept`` is True, in the order found (``finish()`` done),
@@ -404,7 +570,7 @@ class Found:
                     map(ROW_FRAMEWORK, rows),
                     self.infos[start:],
                     itertools.islice(weaks, start, None),
-                    self.idents[start:],
+                    self.idents[start:] if len(self.idents) == len(self.rows) else _NO_IDENTS,
                 ),
             )
         return built

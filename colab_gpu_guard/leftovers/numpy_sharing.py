@@ -6,14 +6,11 @@ from __future__ import annotations
 import bisect
 import itertools
 import sys
-from operator import itemgetter
 from typing import Optional
 
 from ..frameworks.base import ArrayInfo
 from .found import ROW_FRAMEWORK, Found
 from .graphs import Graphs
-
-_POINTER = itemgetter(1)  # ("cpu", address): the address
 
 
 class NumpyBuffers:
@@ -26,13 +23,13 @@ class NumpyBuffers:
     def info(self, info: ArrayInfo) -> ArrayInfo:
         """One CPU tensor's metadata (`join`'s rule; a graph's saved tensors)."""
         key, size = info.storage_key, info.storage_nbytes
-        if info.device != "cpu" or type(key) is not tuple or key[0] != "cpu":
+        if info.device != "cpu" or type(key) is not int:  # host memory's key: its address
             return info
-        at = bisect.bisect_right(self.starts, key[1]) - 1
+        at = bisect.bisect_right(self.starts, key) - 1
         if at < 0:
             return info
         start, span, owner = self.spans[at]
-        if key[1] + size > start + span:
+        if key + size > start + span:
             return info
         return info._replace(storage_key=owner, storage_nbytes=span, storage_id=start)
 
@@ -43,7 +40,7 @@ class NumpyBuffers:
         keys, sizes, ids = found.keys, found.storage_nbytes, found.storage_ids
         # the torch rows on the CPU, keyed by their storage's address
         chosen = [
-            framework == "torch" and device == "cpu" and type(key) is tuple and key[0] == "cpu"
+            framework == "torch" and device == "cpu" and type(key) is int
             for framework, device, key in zip(map(ROW_FRAMEWORK, found.rows), found.devices, keys)
         ]
         rows = list(itertools.compress(range(len(keys)), chosen))
@@ -53,7 +50,7 @@ class NumpyBuffers:
         starts = numpy.array(self.starts, dtype=numpy.uint64)
         ends = numpy.array([start + size for start, size, _key in spans], dtype=numpy.uint64)
         pointers = numpy.fromiter(
-            map(_POINTER, itertools.compress(keys, chosen)), dtype=numpy.uint64, count=len(rows)
+            itertools.compress(keys, chosen), dtype=numpy.uint64, count=len(rows)
         )
         lengths = numpy.fromiter(
             itertools.compress(sizes, chosen), dtype=numpy.uint64, count=len(rows)
@@ -77,11 +74,11 @@ def numpy_buffers(found: Found) -> Optional[NumpyBuffers]:
         for key, size, framework in zip(
             found.keys, found.storage_nbytes, map(ROW_FRAMEWORK, found.rows)
         )
-        if framework == "numpy" and type(key) is tuple and key[0] == "cpu" and size
+        if framework == "numpy" and type(key) is int and size
     }
     if not buffers:
         return None
-    return NumpyBuffers(sorted((_POINTER(key), size, key) for key, size in buffers.items()))
+    return NumpyBuffers(sorted((key, size, key) for key, size in buffers.items()))
 
 
 def join_numpy_buffers(found: Found, graphs: Graphs) -> Optional[NumpyBuffers]:

@@ -167,9 +167,13 @@ class Reach:
         self.graphs.add_reach(reach, named_saved)
         return reach
 
+    def spans(self, roots: set) -> list[tuple[int, int]]:
+        """The rows whose root is among `roots`, as (start, end) spans, in order."""
+        return [(start, end) for root, start, end in self.runs if root in roots]
+
     def dropped_rows(self, roots: set) -> Optional[list[bool]]:
         """Per row, whether its root is among `roots`; None when none is."""
-        chosen = [(start, end) for root, start, end in self.runs if root in roots]
+        chosen = self.spans(roots)
         if not chosen:
             return None
         mask = [False] * len(self.keys)

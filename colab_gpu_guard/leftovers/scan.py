@@ -431,8 +431,10 @@ def listed(
     found (variables as defined, items by index). ``extra``: `LeftoverList`'s own fields."""
     make = blocks.entry_with_graph if blocks.graph_of else blocks.entry
     sizes, holders = blocks.sizes, blocks.holders
-    if order == range(len(sizes)) and not any(
-        map(operator.lt, sizes, itertools.islice(sizes, 1, None))
+    if order == range(len(sizes)) and (
+        not sizes
+        or sizes.count(sizes[0]) == len(sizes)  # one size (10^6 alike): at identity speed
+        or not any(map(operator.lt, sizes, itertools.islice(sizes, 1, None)))
     ):
         blocks.order = order  # biggest first as found (many arrays of one size): no sort
     else:

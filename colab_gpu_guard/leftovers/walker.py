@@ -8,7 +8,7 @@ import itertools
 import time
 from collections.abc import Hashable
 from operator import attrgetter
-from typing import Optional
+from typing import Optional, Union
 
 from ..units import USER_VARIABLE
 from . import arrow
@@ -72,7 +72,7 @@ class Walker:
     def __init__(
         self,
         max_depth: int = DEFAULT_MAX_DEPTH,
-        keep_refs: bool = False,
+        keep_refs: Union[bool, str] = False,
         budget_s: Optional[float] = None,
     ) -> None:
         self.max_depth = max_depth
@@ -82,7 +82,7 @@ class Walker:
         readers = {framework: info_of for _type, framework, info_of in classifier.array_types}
         readers[arrow.FRAMEWORK] = arrow.buffer_info
         self.found = Found(keep_refs, readers)
-        self.graphs = Graphs(keep_refs)
+        self.graphs = Graphs(bool(keep_refs))
         self.pending = self.found.pending.append
         self.pending_rows = self.found.pending_rows.append
         self.first_visit: dict[int, tuple] = {}
@@ -272,6 +272,7 @@ class ItemWalk:
             elif key_kind is tuple:
                 visit(value, child(KEY_TEXT, key_text(key)))  # never keep a key alive
             elif walker.classify(key_kind).tag == ARRAY:
+                walker.found.array_keys = True  # its path is named by the key's id()
                 visit(value, child(ARRAY_KEY, id(key)))
             else:
                 visit(value, child(OBJECT_KEY, key_kind.__name__))

@@ -67,21 +67,30 @@ def apply(plan: ResetPlan) -> ReleaseReport:
     (proven by weakrefs) and what is still held."""
     report, shell, namespace = plan.report, plan.shell, plan.namespace
     found, drop = plan.take()  # deleted below where what they reach must be free to go
-    # what the drop changes: a walk that went into it would not find the same again
-    reusable = not dropping.walked_any(found, drop.changes(shell, namespace))
-    # a storage proves its memory went: the tensor objects the scan saw may die while an
-    # unseen alias or a graph's saved copy keeps it (every block a dropped root reaches)
-    proofs = dropping.storage_proofs(found, found.reach.keys_reached(plan.dropped))
-    host = host_memory.MallocInUse()
-    report.host_in_use_before = host.read()
-    done = drop.apply(shell, namespace)
-    report.dropped["traceback frames"] = done.frames_cleared
-    report.warnings += done.warnings
-    report.notes += done.notes
-    del drop
-    report.gc_collected = gc.collect()
-    failed_runs.collected()
-    _reset_compiled(report, plan.torch, namespace)
+    try:
+        # what the drop changes: a walk that went into it would not find the same again
+        reusable = not dropping.walked_any(found, drop.changes(shell, namespace))
+        # the scan holds the arrays it found: a weakref to each the drop may free (the
+        # others are held until the collection is done, and let go then)
+        dropping.weaken(found, plan.dropped)
+        # a storage proves its memory went: the tensor objects the scan saw may die while
+        # an unseen alias or a graph's saved copy keeps it (every block a dropped root
+        # reaches)
+        proofs = dropping.storage_proofs(found, found.reach.keys_reached(plan.dropped))
+        host = host_memory.MallocInUse()
+        report.host_in_use_before = host.read()
+        done = drop.apply(shell, namespace)
+        report.dropped["traceback frames"] = done.frames_cleared
+        report.warnings += done.warnings
+        report.notes += done.notes
+        del drop
+        dropping.settle(found)  # an array held that the drop let go of goes before the collection
+        report.gc_collected = gc.collect()
+        failed_runs.collected()
+        _reset_compiled(report, plan.torch, namespace)
+        dropping.settle(found)
+    finally:
+        found.walker.found.let_go()  # the arrays still held are alive: a name keeps them
     _release_caches(report, plan.torch, plan.sync_timeout_s)
     report.host_in_use_after = host.read()
 

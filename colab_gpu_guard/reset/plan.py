@@ -16,6 +16,7 @@ from ..cells.notebook_leftovers import scan
 from ..frameworks import torch as torch_support
 from ..frameworks import torch_compile
 from ..leftovers import Scan, dropping
+from ..leftovers.found import HOLD
 from ..leftovers.registries import FINALIZER, LOGGER, MODULE_GLOBAL, THREAD
 from ..leftovers.root_refs import COMPILED_GRAPH
 from ..units import format_bytes
@@ -133,8 +134,38 @@ def make_plan(
         report.nvml_used_call = used.call
 
     budget = SCAN_BUDGET_S
-    # a dry run proves nothing released: its scan keeps no weakrefs
-    found = scan(namespace=namespace, shell=shell, keep_refs=not dry_run, budget_s=budget)
+    # a dry run proves nothing released: its scan keeps no weakrefs; the reset's holds the
+    # arrays until it knows which the drop may free (`apply`)
+    keep = False if dry_run else HOLD
+    found = scan(namespace=namespace, shell=shell, keep_refs=keep, budget_s=budget)
+    try:
+        drop, dropped, freed_keys = _work_out(found, report, names, all_vars, shell, namespace)
+    except BaseException:
+        found.walker.found.let_go()  # never keep the arrays alive past a failed plan
+        raise
+    return ResetPlan(
+        dry_run=dry_run,
+        shell=shell,
+        namespace=namespace,
+        torch=torch,
+        health=health,
+        before=before,
+        report=report,
+        found=found,
+        drop=drop,
+        dropped=dropped,
+        freed_keys=freed_keys,
+        sync_timeout_s=SYNC_TIMEOUT_S,
+        scan_budget_s=budget,
+    )
+
+
+def _work_out(
+    found: Scan, report: ReleaseReport, names: tuple, all_vars: bool, shell: Any, namespace: dict
+) -> tuple[notebook_refs.DropPlan, set, set]:
+    """The drop, the roots it drops and the blocks only they reach, worked out from the
+    notebook's scan (`found`), with what the report knows before anything changes."""
+    budget = SCAN_BUDGET_S
     if not found.complete:
         report.warnings.append(
             f"the scan stopped at its {budget:g} s budget; what it did not reach is "
@@ -156,21 +187,7 @@ def make_plan(
     named = [notebook_refs.RootKey(notebook_refs.VARIABLE, name) for name in names]
     _held_elsewhere_notes(report, dropping.held_elsewhere(found, named, dropped, freed_keys))
     _registry_notes(report, found)
-    return ResetPlan(
-        dry_run=dry_run,
-        shell=shell,
-        namespace=namespace,
-        torch=torch,
-        health=health,
-        before=before,
-        report=report,
-        found=found,
-        drop=drop,
-        dropped=dropped,
-        freed_keys=freed_keys,
-        sync_timeout_s=SYNC_TIMEOUT_S,
-        scan_budget_s=budget,
-    )
+    return drop, dropped, freed_keys
 
 
 def holds_accelerator_memory(device: str) -> bool:

@@ -15,6 +15,7 @@ from IPython.utils.capture import capture_output
 
 torch = pytest.importorskip("torch")
 
+from colab_gpu_guard.frameworks.base import storage_key  # noqa: E402
 from colab_gpu_guard.leftovers import dropping, find_leftovers, scan  # noqa: E402
 from colab_gpu_guard.notebook_refs import VARIABLE, RootKey  # noqa: E402
 from colab_gpu_guard.reset import apply as reset  # noqa: E402
@@ -142,6 +143,57 @@ def test_an_array_a_finalizer_frees_during_the_reset_is_not_listed(shell, run_ce
     assert_same_as_a_new_scan(shell, report)
 
 
+def test_an_array_a_finalizer_frees_during_the_collection_is_released(shell, run_cell, walks):
+    """A reference cycle only the output history holds: the reset's collection runs its
+    __del__, which empties a list a kept name holds; the tensor in it goes then (the
+    scan held it until the collection was done), is counted as released and not listed."""
+    run_cell(
+        "class Cycle:\n    def __del__(self):\n        keep.clear()\n"
+        f"keep = [torch.ones({N})]; refs['kept'] = weakref.ref(keep[0])\n"
+        "c = Cycle(); c.me = c"
+    )
+    run_cell("c, torch.zeros(10)")  # Out[n], _, _n: the only holders of the cycle left
+    run_cell("del c")
+    assert alive(shell, "kept")
+    report = reset.gpu_reset(shell=shell)
+    assert not alive(shell, "kept") and shell.user_ns["keep"] == []
+    assert walks == [1], "a reference kept was freed: the list is walked again"
+    assert not any(item.name.startswith("keep") for item in report.leftovers)
+    assert report.released_bytes == N * 4 + 10 * 4
+    assert_same_as_a_new_scan(shell, report)
+
+
+def test_the_reset_keeps_no_array_alive(shell, run_cell):
+    """The reset's scan holds the arrays it found only until its collection is done; a
+    plan that fails lets go of them too."""
+    run_cell(f"keep = torch.ones({N}); refs['keep'] = weakref.ref(keep)")
+    reset.gpu_reset(shell=shell)
+    run_cell("del keep")
+    assert not alive(shell, "keep")
+
+    run_cell(f"keep = torch.ones({N}); refs['keep'] = weakref.ref(keep)")
+    failing = pytest.MonkeyPatch()
+    failing.setattr("colab_gpu_guard.reset.plan._registry_notes", lambda *_: 1 / 0, raising=True)
+    try:
+        with pytest.raises(ZeroDivisionError) as caught:
+            reset.gpu_reset(shell=shell)
+    finally:
+        failing.undo()
+    run_cell("del keep")
+    assert not alive(shell, "keep"), "the failed plan's frames (its traceback) hold it"
+    del caught
+
+
+def test_an_array_used_as_a_key_is_named_in_the_reset_list(shell, run_cell, walks):
+    """The value under a tensor key (each reached once) is named through the key's path:
+    by its id(), which the reset's scan takes before it lets go of the arrays it held."""
+    run_cell(f"table = {{torch.ones(3): torch.ones({N})}}")  # each tensor reached once
+    report = reset.gpu_reset(shell=shell)
+    assert not walks
+    assert [item.name for item in report.leftovers] == ["table[<key of table>]", "<key of table>"]
+    assert_same_as_a_new_scan(shell, report)
+
+
 def test_a_variable_a_finalizer_adds_during_the_reset_is_listed(shell, run_cell, walks):
     run_cell(
         f"class Phoenix:\n    def __del__(self):\n        globals()['reborn'] = torch.ones({N})\n"
@@ -210,7 +262,7 @@ def test_reach_runs_aliases_and_what_only_some_roots_reach():
     found = scan(namespace=namespace, keep_refs=True)
     first, second, own = (RootKey(VARIABLE, name) for name in ("first", "second", "own"))
     keys = {
-        name: (str(t.device), t.untyped_storage().data_ptr())
+        name: storage_key(str(t.device), t.untyped_storage().data_ptr())
         for name, t in (("s0", shared[0]), ("s1", shared[1]), ("o", namespace["own"][0]))
     }
     reach = found.reach

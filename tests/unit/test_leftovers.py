@@ -362,6 +362,7 @@ def test_core_modules_import_no_framework_and_no_ipython():
 
 
 def test_scan_groups_and_reach_by_root():
+    from colab_gpu_guard.frameworks.base import storage_key
     from colab_gpu_guard.leftovers import scan
     from colab_gpu_guard.notebook_refs import VARIABLE
 
@@ -369,7 +370,7 @@ def test_scan_groups_and_reach_by_root():
     namespace = {"base": base, "view": base[2:], "other": [torch.ones(3)]}
     found = scan(namespace=namespace, keep_refs=True)
     assert [item.name for item in found.leftovers] == ["base", "other[0]"]
-    group = found.groups[(str(base.device), base.untyped_storage().data_ptr())]
+    group = found.groups[storage_key(str(base.device), base.untyped_storage().data_ptr())]
     assert group.storage_nbytes == 40 and group.device == "cpu"
     assert group.framework == "torch"
     assert group.storage_id == base.untyped_storage().data_ptr()

@@ -52,6 +52,25 @@ def test_bulk_columns_equal_one_at_a_time(order):
         assert row[5] == item.untyped_storage().nbytes()
 
 
+def test_vectors_of_one_length_share_one_shape_and_host_memory_is_keyed_by_address():
+    items = [torch.zeros(3) for _ in range(50)] + [torch.ones(3)[:3]]
+    shapes, _, devices, _, keys, _, ids = columns = array_columns(items)
+    assert list(zip(*columns)) == [tuple(array_info(item)) for item in items]
+    assert len(set(map(id, shapes))) == 1 and shapes[0] == (3,)
+    addresses = [item.untyped_storage().data_ptr() for item in items]
+    assert keys == ids == addresses and set(devices) == {"cpu"}
+
+
+@pytest.mark.gpu
+def test_host_and_device_tensors_read_together_are_keyed_apart():
+    items = [torch.zeros(3), torch.zeros(3, device="cuda"), torch.ones(4)]
+    _, _, devices, _, keys, _, ids = columns = array_columns(items)
+    assert list(zip(*columns)) == [tuple(array_info(item)) for item in items]
+    assert devices == ["cpu", "cuda:0", "cpu"]
+    pointers = [item.untyped_storage().data_ptr() for item in items]
+    assert keys == [pointers[0], ("cuda:0", pointers[1]), pointers[2]] and ids == pointers
+
+
 def test_storage_larger_than_the_tensor_is_counted_whole():
     items = tensors()
     shape, _, _, nbytes, _, storage_nbytes, _ = (c[-2] for c in array_columns(items))
