@@ -17,15 +17,19 @@ ROOT = Path(__file__).resolve().parent.parent
 
 
 def run_python(
-    code: str, env: Optional[dict] = None, marker: str = "", timeout: float = 300
+    code: str,
+    env: Optional[dict] = None,
+    marker: str = "",
+    timeout: float = 300,
+    args: tuple[str, ...] = (),
 ) -> dict:
     """The JSON on the last line of stdout starting with `marker`. Without a marker, the
     last line, and the script must exit cleanly. `env` replaces os.environ (PYTHONPATH
-    keeps its entries after this checkout's root)."""
+    keeps its entries after this checkout's root); `args` are the script's sys.argv[1:]."""
     environment = dict(os.environ if env is None else env)
     environment["PYTHONPATH"] = path_first(str(ROOT), environment)
     done = subprocess.run(
-        [sys.executable, "-c", textwrap.dedent(code)],
+        [sys.executable, "-c", textwrap.dedent(code), *args],
         capture_output=True,
         text=True,
         env=environment,

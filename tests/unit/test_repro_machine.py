@@ -28,6 +28,7 @@ from colab_gpu_guard.seeding.repro import (  # noqa: E402
 )
 from colab_gpu_guard.seeding.repro_effects import NO_CUDA  # noqa: E402
 from tests import fake_pynvml  # noqa: E402
+from tests.child import run_python
 
 ROOT = Path(__file__).resolve().parents[2]
 A100 = Gpu(0, "NVIDIA A100-SXM4-40GB", "8.0", 40 * 2**30)
@@ -371,15 +372,7 @@ def test_attention_switches_are_judged_by_what_they_do_on_the_cpu(switch, change
         "print(json.dumps({'before': before, 'after': after,"
         " 'changed': not torch.equal(first, second)}))\n"
     )
-    done = subprocess.run(
-        [sys.executable, "-c", code, switch],
-        cwd=ROOT,
-        env=dict(os.environ, PYTHONPATH=str(ROOT)),
-        capture_output=True,
-        text=True,
-    )
-    assert done.returncode == 0, done.stderr
-    data = json.loads(done.stdout)
+    data = run_python(code, args=(switch,))
     if not CPU_BUILD:
         pytest.skip("the CPU-only judgement needs a torch without CUDA")
     assert data["changed"] is changes  # measured on this CPU
@@ -494,15 +487,7 @@ print(json.dumps({"before": before, "after": repro_record().to_dict(),
 
 def fresh_torch_then(setting: str) -> tuple[ReproRecord, ReproRecord, bool]:
     """Records before and after `setting` in a new torch process (no GPU listed)."""
-    done = subprocess.run(
-        [sys.executable, "-c", SETTING_CHILD, setting],
-        cwd=ROOT,
-        env=dict(os.environ, PYTHONPATH=str(ROOT)),
-        capture_output=True,
-        text=True,
-    )
-    assert done.returncode == 0, done.stderr
-    data = json.loads(done.stdout)
+    data = run_python(SETTING_CHILD, args=(setting,))
     before, after = (
         dataclasses.replace(ReproRecord.from_dict(data[key]), gpus=())
         for key in ("before", "after")

@@ -30,6 +30,17 @@ class Augmented(Dataset):
 # locks, hung in the full suite; a spawned worker also reads RANK as it is set now.
 
 
+def spawned_loader(worker_init_fn=None) -> DataLoader:
+    """Two spawned workers over `Augmented` (never forked from the test process)."""
+    return DataLoader(
+        Augmented(),
+        batch_size=4,
+        num_workers=2,
+        worker_init_fn=worker_init_fn,
+        multiprocessing_context="spawn",
+    )
+
+
 def batches(rank: int, monkeypatch, seed: int = 7) -> list[list[float]]:
     monkeypatch.setenv("RANK", str(rank))
     loader = DataLoader(
@@ -61,13 +72,7 @@ def draws_as_rank(rank: int, monkeypatch, worker_init_fn=None) -> list[tuple]:
     the same torch seed on every rank, no generator given."""
     monkeypatch.setenv("RANK", str(rank))
     torch.manual_seed(42)
-    loader = DataLoader(
-        Augmented(),
-        batch_size=4,
-        num_workers=2,
-        worker_init_fn=worker_init_fn,
-        multiprocessing_context="spawn",
-    )
+    loader = spawned_loader(worker_init_fn)
     return [(row[1], row[2]) for batch in loader for row in batch.tolist()]
 
 
@@ -124,13 +129,7 @@ def all_draws_as_rank(rank: int, monkeypatch, seed: int = 42) -> list[tuple]:
     default way: seed_all(seed) on every rank, worker_init_fn=seed_worker, no generator."""
     monkeypatch.setenv("RANK", str(rank))
     seed_all(seed)
-    loader = DataLoader(
-        Augmented(),
-        batch_size=4,
-        num_workers=2,
-        worker_init_fn=seed_worker,
-        multiprocessing_context="spawn",
-    )
+    loader = spawned_loader(seed_worker)
     return [(row[1], row[2], row[3]) for batch in loader for row in batch.tolist()]
 
 
@@ -149,20 +148,14 @@ def test_default_path_differs_per_rank_for_all_three_streams(monkeypatch):
 def draws_with_torch(monkeypatch, rank: int = 1) -> list[tuple]:
     monkeypatch.setenv("RANK", str(rank))
     seed_all(42)
-    loader = DataLoader(Augmented(), batch_size=4, num_workers=2, multiprocessing_context="spawn")
+    loader = spawned_loader()
     return [(row[1], row[2], row[3]) for batch in loader for row in batch.tolist()]
 
 
 def test_workers_draw_anew_each_epoch(monkeypatch):
     monkeypatch.setenv("RANK", "0")
     seed_all(42)
-    loader = DataLoader(
-        Augmented(),
-        batch_size=4,
-        num_workers=2,
-        worker_init_fn=seed_worker,
-        multiprocessing_context="spawn",
-    )
+    loader = spawned_loader(seed_worker)
     first, second = ([row[3] for b in loader for row in b.tolist()] for _ in range(2))
     assert not set(first) & set(second)
 
@@ -217,13 +210,7 @@ def test_spawned_workers_differ_per_rank_too(monkeypatch):
     def spawned(rank: int) -> list:
         monkeypatch.setenv("RANK", str(rank))
         seed_all(42)
-        loader = DataLoader(
-            Augmented(),
-            batch_size=4,
-            num_workers=2,
-            worker_init_fn=seed_worker,
-            multiprocessing_context="spawn",
-        )
+        loader = spawned_loader(seed_worker)
         return [row[3] for batch in loader for row in batch.tolist()]
 
     assert not set(spawned(0)) & set(spawned(1))
@@ -243,13 +230,7 @@ def _gloo_rank(rank: int, port: int, folder: str) -> None:
     try:
         seed_all(7)
         main = [torch.rand(2).tolist(), random.random(), float(np.random.rand())]
-        loader = DataLoader(
-            Augmented(),
-            batch_size=4,
-            num_workers=2,
-            worker_init_fn=seed_worker,
-            multiprocessing_context="spawn",
-        )
+        loader = spawned_loader(seed_worker)
         rows = [row for batch in loader for row in batch.tolist()]
         with open(os.path.join(folder, f"rank{rank}.json"), "w") as handle:
             json.dump({"main": main, "rows": rows}, handle)
