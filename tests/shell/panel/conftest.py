@@ -1,5 +1,6 @@
 """The panel tests' fixtures: a clean NVML and Colab state (autouse; a module may
-override it), `torch`, and `show` (%gpu_panel in the shell, every section open)."""
+override it), a scan after every cell (autouse; `real_throttle` puts the panel's own
+back), `torch`, and `show` (%gpu_panel in the shell, every section open)."""
 
 from __future__ import annotations
 
@@ -9,9 +10,26 @@ import pytest
 
 from colab_gpu_guard import cuda_health, nvml
 from colab_gpu_guard.ipython import panel as panel_module
+from colab_gpu_guard.ipython.panel import refresh as panel_refresh
 from tests import fake_pynvml
 from tests.panel_widgets import open_sections
 from tests.shared_shell import global_shell
+
+THROTTLED_ABOVE_S = panel_refresh.ALWAYS_SCAN_S  # the panel's own: a slower scan is not redone
+
+
+@pytest.fixture(autouse=True)
+def scan_after_every_cell(monkeypatch):
+    """Most panel tests are about what a scan shows, not about its throttle: a snapshot
+    slower than ALWAYS_SCAN_S (a loaded machine, a test process after two thousand tests)
+    would keep the last scan's leftovers after a cell, as the panel says it does."""
+    monkeypatch.setattr(panel_refresh, "ALWAYS_SCAN_S", 3600.0)
+
+
+@pytest.fixture
+def real_throttle(monkeypatch):
+    """The panel's own throttle, for the tests of it."""
+    monkeypatch.setattr(panel_refresh, "ALWAYS_SCAN_S", THROTTLED_ABOVE_S)
 
 
 @pytest.fixture(autouse=True)

@@ -357,7 +357,7 @@ def test_refreshes_after_each_cell(ip, run_cell, show, torch):
 
 
 def test_slow_leftovers_scan_is_not_repeated_after_every_cell(
-    ip, run_cell, show, monkeypatch, torch
+    ip, run_cell, show, monkeypatch, torch, real_throttle
 ):
     """A snapshot that took 0.8 s (10^5 arrays) is taken again after a cell only once it
     costs at most 10% of the time since the last; meanwhile the rest of the panel is new
@@ -404,7 +404,7 @@ def test_slow_leftovers_scan_is_not_repeated_after_every_cell(
 
 
 def test_a_reused_slow_scan_keeps_what_it_said_of_its_leftovers(
-    ip, run_cell, show, monkeypatch, torch
+    ip, run_cell, show, monkeypatch, torch, real_throttle
 ):
     """The leftovers a slow scan found are shown again after the next cell: so is what
     that scan said of them (here: graph values it could not measure), known as the scan's

@@ -165,7 +165,9 @@ def test_the_last_hundred_opened_names_are_remembered(show):
     row.close()
 
 
-def test_groups_stay_open_when_a_slow_scan_is_not_repeated(ip, run_cell, show, monkeypatch, torch):
+def test_groups_stay_open_when_a_slow_scan_is_not_repeated(
+    ip, run_cell, show, monkeypatch, torch, real_throttle
+):
     """After a cell that does not scan again (the last scan was slow and recent), the
     groups are the last scan's, with their open state."""
     now = [1000.0]
