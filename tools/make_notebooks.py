@@ -634,7 +634,7 @@ import dataclasses
 import json
 
 from colab_gpu_guard import repro_diff, repro_record
-from colab_gpu_guard.seeding.repro import Gpu
+from colab_gpu_guard.seeding.repro_parts import Gpu
 
 here = repro_record()
 a100 = dataclasses.replace(

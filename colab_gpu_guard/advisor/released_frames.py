@@ -207,7 +207,7 @@ def _measure(release: FramesRelease, found: Any, proofs: dict) -> None:
     """Fill in what the scan saw and what of it is gone now (each pass over the scan's
     references is C-level: a frame may hold 10^6 tensors)."""
     from ..leftovers import dropping
-    from ..leftovers.found import ROW_FRAMEWORK
+    from ..leftovers.rows import ROW_FRAMEWORK
 
     walker = found.walker
     saved = walker.graphs.saved  # what autograd graphs saved, by storage key

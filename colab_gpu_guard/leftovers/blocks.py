@@ -9,12 +9,13 @@ from collections.abc import Callable, Sequence
 from typing import Optional, Union
 
 from ..units import HOLDERS
-from .found import ROW_HOLDER, ROW_PATH, Found, Items, Ref
+from .found import Found, Ref
 from .graphs import SHARERS_SHOWN, Graph, named_few
 from .groups import Blocks as GroupColumns
 from .naming import ITEM, PathNames, rank, shared_names
 from .records import Leftover, leftover_of, with_graph
 from .root_refs import RootRef
+from .rows import ROW_HOLDER, ROW_PATH, Items
 from .tally import Groups, root_labels, root_of_path
 
 

@@ -12,11 +12,11 @@ from typing import Any, NamedTuple, Optional
 
 from .. import notebook_refs
 from .blocks import Blocks
-from .found import ROW_FRAMEWORK
 from .leftover_list import LeftoverList
 from .naming import PathNames, best_paths
 from .reach import alias_rows
 from .registries import MODULE_GLOBAL
+from .rows import ROW_FRAMEWORK
 from .scan import Scan, listed, root_entries, root_ids
 
 _IS_NONE = type(None).__instancecheck__  # x is None, as a C-level callable

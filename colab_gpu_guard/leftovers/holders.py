@@ -22,7 +22,7 @@ from ..notebook_refs.frames import (
     is_function_frame,
     traceback_frames_exited,
 )
-from .found import ROW_FRAMEWORK, Found
+from .found import Found
 from .graphs import Graphs
 from .kinds import (
     ATOMIC,
@@ -56,6 +56,7 @@ from .readers import (
     type_module,
     type_name,
 )
+from .rows import ROW_FRAMEWORK
 from .visit import Visit
 
 TENSOR_CHUNK = 2048  # tensors checked for attributes of their own in one C call

@@ -9,8 +9,9 @@ import sys
 from typing import Optional
 
 from ..frameworks.base import ArrayInfo
-from .found import ROW_FRAMEWORK, Found
+from .found import Found
 from .graphs import Graphs
+from .rows import ROW_FRAMEWORK
 
 
 class NumpyBuffers:

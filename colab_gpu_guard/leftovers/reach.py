@@ -7,8 +7,8 @@ import operator
 from collections.abc import Hashable, Iterable, Sequence
 from typing import Any, Optional
 
-from .found import ROW_PATH, ROW_ROOT, Items
 from .graphs import Graphs
+from .rows import ROW_PATH, ROW_ROOT, Items
 
 _PARENT = operator.itemgetter(0)
 

@@ -221,7 +221,7 @@ UNSEEN_SHOWN = 3  # holders not looked into, named in a note
 
 
 class Unread(NamedTuple):
-    """What a scan met but could not count whole, with the root (`found.Row`'s) that
+    """What a scan met but could not count whole, with the root (`rows.Row`'s) that
     reached each: holders not looked into and NumPy arrays of Python objects (by name)."""
 
     unseen: tuple[tuple[Any, Unseen], ...] = ()

@@ -13,7 +13,7 @@ _NEW = tuple.__new__
 class Visit(NamedTuple):
     """The path from the root to the object visited (`naming.Path`), how many containers
     deep it lies, who holds the root (a `units` holder label) and the root's key (as a
-    `found.Row` holds it). An array recorded is recorded at its visit."""
+    `rows.Row` holds it). An array recorded is recorded at its visit."""
 
     path: Path
     depth: int

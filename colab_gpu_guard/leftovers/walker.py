@@ -12,7 +12,7 @@ from typing import Optional, Union
 
 from ..units import USER_VARIABLE
 from . import arrow
-from .found import Found, Items
+from .found import Found
 from .graphs import Graphs
 from .holders import FrameWalks, HolderWalks, TensorParts
 from .kinds import (
@@ -46,6 +46,7 @@ from .naming import (
 from .plain import all_plain
 from .readers import BASE_ITER, instance_dict, own_attribute, slot_values, tensor_readers
 from .root_refs import RootRef
+from .rows import Items
 from .visit import Visit
 
 DEFAULT_MAX_DEPTH = 10

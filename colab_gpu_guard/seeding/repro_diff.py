@@ -9,7 +9,7 @@ from typing import Any, Callable, Optional
 
 from ..serialize import to_data
 from ..units import escape_html, escape_lines
-from .repro import ReproRecord, gpu_summary
+from .repro import ReproRecord
 from .repro_effects import (
     BACKEND_EFFECTS,
     CPU,
@@ -31,6 +31,7 @@ from .repro_effects import (
     Difference,
     value_text,
 )
+from .repro_parts import gpu_summary
 from .repro_precision import precision_differences
 
 

@@ -7,7 +7,7 @@ from __future__ import annotations
 from typing import Optional
 
 from .precision import PARENT
-from .repro import ReproRecord, supports_tf32
+from .repro import ReproRecord
 from .repro_effects import (
     CPU_MODE,
     CPU_OPS,
@@ -21,6 +21,7 @@ from .repro_effects import (
     Difference,
     value_text,
 )
+from .repro_parts import supports_tf32
 
 
 def precision_differences(a: ReproRecord, b: ReproRecord, found: list, notes: list) -> None:

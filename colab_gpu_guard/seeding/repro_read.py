@@ -19,14 +19,14 @@ from ..frameworks import jax as jax_support
 from ..frameworks import numpy as numpy_support
 from ..frameworks import tensorflow as tensorflow_support
 from ..frameworks import torch as torch_support
-from .repro import (
+from .repro import ReproRecord
+from .repro_parts import (
     BACKEND_SETTINGS,
     REPRO_ENV,
     SCHEMA_VERSION,
     Cpu,
     Distributed,
     Gpu,
-    ReproRecord,
     Seeding,
     TorchFlags,
     Versions,

@@ -1,4 +1,4 @@
-"""The items of a container recorded in bulk share one row (`found.Items`): their paths,
+"""The items of a container recorded in bulk share one row (`rows.Items`): their paths,
 names, roots and the listing are those of one row per item, made one by one."""
 
 from __future__ import annotations
@@ -8,8 +8,8 @@ import pytest
 torch = pytest.importorskip("torch")
 
 from colab_gpu_guard.leftovers import scan  # noqa: E402
-from colab_gpu_guard.leftovers.found import ROW_PATH, ROW_ROOT, Items, expanded  # noqa: E402
 from colab_gpu_guard.leftovers.reach import root_runs, runs_of  # noqa: E402
+from colab_gpu_guard.leftovers.rows import ROW_PATH, ROW_ROOT, Items, expanded  # noqa: E402
 
 
 def notebook() -> dict:

@@ -17,13 +17,8 @@ torch = pytest.importorskip("torch")
 jsonschema = pytest.importorskip("jsonschema")
 
 from colab_gpu_guard import nvml, repro_diff, repro_record, seed_all  # noqa: E402
-from colab_gpu_guard.seeding.repro import (  # noqa: E402
-    REPRO_ENV,
-    SCHEMA_VERSION,
-    Gpu,
-    ReproRecord,
-    json_schema,
-)
+from colab_gpu_guard.seeding.repro import ReproRecord, json_schema  # noqa: E402
+from colab_gpu_guard.seeding.repro_parts import REPRO_ENV, SCHEMA_VERSION, Gpu  # noqa: E402
 from tests import fake_pynvml  # noqa: E402
 
 A100 = Gpu(0, "NVIDIA A100-SXM4-40GB", "8.0", 40 * 2**30)

@@ -17,7 +17,7 @@ import pytest
 torch = pytest.importorskip("torch")
 
 from colab_gpu_guard import repro_diff, repro_record  # noqa: E402
-from colab_gpu_guard.seeding.repro import REPRO_ENV, Gpu  # noqa: E402
+from colab_gpu_guard.seeding.repro_parts import REPRO_ENV, Gpu  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[2]
 A100 = Gpu(0, "NVIDIA A100-SXM4-40GB", "8.0", 40 * 2**30)

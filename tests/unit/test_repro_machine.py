@@ -18,15 +18,15 @@ torch = pytest.importorskip("torch")
 
 from colab_gpu_guard import nvml, repro_diff, repro_record, seed_all  # noqa: E402
 from colab_gpu_guard.seeding import precision  # noqa: E402
-from colab_gpu_guard.seeding.repro import (  # noqa: E402
+from colab_gpu_guard.seeding.repro import ReproRecord  # noqa: E402
+from colab_gpu_guard.seeding.repro_effects import NO_CUDA  # noqa: E402
+from colab_gpu_guard.seeding.repro_parts import (  # noqa: E402
     BACKEND_DEFAULTS,
     BACKEND_SETTINGS,
     REPRO_ENV,
     Cpu,
     Gpu,
-    ReproRecord,
 )
-from colab_gpu_guard.seeding.repro_effects import NO_CUDA  # noqa: E402
 from tests import fake_pynvml  # noqa: E402
 from tests.child import run_python
 

@@ -18,7 +18,7 @@ from colab_gpu_guard.advisor.diagnosis import Diagnosis
 from colab_gpu_guard.cells.history_text import format_history, leak_text
 from colab_gpu_guard.cells.tracker import CellMemory
 from colab_gpu_guard.seeding import repro_diff, repro_record
-from colab_gpu_guard.seeding.repro import Gpu
+from colab_gpu_guard.seeding.repro_parts import Gpu
 from colab_gpu_guard.status.compact import compact_text
 from colab_gpu_guard.units import escape_lines, escape_text
 from tests import fake_pynvml
