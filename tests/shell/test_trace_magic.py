@@ -31,6 +31,17 @@ def test_without_cuda_one_line_and_the_cell_runs_untraced(ip):
 
 
 @pytest.mark.cpu_only
+def test_without_cuda_a_save_says_no_file_was_written(ip, tmp_path):
+    pytest.importorskip("torch")
+    target = tmp_path / "cell.pickle"
+    result, captured = run(ip, f"%%gpu_trace --save {target}\nsaved_value = 1\n")
+    assert result.success and ip.user_ns["saved_value"] == 1
+    line = captured.stdout.splitlines()[0]
+    assert line.endswith(f"; the cell ran untraced (nothing written to {target})")
+    assert not target.exists()
+
+
+@pytest.mark.cpu_only
 def test_the_line_form_without_cuda_says_so_and_stays_off(ip):
     pytest.importorskip("torch")
     _, captured = run(ip, "%gpu_trace on")

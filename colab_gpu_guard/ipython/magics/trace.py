@@ -153,7 +153,7 @@ class TraceMagics(GuardMagics):
             raise usage_error(ValueError(f"--save: no folder {folder!r}"), self.gpu_trace)
         torch = cuda_torch()
         if isinstance(torch, Unavailable):
-            print(f"gpu_trace: {untraced(torch)}")
+            print(f"gpu_trace: {untraced(torch)}{_not_saved(save)}")
             return self._run(cell)
         recorder = Recorder(torch, max_entries, self.shell)
         failure = None
@@ -162,7 +162,10 @@ class TraceMagics(GuardMagics):
         except RuntimeError as error:  # CUDA unusable (a device-side assert before)
             failure = error_text(error)
         if failure is not None:
-            print(f"gpu_trace: CUDA cannot record here ({failure}); the cell ran untraced")
+            print(
+                f"gpu_trace: CUDA cannot record here ({failure}); the cell ran untraced"
+                f"{_not_saved(save)}"
+            )
             return self._run(cell)
         try:
             return self._run(cell)
@@ -283,6 +286,15 @@ class Following:
         recorder, self.recorder = self.recorder, None
         if recorder is not None:
             recorder.stop()
+
+
+def _not_saved(save: Optional[str]) -> str:
+    """What an untraced cell's line adds where `--save FILE` was asked for: no file."""
+    if save is None:
+        return ""
+    from ...units import escape_text
+
+    return f" (nothing written to {escape_text(save)})"
 
 
 def _leading_blank(text: str) -> int:
