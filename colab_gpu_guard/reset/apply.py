@@ -219,7 +219,7 @@ def _release_torch_cuda(report: ReleaseReport, torch, sync_timeout_s: float) -> 
 
 
 def _host_beyond_note(report: ReleaseReport, found: Scan, gone: set) -> None:
-    """Where host memory in use fell by more than the host arrays the scan saw released:
+    """Where host memory allocated fell by more than the host arrays the scan saw released:
     what else went (the arrays of reference cycles no name reaches are found by no scan)."""
     if report.host_line() is None:  # no fall worth a line, or no malloc figures
         return
@@ -227,7 +227,7 @@ def _host_beyond_note(report: ReleaseReport, found: Scan, gone: set) -> None:
     beyond = (before - after) - dropping.nbytes(found, gone, "cpu")
     if beyond >= HOST_LINE_MIN:
         report.notes.append(
-            f"host memory in use fell by {format_bytes(before - after)}, "
+            f"host memory allocated fell by {format_bytes(before - after)}, "
             f"{format_bytes(beyond)} more than the arrays found: Python's garbage collector and "
             "the dropped references freed more than the notebook's names reached (e.g. arrays in "
             "reference cycles, such as the frames of earlier failed runs)"

@@ -162,11 +162,11 @@ class ReleaseReport:
         return sum(freed) if freed else self.released_bytes
 
     def host_line(self) -> Optional[str]:
-        """'host memory in use: 612 MiB -> 592 MiB' where it fell by 1 MiB or more."""
+        """'host memory allocated: 612 MiB -> 592 MiB' where it fell by 1 MiB or more."""
         before, after = self.host_in_use_before, self.host_in_use_after
         if before is None or after is None or before - after < HOST_LINE_MIN:
             return None
-        return f"host memory in use: {format_bytes(before)} -> {format_bytes(after)}"
+        return f"host memory allocated: {format_bytes(before)} -> {format_bytes(after)}"
 
     @property
     def dropped_total(self) -> int:

@@ -176,4 +176,4 @@ def test_a_tensor_only_a_reference_cycle_held_shows_as_host_memory_freed(ip, run
     assert alive() is None
     fell = report.host_in_use_before - report.host_in_use_after
     assert fell >= 5_000_000 * 4 - 2**20, (report.host_in_use_before, report.host_in_use_after)
-    assert f"host memory in use: {format_bytes(report.host_in_use_before)} -> " in str(report)
+    assert f"host memory allocated: {format_bytes(report.host_in_use_before)} -> " in str(report)

@@ -445,6 +445,6 @@ def test_host_memory_freed_beyond_the_arrays_found_is_explained(shell, run_cell)
     if done.host_in_use_before is None or done.host_in_use_after is None:
         pytest.skip("no malloc figures here (not glibc)")
     fell = done.host_in_use_before - done.host_in_use_after
-    notes = [note for note in done.notes if note.startswith("host memory in use fell by")]
+    notes = [note for note in done.notes if note.startswith("host memory allocated fell by")]
     assert fell >= size - 2**20 and notes, (fell, done.notes)
     shell.user_ns.pop("_Cycle", None)

@@ -33,9 +33,9 @@ What it does, in order:
    a device-side assert, for instance) the CUDA steps are skipped, and you are told to
    restart the runtime.
 4. Prints allocated and reserved memory before and after per device, NVML used, the memory
-   freed, host memory in use where it fell by 1 MiB or more (glibc's malloc figure: it
-   also counts arrays only the garbage collector reached), and the arrays still held
-   (`colab_gpu_guard.find_leftovers()`).
+   freed, host memory allocated where it fell by 1 MiB or more (glibc's malloc figure,
+   not the resident size: it also counts arrays only the garbage collector reached), and
+   the arrays still held (`colab_gpu_guard.find_leftovers()`).
 
 From code: `colab_gpu_guard.gpu_reset("model", dry_run=True)` returns the report.
 
