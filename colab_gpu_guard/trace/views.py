@@ -168,6 +168,16 @@ _CODE = (
     "white-space:normal;overflow-wrap:anywhere"
 )
 _TD = "text-align:left;vertical-align:top;padding:1px 6px;overflow-wrap:anywhere"
+# A view under 28em (JupyterLab at 600 px with its file browser open leaves it ~210 px)
+# gives each line's figures a row and its place and code the next, whole: as a table, the
+# code's column would be a few letters wide. Where container queries or <style> are
+# missing (GitHub's renderer), the table stays.
+_NARROW = (
+    "<style>.cgg-trace{container-type:inline-size}@container (max-width:28em){"
+    ".cgg-trace .cgg-lines tr{display:grid;grid-template-columns:6em auto}"
+    ".cgg-trace .cgg-lines td:nth-child(2){text-align:left!important}"
+    ".cgg-trace .cgg-lines td:nth-child(3){grid-column:1/-1;padding-left:2em}}</style>"
+)
 _NUM = "text-align:right;vertical-align:top;white-space:nowrap;padding:1px 6px"
 _AREA = "var(--jp-brand-color1,var(--vscode-charts-blue,#1976d2))"
 _PEAK = "var(--jp-error-color1,var(--vscode-charts-red,#d32f2f))"
@@ -209,7 +219,9 @@ def _table(lines: tuple[LineMemory, ...], names: bool) -> str:
             f'<td></td><td style="{_TD}">at {len(lines) - _SHOWN} more places</td></tr>'
         )
     return (
-        '<table style="border-collapse:collapse;margin:2px 0 6px 0">' + "".join(rows) + "</table>"
+        '<table class="cgg-lines" style="border-collapse:collapse;margin:2px 0 6px 0">'
+        + "".join(rows)
+        + "</table>"
     )
 
 
@@ -294,4 +306,7 @@ def report_html(report: TraceReport) -> str:
             if trace.dropped
         )
         body += "".join(f"<div style='opacity:.8'>{_esc(line)}</div>" for line in footer(report))
-    return f'<div class="cgg-trace" style="{_FONT};max-width:100%;overflow-x:auto">{body}</div>'
+    return (
+        f'{_NARROW}<div class="cgg-trace" style="{_FONT};max-width:100%;overflow-x:auto">'
+        f"{body}</div>"
+    )

@@ -2,7 +2,8 @@
 CPU-only machine the magic's one line, then a report of a saved snapshot (a real GPU's where
 tests/fixtures/cuda_snapshots/ has one, else a constructed one in torch's format) shown as a
 cell's result: its timeline picture and its tables render, nothing leaves the view's right
-edge at 600 px, and every text reads at 4.5:1 or better in the light theme and in
+edge at 600 px, a line's code keeps most of the view's width (a narrow view puts it under
+the line's figures), and every text reads at 4.5:1 or better in the light theme and in
 JupyterLab's dark theme. No script is loaded for it. Screenshots under $CGG_BROWSER_OUTPUT.
 """
 
@@ -42,11 +43,22 @@ def cells() -> list[str]:
     ]
 
 
+# each line's place and code, against the view's width: as a table in a narrow view the
+# code's column was a few letters wide (about 50 of JupyterLab's 212 px at 600 px)
+PLACE_WIDTHS_JS = """view => [view.getBoundingClientRect().width,
+  Array.from(view.querySelectorAll('.cgg-lines td:nth-child(3)'),
+             td => td.getBoundingClientRect().width)]"""
+
+
 def check(view, label: str) -> None:
     bad = view.evaluate(CONTRAST_JS)
     assert not bad, f"{label}: text under 4.5:1 contrast: {bad}"
     out = view.evaluate(OVERFLOW_JS)
     assert not out, f"{label}: past the view's right edge: {out}"
+    width, places = view.evaluate(PLACE_WIDTHS_JS)
+    assert places and min(places) >= min(0.6 * width, 300), (
+        f"{label}: a line's code gets {min(places):.0f} of the view's {width:.0f} px"
+    )
 
 
 @pytest.mark.slow

@@ -199,7 +199,7 @@ def test_traceback_and_exception_holders_are_hidden_and_released(ip, run_cell):
     reset.gpu_reset(shell=ip)
     with capture_output():
         run_cell(
-            "def train():\n    batch = torch.ones(300)\n"
+            "import torch\ndef train():\n    batch = torch.ones(300)\n"
             "    raise ValueError('x', torch.ones(400))\ntrain()"
         )
     groups = find_leftovers().groups()
