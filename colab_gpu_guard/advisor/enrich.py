@@ -420,9 +420,10 @@ _ENRICHERS: dict[str, tuple[Callable[[Diagnosis, Optional[dict]], None], ...]] =
     GPU_TOO_OLD: (_enrich_capability,),
     NO_GPU: (_enrich_no_gpu,),
 }
-# A kind left out has nothing this process can add (device mismatch, NCCL, stream capture
-# and library setup are told by the message alone). Another room's facts join a kind here,
-# as the memory trace's lines alive at the failure do (a Section of the answer).
+# A kind left out has nothing this process can add (device mismatch, a generator's device,
+# NCCL, stream capture and library setup are told by the message alone). Another room's
+# facts join a kind here, as the memory trace's lines alive at the failure do (a Section of
+# the answer).
 
 
 # ---------------------------------------------------------------- advise (public)

@@ -9,6 +9,7 @@ STICKY_ERROR = "sticky_error"
 STICKY_ERROR_ELSEWHERE = "sticky_error_elsewhere"
 LATE_KERNEL_ERROR = "late_kernel_error"
 DEVICE_MISMATCH = "device_mismatch"
+GENERATOR_DEVICE = "generator_device"
 INVALID_DEVICE = "invalid_device"
 DEVICE_BUSY = "device_busy"
 FORKED_CUDA = "forked_cuda"
@@ -29,6 +30,7 @@ KINDS = (
     STICKY_ERROR_ELSEWHERE,
     LATE_KERNEL_ERROR,
     DEVICE_MISMATCH,
+    GENERATOR_DEVICE,
     INVALID_DEVICE,
     DEVICE_BUSY,
     FORKED_CUDA,
@@ -54,6 +56,7 @@ TITLES = {
     "in this kernel is not affected",
     LATE_KERNEL_ERROR: "a GPU kernel failed - often an earlier error reported late",
     DEVICE_MISMATCH: "tensors on different devices",
+    GENERATOR_DEVICE: "a random generator on another device than its draws",
     INVALID_DEVICE: "a GPU number this runtime does not have",
     DEVICE_BUSY: "the GPU is busy or unavailable",
     FORKED_CUDA: "CUDA used in a forked subprocess",

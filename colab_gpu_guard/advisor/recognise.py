@@ -16,6 +16,7 @@ from .kinds import (
     DEVICE_MISMATCH,
     DRIVER_MISMATCH,
     FORKED_CUDA,
+    GENERATOR_DEVICE,
     GPU_TOO_OLD,
     INVALID_DEVICE,
     LATE_KERNEL_ERROR,
@@ -181,6 +182,11 @@ _INDICES = re.compile(
 # "Input type (torch.FloatTensor) and weight type (torch.cuda.FloatTensor) should be the
 # same": a device mismatch only when one type is a CUDA type and the other not (the same
 # wording also reports a dtype mismatch on one device).
+# ATen's check_generator (ATen/core/Generator.h): a draw on one device type, a generator on
+# another ("Expected a 'cuda' device type for generator but found 'cpu'")
+_GENERATOR = re.compile(
+    r"Expected a '(?P<drawn>\w+)' device type for generator but found '(?P<on>\w+)'"
+)
 _INPUT_WEIGHT = re.compile(r"Input type \((?P<input>[^)]*)\) and weight type \((?P<weight>[^)]*)\)")
 _INVALID_ORDINAL = re.compile(
     r"invalid device ordinal|cudaErrorInvalidDevice\b|CUDA_ERROR_INVALID_DEVICE\b",
@@ -407,6 +413,10 @@ def _kind(exc: BaseException, message: str, details: dict[str, Any]) -> Optional
         return Recognised(LIBRARY_SETUP, details)
     if _device_mismatch(message, details):
         return Recognised(DEVICE_MISMATCH, details)
+    match = _GENERATOR.search(message)
+    if match:
+        details["drawn_on"], details["generator_on"] = match.group("drawn", "on")
+        return Recognised(GENERATOR_DEVICE, details)
     match = _DESERIALIZE.search(message)
     if match:
         details["device_index"] = int(match.group("index"))

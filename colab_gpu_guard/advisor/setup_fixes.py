@@ -1,7 +1,7 @@
-"""The prose of the errors of setup and hardware: tensors on two devices, a GPU number that
-does not exist, a busy GPU, NCCL, CUDA-graph capture, a GPU too old for a feature, and a
-CUDA library missing or of the wrong version. Built from the details parsed out of the
-message (recognise.py)."""
+"""The prose of the errors of setup and hardware: tensors on two devices, a random generator
+on another device than its draws, a GPU number that does not exist, a busy GPU, NCCL,
+CUDA-graph capture, a GPU too old for a feature, and a CUDA library missing or of the wrong
+version. Built from the details parsed out of the message (recognise.py)."""
 
 from __future__ import annotations
 
@@ -11,6 +11,7 @@ from .advice import NEW_RUNTIME, RESTART_SESSION, Advice
 from .kinds import (
     DEVICE_BUSY,
     DEVICE_MISMATCH,
+    GENERATOR_DEVICE,
     GPU_TOO_OLD,
     INVALID_DEVICE,
     LIBRARY_SETUP,
@@ -76,6 +77,43 @@ def device_mismatch(details: dict[str, Any]) -> Advice:
             "purpose."
         )
     return Advice(DEVICE_MISMATCH, summary, facts, fixes)
+
+
+def generator_device(details: dict[str, Any]) -> Advice:
+    """ATen checks that a draw's generator is on the draw's device type. The usual way in
+    is a DataLoader's shuffling: RandomSampler (torch/utils/data/sampler.py) makes its
+    generator with `torch.Generator()`, on the CPU, and draws its order with
+    `torch.randperm` / `torch.randint` on the default device; `random_split` draws with
+    torch's CPU generator the same way (torch/utils/data/dataset.py)."""
+    drawn, on = details.get("drawn_on", "cuda"), details.get("generator_on", "cpu")
+    facts = {"numbers drawn on": drawn, "generator on": on}
+    summary = (
+        f"Random numbers were drawn on the {_where(drawn)} with a `torch.Generator` on the "
+        f"{_where(on)}: a generator only serves draws on its own device."
+    )
+    if drawn == "cpu":
+        fixes = [
+            "A DataLoader's shuffling, a sampler or `random_split` draws on the CPU here: give "
+            "it a CPU generator, `torch.Generator().manual_seed(seed)` (or "
+            "`colab_gpu_guard.dataloader_generator(seed)`), not one made with `device='cuda'`.",
+            f"For a draw of your own, make the generator where the numbers are drawn: "
+            f"`torch.Generator()` for the CPU, `torch.Generator(device='{on}')` with "
+            f"`device='{on}'` in the draw.",
+        ]
+        return Advice(GENERATOR_DEVICE, summary, facts, fixes)
+    fixes = [
+        "A DataLoader with `shuffle=True` (or `random_split`) does this when the default "
+        f"device is the GPU (`torch.set_default_device('{drawn}')` or "
+        "`torch.set_default_tensor_type(torch.cuda.FloatTensor)`): its generator is on the "
+        "CPU, its draws on the GPU. Keep the default device the CPU "
+        "(`torch.set_default_device('cpu')`) and move each batch with `.to(device)`, or give "
+        "it a generator on the GPU: "
+        f"`DataLoader(..., generator=torch.Generator(device='{drawn}'))`.",
+        "For a draw of your own, make the generator where the numbers are drawn: "
+        f"`g = torch.Generator(device='{drawn}')` for `torch.randn(..., device='{drawn}', "
+        "generator=g)`.",
+    ]
+    return Advice(GENERATOR_DEVICE, summary, facts, fixes)
 
 
 def _where(device: str) -> str:

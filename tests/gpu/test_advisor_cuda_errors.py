@@ -238,3 +238,48 @@ def test_real_memory_in_disguise_shows_nvmls_memory_beside_cudas():
     cuda_used = result["total"] - result["free"]
     assert abs(total - result["total"]) <= 0.03 * result["total"]
     assert abs(used - cuda_used) <= max(512 * 2**20, 0.05 * result["total"]), (used, cuda_used)
+
+
+def test_real_shuffling_loader_on_a_cuda_default_device_and_the_fixes_it_gives():
+    """A DataLoader with shuffle=True after torch.set_default_device('cuda'): the sampler's
+    CPU generator meets a draw on the GPU. The answer's two fixes each make the loader run:
+    a generator on the GPU, or the CPU as the default device again. Then the reverse: a
+    CUDA generator for a loader on a CPU default device, fixed by a CPU generator."""
+    result, output = run_script(
+        """
+        ip.run_cell(
+            "import torch\\n"
+            "from torch.utils.data import DataLoader, TensorDataset\\n"
+            "data = TensorDataset(torch.arange(8.0, device='cpu'))\\n"
+            "torch.set_default_device('cuda')\\n"
+            "next(iter(DataLoader(data, batch_size=4, shuffle=True)))\\n",
+            store_history=True,
+        )
+        first = str(getattr(sys, "last_value", None))
+        on_gpu = ip.run_cell(
+            "len(list(DataLoader(data, batch_size=4, shuffle=True, "
+            "generator=torch.Generator(device='cuda'))))"
+        ).result
+        back = ip.run_cell(
+            "torch.set_default_device('cpu')\\n"
+            "len(list(DataLoader(data, batch_size=4, shuffle=True)))"
+        ).result
+        ip.run_cell(
+            "next(iter(DataLoader(data, batch_size=4, shuffle=True, "
+            "generator=torch.Generator(device='cuda'))))",
+            store_history=True,
+        )
+        second = str(getattr(sys, "last_value", None))
+        on_cpu = ip.run_cell(
+            "len(list(DataLoader(data, batch_size=4, shuffle=True, "
+            "generator=torch.Generator().manual_seed(0))))"
+        ).result
+        report(first=first, second=second, on_gpu=on_gpu, back=back, on_cpu=on_cpu)
+        """
+    )
+    assert "Expected a 'cuda' device type for generator but found 'cpu'" in result["first"]
+    assert "Expected a 'cpu' device type for generator but found 'cuda'" in result["second"]
+    assert (result["on_gpu"], result["back"], result["on_cpu"]) == (2, 2, 2), result
+    assert output.count("CUDA advisor: a random generator on another device than its draws") == 2
+    assert "generator=torch.Generator(device='cuda')" in output
+    assert "torch.Generator().manual_seed(seed)" in output

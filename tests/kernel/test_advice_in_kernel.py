@@ -15,6 +15,7 @@ nbclient = pytest.importorskip("nbclient")
 # One real message per family (tests/fixtures/cuda_error_corpus.json), raised by its type.
 FAMILIES = [
     "device_mismatch",
+    "generator_device",
     "memory_in_disguise",
     "late_kernel_error",
     "invalid_device",

@@ -223,6 +223,7 @@ def test_advise_answers_every_message_without_raising(item):
 def test_every_kind_has_an_enricher_or_says_why_not():
     told_by_the_message = {
         advisor.DEVICE_MISMATCH,
+        advisor.GENERATOR_DEVICE,
         advisor.NCCL_ERROR,
         advisor.STREAM_CAPTURE,
         advisor.LIBRARY_SETUP,

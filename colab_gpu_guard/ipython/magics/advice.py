@@ -38,8 +38,10 @@ short diagnosis: the real cause and the fix, in the words of the framework that 
 - Errors after which this process's CUDA context is unusable, such as a device-side
   assert (the runtime must be restarted; `%gpu_status` and `%gpu_reset` then say so too),
   and cuBLAS/cuDNN execution failures that usually report such an error late.
-- Tensors on two devices (`cuda:0 and cpu`), a GPU number the runtime does not have, a
-  busy GPU, NCCL, CUDA-graph capture, a GPU too old for bfloat16, FlashAttention or Triton.
+- Tensors on two devices (`cuda:0 and cpu`), a random generator on another device than
+  its draws (a shuffling DataLoader after `torch.set_default_device('cuda')`), a GPU
+  number the runtime does not have, a busy GPU, NCCL, CUDA-graph capture, a GPU too old
+  for bfloat16, FlashAttention or Triton.
 - CUDA used in forked DataLoader workers; cuBLAS determinism, and operations with no
   deterministic implementation.
 - A driver too old for the CUDA build, a build with no code for this GPU, a missing or old
