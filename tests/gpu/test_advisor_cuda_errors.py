@@ -256,24 +256,17 @@ def test_real_shuffling_loader_on_a_cuda_default_device_and_the_fixes_it_gives()
             store_history=True,
         )
         first = str(getattr(sys, "last_value", None))
-        on_gpu = ip.run_cell(
-            "len(list(DataLoader(data, batch_size=4, shuffle=True, "
-            "generator=torch.Generator(device='cuda'))))"
-        ).result
-        back = ip.run_cell(
-            "torch.set_default_device('cpu')\\n"
-            "len(list(DataLoader(data, batch_size=4, shuffle=True)))"
-        ).result
-        ip.run_cell(
-            "next(iter(DataLoader(data, batch_size=4, shuffle=True, "
-            "generator=torch.Generator(device='cuda'))))",
-            store_history=True,
-        )
-        second = str(getattr(sys, "last_value", None))
-        on_cpu = ip.run_cell(
-            "len(list(DataLoader(data, batch_size=4, shuffle=True, "
-            "generator=torch.Generator().manual_seed(0))))"
-        ).result
+
+        def batches(generator="", failing=False):  # a whole epoch, or the error it raised
+            loader = f"DataLoader(data, batch_size=4, shuffle=True{generator})"
+            ran = ip.run_cell(f"len(list({loader}))", store_history=failing)
+            return str(getattr(sys, "last_value", None)) if failing else ran.result
+
+        on_gpu = batches(", generator=torch.Generator(device='cuda')")
+        ip.run_cell("torch.set_default_device('cpu')")
+        back = batches()
+        second = batches(", generator=torch.Generator(device='cuda')", failing=True)
+        on_cpu = batches(", generator=torch.Generator().manual_seed(0)")
         report(first=first, second=second, on_gpu=on_gpu, back=back, on_cpu=on_cpu)
         """
     )
