@@ -87,25 +87,26 @@ def generator_device(details: dict[str, Any]) -> Advice:
     torch's CPU generator the same way (torch/utils/data/dataset.py)."""
     drawn, on = details.get("drawn_on", "cuda"), details.get("generator_on", "cpu")
     facts = {"numbers drawn on": drawn, "generator on": on}
+    where = {device: "CPU" if device == "cpu" else "GPU" for device in (drawn, on)}  # mps too
     summary = (
-        f"Random numbers were drawn on the {_where(drawn)} with a `torch.Generator` on the "
-        f"{_where(on)}: a generator only serves draws on its own device."
+        f"Random numbers were drawn on the {where[drawn]} with a `torch.Generator` on the "
+        f"{where[on]}: a generator only serves draws on its own device."
     )
     if drawn == "cpu":
         fixes = [
             "A DataLoader's shuffling, a sampler or `random_split` draws on the CPU here: give "
             "it a CPU generator, `torch.Generator().manual_seed(seed)` (or "
-            "`colab_gpu_guard.dataloader_generator(seed)`), not one made with `device='cuda'`.",
+            f"`colab_gpu_guard.dataloader_generator(seed)`), not one made with `device='{on}'`.",
             f"For a draw of your own, make the generator where the numbers are drawn: "
             f"`torch.Generator()` for the CPU, `torch.Generator(device='{on}')` with "
             f"`device='{on}'` in the draw.",
         ]
         return Advice(GENERATOR_DEVICE, summary, facts, fixes)
+    also = " or `torch.set_default_tensor_type(torch.cuda.FloatTensor)`" if drawn == "cuda" else ""
     fixes = [
         "A DataLoader with `shuffle=True` (or `random_split`) does this when the default "
-        f"device is the GPU (`torch.set_default_device('{drawn}')` or "
-        "`torch.set_default_tensor_type(torch.cuda.FloatTensor)`): its generator is on the "
-        "CPU, its draws on the GPU. Keep the default device the CPU "
+        f"device is the GPU (`torch.set_default_device('{drawn}')`{also}): its generator is "
+        "on the CPU, its draws on the GPU. Keep the default device the CPU "
         "(`torch.set_default_device('cpu')`) and move each batch with `.to(device)`, or give "
         "it a generator on the GPU: "
         f"`DataLoader(..., generator=torch.Generator(device='{drawn}'))`.",

@@ -295,6 +295,21 @@ def test_a_device_mismatch_on_a_mac_names_mps_not_cuda():
     assert "`device = 'mps'`" in diagnosis.fixes[0]
 
 
+def test_a_generator_on_a_mac_is_a_gpu_named_mps_not_cuda():
+    """ATen's check_generator names device types: on a Mac, 'mps' is the GPU."""
+    drawn_on_gpu = advisor.classify(
+        RuntimeError("Expected a 'mps' device type for generator but found 'cpu'")
+    )
+    assert drawn_on_gpu.summary.startswith("Random numbers were drawn on the GPU")
+    assert "torch.Generator(device='mps')" in drawn_on_gpu.fixes[0]
+    assert "cuda" not in " ".join(drawn_on_gpu.fixes)
+    generator_on_gpu = advisor.classify(
+        RuntimeError("Expected a 'cpu' device type for generator but found 'mps'")
+    )
+    assert "with a `torch.Generator` on the GPU" in generator_on_gpu.summary
+    assert "not one made with `device='mps'`" in generator_on_gpu.fixes[0]
+
+
 def test_a_per_process_limit_is_named_as_the_cause_not_fragmentation():
     """torch's template with set_per_process_memory_fraction (c10/cuda/CUDACachingAllocator.cpp:
     allowed_info = format_size(allowed_memory_maximum) + " allowed; ")."""
