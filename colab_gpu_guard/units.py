@@ -45,6 +45,12 @@ def format_bytes(value: Optional[float]) -> str:
     return f"{sign}{text} {unit}"
 
 
+def counted(count: int, one: str, many: str = "") -> str:
+    """'1 cell', '13 cells', '1,024 arrays', '2 processes' (`many`: the plural where it is
+    not `one` + 's'). Reports say the number of a thing in words, never 'cell(s)'."""
+    return f"{count:,} {one if count == 1 else (many or one + 's')}"
+
+
 def signed_bytes(value: int) -> str:
     """A change in size: '+1.5 KiB', '-2 MiB', '0 B'."""
     return ("+" if value > 0 else "") + format_bytes(value)
@@ -163,11 +169,12 @@ JARGON = (
 def _jargon() -> re.Pattern:
     # compiled on first use: only checks read it, and this module loads with %load_ext
     words = sorted(JARGON, key=len, reverse=True)
-    return re.compile(
-        "|".join(rf"(?<![\w.]){re.escape(word)}(?![\w(])" for word in words), re.IGNORECASE
-    )
+    listed = [rf"(?<![\w.]){re.escape(word)}(?![\w(])" for word in words]
+    # and any 'noun(s)': `counted` says how many in words
+    return re.compile("|".join([*listed, r"\b\w+\(s\)"]), re.IGNORECASE)
 
 
 def jargon_in(text: str) -> list[str]:
-    """The words of `JARGON` that `text` uses, as written there, in order (none: [])."""
+    """The words of `JARGON` that `text` uses, and each 'noun(s)', as written there, in
+    order (none: [])."""
     return [match.group(0) for match in _jargon().finditer(text)]

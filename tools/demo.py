@@ -37,7 +37,11 @@ class DemoResult:
         return not self.errors
 
     def __str__(self) -> str:
-        state = "ok" if self.ok else f"FAILED ({len(self.errors)} error(s))"
+        state = (
+            "ok"
+            if self.ok
+            else f"FAILED ({len(self.errors)} {'error' if len(self.errors) == 1 else 'errors'})"
+        )
         lines = [
             f"demo {state}: ran {self.cells_run} cells of {self.notebook} in {self.seconds:.1f} s",
             f"HTML copy: {self.html_path}",

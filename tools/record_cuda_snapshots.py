@@ -203,7 +203,7 @@ def run_in_kernel(outdir: str, moddir: str, names: list[str]) -> dict:
             errors=errors,
             facts=facts,
         )
-        print(f"{name}: {len(errors)} error(s) {errors}; facts: {facts is not None}")
+        print(f"{name}: {len(errors)} errors {errors}; facts: {facts is not None}")
     return manifest
 
 

@@ -6,7 +6,14 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Optional
 
-from ..units import OUTPUT_HISTORY, escape_lines, escape_text, format_bytes, signed_bytes
+from ..units import (
+    OUTPUT_HISTORY,
+    counted,
+    escape_lines,
+    escape_text,
+    format_bytes,
+    signed_bytes,
+)
 from .rerun_holders import (
     CACHE,
     CYCLE,
@@ -38,10 +45,6 @@ CYCLES = (
 UNEXPLAINED = "; the rest by something else: find_leftovers() lists what is alive"
 
 
-def _plural(count: int, word: str) -> str:
-    return f"{count} {word}" + ("" if count == 1 else "s")
-
-
 def holder_words(holder: Holder, share: str = "") -> str:
     """A holder as a LEAK line names it: "`losses` (grew by 1 autograd graph, 16 MiB
     saved; fix: ...)", "`Out[7]` (output history: %gpu_reset releases it)", "<traceback:
@@ -67,7 +70,7 @@ def _holder_parts(holder: Holder) -> tuple[str, str, str]:
 
     growth = holder.growth  # a VARIABLE's
     assert growth is not None
-    graph_text = _plural(growth.graphs, "autograd graph")
+    graph_text = counted(growth.graphs, "autograd graph")
     kept = growth.earlier_nbytes
     if kept is not None and growth.earlier_graphs:
         # what holds the previous run's objects, as every report counts those graphs (the
@@ -80,7 +83,7 @@ def _holder_parts(holder: Holder) -> tuple[str, str, str]:
         graph_text += f", {format_bytes(growth.graph_nbytes)} saved"
     name = f"`{holder.name}`"
     if holder.kind == CACHE:  # a functools cache: named by its function
-        what = f"its functools cache grew by {_plural(growth.count, 'result')}"
+        what = f"its functools cache grew by {counted(growth.count, 'result')}"
         if growth.graphs:
             what += f", {graph_text}"
         return name, what, f"; `{holder.name}.cache_clear()` releases them"
@@ -88,10 +91,10 @@ def _holder_parts(holder: Holder) -> tuple[str, str, str]:
         return name, f"grew by {graph_text}", f"; {GRAPH_FIX}"
     if growth.items == EXCEPTIONS:
         holds = f": {', '.join(growth.locals)}" if growth.locals else ""
-        return name, f"grew by {_plural(growth.count, 'exception')}{holds}", ""
+        return name, f"grew by {counted(growth.count, 'exception')}{holds}", ""
     if growth.graphs:
-        return name, f"grew by {_plural(growth.count, 'item')}, {graph_text}", f"; {GRAPH_FIX}"
-    return name, f"grew by {_plural(growth.count, 'item')}", ""
+        return name, f"grew by {counted(growth.count, 'item')}, {graph_text}", f"; {GRAPH_FIX}"
+    return name, f"grew by {counted(growth.count, 'item')}", ""
 
 
 def _why_alive(holder: Holder) -> str:
@@ -146,7 +149,7 @@ def format_history(history: list[CellMemory], limit: Optional[int] = None) -> st
         if not isinstance(limit, int) or isinstance(limit, bool) or limit < 0:
             raise ValueError("limit must be a non-negative integer")
         if limit == 0:
-            return f"memory history: {len(history)} cell(s) recorded; --limit 0 shows none"
+            return f"memory history: {counted(len(history), 'cell')} recorded; --limit 0 shows none"
         history = history[-limit:]
     if not history:
         return "memory history: no cells recorded yet"
@@ -192,7 +195,7 @@ def format_history(history: list[CellMemory], limit: Optional[int] = None) -> st
         "  ".join(text.ljust(width) for text, width in zip(row, widths)).rstrip() for row in rows
     ]
     leaks = [record for record in history if record.rerun_leak]
-    title = f"memory history: {len(history)} cell(s)"
+    title = f"memory history: {counted(len(history), 'cell')}"
     if not cuda:
         title += (
             " (no torch CUDA figures recorded)"

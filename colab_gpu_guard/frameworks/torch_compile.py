@@ -15,7 +15,7 @@ import weakref
 from types import ModuleType
 from typing import Any, NamedTuple, Optional
 
-from ..units import COMPILED_FN_PREFIX, format_bytes
+from ..units import COMPILED_FN_PREFIX, counted, format_bytes
 from . import torch as torch_support
 
 DYNAMO = "torch._dynamo"
@@ -179,7 +179,7 @@ class CompileReset(NamedTuple):
     cudagraph_trees: bool
 
     def __str__(self) -> str:
-        text = f"torch._dynamo.reset(): {self.frames} compiled frame(s) dropped"
+        text = f"torch._dynamo.reset(): {counted(self.frames, 'compiled frame')} dropped"
         if self.cudagraph_trees:
             text += ", CUDA-graph trees reset"
         freed = [f"tensors held by compiled graphs: {format_bytes(self.graph_tensor_bytes)}"]

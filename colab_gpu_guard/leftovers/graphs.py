@@ -9,7 +9,7 @@ from typing import Any, NamedTuple, Optional
 
 from ..frameworks import torch as torch_support
 from ..frameworks.base import ArrayInfo
-from ..units import OTHER, format_bytes
+from ..units import OTHER, counted, format_bytes
 from .found import Ref
 
 NODE_BUDGET = 50_000  # graph nodes visited per scan, all owners together
@@ -401,7 +401,7 @@ class Graphs:
             )
         if self.unreadable:
             notes.append(
-                f"autograd graphs: {self.unreadable} saved value(s) packed by a "
+                f"autograd graphs: {counted(self.unreadable, 'saved value')} packed by a "
                 "saved_tensors_hooks pack hook were not measured"
             )
         return notes

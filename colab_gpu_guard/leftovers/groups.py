@@ -11,6 +11,7 @@ from ..units import (
     OUTPUT_HISTORY,
     TRACEBACK_FRAME,
     USER_VARIABLE,
+    counted,
     escape_html,
     escape_lines,
     escape_text,
@@ -73,10 +74,6 @@ _REGISTRY_FIXES = {
 }
 
 
-def _arrays(count: int) -> str:
-    return f"{count:,} {'array' if count == 1 else 'arrays'}"
-
-
 def _joined(words: list[str]) -> str:
     """'a', 'a and b', 'a, b and c'."""
     return words[0] if len(words) == 1 else f"{', '.join(words[:-1])} and {words[-1]}"
@@ -131,7 +128,7 @@ class LeftoverGroup:
         if not self.count and self.shares:  # a view, an alias: its memory is counted there
             text = f"{what}: no array of its own"
         else:
-            text = f"{what}: {_arrays(self.count)}"
+            text = f"{what}: {counted(self.count, 'array')}"
         if self.devices:
             text += f" on {', '.join(self.devices)}"
         if self.graph_nbytes:
@@ -143,7 +140,7 @@ class LeftoverGroup:
         if not self.shares:
             return ""
         return "shares " + ", ".join(
-            f"{_arrays(share.count)} with {share.owner}" for share in self.shares
+            f"{counted(share.count, 'array')} with {share.owner}" for share in self.shares
         )
 
     @property
@@ -234,7 +231,7 @@ class LeftoverGroups:
         if not self.blocks and not self.groups:
             return "leftovers: no arrays found"
         return (
-            f"leftovers: {format_bytes(self.total_bytes)} in {_arrays(self.blocks)}, "
+            f"leftovers: {format_bytes(self.total_bytes)} in {counted(self.blocks, 'array')}, "
             "by what holds them"
         )
 

@@ -15,7 +15,7 @@ from typing import Any, NamedTuple, Optional
 from .. import notebook_refs
 from ..frameworks import torch as torch_support
 from ..frameworks import torch_compile
-from ..units import OTHER, USER_VARIABLE
+from ..units import OTHER, USER_VARIABLE, counted
 from . import modules
 from .blocks import Blocks
 from .deep import allocator_gaps, scan_unnamed
@@ -245,7 +245,7 @@ def _unfinished(walker: Walker, names: PathNames, skipped: int) -> list[str]:
     for path, total, done in reversed(walker.unfinished[-_UNFINISHED_SHOWN:]):
         texts.append(f"{names.name_of(path)}: {total:,} items, {100 * done // total}% searched")
     if skipped:
-        texts.append(f"{skipped} more root(s) (variables, outputs, frames) not searched")
+        texts.append(f"{counted(skipped, 'more root')} (variables, outputs, frames) not searched")
     if not texts:
         texts.append("the scan stopped before it finished")
     return texts

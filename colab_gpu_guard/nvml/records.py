@@ -8,7 +8,7 @@ from dataclasses import dataclass
 from typing import Any, NamedTuple, Optional, Union
 
 from ..serialize import from_data, to_data
-from ..units import NA
+from ..units import NA, counted
 
 
 class MissingField(NamedTuple):
@@ -170,7 +170,7 @@ class NvmlSnapshot(_Reasons):
         return (
             f"NVML {self.nvml_version or NA}, driver "
             f"{self.driver_version or NA}, CUDA driver "
-            f"{self.cuda_driver_version or NA}: {len(self.devices)} GPU(s)"
+            f"{self.cuda_driver_version or NA}: {counted(len(self.devices), 'GPU')}"
         )
 
 

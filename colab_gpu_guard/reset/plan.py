@@ -19,7 +19,7 @@ from ..leftovers import Scan, dropping
 from ..leftovers.found import HOLD
 from ..leftovers.registries import FINALIZER, LOGGER, MODULE_GLOBAL, THREAD
 from ..leftovers.root_refs import COMPILED_GRAPH
-from ..units import format_bytes
+from ..units import counted, format_bytes
 from .report import DeviceRelease, ReleaseReport
 
 SYNC_TIMEOUT_S = 5.0
@@ -107,8 +107,9 @@ def validate(names: tuple, all_vars: object, dry_run: object, namespace: dict, s
     own = notebook_refs.ipython_names(shell, namespace, names)
     if own:
         raise ValueError(
-            f"{', '.join(own)}: IPython's own name(s), not user variables; %gpu_reset "
-            "already drops output history that holds arrays (nothing was changed)"
+            f"{', '.join(own)}: IPython's own {'name' if len(own) == 1 else 'names'}, not "
+            "user variables; %gpu_reset already drops output history that holds arrays "
+            "(nothing was changed)"
         )
     if len(set(names)) != len(names):
         raise ValueError("a variable is named twice")
@@ -404,6 +405,6 @@ def _dry_run_notes(report: ReleaseReport, health: cuda_health.ContextHealth, wai
     frames = len(torch_compile.compiled_codes())
     if frames:
         report.notes.append(
-            f"would run torch._dynamo.reset(): {frames} compiled frame(s); "
+            f"would run torch._dynamo.reset(): {counted(frames, 'compiled frame')}; "
             f"{torch_compile.RECOMPILE_NOTE}"
         )

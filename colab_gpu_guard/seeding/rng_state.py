@@ -16,6 +16,7 @@ from typing import Any, Optional
 from ..frameworks import cupy as cupy_support
 from ..frameworks import tensorflow as tensorflow_support
 from ..frameworks import torch as torch_support
+from ..units import counted
 from .rng_records import (  # noqa: F401  (RngState and its parts are this module's API too)
     GLOBAL_NUMPY,
     Generators,
@@ -354,9 +355,9 @@ def _problems(
             problems.append((label, f"{label}: its state does not fit that generator"))
     extra = sorted(set(pairs) - {saved.name for saved in state.generators})
     if extra:
-        problems.append(
-            ("generators", f"generator(s) {', '.join(map(repr, extra))} were not captured")
-        )
+        names = ", ".join(map(repr, extra))
+        which = f"generator {names} was" if len(extra) == 1 else f"generators {names} were"
+        problems.append(("generators", f"{which} not captured"))
     return problems
 
 
@@ -390,8 +391,9 @@ def _torch_problems(states: tuple[GeneratorState, ...], torch: Any) -> list[tupl
             problems.append(
                 (
                     stream,
-                    f"{saved.name} was captured but this process sees {cuda_count} CUDA "
-                    "device(s) (check CUDA_VISIBLE_DEVICES and the runtime type)",
+                    f"{saved.name} was captured but this process sees "
+                    f"{counted(cuda_count, 'CUDA device')} (check CUDA_VISIBLE_DEVICES and the "
+                    "runtime type)",
                 )
             )
         elif saved.device in ("mps", "xpu") and saved.device not in accelerators:

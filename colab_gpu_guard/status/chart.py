@@ -16,8 +16,8 @@ from __future__ import annotations
 import math
 from typing import TYPE_CHECKING, NamedTuple, Optional
 
+from ..units import counted, format_bytes, signed_bytes
 from ..units import escape_html as _e
-from ..units import format_bytes, signed_bytes
 from . import theme
 from .compact import leak_words
 
@@ -267,7 +267,7 @@ def _bar(
     if record.rerun_leak:
         tip += f"; rerun leak: {leak_words(record)}"
     if record.ooms:
-        tip += f"; {record.ooms} out-of-memory error(s)"
+        tip += f"; {counted(record.ooms, 'out-of-memory error')}"
     parts = [
         f'<div class="cgg-cell" title="{_e(tip)}" style="position:relative;flex:1 1 0;'
         'min-width:0;margin:0 1px">'

@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING, Any, NamedTuple, Optional
 from .. import cuda_health
 from ..cells.history_text import leak_text
 from ..nvml import INCLUDES_RESERVED, V1, MigInstance, NvmlDevice, NvmlProcess
-from ..units import NA, escape_lines, format_bytes
+from ..units import NA, counted, escape_lines, format_bytes
 
 if TYPE_CHECKING:
     from ..cells.tracker import CellMemory
@@ -317,7 +317,7 @@ def kernel_line(item: DeviceMemory) -> str:
         f"{format_bytes(item.reserved)} | peak {format_bytes(item.peak_allocated)}"
     )
     if item.num_ooms:
-        line += f" | {item.num_ooms} OOM(s)"
+        line += f" | {counted(item.num_ooms, 'OOM')}"
     if item.nvml_used_by_this_process is not None:
         how = " (matched by memory)" if item.nvml_identified_by == "memory" else ""
         line += (
@@ -431,7 +431,7 @@ def cell_line(record: CellMemory) -> str:
     if record.duration_s is not None:
         parts.append(f"{record.duration_s:.2f} s")
     if record.ooms:
-        parts.append(f"{record.ooms} OOM(s)")
+        parts.append(counted(record.ooms, "OOM"))
     if record.rerun_leak:
         parts.append(leak_text(record))
     elif record.rerun_of is not None:

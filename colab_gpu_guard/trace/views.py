@@ -5,8 +5,8 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+from ..units import counted, escape_lines, format_bytes
 from ..units import escape_html as _esc
-from ..units import escape_lines, format_bytes
 from .kinds import CELL, MODULE, NONE, OWN, SAVED, SourceLine
 from .lines import label
 
@@ -16,10 +16,6 @@ if TYPE_CHECKING:
 _SPARKS = "▁▂▃▄▅▆▇█"
 _TEXT_WIDTH = 60
 _SHOWN = 5
-
-
-def _count(n: int) -> str:
-    return f"{n:,} allocation" + ("" if n == 1 else "s")
 
 
 def place(where: SourceLine) -> str:
@@ -46,7 +42,8 @@ def headline(report: TraceReport, trace: DeviceTrace) -> str:
 def _line_rows(lines: tuple[LineMemory, ...], names: bool) -> list[str]:
     rows = []
     for line in lines[:_SHOWN]:
-        row = f"  {format_bytes(line.nbytes):>10}  {_count(line.count):<16} {place(line.where)}"
+        allocations = counted(line.count, "allocation")
+        row = f"  {format_bytes(line.nbytes):>10}  {allocations:<16} {place(line.where)}"
         if names and line.names:
             row += "  <- " + ", ".join(line.names)
         rows.append(row)
@@ -203,7 +200,8 @@ def _table(lines: tuple[LineMemory, ...], names: bool) -> str:
             held = " &larr; " + ", ".join(f"<code>{_esc(name)}</code>" for name in line.names)
         rows.append(
             f'<tr><td style="{_NUM}">{format_bytes(line.nbytes)}</td>'
-            f'<td style="{_TD};white-space:nowrap;opacity:.8">{_count(line.count)}</td>'
+            f'<td style="{_TD};white-space:nowrap;opacity:.8">'
+            f"{counted(line.count, 'allocation')}</td>"
             f'<td style="{_TD}">{_place_html(line.where)}{held}</td></tr>'
         )
         for inner in line.inner:

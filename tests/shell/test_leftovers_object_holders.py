@@ -281,7 +281,7 @@ def test_a_scan_that_runs_out_of_time_says_what_it_did_not_search(monkeypatch):
     # the clock is read at the start, on entering big_list and before each chunk of 2,048
     # rows: the 12th read is past the budget, at chunk 9 (18,432 of 200,000 rows)
     assert found.unfinished[0] == "big_list: 200,000 items, 9% searched"
-    assert found.unfinished[-1] == "1 more root(s) (variables, outputs, frames) not searched"
+    assert found.unfinished[-1] == "1 more root (variables, outputs, frames) not searched"
     assert [item.name for item in found] == ["first"]  # what was found before it stopped
     assert "incomplete" in str(found) and "big_list: 200,000 items" in str(found)
     assert "big_list: 200,000 items" in found._repr_html_()

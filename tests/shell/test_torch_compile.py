@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import gc
 import os
+import re
 import subprocess
 import sys
 import textwrap
@@ -85,7 +86,7 @@ def test_a_tensor_only_dynamo_keeps_is_named_and_freed_by_gpu_reset_alone(
         shell.run_line_magic("gpu_reset", "")
     assert shell.user_ns["ref"]() is None
     out = captured.stdout
-    assert "torch._dynamo.reset(): " in out and "compiled frame(s) dropped" in out
+    assert re.search(r"torch\._dynamo\.reset\(\): [\d,]+ compiled frames? dropped", out), out
     assert "tensors held by compiled graphs: 977 KiB" in out  # N * 4 bytes, by weakref
     assert torch_compile.RECOMPILE_NOTE in out
     assert not any(name.startswith("__compiled_fn_") for name in shell.user_ns)

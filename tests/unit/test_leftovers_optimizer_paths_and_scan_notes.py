@@ -21,7 +21,7 @@ from tests import fake_pynvml  # noqa: E402
 from tests.shared_shell import flush_output_history  # noqa: E402
 
 GRAPH_NOTE = (
-    "autograd graphs: 2 saved value(s) packed by a saved_tensors_hooks pack hook were not measured"
+    "autograd graphs: 2 saved values packed by a saved_tensors_hooks pack hook were not measured"
 )
 
 

@@ -190,8 +190,11 @@ def test_generator_names_must_match():
     state = rng_state({"loader": generator})
     with pytest.raises(RngStateError, match="generator 'loader' was captured; pass it again"):
         restore_rng_state(state)
-    with pytest.raises(RngStateError, match="'other'.* were not captured"):
+    with pytest.raises(RngStateError, match="generator 'other' was not captured"):
         restore_rng_state(state, {"loader": generator, "other": torch.Generator()})
+    two = {"loader": generator, "b": torch.Generator(), "a": torch.Generator()}
+    with pytest.raises(RngStateError, match="generators 'a', 'b' were not captured"):
+        restore_rng_state(state, two)
     with pytest.raises(TypeError, match="generator 'x' is a int, not a torch.Generator"):
         rng_state({"x": 3})
     with pytest.raises(TypeError, match="expected an RngState"):

@@ -471,7 +471,7 @@ def test_no_nvml_means_none_and_sampling_stops(monkeypatch):
     text = format_history(sampled.history())
     assert "NVML" not in text  # no column of dashes for a figure nobody has
     assert text.startswith(
-        "memory history: 3 cell(s) (no GPU figures: host RSS is the whole kernel process's memory)"
+        "memory history: 3 cells (no GPU figures: host RSS is the whole kernel process's memory)"
     )
     sampled.close()
 
@@ -501,7 +501,7 @@ def test_format_history_and_limit():
         format_history(records, limit=-1)
     # cells are recorded: --limit 0 does not say there are none
     assert format_history(records, limit=0) == (
-        "memory history: 5 cell(s) recorded; --limit 0 shows none"
+        "memory history: 5 cells recorded; --limit 0 shows none"
     )
 
 
@@ -509,7 +509,7 @@ def test_gpu_history_magic(ip, run_cell):
     run_cell("z = 1")
     with capture_output() as captured:
         ip.run_line_magic("gpu_history", "--limit 1")
-    assert "memory history: 1 cell(s)" in captured.stdout
+    assert "memory history: 1 cell" in captured.stdout
     for bad in ("--limit -1", "--limit many", "--bogus"):
         with pytest.raises(UsageError):
             ip.run_line_magic("gpu_history", bad)

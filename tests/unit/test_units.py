@@ -6,7 +6,13 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from colab_gpu_guard.units import cuda_version_text, format_bytes, signed_bytes
+from colab_gpu_guard.units import (
+    counted,
+    cuda_version_text,
+    format_bytes,
+    jargon_in,
+    signed_bytes,
+)
 
 KiB, MiB, GiB = 1 << 10, 1 << 20, 1 << 30
 
@@ -52,3 +58,13 @@ def test_cuda_versions():
     assert cuda_version_text(12040) == "12.4"
     assert cuda_version_text(11080) == "11.8"
     assert cuda_version_text(None) is None
+
+
+def test_counts_are_said_in_words_never_as_noun_s():
+    assert counted(1, "cell") == "1 cell"
+    assert counted(0, "cell") == "0 cells"
+    assert counted(1024, "array") == "1,024 arrays"
+    assert counted(2, "process", "processes") == "2 processes"
+    # the word check the reports are held to finds every 'noun(s)', listed or not
+    text = "memory history: 3 cell(s), 1 OOM(s); an (s) alone, and cells"
+    assert jargon_in(text) == ["cell(s)", "OOM(s)"]

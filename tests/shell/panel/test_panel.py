@@ -412,7 +412,7 @@ def test_a_reused_slow_scan_keeps_what_it_said_of_its_leftovers(
     now = [1000.0]
     monkeypatch.setattr(panel_refresh, "_clock", lambda: now[0])
     real = panel_refresh._take_status
-    said = "autograd graphs: 2 saved value(s) packed by a pack hook were not measured"
+    said = "autograd graphs: 2 saved values packed by a pack hook were not measured"
 
     def slow(shell, leftovers=True):
         taken = real(shell, leftovers=leftovers)
