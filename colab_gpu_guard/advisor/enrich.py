@@ -31,6 +31,7 @@ from .kinds import (
     CUDA_DRIVER_OOM,
     DEVICE_BUSY,
     DRIVER_MISMATCH,
+    DRIVER_VERSIONS,
     FORKED_CUDA,
     GPU_TOO_OLD,
     INVALID_DEVICE,
@@ -242,6 +243,14 @@ def _enrich_driver(diagnosis: Diagnosis, namespace: Optional[dict]) -> None:
         )
 
 
+def _enrich_driver_versions(diagnosis: Diagnosis, namespace: Optional[dict]) -> None:
+    """Error 803: the versions of the driver's two halves as this machine has them."""
+    diagnosis.details.update(machine.driver_versions_details())
+    advice = setup_fixes.driver_versions(diagnosis.details)
+    diagnosis.summary, diagnosis.fixes = advice.summary, list(advice.fixes)
+    diagnosis.facts.update(advice.facts)
+
+
 def _version_tuple(text: str) -> tuple[int, ...]:
     try:
         return tuple(int(part) for part in str(text).split(".")[:2])
@@ -417,6 +426,7 @@ _ENRICHERS: dict[str, tuple[Callable[[Diagnosis, Optional[dict]], None], ...]] =
     CUBLAS_DETERMINISM: (_enrich_cublas,),
     NONDETERMINISTIC_OP: (_enrich_nondet,),
     DRIVER_MISMATCH: (_enrich_driver,),
+    DRIVER_VERSIONS: (_enrich_driver_versions,),
     GPU_TOO_OLD: (_enrich_capability,),
     NO_GPU: (_enrich_no_gpu,),
 }

@@ -16,6 +16,7 @@ FORKED_CUDA = "forked_cuda"
 CUBLAS_DETERMINISM = "cublas_determinism"
 NONDETERMINISTIC_OP = "nondeterministic_op"
 DRIVER_MISMATCH = "driver_mismatch"
+DRIVER_VERSIONS = "driver_versions_differ"
 LIBRARY_SETUP = "library_setup"
 GPU_TOO_OLD = "gpu_too_old"
 NCCL_ERROR = "nccl_error"
@@ -37,6 +38,7 @@ KINDS = (
     CUBLAS_DETERMINISM,
     NONDETERMINISTIC_OP,
     DRIVER_MISMATCH,
+    DRIVER_VERSIONS,
     LIBRARY_SETUP,
     GPU_TOO_OLD,
     NCCL_ERROR,
@@ -63,6 +65,7 @@ TITLES = {
     CUBLAS_DETERMINISM: "cuBLAS determinism needs CUBLAS_WORKSPACE_CONFIG",
     NONDETERMINISTIC_OP: "operation without a deterministic implementation",
     DRIVER_MISMATCH: "NVIDIA driver / CUDA build mismatch",
+    DRIVER_VERSIONS: "the NVIDIA driver running and its CUDA library differ in version",
     LIBRARY_SETUP: "a CUDA library the framework needs is missing or the wrong version",
     GPU_TOO_OLD: "this GPU is too old for the feature used",
     NCCL_ERROR: "NCCL (communication between GPUs or processes) failed",

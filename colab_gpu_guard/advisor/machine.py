@@ -4,9 +4,10 @@ built for. Nothing here creates a CUDA context."""
 
 from __future__ import annotations
 
+import os
 import re
 from dataclasses import dataclass
-from typing import Any, Optional
+from typing import Any, NamedTuple, Optional
 
 from .. import nvml
 from ..frameworks import torch as torch_support
@@ -118,3 +119,109 @@ def compute_modes() -> list[tuple[int, str]]:
     if snapshot is None:
         return []
     return [(d.index, d.compute_mode) for d in snapshot.devices if d.compute_mode]
+
+
+# Where the two halves of the NVIDIA driver say their version (Linux): the kernel module
+# loaded at boot, and the libraries this process mapped (the file's real path: the kernel
+# lists the target of a symlink such as libcuda.so.1 -> libcuda.so.550.54.15).
+MODULE_VERSION_FILES = ("/sys/module/nvidia/version", "/proc/driver/nvidia/version")
+PROCESS_MAPS = "/proc/self/maps"
+# "NVRM version: NVIDIA UNIX x86_64 Kernel Module  550.54.15  ..." (the open modules:
+# "... Open Kernel Module for x86_64  550.54.15  ...")
+_NVRM = re.compile(r"Kernel Module(?:\s+for\s+\S+)?\s+(\d+(?:\.\d+)+)")
+_LIBCUDA = re.compile(r"/libcuda\.so(?:\.(\d+\.\d+(?:\.\d+)*))?$|/libcuda\.so\.\d+$")
+
+
+class DriverParts(NamedTuple):
+    """The NVIDIA driver's two halves as this machine has them, each None where not found:
+    the kernel module's version, and the libcuda this process loaded (its path, and the
+    version its file name carries)."""
+
+    kernel_module: Optional[str]
+    libcuda_path: Optional[str]
+    libcuda: Optional[str]
+
+    @property
+    def differ(self) -> bool:
+        """Both versions known, and not the same."""
+        return bool(self.kernel_module and self.libcuda and self.kernel_module != self.libcuda)
+
+
+def _read(path: str) -> str:
+    try:
+        with open(path, encoding="utf-8", errors="replace") as file:
+            return file.read()
+    except OSError:  # no such file (no driver, not Linux), no permission
+        return ""
+
+
+def driver_parts() -> DriverParts:
+    """The loaded kernel module's version and the libcuda this process loaded, read from
+    /sys, /proc and this process's memory map (no NVML or CUDA call)."""
+    return DriverParts(_module_version(), *_libcuda())
+
+
+def _module_version() -> Optional[str]:
+    for path in MODULE_VERSION_FILES:
+        text = _read(path).strip()
+        if re.fullmatch(r"\d+(?:\.\d+)+", text):  # /sys/module/nvidia/version: the version
+            return text
+        match = _NVRM.search(text)
+        if match:
+            return match.group(1)
+    return None
+
+
+def _libcuda() -> tuple[Optional[str], Optional[str]]:
+    """(path, version) of the libcuda this process mapped; (None, None) if none."""
+    for line in _read(PROCESS_MAPS).splitlines():
+        fields = line.split(maxsplit=5)  # address perms offset dev inode [path]
+        path = fields[5].removesuffix(" (deleted)") if len(fields) == 6 else ""
+        found = _LIBCUDA.search(path)
+        if found:
+            return path, found.group(1)
+    return None, None
+
+
+def driver_versions_details() -> dict[str, Any]:
+    """What the answer to error 803 names: the two halves' versions (`driver_parts`),
+    whether the libcuda loaded lies outside the system's library directories (a
+    LD_LIBRARY_PATH entry put it first), and whether NVML fails the same way."""
+    parts = driver_parts()
+    path = parts.libcuda_path
+    return {
+        "kernel_module": parts.kernel_module,
+        "libcuda": parts.libcuda,
+        "libcuda_path": path,
+        "libcuda_elsewhere": bool(path) and not system_library_dir(path),
+        "libcuda_on_library_path": bool(path) and _on_library_path(os.path.dirname(path)),
+        "nvml_mismatch": nvml.snapshot(processes=False).driver_versions_differ,
+    }
+
+
+def _on_library_path(directory: str) -> bool:
+    entries = os.environ.get("LD_LIBRARY_PATH", "").split(os.pathsep)
+    return any(entry and os.path.realpath(entry) == directory for entry in entries)
+
+
+def system_library_dir(path: str) -> bool:
+    """Whether `path` lies in a directory the system's dynamic loader searches by itself
+    (where a driver installs libcuda), not one a LD_LIBRARY_PATH entry added."""
+    return os.path.dirname(path) in _SYSTEM_LIBRARY_DIRS
+
+
+_SYSTEM_LIBRARY_DIRS = frozenset(
+    {
+        "/lib",
+        "/lib64",
+        "/usr/lib",
+        "/usr/lib64",
+        "/lib/x86_64-linux-gnu",
+        "/usr/lib/x86_64-linux-gnu",
+        "/lib/aarch64-linux-gnu",
+        "/usr/lib/aarch64-linux-gnu",
+        "/usr/lib/wsl/lib",  # WSL's driver, from Windows
+        "/usr/local/nvidia/lib64",  # where NVIDIA's container runtime mounts the host's
+        "/usr/local/nvidia/lib",
+    }
+)

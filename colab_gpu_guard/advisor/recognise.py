@@ -16,6 +16,7 @@ from .kinds import (
     DEVICE_BUSY,
     DEVICE_MISMATCH,
     DRIVER_MISMATCH,
+    DRIVER_VERSIONS,
     FORKED_CUDA,
     GENERATOR_DEVICE,
     GPU_TOO_OLD,
@@ -67,6 +68,13 @@ _DRIVER_OLD = re.compile(r"NVIDIA driver on your system is too old \(found versi
 _DRIVER_INSUFFICIENT = re.compile(
     r"driver version is insufficient for CUDA runtime version|"
     r"cudaErrorInsufficientDriver|CUDA_ERROR_INSUFFICIENT_DRIVER",
+    re.IGNORECASE,
+)
+# CUDA error 803, cudaErrorSystemDriverMismatch: "a mismatch between the versions of the
+# display driver and the CUDA driver" (the kernel module and libcuda)
+_DRIVER_VERSIONS = re.compile(
+    r"unsupported display driver / cuda driver combination|"
+    r"cudaErrorSystemDriverMismatch|CUDA_ERROR_SYSTEM_DRIVER_MISMATCH",
     re.IGNORECASE,
 )
 _NO_KERNEL = re.compile(
@@ -441,4 +449,6 @@ def _driver_problem(message: str, details: dict[str, Any]) -> Optional[Recognise
     if _NO_KERNEL.search(message):
         details["problem"] = "no kernel image"
         return Recognised(DRIVER_MISMATCH, details)
+    if _DRIVER_VERSIONS.search(message):
+        return Recognised(DRIVER_VERSIONS, details)
     return None

@@ -1,7 +1,8 @@
 """The prose of the errors of setup and hardware: tensors on two devices, a random generator
 on another device than its draws, a GPU number that does not exist, a busy GPU, NCCL,
-CUDA-graph capture, a GPU too old for a feature, and a CUDA library missing or of the wrong
-version. Built from the details parsed out of the message (recognise.py)."""
+CUDA-graph capture, a GPU too old for a feature, a CUDA library missing or of the wrong
+version, and a driver whose two halves differ. Built from the details parsed out of the
+message (recognise.py) and, for the driver, read from this machine (enrich.py)."""
 
 from __future__ import annotations
 
@@ -11,6 +12,7 @@ from .advice import NEW_RUNTIME, RESTART_SESSION, Advice
 from .kinds import (
     DEVICE_BUSY,
     DEVICE_MISMATCH,
+    DRIVER_VERSIONS,
     GENERATOR_DEVICE,
     GPU_TOO_OLD,
     INVALID_DEVICE,
@@ -288,3 +290,59 @@ def library_setup(details: dict[str, Any]) -> Advice:
         "with `TF_CPP_MIN_LOG_LEVEL=0` to see it for JAX and TensorFlow).",
     ]
     return Advice(LIBRARY_SETUP, summary, {}, fixes)
+
+
+def driver_versions(details: dict[str, Any]) -> Advice:
+    """'system has unsupported display driver / cuda driver combination' (CUDA error 803):
+    the kernel module and the user-space libcuda are of different driver versions. Details
+    from this machine where read (`machine.driver_versions_details`): kernel_module,
+    libcuda, libcuda_path, libcuda_elsewhere (outside the system's library directories),
+    libcuda_on_library_path (its directory is on LD_LIBRARY_PATH), nvml_mismatch."""
+    module, library, path = (
+        details.get(key) for key in ("kernel_module", "libcuda", "libcuda_path")
+    )
+    facts: dict[str, str] = {}
+    if module:
+        facts["NVIDIA driver running"] = module
+    if path:
+        facts["libcuda loaded"] = f"{library or 'version not in its name'} ({path})"
+    if details.get("nvml_mismatch"):
+        facts["NVML"] = "fails for the same reason (its library and the running driver differ)"
+    if module and library and module != library:
+        summary = (
+            f"CUDA cannot start: the NVIDIA driver running is {module}, but this process "
+            f"loaded the CUDA driver library (libcuda) of {library}."
+        )
+    else:
+        summary = (
+            "CUDA cannot start: the NVIDIA driver running and the CUDA driver library this "
+            "process loaded (libcuda) are different versions."
+        )
+    reboot = (
+        "Restart the machine: after an NVIDIA driver update the old driver keeps running "
+        f"until a reboot, while programs load the new one's libraries ({NEW_RUNTIME})."
+    )
+    if path and details.get("libcuda_elsewhere"):
+        where = path.rpartition("/")[0]
+        how = (
+            "take that directory off `LD_LIBRARY_PATH`"
+            if details.get("libcuda_on_library_path")
+            else "it is not on `LD_LIBRARY_PATH`: take off the loader's entry for it (a file "
+            "in `/etc/ld.so.conf.d/`, then `ldconfig`)"
+        )
+        fixes = [
+            f"This process loaded libcuda from `{where}`, not from the system's library "
+            f"directories: {how} so the driver's own libcuda is used (such a copy comes from, "
+            "say, a CUDA compatibility package's `compat` directory or a container), then "
+            f"restart the kernel ({RESTART_SESSION}).",
+            reboot,
+        ]
+    else:
+        fixes = [
+            reboot,
+            "If it fails again after a restart: look for another libcuda on "
+            "`LD_LIBRARY_PATH` (a CUDA compatibility package's `compat` directory, or a copy "
+            "a container brought) and take it off, or reinstall the NVIDIA driver so that "
+            "its kernel module and its libraries are one version.",
+        ]
+    return Advice(DRIVER_VERSIONS, summary, facts, fixes)

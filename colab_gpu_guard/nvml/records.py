@@ -153,6 +153,12 @@ class NvmlSnapshot(_Reasons):
         """NVML could not even start because a GPU is lost (fallen off the bus)."""
         return not self.available and self.error_kind == "NVMLError_GpuIsLost"
 
+    @property
+    def driver_versions_differ(self) -> bool:
+        """NVML could not start because its library and the running driver (the kernel
+        module) are of different versions (a driver updated without a reboot)."""
+        return not self.available and self.error_kind == "NVMLError_LibRmVersionMismatch"
+
     def device_by_uuid(self, uuid: str) -> Optional[Union[NvmlDevice, MigInstance]]:
         """The device or MIG instance with this UUID (with or without its GPU-/MIG- prefix)."""
         wanted = normalise_uuid(uuid)

@@ -276,3 +276,26 @@ def test_real_shuffling_loader_on_a_cuda_default_device_and_the_fixes_it_gives()
     assert output.count("CUDA advisor: a random generator on another device than its draws") == 2
     assert "generator=torch.Generator(device='cuda')" in output
     assert "torch.Generator().manual_seed(seed)" in output
+
+
+def test_real_driver_halves_read_as_nvml_and_cuda_see_them():
+    """What the answer to error 803 reads from this machine, on a healthy one: the kernel
+    module's version is NVML's driver version, and the libcuda CUDA loaded is of that
+    version (a mismatch is the error itself, so it cannot be raised here for real)."""
+    result, _ = run_script(
+        """
+        import torch
+        torch.zeros(1, device="cuda")
+        from colab_gpu_guard import nvml
+        from colab_gpu_guard.advisor import machine
+        parts = machine.driver_parts()
+        report(parts=list(parts), nvml=nvml.snapshot(processes=False).driver_version,
+               details=machine.driver_versions_details())
+        """
+    )
+    module, path, library = result["parts"]
+    assert module == result["nvml"], result
+    assert path and "libcuda.so" in path, result
+    if library is not None:  # a versioned file name (WSL's libcuda.so.1 carries none)
+        assert library == module, result
+    assert result["details"]["nvml_mismatch"] is False

@@ -25,6 +25,7 @@ FAMILIES = [
     "gpu_too_old",
     "library_setup",
     "cuda_driver_oom",
+    "driver_versions_differ",
     "out_of_memory",
     "no_gpu",
 ]

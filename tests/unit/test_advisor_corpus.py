@@ -8,11 +8,12 @@ from __future__ import annotations
 
 import os
 import re
+from pathlib import Path
 
 import pytest
 
 from colab_gpu_guard import advisor, cuda_health, nvml
-from colab_gpu_guard.advisor import enrich
+from colab_gpu_guard.advisor import enrich, machine
 from colab_gpu_guard.frameworks import torch as torch_support
 from colab_gpu_guard.units import jargon_in
 from tests import fake_pynvml
@@ -336,3 +337,113 @@ def test_a_per_process_limit_is_named_as_the_cause_not_fragmentation():
 def test_each_wording_of_a_busy_gpu_is_recognised(message):
     nvml.set_pynvml(fake_pynvml.install(fake_pynvml.one_gpu()))
     assert advisor.classify(RuntimeError(message)).kind == advisor.DEVICE_BUSY
+
+
+ERROR_803 = (
+    "Unexpected error from cudaGetDeviceCount(). Did you run some cuda functions before "
+    "calling NumCudaDevices() that might have already set an error? Error 803: system has "
+    "unsupported display driver / cuda driver combination"
+)
+
+
+def _machine_files(tmp_path, monkeypatch, module: str, libcuda: str) -> None:
+    """This machine's /sys/module/nvidia/version (or /proc/driver/nvidia/version) and this
+    process's /proc/self/maps with a driver's libcuda mapped: the real maps file, with the
+    lines the loader adds for libcuda (no NVIDIA driver here: the one fake)."""
+    version_file = tmp_path / "version"
+    version_file.write_text(module)
+    maps = tmp_path / "maps"
+    proc = Path("/proc/self/maps")
+    real = proc.read_text() if proc.exists() else ""
+    mapped = "".join(
+        f"7f3c8a{n}00000-7f3c8a{n}20000 {perms} 00000000 08:01 1312 {libcuda}\n"
+        for n, perms in enumerate(("r--p", "r-xp", "rw-p"))
+    )
+    maps.write_text(real + mapped if libcuda else real)
+    monkeypatch.setattr(machine, "MODULE_VERSION_FILES", (str(version_file),))
+    monkeypatch.setattr(machine, "PROCESS_MAPS", str(maps))
+
+
+def test_driver_parts_reads_this_machines_files(tmp_path, monkeypatch):
+    """The kernel module's version as /sys and /proc write it (proprietary and open
+    modules), the libcuda from the memory map with the version in its file name; none here."""
+    assert machine.driver_parts().libcuda_path is None  # this process: no libcuda mapped
+    open_module = (
+        "NVRM version: NVIDIA UNIX Open Kernel Module for x86_64  545.23.08  Release Build  "
+        "(dvs-builder@U16-I3-A16-1-1)  Mon Nov  6 23:37:57 UTC 2023\nGCC version:  gcc 11.4.0\n"
+    )
+    for module, libcuda, expected in [
+        ("550.54.15\n", "/usr/lib/x86_64-linux-gnu/libcuda.so.550.54.15", ("550.54.15",) * 2),
+        (
+            open_module,
+            "/usr/local/cuda-12.5/compat/libcuda.so.555.42.06",
+            ("545.23.08", "555.42.06"),
+        ),
+        (
+            "NVRM version: NVIDIA UNIX x86_64 Kernel Module  535.104.05  Sat Aug 19 2023",
+            "",
+            ("535.104.05", None),
+        ),
+        ("550.54.15", "/usr/lib/wsl/lib/libcuda.so.1", ("550.54.15", None)),
+        (
+            "550.54.15",
+            "/usr/lib/x86_64-linux-gnu/libcuda.so.550.54.15 (deleted)",
+            ("550.54.15",) * 2,
+        ),
+    ]:
+        _machine_files(tmp_path, monkeypatch, module, libcuda)
+        parts = machine.driver_parts()
+        assert (parts.kernel_module, parts.libcuda) == expected, module
+        assert parts.libcuda_path == (libcuda.removesuffix(" (deleted)") or None)
+        assert parts.differ == (expected[0] != expected[1] and None not in expected)
+
+
+def test_error_803_names_the_two_versions_and_the_copy_to_take_off_the_library_path(
+    tmp_path, monkeypatch
+):
+    """CUDA error 803 (cudaErrorSystemDriverMismatch): the kernel module and the libcuda
+    this process loaded are of different versions. With a compatibility package's libcuda
+    first on LD_LIBRARY_PATH the answer names that directory; with the system's own libcuda
+    (a driver updated without a reboot, NVML failing the same way) it says to restart."""
+    compat = "/usr/local/cuda-12.5/compat"
+    _machine_files(tmp_path, monkeypatch, "545.23.08\n", f"{compat}/libcuda.so.555.42.06")
+    monkeypatch.setenv("LD_LIBRARY_PATH", f"/opt/x:{compat}")
+    diagnosis = advisor.advise(RuntimeError(ERROR_803))
+    assert diagnosis.kind == advisor.DRIVER_VERSIONS
+    assert diagnosis.summary == (
+        "CUDA cannot start: the NVIDIA driver running is 545.23.08, but this process loaded "
+        "the CUDA driver library (libcuda) of 555.42.06."
+    )
+    assert diagnosis.facts["NVIDIA driver running"] == "545.23.08"
+    assert diagnosis.facts["libcuda loaded"] == f"555.42.06 ({compat}/libcuda.so.555.42.06)"
+    assert diagnosis.fixes[0].startswith(f"This process loaded libcuda from `{compat}`")
+    assert "take that directory off `LD_LIBRARY_PATH`" in diagnosis.fixes[0]
+    assert diagnosis.fixes[1].startswith("Restart the machine")
+    monkeypatch.setenv("LD_LIBRARY_PATH", "/opt/x")  # found through ld.so.conf.d instead
+    diagnosis = advisor.advise(RuntimeError(ERROR_803))
+    assert "it is not on `LD_LIBRARY_PATH`" in diagnosis.fixes[0]
+    assert "/etc/ld.so.conf.d/" in diagnosis.fixes[0]
+
+    system = "/usr/lib/x86_64-linux-gnu/libcuda.so.550.54.15"
+    _machine_files(tmp_path, monkeypatch, "535.104.05", system)
+    mismatch = fake_pynvml.FakeWorld(init_error=fake_pynvml.NVML_ERROR_LIB_RM_VERSION_MISMATCH)
+    nvml.set_pynvml(fake_pynvml.install(mismatch))
+    diagnosis = advisor.advise(RuntimeError(ERROR_803))
+    assert (
+        "is 535.104.05, but this process loaded the CUDA driver library (libcuda) of 550.54.15"
+        in (diagnosis.summary)
+    )
+    assert diagnosis.facts["NVML"].startswith("fails for the same reason")
+    assert diagnosis.fixes[0].startswith("Restart the machine: after an NVIDIA driver update")
+    assert "LD_LIBRARY_PATH" in diagnosis.fixes[1]
+    assert jargon_in(str(diagnosis)) == []
+
+
+def test_error_803_without_a_driver_to_read_says_what_the_error_means():
+    """No NVIDIA driver here: no version is claimed, the cause is the error's own meaning."""
+    diagnosis = advisor.advise(RuntimeError(ERROR_803))
+    assert diagnosis.summary == (
+        "CUDA cannot start: the NVIDIA driver running and the CUDA driver library this "
+        "process loaded (libcuda) are different versions."
+    )
+    assert not {"NVIDIA driver running", "libcuda loaded", "NVML"} & set(diagnosis.facts)

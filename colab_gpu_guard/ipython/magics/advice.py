@@ -44,8 +44,10 @@ short diagnosis: the real cause and the fix, in the words of the framework that 
   for bfloat16, FlashAttention or Triton.
 - CUDA used in forked DataLoader workers; cuBLAS determinism, and operations with no
   deterministic implementation.
-- A driver too old for the CUDA build, a build with no code for this GPU, a missing or old
-  cuDNN, a CPU-only build, no GPU at all (JAX's "No visible GPU devices" included).
+- A driver too old for the CUDA build, a build with no code for this GPU, a driver whose
+  running version and loaded libraries differ (error 803: the two versions and what to
+  restart), a missing or old cuDNN, a CPU-only build, no GPU at all (JAX's "No visible GPU
+  devices" included).
 
 Out-of-memory errors of host memory or of a TPU get no GPU advice. Any other error is
 shown exactly as without the extension, and `%debug` works as usual.
