@@ -307,7 +307,7 @@ def driver_versions(details: dict[str, Any]) -> Advice:
     if path:
         facts["libcuda loaded"] = f"{library or 'version not in its name'} ({path})"
     if details.get("nvml_mismatch"):
-        facts["NVML"] = "fails for the same reason (its library and the running driver differ)"
+        facts["nvidia-smi (NVML)"] = "fails the same way: 'Driver/library version mismatch'"
     if module and library and module != library:
         summary = (
             f"CUDA cannot start: the NVIDIA driver running is {module}, but this process "
@@ -319,8 +319,9 @@ def driver_versions(details: dict[str, Any]) -> Advice:
             "process loaded (libcuda) are different versions."
         )
     reboot = (
-        "Restart the machine: after an NVIDIA driver update the old driver keeps running "
-        f"until a reboot, while programs load the new one's libraries ({NEW_RUNTIME})."
+        "Restart the machine: after an NVIDIA driver update (an automatic one included) the "
+        "old driver keeps running until a reboot, while programs load the new one's "
+        f"libraries ({NEW_RUNTIME})."
     )
     if path and details.get("libcuda_elsewhere"):
         where = path.rpartition("/")[0]

@@ -433,7 +433,9 @@ def test_error_803_names_the_two_versions_and_the_copy_to_take_off_the_library_p
         "is 535.104.05, but this process loaded the CUDA driver library (libcuda) of 550.54.15"
         in (diagnosis.summary)
     )
-    assert diagnosis.facts["NVML"].startswith("fails for the same reason")
+    assert diagnosis.facts["nvidia-smi (NVML)"] == (
+        "fails the same way: 'Driver/library version mismatch'"
+    )
     assert diagnosis.fixes[0].startswith("Restart the machine: after an NVIDIA driver update")
     assert "LD_LIBRARY_PATH" in diagnosis.fixes[1]
     assert jargon_in(str(diagnosis)) == []
@@ -446,4 +448,6 @@ def test_error_803_without_a_driver_to_read_says_what_the_error_means():
         "CUDA cannot start: the NVIDIA driver running and the CUDA driver library this "
         "process loaded (libcuda) are different versions."
     )
-    assert not {"NVIDIA driver running", "libcuda loaded", "NVML"} & set(diagnosis.facts)
+    assert not {"NVIDIA driver running", "libcuda loaded", "nvidia-smi (NVML)"} & set(
+        diagnosis.facts
+    )
