@@ -1,6 +1,6 @@
 """Cost of refreshing the %gpu_panel widget, against baselines measured in this same run.
 
-Run: python bench/bench_panel.py [--quick]
+Run: python bench/bench_panel.py [--quick] [--smoke] [--real-nvml]
 
 In a real IPython shell with the extension loaded, a user namespace of CPU tensors (some
 held only by the output history) and NVML answering from a fake 2-GPU machine
@@ -17,12 +17,14 @@ held only by the output history) and NVML answering from a fake 2-GPU machine
   in a real kernel (bench_panel_cell.py), where the widget messages are really sent: the
   difference must be at most 1 ms for a cell that changed nothing;
 - with 10^5 tensors alive (10^4 with --quick): cells run back to back with the live panel
-  against one full snapshot (the leftovers scan is not repeated after every cell);
+  against one full snapshot (the leftovers scan is not repeated after every cell: over a
+  window of at least 2 / SCAN_SHARE cells, their mean is held to SCAN_SHARE x a snapshot);
 - ``--live 0.5`` in a real kernel (bench_panel_live.py): one tick against one refresh, the
   live thread's share of a core while a cell runs, and a busy loop's speed with it on/off.
 
 Prints medians (ms), ratios against the baselines, the targets and PASS/FAIL; exit status 1
-if a target fails.
+if a target fails. --smoke (the test suite's run of every benchmark): tiny sizes, every
+line printed, the figures not meant to be read.
 """
 
 from __future__ import annotations
@@ -48,12 +50,13 @@ from bench._common import timed_ms as timed  # noqa: E402
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="fewer repetitions")
+    parser.add_argument("--smoke", action="store_true", help="tiny sizes (test suite)")
     parser.add_argument(
         "--real-nvml", action="store_true", help="use this machine's NVML, not a fake 2-GPU one"
     )
     args = parser.parse_args(argv)
-    runs = 30 if args.quick else 200
-    cell_runs = 20 if args.quick else 100
+    runs = 5 if args.smoke else 30 if args.quick else 200
+    cell_runs = 4 if args.smoke else 20 if args.quick else 100
 
     from IPython.core.interactiveshell import InteractiveShell
 
@@ -131,7 +134,7 @@ def main(argv: list[str] | None = None) -> int:
             snapshot_cells.pop()
     # A namespace holding 10^5 tensors (10^4 with --quick): a full snapshot is slow, and
     # cells run back to back must not each pay for it again.
-    big = 10_000 if args.quick else 100_000
+    big = 1_000 if args.smoke else 10_000 if args.quick else 100_000
     shell.run_cell(
         "big_batches = [{'inputs': [torch.zeros(4) for _ in range(5)], "
         f"'labels': tuple(torch.zeros(2) for _ in range(5))}} for _ in range({big // 10})]",
@@ -140,7 +143,9 @@ def main(argv: list[str] | None = None) -> int:
     widget.attach(shell, registration)
     big_snapshot = timed(widget.refresh, 3)  # the Refresh button: always a full snapshot
     back_to_back: list[float] = []
-    for _ in range(cell_runs // 2):
+    # the panel may scan once in the window (its first cell after attaching): the window
+    # must hold well over 1 / SCAN_SHARE cells for one scan to fit the target
+    for _ in range(max(cell_runs // 2, round(2 / SCAN_SHARE))):
         one_cell(back_to_back)
     widget.detach()
     shell.run_cell("del big_batches", store_history=False)
@@ -215,20 +220,20 @@ def main(argv: list[str] | None = None) -> int:
         "ratio = median / baseline median; refresh after 50 displays: its ratio to a snapshot "
         "taken in the same rounds, against refresh's (snapshots and refreshes interleaved)."
     )
-    failed |= not cell_cost(args.quick, args.real_nvml)
-    failed |= not live_cost(args.quick, args.real_nvml)
+    failed |= not cell_cost(args.quick, args.real_nvml, args.smoke)
+    failed |= not live_cost(args.quick, args.real_nvml, args.smoke)
     print("FAIL" if failed else "PASS")
     return 1 if failed else 0
 
 
-def cell_cost(quick: bool, real_nvml: bool) -> bool:
+def cell_cost(quick: bool, real_nvml: bool, smoke: bool = False) -> bool:
     """Print what the open panel adds to an unchanged cell in a real kernel; False if the
     target failed."""
     print()
     try:
         from bench.bench_panel_cell import measure
 
-        cost = measure(quick, real_nvml)
+        cost = measure(quick, real_nvml, smoke)
     except Exception as error:  # no jupyter_client / ipykernel here: say so, fail
         print(f"per-cell cost in a real kernel: not measured: {type(error).__name__}: {error}")
         return False
@@ -239,13 +244,13 @@ def cell_cost(quick: bool, real_nvml: bool) -> bool:
     return passed
 
 
-def live_cost(quick: bool, real_nvml: bool) -> bool:
+def live_cost(quick: bool, real_nvml: bool, smoke: bool = False) -> bool:
     """Print the cost of --live measured in a real kernel; False if a target failed."""
     print()
     try:
         from bench.bench_panel_live import measure
 
-        cost = measure(quick, real_nvml)
+        cost = measure(quick, real_nvml, smoke)
     except Exception as error:  # no jupyter_client / ipykernel here: say so, fail
         print(f"--live cost: not measured: {type(error).__name__}: {error}")
         return False

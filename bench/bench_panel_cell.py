@@ -193,8 +193,8 @@ def _timed(kernel: _Kernel, code: str) -> tuple[float, float]:
     return client, (dates["idle"] - dates["busy"]).total_seconds() * 1e3
 
 
-def measure(quick: bool = False, real_nvml: bool = False) -> CellCost:
-    rounds = 40 if quick else 200
+def measure(quick: bool = False, real_nvml: bool = False, smoke: bool = False) -> CellCost:
+    rounds = 3 if smoke else 40 if quick else 200
     kernel = _Kernel()
     try:
         kernel.run(SETUP.format(fake="" if real_nvml else FAKE_NVML))

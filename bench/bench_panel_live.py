@@ -168,16 +168,16 @@ class _Kernel:
         self.manager.shutdown_kernel(now=True)
 
 
-def measure(quick: bool = False, real_nvml: bool = False) -> LiveCost:
-    rounds = 3 if quick else 10
-    seconds = 2.0 if quick else 3.0
+def measure(quick: bool = False, real_nvml: bool = False, smoke: bool = False) -> LiveCost:
+    rounds = 1 if smoke else 3 if quick else 10
+    seconds = 1.2 if smoke else 2.0 if quick else 3.0
     kernel = _Kernel()
     try:
         kernel.run(SETUP.format(fake="" if real_nvml else FAKE_NVML))
         said = kernel.run(f"%gpu_panel --live {SECONDS}")
         if "update every" not in said:
             raise RuntimeError(f"--live did not start: {said.strip()}")
-        runs = 20 if quick else 100
+        runs = 5 if smoke else 20 if quick else 100
         refresh = json.loads(kernel.run(REFRESH.format(runs=runs, call="panel.refresh()")))
         # the same tick, run by the cell's own thread: what it costs without a busy thread
         # beside it

@@ -1,7 +1,7 @@
 """This checkout against another commit, measured in the same run: `%load_ext`, the per-cell
 hooks, find_leftovers and gpu_status.
 
-Run: python bench/bench_versions.py --against REV [--quick] [--json PATH]
+Run: python bench/bench_versions.py --against REV [--quick] [--smoke] [--json PATH]
 
 REV is checked out into a temporary git worktree. Every sample runs in a fresh interpreter
 with PYTHONPATH set to one tree, the two trees alternating sample by sample, so machine
@@ -107,7 +107,8 @@ def main(argv: list[str] | None = None) -> int:
     parser = bench_parser(__doc__.splitlines()[0], "fewer samples")
     parser.add_argument("--against", metavar="REV", required=True, help="the commit to compare")
     args = parser.parse_args(argv)
-    runs = 3 if args.smoke else 7 if args.quick else 21
+    # --smoke (the test suite): one sample each, no warm-up - the machinery, not a figure
+    runs = 1 if args.smoke else 7 if args.quick else 21
     sizes = {"cells": 200 if args.smoke else 2000, "tensors": 1000 if args.smoke else 20000}
     with tempfile.TemporaryDirectory() as scratch:
         other = Path(scratch) / "against"
@@ -120,7 +121,8 @@ def main(argv: list[str] | None = None) -> int:
             for name, script in SCRIPTS.items():
                 code = textwrap.dedent(script.format(**sizes))
                 ours, theirs = [], []
-                sample(ROOT, code), sample(other, code)  # warm the bytecode caches
+                if not args.smoke:
+                    sample(ROOT, code), sample(other, code)  # warm the bytecode caches
                 for _ in range(runs):
                     ours.append(sample(ROOT, code))
                     theirs.append(sample(other, code))
