@@ -111,11 +111,11 @@ class Blocks:
                 sizes[block] += graph.nbytes
         self._sharing = sharing
 
-    def add_aliases(self, rows_by_root: dict, variables: dict) -> None:
-        """The rows each user variable reaches through another root's containers
-        (`reach.alias_rows`: root -> rows; `variables`: root -> the variable's name)."""
+    def add_aliases(self, rows_by_root: dict, named: dict) -> None:
+        """The rows each user variable or ``Out[N]`` reaches through another root's
+        containers (`reach.alias_rows`: root -> rows; `named`: root -> its name)."""
         for root, rows in rows_by_root.items():
-            name = variables.get(root)
+            name = named.get(root)
             if name is not None and rows:
                 self.aliased[name] = rows
 

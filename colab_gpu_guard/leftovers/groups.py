@@ -1,5 +1,6 @@
 """Leftovers grouped by the root holding them (a variable, ``Out[N]``, a traceback local,
-the last exception, a compiled graph), hidden holders first: ``LeftoverList.groups()``."""
+the last exception, a compiled graph), hidden holders first and the names that only share
+memory last: ``LeftoverList.groups()``."""
 
 from __future__ import annotations
 
@@ -125,7 +126,7 @@ class LeftoverGroup:
             what = self.type_name
         elif self.type_name and self.kind == GREW_ON_RERUN:
             what = f"{self.type_name}, {what}"
-        if not self.count and self.shares:  # a view, an alias: its memory is counted there
+        if self.shares_only:  # a view, an alias: its memory is counted there
             text = f"{what}: no array of its own"
         else:
             text = f"{what}: {counted(self.count, 'array')}"
@@ -142,6 +143,11 @@ class LeftoverGroup:
         return "shares " + ", ".join(
             f"{counted(share.count, 'array')} with {share.owner}" for share in self.shares
         )
+
+    @property
+    def shares_only(self) -> bool:
+        """No array of its own: every array it reaches is counted in another group."""
+        return not self.count and bool(self.shares)
 
     @property
     def single(self) -> Optional[Leftover]:
@@ -198,7 +204,8 @@ class LeftoverGroup:
 @dataclass(frozen=True)
 class LeftoverGroups:
     """Leftovers by the root holding them: hidden holders first, then the user's own
-    state, each biggest first. ``blocks``/``total_bytes``: every block, counted once."""
+    state, each biggest first, then the names that only share memory listed above.
+    ``blocks``/``total_bytes``: every block, counted once."""
 
     groups: tuple[LeftoverGroup, ...] = ()
     blocks: int = 0
@@ -387,7 +394,8 @@ def group_leftovers(
             if other not in order:  # reaches only blocks another group counts
                 order[other] = RootTally(ref.holder)
                 refs.setdefault(other, ref)
-    # a variable reaching a container another root reached first (``b = {'x': a}``)
+    # a variable reaching a container another root reached first (``b = {'x': a}``), and
+    # Out[N] showing one (``model`` as a cell's last line: `del model` alone frees nothing)
     for other, positions in (blocks.aliased or {}).items():
         for position in positions:
             owner = roots[position]
@@ -396,7 +404,8 @@ def group_leftovers(
             counts = shares.setdefault(other, {})
             counts[owner] = counts.get(owner, 0) + 1
             if other not in order:
-                order[other] = RootTally(USER_VARIABLE)
+                ref = refs.get(other)
+                order[other] = RootTally(ref.holder if ref is not None else USER_VARIABLE)
     graph_bytes = dict.fromkeys(order, 0)
     for position, nbytes in (blocks.graphs or {}).items():
         graph_bytes[roots[position]] += nbytes
@@ -428,6 +437,8 @@ def group_leftovers(
                 entries=entries,
             )
         )
-    # hidden holders first, then by size; equal sizes in the order found
-    made.sort(key=lambda group: (not group.hidden, -group.nbytes))
+    # the holders of memory first, hidden ones (output history, frames, graphs) before the
+    # user's own, each biggest first; then the names that only share memory listed above
+    # (a view, `Out[N]` showing `model`); equal sizes in the order found
+    made.sort(key=lambda group: (group.shares_only, not group.hidden, -group.nbytes))
     return LeftoverGroups(tuple(made), len(blocks.sizes), sum(blocks.sizes), tuple(notes))

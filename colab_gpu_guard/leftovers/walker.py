@@ -90,7 +90,9 @@ class Walker:
         self.empty: set[int] = set()  # containers walked that reach no array
         self.aliases: list[tuple] = []
         self.root_keys: dict[Hashable, Hashable] = {}  # a root as rows hold it -> its key
-        self.variables: dict[Hashable, str] = {}  # a user variable's root, as rows hold it -> name
+        # a root whose aliases the groups show, as rows hold it -> its name: a user variable,
+        # and Out[N] (the output history keeps what it showed: `model` as a cell's last line)
+        self.alias_roots: dict[Hashable, str] = {}
         # (a root's label, its holder) -> the group its arrays are listed under
         self.groups: dict[tuple[str, str], RootRef] = {}
         self.deadline = None if budget_s is None else time.perf_counter() + budget_s
@@ -133,8 +135,8 @@ class Walker:
         held = tuple(root) if isinstance(root, tuple) else root
         self.root_keys.setdefault(held, root)
         self.groups.setdefault((label, holder), group)
-        if holder == USER_VARIABLE:
-            self.variables[held] = label
+        if holder == USER_VARIABLE or group.is_output:
+            self.alias_roots[held] = label
         start = len(self.found.pending)
         self.visit(value, Visit((None, ROOT, label), depth, holder, held))
         self.tensor_parts.attributes_since(start, self.classifier.tensor_type)

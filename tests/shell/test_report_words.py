@@ -99,3 +99,29 @@ def test_gpu_history_names_the_holders_and_what_to_do(leaky):
         assert leaks[cell].endswith(
             f"held by `Out[{previous}]` (output history: %gpu_reset releases it)"
         ), text
+
+
+def test_a_model_shown_as_a_cells_last_line_is_held_by_the_output_history_too(shell, run_cell):
+    """`model` as a cell's last line: Out[N] keeps the same module, so `del model` frees
+    nothing. The status says so (Out[N] shares the model's tensors, and a plain %gpu_reset
+    releases the output history) after the rows that hold memory; weakrefs prove it."""
+    import weakref
+
+    with capture_output():
+        shown_at = run_cell(
+            "model_o = torch.nn.Sequential(torch.nn.Linear(300, 300), torch.nn.Linear(300, 3))"
+            "\nmodel_o"
+        ).execution_count
+    weight = weakref.ref(shell.user_ns["model_o"][0].weight)
+    text = shown(shell, "%gpu_status")
+    rows = [line.strip() for line in text.splitlines()]
+    out_row = next(row for row in rows if row.split()[2:3] == [f"Out[{shown_at}]"])
+    assert "output history: no array of its own; shares 4 arrays with model_o" in out_row
+    model_row = next(row for row in rows if "  model_o  Sequential" in row)
+    assert rows.index(model_row) < rows.index(out_row), text  # memory first, sharers last
+    assert "%gpu_reset releases output history" in text, text
+    run_cell("del model_o")
+    assert weight() is not None  # what the status said: the output history keeps it
+    with capture_output():
+        run_cell("%gpu_reset")
+    assert weight() is None

@@ -84,7 +84,9 @@ def reference_groups(entries, per_group):
                 tuple(entry.name for entry in listed),
             )
         )
-    rows.sort(key=lambda row: (not row[2], -row[4]))
+    # memory holders first (hidden ones first), each biggest first; names that only share
+    # (no block of their own) last
+    rows.sort(key=lambda row: (not row[3] and bool(row[6]), not row[2], -row[4]))
     return rows
 
 
