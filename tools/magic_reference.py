@@ -87,7 +87,9 @@ GLOSSARY: tuple[tuple[str, str], ...] = (
     (
         "still held (leftovers)",
         "Arrays still alive between runs, named by the variable or container that holds "
-        "them, e.g. `model.0.weight` or `Out[7]`.",
+        'them, e.g. `model.0.weight` or `Out[7]`. A name listed last with "no array of its '
+        'own" reaches memory a name above holds (a view, a dict holding a tensor, `Out[7]` '
+        "showing `model`): each must go for that memory to be freed.",
     ),
 )
 

@@ -141,11 +141,6 @@ class DriverParts(NamedTuple):
     libcuda_path: Optional[str]
     libcuda: Optional[str]
 
-    @property
-    def differ(self) -> bool:
-        """Both versions known, and not the same."""
-        return bool(self.kernel_module and self.libcuda and self.kernel_module != self.libcuda)
-
 
 def _read(path: str) -> str:
     try:
