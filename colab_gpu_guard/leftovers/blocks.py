@@ -111,12 +111,11 @@ class Blocks:
                 sizes[block] += graph.nbytes
         self._sharing = sharing
 
-    def add_aliases(self, rows_by_root: dict, named: dict) -> None:
-        """The rows each user variable or ``Out[N]`` reaches through another root's
-        containers (`reach.alias_rows`: root -> rows; `named`: root -> its name)."""
-        for root, rows in rows_by_root.items():
-            name = named.get(root)
-            if name is not None and rows:
+    def add_aliases(self, rows_by_group: dict) -> None:
+        """The rows each group reaches through another root's containers
+        (`reach.alias_rows` over `Walker.alias_groups`: group name -> rows)."""
+        for name, rows in rows_by_group.items():
+            if rows:
                 self.aliased[name] = rows
 
     def entry_with_graph(self, position: int) -> Leftover:

@@ -258,10 +258,9 @@ def _kept_listing(
     blocks = Blocks(part, PathNames(lambda: best_paths(part.refs)), walker.groups)
     if graphs is not None and graphs[0]:
         blocks.add_graphs(*graphs)
-    aliases = [alias for alias in walker.aliases if alias[0] not in dropped]
-    named = {root: name for root, name in walker.alias_roots.items() if root not in dropped}
-    if aliases and named:  # `b = {'x': a}`, both kept: b shares a's blocks
-        blocks.add_aliases(alias_rows(part.rows, aliases), named)
+    aliases = walker.alias_groups(dropped)
+    if aliases:  # `b = {'x': a}`, both kept: b shares a's blocks
+        blocks.add_aliases(alias_rows(part.rows, aliases))
     types = {
         label: kind
         for label, kind in scan.root_types.items()

@@ -402,8 +402,8 @@ def _listing(
     blocks = Blocks(found, names, walker.groups)
     if graphs.by_block:
         blocks.add_graphs(graphs.by_block, graphs.sharing)
-    if walker.aliases and walker.alias_roots:
-        blocks.add_aliases(alias_rows(found.rows, walker.aliases), walker.alias_roots)
+    if walker.aliases:
+        blocks.add_aliases(alias_rows(found.rows, walker.alias_groups()))
     gaps: list[DeviceGap] = allocator_gaps(blocks.devices, blocks.sizes) if deep else []
     order: Any = range(len(blocks.sizes))
     if device is not None:

@@ -6,11 +6,11 @@ from __future__ import annotations
 
 import itertools
 import time
-from collections.abc import Hashable
+from collections.abc import Collection, Hashable
 from operator import attrgetter
 from typing import Optional, Union
 
-from ..units import USER_VARIABLE
+from ..units import OUTPUT_HISTORY
 from . import arrow
 from .found import Found
 from .graphs import Graphs
@@ -45,8 +45,9 @@ from .naming import (
 )
 from .plain import all_plain
 from .readers import BASE_ITER, instance_dict, own_attribute, slot_values, tensor_readers
-from .root_refs import RootRef
+from .root_refs import NO_NAME, RootRef
 from .rows import Items
+from .tally import root_labels
 from .visit import Visit
 
 DEFAULT_MAX_DEPTH = 10
@@ -90,9 +91,9 @@ class Walker:
         self.empty: set[int] = set()  # containers walked that reach no array
         self.aliases: list[tuple] = []
         self.root_keys: dict[Hashable, Hashable] = {}  # a root as rows hold it -> its key
-        # a root whose aliases the groups show, as rows hold it -> its name: a user variable,
-        # and Out[N] (the output history keeps what it showed: `model` as a cell's last line)
-        self.alias_roots: dict[Hashable, str] = {}
+        # (root, its own path, holder, the first visit's node) of each alias: the group a
+        # revisit is listed under comes from its own path (`alias_groups`)
+        self.alias_paths: list[tuple] = []
         # (a root's label, its holder) -> the group its arrays are listed under
         self.groups: dict[tuple[str, str], RootRef] = {}
         self.deadline = None if budget_s is None else time.perf_counter() + budget_s
@@ -135,8 +136,6 @@ class Walker:
         held = tuple(root) if isinstance(root, tuple) else root
         self.root_keys.setdefault(held, root)
         self.groups.setdefault((label, holder), group)
-        if holder == USER_VARIABLE or group.is_output:
-            self.alias_roots[held] = label
         start = len(self.found.pending)
         self.visit(value, Visit((None, ROOT, label), depth, holder, held))
         self.tensor_parts.attributes_since(start, self.classifier.tensor_type)
@@ -159,7 +158,7 @@ class Walker:
         first = self.first_visit.get(ident)
         if first is not None:
             if first[0] != at.root and ident not in self.empty:
-                self.aliases.append((at.root, first[1], first[0]))
+                self.met_again(at, first)
             return
         self.first_visit[ident] = (at.root, at.path)
         if self.deadline is not None:
@@ -193,6 +192,32 @@ class Walker:
             pass
         if len(pending) + len(unseen) + len(object_arrays) == before:
             self.empty.add(ident)
+
+    def met_again(self, at: Visit, first: tuple) -> None:
+        """A container another root reached first (`first`: its root and path): the root
+        at `at` is an alias of it."""
+        self.aliases.append((at.root, first[1], first[0]))
+        self.alias_paths.append((at.root, at.path, at.holder, first[1]))
+
+    def alias_groups(self, dropped: Collection = ()) -> list[tuple]:
+        """(group, node, None) for each container a root reached after another root had,
+        roots in `dropped` left out: the group its own path is listed under
+        (`tally.root_labels`: ``b`` for ``b = {'x': a}``, ``Out[7]`` showing ``model``, a
+        traceback local holding it), for `reach.alias_rows`. ``_``, ``__``, ``_N`` are left
+        out: the rows name them beside ``Out[N]``."""
+        kept = [alias for alias in self.alias_paths if alias[0] not in dropped]
+        if not kept:
+            return []
+        labels = root_labels(
+            [alias[1] for alias in kept], [alias[2] for alias in kept], self.groups
+        )
+        refs = {ref.name: ref for ref in self.groups.values()}
+        shown = []
+        for label, alias in zip(labels, kept):
+            ref = refs.get(label)
+            if ref is not None and (ref.is_output or ref.kind not in (OUTPUT_HISTORY, NO_NAME)):
+                shown.append((label, alias[3], None))
+        return shown
 
     def walk_layout(self, obj, what: Kind, at: Visit) -> None:
         """An object's ``__dict__`` and slots, read through the interpreter's descriptors."""
@@ -228,7 +253,7 @@ class Walker:
         first = self.first_visit.get(ident)
         if first is not None:
             if first[0] != at.root and ident not in self.empty:
-                self.aliases.append((at.root, first[1], first[0]))
+                self.met_again(at, first)
             return False
         self.first_visit[ident] = (at.root, at.path)
         return True

@@ -125,3 +125,31 @@ def test_a_model_shown_as_a_cells_last_line_is_held_by_the_output_history_too(sh
     with capture_output():
         run_cell("%gpu_reset")
     assert weight() is None
+
+
+def test_a_model_a_failed_call_still_holds_is_named_by_its_traceback_local(shell, run_cell):
+    """A cell that failed inside `train(model)`: the traceback's frame keeps `m`, the same
+    module, so `del model` alone frees nothing. The status names that local (not another
+    of the frame's) as sharing the model's tensors, and says a plain %gpu_reset releases
+    the last error; weakrefs prove both."""
+    import weakref
+
+    with capture_output():
+        run_cell(
+            "model_t = torch.nn.Linear(200, 200)\n"
+            "def train_t(m):\n    batch = torch.ones(7)\n    raise ValueError('stop')\n"
+            "train_t(model_t)"
+        )
+    weight = weakref.ref(shell.user_ns["model_t"].weight)
+    text = shown(shell, "%gpu_status")
+    rows = [line.strip() for line in text.splitlines()]
+    local = next(row for row in rows if "<traceback: train_t() local 'm'>" in row)
+    assert "no array of its own; shares 2 arrays with model_t" in local, text
+    other = next(row for row in rows if "<traceback: train_t() local 'batch'>" in row)
+    assert "model_t" not in other, text
+    assert "%gpu_reset releases the last error" in text, text
+    run_cell("del model_t")
+    assert weight() is not None  # the traceback's frame keeps it, as the status said
+    with capture_output():
+        run_cell("%gpu_reset")
+    assert weight() is None
