@@ -7,7 +7,7 @@ from __future__ import annotations
 import itertools
 import time
 from collections.abc import Collection, Hashable
-from operator import attrgetter
+from operator import attrgetter, itemgetter
 from typing import Optional, Union
 
 from ..units import OUTPUT_HISTORY
@@ -56,6 +56,10 @@ SMALL = 64  # a chunk holding something is checked again in parts this big
 
 _REQUIRES_GRAD = attrgetter("requires_grad")
 _NEW = tuple.__new__
+
+
+# an alias's fields (`Walker.alias_paths`)
+_PATH, _HOLDER, _FIRST_NODE = itemgetter(1), itemgetter(2), itemgetter(3)
 
 
 class OutOfTime(Exception):
@@ -205,19 +209,21 @@ class Walker:
         (`tally.root_labels`: ``b`` for ``b = {'x': a}``, ``Out[7]`` showing ``model``, a
         traceback local holding it), for `reach.alias_rows`. ``_``, ``__``, ``_N`` are left
         out: the rows name them beside ``Out[N]``."""
-        kept = [alias for alias in self.alias_paths if alias[0] not in dropped]
+        kept = self.alias_paths
+        if dropped:
+            kept = [alias for alias in kept if alias[0] not in dropped]
         if not kept:
             return []
-        labels = root_labels(
-            [alias[1] for alias in kept], [alias[2] for alias in kept], self.groups
-        )
-        refs = {ref.name: ref for ref in self.groups.values()}
-        shown = []
-        for label, alias in zip(labels, kept):
-            ref = refs.get(label)
-            if ref is not None and (ref.is_output or ref.kind not in (OUTPUT_HISTORY, NO_NAME)):
-                shown.append((label, alias[3], None))
-        return shown
+        labels = root_labels(list(map(_PATH, kept)), list(map(_HOLDER, kept)), self.groups)
+        shown = {
+            ref.name
+            for ref in self.groups.values()
+            if ref.is_output or ref.kind not in (OUTPUT_HISTORY, NO_NAME)
+        }
+        found = zip(labels, map(_FIRST_NODE, kept), itertools.repeat(None))
+        if shown.issuperset(labels):  # the usual case: made in C
+            return list(found)
+        return [alias for alias in found if alias[0] in shown]
 
     def walk_layout(self, obj, what: Kind, at: Visit) -> None:
         """An object's ``__dict__`` and slots, read through the interpreter's descriptors."""
