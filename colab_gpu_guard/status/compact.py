@@ -315,13 +315,17 @@ def held(status: GpuStatus, shown: int = HELD_SHOWN) -> Held:
         count = max(status.leftover_groups_count, len(status.leftover_groups))
         ranked = sorted(status.leftover_groups, key=lambda group: -group.nbytes)
         pairs = [Holder(group.name, group.nbytes) for group in ranked if group.nbytes > 0]
+        # "N more" counts holders of memory: a name that only shares what a listed one
+        # holds (Out[N] showing `model`) adds nothing; those past the snapshot's `top` count
+        unlisted = count - len(status.leftover_groups)
+        holders = len(pairs) + unlisted
     else:
-        count = status.leftovers_count
+        count = holders = status.leftovers_count
         ranked = sorted(status.leftovers, key=lambda entry: -entry.nbytes)
         pairs = [Holder(entry.name, entry.nbytes) for entry in ranked]
     named = tuple(pairs[:shown])
-    more = max(0, count - len(named))
     rest = max(0, status.leftovers_bytes - sum(holder.nbytes for holder in named))
+    more = max(0, holders - len(named)) if rest else 0
     return Held(named, more, rest if more else 0, status.leftovers_bytes, count)
 
 

@@ -120,6 +120,10 @@ def test_a_model_shown_as_a_cells_last_line_is_held_by_the_output_history_too(sh
     model_row = next(row for row in rows if "  model_o  Sequential" in row)
     assert rows.index(model_row) < rows.index(out_row), text  # memory first, sharers last
     assert "%gpu_reset releases output history" in text, text
+    from colab_gpu_guard.status import compact, gpu_status
+
+    held = compact.held_text(gpu_status(leftovers=True))  # the panel's line: memory holders
+    assert "`model_o` " in held and " 0 B" not in held, held
     run_cell("del model_o")
     assert weight() is not None  # what the status said: the output history keeps it
     with capture_output():
