@@ -209,7 +209,7 @@ def still_held(scan: Scan, dropped: set, now: Optional[States] = None) -> Option
 def _named_by(scan: Scan, dropped: set) -> bool:
     """Whether the scan's list names any of the `dropped` roots although they own no row:
     an alias (``d2 = d``: "shares 1 with d") or a holder not looked into."""
-    return any(root in dropped for root, _node, _first in scan.walker.aliases) or any(
+    return any(root in dropped for root, *_rest in scan.walker.aliases) or any(
         root in dropped for root, _item in scan.unread.unseen + scan.unread.object_arrays
     )
 

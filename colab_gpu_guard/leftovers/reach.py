@@ -36,7 +36,7 @@ def alias_rows(rows: Sequence[tuple], aliases: Iterable[tuple]) -> dict[Hashable
     """Alias root -> the rows found under a container that root met after another root
     had reached it first. Worked out once per parent node (a list's items share one)."""
     node_roots: dict[int, tuple] = {}
-    for root, node, _first in aliases:
+    for root, node, *_rest in aliases:
         node_roots[id(node)] = node_roots.get(id(node), ()) + (root,)
     memo: dict[int, tuple] = {id(None): ()}
 
@@ -184,4 +184,6 @@ class Reach:
     def crosses_into(self, roots: set) -> bool:
         """Whether a root not among `roots` met a container one of `roots` reached first
         (its blocks are listed under that root's path, not its own)."""
-        return any(first in roots and root not in roots for root, _node, first in self.aliases)
+        return any(
+            first in roots and root not in roots for root, _node, first, *_rest in self.aliases
+        )

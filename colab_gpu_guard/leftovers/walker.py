@@ -58,8 +58,8 @@ _REQUIRES_GRAD = attrgetter("requires_grad")
 _NEW = tuple.__new__
 
 
-# an alias's fields (`Walker.alias_paths`)
-_PATH, _HOLDER, _FIRST_NODE = itemgetter(1), itemgetter(2), itemgetter(3)
+# an alias's fields (`Walker.aliases`) beyond its root, the first visit's node and root
+_NODE, _PATH, _HOLDER = itemgetter(1), itemgetter(3), itemgetter(4)
 
 
 class OutOfTime(Exception):
@@ -69,8 +69,9 @@ class OutOfTime(Exception):
 class Walker:
     """Walks roots into containers and records the arrays it reaches in ``found``.
     ``first_visit``: id(container) -> (root, path) of its first visit; ``aliases``:
-    (root, path, first root) for each later visit from another root to a container that
-    reaches an array (or a holder not looked into; those reaching none are in ``empty``).
+    (root, the first visit's path, first root, its own path, its holder) for each later
+    visit from another root to a container that reaches an array (or a holder not looked
+    into; those reaching none are in ``empty``).
     With a ``budget_s``, the walk raises `OutOfTime` once it is spent, and ``unfinished``
     lists (path, items, items searched) for each container it was inside, innermost
     first."""
@@ -95,9 +96,6 @@ class Walker:
         self.empty: set[int] = set()  # containers walked that reach no array
         self.aliases: list[tuple] = []
         self.root_keys: dict[Hashable, Hashable] = {}  # a root as rows hold it -> its key
-        # (root, its own path, holder, the first visit's node) of each alias: the group a
-        # revisit is listed under comes from its own path (`alias_groups`)
-        self.alias_paths: list[tuple] = []
         # (a root's label, its holder) -> the group its arrays are listed under
         self.groups: dict[tuple[str, str], RootRef] = {}
         self.deadline = None if budget_s is None else time.perf_counter() + budget_s
@@ -200,8 +198,8 @@ class Walker:
     def met_again(self, at: Visit, first: tuple) -> None:
         """A container another root reached first (`first`: its root and path): the root
         at `at` is an alias of it."""
-        self.aliases.append((at.root, first[1], first[0]))
-        self.alias_paths.append((at.root, at.path, at.holder, first[1]))
+        # its own path and holder: the group it is listed under (`alias_groups`)
+        self.aliases.append((at.root, first[1], first[0], at.path, at.holder))
 
     def alias_groups(self, dropped: Collection = ()) -> list[tuple]:
         """(group, node, None) for each container a root reached after another root had,
@@ -209,7 +207,7 @@ class Walker:
         (`tally.root_labels`: ``b`` for ``b = {'x': a}``, ``Out[7]`` showing ``model``, a
         traceback local holding it), for `reach.alias_rows`. ``_``, ``__``, ``_N`` are left
         out: the rows name them beside ``Out[N]``."""
-        kept = self.alias_paths
+        kept = self.aliases
         if dropped:
             kept = [alias for alias in kept if alias[0] not in dropped]
         if not kept:
@@ -220,7 +218,7 @@ class Walker:
             for ref in self.groups.values()
             if ref.is_output or ref.kind not in (OUTPUT_HISTORY, NO_NAME)
         }
-        found = zip(labels, map(_FIRST_NODE, kept), itertools.repeat(None))
+        found = zip(labels, map(_NODE, kept), itertools.repeat(None))
         if shown.issuperset(labels):  # the usual case: made in C
             return list(found)
         return [alias for alias in found if alias[0] in shown]

@@ -15,7 +15,7 @@ def test_only_containers_reaching_an_array_make_aliases():
     empty, plain, held = [], {"a": 1, "b": [2, 3]}, [torch.ones(3)]
     namespace = {"e1": empty, "e2": empty, "p1": plain, "p2": plain, "h1": held, "h2": held}
     walker = scan(namespace=namespace).walker
-    assert [(root[1], first[1]) for root, _path, first in walker.aliases] == [("h2", "h1")]
+    assert [(root[1], first[1]) for root, _path, first, *_rest in walker.aliases] == [("h2", "h1")]
     assert {id(empty), id(plain)} <= walker.empty and id(held) not in walker.empty
     found = find_leftovers(namespace=namespace)
     assert [item.name for item in found] == ["h1[0]"]
