@@ -13,7 +13,7 @@ from ..frameworks import cupy as cupy_support
 from ..frameworks import jax as jax_support
 from ..frameworks import torch as torch_support
 from ..frameworks.base import ArrayInfo
-from ..units import OTHER
+from ..units import OTHER, counted
 from .kinds import ARRAY, ATOMIC, opaque_module
 from .naming import ROOT
 from .readers import instance_dict, layout_of, mro, type_module
@@ -40,10 +40,10 @@ def _describe_referrer(referrer) -> str:
     name = _TYPE_NAME(kind)
     if base is dict:
         count = dict.__len__(referrer)
-        return f"a {name} of {count} {'entry' if count == 1 else 'entries'}"
+        return f"a {name} of {counted(count, 'entry', 'entries')}"
     if base is not None:
         count = base.__len__(referrer)
-        return f"a {name} of {count} {'item' if count == 1 else 'items'}"
+        return f"a {name} of {counted(count, 'item')}"
     return f"a {type_module(kind)}.{name}"
 
 

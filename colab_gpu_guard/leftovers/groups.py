@@ -252,7 +252,7 @@ class LeftoverGroups:
         if self.total_groups > len(shown):
             rest = self.total_groups - len(shown)
             size = format_bytes(self.total_bytes - sum(group.nbytes for group in shown))
-            lines.append(f"... {rest:,} more {'holder' if rest == 1 else 'holders'}, {size}")
+            lines.append(f"... {counted(rest, 'more holder')}, {size}")
         return lines
 
     def advice(self, groups: int = GROUPS_SHOWN) -> str:

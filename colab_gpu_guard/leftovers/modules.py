@@ -6,6 +6,7 @@ from __future__ import annotations
 import sys
 from typing import Any, Optional
 
+from ..units import counted
 from .holders import AttributesWalk, Visitor
 from .kinds import ATOMIC, Kind
 from .naming import ATTR, DOT, HELD
@@ -53,7 +54,7 @@ def opaque_note(names: list[str]) -> str:
     count = len(names)
     shown = ", ".join(f"`{name}`" for name in names[:3])
     more = f" (+{count - 3} more)" if count > 3 else ""
-    which = "1 TorchScript object" if count == 1 else f"{count} TorchScript objects"
+    which = counted(count, "TorchScript object")
     return (
         f"not counted: memory inside {which} (torch.ScriptObject: C++ state, such as the "
         f"packed weights of a dynamically quantized layer) the scan cannot look into: "

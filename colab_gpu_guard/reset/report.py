@@ -12,7 +12,7 @@ from ..leftovers import Leftover, LeftoverList
 from ..leftovers.groups import ENTRIES_SHOWN, OWN_KINDS, LeftoverGroups, group_leftovers
 from ..leftovers.html import groups_html
 from ..nvml import INCLUDES_RESERVED, V1
-from ..units import escape_html, escape_lines, format_bytes
+from ..units import counted, escape_html, escape_lines, format_bytes
 
 # what the scan searched: installed packages' module globals (a library's cache) are not
 NONE_NAMED = (
@@ -201,7 +201,7 @@ class ReleaseReport:
         for kind, count in self.dropped.items():
             if count:
                 one, many = _DROPPED_WORDS.get(kind, (kind, kind))
-                texts.append(f"{count} {one if count == 1 else many}")
+                texts.append(counted(count, one, many))
         return texts
 
     def typed_names(self) -> list[str]:

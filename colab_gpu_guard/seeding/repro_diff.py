@@ -8,7 +8,7 @@ from dataclasses import dataclass
 from typing import Any, Callable, Optional
 
 from ..serialize import to_data
-from ..units import escape_html, escape_lines
+from ..units import counted, escape_html, escape_lines
 from .repro import ReproRecord
 from .repro_effects import (
     BACKEND_EFFECTS,
@@ -51,8 +51,8 @@ class ReproDiff:
         if count == 0:
             lines = [head + "nothing that can change results differs"]
         else:
-            plural = "difference" if count == 1 else "differences"
-            lines = [head + f"{count} {plural} that can change results, most important first"]
+            differ = counted(count, "difference")
+            lines = [head + f"{differ} that can change results, most important first"]
         lines += [f"  {n}. {d}" for n, d in enumerate(self.differences, 1)]
         lines += [f"  also differs (does not change the numbers here): {d}" for d in self.other]
         lines += [f"  note: {note}" for note in self.notes]

@@ -14,6 +14,7 @@ from ..frameworks import numpy as numpy_support
 from ..frameworks import python_random
 from ..frameworks import tensorflow as tensorflow_support
 from ..frameworks import torch as torch_support
+from ..units import counted
 from . import determinism
 from .report import Change, SeededRng, SeedReport, SkippedRng
 
@@ -263,10 +264,9 @@ def _seed_torch(torch, value: int, report: SeedReport) -> None:
             how += _cuda_seeding_applied(torch, devices, contexts_before)
         else:
             how += "queued by torch until CUDA initialises, so seeding first is fine"
-        plural = "s" if devices != 1 else ""
         report.seeded.append(
             SeededRng(
-                f"PyTorch {'ROCm' if hip else 'CUDA'} ({devices} device{plural})",
+                f"PyTorch {'ROCm' if hip else 'CUDA'} ({counted(devices, 'device')})",
                 f"ROCm {hip}" if hip else f"CUDA {torch_support.cuda_version(torch)}",
                 how,
             )

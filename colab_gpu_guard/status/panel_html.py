@@ -10,8 +10,8 @@ import time
 from typing import TYPE_CHECKING, Any, Optional
 
 from ..nvml import INCLUDES_RESERVED
+from ..units import counted, format_bytes
 from ..units import escape_html as _e
-from ..units import format_bytes
 from . import theme
 from .compact import (
     FREE,
@@ -319,11 +319,10 @@ def section_label(name: str, status: Optional[GpuStatus]) -> str:
         return name
     if name == "Leftovers" and status.leftovers is not None and status.leftovers_count:
         facts = held(status)
-        noun = "holder" if facts.holder_count == 1 else "holders"
-        return f"Leftovers · {facts.holder_count:,} {noun}"
+        return f"Leftovers · {counted(facts.holder_count, 'holder')}"
     if name == "Processes":
         count = sum(len(device.other_processes()) for device in status.nvml.devices)
-        return f"Processes · {count} other{'s' if count != 1 else ''}" if count else name
+        return f"Processes · {counted(count, 'other')}" if count else name
     return name
 
 
@@ -361,9 +360,8 @@ def render_processes(status: GpuStatus) -> str:
                 f"{_e(process_label(p, spelled_out=True))}</div>"
                 for p in sorted(device.processes, key=lambda p: -(p.used_memory or 0))
             )
-            count = len(device.processes)
-            noun = "process" if count == 1 else "processes"
-            parts.append(f"<div>{head}{count} {noun}{note}</div>{items}")
+            count = counted(len(device.processes), "process", "processes")
+            parts.append(f"<div>{head}{count}{note}</div>{items}")
         elif kernel_not_listed(status, device):
             parts.append(f"<div>{head}none ({_e(KERNEL_UNLISTED)})</div>")
         elif device.processes is None and status.nvml.processes_queried:

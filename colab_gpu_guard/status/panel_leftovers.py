@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any, Sequence
 
-from ..units import USER_VARIABLE, format_bytes
+from ..units import USER_VARIABLE, counted, format_bytes
 from ..units import escape_html as _e
 from . import theme
 
@@ -60,10 +60,7 @@ def render_leftovers_head(status: GpuStatus, top: int = TOP_LEFTOVERS) -> str:
         return f"{head}{_e(status.leftovers_note or 'not collected')}</div>"
     entries = list(status.leftovers)
     count = status.leftovers_count
-    title = (
-        f"{count} array{'s' if count != 1 else ''}, {_e(format_bytes(status.leftovers_bytes))}"
-        " in all"
-    )
+    title = f"{counted(count, 'array')}, {_e(format_bytes(status.leftovers_bytes))} in all"
     if not entries:
         return f"{head}{title} · nothing held between cells</div>"
     if status.leftover_groups:
@@ -83,10 +80,10 @@ def render_leftovers_foot(status: GpuStatus, top: int = TOP_LEFTOVERS) -> str:
     unlisted = max(status.leftover_groups_count, len(groups)) - len(groups) if groups else 0
     if unlisted > 0:
         rest = status.leftovers_bytes - sum(group.nbytes for group in groups)
-        noun = "holder" if unlisted == 1 else "holders"
         lines.append(
-            f'<div class="cgg-more-groups" style="{theme.MUTED}">... and {unlisted:,} more '
-            f"{noun}, {_e(format_bytes(max(0, rest)))} (the {len(groups)} biggest listed)</div>"
+            f'<div class="cgg-more-groups" style="{theme.MUTED}">... and '
+            f"{counted(unlisted, 'more holder')}, {_e(format_bytes(max(0, rest)))} (the "
+            f"{len(groups)} biggest listed)</div>"
         )
     if entries:
         freeable = status.leftovers_freeable_bytes
