@@ -4,7 +4,7 @@
 # an NVIDIA GPU, after `../shared/tools/device-wheels.sh blessed` (and a gpustat wheel) put
 # the missing pure-Python wheels in .whl/:  OUT=/some/dir bash tools/gpu_check.sh
 # Only some steps: GPU_CHECK_ONLY='pytest snapshots' (names: versions snapshots pytest
-# status notebooks bench-status bench-tracker bench); GPU_CHECK_PYTEST='-k trace' narrows the tests; GPU_CHECK_RECORD='--only oom'
+# status captures notebooks bench-status bench-tracker bench); GPU_CHECK_PYTEST='-k trace' narrows the tests; GPU_CHECK_RECORD='--only oom'
 # records only some scenarios.
 # Step budgets (seconds) can be scaled with GPU_CHECK_SCALE (default 1).
 set -u
@@ -17,7 +17,7 @@ SCALE=${GPU_CHECK_SCALE:-1}
 t() { echo $(($1 * SCALE)); }
 pack() { tar czf "$RESULT/gpu-check.tgz" -C "$OUT" .; }
 step() { pack; echo "== $(date -u +%T) $*" | tee -a "$OUT/steps.log"; }
-ONLY=${GPU_CHECK_ONLY:-versions snapshots pytest status notebooks bench-status bench-tracker bench}
+ONLY=${GPU_CHECK_ONLY:-versions snapshots pytest status captures notebooks bench-status bench-tracker bench}
 want() { case " $ONLY " in *" $1 "*) return 0 ;; esac; return 1; }
 
 step install
@@ -67,6 +67,12 @@ open("$OUT/panel_static.html", "w").write("<!doctype html><meta charset=utf-8>" 
 open("$OUT/status_html.html", "w").write("<!doctype html><meta charset=utf-8>" + snap._repr_html_())
 print(snap)
 EOF
+fi
+
+if want captures; then
+step "the README's examples on the GPU (tools/readme_outputs.py --gpu): docs/gpu-outputs.md"
+timeout "$(t 120)" python3 tools/readme_outputs.py --gpu "$OUT/gpu-outputs.md" > "$OUT/captures.log" 2>&1
+echo "rc $?" >> "$OUT/captures.log"
 fi
 
 if want notebooks; then

@@ -100,3 +100,72 @@ def test_make_wheel_builds_the_wheel_the_readme_installs():
     )
     assert "-m pip wheel --no-deps -w dist ." in done.stdout
     assert "pip wheel --no-deps -w dist ." in _first_screen()
+
+
+GPU_CAPTURES = ROOT / "docs" / "gpu-outputs.md"
+
+
+def _on_cpu(source: str) -> str:
+    return source.replace(".cuda()", "").replace(', device="cuda"', "")
+
+
+def test_the_gpu_stories_are_the_readmes_with_the_tensors_on_the_gpu():
+    """`--gpu` runs the README's stories as they are, with `.cuda()` and `device="cuda"`
+    added (and one story of its own), so the two pages tell the same story."""
+    for name, cells in readme_outputs.SESSIONS.items():
+        gpu = readme_outputs.GPU_SESSIONS[name]
+        assert [_on_cpu(cell.source) for cell in gpu] == [cell.source for cell in cells]
+        assert [cell._replace(source="") for cell in gpu] == [
+            cell._replace(source="") for cell in cells
+        ]
+        assert any(".cuda()" in cell.source for cell in gpu)
+    assert set(readme_outputs.GPU_SESSIONS) - set(readme_outputs.SESSIONS) == {"trace"}
+
+
+def test_the_gpu_page_shows_every_block_under_the_label_it_ran_on():
+    blocks = {
+        name: {cell.block: f"<{cell.block} output>\n" for cell in cells if cell.block}
+        for name, cells in readme_outputs.GPU_SESSIONS.items()
+    }
+    page = readme_outputs.gpu_page("an NVIDIA H200 (driver 580.159.04, ...)", blocks)
+    assert "as they ran on an NVIDIA H200 (driver 580.159.04, ...)" in page
+    shown = [m.group(2) for m in readme_outputs.BLOCK.finditer(page)]
+    assert shown == [name for _, name in readme_outputs.GPU_PAGE]
+    assert set(shown) == {block for made in blocks.values() for block in made}
+    for name in shown:
+        assert f"<!-- output: {name} -->\n<{name} output>\n<!-- /output -->" in page
+
+
+def test_without_a_gpu_the_capture_says_so_in_one_line(tmp_path):
+    import subprocess
+    import sys
+
+    torch = pytest.importorskip("torch")
+    if torch.cuda.is_available():
+        pytest.skip("a CUDA GPU is visible here")
+    page = tmp_path / "gpu-outputs.md"
+    done = subprocess.run(
+        [sys.executable, str(ROOT / "tools" / "readme_outputs.py"), "--gpu", str(page)],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    assert done.returncode == 2 and not page.exists()
+    assert done.stderr == ""
+    assert done.stdout.startswith("--gpu needs a CUDA GPU") and done.stdout.count("\n") == 1
+
+
+def test_the_gpu_captures_show_the_cells_the_tool_runs():
+    """docs/gpu-outputs.md, once a GPU run wrote it, shows the cells `--gpu` runs today: a
+    story changed since must be captured again (or the page removed)."""
+    if not GPU_CAPTURES.exists():
+        pytest.skip("no GPU capture yet: tools/readme_outputs.py --gpu on a GPU writes it")
+    page = GPU_CAPTURES.read_text(encoding="utf-8")
+    shown = re.findall(r"```python\n(.*?)\n```", page, re.DOTALL)
+    ran = [
+        cell.source
+        for cells in readme_outputs.GPU_SESSIONS.values()
+        for cell in cells
+        if cell.block and cell.shown and not cell.is_line_magic
+    ]
+    assert shown == ran
