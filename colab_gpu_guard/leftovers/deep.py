@@ -115,8 +115,10 @@ def scan_unnamed(walker: Walker, notes: list[str]) -> None:
             label = f"<unnamed #{index + 1}: no Python referrer (held from C++, e.g. autograd)>"
         walker.groups[(label, OTHER)] = UNNAMED_REF
         walker.record(arrays[0], what, Visit((None, ROOT, label), 0, OTHER, (UNNAMED_ROOT,)))
+    searched = " down to the depth searched" if walker.stopped_deep else ""
     notes.append(
-        f"{len(found)} more arrays' memory is alive but reached by no name in the notebook"
+        f"the memory of {counted(len(found), 'more array')} is alive but reached by no name"
+        f" in the notebook{searched}"
     )
 
 

@@ -263,9 +263,16 @@ class LeftoverGroups:
         parts = []
         if any(group.kind in OWN_KINDS and group.nbytes for group in shown):
             parts.append("`del name` for your own variables")
-        released = dict.fromkeys(
-            _RELEASED_WORDS[group.kind] for group in shown if group.released_by_reset
-        )
+        kinds_released = [group.kind for group in shown if group.released_by_reset]
+        # a holder named on a row only ("also: Out[3]"): `del x` alone frees nothing
+        kinds_released += [
+            ref.kind
+            for group in shown
+            for entry in group.entries[:ENTRIES_SHOWN]
+            for ref in entry.shared_roots
+            if ref.kind in RELEASED_KINDS
+        ]
+        released = dict.fromkeys(_RELEASED_WORDS[kind] for kind in kinds_released)
         if released:
             parts.append(f"%gpu_reset releases {_joined(list(released))}")
         kinds = {group.kind for group in shown if group.nbytes}
@@ -343,6 +350,15 @@ def _columns_of(items: Sequence[Leftover]) -> tuple[Blocks, list[Leftover]]:
     return blocks, kept
 
 
+def _named_on_row(root: str, position: int, items, owner: Optional[RootTally]) -> bool:
+    """Whether the listed row of block `position` (among its group's first entries) names
+    `root` or a path under it in its "also:" (``b`` for ``b = a``, ``c[0]`` for ``c = [a]``)."""
+    if owner is None or position not in owner.positions[:ENTRIES_SHOWN]:
+        return False
+    under = (f"{root}[", f"{root}.")
+    return any(name == root or name.startswith(under) for name in items[position].shared_with)
+
+
 def group_leftovers(
     items: Sequence[Leftover],
     entries_per_group: Optional[int] = ENTRIES_SHOWN,
@@ -372,6 +388,8 @@ def group_leftovers(
     order = tally_roots(blocks, entries_per_group)
     shares: dict[str, dict[str, int]] = {}
     counted: set = set()  # (a root, a block) whose share is counted
+    # roots that share a block whose listed row does not name them ("also: b, c[0]")
+    unnamed_shares: set[str] = set()
     refs = dict(blocks.refs or {})
     for position in blocks.shared_at:
         owner = blocks.roots[position]
@@ -391,6 +409,8 @@ def group_leftovers(
             counts = shares.setdefault(other, {})
             counts[owner] = counts.get(owner, 0) + 1
             counted.add((other, position))
+            if not _named_on_row(other, position, items, order.get(owner)):
+                unnamed_shares.add(other)
             if other not in order:  # reaches only blocks another group counts
                 order[other] = RootTally(ref.holder)
                 refs.setdefault(other, ref)
@@ -403,6 +423,7 @@ def group_leftovers(
                 continue
             counts = shares.setdefault(other, {})
             counts[owner] = counts.get(owner, 0) + 1
+            unnamed_shares.add(other)
             if other not in order:
                 ref = refs.get(other)
                 order[other] = RootTally(ref.holder if ref is not None else USER_VARIABLE)
@@ -413,6 +434,8 @@ def group_leftovers(
     grown = frozenset(grown_on_rerun)
     made = []
     for name, tally in order.items():
+        if not tally.count and name not in unnamed_shares:
+            continue  # `b = a`, `Out[3]` showing `x`: the row of what it shares names it
         entries = tuple(items[position] for position in tally.positions)
         graph = graph_bytes[name]
         ref = refs.get(name)

@@ -7,25 +7,22 @@ from gc import get_referents
 
 from .kinds import ATOMIC, ROWS_OF_PLAIN
 
+# Levels of nested lists, tuples and dicts looked into in bulk. Past them (or in a cycle of
+# such containers) the answer is "not plain", and the walk meets them one by one: it says
+# where its own depth limit stopped it, so nothing deep is passed over unsaid.
+LEVELS = 32
 
-def all_plain(items, depth: int, max_depth: int, rows: bool = False) -> bool:
-    """True when ``items`` (visited at ``depth``) are plain values, or exact lists, tuples
-    and dicts that hold only such, down to where the walk stops (``max_depth``).
-    ``rows``: the caller knows every item is a plain value or an exact list, tuple or dict
-    (their types are not looked at again)."""
-    level = items
-    if rows:
-        if depth >= max_depth:
-            return True
-        depth += 1
-        level = get_referents(*level)
-    while True:
+
+def all_plain(items, rows: bool = False) -> bool:
+    """True when ``items`` are plain values, or exact lists, tuples and dicts that hold
+    only such (at most `LEVELS` deep). ``rows``: the caller knows every item is a plain
+    value or an exact list, tuple or dict (their types are not looked at again)."""
+    level = get_referents(*items) if rows else items
+    for _level in range(LEVELS):
         present = set(map(type, level))
         if present <= ATOMIC:
             return True
         if not present <= ROWS_OF_PLAIN:
             return False  # an array, an object, a subclass: the walk looks closer
-        if depth >= max_depth:
-            return True  # the walk does not open containers this deep
-        depth += 1
         level = get_referents(*level)  # plain values have no referents
+    return False

@@ -3,6 +3,7 @@ which roots reach which blocks, the roots walked)."""
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import gc
 import itertools
@@ -320,6 +321,12 @@ def _scan(
     try:
         root_types, skipped = _scan_roots(walker, entries)
         del entries
+        if not walker.ran_out:
+            with contextlib.suppress(OutOfTime):  # `unfinished` says where it stopped
+                walker.walk_deeper()
+        too_deep = walker.too_deep_note()
+        if too_deep:
+            notes.append(too_deep)
         found.finish()
         buffers = join_numpy_buffers(found, graphs) if walker.classifier.saw_numpy() else None
         if graphs.owners:
@@ -473,7 +480,7 @@ def find_leftovers(
         ``gc.get_objects()``, JAX via ``jax.live_arrays()``) as ``<unnamed ...>`` entries,
         and the gap between what was found and ``torch.cuda.memory_allocated`` per device.
     max_depth: how many containers/attributes deep to walk from each root (module nesting
-        is free).
+        is free); a note names the roots under which something lay deeper.
     budget_s: seconds the walk may take (None: no limit). When it runs out, the list holds
         what was found so far, ``complete`` is False, and ``unfinished`` (and a note) name
         the containers not searched to the end (``big_list: 1,000,000 items, 37%

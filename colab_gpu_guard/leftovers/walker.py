@@ -50,7 +50,10 @@ from .rows import Items
 from .tally import root_labels
 from .visit import Visit
 
-DEFAULT_MAX_DEPTH = 10
+DEFAULT_MAX_DEPTH = 100
+# The walk recurses, a few frames a container: it goes this many containers deep at a time,
+# then on from where it stopped (`walk_deeper`), each time from the top of the stack.
+STRETCH = 10
 CHUNK = 2048  # items checked in bulk at a time; the time budget is looked at between them
 SMALL = 64  # a chunk holding something is checked again in parts this big
 
@@ -74,7 +77,8 @@ class Walker:
     into; those reaching none are in ``empty``).
     With a ``budget_s``, the walk raises `OutOfTime` once it is spent, and ``unfinished``
     lists (path, items, items searched) for each container it was inside, innermost
-    first."""
+    first. ``too_deep``: (container, its visit) where the walk's depth limit stopped it;
+    `walk_deeper` goes on from them, down to ``max_depth``."""
 
     def __init__(
         self,
@@ -83,6 +87,9 @@ class Walker:
         budget_s: Optional[float] = None,
     ) -> None:
         self.max_depth = max_depth
+        self.limit = min(STRETCH, max_depth)  # how deep the walk goes before `walk_deeper`
+        self.too_deep: list[tuple] = []
+        self.stopped_deep = False  # something lay deeper than max_depth (`too_deep_note`)
         self.classifier = classifier = Classifier()
         self.kinds = classifier.kinds
         self.classify = classifier.classify
@@ -115,7 +122,7 @@ class Walker:
             tensor_readers(classifier.tensor_type),
             self.found,
             self.graphs,
-            max_depth,
+            self.limit,
         )
         self.walk_holder = {**self.holder_walks.by_tag(), **FrameWalks(self.visit).by_tag()}
         tensor_kind = classifier.tensor_kind
@@ -153,7 +160,8 @@ class Walker:
         if tag == ARRAY:
             self.record(obj, what, at)
             return
-        if at.depth >= self.max_depth:
+        if at.depth >= self.limit:
+            self.too_deep.append((obj, at))
             return
         # `first_entry`, inline: this runs once per container a scan meets
         ident = id(obj)
@@ -194,6 +202,38 @@ class Walker:
             pass
         if len(pending) + len(unseen) + len(object_arrays) == before:
             self.empty.add(ident)
+
+    def walk_deeper(self) -> None:
+        """Go on from where the depth limit stopped the walk, `STRETCH` containers deeper
+        at a time, down to ``max_depth``; what lies deeper stays in ``too_deep``."""
+        tensor_type = self.classifier.tensor_type
+        while self.too_deep and self.limit < self.max_depth:
+            self.limit = self.tensor_parts.max_depth = min(self.limit + STRETCH, self.max_depth)
+            stopped, self.too_deep = self.too_deep, []
+            for obj, at in stopped:
+                start = len(self.found.pending)
+                self.visit(obj, at)
+                self.tensor_parts.attributes_since(start, tensor_type)
+
+    def too_deep_note(self) -> Optional[str]:
+        """What lay deeper than ``max_depth`` (the roots it hangs from, a few), as a note;
+        the containers are let go."""
+        if not self.too_deep:
+            return None
+        roots: dict[str, None] = {}
+        for _obj, at in self.too_deep:
+            node = at.path
+            while node[0] is not None:
+                node = node[0]
+            roots[node[2]] = None
+        self.too_deep = []
+        self.stopped_deep = True
+        shown = ", ".join(f"`{label}`" for label in list(roots)[:3])
+        more = f" (+{len(roots) - 3} more)" if len(roots) > 3 else ""
+        return (
+            f"not searched deeper than {self.max_depth} containers, inside {shown}{more} "
+            f"(find_leftovers(max_depth=...) searches deeper)"
+        )
 
     def met_again(self, at: Visit, first: tuple) -> None:
         """A container another root reached first (`first`: its root and path): the root
@@ -248,7 +288,7 @@ class Walker:
         self.pending_rows((at.path, at.holder, at.root, at.depth, what.framework))
         if what.framework == "torch" and array.requires_grad:
             self.tensor_parts.grad(array, at)
-        elif what.framework == "numpy" and at.depth < self.max_depth:
+        elif what.framework == "numpy" and at.depth < self.limit:
             self.holder_walks.object_array(array, at)
 
     def first_entry(self, ident: int, at: Visit) -> bool:
@@ -276,14 +316,12 @@ class ItemWalk:
             self._walk_pairs(pairs, at)
             return
         values, keys = list(dict.values(obj)), list(dict.keys(obj))
-        depth, total = at.depth + 1, len(pairs)
+        total = len(pairs)
         for start in range(0, total, CHUNK):
             end = start + CHUNK
             try:
                 walker.check_time()
-                if all_plain(values[start:end], depth, walker.max_depth) and all_plain(
-                    keys[start:end], depth, walker.max_depth
-                ):
+                if all_plain(values[start:end]) and all_plain(keys[start:end]):
                     continue
                 self._walk_pairs(pairs[start:end], at)
             except OutOfTime:
@@ -327,17 +365,16 @@ class ItemWalk:
             if what.tag == ARRAY:
                 self._record_items(items, what, at)
                 return
-        depth, max_depth = at.depth + 1, walker.max_depth
         rows = present <= ROWS_OF_PLAIN  # records of plain values: their types known
         for start in range(0, total, CHUNK):
             chunk = items[start : start + CHUNK]
             try:
                 walker.check_time()
-                if all_plain(chunk, depth, max_depth, rows):
+                if all_plain(chunk, rows):
                     continue
                 for part in range(0, len(chunk), SMALL):
                     small = chunk[part : part + SMALL]
-                    if all_plain(small, depth, max_depth):
+                    if all_plain(small):
                         continue
                     # only the items that are not plain values, picked out in C
                     numbered = zip(itertools.count(start + part), small)
@@ -394,6 +431,6 @@ class ItemWalk:
             for index, array in enumerate(arrays):
                 if array.requires_grad:
                     walker.tensor_parts.grad(array, at.child(ITEM, index))
-        elif what.framework == "numpy" and depth < walker.max_depth:
+        elif what.framework == "numpy" and depth < walker.limit:
             for index, array in enumerate(arrays):
                 walker.holder_walks.object_array(array, at.child(ITEM, index))

@@ -157,3 +157,35 @@ def test_a_model_a_failed_call_still_holds_is_named_by_its_traceback_local(shell
     with capture_output():
         run_cell("%gpu_reset")
     assert weight() is None
+
+
+def test_a_name_an_arrays_row_already_names_gets_no_row_of_its_own(shell, run_cell):
+    """`b = a`, `c = [a]`, `t = torch.from_numpy(arr)`, a tensor shown as a cell's last
+    line: the array's row says "also: b, c[0]" (or "also: Out[N]"); a second row for `b`
+    saying it has no array of its own lists the tensor twice. What frees it still names
+    the output history (`del x` alone frees nothing: weakrefs)."""
+    import weakref
+
+    with capture_output():
+        run_cell(
+            "import numpy as np\na_s = torch.zeros(100_000); b_s = a_s; c_s = [a_s]\n"
+            "arr_s = np.zeros(1000); t_s = torch.from_numpy(arr_s)\nx_s = torch.ones(1000)"
+        )
+        out = run_cell("x_s").execution_count
+    text = shown(shell, "%gpu_status")
+    rows = [line.strip() for line in text.splitlines()]
+    a_row = next(row for row in rows if row.split()[2:3] == ["a_s"])
+    assert a_row.endswith("also: b_s, c_s[0]"), text
+    assert any(row.split()[2:3] == ["arr_s"] and row.endswith("also: t_s") for row in rows)
+    x_row = next(row for row in rows if row.split()[2:3] == ["x_s"])
+    assert f"also: Out[{out}]" in x_row, text
+    for name in ("b_s", "c_s", "t_s", f"Out[{out}]"):
+        assert not any(row.split()[2:3] == [name] for row in rows), (name, text)
+    assert "no array of its own" not in text, text
+    assert "%gpu_reset releases output history" in text, text
+    x = weakref.ref(shell.user_ns["x_s"])
+    run_cell("del x_s, a_s, b_s, c_s, arr_s, t_s")
+    assert x() is not None  # Out[N] keeps it, as the status said
+    with capture_output():
+        run_cell("%gpu_reset")
+    assert x() is None

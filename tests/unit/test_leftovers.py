@@ -236,16 +236,48 @@ def test_long_sequences_of_arrays_are_named_item_by_item():
         assert "arrays[9]" in names["arrays[0]"].shared_with
 
 
+def _nested(value, levels: int, container=list):
+    for _ in range(levels):
+        value = [value] if container is list else {"k": value}
+    return value
+
+
 def test_cycles_and_depth_limit():
+    """Arrays 16 and 95 containers deep are found by their path (the walk goes on from
+    where each stretch of its recursion stopped); past `max_depth` a note names the
+    variable; deep plain data and cycles make no note."""
     looped: list = [torch.zeros(5)]
     looped.append(looped)
-    deep: list = [torch.zeros(7)]
-    for _ in range(15):
-        deep = [deep]
-    items = find_leftovers(namespace={"looped": looped, "deep": deep})
-    assert [item.name for item in items] == ["looped[0]"]
-    deeper = find_leftovers(namespace={"deep": deep}, max_depth=20)
-    assert deeper[0].name == "deep" + "[0]" * 16
+    deep, deeper = _nested(torch.zeros(7), 16), _nested(torch.zeros(9), 95, dict)
+    plain = _nested([1, "x", (2.0,)], 60)
+    found = find_leftovers(namespace={"looped": looped, "deep": deep, "deeper": deeper, "p": plain})
+    assert [item.name for item in found] == [
+        "deeper" + "['k']" * 95,
+        "deep" + "[0]" * 16,
+        "looped[0]",
+    ]
+    assert found.limits == ()
+    too_deep = {"far": _nested(torch.zeros(3), 150), "deep": deep, "plain": _nested(1, 150)}
+    found = find_leftovers(namespace=too_deep)
+    assert [item.name for item in found] == ["deep" + "[0]" * 16]
+    assert found.limits == (
+        "not searched deeper than 100 containers, inside `far`, `plain` "
+        "(find_leftovers(max_depth=...) searches deeper)",
+    )
+    assert find_leftovers(namespace={"far": too_deep["far"]}, max_depth=200)[0].nbytes == 12
+    shallow = find_leftovers(namespace={"deep": deep, "looped": looped}, max_depth=10)
+    assert [item.name for item in shallow] == ["looped[0]"]
+    assert shallow.limits[0].startswith("not searched deeper than 10 containers, inside `deep`")
+
+
+def test_arrays_past_the_depth_limit_are_not_called_nameless():
+    """The deep scan finds what lay past the limit; it does not say no name reaches it."""
+    deep = _nested(torch.zeros(11), 12)
+    found = find_leftovers(namespace={"deep": deep}, max_depth=5, deep=True)
+    assert found.limits[0].startswith("not searched deeper than 5 containers, inside `deep`")
+    unnamed = [item for item in found if item.shape == (11,)]
+    assert len(unnamed) == 1 and unnamed[0].name.startswith("<unnamed #")
+    assert found.limits[1].endswith("reached by no name in the notebook down to the depth searched")
 
 
 def test_device_filter():

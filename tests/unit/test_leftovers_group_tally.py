@@ -14,7 +14,7 @@ import pytest
 torch = pytest.importorskip("torch")
 
 from colab_gpu_guard.leftovers import find_leftovers  # noqa: E402
-from colab_gpu_guard.leftovers.groups import Blocks, group_leftovers  # noqa: E402
+from colab_gpu_guard.leftovers.groups import ENTRIES_SHOWN, Blocks, group_leftovers  # noqa: E402
 from colab_gpu_guard.leftovers.root_refs import RootRef  # noqa: E402
 from colab_gpu_guard.leftovers.tally import (  # noqa: E402
     BLOCKS_PER_RUN,
@@ -44,8 +44,11 @@ def reference_groups(entries, per_group):
             group["devices"].append(entry.device)
         group["graph"] += entry.graph_nbytes
     shares: dict[str, dict[str, int]] = {}
+    unnamed: set[str] = set()  # sharers some listed row does not name ("also: b")
+    shown = ENTRIES_SHOWN if per_group is None else min(per_group, ENTRIES_SHOWN)
     for entry in entries:
         owner = entry.root.name
+        on_row = groups[owner]["entries"].index(entry) < shown
         beside_out = any(ref.source == "out" for ref in entry.shared_roots)
         for ref in entry.shared_roots:
             other = ref.name
@@ -59,6 +62,11 @@ def reference_groups(entries, per_group):
                 continue  # `_`, `__`, `_N` beside Out[N]: the entry's row names them
             shares.setdefault(other, {}).setdefault(owner, 0)
             shares[other][owner] += 1
+            if not on_row or not any(
+                name == other or name.startswith((f"{other}[", f"{other}."))
+                for name in entry.shared_with
+            ):
+                unnamed.add(other)
             if other not in groups:
                 kinds.setdefault(other, ref.kind)
                 groups[other] = {
@@ -69,6 +77,8 @@ def reference_groups(entries, per_group):
                 }
     rows = []
     for name, group in groups.items():
+        if not group["entries"] and name not in unnamed:
+            continue  # every row it shares names it
         hidden = kinds[name] != "user variable" or group["graph"] > 0
         listed = group["entries"] if per_group is None else group["entries"][:per_group]
         rows.append(
@@ -169,14 +179,18 @@ def test_a_notebook_with_shared_blocks_graphs_and_output_history(ip, run_cell):
             )
         found = find_leftovers()
         groups = found.groups()
-        # kept ranks first: Out[N] reaches what it counts; __ and _N, the same output,
-        # are named in kept's entry row, not as groups of their own
-        assert groups_key([groups.named(f"Out[{number}]")])[0][3:7] == (0, 0, (), (("kept", 1),))
+        # kept ranks first: Out[N], __ and _N, the same output, are named in kept's entry
+        # row ("also: Out[N], __, _N"), not as groups of their own
+        assert groups.named(f"Out[{number}]") is None
         assert groups.named("__") is None and groups.named(f"_{number}") is None
-        assert {"__", f"_{number}"} <= set(next(iter(groups.named("kept").entries)).shared_with)
+        assert {f"Out[{number}]", "__", f"_{number}"} <= set(
+            next(iter(groups.named("kept").entries)).shared_with
+        )
         assert groups.named(f"Out[{number + 1}]").count == 1
         assert groups.named("_") is None  # beside Out[N + 1]: its row names it
-        assert groups.named("<exception ValueError>").count == 0  # owns no block
+        # owns no block: the row of the one it shares names it ("also: <exception ...>.args[0]")
+        assert groups.named("<exception ValueError>") is None
+        assert any("<exception ValueError>.args[0]" in entry.shared_with for entry in found)
         assert groups.named("losses").graph_nbytes > 0
         assert_groups_like_reference(found)
     finally:

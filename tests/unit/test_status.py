@@ -997,13 +997,12 @@ def test_real_leftovers_and_history_plug_in(ip, run_cell, capsys):
     group = next(g for g in snap.leftover_groups if g.name == "guard_big")
     assert (group.count, group.nbytes, group.type_name) == (1, 4_000_000, "Tensor")
     assert group.entries[0] == entry and not group.hidden and not group.released_by_reset
-    view = next(g for g in snap.leftover_groups if g.name == "guard_view")
-    assert view.count == 0 and [(s.owner, s.count) for s in view.shares] == [("guard_big", 1)]
+    # the view has no row of its own: guard_big's row names it
+    assert not any(g.name == "guard_view" for g in snap.leftover_groups)
     text = snap.to_text()
     # the tensor is listed once: its group is that array itself
     assert "  3.81 MiB  guard_big  float32 [1000000] cpu  (user variable)  also: " in text
-    assert text.count("guard_big  ") == 1, text
-    assert "guard_view  Tensor: no array of its own; shares 1 array with guard_big" in text
+    assert text.count("guard_big  ") == 1 and text.count("guard_view") == 1, text
     assert snap.history and all(isinstance(r.cell, int) for r in snap.history)
 
 

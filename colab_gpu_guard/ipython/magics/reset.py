@@ -83,9 +83,10 @@ see, or counts only in part:
   `del a`): it counts the part of the buffer it spans, not the whole buffer it keeps.
 - **NumPy arrays no name reaches**: the garbage collector does not track them, so a deep
   scan cannot list them.
-- **What lies deeper than 10 containers**, or past the time budget (5 s for
-  `find_leftovers()`, 2 s for `%gpu_status` and the panel, 10 s for each of a reset's
-  scans): the report then says which containers it did not search to the end.
+- **What lies deeper than 100 containers** (a note names the variables it lies in), or
+  past the time budget (5 s for `find_leftovers()`, 2 s for `%gpu_status` and the panel,
+  10 s for each of a reset's scans): the report then says which containers it did not
+  search to the end.
 - Weak references (`weakref.ref`, `WeakValueDictionary`) keep nothing alive and are not
   counted; memory other processes use (DataLoader workers) is listed by `%gpu_status`'s
   processes, not as leftovers; memory torch's allocator caches is not an array
