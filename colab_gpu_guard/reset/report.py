@@ -9,7 +9,7 @@ from dataclasses import asdict, dataclass, field, replace
 from typing import Any, Callable, NamedTuple, Optional
 
 from ..leftovers import Leftover, LeftoverList
-from ..leftovers.groups import ENTRIES_SHOWN, OWN_KINDS, LeftoverGroups, group_leftovers
+from ..leftovers.groups import ENTRIES_SHOWN, LeftoverGroups, group_leftovers
 from ..leftovers.html import groups_html
 from ..nvml import INCLUDES_RESERVED, V1
 from ..units import counted, escape_html, escape_lines, format_bytes
@@ -80,6 +80,8 @@ _DROPPED_WORDS = {
 # a dropped name the user can type: Out[3], _, _7, model (not an internal label)
 _TYPED_NAME = re.compile(r"Out\[\d+\]|[^\W\d]\w*")
 NAMES_SHOWN = 20  # dropped names in the text view
+# the default report's one phrase for the references to outputs it does not name
+IPYTHONS_COPIES = "IPython's own copies of outputs"
 
 
 HOST_LINE_MIN = 2**20  # a smaller fall of host memory is malloc's noise, not a release
@@ -195,13 +197,29 @@ class ReleaseReport:
         data["held_groups"] = [group.to_dict() for group in self.held_groups()]
         return data
 
-    def dropped_counts(self) -> list[str]:
-        """'3 output history entries', '1 exception', ...: what ``dropped`` counts, in words."""
+    def dropped_counts(self, verbose: bool = False) -> list[str]:
+        """'1 output history entry', '2 references to outputs', '1 exception', ...: what
+        ``dropped`` counts, in words. By default the references to outputs are those the
+        names line shows (``_``, ``_7``), and the copies IPython keeps on its own (the
+        display hook's and hidden namespace's, the last cell's result) are one phrase at
+        the end; `verbose` counts each kind as ``dropped`` does."""
+        counts = dict(self.dropped)
+        own_copies = False
+        if not verbose:
+            # `_`, `__`, `___`, `_N`: the typed names neither Out[N] entries nor variables
+            typed = len(self.typed_names()) - counts.get("output history", 0)
+            typed -= counts.get("user variables", 0)
+            outputs = counts.get("output names", 0)
+            last_result = counts.pop("last cell result", 0)
+            own_copies = outputs > typed or last_result > 0
+            counts["output names"] = min(typed, outputs)
         texts = []
-        for kind, count in self.dropped.items():
-            if count:
+        for kind, count in counts.items():
+            if count > 0:
                 one, many = _DROPPED_WORDS.get(kind, (kind, kind))
                 texts.append(counted(count, one, many))
+        if own_copies:
+            texts.append(IPYTHONS_COPIES)
         return texts
 
     def typed_names(self) -> list[str]:
@@ -249,7 +267,7 @@ class ReleaseReport:
         reference dropped)."""
         words = self.wording
         lines = [words.title]
-        counts = self.dropped_counts()
+        counts = self.dropped_counts(verbose)
         lines.append(f"  {words.dropped}: {', '.join(counts) if counts else 'nothing'}")
         typed = self.typed_names()
         if typed:
