@@ -46,20 +46,19 @@ def free_sets(
             name = parent[name]
         return name
 
-    sizes: list[tuple[str, int]] = []  # (a name of the block's set, its bytes)
+    sizes: dict[str, int] = {}  # a name of each freeable block's set -> those blocks' bytes
     seen: dict[str, int] = {}  # each name, in the order found
-    for nbytes, holders in _block_holders(items, blocks):
-        names = [name for name, variable in holders if variable]
-        if len(names) < len(holders) or not names:
-            continue  # something else keeps it: deleting variables does not free it
-        for name in names:
+    for nbytes, names in _freeable_blocks(items, blocks):
+        first = names[0]
+        seen.setdefault(first, len(seen))
+        for name in names[1:]:
             seen.setdefault(name, len(seen))
-            parent[find(name)] = find(names[0])
-        sizes.append((names[0], nbytes))
+            parent[find(name)] = find(first)
+        sizes[first] = sizes.get(first, 0) + nbytes
     if not sizes:
         return []
     total: dict[str, int] = {}
-    for name, nbytes in sizes:
+    for name, nbytes in sizes.items():
         top = find(name)
         total[top] = total.get(top, 0) + nbytes
     listed = {name: index for index, name in enumerate(order)}
@@ -83,22 +82,24 @@ def shown_sets(sets: Sequence[FreeSet], width: int = NAMES_WIDTH) -> int:
     return len(sets)
 
 
-def _block_holders(
+def _freeable_blocks(
     items: Sequence[Leftover], blocks: Optional[Blocks]
-) -> Iterator[tuple[int, list[tuple[str, bool]]]]:
-    """Each block's bytes and every name reaching it, with whether that name is a user
-    variable (%gpu_reset NAME deletes it): the name it is listed under, the other names
-    sharing it (`Leftover.shared_roots`) and the variables reaching it through a container
-    another name reached first (``l2 = l``: `Blocks.aliased`)."""
+) -> Iterator[tuple[int, tuple[str, ...]]]:
+    """Each block only user variables hold (%gpu_reset NAME deletes them), with its bytes
+    and those variables: the name it is listed under, the other names sharing it
+    (`Leftover.shared_roots`) and the variables reaching it through a container another
+    name reached first (``l2 = l``: `Blocks.aliased`). A block anything else also holds
+    is left out."""
     if blocks is None:  # a plain list of entries: each storage once, the first naming it
         found: set = set()
         for item in items:
             key = (item.device, item.storage_id)
-            if key in found:
+            if key in found or item.root is None:
                 continue
             found.add(key)
-            refs = (item.root, *item.shared_roots) if item.root is not None else ()
-            yield item.nbytes, [(ref.name, _is_variable(ref)) for ref in refs]
+            refs = (item.root, *item.shared_roots)
+            if all(map(_is_variable, refs)):
+                yield item.nbytes, tuple(dict.fromkeys(ref.name for ref in refs))
         return
     refs = blocks.refs or {}
     aliased_at: dict[int, list[str]] = {}
@@ -106,16 +107,29 @@ def _block_holders(
         for position in positions:
             aliased_at.setdefault(position, []).append(name)
     shared = set(blocks.shared_at)
+    special = shared | aliased_at.keys()
+    holders = blocks.holders
+    variable: dict[str, bool] = {}  # a root listed -> whether it is a user variable
     for position, (nbytes, root) in enumerate(zip(blocks.sizes, blocks.roots)):
-        ref = refs.get(root)
-        first = _is_variable(ref) if ref is not None else blocks.holders[position] == USER_VARIABLE
-        holders = [(root, first and root.isidentifier())]
-        if position in shared:
-            holders += [(other.name, _is_variable(other)) for other in items[position].shared_roots]
-        for name in aliased_at.get(position, ()):
-            alias = refs.get(name)  # an alias is a variable reaching a container
-            holders.append((name, alias is None or _is_variable(alias)))
-        yield nbytes, list(dict(holders).items())
+        first = variable.get(root)
+        if first is None:
+            ref = refs.get(root)
+            first = _is_variable(ref) if ref is not None else holders[position] == USER_VARIABLE
+            first = variable[root] = first and root.isidentifier()
+        if position not in special:
+            if first:
+                yield nbytes, (root,)
+            continue
+        if not first:
+            continue
+        others = items[position].shared_roots if position in shared else ()
+        if not all(map(_is_variable, others)):
+            continue
+        aliases = aliased_at.get(position, ())
+        # an alias is a variable reaching a container (its record, where listed, says so)
+        if not all(_is_variable(refs[name]) for name in aliases if name in refs):
+            continue
+        yield nbytes, tuple(dict.fromkeys([root, *(ref.name for ref in others), *aliases]))
 
 
 def _is_variable(ref: RootRef) -> bool:
