@@ -5,6 +5,7 @@ named holders are all gone (see docs/cells.md, "Past leaks")."""
 from __future__ import annotations
 
 import sys
+from collections.abc import Collection
 from typing import Any, Callable, Optional
 
 from .. import notebook_refs
@@ -64,16 +65,20 @@ def holders_now(
     return _tracker.leaks_by_holder(leaks, _shown(there))
 
 
-def history_note(shell: Any, namespace: dict, dry_run: bool) -> Optional[str]:
+def history_note(
+    shell: Any, namespace: dict, dry_run: bool, settled: Collection[int] = ()
+) -> Optional[str]:
     """The reset's note on the cells flagged for keeping memory again when rerun, naming
     what still holds it (the last three holders) and the cells whose named holders are all
-    gone, or None when no rerun was flagged.
+    gone, or None when no rerun was flagged. `settled`: cells an earlier reset already
+    said were gone (`gone_cells`), left out of the note.
 
     The tracker keeps no reference to what a flagged run kept, so the recall cannot tell
     that memory is still held: it says which cells were flagged, as history, and which of
     them had every holder their line named gone since (naming a holder the user deleted,
     or an output entry a reset dropped, would send the user after something gone)."""
     leaks = _tracker.rerun_leaks(_tracker.memory_history(shell))
+    leaks = [record for record in leaks if record.cell not in settled]
     if not leaks:
         return None
     cells = ", ".join(f"[{record.cell}]" for record in leaks[-10:])
@@ -85,10 +90,20 @@ def history_note(shell: Any, namespace: dict, dry_run: bool) -> Optional[str]:
     if held:
         note += "; held by: " + "; ".join(held)
     if there is not None:
-        named, still = _shown(None), _shown(there)
-        gone = [f"[{record.cell}]" for record in leaks[-10:] if named(record) and not still(record)]
+        gone = [f"[{cell}]" for cell in _gone(leaks[-10:], there)]
         if gone:
             note += (
                 f"; what %gpu_history named as holding the memory of {', '.join(gone)} is gone now"
             )
     return note
+
+
+def gone_cells(shell: Any, namespace: dict) -> list[int]:
+    """The flagged cells whose every holder their LEAK line named is gone now."""
+    leaks = _tracker.rerun_leaks(_tracker.memory_history(shell))
+    return _gone(leaks, _there(shell, namespace)) if leaks else []
+
+
+def _gone(leaks: list[_tracker.CellMemory], there: Callable[[Holder], bool]) -> list[int]:
+    named, still = _shown(None), _shown(there)
+    return [record.cell for record in leaks if named(record) and not still(record)]

@@ -4,7 +4,11 @@ plan out; a dry run is the plan, described (`describe`). See docs/reset.md."""
 
 from __future__ import annotations
 
+import difflib
 import itertools
+import re
+import weakref
+from collections import Counter
 from dataclasses import dataclass
 from functools import partial
 from types import BuiltinFunctionType, FunctionType, MethodType, ModuleType
@@ -103,16 +107,46 @@ def validate(names: tuple, all_vars: object, dry_run: object, namespace: dict, s
         )
     unknown = [name for name in names if name not in namespace]
     if unknown:
-        raise ValueError(f"no such variable: {', '.join(unknown)} (nothing was changed)")
+        shown = ", ".join(_with_guess(name, shell, namespace) for name in unknown)
+        raise ValueError(f"no such variable: {shown} (nothing was changed)")
     own = notebook_refs.ipython_names(shell, namespace, names)
     if own:
+        one = len(own) == 1
         raise ValueError(
-            f"{', '.join(own)}: IPython's own {'name' if len(own) == 1 else 'names'}, not "
-            "user variables; %gpu_reset already drops output history that holds arrays "
-            "(nothing was changed)"
+            f"{', '.join(own)}: IPython's own {'name' if one else 'names'}, not "
+            f"{'a user variable' if one else 'user variables'}; %gpu_reset already drops "
+            "output history that holds arrays (nothing was changed)"
         )
-    if len(set(names)) != len(names):
-        raise ValueError("a variable is named twice")
+    twice = [name for name, count in Counter(names).items() if count > 1]
+    if twice:
+        # refused rather than ignored: a name typed twice is often another name mistyped
+        raise ValueError(
+            f"{', '.join(twice)}: named more than once; give each variable once (nothing "
+            "was changed)"
+        )
+
+
+def _with_guess(name: str, shell: Any, namespace: dict) -> str:
+    """'val_loses (did you mean `val_losses`?)': the closest of the user's own variables
+    (`difflib`), never IPython's hidden names (`_i3`, `Out`) or Python's (`__name__`)."""
+    candidates = [
+        other
+        for other in namespace
+        if isinstance(other, str) and other.isidentifier() and not _is_dunder(other)
+    ]
+    hidden = set(notebook_refs.ipython_names(shell, namespace, candidates))
+    own = [other for other in candidates if other not in hidden and not _ipython_style(other)]
+    close = difflib.get_close_matches(name, own, n=1)
+    return f"{name} (did you mean `{close[0]}`?)" if close else name
+
+
+def _ipython_style(name: str) -> bool:
+    """`_`, `__`, `___`, `_7`, `_i`, `_ii`, `_i7`: the names IPython gives inputs and
+    outputs, even where its hidden namespace no longer records them (after %reset out)."""
+    return _IPYTHON_STYLE.fullmatch(name) is not None
+
+
+_IPYTHON_STYLE = re.compile(r"_+|_i+|_i?\d+")
 
 
 # ---------------------------------------------------------------- the plan
@@ -285,7 +319,11 @@ def _held_elsewhere_notes(report: ReleaseReport, stays: list[tuple]) -> None:
         )
         more = f" (+{len(holders) - 5} more)" if len(holders) > 5 else ""
         where = f": still held by {shown}{more}" if holders else ""
-        why = "they keep it alive: delete them too to free it"
+        why = (
+            "it keeps that memory alive: delete it too to free it"
+            if len(holders) == 1
+            else "they keep it alive: delete them too to free it"
+        )
         kinds = {holder.kind for holder in holders}
         if LOGGER in kinds:
             why = (
@@ -358,10 +396,20 @@ def _registry_notes(report: ReleaseReport, found: Scan) -> None:
 
 
 def add_history_note(plan: ResetPlan) -> None:
-    """The note on earlier reruns' leaks (`cells.past_leaks`), last in either report."""
-    note = past_leaks.history_note(plan.shell, plan.namespace, plan.dry_run)
+    """The note on earlier reruns' leaks (`cells.past_leaks`), last in either report. A
+    flagged cell whose holders a reset has said are gone is said once: later resets (and
+    dry runs) leave it out, so a note that no longer changes does not repeat each time."""
+    shell = plan.shell
+    settled = _SETTLED.setdefault(shell, set()) if shell is not None else set()
+    note = past_leaks.history_note(shell, plan.namespace, plan.dry_run, settled)
     if note is not None:
         plan.report.notes.append(note)
+        if not plan.dry_run:
+            settled.update(past_leaks.gone_cells(shell, plan.namespace))
+
+
+# per shell: the flagged cells a reset said had every holder gone (weakly: a test's shell)
+_SETTLED: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
 
 
 # ---------------------------------------------------------------- the dry run

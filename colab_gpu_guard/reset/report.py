@@ -9,10 +9,11 @@ from dataclasses import asdict, dataclass, field, replace
 from typing import Any, Callable, NamedTuple, Optional
 
 from ..leftovers import Leftover, LeftoverList
-from ..leftovers.groups import ENTRIES_SHOWN, OWN_KINDS, LeftoverGroups, group_leftovers
+from ..leftovers.groups import ENTRIES_SHOWN, LeftoverGroups, group_leftovers
 from ..leftovers.html import groups_html
 from ..nvml import INCLUDES_RESERVED, V1
 from ..units import counted, escape_html, escape_lines, format_bytes
+from .free_hint import free_sets, shown_sets
 
 # what the scan searched: installed packages' module globals (a library's cache) are not
 NONE_NAMED = (
@@ -38,7 +39,7 @@ class Wording(NamedTuple):
     held: str  # "still held (3 MiB):"
     none_held: str
     stays: str  # "`model`: 2.00 MiB of its memory stays: still held by `alias`"
-    free_it: str  # "to free it: %gpu_reset x"
+    free_it: str  # "to free {amount}it: %gpu_reset x" (amount: "", "3 MiB of ")
     all_none: str  # --all on a runtime where no variable holds GPU memory
     no_array: str  # a template over names, holds, them: named variables holding no array
 
@@ -51,7 +52,7 @@ _WORDS = {
     "held": ("still", "would still be"),
     "none_held": (NONE_NAMED, NONE_WOULD_STAY),
     "stays": ("stays", "would stay"),
-    "free_it": ("to free it", "to free that too"),
+    "free_it": ("to free {amount}it", "to free {amount}that too"),
     "all_none": tuple(
         f"--all {verb} no variable: none holds GPU memory (tensors and arrays in host memory "
         "stay); to delete variables, name them: %gpu_reset NAME ..."
@@ -79,7 +80,8 @@ _DROPPED_WORDS = {
 # a dropped name the user can type: Out[3], _, _7, model (not an internal label)
 _TYPED_NAME = re.compile(r"Out\[\d+\]|[^\W\d]\w*")
 NAMES_SHOWN = 20  # dropped names in the text view
-FREE_HINT_NAMES = 5  # variables named in the "to free it" hint
+# the default report's one phrase for the references to outputs it does not name
+IPYTHONS_COPIES = "IPython's own copies of outputs"
 
 
 HOST_LINE_MIN = 2**20  # a smaller fall of host memory is malloc's noise, not a release
@@ -195,13 +197,29 @@ class ReleaseReport:
         data["held_groups"] = [group.to_dict() for group in self.held_groups()]
         return data
 
-    def dropped_counts(self) -> list[str]:
-        """'3 output history entries', '1 exception', ...: what ``dropped`` counts, in words."""
+    def dropped_counts(self, verbose: bool = False) -> list[str]:
+        """'1 output history entry', '2 references to outputs', '1 exception', ...: what
+        ``dropped`` counts, in words. By default the references to outputs are those the
+        names line shows (``_``, ``_7``), and the copies IPython keeps on its own (the
+        display hook's and hidden namespace's, the last cell's result) are one phrase at
+        the end; `verbose` counts each kind as ``dropped`` does."""
+        counts = dict(self.dropped)
+        own_copies = False
+        if not verbose:
+            # `_`, `__`, `___`, `_N`: the typed names neither Out[N] entries nor variables
+            typed = len(self.typed_names()) - counts.get("output history", 0)
+            typed -= counts.get("user variables", 0)
+            outputs = counts.get("output names", 0)
+            last_result = counts.pop("last cell result", 0)
+            own_copies = outputs > typed or last_result > 0
+            counts["output names"] = min(typed, outputs)
         texts = []
-        for kind, count in self.dropped.items():
-            if count:
+        for kind, count in counts.items():
+            if count > 0:
                 one, many = _DROPPED_WORDS.get(kind, (kind, kind))
                 texts.append(counted(count, one, many))
+        if own_copies:
+            texts.append(IPYTHONS_COPIES)
         return texts
 
     def typed_names(self) -> list[str]:
@@ -209,27 +227,38 @@ class ReleaseReport:
         order; the rest of ``dropped_names`` are IPython's and Python's own references."""
         return [name for name in self.dropped_names if _TYPED_NAME.fullmatch(name)]
 
-    def free_hint(self) -> Optional[str]:
-        """'to free it: %gpu_reset x y (deletes those variables)' for the user's variables
-        still holding memory, biggest first; None when none is listed."""
+    def free_hint(self, verbose: bool = False) -> Optional[str]:
+        """'to free it: %gpu_reset x y (deletes those variables)': the user's variables
+        still holding memory, whole sets of names sharing memory (`free_hint.free_sets`),
+        biggest first, as many as a copyable line holds (all where `verbose`); the bytes
+        where the command frees less than is held, and how many variables it leaves out;
+        None when deleting variables frees nothing listed."""
         if not self.leftovers:
             return None
-        names = [
-            group.name
-            for group in self.held_groups()
-            # a view's variable shares its memory: deleting the other alone frees nothing
-            if group.kind in OWN_KINDS
-            and (group.nbytes or group.shares)
-            and group.name.isidentifier()
-        ]
-        if not names:
+        items = self.leftovers
+        columns = items.columns() if isinstance(items, LeftoverList) else None
+        order = [group.name for group in self.held_groups()]
+        sets = free_sets(items, columns, order)
+        if not sets:
             return None
-        shown = names[:FREE_HINT_NAMES]
-        which = "that variable" if len(shown) == 1 else "those variables"
-        more = (
-            f"; {len(names) - len(shown)} more are listed above" if len(names) > len(shown) else ""
+        shown = len(sets) if verbose else shown_sets(sets)
+        names = [name for group in sets[:shown] for name in group.names]
+        freed = sum(group.nbytes for group in sets[:shown])
+        amount = "" if freed >= self.held_groups().total_bytes else f"{format_bytes(freed)} of "
+        which = "that variable" if len(names) == 1 else "those variables"
+        text = (
+            f"{self.wording.free_it.format(amount=amount)}: %gpu_reset {' '.join(names)} "
+            f"(deletes {which})"
         )
-        return f"{self.wording.free_it}: %gpu_reset {' '.join(shown)} (deletes {which}){more}"
+        rest = sets[shown:]
+        if rest:
+            count = sum(len(group.names) for group in rest)
+            held = format_bytes(sum(group.nbytes for group in rest))
+            text += (
+                f"; {counted(count, 'more variable')} {'holds' if count == 1 else 'hold'} "
+                f"{held} (%gpu_reset --dry-run -v names them)"
+            )
+        return text
 
     def to_text(self, verbose: bool = False) -> str:
         """The report as text: what was dropped and freed, by the figures torch and NVML
@@ -238,7 +267,7 @@ class ReleaseReport:
         reference dropped)."""
         words = self.wording
         lines = [words.title]
-        counts = self.dropped_counts()
+        counts = self.dropped_counts(verbose)
         lines.append(f"  {words.dropped}: {', '.join(counts) if counts else 'nothing'}")
         typed = self.typed_names()
         if typed:
@@ -258,7 +287,7 @@ class ReleaseReport:
             groups = self.held_groups()
             lines.append(f"  {words.held} held ({format_bytes(groups.total_bytes)}):")
             lines += [f"    {line}" for line in groups.lines(groups=8, entries=2)]
-            hint = self.free_hint()
+            hint = self.free_hint(verbose)
             if hint is not None:
                 lines.append(f"  {hint}")
         else:

@@ -458,7 +458,7 @@ def test_api_rejects_bad_input_with_value_error(shell, run_cell):
         reset.gpu_reset("keep", all_vars=True, shell=shell)
     with pytest.raises(TypeError):
         reset.gpu_reset(dry_run="yes", shell=shell)
-    with pytest.raises(ValueError, match="twice"):
+    with pytest.raises(ValueError, match="keep: named more than once"):
         reset.gpu_reset("keep", "keep", shell=shell)
     assert shell.user_ns["keep"] == 1
 
