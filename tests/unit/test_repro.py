@@ -155,6 +155,53 @@ def test_committed_example_record_reads_and_is_labelled():
     assert example.tf32() == (True, True)
 
 
+def test_the_hash_seed_line_says_whose_str_hashes_it_seeds():
+    """seed_all puts PYTHONHASHSEED in the environment for new processes; this process's own
+    str hashes were fixed when it started. The -v line says both, checked against a child
+    process that reads the value (its hashes differ from this process's)."""
+    import os
+    import sys
+
+    from colab_gpu_guard.seeding import hash_seed
+
+    seed_all(42)
+    record = repro_record()
+    kernel = hash_seed.hash_seed_at_start().seed
+    assert record.seeding.kernel_hash_seed == kernel
+    assert ReproRecord.from_json(record.to_json()) == record
+    child = subprocess.run(
+        [sys.executable, "-c", "print(hash('colab_gpu_guard'))"],
+        capture_output=True,
+        text=True,
+        env=dict(os.environ),
+        timeout=60,
+    )
+    assert os.environ["PYTHONHASHSEED"] == "42" and child.returncode == 0
+    if kernel == "random":  # no PYTHONHASHSEED when this process started (pytest's default)
+        assert int(child.stdout) != hash("colab_gpu_guard")  # 42 seeds the child, not us
+        assert (
+            "  env PYTHONHASHSEED=42 (for new processes; this process's str hashes stay "
+            "random, as set when it started)"
+        ) in record.to_text(verbose=True).splitlines()
+    seeded = dataclasses.replace(
+        record, seeding=dataclasses.replace(record.seeding, kernel_hash_seed="7")
+    )
+    assert "this process's str hashes stay seeded with 7, as set" in seeded.to_text(True)
+    same = dataclasses.replace(
+        record, seeding=dataclasses.replace(record.seeding, kernel_hash_seed="42")
+    )
+    assert "env PYTHONHASHSEED=42 (this process started with it too: its str hashes use it)" in (
+        same.to_text(True)
+    )
+    # a record saved before the field was kept still loads, and says it was not recorded
+    data = json.loads(record.to_json())
+    del data["seeding"]["kernel_hash_seed"]
+    old = ReproRecord.from_dict(data)
+    assert old.seeding.kernel_hash_seed is None
+    assert "this process's own was not recorded)" in old.to_text(True)
+    assert repro_diff(old, record).differences == repro_diff(record, record).differences
+
+
 # ---------------------------------------------------------------- the diff
 
 
