@@ -338,5 +338,5 @@ def _set_hash_seed(value: int, report: SeedReport) -> None:
     report.notes.append(
         f"PYTHONHASHSEED={value} applies to Python processes started from now on (subprocess, "
         f"spawn workers); {hash_seed.kernel_words(hash_seed.hash_seed_at_start())}; forked "
-        "workers inherit this kernel's"
+        "workers inherit that"
     )

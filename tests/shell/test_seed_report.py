@@ -297,5 +297,5 @@ def test_the_hash_seed_note_says_what_the_interpreter_started_with(flags, start,
         "PYTHONHASHSEED=5 applies to Python processes started from now on (subprocess, spawn "
         f"workers); this kernel's str hashes {words}"
     ), note
-    assert note.endswith("; forked workers inherit this kernel's"), note
+    assert note.endswith("; forked workers inherit that"), note
     assert (runs[0][1] == runs[1][1]) is seeded
