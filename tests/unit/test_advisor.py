@@ -1290,6 +1290,15 @@ def test_no_gpu_on_a_machine_without_one_says_run_on_the_cpu(
         _raised("cupy_backends.cuda.api.runtime", "cudaErrorNoDevice: no CUDA-capable device")
     )
     assert cupy.fixes[0].startswith("Run on the CPU: CuPy needs an NVIDIA GPU; NumPy")
+    tensorflow = advisor.advise(
+        _raised(
+            "tensorflow.python.framework.errors_impl",
+            "failed call to cuInit: CUDA_ERROR_NO_DEVICE: no CUDA-capable device is detected",
+        )
+    )
+    assert tensorflow.summary == f"{none_here}: this code can only run on the CPU here."
+    assert tensorflow.fixes[0].startswith("Run on the CPU: take out what asks for the GPU")
+    assert "torch" not in " ".join(tensorflow.fixes + cupy.fixes + jax.fixes)
     # a GPU checkpoint: loading it onto the CPU stays the fix
     checkpoint = advisor.advise(_checkpoint_error())
     assert checkpoint.fixes[0] == "Load it onto the CPU: `torch.load(path, map_location='cpu')`."
