@@ -176,7 +176,7 @@ def run_repro(args: argparse.Namespace, out: Optional[TextIO] = None) -> int:
         record = dataclasses.replace(record, seeding=saved.seeding, env=tuple(env.items()))
         diff = seeding.repro_diff(saved, record, args.diff)
         diff = dataclasses.replace(diff, notes=(*diff.notes, NOT_COMPARED))
-        text = json.dumps(diff.to_dict(), indent=2) if args.json else str(diff)
+        text = json.dumps(diff.to_dict(), indent=2) if args.json else diff.to_text(args.verbose)
     out.write(text + "\n")
     out.flush()
     return 0

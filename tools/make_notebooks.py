@@ -130,8 +130,9 @@ print("same seed, same draws:", again == first)
 Seeding fixes the draws, not every result: some GPU kernels are nondeterministic.
 `%seed_all 42 --deterministic` also switches on torch's deterministic algorithms (and sets
 `CUBLAS_WORKSPACE_CONFIG` where the installed torch needs it; `-v` says whether it does).
-Its line also mentions TF32: on an A100, L4 or H100, cuDNN convolutions use TF32 by
-default, so float32 results differ from a T4's or a CPU's; without such a GPU it says so.
+On a GPU its line also mentions TF32: on an A100, L4 or H100, cuDNN convolutions use TF32
+by default, so float32 results differ from a T4's or a CPU's (on a T4 it says what would
+change on those; without a GPU `-v` says it).
 `--strict` switches them to full fp32 too. Seeding again keeps the modes in force (its
 line says "kept"); `--no-deterministic` switches deterministic mode off.
 """),

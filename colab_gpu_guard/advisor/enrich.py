@@ -377,21 +377,29 @@ def _enrich_no_gpu(diagnosis: Diagnosis, namespace: Optional[dict]) -> None:
         diagnosis.facts["torch built for CUDA"] = (
             torch_support.cuda_version(torch) or "none (CPU build)"
         )
-    machine = driver_facts()
-    devices = machine.get("devices")
-    diagnosis.facts["GPUs NVML sees"] = (
-        str(len(devices)) if devices is not None else "none (NVML not available)"
-    )
+    presence = machine.gpu_presence()
+    if presence.no_driver:
+        diagnosis.facts["GPUs NVML sees"] = "none: no NVIDIA driver on this machine"
+    elif presence.gpus is None:
+        diagnosis.facts["GPUs NVML sees"] = f"unknown (NVML not available: {presence.why})"
+    else:
+        diagnosis.facts["GPUs NVML sees"] = str(presence.gpus)
+    if diagnosis.details.get("problem") == "checkpoint":
+        return  # a checkpoint's fix (map_location) stands
+    if presence.gpus is not None:
+        diagnosis.details.update(gpus_here=presence.gpus, no_driver=presence.no_driver)
+        advice = fixes.BUILDERS[NO_GPU](diagnosis.details)
+        diagnosis.summary, diagnosis.fixes = advice.summary, list(advice.fixes)
     if diagnosis.details.get("framework") not in (None, "torch") or diagnosis.details.get(
         "problem"
     ) not in (None, "cpu build"):
-        return  # the cause below is torch's; a checkpoint's fix (map_location) stands
+        return  # the cause below is torch's
     cause = fixes.no_gpu_cause(
         torch_support.version() if torch is not None else None,
         torch is not None and torch_support.cpu_only_build(torch),
-        len(devices) if devices is not None else None,
+        presence.gpus,
         visible,
-        machine.get("driver_cuda"),
+        driver_facts().get("driver_cuda") if presence.gpus else None,
     )
     if cause is not None:
         diagnosis.summary, diagnosis.fixes = cause[0], list(cause[1])

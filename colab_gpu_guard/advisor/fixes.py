@@ -304,20 +304,40 @@ def _driver(details: dict[str, Any]) -> Advice:
     return Advice(DRIVER_MISMATCH, summary, facts, fixes)
 
 
+# Running on the CPU instead, in each framework's words (torch's is also its default).
+_ON_THE_CPU = {
+    "torch": 'Run on the CPU: `device = "cuda" if torch.cuda.is_available() else "cpu"`, '
+    "then `model.to(device)` and `x.to(device)` in place of `.cuda()`.",
+    "jax": "Run on the CPU: leave out what asks for the GPU (`jax.devices('gpu')`, "
+    "`backend='gpu'`); JAX uses the CPU by itself.",
+    "jax, cuda did not start": "Run on the CPU: restart, and make the first cell "
+    "`%env JAX_PLATFORMS=cpu` (read when JAX starts).",
+    "cupy": "Run on the CPU: CuPy needs an NVIDIA GPU; NumPy has the same functions for most "
+    "of what CuPy does (`import numpy as np` where the code uses `cupy`).",
+    "tensorflow": "Run on the CPU: take out what asks for the GPU (`tf.device('/GPU:0')`, a "
+    "GPU from `tf.config.list_physical_devices('GPU')`).",
+}
+GPU_RUNTIME = "Colab: Runtime > Change runtime type > a GPU, then rerun from the top."
+
+
+def _none_here(details: dict[str, Any]) -> str:
+    """What NVML told of this machine where it has no GPU CUDA could use: no driver at all,
+    or a driver that lists none."""
+    if details.get("no_driver"):
+        return "This machine has no NVIDIA GPU (no NVIDIA driver is installed)"
+    return "NVML lists no NVIDIA GPU on this machine"
+
+
 def _no_gpu(details: dict[str, Any]) -> Advice:
+    """`gpus_here` (enrich, from NVML): how many NVIDIA GPUs this machine has, 0 where there
+    is no driver (`no_driver`); absent where NVML cannot tell. Where it has none, running on
+    the CPU (or a GPU runtime) is the fix: a CUDA build or a CUDA setting cannot help."""
     problem = details.get("problem")
-    if problem == "cpu build":
-        summary = (
-            "This torch is a CPU-only build: it has no CUDA support, whatever GPU the runtime has."
-        )
-        fixes = [
-            "Install a CUDA build of torch (`pip install torch --index-url "
-            "https://download.pytorch.org/whl/cuXXX`, cuXXX for a CUDA the driver supports), "
-            "then restart the runtime.",
-            "On Colab the preinstalled torch is a CUDA build: a `pip install` that replaced it "
-            "with a CPU wheel is the usual cause; start a fresh runtime.",
-        ]
-        return Advice(NO_GPU, summary, {}, fixes)
+    framework = details.get("framework") or "torch"
+    none_here = details.get("gpus_here") == 0
+    on_the_cpu = _ON_THE_CPU.get(f"{framework}, {problem}") or _ON_THE_CPU.get(
+        framework, _ON_THE_CPU["torch"]
+    )
     if problem == "checkpoint":
         summary = (
             "The checkpoint holds GPU tensors, and torch here sees no GPU: torch.load puts "
@@ -326,6 +346,27 @@ def _no_gpu(details: dict[str, Any]) -> Advice:
         fixes = [
             "Load it onto the CPU: `torch.load(path, map_location='cpu')`.",
             "Or use a GPU runtime (Colab: Runtime > Change runtime type > a GPU).",
+        ]
+        return Advice(NO_GPU, summary, {}, fixes)
+    if none_here:
+        also = {
+            "cpu build": ", and this torch is a CPU-only build",
+            "cuda did not start": ", so JAX's CUDA support has no GPU to use",
+        }.get(problem or "", "")
+        summary = f"{_none_here(details)}{also}: this code can only run on the CPU here."
+        return Advice(NO_GPU, summary, {}, [on_the_cpu, GPU_RUNTIME])
+    if problem == "cpu build":
+        summary = (
+            "This torch is a CPU-only build: it has no CUDA support, whatever GPU the runtime has."
+        )
+        fixes = [
+            "If this machine has an NVIDIA GPU (`!nvidia-smi` lists it; NVML could not tell "
+            "here): install a CUDA build of torch (`pip install torch --index-url "
+            "https://download.pytorch.org/whl/cuXXX`, cuXXX for a CUDA the driver supports), "
+            "then restart the runtime.",
+            "On Colab the preinstalled torch is a CUDA build: a `pip install` that replaced it "
+            "with a CPU wheel is the usual cause; start a fresh runtime.",
+            "Without a GPU, r" + on_the_cpu[1:],
         ]
         return Advice(NO_GPU, summary, {}, fixes)
     if problem == "cuda did not start":
@@ -343,7 +384,7 @@ def _no_gpu(details: dict[str, Any]) -> Advice:
             "`%env JAX_PLATFORMS=cpu` (read when JAX starts).",
         ]
         return Advice(NO_GPU, summary, {}, fixes)
-    if problem == "no gpu backend" and details.get("framework") == "jax":
+    if problem == "no gpu backend" and framework == "jax":
         summary = (
             "JAX found no GPU: the JAX installed here is a CPU-only build, or no GPU is visible."
         )
@@ -355,7 +396,7 @@ def _no_gpu(details: dict[str, Any]) -> Advice:
         return Advice(NO_GPU, summary, {}, fixes)
     summary = "This runtime has no GPU that this framework can use."
     fixes = [
-        "Colab: Runtime > Change runtime type > a GPU, then rerun from the top.",
+        GPU_RUNTIME,
         "Check `CUDA_VISIBLE_DEVICES` (an index that does not exist hides every GPU) and that "
         "torch is a CUDA build (`torch.version.cuda` is None on CPU-only builds).",
     ]

@@ -99,6 +99,35 @@ def arch_supports(arch_list: list[str], capability: tuple[int, int]) -> Optional
     return False
 
 
+class GpuPresence(NamedTuple):
+    """Whether this machine has an NVIDIA GPU, as NVML tells: `gpus`, how many it lists
+    (0 where it says there is no NVIDIA driver, so no GPU CUDA could use); None where it
+    cannot tell (nvidia-ml-py missing beside a driver, no permission, the driver not
+    loaded...). `why`: NVML's own words where it did not start."""
+
+    gpus: Optional[int]
+    no_driver: bool
+    why: Optional[str]
+
+
+# NVML's init failures that mean this machine has no NVIDIA driver: its library,
+# libnvidia-ml, which every driver installs, is not there. Without nvidia-ml-py the door
+# checks the driver's own files instead, and says the same (nvml.lib._no_driver).
+_NO_DRIVER_KINDS = ("NVMLError_LibraryNotFound",)
+_NO_BINDING_KINDS = ("ImportError", "ModuleNotFoundError")
+
+
+def gpu_presence() -> GpuPresence:
+    """How many NVIDIA GPUs this machine has, where NVML can tell (no CUDA context)."""
+    snapshot = nvml.snapshot(processes=False)  # never raises
+    if snapshot.available:
+        return GpuPresence(len(snapshot.devices), False, None)
+    no_driver = snapshot.error_kind in _NO_DRIVER_KINDS or (
+        snapshot.error_kind in _NO_BINDING_KINDS and not nvml.driver_may_be_present()
+    )
+    return GpuPresence(0 if no_driver else None, no_driver, snapshot.error)
+
+
 def gpu_memory() -> list[dict[str, int]]:
     """Each GPU's memory in use and total, from NVML (no CUDA context needed); GPUs whose
     figures NVML does not report are left out, and so is everything without NVML."""

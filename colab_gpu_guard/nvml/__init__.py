@@ -8,7 +8,14 @@ from __future__ import annotations
 # `lib` is the only module that imports ``pynvml``; `records` holds the immutable records
 # (what an `NvmlSnapshot` holds: see `snapshot.py`). `snapshot()` and `used_memory()` both
 # take "used" from `memory.read` (the v2 memory call, else v1, saying which).
-from .lib import initialised, known_unavailable, reason_for, reset, set_pynvml
+from .lib import (
+    driver_may_be_present,
+    initialised,
+    known_unavailable,
+    reason_for,
+    reset,
+    set_pynvml,
+)
 from .memory import INCLUDES_RESERVED, V1, V2, UsedMemory, used_by_process, used_memory
 from .records import MigInstance, NvmlDevice, NvmlProcess, NvmlSnapshot, normalise_uuid
 from .snapshot import COMPUTE_MODES, snapshot
@@ -23,6 +30,7 @@ __all__ = [
     "UsedMemory",
     "V1",
     "V2",
+    "driver_may_be_present",
     "initialised",
     "known_unavailable",
     "normalise_uuid",

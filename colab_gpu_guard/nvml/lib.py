@@ -163,7 +163,7 @@ def initialised() -> tuple[Optional[ModuleType], Optional[NvmlSnapshot]]:
         except ImportError as error:
             # Without a driver, installing the binding would change nothing: say that
             # instead of "pip install nvidia-ml-py" (noise on a CPU-only machine).
-            failure = _failure(error) if _driver_may_be_present() else _no_driver(error)
+            failure = _failure(error) if driver_may_be_present() else _no_driver(error)
             _state = _State(None, False, pid, failure)
             return None, _state.failure
         try:
@@ -197,7 +197,7 @@ def known_unavailable() -> bool:
     return state is not None and not state.ok
 
 
-def _driver_may_be_present() -> bool:
+def driver_may_be_present() -> bool:
     """False only where it is sure: on Linux, the driver makes /proc/driver/nvidia and
     /dev/nvidiactl (a container with GPUs gets them from the NVIDIA container runtime)."""
     if not sys.platform.startswith("linux"):

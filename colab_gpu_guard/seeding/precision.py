@@ -319,16 +319,20 @@ class PrecisionReport:
         )
 
     def clause(self) -> str:
-        """A few words for the one-line summary."""
+        """A few words for the one-line summary ('' where none is worth its place). What
+        TF32 would do on another GPU is said there only where this machine has a CUDA GPU
+        (a T4 user may move to an A100 and see other numbers); without one it is off-topic,
+        and `meaning` (-v) still says it."""
         uses = _and_join(self.tf32_uses)
         if not uses:
             words = "TF32 off" if self.cpu_reduced else "full fp32 (TF32 off)"
         elif self.tf32_gpus:
             words = f"{uses} use TF32 here"
-        else:
+        elif self.gpus:
             words = f"{uses} would use TF32 on an {TF32_GPUS} (not here)"
-        cpu = _cpu_words(self.cpu_reduced)
-        return words + (f"; {cpu}" if cpu else "")
+        else:
+            words = ""
+        return "; ".join(part for part in (words, _cpu_words(self.cpu_reduced)) if part)
 
     def lines(self) -> list[str]:
         """The settings, one line each, the fp32_precision tree on one line."""

@@ -105,7 +105,8 @@ class SeedReport:
             word for word, on in (("warn-only", self.warn_only), ("kept", self.modes_kept)) if on
         ]
         words = "deterministic on" + (f" ({', '.join(how)})" if how else "")
-        return f"{words}, {self.precision.clause()}"
+        clause = self.precision.clause()
+        return f"{words}, {clause}" if clause else words
 
     def summary(self) -> str:
         """One line (warnings that need action on lines of their own), escaped."""

@@ -21,6 +21,7 @@ from typing import Any, Optional
 from ..serialize import from_versioned, to_data
 from ..serialize import json_schema as _json_schema
 from ..units import escape_html, escape_lines
+from .hash_seed import RANDOM
 from .repro_parts import (
     BACKEND_DEFAULTS,
     RECORD_FORM,
@@ -37,6 +38,8 @@ from .repro_parts import (
     gpu_summary,
     supports_tf32,
 )
+
+HASH_SEED = "PYTHONHASHSEED"
 
 
 @dataclass(frozen=True)
@@ -227,9 +230,25 @@ class ReproRecord:
             lines.append(
                 f"  installed: Triton {v.triton or '-'}, torchvision {v.torchvision or '-'}"
             )
-        lines += [f"  env {name}={value}" for name, value in self.env if value is not None]
+        lines += [
+            f"  env {name}={value}" + (self.hash_seed_words(value) if name == HASH_SEED else "")
+            for name, value in self.env
+            if value is not None
+        ]
         lines += [f"  imported {name} {version}" for name, version in self.frameworks]
         return lines
+
+    def hash_seed_words(self, value: str) -> str:
+        """What PYTHONHASHSEED=value in the environment means for this record's process: its
+        own str hash seed was fixed when it started; the value reaches processes started
+        after it was set (seed_all sets it for those)."""
+        kernel = self.seeding.kernel_hash_seed
+        if kernel is None:
+            return " (Python reads it when a process starts; this process's own was not recorded)"
+        if kernel == value:
+            return " (this process started with it too: its str hashes use it)"
+        own = "random" if kernel == RANDOM else f"seeded with {kernel}"
+        return f" (for new processes; this process's str hashes stay {own}, as set when it started)"
 
     def cpu_line(self) -> str:
         c = self.cpu

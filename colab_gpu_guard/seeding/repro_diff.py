@@ -46,6 +46,11 @@ class ReproDiff:
     notes: tuple[str, ...] = ()
 
     def __str__(self) -> str:
+        return self.to_text()
+
+    def to_text(self, verbose: bool = False) -> str:
+        """The differences, one line each; `verbose` adds how each works (the library,
+        the CPU feature, the settings a call writes)."""
         count = len(self.differences)
         head = f"repro diff: {self.before_label} → {self.after_label}: "
         if count == 0:
@@ -53,8 +58,11 @@ class ReproDiff:
         else:
             differ = counted(count, "difference")
             lines = [head + f"{differ} that can change results, most important first"]
-        lines += [f"  {n}. {d}" for n, d in enumerate(self.differences, 1)]
-        lines += [f"  also differs (does not change the numbers here): {d}" for d in self.other]
+        lines += [f"  {n}. {d.text(verbose)}" for n, d in enumerate(self.differences, 1)]
+        lines += [
+            f"  also differs (does not change the numbers here): {d.text(verbose)}"
+            for d in self.other
+        ]
         lines += [f"  note: {note}" for note in self.notes]
         return escape_lines(lines)  # GPU names, labels, env values: a saved file's, escaped
 
@@ -62,7 +70,10 @@ class ReproDiff:
         printer.text(str(self))  # the report as text, not the dataclass repr
 
     def _repr_html_(self) -> str:
-        text = str(self).splitlines()
+        return self.to_html()
+
+    def to_html(self, verbose: bool = False) -> str:
+        text = self.to_text(verbose).splitlines()
         items = "".join(f"<li>{escape_html(line.strip())}</li>" for line in text[1:])
         return f"<div><b>{escape_html(text[0])}</b><ul>{items}</ul></div>"
 

@@ -233,6 +233,12 @@ CPU_REDUCED = {
     "(~3e-3 relative)",
     "tf32": "TF32 on CPUs with AMX-FP16: expect relative differences around 1e-3",
 }
+# The same, in a PyTorch user's words, for the default line.
+CPU_MODE_WORDS = {"bf16": "bfloat16", "tf32": "TF32"}
+CPU_EFFECT = {
+    "bf16": "results change, up to bfloat16 rounding (~3e-3 relative)",
+    "tf32": TF32_EFFECT,
+}
 CPU_OPS = {"matmul": "matmuls", "conv": "convolutions", "rnn": "RNNs"}
 CPU_MODE = {"highest": "ieee", "high": "tf32", "medium": "bf16"}  # set_float32_matmul_precision
 # what one set_float32_matmul_precision call writes besides itself (ATen's Context.cpp):
@@ -254,9 +260,14 @@ class Difference:
     explanation: str
     rank: int  # lower is more important
     changes_results: bool = True
+    detail: str = ""  # how it works, for -v: the library, the CPU feature, the settings
 
     def __str__(self) -> str:
-        return f"{self.what} {self.before} → {self.after}: {self.explanation}"
+        return self.text()
+
+    def text(self, verbose: bool = False) -> str:
+        line = f"{self.what} {self.before} → {self.after}: {self.explanation}"
+        return line + (f" ({self.detail})" if verbose and self.detail else "")
 
 
 def value_text(value: object) -> str:

@@ -56,6 +56,10 @@ class Seeding:
     # each CUDA device's generator (devices with a CUDA context only: reading another
     # would create one), e.g. (("cuda:0", 42),)
     cuda_initial_seeds: tuple[tuple[str, int], ...] = ()
+    # this process's own str hash seed, fixed when it started (PYTHONHASHSEED set later
+    # reaches only new processes): "random", the seed's digits, or None where unknown (not
+    # readable, or a record from before it was kept)
+    kernel_hash_seed: Optional[str] = None
 
 
 @dataclass(frozen=True)

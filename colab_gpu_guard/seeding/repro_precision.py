@@ -4,12 +4,14 @@ follow it folded in), judged on the GPUs and CPUs of the two records."""
 
 from __future__ import annotations
 
-from typing import Optional
+from typing import NamedTuple, Optional
 
-from .precision import PARENT
+from .precision import PARENT, TF32_GPUS
 from .repro import ReproRecord
 from .repro_effects import (
+    CPU_EFFECT,
     CPU_MODE,
+    CPU_MODE_WORDS,
     CPU_OPS,
     CPU_REDUCED,
     FLAGS,
@@ -48,9 +50,10 @@ def precision_differences(a: ReproRecord, b: ReproRecord, found: list, notes: li
         if a.tf32() != b.tf32():
             gpu += f"; {STRICT_HINT}"
     elif any(capable):
+        who = "the saved run" if capable[0] else "this run"
         gpu = (
-            "takes effect only on Ampere-or-newer GPUs (sm_80+), which only one of the runs "
-            "has: the GPU difference decides"
+            f"on the GPU it matters only on an Ampere-or-newer one ({TF32_GPUS}), which only "
+            f"{who} has: see the GPU difference"
         )
     elif a.gpus or b.gpus:
         gpu = "no effect on these GPUs (TF32 needs Ampere or newer, sm_80+)"
@@ -59,20 +62,34 @@ def precision_differences(a: ReproRecord, b: ReproRecord, found: list, notes: li
     for what, was, now in pairs:
         if _fp32(was) == _fp32(now):
             continue  # "none" inherits, and reads back as "none" only when nothing is set
-        cpu, cpu_changes = _cpu_precision(what, was, now, a, b)
+        cpu = _cpu_precision(what, was, now, a, b)
         if what.startswith("torch.backends.mkldnn."):  # oneDNN: the CPU only
-            explanation, changes = cpu or "no effect on CPU float32 results", cpu_changes
+            explanation = cpu.words if cpu else "no effect on CPU float32 results"
+            changes = bool(cpu) and cpu.changes
         else:
-            explanation = gpu + (f"; {cpu}" if cpu else "")
-            changes = all(capable) or cpu_changes
+            explanation = gpu + (f"; {cpu.words}" if cpu else "")
+            changes = all(capable) or (bool(cpu) and cpu.changes)
+        details = [cpu.detail] if cpu else []
         if what == "torch float32_matmul_precision":
-            explanation = (
-                "set by torch.set_float32_matmul_precision or torch.backends.cuda.matmul."
-                "allow_tf32 (one entry with the settings it writes): " + explanation
+            details.append(
+                "set by torch.set_float32_matmul_precision or "
+                "torch.backends.cuda.matmul.allow_tf32; one entry for the call and the "
+                "settings it writes with it: torch.backends.cuda.matmul.allow_tf32 and the "
+                "cuda and mkldnn matmul fp32_precision settings"
             )
         # a CPU-only effect needs particular CPUs: ranked with the flags, after the seeds
         rank = PRECISION if all(capable) else FLAGS
-        found.append(Difference(what, value_text(was), value_text(now), explanation, rank, changes))
+        found.append(
+            Difference(
+                what,
+                value_text(was),
+                value_text(now),
+                explanation,
+                rank,
+                changes,
+                "; ".join(details),
+            )
+        )
 
 
 def _one_entry_per_call(pairs: list, was: object, now: object) -> list:
@@ -130,13 +147,24 @@ def _fp32(value: object) -> object:
     return "ieee" if value == "none" else value
 
 
+class CpuEffect(NamedTuple):
+    """What a precision difference does on the two records' CPUs: `words` for the default
+    line (only what the records say of their CPUs), `detail` for -v (which library, which
+    CPU feature), `changes` whether it can change results there."""
+
+    words: str
+    detail: str
+    changes: bool
+
+
 def _cpu_precision(
     what: str, was: object, now: object, a: ReproRecord, b: ReproRecord
-) -> tuple[Optional[str], bool]:
-    """What a precision difference does to CPU float32 results through oneDNN, and whether
-    it changes them on the CPUs of the two records: set_float32_matmul_precision and the
-    generic and mkldnn fp32_precision settings reach it (torch's matmul_allow_tf32 and
-    cudnn settings do not); bf16 runs only on CPUs with it, TF32 only with AMX-FP16."""
+) -> Optional[CpuEffect]:
+    """What a precision difference does to CPU float32 results through oneDNN, on the CPUs
+    of the two records (`a` the saved run's, `b` this one's): set_float32_matmul_precision
+    and the generic and mkldnn fp32_precision settings reach it (torch's matmul_allow_tf32
+    and cudnn settings do not); bf16 runs only on CPUs with it, TF32 only with AMX-FP16.
+    None where it does not reach the CPU."""
     if what == "torch float32_matmul_precision":
         # what oneDNN's matmuls run at: the mkldnn matmul leaf where torch has one (the call
         # writes it; torch.backends.cuda.matmul.allow_tf32, which also moves this setting,
@@ -153,31 +181,48 @@ def _cpu_precision(
     elif what == "torch.backends.fp32_precision" or what.startswith("torch.backends.mkldnn."):
         modes = {_fp32(was), _fp32(now)}
     else:
-        return None, False
+        return None
     asked = [mode for mode in ("bf16", "tf32") if mode in modes]
     if not asked:
-        return None, False
+        return None
     ops = next((ops for key, ops in CPU_OPS.items() if key in what), "ops")
     here = [
         mode for mode in asked if _cpu_can(a, mode) is not False or _cpu_can(b, mode) is not False
     ]
     if not here:
         lacks = " or ".join("bf16" if mode == "bf16" else "AMX-FP16 (TF32)" for mode in asked)
-        return (
-            f"no effect on these CPUs: oneDNN runs float32 {ops} below fp32 only on CPUs with "
-            f"{lacks}, which neither record's CPU has",
+        names = " or ".join(CPU_MODE_WORDS[mode] for mode in asked)
+        return CpuEffect(
+            f"no effect on these CPUs (neither run's CPU computes float32 {ops} in {names})",
+            f"oneDNN runs float32 {ops} below fp32 only on CPUs with {lacks}, which neither "
+            "record's CPU has",
             False,
         )
-    reduced = [CPU_REDUCED[mode] + _cpus_with(a, b, mode) for mode in here]
-    return f"oneDNN may run CPU float32 {ops} in " + " or ".join(reduced), True
+    words = "; ".join(_cpu_words(a, b, mode, ops) for mode in here)
+    detail = f"oneDNN may run CPU float32 {ops} in " + " or ".join(
+        CPU_REDUCED[mode] for mode in here
+    )
+    return CpuEffect(words, detail, True)
 
 
-def _cpus_with(a: ReproRecord, b: ReproRecord, mode: str) -> str:
-    """Which of the two runs' CPUs have `mode`, where both records say."""
-    can = {_cpu_can(a, mode), _cpu_can(b, mode)}
-    if can == {True}:
-        return " (both runs' CPUs have it)"
-    return " (only one run's CPU has it)" if can == {True, False} else ""
+def _cpu_words(a: ReproRecord, b: ReproRecord, mode: str, ops: str) -> str:
+    """What the records say of their CPUs and `mode`, in a PyTorch user's words: where a
+    record does not say whether its CPU has it, the line says so and claims nothing."""
+    name = CPU_MODE_WORDS[mode]
+    can = {"the saved run's CPU": _cpu_can(a, mode), "this CPU": _cpu_can(b, mode)}
+    has = [who for who, value in can.items() if value]
+    lacks = [who for who, value in can.items() if value is False]
+    silent = [who for who, value in can.items() if value is None]
+    if len(has) == 2:
+        return f"CPU float32 {ops} may run in {name} on both runs' CPUs: {CPU_EFFECT[mode]}"
+    if has and lacks:
+        return f"CPU float32 {ops} may run in {name} on {has[0]} only: {CPU_EFFECT[mode]}"
+    said = [f"{who} can" for who in has] + [f"{who} cannot" for who in lacks]
+    unknown = " and ".join(
+        "the saved record" if who.startswith("the saved") else "this record" for who in silent
+    )
+    said.append(f"{unknown} {'does' if len(silent) == 1 else 'do'} not say")
+    return f"on the CPU only where the CPU computes {ops} in {name} ({'; '.join(said)})"
 
 
 def _cpu_can(record: ReproRecord, mode: str) -> Optional[bool]:

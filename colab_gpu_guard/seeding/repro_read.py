@@ -19,6 +19,7 @@ from ..frameworks import jax as jax_support
 from ..frameworks import numpy as numpy_support
 from ..frameworks import tensorflow as tensorflow_support
 from ..frameworks import torch as torch_support
+from .hash_seed import hash_seed_at_start
 from .repro import ReproRecord
 from .repro_parts import (
     BACKEND_SETTINGS,
@@ -65,13 +66,14 @@ def repro_record(every_cell: Optional[int] = None, import_torch: bool = False) -
 
 
 def _seeding(seed: Optional[int], every_cell: Optional[int], torch: Any) -> Seeding:
+    kernel_hash_seed = hash_seed_at_start().seed
     if torch is None:
-        return Seeding(seed, every_cell)
+        return Seeding(seed, every_cell, kernel_hash_seed=kernel_hash_seed)
     cuda = []
     devices = torch_support.devices_with_context(torch)
     for index in devices:  # a generator's seed is host memory: no device switch, no context
         cuda.append((f"cuda:{index}", int(torch.cuda.default_generators[index].initial_seed())))
-    return Seeding(seed, every_cell, int(torch.initial_seed()), tuple(cuda))
+    return Seeding(seed, every_cell, int(torch.initial_seed()), tuple(cuda), kernel_hash_seed)
 
 
 def _cpu(torch: Any) -> Cpu:

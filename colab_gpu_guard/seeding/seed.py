@@ -15,7 +15,7 @@ from ..frameworks import python_random
 from ..frameworks import tensorflow as tensorflow_support
 from ..frameworks import torch as torch_support
 from ..units import counted
-from . import determinism
+from . import determinism, hash_seed
 from .report import Change, SeededRng, SeedReport, SkippedRng
 
 SEED_MAX = 2**32 - 1  # NumPy's legacy RNG accepts 0..2**32-1
@@ -326,20 +326,6 @@ def _seed_imported_only(value: int, report: SeedReport) -> None:
         )
 
 
-def _initial_environ_value(name: str) -> Optional[str]:
-    """The value `name` had when this interpreter started (Linux), else None if unknown."""
-    try:
-        with open("/proc/self/environ", "rb") as handle:
-            entries = handle.read().split(b"\0")
-    except OSError:
-        return None
-    prefix = name.encode() + b"="
-    for entry in entries:
-        if entry.startswith(prefix):
-            return entry[len(prefix) :].decode(errors="replace")
-    return ""
-
-
 def _set_env(name: str, new: str, report: SeedReport) -> None:
     old = os.environ.get(name)
     if old != new:
@@ -349,17 +335,8 @@ def _set_env(name: str, new: str, report: SeedReport) -> None:
 
 def _set_hash_seed(value: int, report: SeedReport) -> None:
     _set_env("PYTHONHASHSEED", str(value), report)
-    at_start = _initial_environ_value("PYTHONHASHSEED")
-    if at_start is None:
-        current = "unknown on this platform"
-    elif at_start == "":
-        current = "random (PYTHONHASHSEED was unset when it started)"
-    elif at_start == "random":
-        current = "random (PYTHONHASHSEED=random when it started)"
-    else:
-        current = f"PYTHONHASHSEED={at_start}"
     report.notes.append(
-        "PYTHONHASHSEED applies to Python processes started from now on (subprocess, spawn "
-        "workers); this interpreter's str hash seed was fixed at its start, and forked "
-        f"workers keep it: {current}"
+        f"PYTHONHASHSEED={value} applies to Python processes started from now on (subprocess, "
+        f"spawn workers); {hash_seed.kernel_words(hash_seed.hash_seed_at_start())}; forked "
+        "workers inherit that"
     )

@@ -12,6 +12,7 @@ from IPython.core.error import UsageError
 from IPython.utils.capture import capture_output
 
 from colab_gpu_guard import advisor, cuda_health
+from colab_gpu_guard.advisor import machine
 from colab_gpu_guard.ipython import magics, registration_for
 from colab_gpu_guard.ipython import shell_advisor as hook
 
@@ -579,3 +580,36 @@ def test_the_note_names_the_users_frames_not_ipythons_or_ours(ip, run, tidy):
     assert "Note: Released the traceback frame of parse_batch();" in out, out
     for machinery in ("run_cell_magic", "TraceMagics", "gpu_trace()", "_run()"):
         assert machinery not in out.split("Note:", 1)[1], out
+
+
+@pytest.mark.cpu_only
+def test_cuda_on_a_machine_without_an_nvidia_driver_says_run_on_the_cpu(ip, run):
+    """`.cuda()` with a CPU-only torch on a machine with no NVIDIA driver: the real error,
+    advised with the real NVML door. A CUDA build of torch cannot help here, so the advice
+    runs the model on the CPU (or takes a GPU runtime), never installs one."""
+    pytest.importorskip("torch")
+    from colab_gpu_guard import nvml
+
+    nvml.reset()
+    if not machine.gpu_presence().no_driver:
+        pytest.skip("this machine has an NVIDIA driver")
+    result, out = run("import torch\nmodel = torch.nn.Linear(3, 3).cuda()")
+    assert "Torch not compiled with CUDA enabled" in out
+    advice = out[out.index("CUDA advisor:") :]
+    assert (
+        "This machine has no NVIDIA GPU (no NVIDIA driver is installed), and this torch is a "
+        "CPU-only build: this code can only run on the CPU here." in advice
+    )
+    assert "GPUs NVML sees        none: no NVIDIA driver on this machine" in advice
+    assert (
+        '1. Run on the CPU: `device = "cuda" if torch.cuda.is_available() else "cpu"`, then '
+        "`model.to(device)` and `x.to(device)` in place of `.cuda()`." in advice
+    )
+    assert "2. Colab: Runtime > Change runtime type > a GPU" in advice
+    assert "pip install" not in advice and "CUDA build" not in advice
+    # the line the advice gives runs here
+    result, out = run(
+        'device = "cuda" if torch.cuda.is_available() else "cpu"\n'
+        "model = torch.nn.Linear(3, 3).to(device)\nprint(next(model.parameters()).device)"
+    )
+    assert result.success and out.strip() == "cpu"

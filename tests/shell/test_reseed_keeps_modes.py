@@ -56,7 +56,7 @@ def test_reseeding_keeps_deterministic_mode(ip, capsys):
     assert out.startswith("seed 5: random, numpy, torch (cpu) seeded; deterministic on (kept)")
     assert units.jargon_in(out) == []
     full = line_of(ip, capsys, "6 -v")  # the full report says so too: no flag changed to show it
-    assert "\n  modes    deterministic on (kept), " in full, full
+    assert "\n  modes    deterministic on (kept)" in full, full
 
 
 def test_reseeding_keeps_warn_only(ip, capsys):

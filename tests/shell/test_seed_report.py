@@ -16,7 +16,7 @@ from IPython.core.error import UsageError
 
 from colab_gpu_guard import seed_all, seeding
 from colab_gpu_guard.ipython.magics import usage_lines
-from colab_gpu_guard.seeding import determinism
+from colab_gpu_guard.seeding import determinism, precision
 
 
 @pytest.fixture(autouse=True)
@@ -123,9 +123,14 @@ def test_deterministic_line_matches_torch(ip, capsys):
     words = " and ".join(
         what for what, used in (("cuDNN convolutions", conv_tf32), ("cuDNN RNNs", rnn_tf32)) if used
     )
+    # said in the one line only where a CUDA GPU is here that lacks TF32 (a T4): without
+    # one it is off-topic there, and -v says it
+    gpus = precision.gpu_archs(torch)
     assert (f"{words} would use TF32 on an A100/L4/H100 (not here)" in line) == (
-        bool(words) and not torch.cuda.is_available()
+        bool(words) and bool(gpus) and not any(gpu.has_tf32 for gpu in gpus)
     )
+    if not gpus:
+        assert line.endswith("; deterministic on"), line
     ip.run_line_magic("seed_all", "42 --warn-only")
     line = capsys.readouterr().out.strip()
     assert "deterministic on (warn-only)" in line
@@ -137,7 +142,7 @@ def test_verbose_prints_the_full_report(ip, capsys):
     out = capsys.readouterr().out
     assert out.startswith("seed_all: seed 42 (given)\n")
     assert "numpy.random.default_rng() generators do not use the global RNG" in out
-    assert "PYTHONHASHSEED applies to Python processes started from now on" in out
+    assert "PYTHONHASHSEED=42 applies to Python processes started from now on" in out
     ip.run_line_magic("seed_all", "42 --verbose")
     assert "default_rng" in capsys.readouterr().out
 
@@ -160,7 +165,7 @@ def test_returned_report_is_full_and_its_html_collapses_it():
     report = seed_all(42)
     text = str(report)
     assert "note     numpy.random.default_rng()" in text
-    assert "note     PYTHONHASHSEED applies to Python processes started from now on" in text
+    assert "note     PYTHONHASHSEED=42 applies to Python processes started from now on" in text
     html = report._repr_html_()
     line = report.summary()
     assert line in html
@@ -248,22 +253,49 @@ def test_non_ascii_and_conflicts_leave_per_cell_base_alone(ip, run_cell, line):
     run_cell("%seed_all --no-every-cell")
 
 
-def test_the_hash_seed_note_says_what_the_interpreter_started_with():
-    """PYTHONHASHSEED=random at start is not 'unset'; a fixed value is named as such."""
+@pytest.mark.parametrize(
+    ("flags", "start", "words", "seeded"),
+    [
+        ((), None, "stay random (PYTHONHASHSEED was unset when it started)", False),
+        ((), "", "stay random (PYTHONHASHSEED was empty when it started)", False),
+        ((), "random", "stay random (PYTHONHASHSEED=random when it started)", False),
+        ((), "7", "stay seeded with 7 (PYTHONHASHSEED=7 when it started)", True),
+        ((), "0", "are not randomized (PYTHONHASHSEED=0 when it started)", True),
+        (("-E",), "7", "stay random (Python started with -E or -I, which ignore", False),
+    ],
+)
+def test_the_hash_seed_note_says_what_the_interpreter_started_with(flags, start, words, seeded):
+    """Each way an interpreter can start, said as it is: the note's claim is checked against
+    str hashes in two processes started alike (equal only where the hash seed is fixed)."""
     import subprocess
     import sys
+    from pathlib import Path
 
+    root = str(Path(__file__).resolve().parents[2])  # -E ignores PYTHONPATH
     code = (
+        f"import sys; sys.path.insert(0, {root!r})\n"
         "from colab_gpu_guard import seed_all\n"
-        "print([n for n in seed_all(5).notes if n.startswith('PYTHONHASHSEED')][0])"
+        "print([n for n in seed_all(5).notes if n.startswith('PYTHONHASHSEED')][0])\n"
+        "print(hash('colab_gpu_guard'))"
     )
-    for start, words in (
-        ("random", "random (PYTHONHASHSEED=random when it started)"),
-        ("7", "PYTHONHASHSEED=7"),
-    ):
-        env = {**os.environ, "PYTHONHASHSEED": start}
+    env = {key: value for key, value in os.environ.items() if key != "PYTHONHASHSEED"}
+    if start is not None:
+        env["PYTHONHASHSEED"] = start
+    runs = []
+    for _ in range(2):
         done = subprocess.run(
-            [sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=120
+            [sys.executable, *flags, "-c", code],
+            capture_output=True,
+            text=True,
+            env=env,
+            timeout=120,
         )
         assert done.returncode == 0, done.stderr[-2000:]
-        assert done.stdout.strip().endswith(f"forked workers keep it: {words}"), done.stdout
+        runs.append(done.stdout.strip().splitlines())
+    note = runs[0][0]
+    assert note.startswith(
+        "PYTHONHASHSEED=5 applies to Python processes started from now on (subprocess, spawn "
+        f"workers); this kernel's str hashes {words}"
+    ), note
+    assert note.endswith("; forked workers inherit that"), note
+    assert (runs[0][1] == runs[1][1]) is seeded

@@ -16,6 +16,7 @@ import pytest
 
 from colab_gpu_guard import advisor, cuda_health, notebook_refs, nvml
 from colab_gpu_guard.advisor import advice, enrich, origin
+from colab_gpu_guard.advisor import fixes as fixes_module
 from tests import fake_pynvml
 from tests.advisor_corpus import FIRST as MESSAGES
 from tests.advisor_corpus import HAVE_TORCH, ProcessException, exception_type, make  # noqa: F401
@@ -1226,6 +1227,134 @@ def test_no_gpu_with_gpus_in_nvml_names_the_cpu_build(monkeypatch, fake_nvml):
         monkeypatch.setenv("CUDA_VISIBLE_DEVICES", shown)
         diagnosis = advisor.advise(make(entry("no_gpu")))
         assert diagnosis.summary == "This runtime has no GPU that this framework can use."
+
+
+NO_DRIVER = "This machine has no NVIDIA GPU (no NVIDIA driver is installed)"
+ON_THE_CPU = (
+    'Run on the CPU: `device = "cuda" if torch.cuda.is_available() else "cpu"`, then '
+    "`model.to(device)` and `x.to(device)` in place of `.cuda()`."
+)
+
+
+def _raised(module: str, message: str) -> BaseException:
+    """An exception of a framework's module (none of them installed here)."""
+    return type("Error", (RuntimeError,), {"__module__": module})(message)
+
+
+@pytest.mark.parametrize(
+    "world, none_here, seen",
+    [
+        (fake_pynvml.no_library, NO_DRIVER, "none: no NVIDIA driver on this machine"),
+        (fake_pynvml.zero_gpus, "NVML lists no NVIDIA GPU on this machine", "0"),
+    ],
+)
+def test_no_gpu_on_a_machine_without_one_says_run_on_the_cpu(
+    monkeypatch, fake_nvml, world, none_here, seen
+):
+    """NVML says this machine has no NVIDIA GPU: no CUDA build or setting can help, so every
+    form of 'no GPU' leads with that and runs on the CPU (or takes a GPU runtime)."""
+    fake_nvml(world())
+    monkeypatch.delenv("CUDA_VISIBLE_DEVICES", raising=False)
+    cpu_build = advisor.advise(AssertionError("Torch not compiled with CUDA enabled"))
+    assert cpu_build.summary == (
+        f"{none_here}, and this torch is a CPU-only build: this code can only run on the CPU here."
+    )
+    assert cpu_build.facts["GPUs NVML sees"] == seen
+    assert cpu_build.fixes == [ON_THE_CPU, fixes_module.GPU_RUNTIME]
+    for message in (
+        "No CUDA GPUs are available",
+        "Found no NVIDIA driver on your system. Please check that you have an NVIDIA GPU and "
+        "installed a driver from http://www.nvidia.com/Download/index.aspx",
+    ):
+        cuda_build = advisor.advise(RuntimeError(message))
+        assert cuda_build.summary == f"{none_here}: this code can only run on the CPU here."
+        assert cuda_build.fixes == [ON_THE_CPU, fixes_module.GPU_RUNTIME]
+    jax = advisor.advise(
+        _raised(
+            "jaxlib.xla_extension",
+            "Unknown backend: 'gpu' requested, but no platforms that are instances of gpu are "
+            "present. Platforms present are: cpu",
+        )
+    )
+    assert jax.summary.startswith(none_here) and "jax[cuda12]" not in " ".join(jax.fixes)
+    assert jax.fixes[0].startswith("Run on the CPU: leave out what asks for the GPU")
+    no_cuda = advisor.advise(
+        _raised("jaxlib.xla_extension", "FAILED_PRECONDITION: No visible GPU devices.")
+    )
+    assert no_cuda.summary == (
+        f"{none_here}, so JAX's CUDA support has no GPU to use: this code can only run on "
+        "the CPU here."
+    )
+    assert "JAX_PLATFORMS=cpu" in no_cuda.fixes[0] and "fabricmanager" not in str(no_cuda)
+    cupy = advisor.advise(
+        _raised("cupy_backends.cuda.api.runtime", "cudaErrorNoDevice: no CUDA-capable device")
+    )
+    assert cupy.fixes[0].startswith("Run on the CPU: CuPy needs an NVIDIA GPU; NumPy")
+    tensorflow = advisor.advise(
+        _raised(
+            "tensorflow.python.framework.errors_impl",
+            "failed call to cuInit: CUDA_ERROR_NO_DEVICE: no CUDA-capable device is detected",
+        )
+    )
+    assert tensorflow.summary == f"{none_here}: this code can only run on the CPU here."
+    assert tensorflow.fixes[0].startswith("Run on the CPU: take out what asks for the GPU")
+    assert "torch" not in " ".join(tensorflow.fixes + cupy.fixes + jax.fixes)
+    # a GPU checkpoint: loading it onto the CPU stays the fix
+    checkpoint = advisor.advise(_checkpoint_error())
+    assert checkpoint.fixes[0] == "Load it onto the CPU: `torch.load(path, map_location='cpu')`."
+
+
+def _checkpoint_error() -> BaseException:
+    return RuntimeError(
+        "Attempting to deserialize object on a CUDA device but torch.cuda.is_available() is "
+        "False. If you are running on a CPU-only machine, please use torch.load with "
+        "map_location=torch.device('cpu') to map your storages to the CPU."
+    )
+
+
+def test_no_gpu_where_nvml_cannot_tell_says_which_fix_fits_which_machine(monkeypatch, fake_nvml):
+    """NVML cannot say whether a GPU is here (the driver not loaded): a CUDA build is advised
+    only for a machine with a GPU, and running on the CPU for one without."""
+    fake_nvml(fake_pynvml.driver_not_loaded())
+    monkeypatch.delenv("CUDA_VISIBLE_DEVICES", raising=False)
+    diagnosis = advisor.advise(AssertionError("Torch not compiled with CUDA enabled"))
+    assert diagnosis.summary.startswith("This torch is a CPU-only build")
+    assert diagnosis.facts["GPUs NVML sees"].startswith(
+        "unknown (NVML not available: the NVIDIA driver is not loaded"
+    )
+    assert diagnosis.fixes[0].startswith(
+        "If this machine has an NVIDIA GPU (`!nvidia-smi` lists it; NVML could not tell "
+        "here): install a CUDA build of torch"
+    )
+    assert diagnosis.fixes[-1] == "Without a GPU, r" + ON_THE_CPU[1:]
+    general = advisor.advise(RuntimeError("No CUDA GPUs are available"))
+    assert general.summary == "This runtime has no GPU that this framework can use."
+    jax = advisor.advise(
+        _raised("jaxlib.xla_extension", "Unknown backend: 'gpu' requested, but no platforms")
+    )
+    assert "jax[cuda12]" in jax.fixes[0]
+
+
+@pytest.mark.parametrize("driver_files, no_driver", [(False, True), (True, False)])
+def test_without_nvidia_ml_py_the_drivers_files_tell(monkeypatch, driver_files, no_driver):
+    """nvidia-ml-py not installed: NVML's door looks for the driver's files instead; without
+    them this machine has no driver, with them NVML cannot tell."""
+
+    def no_binding():
+        raise ModuleNotFoundError("No module named 'pynvml'")
+
+    monkeypatch.setattr(nvml.lib, "_import_pynvml", no_binding)
+    monkeypatch.setattr(nvml.lib, "driver_may_be_present", lambda: driver_files)
+    monkeypatch.setattr(nvml, "driver_may_be_present", lambda: driver_files)
+    nvml.reset()
+    try:
+        presence = advisor.machine.gpu_presence()
+        diagnosis = advisor.advise(AssertionError("Torch not compiled with CUDA enabled"))
+    finally:
+        nvml.reset()
+    assert presence.no_driver is no_driver and presence.gpus == (0 if no_driver else None)
+    assert diagnosis.summary.startswith(NO_DRIVER) is no_driver
+    assert ("install a CUDA build of torch" in " ".join(diagnosis.fixes)) is not no_driver
 
 
 def test_oom_names_the_biggest_holders_grouped_by_variable(monkeypatch, no_nvml):

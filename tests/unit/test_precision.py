@@ -126,6 +126,9 @@ def test_meaning_on_this_machine_without_a_gpu(torch_defaults):
     assert meaning.startswith("TF32 does not apply here (no CUDA GPU)")
     assert "A100/L4/H100" in meaning and "cuDNN convolutions" in meaning
     assert report.warnings == []
+    # without a CUDA GPU what TF32 would do elsewhere is off-topic in the one line: -v says it
+    assert report.summary() == "seed 1: random, numpy, torch (cpu) seeded; deterministic on"
+    assert f"  precision {meaning}" in str(report)
 
 
 @pytest.mark.parametrize(
@@ -150,6 +153,11 @@ def test_meaning_per_gpu_generation(torch_defaults, monkeypatch, arch, warned):
     else:
         assert len(lines) == 1
         assert "cuda:0 Tesla T4 (sm_75): below sm_80" in report.precision.meaning()
+        # a T4 user may move to an A100: the one line says what would change there
+        assert lines[0].endswith(
+            "deterministic on, cuDNN convolutions and cuDNN RNNs would use TF32 on an "
+            "A100/L4/H100 (not here)"
+        )
     strict = seed_all(1, strict=True)
     assert strict.warnings == [] and len(strict.summary().splitlines()) == 1
 

@@ -155,6 +155,53 @@ def test_committed_example_record_reads_and_is_labelled():
     assert example.tf32() == (True, True)
 
 
+def test_the_hash_seed_line_says_whose_str_hashes_it_seeds():
+    """seed_all puts PYTHONHASHSEED in the environment for new processes; this process's own
+    str hashes were fixed when it started. The -v line says both, checked against a child
+    process that reads the value (its hashes differ from this process's)."""
+    import os
+    import sys
+
+    from colab_gpu_guard.seeding import hash_seed
+
+    seed_all(42)
+    record = repro_record()
+    kernel = hash_seed.hash_seed_at_start().seed
+    assert record.seeding.kernel_hash_seed == kernel
+    assert ReproRecord.from_json(record.to_json()) == record
+    child = subprocess.run(
+        [sys.executable, "-c", "print(hash('colab_gpu_guard'))"],
+        capture_output=True,
+        text=True,
+        env=dict(os.environ),
+        timeout=60,
+    )
+    assert os.environ["PYTHONHASHSEED"] == "42" and child.returncode == 0
+    if kernel == "random":  # no PYTHONHASHSEED when this process started (pytest's default)
+        assert int(child.stdout) != hash("colab_gpu_guard")  # 42 seeds the child, not us
+        assert (
+            "  env PYTHONHASHSEED=42 (for new processes; this process's str hashes stay "
+            "random, as set when it started)"
+        ) in record.to_text(verbose=True).splitlines()
+    seeded = dataclasses.replace(
+        record, seeding=dataclasses.replace(record.seeding, kernel_hash_seed="7")
+    )
+    assert "this process's str hashes stay seeded with 7, as set" in seeded.to_text(True)
+    same = dataclasses.replace(
+        record, seeding=dataclasses.replace(record.seeding, kernel_hash_seed="42")
+    )
+    assert "env PYTHONHASHSEED=42 (this process started with it too: its str hashes use it)" in (
+        same.to_text(True)
+    )
+    # a record saved before the field was kept still loads, and says it was not recorded
+    data = json.loads(record.to_json())
+    del data["seeding"]["kernel_hash_seed"]
+    old = ReproRecord.from_dict(data)
+    assert old.seeding.kernel_hash_seed is None
+    assert "this process's own was not recorded)" in old.to_text(True)
+    assert repro_diff(old, record).differences == repro_diff(record, record).differences
+
+
 # ---------------------------------------------------------------- the diff
 
 
@@ -196,9 +243,10 @@ def test_same_gpu_different_precision(monkeypatch):
     assert "no effect on these GPUs" in entry.explanation
     amx = torch.cpu._is_amx_fp16_supported()
     assert before.cpu.tf32 is amx and entry.changes_results is amx
-    assert ("AMX-FP16" in entry.explanation) and (
-        ("which neither record's CPU has" in entry.explanation) is not amx
+    assert ("AMX-FP16" in entry.detail) and (
+        ("which neither record's CPU has" in entry.detail) is not amx
     )
+    assert "AMX" not in entry.explanation and "oneDNN" not in entry.explanation
 
 
 def test_flags_env_and_ranks(monkeypatch):
@@ -307,6 +355,38 @@ def test_magic_shows_saves_and_diffs(ip, tmp_path, capsys):
     assert "torch cudnn_benchmark False → True" in out
     ip.run_line_magic("repro", "--json")
     assert json.loads(capsys.readouterr().out)["seeding"]["seed"] == 12
+
+
+def test_magic_diff_with_the_example_says_the_cpu_part_plainly_and_details_with_v(ip, capsys):
+    """The example A100 record says nothing of its CPU: the default line claims no CPU
+    feature for it, says of this CPU only what torch reads here, and leaves oneDNN and
+    AMX-FP16 to -v."""
+    from pathlib import Path
+
+    example = Path(__file__).resolve().parents[2] / "notebooks" / "example_repro_a100.json"
+    torch.set_float32_matmul_precision("highest")
+    capsys.readouterr()
+    ip.run_line_magic("repro", f"--diff {example}")
+    short = capsys.readouterr().out
+    ip.run_line_magic("repro", f"--diff {example} -v")
+    verbose = capsys.readouterr().out
+    (line,) = [x for x in short.splitlines() if "torch float32_matmul_precision" in x]
+    amx = torch.cpu._is_amx_fp16_supported()
+    here = "this CPU can" if amx else "this CPU cannot"
+    assert line.endswith(
+        "torch float32_matmul_precision high → highest: on the GPU it matters only on an "
+        "Ampere-or-newer one (A100/L4/H100), which only the saved run has: see the GPU "
+        f"difference; on the CPU only where the CPU computes matmuls in TF32 ({here}; the "
+        "saved record does not say)"
+    ), line
+    assert "AMX" not in short and "oneDNN may run" not in short
+    (detailed,) = [x for x in verbose.splitlines() if "torch float32_matmul_precision" in x]
+    assert detailed.startswith(line[: line.index(": on the GPU")])
+    assert (
+        "oneDNN may run CPU float32 matmuls in TF32 on CPUs with AMX-FP16" in detailed
+        and "set by torch.set_float32_matmul_precision" in detailed
+    )
+    assert len(verbose.splitlines()) == len(short.splitlines())
 
 
 @pytest.mark.parametrize(

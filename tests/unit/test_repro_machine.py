@@ -433,26 +433,39 @@ def test_one_matmul_precision_call_is_one_entry_judged_by_the_cpus():
         diff = repro_diff(a, b)
         (entry,) = diff.differences + diff.other
         assert entry.what == "torch float32_matmul_precision"
-        assert entry.explanation.startswith("set by torch.set_float32_matmul_precision")
+        # the default line in a PyTorch user's words; the library and CPU feature with -v
+        assert "set by torch.set_float32_matmul_precision" in entry.detail
+        assert "oneDNN" not in entry.explanation and "AVX" not in entry.explanation
         assert entry.changes_results is bf16
         if not bf16:
-            assert "which neither record's CPU has" in entry.explanation
+            assert entry.explanation.endswith(
+                "no effect on these CPUs (neither run's CPU computes float32 matmuls in bfloat16)"
+            )
+            assert "which neither record's CPU has" in entry.text(verbose=True)
         else:
-            assert "bf16 on CPUs with AVX-512" in entry.explanation
-            assert "(both runs' CPUs have it)" in entry.explanation
+            assert "bf16 on CPUs with AVX-512" in entry.text(verbose=True)
+            assert entry.explanation.endswith(
+                "CPU float32 matmuls may run in bfloat16 on both runs' CPUs: results change, "
+                "up to bfloat16 rounding (~3e-3 relative)"
+            )
     # one run's CPU with bf16, the other's without
     mixed = repro_diff(
         dataclasses.replace(highest, cpu=dataclasses.replace(highest.cpu, bf16=False), gpus=()),
         dataclasses.replace(medium, cpu=dataclasses.replace(highest.cpu, bf16=True), gpus=()),
     )
     (entry,) = mixed.differences
-    assert "(only one run's CPU has it)" in entry.explanation
+    assert "CPU float32 matmuls may run in bfloat16 on this CPU only" in entry.explanation
     # a record from before the CPU was recorded: bf16 unknown, so it may change results
     unknown = repro_diff(
         dataclasses.replace(highest, cpu=Cpu(), gpus=()),
         dataclasses.replace(medium, cpu=Cpu(), gpus=()),
     )
     assert [d.what for d in unknown.differences] == ["torch float32_matmul_precision"]
+    # and the line claims no CPU feature the records do not state
+    assert unknown.differences[0].explanation.endswith(
+        "on the CPU only where the CPU computes matmuls in bfloat16 (the saved record and "
+        "this record do not say)"
+    )
 
 
 def test_a_fresh_torchs_precision_then_one_call_is_one_entry():
@@ -542,8 +555,9 @@ def test_allow_tf32_is_not_said_to_move_the_cpus_matmuls():
         tf32_cpu = dataclasses.replace(after.cpu, tf32=True)  # a CPU with AMX-FP16
         diff = repro_diff(*(dataclasses.replace(r, cpu=tf32_cpu) for r in (before, after)))
         (entry,) = diff.differences + diff.other
-        assert "torch.backends.cuda.matmul.allow_tf32" in entry.explanation
-        assert ("oneDNN may run CPU float32 matmuls in TF32" in entry.explanation) is cpu_moves
+        assert "torch.backends.cuda.matmul.allow_tf32" in entry.detail
+        assert ("oneDNN may run CPU float32 matmuls in TF32" in entry.detail) is cpu_moves
+        assert ("CPU float32 matmuls may run in TF32 on both" in entry.explanation) is cpu_moves
         assert entry.changes_results is cpu_moves
 
 
@@ -562,7 +576,8 @@ def test_cpu_bf16_set_through_the_mkldnn_node_is_seen():
     assert entry.changes_results is after.cpu.bf16
     if after.cpu.bf16:
         assert matmul_changed  # this CPU's matmul really changed
-        assert "oneDNN may run CPU float32 ops in bf16" in entry.explanation
+        assert "oneDNN may run CPU float32 ops in bf16" in entry.detail
+        assert "CPU float32 ops may run in bfloat16 on both runs' CPUs" in entry.explanation
 
 
 def test_deterministic_report_says_bf16_only_where_the_cpu_has_it(monkeypatch):

@@ -98,7 +98,8 @@ def test_report_is_truthful_about_torch_cuda():
         assert any(s.name == "PyTorch CUDA" for s in report.skipped)
         assert "no CUDA" in text
     assert "PYTHONHASHSEED" in text
-    assert "fixed at its start" in text
+    assert "applies to Python processes started from now on" in text
+    assert "this kernel's str hashes " in text and "when it started" in text
 
 
 def test_report_html_escapes_names():

@@ -17,7 +17,7 @@ Examples:
 %repro                       # a short summary (-v: every field)
 %repro --save run.json       # write the record as JSON
 %repro --diff run.json       # what differs from that run, and what it does
-                             # to the numbers, most important first
+                             # to the numbers, most important first (-v: how each works)
 %repro --json                # JSON (schema: colab_gpu_guard.seeding.repro.json_schema())
 ```
 
@@ -48,10 +48,15 @@ machine decides; a program's seeds and torch flags only it can compare).
 
 @magics_class
 class ReproMagics(GuardMagics):
-    @conflicts(("--diff", "--save"), ("--diff", "--json"), ("--diff", "-v"))
+    @conflicts(("--diff", "--save"), ("--diff", "--json"))
     @magic_arguments()
     @help_format()
-    @argument("-v", "--verbose", action="store_true", help="show every field, not the summary")
+    @argument(
+        "-v",
+        "--verbose",
+        action="store_true",
+        help="show every field, not the summary (with --diff: how each difference works)",
+    )
     @argument("--json", action="store_true", help="print the record as JSON")
     @argument("--save", metavar="FILE", default=None, help="write the record to FILE as JSON")
     @argument(
@@ -75,7 +80,8 @@ class ReproMagics(GuardMagics):
         record = seeding.repro_record()
         if args.diff is not None:
             saved = read_value(self.repro, seeding.read_record, args.diff)
-            self._show(seeding.repro_diff(saved, record, args.diff, "this kernel"))
+            diff = seeding.repro_diff(saved, record, args.diff, "this kernel")
+            self._show(diff, diff.to_text(args.verbose), diff.to_html(args.verbose))
             return
         if args.save is not None:
             replaced = os.path.isfile(args.save)  # said, not refused: saving again is common
@@ -103,10 +109,10 @@ class ReproMagics(GuardMagics):
         args.diff, args.save = _path(args.diff), _path(args.save)
         return args
 
-    def _show(self, report: Any, text: Optional[str] = None) -> None:
+    def _show(self, report: Any, text: Optional[str] = None, html: Optional[str] = None) -> None:
         from IPython.display import display
 
-        bundle = {"text/plain": text or str(report), "text/html": report._repr_html_()}
+        bundle = {"text/plain": text or str(report), "text/html": html or report._repr_html_()}
         display(bundle, raw=True)
 
 
