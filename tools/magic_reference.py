@@ -87,9 +87,18 @@ GLOSSARY: tuple[tuple[str, str], ...] = (
     (
         "still held (leftovers)",
         "Arrays still alive between runs, named by the variable or container that holds "
-        'them, e.g. `model.0.weight` or `Out[7]`. A name listed last with "no array of its '
-        'own" reaches memory a name above holds (a view, a dict holding a tensor, `Out[7]` '
+        'them, e.g. `model.0.weight` or `Out[7]`. "also: b, Out[3]" names the other names '
+        "that reach the same memory (`b = a`, a view, a result shown by a cell); a name "
+        'listed last with "no array of its own" reaches memory names above hold (`Out[7]` '
         "showing `model`): each must go for that memory to be freed.",
+    ),
+    (
+        "traceback frame",
+        "A failed cell's traceback keeps the local variables of each function it went "
+        "through, listed as `<traceback: train() local 'batch'>` (`f() #2`: the second call "
+        "of `f` on it); the locals of an installed package's functions (torch's own, inside "
+        "a model's forward) are listed together as `<traceback: inside torch>`. "
+        "`%gpu_reset` releases them.",
     ),
 )
 

@@ -126,23 +126,25 @@ def traceback_locals(exception: BaseException) -> list[tuple[str, Any]]:
     """(label, value) for each local of the function frames on `exception`'s traceback (and
     its chained exceptions'), labelled ``<traceback: f() local 'x'>``; frames of this
     package are left out. Reads ``frame.f_locals`` of finished frames only."""
-    from ..notebook_refs import frame_function, is_function_frame
+    from ..notebook_refs import frame_calls, is_function_frame
 
-    found = []
     running = set()
     frame: Optional[types.FrameType] = sys._getframe()
     while frame is not None:
         running.add(id(frame))
         frame = frame.f_back
+    frames = []
     for frame in _frames(exception):
         if id(frame) in running or not is_function_frame(frame):
             continue
         module = frame.f_globals.get("__name__")
         if type(module) is str and module.partition(".")[0] == _PACKAGE:
             continue
-        function = frame_function(frame)
+        frames.append(frame)
+    found = []
+    for frame, call in zip(frames, frame_calls(frames)):  # named as the status names them
         for name, value in list(dict.items(frame.f_locals)):
-            found.append((f"<traceback: {function}() local {name!r}>", value))
+            found.append((f"<traceback: {call} local {name!r}>", value))
     return found
 
 

@@ -17,7 +17,7 @@ from typing import Any, Optional
 from ..frameworks import numpy as numpy_support
 from ..notebook_refs.frames import (
     executing_frames,
-    frame_function,
+    frame_calls,
     frame_locals,
     is_function_frame,
     traceback_frames_exited,
@@ -132,7 +132,7 @@ class HolderWalks:
         kind, function, local_vars = suspended_locals(generator)
         for name, value in local_vars.items():
             if type(value) not in ATOMIC and type(name) is str:
-                self.visit(value, at.child(FRAME_LOCAL, (kind, function, name)))
+                self.visit(value, at.child(FRAME_LOCAL, (kind, f"{function}()", name)))
 
     def cls(self, cls: type, at: Visit) -> None:
         """A class's own attributes (``Cache.store``), for a class written in Python outside
@@ -247,17 +247,19 @@ class FrameWalks:
     def traceback(self, traceback: types.TracebackType, at: Visit) -> None:
         """The locals of the finished function frames (``tb.<traceback: f() local 'x'>``)."""
         executing, read = self.executing(), self._read
-        for frame, _exited in traceback_frames_exited([traceback]):
+        frames = [
+            frame
+            for frame, _exited in traceback_frames_exited([traceback])
+            if is_function_frame(frame) and not opaque_module(frame_module(frame))
+        ]
+        for frame, call in zip(frames, frame_calls(frames)):  # `f() #2`: a function met again
             key = (id(frame), at.root)
             if id(frame) in executing or key in read:
                 continue
             read.add(key)
-            if not is_function_frame(frame) or opaque_module(frame_module(frame)):
-                continue
-            function = frame_function(frame)
             for name, value in frame_locals(frame).items():
                 if type(value) not in ATOMIC and type(name) is str:
-                    self.visit(value, at.child(FRAME_LOCAL, ("traceback:", function, name)))
+                    self.visit(value, at.child(FRAME_LOCAL, ("traceback:", call, name)))
 
 
 class TensorParts:

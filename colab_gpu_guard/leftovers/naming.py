@@ -32,7 +32,7 @@ TEMPLATES: tuple[Optional[str], ...] = (
     "%s{item}%.0s",  # SET_ITEM
     "<key of %s>%.0s",  # KEY_OF
     "%s.<closure %r>",  # CLOSURE
-    None,  # FRAME_LOCAL: what, function and name
+    None,  # FRAME_LOCAL: what, the call (`f()`, `f() #2`) and name
     "%s.<%s>",  # HELD
 )
 
@@ -121,8 +121,8 @@ class PathNames:
                 key_name = self.name_of(best, guard + 1) if best and guard < 4 else "<array>"
                 text = f"{text}[{key_name}]"
             else:  # FRAME_LOCAL
-                what, function, name = key
-                text = f"{text}.<{what} {function}() local {name!r}>"
+                what, call, name = key
+                text = f"{text}.<{what} {call} local {name!r}>"
             cache[id(node)] = text
         return text
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import contextlib
 import gc
+import os
 import sys
 import types
 from collections.abc import Iterator
@@ -147,6 +148,44 @@ def holds_locals(frame: types.FrameType) -> bool:
 def frame_function(frame: types.FrameType) -> str:
     code = frame.f_code
     return getattr(code, "co_qualname", None) or code.co_name
+
+
+def frame_calls(frames: list[types.FrameType]) -> list[str]:
+    """Each frame's call as labels name it: ``train()``, and a function met again
+    numbered in order (``Module._call_impl() #2``): through nested modules one function is
+    on a traceback several times, each call with its own locals."""
+    seen: dict[str, int] = {}
+    calls = []
+    for frame in frames:
+        function = frame_function(frame)
+        count = seen[function] = seen.get(function, 0) + 1
+        calls.append(f"{function}()" if count == 1 else f"{function}() #{count}")
+    return calls
+
+
+def installed_package(frame: types.FrameType) -> Optional[str]:
+    """The installed package (``torch``) or standard library module a frame's code is
+    from, by its file's place (``site-packages``, the interpreter's library); None for the
+    notebook's cells and the user's own files."""
+    filename = frame.f_code.co_filename
+    installed = "site-packages" in filename or "dist-packages" in filename
+    if not installed and not filename.startswith(_library_prefixes()):
+        return None
+    module = frame.f_globals.get("__name__")
+    return module.partition(".")[0] if type(module) is str and module else None
+
+
+_LIBRARY: list[tuple[str, ...]] = []
+
+
+def _library_prefixes() -> tuple[str, ...]:
+    if not _LIBRARY:
+        import sysconfig
+
+        paths = sysconfig.get_paths()
+        found = {paths.get(key) for key in ("stdlib", "platstdlib")}
+        _LIBRARY.append(tuple(os.path.join(path, "") for path in found if path))
+    return _LIBRARY[0]
 
 
 def is_resumable(frame: types.FrameType) -> bool:

@@ -11,8 +11,9 @@ from ..units import DYNAMO_GLOBALS, OTHER, OUTPUT_HISTORY, TRACEBACK_FRAME, USER
 from .frames import (
     debugger_frames,
     debugger_of,
-    frame_function,
+    frame_calls,
     held_exceptions,
+    installed_package,
     is_function_frame,
     traceback_frames,
 )
@@ -164,18 +165,23 @@ def users_exceptions(
     )
 
 
-def _frame_roots(frame: types.FrameType, where: str, key: RootKey) -> Iterator[Root]:
-    if not is_function_frame(frame) or bookkeeping_frame(frame):
-        return
-    try:
-        local_vars = dict(frame.f_locals)
-    except Exception:  # a frame's locals: a user's mapping where exec gave one
-        return
-    function = frame_function(frame)
-    for var, value in local_vars.items():
-        if type(value) not in _ATOMIC:
-            label = f"<{where}: {function}() local {var!r}>"
-            yield Root(key, label, TRACEBACK_FRAME, value)
+def _frames_roots(frames: list[types.FrameType], where: str, key: RootKey) -> Iterator[Root]:
+    """The locals of each function frame, labelled by its call; an installed package's
+    frames (torch's own, inside a model's forward) are listed together, as
+    ``<traceback: inside torch>``: their locals are the package's, not names the user
+    wrote, and a failed forward leaves a dozen of them."""
+    frames = [f for f in frames if is_function_frame(f) and not bookkeeping_frame(f)]
+    for frame, call in zip(frames, frame_calls(frames)):
+        try:
+            local_vars = dict(frame.f_locals)
+        except Exception:  # a frame's locals: a user's mapping where exec gave one
+            continue
+        package = installed_package(frame)
+        group = f"<{where}: inside {package}>" if package else ""
+        for var, value in local_vars.items():
+            if type(value) not in _ATOMIC:
+                label = f"<{where}: {call} local {var!r}>"
+                yield Root(key, label, TRACEBACK_FRAME, value, 0, group)
 
 
 def _exception_and_debugger_roots(shell: Any) -> Iterator[Root]:
@@ -189,14 +195,12 @@ def _exception_and_debugger_roots(shell: Any) -> Iterator[Root]:
             for name, value in list(attributes.items()):
                 if type(value) not in _ATOMIC and type(name) is str:
                     yield Root(key, f"{label}.{name}", OTHER, value, 1, label)
-    for frame in traceback_frames(tracebacks):
-        yield from _frame_roots(frame, "traceback", key)
+    yield from _frames_roots(traceback_frames(tracebacks), "traceback", key)
     debugger = debugger_of(shell)
     if debugger is None:
         return
     key = RootKey(DEBUGGER)
-    for frame in debugger_frames(debugger):
-        yield from _frame_roots(frame, "debugger", key)
+    yield from _frames_roots(list(debugger_frames(debugger)), "debugger", key)
     saved = getattr(debugger, "curframe_locals", None)
     if isinstance(saved, dict) and saved is not getattr(shell, "user_ns", None):
         for var, value in list(saved.items()):

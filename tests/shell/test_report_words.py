@@ -189,3 +189,44 @@ def test_a_name_an_arrays_row_already_names_gets_no_row_of_its_own(shell, run_ce
     with capture_output():
         run_cell("%gpu_reset")
     assert x() is None
+
+
+def test_a_failed_forward_lists_torchs_frames_together_and_each_call_apart(shell, run_cell):
+    """A shape error inside `model(batch)`: the traceback keeps the user's locals and a
+    dozen of torch's own. Torch's are one group, `<traceback: inside torch>`; the user's
+    function's locals have rows of their own; one function met twice on the traceback
+    (`Module._call_impl`, for the Sequential and for the Linear) is numbered, so no two
+    arrays share a label; the figures add up, and a plain %gpu_reset frees them all."""
+    from colab_gpu_guard import find_leftovers
+
+    run_cell(
+        "import weakref\nfrom torch import nn\n"
+        "model_f = nn.Sequential(nn.Linear(512, 1024), nn.ReLU(), nn.Linear(1000, 10))\n"
+        "refs_f = []\n"
+        "def train_step_f(batch):\n"
+        "    h = torch.randn(4096, 512)\n"
+        "    refs_f.append(weakref.ref(h))\n"
+        "    return model_f(batch + 0)\n"
+        "batch_f = torch.randn(2048, 512)"
+    )
+    with capture_output():
+        assert not run_cell("train_step_f(batch_f)").success
+    found = find_leftovers()
+    groups = {group.name: group for group in found.groups(None)}
+    torch_group = groups["<traceback: inside torch>"]
+    assert torch_group.kind == "traceback frame" and torch_group.count == 2
+    assert torch_group.nbytes == (2048 * 1024 + 2048 * 512) * 4
+    assert [(s.owner, s.count) for s in torch_group.shares] == [("model_f", 4)]
+    assert groups["<traceback: train_step_f() local 'h'>"].nbytes == 4096 * 512 * 4
+    names = [entry.name for entry in found] + [n for entry in found for n in entry.shared_with]
+    assert len(names) == len(set(names)), names  # one label, one array
+    assert "<traceback: Module._call_impl() #2 local 'args'>[0]" in names
+    text = shown(shell, "%gpu_status")
+    assert text.count("<traceback: inside torch>  traceback frame: 2 arrays on cpu") == 1, text
+    assert "local 'forward_call'" not in text  # torch's 0 B locals: in the group's shares
+    (h,) = shell.user_ns.pop("refs_f")
+    del found, groups, torch_group
+    assert h() is not None  # the traceback keeps it
+    with capture_output():
+        run_cell("%gpu_reset model_f batch_f")
+    assert h() is None
