@@ -51,6 +51,14 @@ def counted(count: int, one: str, many: str = "") -> str:
     return f"{count:,} {one if count == 1 else (many or one + 's')}"
 
 
+def shape_text(shape: Optional[Iterable[int]]) -> str:
+    """An array's shape as every report writes it: ``[2048x512]``, ``[scalar]``; '' when
+    not known."""
+    if shape is None:
+        return ""
+    return "[" + ("x".join(str(size) for size in shape) or "scalar") + "]"
+
+
 def signed_bytes(value: int) -> str:
     """A change in size: '+1.5 KiB', '-2 MiB', '0 B'."""
     return ("+" if value > 0 else "") + format_bytes(value)

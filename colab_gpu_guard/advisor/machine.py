@@ -110,21 +110,13 @@ class GpuPresence(NamedTuple):
     why: Optional[str]
 
 
-# NVML's init failures that mean this machine has no NVIDIA driver: its library,
-# libnvidia-ml, which every driver installs, is not there. Without nvidia-ml-py the door
-# checks the driver's own files instead, and says the same (nvml.lib._no_driver).
-_NO_DRIVER_KINDS = ("NVMLError_LibraryNotFound",)
-_NO_BINDING_KINDS = ("ImportError", "ModuleNotFoundError")
-
-
 def gpu_presence() -> GpuPresence:
-    """How many NVIDIA GPUs this machine has, where NVML can tell (no CUDA context)."""
+    """How many NVIDIA GPUs this machine has, where NVML can tell (no CUDA context): none
+    where the NVML door found no driver (`NvmlSnapshot.no_driver`)."""
     snapshot = nvml.snapshot(processes=False)  # never raises
     if snapshot.available:
         return GpuPresence(len(snapshot.devices), False, None)
-    no_driver = snapshot.error_kind in _NO_DRIVER_KINDS or (
-        snapshot.error_kind in _NO_BINDING_KINDS and not nvml.driver_may_be_present()
-    )
+    no_driver = snapshot.no_driver
     return GpuPresence(0 if no_driver else None, no_driver, snapshot.error)
 
 

@@ -145,11 +145,12 @@ def _nvml_header(history: list[CellMemory]) -> str:
 def format_history(history: list[CellMemory], limit: Optional[int] = None) -> str:
     """A text table of `history` (the last `limit` records if given). Columns no record
     has a figure for (torch's CUDA figures, NVML's) are left out."""
+    recorded = len(history)
     if limit is not None:
         if not isinstance(limit, int) or isinstance(limit, bool) or limit < 0:
             raise ValueError("limit must be a non-negative integer")
         if limit == 0:
-            return f"memory history: {counted(len(history), 'cell')} recorded; --limit 0 shows none"
+            return f"memory history: {counted(recorded, 'cell')} recorded; --limit 0 shows none"
         history = history[-limit:]
     if not history:
         return "memory history: no cells recorded yet"
@@ -196,6 +197,8 @@ def format_history(history: list[CellMemory], limit: Optional[int] = None) -> st
     ]
     leaks = [record for record in history if record.rerun_leak]
     title = f"memory history: {counted(len(history), 'cell')}"
+    if recorded > len(history):  # --limit: the last N of all the cells recorded
+        title = f"memory history: the last {len(history):,} of {counted(recorded, 'cell')}"
     if not cuda:
         title += (
             " (no torch CUDA figures recorded)"

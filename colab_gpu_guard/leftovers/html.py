@@ -7,17 +7,12 @@ from collections.abc import Iterable, Sequence
 from typing import Any
 
 from ..units import escape_html as _e
-from ..units import format_bytes
+from ..units import format_bytes, shape_text
 from .graphs import FIX
 
 _CELL = 'style="padding:0 8px 0 0"'
 _SIZE_CELL = 'style="padding:0 8px 0 0;text-align:right"'
 COLUMNS = ("name", "held by", "shape", "dtype", "device", "size")
-
-
-def shape_text(shape: Any) -> str:
-    """(256, 1024) as '(256, 1024)'; a scalar as '()'; unknown as ''."""
-    return "" if shape is None else "(" + ", ".join(str(n) for n in shape) + ")"
 
 
 def leftovers_table(entries: Sequence[Any]) -> str:

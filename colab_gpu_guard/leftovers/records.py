@@ -9,7 +9,7 @@ from typing import Any, NamedTuple, Optional
 
 from ..frameworks.base import ArrayInfo
 from ..frameworks.torch_arrays import SPARSE_CALLS
-from ..units import HOLDERS, OTHER, escape_text, format_bytes
+from ..units import HOLDERS, OTHER, escape_text, format_bytes, shape_text
 from .graphs import Graph
 from .root_refs import RootRef
 
@@ -55,10 +55,9 @@ class Leftover:
     shared_roots: tuple[RootRef, ...] = ()
 
     def __str__(self) -> str:
-        shape = "x".join(str(size) for size in self.shape) or "scalar"
         text = (
-            f"{format_bytes(self.nbytes):>10}  {self.name}  {self.dtype} [{shape}] "
-            f"{self.device}  ({self.held_as})"
+            f"{format_bytes(self.nbytes):>10}  {self.name}  {self.dtype} "
+            f"{shape_text(self.shape)} {self.device}  ({self.held_as})"
         )
         if self.shared_with:
             text += f"  also: {', '.join(self.shared_with)}"

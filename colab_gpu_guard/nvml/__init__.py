@@ -9,7 +9,6 @@ from __future__ import annotations
 # (what an `NvmlSnapshot` holds: see `snapshot.py`). `snapshot()` and `used_memory()` both
 # take "used" from `memory.read` (the v2 memory call, else v1, saying which).
 from .lib import (
-    driver_may_be_present,
     initialised,
     known_unavailable,
     reason_for,
@@ -30,7 +29,6 @@ __all__ = [
     "UsedMemory",
     "V1",
     "V2",
-    "driver_may_be_present",
     "initialised",
     "known_unavailable",
     "normalise_uuid",

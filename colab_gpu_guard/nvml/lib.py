@@ -163,7 +163,7 @@ def initialised() -> tuple[Optional[ModuleType], Optional[NvmlSnapshot]]:
         except ImportError as error:
             # Without a driver, installing the binding would change nothing: say that
             # instead of "pip install nvidia-ml-py" (noise on a CPU-only machine).
-            failure = _failure(error) if driver_may_be_present() else _no_driver(error)
+            failure = _failure(error) if _driver_may_be_present() else _no_driver(error)
             _state = _State(None, False, pid, failure)
             return None, _state.failure
         try:
@@ -197,7 +197,7 @@ def known_unavailable() -> bool:
     return state is not None and not state.ok
 
 
-def driver_may_be_present() -> bool:
+def _driver_may_be_present() -> bool:
     """False only where it is sure: on Linux, the driver makes /proc/driver/nvidia and
     /dev/nvidiactl (a container with GPUs gets them from the NVIDIA container runtime)."""
     if not sys.platform.startswith("linux"):
@@ -208,7 +208,9 @@ def driver_may_be_present() -> bool:
 def _no_driver(error: BaseException) -> NvmlSnapshot:
     message = "no NVIDIA driver on this machine (no /proc/driver/nvidia, no /dev/nvidiactl)"
     kind = type(error).__name__
-    return NvmlSnapshot(available=False, error=message, error_kind=kind, pid=os.getpid())
+    return NvmlSnapshot(
+        available=False, error=message, error_kind=kind, pid=os.getpid(), no_driver=True
+    )
 
 
 def _failure(error: BaseException) -> NvmlSnapshot:
@@ -216,7 +218,11 @@ def _failure(error: BaseException) -> NvmlSnapshot:
     message = _INIT_FAILURES.get(kind)
     if message is None:
         message = f"NVML failed to initialise: {kind}: {error_text(error)}"
-    return NvmlSnapshot(available=False, error=message, error_kind=kind, pid=os.getpid())
+    # every NVIDIA driver installs libnvidia-ml: without it, there is none
+    no_driver = kind == "NVMLError_LibraryNotFound"
+    return NvmlSnapshot(
+        available=False, error=message, error_kind=kind, pid=os.getpid(), no_driver=no_driver
+    )
 
 
 def reason_for(error: BaseException) -> str:

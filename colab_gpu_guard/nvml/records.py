@@ -128,7 +128,8 @@ class NvmlDevice(_Reasons):
 class NvmlSnapshot(_Reasons):
     """NVML's view of the machine at one moment. `available` is False when NVML could not
     be initialised; `error` then says why in words and `error_kind` names the exception
-    (e.g. "NVMLError_LibraryNotFound")."""
+    (e.g. "NVMLError_LibraryNotFound"); `no_driver`: this machine has no NVIDIA driver at
+    all (its NVML library is not there, or without nvidia-ml-py, nor are its files)."""
 
     available: bool
     error: Optional[str] = None
@@ -140,6 +141,7 @@ class NvmlSnapshot(_Reasons):
     pid: int = 0
     processes_queried: bool = True
     unavailable: MissingFields = ()
+    no_driver: bool = False
 
     def to_dict(self) -> dict[str, Any]:
         return to_data(self)

@@ -7,9 +7,9 @@ written here is escaped, colours come from `theme`.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, Sequence
+from typing import TYPE_CHECKING, Sequence
 
-from ..units import USER_VARIABLE, counted, format_bytes
+from ..units import USER_VARIABLE, counted, format_bytes, shape_text
 from ..units import escape_html as _e
 from . import theme
 
@@ -32,10 +32,6 @@ GROUPS_STYLE = (
 # what a group is, its marks and its size: on one line where they fit, else wrapped (the
 # size never cut)
 _LINE = "display:flex;flex-wrap:wrap;column-gap:8px;align-items:baseline;min-width:0"
-
-
-def _shape(shape: Any) -> str:
-    return "" if shape is None else str(tuple(shape))
 
 
 def shown_groups(status: GpuStatus, top: int = TOP_LEFTOVERS) -> tuple[LeftoverGroup, ...]:
@@ -145,7 +141,7 @@ def entries_table(entries: Sequence[Leftover]) -> str:
             name += f" (view: {view})"
         facts = [
             f"held by {entry.held_as}" if entry.holder else "",
-            _shape(entry.shape),
+            shape_text(entry.shape),
             entry.dtype or "",
             entry.device or "",
         ]

@@ -171,6 +171,8 @@ def version_lines(status: GpuStatus) -> list[str]:
             f"driver {view.driver_version or NA} | CUDA driver {view.cuda_driver_version or NA}"
             f" | NVML {view.nvml_version or NA}"
         )
+    elif view.no_driver:  # what a machine without a GPU is, first, in plain words
+        lines.append(f"No GPU: {view.error}")
     else:
         lines.append(f"NVML not available: {view.error}")
     lines.append(torch_line(status))

@@ -180,13 +180,13 @@ def test_panel_is_compact_readable_and_steady(frontend, scenario, tmp_path):
             panel.locator(f".cgg-toggle-{part}").click()
         panel.locator(".cgg-history .cgg-chart").wait_for()
         group_toggle(panel, LONG_NAME[:20]).click()
-        wait_open(page, panel, LONG_NAME[:20], "(5000000,)")
+        wait_open(page, panel, LONG_NAME[:20], "[5000000]")
         run_cell_code(page, frontend, "after_open = torch.ones(6_000_000)")
         settle(page)
         for part in ("leftovers", "processes", "history", "details"):
             assert panel.locator(f".cgg-{part}").first.is_visible(), part
         panel_text(page, "leftovers", "after_open")
-        assert "(5000000,)" in wait_open(page, panel, LONG_NAME[:20], "(5000000,)")
+        assert "[5000000]" in wait_open(page, panel, LONG_NAME[:20], "[5000000]")
         assert not group_body(panel, "after_open").is_visible()
         assert not group_body(panel, "kept_batches").is_visible()
         # the long name is cut short in its toggle, the whole name in its tooltip

@@ -1344,8 +1344,7 @@ def test_without_nvidia_ml_py_the_drivers_files_tell(monkeypatch, driver_files, 
         raise ModuleNotFoundError("No module named 'pynvml'")
 
     monkeypatch.setattr(nvml.lib, "_import_pynvml", no_binding)
-    monkeypatch.setattr(nvml.lib, "driver_may_be_present", lambda: driver_files)
-    monkeypatch.setattr(nvml, "driver_may_be_present", lambda: driver_files)
+    monkeypatch.setattr(nvml.lib, "_driver_may_be_present", lambda: driver_files)
     nvml.reset()
     try:
         presence = advisor.machine.gpu_presence()

@@ -66,8 +66,13 @@ def test_real_nvidia_ml_py_without_a_gpu_reports_library_not_found():
     assert view.available is False
     assert view.error_kind == "NVMLError_LibraryNotFound"
     assert "no NVIDIA driver" in view.error
-    assert view.devices == ()
+    assert view.devices == () and view.no_driver
     assert "NVML not available" in str(view)
+    from colab_gpu_guard.status import gpu_status
+
+    # what the status says first on a machine without a GPU, in plain words
+    status_lines = str(gpu_status(leftovers=False)).splitlines()
+    assert status_lines[1].strip().startswith("No GPU: no NVIDIA driver on this machine")
     assert nvml.snapshot() is view  # the failure is cached, not retried
     nvml.reset()
     again = nvml.snapshot()
@@ -79,7 +84,7 @@ def test_missing_nvidia_ml_py_is_reported_where_a_driver_may_be(monkeypatch):
     monkeypatch.setitem(sys.modules, "pynvml", None)  # `import pynvml` raises ImportError
     monkeypatch.setattr(os.path, "exists", lambda path: path == "/dev/nvidiactl")
     view = nvml.snapshot()
-    assert not view.available
+    assert not view.available and not view.no_driver  # a driver may be there
     assert view.error_kind in ("ImportError", "ModuleNotFoundError")
     assert "pip install nvidia-ml-py" in view.error
 
@@ -93,7 +98,7 @@ def test_without_a_driver_a_missing_nvidia_ml_py_is_not_advised(monkeypatch):
     monkeypatch.setattr(os.path, "exists", lambda path: False)
     view = nvml.snapshot()
     assert not view.available
-    assert view.error.startswith("no NVIDIA driver on this machine")
+    assert view.error.startswith("no NVIDIA driver on this machine") and view.no_driver
     assert "pip install" not in view.error
 
 

@@ -496,6 +496,8 @@ def test_format_history_and_limit():
     records = [cell_memory(cell=n, duration_s=0.5, rss_after=2**30) for n in range(1, 6)]
     text = format_history(records, limit=2)
     assert "[4]" in text and "[5]" in text and "[3]" not in text
+    assert text.startswith("memory history: the last 2 of 5 cells (")
+    assert format_history(records, limit=5).startswith("memory history: 5 cells (")
     assert "1 GiB" in text
     with pytest.raises(ValueError):
         format_history(records, limit=-1)
