@@ -18,7 +18,7 @@ from ..frameworks import jax as jax_support
 from ..frameworks import numpy as numpy_support
 from ..frameworks import torch as torch_support
 from ..frameworks.base import ArrayInfo
-from . import arrow
+from . import arrow, pandas_frames
 from .readers import (
     ITERATOR_TYPES,
     LRU_CACHE_TYPE,
@@ -99,6 +99,7 @@ EXCEPTION, TRACEBACK, LRU_CACHE, OPAQUE = range(14, 18)
 # a C type without attributes to read: what its C traversal holds; a type whose memory
 # the scan cannot read (`UNSEEN_PACKAGES`): its holder is named as not looked into
 REFERENTS, UNSEEN = range(18, 20)
+PANDAS_MANAGER = 20  # a pandas frame's or series' blocks: named by column (`pandas_frames`)
 _BUILT_IN_BASES = (list, tuple, collections.deque, dict, set, frozenset)
 
 
@@ -207,6 +208,8 @@ class Classifier:
             return Kind(UNSEEN) if kind.__name__.endswith("Tensor") else _SKIPPED
         if package in UNSEEN_PACKAGES:
             return Kind(UNSEEN)
+        if package == "pandas" and pandas_frames.is_manager(bases):
+            return Kind(PANDAS_MANAGER)
         layout = layout_of(kind)
         if layout.dict_getter is not None or layout.slots:
             return Kind(OBJECT, layout=layout)

@@ -23,6 +23,7 @@ from .kinds import (
     NAMEDTUPLE,
     NN_MODULE,
     NOT_ATOMIC,
+    PANDAS_MANAGER,
     ROWS_OF_PLAIN,
     SEQUENCE,
     SET,
@@ -43,6 +44,7 @@ from .naming import (
     SET_ITEM,
     key_text,
 )
+from .pandas_frames import PandasWalk
 from .plain import all_plain
 from .readers import BASE_ITER, instance_dict, own_attribute, slot_values, tensor_readers
 from .root_refs import NO_NAME, RootRef
@@ -124,7 +126,11 @@ class Walker:
             self.graphs,
             self.limit,
         )
-        self.walk_holder = {**self.holder_walks.by_tag(), **FrameWalks(self.visit).by_tag()}
+        self.walk_holder = {
+            **self.holder_walks.by_tag(),
+            **FrameWalks(self.visit).by_tag(),
+            PANDAS_MANAGER: PandasWalk(self.visit).manager,
+        }
         tensor_kind = classifier.tensor_kind
         # the commonest array, recorded inline by `walk_sequence`: its type and framework
         self.tensor = (

@@ -272,7 +272,7 @@ def test_pandas_frames_series_and_indexes_are_listed_by_their_buffers(shell, run
     # an object column: its pointers, 8 bytes a row (and its one-column index's), noted
     assert groups["words"].nbytes == 1000 * 8 + 8
     found = find_leftovers(shell=shell)
-    assert any(note.startswith("NumPy arrays of Python objects (`words.") for note in found.notes)
+    assert any(note.startswith("NumPy arrays of Python objects (`words[") for note in found.notes)
     assert ns["a"].nbytes == groups["a"].nbytes
     dry = reset.gpu_reset("df", shell=shell, dry_run=True)
     assert dry.estimated_bytes == 100_000 * 4 * 8
@@ -300,7 +300,7 @@ def test_pandas_memory_shared_with_arrays_and_tensors_is_counted_once(shell, run
     assert entry.nbytes == shell.user_ns["a"].nbytes
     shared = {entry.name, *entry.shared_with}
     assert {"a", "t"} <= shared
-    assert any(name.startswith("df.") for name in shared)
+    assert any(name.startswith("df[") for name in shared)
     # pandas 2.2 caches the column in the frame (`df._item_cache`): `col` reaches it there
     col = found.groups().named("col")
     assert any(name.startswith("col.") for name in shared) or (
@@ -337,6 +337,46 @@ def test_pandas_objects_run_no_pandas_code_while_scanned(shell, run_cell, pd, mo
     groups = {group.name: group for group in found.groups()}
     assert groups["df"].nbytes == 10_000 * 8 * 2 + 2 * 8  # two columns, their two names
     assert groups["s"].nbytes == 10_000 * 8
+
+
+def test_pandas_columns_are_named_as_a_user_types_them(shell, run_cell, pd):
+    """`frame['b']`, `frame[['a', 'd', ...]]` (pandas keeps columns of one dtype in one
+    block), `frame.index._data`, `series.values`: not `frame._mgr.blocks[1].values`. The labels
+    are read from the index's own storage, with no pandas code run (hostile getters)."""
+    run(
+        run_cell,
+        "import numpy as np, pandas as pd\n"
+        "frame = pd.DataFrame({'a': np.arange(1000.0), 'b': np.arange(1000), 'd': np.ones(1000),"
+        " 'e': np.ones(1000), 'f': np.ones(1000), 'g': np.ones(1000)}, index=np.arange(1000) * 2)\n"
+        "series = pd.Series(np.arange(500.0), index=np.arange(500) * 2)\n"
+        "numbered = pd.DataFrame(np.ones((10, 2)))\n"
+        "odd = pd.DataFrame({(1, 2): np.ones(10)})",
+    )
+    ns = shell.user_ns
+
+    def hostile(self, name):
+        raise AssertionError(name)
+
+    with pytest.MonkeyPatch.context() as patch:
+        for value in (ns["frame"], ns["frame"].columns, ns["frame"].index, ns["series"]):
+            for kind in type(value).__mro__:
+                if kind.__module__.startswith("pandas"):
+                    patch.setattr(kind, "__getattribute__", hostile, raising=False)
+        found = find_leftovers(shell=shell)
+    names = {entry.name: entry for entry in found}
+    assert names["frame['b']"].nbytes == 8000
+    assert names["frame[['a', 'd', 'e', +2 more]]"].nbytes == 5 * 8000
+    assert names["frame.index._data"].nbytes == 8000  # the index's own array
+    assert names["series.values"].nbytes == 4000 and names["series.index._data"].nbytes == 4000
+    assert names["numbered[[0, 1]]"].nbytes == 10 * 2 * 8
+    assert not any(
+        name.startswith(("frame._mgr", "series._mgr", "numbered._mgr")) for name in names
+    )
+    # a label that is not a plain string or number: the internal name stays
+    assert "odd._mgr.blocks[0].values" in names
+    # pandas' own count (columns and index), plus the column labels' few bytes
+    extra = found.groups().named("frame").nbytes - ns["frame"].memory_usage().sum()
+    assert 0 <= extra < 200
 
 
 def test_arrow_backed_columns_and_tables_are_counted_by_their_buffers(shell, run_cell, pd):

@@ -116,7 +116,7 @@ def test_no_gpu_tree_says_why_and_stays_useful(ip, run_cell, show, torch):
     open_groups(instance)
     text = leftovers_text(instance)
     assert ">weights_on_cpu</span>" in text
-    assert "(256, 1024)" in text and "1 MiB" in text
+    assert "[256x1024]" in text and "1 MiB" in text
     assert "held by output history / tracebacks" in text
     assert "What each cell kept" in instance.history.value
     details = instance.details.value
@@ -811,14 +811,14 @@ def test_leftovers_show_the_top_ten_and_the_freeable_total(show):
     assert ">t11</span>" in text and ">t1</span>" not in text
     # odd indexes are output history: 2+4+...+12 MiB = 42 MiB, including the two not shown
     assert "held by output history / tracebacks: <b>42 MiB</b>" in text
-    assert "(12, 4)" in text and "cuda:0" in text and "float32" in text
+    assert "[12x4]" in text and "cuda:0" in text and "float32" in text
     # a long name wraps, whole; no row is cut (narrow, a row wraps into a list)
     assert "text-overflow:ellipsis" not in text and "flex-wrap:wrap" in text
     status = dataclasses.replace(
         status, leftovers=(dataclasses.replace(entries[0], name="w" * 300),)
     )
     assert f">{'w' * 300}</span>" in render_leftovers(status)
-    assert "(20000,)" in render_leftovers(status)  # a 1-D shape as Python writes it
+    assert "[20000]" in render_leftovers(status)  # a 1-D shape as the text reports write it
     # a live snapshot carries the total over everything found, shown or not
     status = dataclasses.replace(
         status, leftovers=status.leftovers[:10], leftovers_freeable_bytes=0

@@ -111,7 +111,7 @@ def test_an_opened_group_stays_open_moves_with_its_group_and_shows_it_now(
     click(row)
     assert row.toggle.value is True and view.is_open("kept_list")
     assert row.toggle.description == OPEN + "kept_list" and shown(row)
-    assert ">kept_list[0]</span>" in row.body.value and "(256,)" in row.body.value
+    assert ">kept_list[0]</span>" in row.body.value and "[256]" in row.body.value
 
     # another array in that variable, a bigger variable and an output-history result,
     # both listed before it (hidden holders first, then the biggest)
@@ -124,7 +124,7 @@ def test_an_opened_group_stays_open_moves_with_its_group_and_shows_it_now(
     assert view.row("kept_list") is row  # the same widgets, moved
     assert row.toggle.value is True and row.toggle.description == OPEN + "kept_list"
     assert shown(row)
-    assert ">kept_list[1]</span>" in row.body.value and "(512,)" in row.body.value
+    assert ">kept_list[1]</span>" in row.body.value and "[512]" in row.body.value
     assert "list: 2 arrays on cpu" in row.line.value
     assert_closed(view, "kept_list")  # the new groups and small_one: closed
     assert view.row(out).body.value == "" and view.row("small_one").body.value == ""
@@ -148,7 +148,7 @@ def test_a_group_that_leaves_comes_back_as_the_user_left_it(ip, run_cell, leftov
     assert view.is_open("comes_back")
     run_cell("comes_back = torch.ones(128)\nstays_shut = torch.ones(32)")
     again = view.row("comes_back")
-    assert again.toggle.value is True and shown(again) and "(128,)" in again.body.value
+    assert again.toggle.value is True and shown(again) and "[128]" in again.body.value
     assert_closed(view, "comes_back")
 
 
@@ -190,11 +190,11 @@ def test_groups_stay_open_when_a_slow_scan_is_not_repeated(
     run_cell("scanned_slowly.append(torch.ones(20))")  # not scanned again
     row = view.row("scanned_slowly")
     assert row is not None and row.toggle.value is True and shown(row)
-    assert "(10,)" in row.body.value and "(20,)" not in row.body.value
+    assert "[10]" in row.body.value and "[20]" not in row.body.value
     assert "finding them took 800 ms" in view.foot.value
     now[0] += 9
     run_cell("pass")  # scanned again
-    assert "(20,)" in row.body.value and row.toggle.value is True
+    assert "[20]" in row.body.value and row.toggle.value is True
 
 
 # ---------------------------------------------------------------- bounded and minimal
@@ -340,7 +340,7 @@ def test_a_refresh_writes_only_what_changed_in_the_groups(show):
     ).groups[0]
     instance.refresh(_status(base, [extra, first[0], grown, *first[2:]]))
     assert written.labels() == [("head", "value"), ("g1.line", "value"), ("g1.body", "value")]
-    assert "2 arrays" in view.row("g1").line.value and "(9,)" in view.row("g1").body.value
+    assert "2 arrays" in view.row("g1").line.value and "[9]" in view.row("g1").body.value
 
     # a group leaves: its row is set aside (no write to it), the order changes
     written.clear()

@@ -1,0 +1,158 @@
+"""pandas frames and series named as a user types them: a frame's columns (``df['a']``,
+or ``df[['a', 'd']]`` where pandas keeps columns of one dtype in one block), ``df.columns``
+and ``df.index``; a series' ``s.values`` and ``s.index`` - not ``df._mgr.blocks[0].values``.
+Read through the interpreter's and pandas' own C-level getters; a frame whose column
+labels are not plain strings or numbers keeps the internal names."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any, Optional
+
+from .naming import ATTR, ITEM, KEY, KEY_TEXT
+from .readers import instance_dict, layout_of, own_attribute, slot_values, type_module
+from .visit import Visit
+
+# pandas' block managers: the frame's (a C base class in pandas 2.2 and 3.x) and the series'
+MANAGERS = frozenset(
+    {
+        ("pandas._libs.internals", "BlockManager"),
+        ("pandas.core.internals.managers", "SingleBlockManager"),
+    }
+)
+COLUMNS_SHOWN = 3  # labels named where one block holds more columns
+_LABEL_TYPES = (str, int)  # labels shown: their repr is the interpreter's own
+
+Visitor = Callable[[Any, Visit], None]
+
+
+def is_manager(bases: tuple[type, ...]) -> bool:
+    """Whether a type (its MRO: `bases`) is one of pandas' block managers."""
+    return any((type_module(base), getattr(base, "__qualname__", "")) in MANAGERS for base in bases)
+
+
+class PandasWalk:
+    """Walks a block manager reached as a frame's or series' ``_mgr``."""
+
+    def __init__(self, visit: Visitor) -> None:
+        self.visit = visit
+
+    def manager(self, manager: Any, at: Visit) -> None:
+        fields = _fields(manager)
+        blocks, axes = fields.get("blocks"), fields.get("axes")
+        if type(blocks) is not tuple or type(axes) is not list:
+            for name, value in fields.items():  # a pandas this module does not know
+                self.visit(value, at.child(ATTR, name))
+            return
+        path = at.path
+        if path[1] != ATTR or path[2] != "_mgr":  # a manager held on its own
+            self._internal(blocks, axes, at)
+            return
+        owner = Visit(path[0], at.depth - 1, at.holder, at.root)  # the frame or series
+        if len(axes) == 1:  # a series: one block
+            for block in blocks:
+                self.visit(_read(block, "values"), owner.child(ATTR, "values"))
+            self.visit(axes[0], owner.child(ATTR, "index"))
+            return
+        labels = _labels(axes[0])
+        for number, block in enumerate(blocks):
+            key = _columns_key(labels, _read(_read(block, "_mgr_locs"), "indexer"))
+            if key is None:
+                self.visit(_read(block, "values"), _block_visit(at, number))
+            elif type(key) is str:
+                self.visit(_read(block, "values"), owner.child(KEY, key))
+            else:
+                self.visit(_read(block, "values"), owner.child(KEY_TEXT, key[0]))
+        self.visit(axes[0], owner.child(ATTR, "columns"))
+        self.visit(axes[1], owner.child(ATTR, "index"))
+
+    def _internal(self, blocks: tuple, axes: list, at: Visit) -> None:
+        for number, block in enumerate(blocks):
+            self.visit(_read(block, "values"), _block_visit(at, number))
+        self.visit(axes, at.child(ATTR, "axes"))
+
+
+def _pandas(kind: type) -> bool:
+    """A class of pandas' own (``pandas.Index`` says its module is ``pandas``)."""
+    return type_module(kind).partition(".")[0] == "pandas"
+
+
+def _block_visit(at: Visit, number: int) -> Visit:
+    """``<manager>.blocks[N].values``: the internal name, where no column name is known."""
+    return at.child(ATTR, "blocks").child(ITEM, number).child(ATTR, "values")
+
+
+def _fields(manager: Any) -> dict[str, Any]:
+    """The manager's attributes and C fields (``blocks``, ``axes``), by the interpreter's
+    and Cython's own getters."""
+    layout = layout_of(type(manager))
+    fields = dict(slot_values(layout.slots, manager))
+    attributes = instance_dict(layout.dict_getter, manager)
+    if attributes:
+        for name in ("blocks", "axes"):
+            if name in attributes:
+                fields.setdefault(name, attributes[name])
+    return fields
+
+
+def _read(obj: Any, name: str) -> Any:
+    """A field pandas' Cython classes define (``Block.values``, ``Block._mgr_locs``,
+    ``BlockPlacement.indexer``), through its descriptor on the class; None where absent."""
+    if obj is None:
+        return None
+    descriptor = own_attribute(type(obj), name)
+    if descriptor is None or not _pandas(type(obj)):
+        return None
+    try:
+        return descriptor.__get__(obj, type(obj))
+    except Exception:  # a pandas this module does not know
+        return None
+
+
+def _labels(columns: Any) -> Optional[list]:
+    """A frame's column labels where each is a plain string or number, read from the
+    index's own storage (its ``range``, its NumPy array, its Arrow strings): no pandas code
+    runs. Labels of another type, a MultiIndex: None, and the internal names stay."""
+    if not _pandas(type(columns)):
+        return None
+    attributes = instance_dict(layout_of(type(columns)).dict_getter, columns) or {}
+    stored = attributes.get("_range")
+    if type(stored) is range:
+        return list(stored)
+    data = attributes.get("_data")
+    kind = type(data)
+    try:
+        if type_module(kind) == "numpy" and kind.__name__ == "ndarray":
+            labels = kind.tolist(data)
+        elif _pandas(kind) and kind.__name__ == "ArrowStringArray":
+            chunked = (instance_dict(layout_of(kind).dict_getter, data) or {}).get("_pa_array")
+            if not type_module(type(chunked)).startswith("pyarrow"):
+                return None
+            labels = chunked.to_pylist()
+        else:
+            return None
+    except Exception:  # an index this module does not know
+        return None
+    if type(labels) is not list or not all(type(label) in _LABEL_TYPES for label in labels):
+        return None
+    return labels
+
+
+def _columns_key(labels: Optional[list], indexer: Any) -> Any:
+    """A single column's label (``'a'``, for ``df['a']``), or (text,) for several
+    (``['a', 'd']``, for ``df[['a', 'd']]``); None where unknown."""
+    if labels is None:
+        return None
+    try:
+        if type(indexer) is slice:
+            positions = list(range(*indexer.indices(len(labels))))
+        else:
+            positions = [int(position) for position in indexer]
+        names = [labels[position] for position in positions]
+    except Exception:  # an indexer of another form
+        return None
+    if len(names) == 1:
+        return names[0] if type(names[0]) is str else (repr(names[0]),)
+    shown = ", ".join(map(repr, names[:COLUMNS_SHOWN]))
+    more = f", +{len(names) - COLUMNS_SHOWN} more" if len(names) > COLUMNS_SHOWN else ""
+    return (f"[{shown}{more}]",) if names else None
