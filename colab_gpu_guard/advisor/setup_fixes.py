@@ -111,7 +111,8 @@ def generator_device(details: dict[str, Any]) -> Advice:
         "on the CPU, its draws on the GPU. Keep the default device the CPU "
         "(`torch.set_default_device('cpu')`) and move each batch with `.to(device)`, or give "
         "it a generator on the GPU: "
-        f"`DataLoader(..., generator=torch.Generator(device='{drawn}'))`.",
+        f"`DataLoader(..., generator=torch.Generator(device='{drawn}'))` (seeded: "
+        f"`colab_gpu_guard.dataloader_generator(device='{drawn}')`).",
         "For a draw of your own, make the generator where the numbers are drawn: "
         f"`g = torch.Generator(device='{drawn}')` for `torch.randn(..., device='{drawn}', "
         "generator=g)`.",

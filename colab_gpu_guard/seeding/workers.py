@@ -26,14 +26,16 @@ def _base_seed(seed: object) -> int:
     raise ValueError("no seed given and none set yet: call seed_all(SEED) first or pass seed=")
 
 
-def dataloader_generator(seed: object = None):
+def dataloader_generator(seed: object = None, device: object = None):
     """A `torch.Generator` for `DataLoader(generator=...)`, seeded from (seed, rank).
 
     The DataLoader draws its shuffle order and each worker's base seed from this generator,
     so each rank gets its own reproducible stream. seed=None uses the last seed_all seed.
+    device: where its draws happen (default the CPU); a loader shuffling on a GPU default
+    device (`torch.set_default_device('cuda')`) needs `device='cuda'`.
     """
     torch = torch_support.loaded() or torch_support.import_torch()
-    generator = torch.Generator()
+    generator = torch.Generator() if device is None else torch.Generator(device=device)
     generator.manual_seed(derive_seed("dataloader", _base_seed(seed), current_rank()))
     return generator
 

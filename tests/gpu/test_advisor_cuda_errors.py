@@ -248,7 +248,7 @@ def test_real_shuffling_loader_on_a_cuda_default_device_and_the_fixes_it_gives()
     result, output = run_script(
         """
         ip.run_cell(
-            "import torch\\n"
+            "import torch, colab_gpu_guard\\n"
             "from torch.utils.data import DataLoader, TensorDataset\\n"
             "data = TensorDataset(torch.arange(8.0, device='cpu'))\\n"
             "torch.set_default_device('cuda')\\n"
@@ -263,18 +263,20 @@ def test_real_shuffling_loader_on_a_cuda_default_device_and_the_fixes_it_gives()
             return str(getattr(sys, "last_value", None)) if failing else ran.result
 
         on_gpu = batches(", generator=torch.Generator(device='cuda')")
+        seeded = batches(", generator=colab_gpu_guard.dataloader_generator(device='cuda')")
         ip.run_cell("torch.set_default_device('cpu')")
         back = batches()
         second = batches(", generator=torch.Generator(device='cuda')", failing=True)
         on_cpu = batches(", generator=torch.Generator().manual_seed(0)")
-        report(first=first, second=second, on_gpu=on_gpu, back=back, on_cpu=on_cpu)
+        report(first=first, second=second, on_gpu=on_gpu, seeded=seeded, back=back, on_cpu=on_cpu)
         """
     )
     assert "Expected a 'cuda' device type for generator but found 'cpu'" in result["first"]
     assert "Expected a 'cpu' device type for generator but found 'cuda'" in result["second"]
-    assert (result["on_gpu"], result["back"], result["on_cpu"]) == (2, 2, 2), result
+    assert (result["on_gpu"], result["seeded"], result["back"], result["on_cpu"]) == (2, 2, 2, 2)
     assert output.count("CUDA advisor: a random generator on another device than its draws") == 2
     assert "generator=torch.Generator(device='cuda')" in output
+    assert "colab_gpu_guard.dataloader_generator(device='cuda')" in output
     assert "torch.Generator().manual_seed(seed)" in output
 
 

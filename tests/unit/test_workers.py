@@ -11,7 +11,13 @@ torch = pytest.importorskip("torch")
 
 from torch.utils.data import DataLoader, Dataset
 
-from colab_gpu_guard import current_rank, dataloader_generator, seed_all, seed_worker
+from colab_gpu_guard import (
+    advisor,
+    current_rank,
+    dataloader_generator,
+    seed_all,
+    seed_worker,
+)
 
 
 class Augmented(Dataset):
@@ -108,6 +114,20 @@ def test_generator_defaults_to_last_seed_all_seed(monkeypatch):
     a = torch.randint(0, 10**6, (4,), generator=dataloader_generator()).tolist()
     b = torch.randint(0, 10**6, (4,), generator=dataloader_generator(11)).tolist()
     assert a == b
+
+
+def test_generator_on_a_device_draws_there_from_the_same_seed(monkeypatch):
+    """`device=` makes the generator where the loader draws (a GPU default device needs
+    `device='cuda'`: tests/gpu); on the CPU it is the default generator's stream."""
+    monkeypatch.setenv("RANK", "0")
+    on_cpu = dataloader_generator(11, device="cpu")
+    assert on_cpu.device.type == "cpu"
+    a = torch.randint(0, 10**6, (4,), generator=on_cpu).tolist()
+    assert a == torch.randint(0, 10**6, (4,), generator=dataloader_generator(11)).tolist()
+    mps = advisor.classify(
+        RuntimeError("Expected a 'mps' device type for generator but found 'cpu'")
+    )
+    assert "`colab_gpu_guard.dataloader_generator(device='mps')`" in mps.fixes[0]
 
 
 def test_rank_comes_from_env(monkeypatch):
