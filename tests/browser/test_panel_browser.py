@@ -78,7 +78,7 @@ def test_panel_renders_and_its_buttons_work(frontend, tmp_path):
         # a holder opens to its arrays by a click, and stays open after the next cell,
         # which changes it and lists a new, bigger holder before it; that one is closed
         group_toggle(panel, "browser_weights").click()
-        wait_open(page, panel, "browser_weights", "(256, 1024)")
+        wait_open(page, panel, "browser_weights", "[256x1024]")
         assert not group_body(panel, "Out[").is_visible()
         run_cell_code(
             page,
@@ -86,7 +86,7 @@ def test_panel_renders_and_its_buttons_work(frontend, tmp_path):
             "browser_weights = torch.ones(128, 1024)\nbrowser_bigger = torch.ones(1024, 1024)",
         )
         panel_text(page, "leftovers", "browser_bigger")
-        assert "(128, 1024)" in wait_open(page, panel, "browser_weights", "(128, 1024)")
+        assert "[128x1024]" in wait_open(page, panel, "browser_weights", "[128x1024]")
         names = panel.locator(".cgg-leftovers .cgg-group-toggle").all_inner_texts()
         assert [name.split(" ", 1)[1] for name in names[1:3]] == [
             "browser_bigger",
@@ -96,7 +96,7 @@ def test_panel_renders_and_its_buttons_work(frontend, tmp_path):
             assert "mod-active" not in (group_toggle(panel, closed).get_attribute("class"))
             assert not group_body(panel, closed).is_visible(), closed
         # every holder opens to its arrays
-        assert "(1024, 1024)" in open_leftover_groups(page, "(1024, 1024)")
+        assert "[1024x1024]" in open_leftover_groups(page, "[1024x1024]")
         panel_text(page, "history", "What each cell kept")
         page.screenshot(path=str(out / f"page-{frontend}.png"), full_page=True)
 

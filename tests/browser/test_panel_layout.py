@@ -207,7 +207,7 @@ def test_panel_is_compact_readable_and_steady(frontend, scenario, tmp_path):
         panel.screenshot(path=str(out / f"open-{name}-1280.png"))  # one group open
         check_readable(page, panel, f"{name} open at 1280 px")
         # every group open: the arrays' tables must fit a narrow window too
-        assert "(1024, 1024)" in open_leftover_groups(page, "(1024, 1024)")
+        assert "[1024x1024]" in open_leftover_groups(page, "[1024x1024]")
         rest(page)
         page.set_viewport_size({"width": 600, "height": 1000})
         settle(page)
