@@ -10,7 +10,14 @@ from collections.abc import Callable
 from typing import Any, Optional
 
 from .naming import ATTR, ITEM, KEY, KEY_TEXT
-from .readers import instance_dict, layout_of, own_attribute, slot_values, type_module
+from .readers import (
+    Layout,
+    instance_dict,
+    layout_of,
+    own_attribute,
+    slot_values,
+    type_module,
+)
 from .visit import Visit
 
 # pandas' block managers: the frame's (a C base class in pandas 2.2 and 3.x) and the series'
@@ -72,6 +79,20 @@ class PandasWalk:
         self.visit(axes, at.child(ATTR, "axes"))
 
 
+# pandas' own classes (checked before they are kept): their layouts and descriptors, read
+# once a process (a scan meets thousands of frames)
+_LAYOUTS: dict[type, Layout] = {}
+_DESCRIPTORS: dict[tuple[type, str], Any] = {}
+_UNKNOWN = object()
+
+
+def _layout(kind: type) -> Layout:
+    layout = _LAYOUTS.get(kind)
+    if layout is None:
+        layout = _LAYOUTS[kind] = layout_of(kind)
+    return layout
+
+
 def _pandas(kind: type) -> bool:
     """A class of pandas' own (``pandas.Index`` says its module is ``pandas``)."""
     return type_module(kind).partition(".")[0] == "pandas"
@@ -85,7 +106,7 @@ def _block_visit(at: Visit, number: int) -> Visit:
 def _fields(manager: Any) -> dict[str, Any]:
     """The manager's attributes and C fields (``blocks``, ``axes``), by the interpreter's
     and Cython's own getters."""
-    layout = layout_of(type(manager))
+    layout = _layout(type(manager))
     fields = dict(slot_values(layout.slots, manager))
     attributes = instance_dict(layout.dict_getter, manager)
     if attributes:
@@ -100,11 +121,16 @@ def _read(obj: Any, name: str) -> Any:
     ``BlockPlacement.indexer``), through its descriptor on the class; None where absent."""
     if obj is None:
         return None
-    descriptor = own_attribute(type(obj), name)
-    if descriptor is None or not _pandas(type(obj)):
+    kind = type(obj)
+    if not _pandas(kind):
+        return None
+    descriptor = _DESCRIPTORS.get((kind, name), _UNKNOWN)
+    if descriptor is _UNKNOWN:
+        descriptor = _DESCRIPTORS[kind, name] = own_attribute(kind, name)
+    if descriptor is None:
         return None
     try:
-        return descriptor.__get__(obj, type(obj))
+        return descriptor.__get__(obj, kind)
     except Exception:  # a pandas this module does not know
         return None
 
@@ -115,7 +141,7 @@ def _labels(columns: Any) -> Optional[list]:
     runs. Labels of another type, a MultiIndex: None, and the internal names stay."""
     if not _pandas(type(columns)):
         return None
-    attributes = instance_dict(layout_of(type(columns)).dict_getter, columns) or {}
+    attributes = instance_dict(_layout(type(columns)).dict_getter, columns) or {}
     stored = attributes.get("_range")
     if type(stored) is range:
         return list(stored)
@@ -125,7 +151,7 @@ def _labels(columns: Any) -> Optional[list]:
         if type_module(kind) == "numpy" and kind.__name__ == "ndarray":
             labels = kind.tolist(data)
         elif _pandas(kind) and kind.__name__ == "ArrowStringArray":
-            chunked = (instance_dict(layout_of(kind).dict_getter, data) or {}).get("_pa_array")
+            chunked = (instance_dict(_layout(kind).dict_getter, data) or {}).get("_pa_array")
             if not type_module(type(chunked)).startswith("pyarrow"):
                 return None
             labels = chunked.to_pylist()
