@@ -33,12 +33,14 @@ def reference_groups(entries, per_group):
     graph bytes, entry names)."""
     groups: dict[str, dict] = {}
     kinds: dict[str, str] = {}
+    place: dict[int, int] = {}  # id(entry) -> its place in its group
     for entry in entries:
         root = entry.root.name
         kinds.setdefault(root, entry.root.kind)
         group = groups.setdefault(
             root, {"holder": entry.holder, "entries": [], "devices": [], "graph": 0}
         )
+        place[id(entry)] = len(group["entries"])
         group["entries"].append(entry)
         if entry.device not in group["devices"]:
             group["devices"].append(entry.device)
@@ -48,7 +50,7 @@ def reference_groups(entries, per_group):
     shown = ENTRIES_SHOWN if per_group is None else min(per_group, ENTRIES_SHOWN)
     for entry in entries:
         owner = entry.root.name
-        on_row = groups[owner]["entries"].index(entry) < shown
+        on_row = place[id(entry)] < shown
         beside_out = any(ref.source == "out" for ref in entry.shared_roots)
         for ref in entry.shared_roots:
             other = ref.name
