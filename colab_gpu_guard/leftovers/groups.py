@@ -350,6 +350,15 @@ def _columns_of(items: Sequence[Leftover]) -> tuple[Blocks, list[Leftover]]:
     return blocks, kept
 
 
+def _grew(root: str, grown: frozenset) -> bool:
+    """Whether the variable `root` is, or holds, a container that grew on a flagged rerun
+    (``tr`` for ``tr.history``, as the LEAK line names it)."""
+    if root in grown:
+        return True
+    under = (f"{root}.", f"{root}[")
+    return any(path.startswith(under) for path in grown)
+
+
 def _named_on_row(root: str, position: int, items, owner: Optional[RootTally]) -> bool:
     """Whether the listed row of block `position` (among its group's first entries) names
     `root` or a path under it in its "also:" (``b`` for ``b = a``, ``c[0]`` for ``c = [a]``)."""
@@ -442,7 +451,7 @@ def group_leftovers(
         kind = ref.kind if ref is not None else tally.holder
         if kind == USER_STATE and graph:
             kind = AUTOGRAD_GRAPH
-        elif kind == USER_STATE and name in grown:
+        elif kind == USER_STATE and _grew(name, grown):
             kind = GREW_ON_RERUN
         made.append(
             LeftoverGroup(

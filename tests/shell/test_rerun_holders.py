@@ -287,6 +287,32 @@ def test_a_container_that_grew_on_a_flagged_rerun_is_listed_before_ordinary_stat
         pop(ip, "rows_g", "state_g")
 
 
+def test_an_object_whose_attribute_grew_on_a_flagged_rerun_is_marked_too(ip, run_cell):
+    """``trainer.history.append(...)`` rerun: the LEAK line names `trainer_g.history`, and
+    the leftovers list marks the variable holding it, `trainer_g`, as a list that grew
+    would be (a variable named like its start, `trainer`, is not)."""
+    from colab_gpu_guard import find_leftovers
+
+    run_cell(
+        "import torch\nclass TrainerG:\n    def __init__(self):\n        self.history = []\n"
+        "trainer_g = TrainerG()\ntrainer = [torch.ones(10)]"
+    )
+    try:
+        runs = [
+            run_cell("trainer_g.history.append(torch.ones(3_000_000))").execution_count
+            for _ in range(3)
+        ]
+        flagged = [record for record in records(*runs) if record.rerun_leak]
+        assert flagged and all(record.grew == ("trainer_g.history",) for record in flagged)
+        groups = find_leftovers().groups()
+        held = groups.named("trainer_g")
+        assert (held.kind, held.hidden) == ("grew on rerun", True)
+        assert "trainer_g  TrainerG, grew on rerun: 3 arrays on cpu" in str(groups)
+        assert groups.named("trainer").kind == "user variable"
+    finally:
+        pop(ip, "trainer_g", "trainer", "TrainerG")
+
+
 @pytest.mark.parametrize("reads", ["cheap", "costly"])
 @pytest.mark.parametrize("free", ["outs.clear()", "%gpu_reset"])
 def test_a_rerun_after_the_earlier_runs_memory_was_freed_is_not_flagged(
