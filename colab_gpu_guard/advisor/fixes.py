@@ -304,17 +304,18 @@ def _driver(details: dict[str, Any]) -> Advice:
     return Advice(DRIVER_MISMATCH, summary, facts, fixes)
 
 
-# Running on the CPU instead, in each framework's words (torch's is also its default).
+# How to run on the CPU instead, in each framework's words (torch's is also its default):
+# "Run on the CPU: <how>".
 _ON_THE_CPU = {
-    "torch": 'Run on the CPU: `device = "cuda" if torch.cuda.is_available() else "cpu"`, '
+    "torch": '`device = "cuda" if torch.cuda.is_available() else "cpu"`, '
     "then `model.to(device)` and `x.to(device)` in place of `.cuda()`.",
-    "jax": "Run on the CPU: leave out what asks for the GPU (`jax.devices('gpu')`, "
+    "jax": "leave out what asks for the GPU (`jax.devices('gpu')`, "
     "`backend='gpu'`); JAX uses the CPU by itself.",
-    "jax, cuda did not start": "Run on the CPU: restart, and make the first cell "
+    "jax, cuda did not start": "restart, and make the first cell "
     "`%env JAX_PLATFORMS=cpu` (read when JAX starts).",
-    "cupy": "Run on the CPU: CuPy needs an NVIDIA GPU; NumPy has the same functions for most "
+    "cupy": "CuPy needs an NVIDIA GPU; NumPy has the same functions for most "
     "of what CuPy does (`import numpy as np` where the code uses `cupy`).",
-    "tensorflow": "Run on the CPU: take out what asks for the GPU (`tf.device('/GPU:0')`, a "
+    "tensorflow": "take out what asks for the GPU (`tf.device('/GPU:0')`, a "
     "GPU from `tf.config.list_physical_devices('GPU')`).",
 }
 GPU_RUNTIME = "Colab: Runtime > Change runtime type > a GPU, then rerun from the top."
@@ -335,9 +336,10 @@ def _no_gpu(details: dict[str, Any]) -> Advice:
     problem = details.get("problem")
     framework = details.get("framework") or "torch"
     none_here = details.get("gpus_here") == 0
-    on_the_cpu = _ON_THE_CPU.get(f"{framework}, {problem}") or _ON_THE_CPU.get(
+    how = _ON_THE_CPU.get(f"{framework}, {problem}") or _ON_THE_CPU.get(
         framework, _ON_THE_CPU["torch"]
     )
+    on_the_cpu = f"Run on the CPU: {how}"
     if problem == "checkpoint":
         summary = (
             "The checkpoint holds GPU tensors, and torch here sees no GPU: torch.load puts "
@@ -366,7 +368,7 @@ def _no_gpu(details: dict[str, Any]) -> Advice:
             "then restart the runtime.",
             "On Colab the preinstalled torch is a CUDA build: a `pip install` that replaced it "
             "with a CPU wheel is the usual cause; start a fresh runtime.",
-            "Without a GPU, r" + on_the_cpu[1:],
+            f"Without a GPU, run on the CPU: {how}",
         ]
         return Advice(NO_GPU, summary, {}, fixes)
     if problem == "cuda did not start":

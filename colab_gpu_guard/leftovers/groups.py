@@ -350,13 +350,11 @@ def _columns_of(items: Sequence[Leftover]) -> tuple[Blocks, list[Leftover]]:
     return blocks, kept
 
 
-def _grew(root: str, grown: frozenset) -> bool:
-    """Whether the variable `root` is, or holds, a container that grew on a flagged rerun
-    (``tr`` for ``tr.history``, as the LEAK line names it)."""
-    if root in grown:
-        return True
-    under = (f"{root}.", f"{root}[")
-    return any(path.startswith(under) for path in grown)
+def _reaches(root: str, names: Iterable[str]) -> bool:
+    """Whether any of `names` is the variable `root` or a path under it (``b`` for ``b``;
+    ``c[0]``, ``tr.history`` for ``c``, ``tr``)."""
+    under = (f"{root}[", f"{root}.")
+    return any(name == root or name.startswith(under) for name in names)
 
 
 def _named_on_row(root: str, position: int, items, owner: Optional[RootTally]) -> bool:
@@ -364,8 +362,7 @@ def _named_on_row(root: str, position: int, items, owner: Optional[RootTally]) -
     `root` or a path under it in its "also:" (``b`` for ``b = a``, ``c[0]`` for ``c = [a]``)."""
     if owner is None or position not in owner.positions[:ENTRIES_SHOWN]:
         return False
-    under = (f"{root}[", f"{root}.")
-    return any(name == root or name.startswith(under) for name in items[position].shared_with)
+    return _reaches(root, items[position].shared_with)
 
 
 def group_leftovers(
@@ -451,7 +448,7 @@ def group_leftovers(
         kind = ref.kind if ref is not None else tally.holder
         if kind == USER_STATE and graph:
             kind = AUTOGRAD_GRAPH
-        elif kind == USER_STATE and _grew(name, grown):
+        elif kind == USER_STATE and _reaches(name, grown):  # `tr` for `tr.history`
             kind = GREW_ON_RERUN
         made.append(
             LeftoverGroup(

@@ -63,13 +63,9 @@ class PandasWalk:
             return
         labels = _labels(axes[0])
         for number, block in enumerate(blocks):
-            key = _columns_key(labels, _read(_read(block, "_mgr_locs"), "indexer"))
-            if key is None:
-                self.visit(_read(block, "values"), _block_visit(at, number))
-            elif type(key) is str:
-                self.visit(_read(block, "values"), owner.child(KEY, key))
-            else:
-                self.visit(_read(block, "values"), owner.child(KEY_TEXT, key[0]))
+            node = _columns(labels, _read(_read(block, "_mgr_locs"), "indexer"))
+            column = owner.child(*node) if node else _block_visit(at, number)
+            self.visit(_read(block, "values"), column)
         self.visit(axes[0], owner.child(ATTR, "columns"))
         self.visit(axes[1], owner.child(ATTR, "index"))
 
@@ -164,9 +160,9 @@ def _labels(columns: Any) -> Optional[list]:
     return labels
 
 
-def _columns_key(labels: Optional[list], indexer: Any) -> Any:
-    """A single column's label (``'a'``, for ``df['a']``), or (text,) for several
-    (``['a', 'd']``, for ``df[['a', 'd']]``); None where unknown."""
+def _columns(labels: Optional[list], indexer: Any) -> Optional[tuple[int, Any]]:
+    """The path node naming a block's columns: ``(KEY, 'a')`` for ``df['a']``,
+    ``(KEY_TEXT, "['a', 'd']")`` for ``df[['a', 'd']]``; None where unknown."""
     if labels is None:
         return None
     try:
@@ -177,8 +173,10 @@ def _columns_key(labels: Optional[list], indexer: Any) -> Any:
         names = [labels[position] for position in positions]
     except Exception:  # an indexer of another form
         return None
+    if not names:
+        return None
     if len(names) == 1:
-        return names[0] if type(names[0]) is str else (repr(names[0]),)
+        return KEY, names[0]
     shown = ", ".join(map(repr, names[:COLUMNS_SHOWN]))
     more = f", +{len(names) - COLUMNS_SHOWN} more" if len(names) > COLUMNS_SHOWN else ""
-    return (f"[{shown}{more}]",) if names else None
+    return KEY_TEXT, f"[{shown}{more}]"
