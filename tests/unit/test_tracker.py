@@ -949,6 +949,7 @@ def test_the_resident_size_read_keeping_the_gil_is_the_kernels_figure():
     """The per-cell read goes through libc's pread with the GIL kept (os.pread gives it to
     IPython's history thread after every stored cell): the figure is still the kernel's,
     as /proc/self/statm read by Python's own file object says, and it sees 64 MiB touched."""
+    import mmap
     import os
 
     page = os.sysconf("SC_PAGE_SIZE")
@@ -974,13 +975,17 @@ def test_the_resident_size_read_keeping_the_gil_is_the_kernels_figure():
     def touched_block() -> list[tuple[int, int]]:
         # what it sees of 64 MiB touched is what the kernel says, read in Python around it:
         # under memory pressure (CI's container) the kernel may drop mapped file pages
-        # meanwhile, so the growth itself can fall short of 64 MiB; one clean try of five
+        # meanwhile, so the growth itself can fall short of 64 MiB; one clean try of five.
+        # The block is a fresh anonymous mapping with every page written: a bytearray of the
+        # same size may come from heap glibc kept resident after an earlier free (its mmap
+        # threshold rises to the largest chunk freed), and then nothing new is touched.
         tries = []
         for _ in range(5):
             first, before = own(), reader.read()
-            block = bytearray(b"1") * (64 * MiB)
+            block = mmap.mmap(-1, 64 * MiB)
+            block[::page] = b"\x01" * (64 * MiB // page)
             after, last = reader.read(), own()
-            del block
+            block.close()
             tries.append((after - before, last - first))
             if after - before >= 16 * MiB and abs((after - before) - (last - first)) <= 2 * MiB:
                 return []
