@@ -36,6 +36,7 @@ from .kinds import (
     GPU_TOO_OLD,
     INVALID_DEVICE,
     LATE_KERNEL_ERROR,
+    LAUNCH_RESOURCES,
     MEMORY_IN_DISGUISE,
     MEMORY_KINDS,
     NO_GPU,
@@ -358,15 +359,32 @@ def _enrich_compute_mode(diagnosis: Diagnosis, namespace: Optional[dict]) -> Non
 
 
 def _enrich_capability(diagnosis: Diagnosis, namespace: Optional[dict]) -> None:
-    if "this GPU" in diagnosis.facts:
-        return
+    _gpu_capabilities(diagnosis)
+
+
+def _gpu_capabilities(diagnosis: Diagnosis) -> list[tuple[int, int]]:
+    """Each GPU's name and compute capability as facts (NVML's): the capabilities read."""
+    capabilities = []
     for device in driver_facts().get("devices") or []:
         capability = device.get("capability")
         if capability is not None:
-            name = device.get("name") or f"GPU {device['index']}"
-            diagnosis.facts[f"GPU {device['index']}"] = (
-                f"{name}, compute capability {capability[0]}.{capability[1]}"
-            )
+            capabilities.append(capability)
+            if "this GPU" not in diagnosis.facts:  # the message named it already
+                name = device.get("name") or f"GPU {device['index']}"
+                diagnosis.facts[f"GPU {device['index']}"] = (
+                    f"{name}, compute capability {capability[0]}.{capability[1]}"
+                )
+    return capabilities
+
+
+def _enrich_engine(diagnosis: Diagnosis, namespace: Optional[dict]) -> None:
+    """cuDNN found no engine: this machine's GPUs tell whether bfloat16 is native here."""
+    if diagnosis.details.get("also") == "engine":
+        capabilities = _gpu_capabilities(diagnosis)
+        if capabilities:
+            diagnosis.details["capabilities"] = capabilities
+            advice = memory_fixes.memory_in_disguise(diagnosis.details)
+            diagnosis.summary, diagnosis.fixes = advice.summary, list(advice.fixes)
 
 
 def _enrich_no_gpu(diagnosis: Diagnosis, namespace: Optional[dict]) -> None:
@@ -423,7 +441,7 @@ TRACED_TITLE = "memory alive at the failure, by line (traced)"
 
 _ENRICHERS: dict[str, tuple[Callable[[Diagnosis, Optional[dict]], None], ...]] = {
     OUT_OF_MEMORY: (_enrich_oom, _enrich_traced),
-    MEMORY_IN_DISGUISE: (_enrich_oom, _enrich_gpu_memory, _enrich_traced),
+    MEMORY_IN_DISGUISE: (_enrich_engine, _enrich_oom, _enrich_gpu_memory, _enrich_traced),
     CUDA_DRIVER_OOM: (_enrich_driver_oom, _enrich_processes, _enrich_oom),
     STICKY_ERROR: (origin.enrich_sticky,),
     STICKY_ERROR_ELSEWHERE: (origin.enrich_elsewhere,),
@@ -436,6 +454,7 @@ _ENRICHERS: dict[str, tuple[Callable[[Diagnosis, Optional[dict]], None], ...]] =
     DRIVER_MISMATCH: (_enrich_driver,),
     DRIVER_VERSIONS: (_enrich_driver_versions,),
     GPU_TOO_OLD: (_enrich_capability,),
+    LAUNCH_RESOURCES: (_enrich_capability,),  # the GPU's name, for the report
     NO_GPU: (_enrich_no_gpu,),
 }
 # A kind left out has nothing this process can add (device mismatch, a generator's device,

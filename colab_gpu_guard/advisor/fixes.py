@@ -22,6 +22,7 @@ from .kinds import (
     GPU_TOO_OLD,
     INVALID_DEVICE,
     LATE_KERNEL_ERROR,
+    LAUNCH_RESOURCES,
     LIBRARY_SETUP,
     MEMORY_IN_DISGUISE,
     NCCL_ERROR,
@@ -107,6 +108,26 @@ def _late_kernel(details: dict[str, Any]) -> Advice:
         "for (facts above) and install a torch build for this GPU.",
     ]
     return Advice(LATE_KERNEL_ERROR, summary, {"error": error}, fixes)
+
+
+def _launch_resources(details: dict[str, Any]) -> Advice:
+    """CUDA error 701: the launch was refused, at the launch itself (cudaLaunchKernel
+    returns it), so the traceback's last frames are the call that launched the kernel."""
+    summary = (
+        "A GPU kernel was launched asking for more than this GPU gives one launch: more "
+        "threads than its registers allow, or too many arguments (CUDA error 701). It is not "
+        "GPU memory running out. The launch is refused at once, so the traceback ends at "
+        "the call that launched it."
+    )
+    fixes = [
+        "If the kernel is your own (a CUDA extension, Numba's `@cuda.jit`, CuPy's "
+        "`RawKernel`): launch it with fewer threads at a time (say 256 instead of 1024), or "
+        "cap them where it is compiled (`__launch_bounds__` in CUDA C++).",
+        "If it is inside PyTorch or another library (the traceback's last frames say "
+        "which): that build does not fit this GPU. Update the library (`pip install -U`), "
+        "or run that step on another GPU type, and report it with the GPU's name.",
+    ]
+    return Advice(LAUNCH_RESOURCES, summary, {}, fixes)
 
 
 def _sticky_elsewhere(error: str, details: dict[str, Any]) -> Advice:
@@ -277,10 +298,14 @@ _NO_KERNEL_BUILD = {
 
 def _driver(details: dict[str, Any]) -> Advice:
     framework = details.get("framework") or "torch"
-    if details.get("problem") == "no kernel image":
+    if details.get("problem") in ("no kernel image", "invalid kernel image"):
         summary = (
             "This build contains no GPU code for this GPU's architecture (compute "
             "capability), so no kernel can run on it."
+            if details["problem"] == "no kernel image"
+            else "The GPU code in this build could not be loaded on this GPU ('device "
+            "kernel image is invalid'). Most often the build is older than this GPU's "
+            "architecture (compute capability) and has no code made for it."
         )
         fixes = [
             _NO_KERNEL_BUILD.get(framework, _NO_KERNEL_BUILD["torch"]),
@@ -461,6 +486,7 @@ BUILDERS: dict[str, Callable[[dict[str, Any]], Advice]] = {
     STICKY_ERROR: _sticky,
     STICKY_ERROR_ELSEWHERE: _sticky,
     LATE_KERNEL_ERROR: _late_kernel,
+    LAUNCH_RESOURCES: _launch_resources,
     DEVICE_MISMATCH: setup_fixes.device_mismatch,
     GENERATOR_DEVICE: setup_fixes.generator_device,
     INVALID_DEVICE: setup_fixes.invalid_device,

@@ -21,6 +21,7 @@ LIBRARY_SETUP = "library_setup"
 GPU_TOO_OLD = "gpu_too_old"
 NCCL_ERROR = "nccl_error"
 STREAM_CAPTURE = "stream_capture"
+LAUNCH_RESOURCES = "launch_out_of_resources"
 NO_GPU = "no_gpu"
 
 KINDS = (
@@ -43,6 +44,7 @@ KINDS = (
     GPU_TOO_OLD,
     NCCL_ERROR,
     STREAM_CAPTURE,
+    LAUNCH_RESOURCES,
     NO_GPU,
 )
 
@@ -70,5 +72,6 @@ TITLES = {
     GPU_TOO_OLD: "this GPU is too old for the feature used",
     NCCL_ERROR: "NCCL (communication between GPUs or processes) failed",
     STREAM_CAPTURE: "an operation that cannot be recorded in a CUDA graph",
+    LAUNCH_RESOURCES: "a GPU kernel asked for more than this GPU gives one launch",
     NO_GPU: "no usable GPU in this runtime",
 }

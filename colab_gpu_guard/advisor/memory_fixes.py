@@ -226,7 +226,19 @@ _DISGUISED = {
     "could not get the working memory it needed: the same step with a smaller batch runs.",
     "cuBLAS: resource allocation failed": "cuBLAS (matrix multiplies) could not get the "
     "resources it needs: usually GPU memory, the GPU is full.",
+    "no cuDNN engine": "cuDNN tried each way it has to run this convolution and none ran. "
+    "Usually none could get the working memory it needs (PyTorch passes over the "
+    "out-of-memory errors while it tries them).",
 }
+# bfloat16 is native from compute capability 8.0; before it (a T4 is 7.5) cuDNN may have no
+# bfloat16 convolution, and `torch.cuda.is_bf16_supported()` still says True there: its
+# `including_emulation=True` default only checks that a bfloat16 tensor can be made.
+_BF16_OLD_GPU = (
+    "bfloat16 is not native before compute capability 8.0 (a T4 is 7.5), and cuDNN may have "
+    "no bfloat16 convolution there: use float16 or float32 on such a GPU "
+    "(`torch.autocast('cuda', dtype=torch.float16)`; `torch.cuda.is_bf16_supported()` says "
+    "True on a T4, `including_emulation=False` tells)."
+)
 _OTHER_CAUSE = {
     "kernel": "If a small batch on a fresh runtime fails the same way, the cause is not "
     "memory but an earlier GPU error (often an index out of range, e.g. a token id >= "
@@ -236,6 +248,9 @@ _OTHER_CAUSE = {
     "= False` (benchmark mode tries algorithms that need more working memory; "
     "pytorch/pytorch#16831); if it still fails on a fresh runtime, the GPU itself may be "
     "faulty: try another runtime.",
+    "engine": "If a small batch on a fresh runtime fails the same way, the cause is not "
+    f"memory. {_BF16_OLD_GPU} Else the cuDNN loaded is not the one torch was built for.",
+    "engine, old gpu": f"If this convolution runs in bfloat16: {_BF16_OLD_GPU}",
     "install": "If a small batch on a fresh runtime fails the same way, the cause is not "
     "memory but the cuDNN install: a cuDNN library other than the one the framework was "
     "built for (an older one found first, or a framework build for another CUDA).",
@@ -250,6 +265,18 @@ def memory_in_disguise(details: dict[str, Any]) -> Advice:
     if framework in SHARE_FIXES:
         fixes.append(SHARE_FIXES[framework])
     other = details.get("also")
+    capabilities = details.get("capabilities")
+    if other == "engine" and capabilities:  # this machine's GPUs, read by enrich
+        oldest = min(capabilities)
+        if oldest >= (8, 0):
+            other = "install"  # bfloat16 is native on every GPU here
+        else:
+            other = "engine, old gpu"
+            which = "The GPU here is" if len(capabilities) == 1 else "A GPU here is"
+            summary += (
+                f" {which} of compute capability {oldest[0]}.{oldest[1]}, where a bfloat16 "
+                "convolution can fail this way too."
+            )
     if other in _OTHER_CAUSE:
         fixes.append(_OTHER_CAUSE[other])
     return Advice(MEMORY_IN_DISGUISE, summary, {"error": error}, fixes)

@@ -22,6 +22,7 @@ from .kinds import (
     GPU_TOO_OLD,
     INVALID_DEVICE,
     LATE_KERNEL_ERROR,
+    LAUNCH_RESOURCES,
     LIBRARY_SETUP,
     MEMORY_IN_DISGUISE,
     NCCL_ERROR,
@@ -80,6 +81,20 @@ _DRIVER_VERSIONS = re.compile(
 _NO_KERNEL = re.compile(
     r"no kernel image is available for execution on the device|"
     r"cudaErrorNoKernelImageForDevice|CUDA_ERROR_NO_BINARY_FOR_GPU",
+    re.IGNORECASE,
+)
+# CUDA error 200 (cudaErrorInvalidKernelImage, CUDA_ERROR_INVALID_IMAGE) and 300
+# (CUDA_ERROR_INVALID_SOURCE) share this text: GPU code the driver could not load, most
+# often a build from before this GPU's architecture (cupy/cupy#8045)
+_INVALID_IMAGE = re.compile(
+    r"device kernel image is invalid|cudaErrorInvalidKernelImage|CUDA_ERROR_INVALID_IMAGE",
+    re.IGNORECASE,
+)
+# CUDA error 701: a kernel launched with more threads per block than its registers allow
+# on this GPU, or with too many arguments (the CUDA runtime's own description)
+_LAUNCH_RESOURCES = re.compile(
+    r"too many resources requested for launch|cudaErrorLaunchOutOfResources|"
+    r"CUDA_ERROR_LAUNCH_OUT_OF_RESOURCES",
     re.IGNORECASE,
 )
 _DRIVER_OOM = re.compile(
@@ -147,6 +162,15 @@ _IN_DISGUISE: tuple[tuple[re.Pattern, str, Optional[str]], ...] = (
         "install",
     ),
     (re.compile(r"CUDNN_STATUS_INTERNAL_ERROR"), "CUDNN_STATUS_INTERNAL_ERROR", "benchmark"),
+    # torch's cuDNN v8 convolutions (aten/src/ATen/native/cudnn/Conv_v8.cpp): "GET" (or
+    # "FIND" under cudnn.benchmark) once every engine failed; an out-of-memory error while
+    # trying one is caught and the next tried, so a full GPU ends here, and so does a
+    # convolution in a data type this GPU's cuDNN has no engine for
+    (
+        re.compile(r"unable to find an engine to execute this computation", re.IGNORECASE),
+        "no cuDNN engine",
+        "engine",
+    ),
     (  # torch 1.x (THC) for CUBLAS_STATUS_ALLOC_FAILED
         re.compile(r"cublas runtime error : resource allocation failed"),
         "cuBLAS: resource allocation failed",
@@ -405,6 +429,8 @@ def _kind(exc: BaseException, message: str, details: dict[str, Any]) -> Optional
         return Recognised(NCCL_ERROR, details)
     if _CAPTURE.search(message):
         return Recognised(STREAM_CAPTURE, details)
+    if _LAUNCH_RESOURCES.search(message):
+        return Recognised(LAUNCH_RESOURCES, details)
     for pattern, feature, needs in _TOO_OLD:
         match = pattern.search(message)
         if match:
@@ -448,6 +474,9 @@ def _driver_problem(message: str, details: dict[str, Any]) -> Optional[Recognise
         return Recognised(DRIVER_MISMATCH, details)
     if _NO_KERNEL.search(message):
         details["problem"] = "no kernel image"
+        return Recognised(DRIVER_MISMATCH, details)
+    if _INVALID_IMAGE.search(message):
+        details["problem"] = "invalid kernel image"
         return Recognised(DRIVER_MISMATCH, details)
     if _DRIVER_VERSIONS.search(message):
         return Recognised(DRIVER_VERSIONS, details)

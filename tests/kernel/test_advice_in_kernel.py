@@ -22,6 +22,7 @@ FAMILIES = [
     "device_busy",
     "nccl_error",
     "stream_capture",
+    "launch_out_of_resources",
     "gpu_too_old",
     "library_setup",
     "cuda_driver_oom",

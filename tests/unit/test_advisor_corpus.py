@@ -450,3 +450,39 @@ def test_error_803_without_a_driver_to_read_says_what_the_error_means():
     assert not {"NVIDIA driver running", "libcuda loaded", "nvidia-smi (NVML)"} & set(
         diagnosis.facts
     )
+
+
+def test_no_cudnn_engine_names_bfloat16_only_where_a_gpu_here_is_older_than_ampere():
+    """torch's 'GET was unable to find an engine': memory first; bfloat16 on a GPU before
+    compute capability 8.0 (NVML's figure) as the other cause, and not on an A100."""
+    item = next(i for i in CORPUS if i["message"].startswith("GET was unable"))
+    world = fake_pynvml.one_gpu()  # a Tesla T4, 7.5
+    nvml.set_pynvml(fake_pynvml.install(world))
+    t4 = advisor.advise(make(item))
+    assert t4.summary.startswith("cuDNN tried each way it has to run this convolution")
+    assert t4.summary.endswith(
+        "The GPU here is of compute capability 7.5, where a bfloat16 convolution can fail "
+        "this way too."
+    )
+    assert t4.facts["GPU 0"] == "Tesla T4, compute capability 7.5"
+    assert t4.fixes[0].startswith("Run `%gpu_reset`")
+    assert t4.fixes[-1].startswith("If this convolution runs in bfloat16: bfloat16 is not")
+    world.gpus[0].name, world.gpus[0].capability = "NVIDIA A100-SXM4-40GB", (8, 0)
+    nvml.set_pynvml(fake_pynvml.install(world))
+    a100 = advisor.advise(make(item))
+    assert "bfloat16" not in a100.summary + " ".join(a100.fixes[2:])
+    assert "the cuDNN install" in a100.fixes[-1]
+    nvml.set_pynvml(fake_pynvml.install(fake_pynvml.no_library()))  # NVML says nothing
+    unknown = advisor.advise(make(item))
+    assert "GPU 0" not in unknown.facts
+    assert "a T4 is 7.5" in unknown.fixes[-1] and "cuDNN loaded" in unknown.fixes[-1]
+
+
+def test_a_refused_launch_is_not_memory_and_names_the_gpu_to_report():
+    item = next(i for i in CORPUS if i["kind"] == advisor.LAUNCH_RESOURCES)
+    nvml.set_pynvml(fake_pynvml.install(fake_pynvml.one_gpu()))
+    diagnosis = advisor.advise(make(item))
+    assert diagnosis.facts["GPU 0"] == "Tesla T4, compute capability 7.5"
+    assert "not GPU memory" in diagnosis.summary
+    assert not any("%gpu_reset" in fix for fix in diagnosis.fixes)
+    assert not diagnosis.restart_required

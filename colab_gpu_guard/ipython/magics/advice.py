@@ -34,20 +34,23 @@ short diagnosis: the real cause and the fix, in the words of the framework that 
   functions the failed cell called are released, and a note names them and the memory
   that freed. Also out of memory in disguise (`CUBLAS_STATUS_ALLOC_FAILED`,
   `CUDNN_STATUS_NOT_INITIALIZED`, `CUDNN_STATUS_INTERNAL_ERROR`, no valid cuDNN algorithm,
-  TensorFlow's "cuDNN failed to initialize") and the CUDA driver out of memory.
+  "GET was unable to find an engine" - with bfloat16 named where a GPU here is older than
+  compute capability 8.0 - TensorFlow's "cuDNN failed to initialize") and the CUDA driver
+  out of memory.
 - Errors after which this process's CUDA context is unusable, such as a device-side
   assert (the runtime must be restarted; `%gpu_status` and `%gpu_reset` then say so too),
   and cuBLAS/cuDNN execution failures that usually report such an error late.
 - Tensors on two devices (`cuda:0 and cpu`), a random generator on another device than
   its draws (a shuffling DataLoader after `torch.set_default_device('cuda')`), a GPU
   number the runtime does not have, a busy GPU, NCCL, CUDA-graph capture, a GPU too old
-  for bfloat16, FlashAttention or Triton.
+  for bfloat16, FlashAttention or Triton, a kernel launch refused for asking too much ("too
+  many resources requested for launch").
 - CUDA used in forked DataLoader workers; cuBLAS determinism, and operations with no
   deterministic implementation.
-- A driver too old for the CUDA build, a build with no code for this GPU, a driver whose
-  running version and loaded libraries differ (error 803: the two versions and what to
-  restart), a missing or old cuDNN, a CPU-only build, no GPU at all (JAX's "No visible GPU
-  devices" included).
+- A driver too old for the CUDA build, a build with no code for this GPU ("device kernel
+  image is invalid" included), a driver whose running version and loaded libraries differ
+  (error 803: the two versions and what to restart), a missing or old cuDNN, a CPU-only
+  build, no GPU at all (JAX's "No visible GPU devices" included).
 
 Out-of-memory errors of host memory or of a TPU get no GPU advice. Any other error is
 shown exactly as without the extension, and `%debug` works as usual.
