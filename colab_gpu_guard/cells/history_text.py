@@ -27,7 +27,7 @@ from .rerun_holders import (
 )
 
 if TYPE_CHECKING:
-    from .tracker import CellMemory
+    from .cell_memory import CellMemory
 
 PEAK_BOUND_NOTE = (
     "peak '<= X': the cell stayed below an earlier peak ('>= X': it reset torch's peak "

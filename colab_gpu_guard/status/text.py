@@ -12,7 +12,7 @@ from ..nvml import INCLUDES_RESERVED, V1, MigInstance, NvmlDevice, NvmlProcess
 from ..units import NA, counted, escape_lines, format_bytes
 
 if TYPE_CHECKING:
-    from ..cells.tracker import CellMemory
+    from ..cells.cell_memory import CellMemory
     from ..leftovers.groups import LeftoverGroups
     from ..leftovers.records import Leftover
     from .snapshot import DeviceMemory, GpuStatus, HostInfo
