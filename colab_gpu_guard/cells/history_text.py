@@ -41,6 +41,10 @@ CYCLES = (
     "unreachable reference cycles, not yet collected: %gpu_reset or Python's garbage "
     "collector frees them"
 )
+# what to do with a container that grew on a rerun by plain items: it may be kept on purpose
+# (a list of checkpoints), so the fix is said for the other case
+START_AFRESH = "if each run should start afresh, empty it at the top of the cell"
+_AFRESH = f"; {START_AFRESH}"
 # the end of a LEAK line whose holders hold less than half of what it kept
 UNEXPLAINED = "; the rest by something else: find_leftovers() lists what is alive"
 
@@ -51,6 +55,8 @@ def holder_words(holder: Holder, share: str = "") -> str:
     f() local 'x'> (the last error's traceback: %gpu_reset releases it)"; `share` ("1 MiB
     of it") goes after what it is, before what to do."""
     name, what, then = _holder_parts(holder)
+    if share and then == _AFRESH:
+        then = ""  # emptying a holder of a small share frees little of what was kept
     return f"{name} ({what}{f'; {share}' if share else ''}{then})"
 
 
@@ -94,7 +100,7 @@ def _holder_parts(holder: Holder) -> tuple[str, str, str]:
         return name, f"grew by {counted(growth.count, 'exception')}{holds}", ""
     if growth.graphs:
         return name, f"grew by {counted(growth.count, 'item')}, {graph_text}", f"; {GRAPH_FIX}"
-    return name, f"grew by {counted(growth.count, 'item')}", ""
+    return name, f"grew by {counted(growth.count, 'item')}", _AFRESH
 
 
 def _why_alive(holder: Holder) -> str:
@@ -124,7 +130,8 @@ def held_by_text(holders: tuple[Holder, ...], explained: bool, kept: tuple) -> s
 
 def leak_text(record: CellMemory) -> str:
     """A flagged rerun in words, as every view says it: "LEAK: rerun of [3] kept +80 MiB on
-    cpu again; held by `losses` (grew by 1 item)"; "" for a record not flagged."""
+    cpu again; held by `losses` (grew by 1 item; if each run ...)"; "" for a record not
+    flagged."""
     if not record.rerun_leak:
         return ""
     per_device = record.leaks or ((record.leak_kind, record.leak_bytes),)

@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 
 from colab_gpu_guard.cells import tracker
+from colab_gpu_guard.cells.history_text import START_AFRESH
 from tests.child import run_python
 
 pytestmark = pytest.mark.gpu
@@ -114,7 +115,7 @@ def test_a_real_rerun_leak_is_flagged_and_a_clean_rerun_is_not(cuda, run_cell):
     assert not first.rerun_leak
     assert second.rerun_leak and second.rerun_of == first.cell
     assert ("cuda:0", 64 * MiB) in second.leaks and "cuda:0" in second.leak_kind
-    assert "`keep` (grew by 1 item)" in second.held_by
+    assert f"`keep` (grew by 1 item; {START_AFRESH})" in second.held_by
     clean = "tmp = torch.ones(64 * 2**20 // 4, device='cuda')\ndel tmp"
     runs = [cell(run_cell, clean) for _ in range(2)]
     assert not any(record.rerun_leak for record in runs) and runs[1].rerun_of == runs[0].cell
@@ -135,7 +136,7 @@ def test_a_rerun_after_keep_clear_is_not_flagged_and_the_next_one_is(cuda, run_c
     third = cell(run_cell, leak)
     assert not second.rerun_leak and second.rerun_of == first.cell
     assert third.rerun_leak and ("cuda:0", 64 * MiB) in third.leaks
-    assert "`keep2` (grew by 1 item)" in third.held_by
+    assert f"`keep2` (grew by 1 item; {START_AFRESH})" in third.held_by
 
 
 LEFTOVERS_SCRIPT = """

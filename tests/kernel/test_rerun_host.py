@@ -20,6 +20,7 @@ import sys
 
 import pytest
 
+from colab_gpu_guard.cells.history_text import START_AFRESH
 from tests.child import run_python
 
 pytestmark = [
@@ -123,4 +124,4 @@ def test_a_keep_the_heap_reuses_is_flagged_on_the_second_run(mode):
             assert run["flagged"], (name, history)
             # malloc's figure is net: the cell may free a few bytes of IPython's own too
             assert size - SLACK <= run["bytes"] < size + MiB, (name, history)
-            assert run["held_by"] == f"`{name}` (grew by 1 item)", (name, history)
+            assert run["held_by"] == f"`{name}` (grew by 1 item; {START_AFRESH})", (name, history)

@@ -14,6 +14,7 @@ import pytest
 from IPython.utils.capture import capture_output
 
 from colab_gpu_guard.cells import tracker
+from colab_gpu_guard.cells.history_text import START_AFRESH
 from colab_gpu_guard.cells.tracker import format_history, memory_history
 from colab_gpu_guard.leftovers.graphs import FIX as GRAPH_FIX
 from colab_gpu_guard.units import format_bytes
@@ -279,7 +280,7 @@ def test_a_container_that_grew_on_a_flagged_rerun_is_listed_before_ordinary_stat
         assert held.index("rows_g  ") < held.index("state_g  ")
         # the reset's note names the holder once, after every cell it held memory for
         cells = ", ".join(f"[{record.cell}]" for record in flagged)
-        assert f"held by: {cells} `rows_g` (grew by 1 item)" in held, held
+        assert f"held by: {cells} `rows_g` (grew by 1 item; {START_AFRESH})" in held, held
         # a variable of the same name a test namespace holds is not the notebook's
         plain = find_leftovers(namespace={"rows_g": [torch.ones(10)]}).groups()
         assert plain.named("rows_g").kind == "user variable"
@@ -350,7 +351,9 @@ def test_a_rerun_after_the_earlier_runs_memory_was_freed_is_not_flagged(
     assert not again.rerun_leak and again.rerun_of == first, history
     assert leak.rerun_leak and leak.rerun_of == second, history
     assert ip.user_ns["refs"][1]() is not None  # the second run's tensor is still held
-    holder = "`outs` (grew by 1 item)" if free == "outs.clear()" else f"`Out[{second}]`"
+    holder = (
+        f"`outs` (grew by 1 item; {START_AFRESH})" if free == "outs.clear()" else f"`Out[{second}]`"
+    )
     assert holder in leak.held_by, history
     pop(ip, "outs", "refs", "t")
 
@@ -385,12 +388,13 @@ def test_the_resets_note_names_only_the_holders_still_there(ip, run_cell):
         ("output", f"Out[{runs[-2]}]"),
     ], flagged[-1].held_by
     assert flagged[-1].held_by == (
-        f"`kept_n` (grew by 1 item), `Out[{runs[-2]}]` (output history: %gpu_reset releases it)"
+        f"`kept_n` (grew by 1 item; {START_AFRESH}), "
+        f"`Out[{runs[-2]}]` (output history: %gpu_reset releases it)"
     )
     from colab_gpu_guard import gpu_reset
 
     dry = "\n".join(gpu_reset(dry_run=True).notes)
-    assert "`kept_n` (grew by 1 item)" in dry and f"`Out[{runs[-2]}]`" in dry
+    assert f"`kept_n` (grew by 1 item; {START_AFRESH})" in dry and f"`Out[{runs[-2]}]`" in dry
     notes = "\n".join(gpu_reset("kept_n").notes)
     cells = ", ".join(f"[{record.cell}]" for record in flagged)
     assert f"cells flagged for keeping memory again when rerun: {cells}" in notes, notes
@@ -413,7 +417,7 @@ def test_a_list_a_called_function_fills_is_named_not_the_list_the_cell_names(ip,
     flagged, history = reruns(run_cell, "losses_f.append(torch.randn(1)); step_f()")
     for record in flagged:
         assert record.rerun_leak and record.leak_bytes >= X_BYTES - SLACK, history
-        assert record.held_by == "`cache_f` (grew by 1 item)", history
+        assert record.held_by == f"`cache_f` (grew by 1 item; {START_AFRESH})", history
         assert record.grew == ("cache_f",)
     refs = [weakref.ref(item) for item in ip.user_ns["cache_f"]]
     ip.user_ns["cache_f"].clear()
@@ -448,7 +452,7 @@ def test_a_list_a_function_fills_calls_down_is_named(ip, run_cell, functions, ca
     flagged, history = reruns(run_cell, call)
     for record in flagged:
         assert record.rerun_leak and record.leak_bytes >= X_BYTES - SLACK, history
-        assert record.held_by == "`cache_d` (grew by 1 item)", history
+        assert record.held_by == f"`cache_d` (grew by 1 item; {START_AFRESH})", history
     refs = [weakref.ref(item.untyped_storage()) for item in ip.user_ns["cache_d"]]
     ip.user_ns["cache_d"].clear()
     assert all(ref() is None for ref in refs)

@@ -12,6 +12,7 @@ import weakref
 
 import pytest
 
+from colab_gpu_guard.cells.history_text import START_AFRESH
 from colab_gpu_guard.cells.rerun_holders import CACHE, VARIABLE
 from tests.records import reruns
 
@@ -54,7 +55,14 @@ def test_a_list_a_forward_hook_fills_is_named(ip, run_cell):
     kept = ip.user_ns["hook_acts"]
     nbytes = kept[-1].untyped_storage().nbytes()
     assert nbytes == 4000 * 1000 * 4
-    check(flagged, history, "hook_acts", VARIABLE, nbytes, "`hook_acts` (grew by 1 item)")
+    check(
+        flagged,
+        history,
+        "hook_acts",
+        VARIABLE,
+        nbytes,
+        f"`hook_acts` (grew by 1 item; {START_AFRESH})",
+    )
     refs = storages(kept)
     kept.clear()
     assert all(ref() is None for ref in refs)
@@ -75,7 +83,12 @@ def test_an_objects_attribute_a_method_fills_is_named(ip, run_cell):
     kept = ip.user_ns["trainer"].history
     nbytes = kept[-1].untyped_storage().nbytes()
     check(
-        flagged, history, "trainer.history", VARIABLE, nbytes, "`trainer.history` (grew by 1 item)"
+        flagged,
+        history,
+        "trainer.history",
+        VARIABLE,
+        nbytes,
+        f"`trainer.history` (grew by 1 item; {START_AFRESH})",
     )
     assert flagged[-1].grew == ("trainer.history",)
     refs = storages(kept)
@@ -125,7 +138,7 @@ def test_a_user_modules_global_is_named_with_its_module(ip, run_cell, tmp_path, 
         module = sys.modules["utils34b"]
         kept = module._cache
         nbytes = kept[-1].untyped_storage().nbytes()
-        words = "`utils34b._cache` (grew by 1 item)"
+        words = f"`utils34b._cache` (grew by 1 item; {START_AFRESH})"
         check(flagged, history, "utils34b._cache", VARIABLE, nbytes, words)
         refs = storages(kept)
         kept.clear()
@@ -179,6 +192,8 @@ def test_what_is_looked_into_runs_no_code_of_the_users(ip, run_cell):
     cell = "hostile = Hostile()\nhostile_kept.append(torch.ones(4_000_000))"
     flagged, history = reruns(run_cell, cell)
     assert flagged and all(record.rerun_leak for record in flagged), history
-    assert all(record.held_by == "`hostile_kept` (grew by 1 item)" for record in flagged), history
+    assert all(
+        record.held_by == f"`hostile_kept` (grew by 1 item; {START_AFRESH})" for record in flagged
+    ), history
     assert ip.user_ns["hostile_calls"] == []
     pop(ip, "hostile_calls", "hostile_kept", "Hostile", "HostileDict", "hostile")

@@ -15,6 +15,7 @@ import pytest
 torch = pytest.importorskip("torch")
 
 from colab_gpu_guard import find_leftovers, gpu_reset  # noqa: E402
+from colab_gpu_guard.cells.history_text import START_AFRESH
 
 
 class Int8Weight(torch.Tensor):
@@ -155,6 +156,8 @@ def test_a_rerun_keeping_subclass_tensors_names_their_list(ip, run_cell):
     )
     assert ip.user_ns["image_calls_s"] == []
     for record in flagged:
-        assert record.rerun_leak and record.held_by == "`images_s` (grew by 1 item)", history
+        assert (
+            record.rerun_leak and record.held_by == f"`images_s` (grew by 1 item; {START_AFRESH})"
+        ), history
     for name in ("images_s", "image_calls_s", "Image_s"):
         ip.user_ns.pop(name, None)

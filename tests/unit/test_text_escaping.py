@@ -15,7 +15,7 @@ import pytest
 
 from colab_gpu_guard import nvml, status
 from colab_gpu_guard.advisor.diagnosis import Diagnosis
-from colab_gpu_guard.cells.history_text import format_history, leak_text
+from colab_gpu_guard.cells.history_text import START_AFRESH, format_history, leak_text
 from colab_gpu_guard.cells.tracker import CellMemory
 from colab_gpu_guard.seeding import repro_diff, repro_record
 from colab_gpu_guard.seeding.repro_parts import Gpu
@@ -197,7 +197,7 @@ def test_gpu_status_text_escapes_leftover_names(hostile_nvml):
 
 
 def test_history_leak_holders_are_escaped():
-    held_by = ", ".join(f"`{name}` (grew by 1 item)" for name in HOSTILE)
+    held_by = ", ".join(f"`{name}` (grew by 1 item; {START_AFRESH})" for name in HOSTILE)
     record = CellMemory(
         3,
         0,

@@ -14,6 +14,7 @@ from IPython.utils.capture import capture_output
 
 from colab_gpu_guard import host_memory, nvml
 from colab_gpu_guard.cells import tracker
+from colab_gpu_guard.cells.history_text import START_AFRESH
 from colab_gpu_guard.cells.peaks import AT_LEAST, AT_MOST, EXACT, cell_peak, device_peak_bounds
 from colab_gpu_guard.cells.tracker import CellMemory, MemoryTracker, format_history, memory_history
 from colab_gpu_guard.frameworks import torch as torch_support
@@ -649,9 +650,9 @@ def test_innocent_reruns_pass_and_a_20_mib_keep_per_run_is_flagged(ip, run_cell)
         assert record.leaks[0][0] == "cpu" and record.leak_bytes >= 20 * MiB
         if exact:
             assert record.leak_bytes < 21 * MiB
-        assert record.held_by == "`keep20` (grew by 1 item)"
+        assert record.held_by == f"`keep20` (grew by 1 item; {START_AFRESH})"
     text = format_history(memory_history())
-    assert "; held by `keep20` (grew by 1 item)" in text
+    assert f"; held by `keep20` (grew by 1 item; {START_AFRESH})" in text
     for name in ("keep20", "transient", "rebound", "between"):
         ip.user_ns.pop(name, None)
 
@@ -718,7 +719,7 @@ def test_host_memory_is_judged_while_cuda_is_up(monkeypatch):
     for record in (second, third):
         assert record.rerun_leak and record.leak_kind == "cpu", format_history(engine.history())
         assert record.leak_bytes >= 20 * MiB
-        assert record.held_by == "`host_list` (grew by 1 item)"
+        assert record.held_by == f"`host_list` (grew by 1 item; {START_AFRESH})"
     engine.close()
 
 
