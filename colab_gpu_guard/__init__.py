@@ -39,6 +39,7 @@ __all__ = [
     "load_ipython_extension",
     "memory_history",
     "panel",
+    "reference",
     "seed_all",
     "seed_worker",
     "trace_cell",
@@ -76,6 +77,7 @@ _EXPORTS = {
     "format_history": "cells.history_text",
     "memory_history": "cells.tracker",
     "panel": "ipython.panel",
+    "reference": "ipython.magics.reference",
     "TraceReport": "trace",
     "trace_cell": "trace",
 }

@@ -1,7 +1,7 @@
 """Generate docs/reference.md, the magics reference: each magic's own help (its `%magic?`
 text, from its docstring and argument decorators), the longer explanation beside it (the
 `REFERENCE` text of its module in colab_gpu_guard/ipython/magics/), and a glossary of the
-words the reports use.
+words the reports use: what `colab_gpu_guard.reference()` shows (magics/reference.py).
 
 `python tools/magic_reference.py` rewrites docs/reference.md;
 `python tools/magic_reference.py --check` exits 1 if docs/reference.md is out of date (CI).
@@ -23,126 +23,20 @@ HEADER = """\
 each module in colab_gpu_guard/ipython/magics/: edit those, then run the tool. -->
 
 Load the extension with `%load_ext colab_gpu_guard`. Under each magic's name: its help,
-exactly as `%magic?` shows it, then the rest of what it does.
+exactly as `%magic?` shows it, then the rest of what it does. In a notebook,
+`colab_gpu_guard.reference('gpu_history')` shows one magic's part of this page, and
+`colab_gpu_guard.reference()` all of it.
 """
-
-# The words the reports use that a PyTorch user may not know, each checked against the code
-# that prints it (named in the comment).
-GLOSSARY: tuple[tuple[str, str], ...] = (
-    # notebook_refs/shell.py (UNDERSCORES, output_history), notebook_refs/roots.py
-    (
-        "output history",
-        "IPython keeps every result a cell displays: `Out[N]` (also `_N`), and the last "
-        "three in `_`, `__` and `___`. A tensor shown as a cell's result stays alive there "
-        "after you `del` it. End the line with `;` to show nothing and keep nothing; "
-        "`%gpu_reset` drops the entries that hold arrays.",
-    ),
-    # cells/history_text.py (leak_text, held_by_text)
-    (
-        "LEAK line",
-        "In `%gpu_history`: the same cell code, run again, kept memory again (its run before "
-        "kept some too, on the same device). The line says how much, which run came before, "
-        "and what holds the earlier run's objects where it can tell.",
-    ),
-    # status/text.py (kernel_line), cells/history_text.py: torch.cuda.memory_allocated()
-    (
-        "allocated",
-        "Memory in torch tensors on a device (`torch.cuda.memory_allocated()`).",
-    ),
-    # status/text.py (kernel_line), reset/: torch.cuda.memory_reserved(), empty_cache()
-    (
-        "reserved",
-        "Memory torch's allocator holds on a device: allocated, plus freed memory it keeps "
-        "for reuse (`torch.cuda.memory_reserved()`). Other processes cannot use it; "
-        "`%gpu_reset` gives the unused part back. In `%gpu_status`'s GPU line, \"reserved by "
-        'the driver" is another figure: memory the driver and firmware set aside (NVML).',
-    ),
-    # status/text.py (memory_line, the history line "NVML used, all processes")
-    (
-        "NVML used",
-        "A GPU's used memory as NVIDIA's management library (NVML, the source of "
-        "`nvidia-smi`) reports it: every process on the GPU, and in each the CUDA context "
-        "and libraries as well as tensors. So it is more than allocated or reserved.",
-    ),
-    # cuda_health.py; status/text.py (kernel_line: "CUDA context + other libraries")
-    (
-        "CUDA context",
-        "What CUDA sets up in a process on its first GPU use; it takes GPU memory of its "
-        "own, which NVML counts and torch does not. After some errors (a device-side "
-        "assert) it is unusable until the runtime restarts.",
-    ),
-    # cells/history_text.py (peak_text)
-    (
-        "peak",
-        'The most memory torch had allocated during a cell; "<= X" is an upper bound '
-        "(see `%gpu_history`).",
-    ),
-    # cells/ (rss_after), host_memory.py
-    (
-        "host RSS",
-        "The memory this Python process uses on the host (the machine's RAM, not the GPU). "
-        "It covers the whole process, not only arrays.",
-    ),
-    # leftovers/, reset/report.py
-    (
-        "still held (leftovers)",
-        "Arrays still alive between runs, named by the variable or container that holds "
-        'them, e.g. `model.0.weight` or `Out[7]`. "also: b, Out[3]" names the other names '
-        "that reach the same memory (`b = a`, a view, a result shown by a cell); a name "
-        'listed last with "no array of its own" reaches memory names above hold (`Out[7]` '
-        "showing `model`): each must go for that memory to be freed.",
-    ),
-    (
-        "traceback frame",
-        "A failed cell's traceback keeps the local variables of each function it went "
-        "through, listed as `<traceback: train() local 'batch'>` (`f() #2`: the second call "
-        "of `f` on it); the locals of an installed package's functions (torch's own, inside "
-        "a model's forward) are listed together as `<traceback: inside torch>`. "
-        "`%gpu_reset` releases them.",
-    ),
-)
-
-
-def help_text(function) -> str:
-    """A magic's `%magic?` text, without the "::" that marks its usage line as code, and
-    with argparse's heading as Python 3.10 and later write it (3.9: "optional arguments:")."""
-    text = function.__doc__.strip().removeprefix("::").strip()
-    return text.replace("\noptional arguments:\n", "\noptions:\n")
-
-
-def conflicts_text(function) -> str:
-    """The magic's options that contradict each other (its `conflicts`), one line: given
-    together they are a usage error that changes nothing; '' for none."""
-    pairs = getattr(function, "conflicts", ())
-    if not pairs:
-        return ""
-    listed = "; ".join(f"`{first}` with `{second}`" for first, second in pairs)
-    return f"Not together (a usage error that changes nothing): {listed}.\n"
-
-
-def glossary() -> str:
-    lines = ["## Words in the reports", ""]
-    lines += [f"- **{term}**: {meaning}" for term, meaning in GLOSSARY]
-    return "\n".join(lines) + "\n"
 
 
 def reference() -> str:
-    """The whole of docs/reference.md."""
+    """The whole of docs/reference.md: its header, then what `colab_gpu_guard.reference()`
+    shows in a notebook."""
     if str(ROOT) not in sys.path:
         sys.path.insert(0, str(ROOT))
-    from colab_gpu_guard.ipython.magics import line_magics
+    from colab_gpu_guard.ipython.magics.reference import reference_text
 
-    magics = line_magics()
-    contents = ", ".join(f"[`%{name}`](#{name})" for name in magics)
-    parts = [HEADER, f"Magics: {contents}. Then: [words in the reports](#words-in-the-reports).\n"]
-    for name, function in magics.items():
-        module = sys.modules[function.__module__]
-        parts.append(f"## `%{name}`\n\n```text\n{help_text(function)}\n```\n")
-        if conflicts_text(function):
-            parts.append(conflicts_text(function))
-        parts.append(module.REFERENCE)
-    parts.append(glossary())
-    return "\n".join(parts)
+    return "\n".join([HEADER, reference_text()])
 
 
 def main(argv=None) -> int:

@@ -9,6 +9,7 @@ from IPython.utils.capture import capture_output
 
 from colab_gpu_guard import units
 from colab_gpu_guard.ipython.magics import line_magics, usage_lines
+from colab_gpu_guard.ipython.magics import reference as magic_text
 from tests.bad_input import BAD_INPUT
 from tools import magic_reference
 
@@ -44,7 +45,7 @@ def test_help_is_usage_options_one_example_and_the_reference(ip, name):
     assert f"\n  {usage_lines()[name]}\n" in text  # the usage line, as `::` code
     examples = [line for line in text.splitlines() if line.startswith("Example")]
     assert len(examples) == 1 and examples[0].startswith(f"Example: %{name}"), text
-    assert "docs/reference.md" in text
+    assert f"colab_gpu_guard.reference('{name}')" in text
     # one line per option: each option's help follows it on its line
     parser = line_magics()[name].parser
     for action in parser._actions:
@@ -77,7 +78,7 @@ def test_errors_end_with_the_helps_usage_line(ip, name, kind):
 @pytest.mark.parametrize("name", NAMES)
 def test_the_reference_shows_the_help_and_the_usage_line(name):
     reference = magic_reference.REFERENCE_MD.read_text(encoding="utf-8")
-    help_text = magic_reference.help_text(line_magics()[name])
+    help_text = magic_text.help_text(line_magics()[name])
     assert help_text.startswith(usage_lines()[name] + "\n")
     assert f"## `%{name}`\n\n```text\n{help_text}\n```\n" in reference
 
@@ -90,6 +91,35 @@ def test_the_reference_is_up_to_date():
 
 def test_the_glossary_is_in_the_reference_and_uses_no_jargon():
     reference = magic_reference.REFERENCE_MD.read_text(encoding="utf-8")
-    for term, meaning in magic_reference.GLOSSARY:
+    for term, meaning in magic_text.GLOSSARY:
         assert f"- **{term}**: {meaning}" in reference
         assert units.jargon_in(f"{term} {meaning}") == [], term
+
+
+def test_the_reference_is_in_the_package_for_a_notebook(ip):
+    """`colab_gpu_guard.reference('gpu_history')`, the help's pointer, shows that magic's part
+    of docs/reference.md as Markdown in a notebook (also where the package came from a wheel
+    without docs/); no argument shows all of it; a name that is not a magic's says which are."""
+    page = magic_reference.REFERENCE_MD.read_text(encoding="utf-8")
+    with capture_output() as captured:
+        result = ip.run_cell("import colab_gpu_guard\ncolab_gpu_guard.reference('gpu_history')")
+    assert result.success
+    shown = result.result
+    markdown = ip.display_formatter.formatters["text/markdown"]
+    enabled, markdown.enabled = markdown.enabled, True  # on in a kernel, off in a terminal
+    try:
+        formatted, _metadata = ip.display_formatter.format(shown)
+    finally:
+        markdown.enabled = enabled
+    assert formatted["text/markdown"] == str(shown)
+    assert formatted["text/plain"] == str(shown).rstrip("\n")  # IPython drops the last newline
+    assert str(shown).startswith("## `%gpu_history`\n\n```text\n%gpu_history ")
+    assert str(shown) in page and "## `%gpu_reset`" not in str(shown)
+    assert captured.stdout.startswith("Out[")  # the text form, in a terminal
+    import colab_gpu_guard
+
+    assert colab_gpu_guard.reference("%gpu_history") == shown
+    assert page.endswith(colab_gpu_guard.reference())
+    with pytest.raises(ValueError) as raised:
+        colab_gpu_guard.reference("gpu_histroy")
+    assert "'gpu_history'" in str(raised.value) and "'seed_all'" in str(raised.value)

@@ -92,7 +92,7 @@ class AdvisorMagics(GuardMagics):
         the cause and the fix follow the traceback. Other errors are shown unchanged.
 
         Example: %gpu_advice off
-        More (the errors it explains): docs/reference.md
+        More (the errors it explains): colab_gpu_guard.reference('gpu_advice')
         """
         state, bad = None, False
         try:

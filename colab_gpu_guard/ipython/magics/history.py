@@ -112,7 +112,7 @@ class HistoryMagics(GuardMagics):
         and after, the peak, and a LEAK line when a cell run again kept memory again.
 
         Example: %gpu_history --limit 10
-        More (each column, peaks, the LEAK line): docs/reference.md
+        More (each column, peaks, the LEAK line): colab_gpu_guard.reference('gpu_history')
         """
         from ...cells.history_text import format_history
 

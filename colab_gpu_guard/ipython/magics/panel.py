@@ -96,7 +96,7 @@ class PanelMagics(GuardMagics):
         more. It refreshes after every cell; %gpu_panel again shows the same panel.
 
         Example: %gpu_panel --live 2
-        More (what it shows, --live): docs/reference.md
+        More (what it shows, --live): colab_gpu_guard.reference('gpu_panel')
         """
         args = parse_line(self.gpu_panel, line)
         seconds = None

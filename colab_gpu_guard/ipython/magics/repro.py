@@ -72,7 +72,7 @@ class ReproMagics(GuardMagics):
         saved run.
 
         Example: %repro --diff run.json
-        More (every field, from a terminal): docs/reference.md
+        More (every field, from a terminal): colab_gpu_guard.reference('repro')
         """
         from ... import seeding
 

@@ -125,7 +125,7 @@ class ResetMagics(GuardMagics):
         still held, by name. Your variables stay, unless you name them or give --all.
 
         Example: %gpu_reset model opt
-        More (what it drops, in order): docs/reference.md
+        More (what it drops, in order): colab_gpu_guard.reference('gpu_reset')
         """
         from ...reset import apply as reset
 

@@ -183,7 +183,7 @@ class SeedMagics(GuardMagics):
         """Seed Python, NumPy, torch (CPU, every GPU), CuPy/TF if imported; one line out.
 
         Example: %seed_all 42 --deterministic
-        More (each option, DataLoader workers): docs/reference.md
+        More (each option, DataLoader workers): colab_gpu_guard.reference('seed_all')
         """
         from ... import seeding
 

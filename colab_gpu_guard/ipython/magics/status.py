@@ -55,7 +55,7 @@ class StatusMagics(GuardMagics):
         held between runs. Works without a GPU (it says so).
 
         Example: %gpu_status --processes
-        More (every line it shows, the terminal command): docs/reference.md
+        More (every line it shows, the terminal command): colab_gpu_guard.reference('gpu_status')
         """
         from ... import notebook_refs, status
 

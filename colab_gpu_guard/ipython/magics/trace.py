@@ -103,7 +103,7 @@ class TraceMagics(GuardMagics):
         at it by the notebook line that allocated it, what the cell kept, a timeline.
 
         Example: %gpu_trace on   (or %%gpu_trace as the first line of one cell)
-        More (what it records, its cost, your own recording): docs/reference.md
+        More (what it records, its cost, your own recording): colab_gpu_guard.reference('gpu_trace')
         """
         __tracebackhide__ = True  # noqa: F841  (IPython 8+ hides this frame in tracebacks)
         from ...trace.recording import DEFAULT_MAX_ENTRIES
