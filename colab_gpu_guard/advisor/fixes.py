@@ -405,10 +405,36 @@ def _no_gpu(details: dict[str, Any]) -> Advice:
             "The log line above the traceback, `failed call to cuInit: CUDA_ERROR_...`, says "
             "why: `NO_DEVICE`: this runtime has no GPU (Colab: Runtime > Change runtime type > "
             "a GPU); `SYSTEM_NOT_READY`: on a server with NVSwitch (8x A100/H100) the "
-            "`nvidia-fabricmanager` service is not running; another code: the driver "
-            "(`!nvidia-smi` shows whether it works).",
+            "`nvidia-fabricmanager` service is not running; `UNKNOWN`: as after the machine "
+            "slept, `sudo rmmod nvidia_uvm && sudo modprobe nvidia_uvm` (or a reboot); another "
+            "code: the driver (`!nvidia-smi` shows whether it works).",
             "To run on the CPU meanwhile: restart, and make the first cell "
             "`%env JAX_PLATFORMS=cpu` (read when JAX starts).",
+        ]
+        return Advice(NO_GPU, summary, {}, fixes)
+    if problem == "cuda init failed":  # torch: cuInit gave CUDA_ERROR_UNKNOWN (999)
+        gpus = details.get("gpus_here")
+        cause = (
+            "its unified-memory part (`nvidia_uvm`) is in a bad state, as after the machine "
+            "slept (suspend), or a container lacks `/dev/nvidia-uvm`."
+        )
+        if gpus:
+            seen = f"NVML sees {gpus} NVIDIA GPU{'s' * (gpus != 1)}, so the driver runs:"
+        else:
+            seen = "Usually the driver runs but"
+        summary = (
+            "CUDA could not start: the NVIDIA driver answered 'unknown error' when torch "
+            f"started it, so torch sees no GPU. {seen} {cause}"
+        )
+        fixes = [
+            f"Restart the runtime ({RESTART_SESSION}); if it fails the same way, a new machine "
+            f"({NEW_RUNTIME}): the driver's state belongs to the machine.",
+            "On your own Linux machine: `sudo rmmod nvidia_uvm && sudo modprobe nvidia_uvm` "
+            "(or a reboot); for a container, `sudo nvidia-modprobe -c 0 -u` on the host "
+            "creates `/dev/nvidia-uvm`.",
+            "If this notebook changed `CUDA_VISIBLE_DEVICES` after CUDA started (the message's "
+            "example), set it in the first cell instead (`%env CUDA_VISIBLE_DEVICES=0`) and "
+            "restart.",
         ]
         return Advice(NO_GPU, summary, {}, fixes)
     if problem == "no gpu backend" and framework == "jax":

@@ -111,6 +111,7 @@ _ALLOCATOR_OOM = re.compile(
 _NO_GPU = re.compile(
     r"No CUDA GPUs are available|Torch not compiled with CUDA enabled|"
     r"Found no NVIDIA driver on your system|CUDA driver initialization failed|"
+    r"CUDA unknown error - this may be due to an incorrectly set up environment|"
     r"cudaErrorNoDevice|CUDA_ERROR_NO_DEVICE|"
     r"Unknown backend: '(gpu|cuda)' requested|No visible GPU devices|"
     r"Attempting to deserialize object on a CUDA device but torch\.cuda\.is_available\(\)",
@@ -453,6 +454,8 @@ def _kind(exc: BaseException, message: str, details: dict[str, Any]) -> Optional
     if _NO_GPU.search(message):
         if "not compiled with CUDA" in message:
             details["problem"] = "cpu build"
+        elif "CUDA unknown error" in message:  # c10/cuda/CUDAFunctions.cpp, cudaErrorUnknown
+            details["problem"] = "cuda init failed"
         elif "deserialize" in message:
             details["problem"] = "checkpoint"
         elif "No visible GPU devices" in message:

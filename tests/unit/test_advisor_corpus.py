@@ -486,3 +486,17 @@ def test_a_refused_launch_is_not_memory_and_names_the_gpu_to_report():
     assert "not GPU memory" in diagnosis.summary
     assert not any("%gpu_reset" in fix for fix in diagnosis.fixes)
     assert not diagnosis.restart_required
+
+
+def test_cuda_unknown_at_start_says_the_driver_runs_where_nvml_sees_the_gpu():
+    """torch's 'CUDA unknown error' at CUDA's start (cuInit gave error 999): where NVML lists
+    the GPU, the driver runs and its unified-memory part is what failed; no CPU fallback is
+    offered as the fix, as for a runtime without a GPU."""
+    item = next(i for i in CORPUS if i["message"].startswith("CUDA unknown error"))
+    nvml.set_pynvml(fake_pynvml.install(fake_pynvml.one_gpu()))
+    diagnosis = advisor.advise(make(item))
+    assert diagnosis.facts["GPUs NVML sees"] == "1"
+    assert "NVML sees 1 NVIDIA GPU, so the driver runs: its unified-memory part" in (
+        diagnosis.summary
+    )
+    assert not any(fix.startswith("Run on the CPU") for fix in diagnosis.fixes)

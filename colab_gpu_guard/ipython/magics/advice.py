@@ -50,7 +50,8 @@ short diagnosis: the real cause and the fix, in the words of the framework that 
 - A driver too old for the CUDA build, a build with no code for this GPU ("device kernel
   image is invalid" included), a driver whose running version and loaded libraries differ
   (error 803: the two versions and what to restart), a missing or old cuDNN, a CPU-only
-  build, no GPU at all (JAX's "No visible GPU devices" included).
+  build, CUDA unable to start ("CUDA unknown error", as after the machine slept), no GPU at
+  all (JAX's "No visible GPU devices" included).
 
 Out-of-memory errors of host memory or of a TPU get no GPU advice. Any other error is
 shown exactly as without the extension, and `%debug` works as usual.
