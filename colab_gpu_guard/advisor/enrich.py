@@ -1,8 +1,9 @@
 """`advise`: a diagnosis plus what can be learned safely from this process.
 
-Leftover tensors by name, NVML's list of GPU processes, driver and build versions; a sticky
+Leftover tensors by name, NVML's list of GPU processes; driver and build versions and each
+GPU's capability (setup_facts.py), the cuBLAS or cuDNN loaded (cuda_libraries.py); a sticky
 error marks the CUDA context broken, and the failed call's traceback frames can be released
-after an out-of-memory error.
+after an out-of-memory error. `_ENRICHERS` says which facts each kind gets.
 
 Rules kept here:
 - nothing here raises into the caller: an advisor failure must never hide the user's
@@ -19,11 +20,17 @@ import os
 from dataclasses import asdict
 from typing import Any, Callable, Optional
 
-from .. import cuda_health
 from ..frameworks import torch as torch_support
 from ..seeding import determinism
 from ..units import format_bytes
-from . import fixes, machine, memory_fixes, origin, released_frames, setup_fixes
+from . import (
+    cuda_libraries,
+    machine,
+    memory_fixes,
+    origin,
+    released_frames,
+    setup_facts,
+)
 from .advice import DEL_LEFTOVERS
 from .diagnosis import Diagnosis, Section, classify, rebuild
 from .kinds import (
@@ -37,6 +44,7 @@ from .kinds import (
     INVALID_DEVICE,
     LATE_KERNEL_ERROR,
     LAUNCH_RESOURCES,
+    LIBRARY_SETUP,
     MEMORY_IN_DISGUISE,
     MEMORY_KINDS,
     NO_GPU,
@@ -45,18 +53,9 @@ from .kinds import (
     STICKY_ERROR,
     STICKY_ERROR_ELSEWHERE,
 )
-from .machine import arch_supports, driver_facts, gpu_processes, torch_arch_list
+from .machine import gpu_processes
 
 # ---------------------------------------------------------------- facts from this process
-
-
-def _context_usable() -> bool:
-    torch = torch_support.loaded()
-    return (
-        torch is not None
-        and cuda_health.broken_reason() is None
-        and torch_support.cuda_initialized(torch)
-    )
 
 
 def _leftover_holders(namespace: Optional[dict], device: Optional[str], limit: int = 5) -> Any:
@@ -99,7 +98,7 @@ def _enrich_oom(diagnosis: Diagnosis, namespace: Optional[dict]) -> None:
             diagnosis.fixes[0] += DEL_LEFTOVERS
     if is_torch_cuda:
         _rerun_leaks_on_cuda(diagnosis, namespace)
-    if is_torch_cuda and _context_usable():
+    if is_torch_cuda and setup_facts.context_usable():
         torch = torch_support.loaded()
         device = diagnosis.details.get("device", 0)
         for stats in torch_support.allocator_stats(torch):
@@ -199,66 +198,6 @@ def _enrich_nondet(diagnosis: Diagnosis, namespace: Optional[dict]) -> None:
             )
 
 
-def _enrich_driver(diagnosis: Diagnosis, namespace: Optional[dict]) -> None:
-    torch = torch_support.loaded()
-    from_nvml = driver_facts()
-    torch_cuda = torch_support.cuda_version(torch) if torch is not None else None
-    if torch is not None:
-        diagnosis.facts["torch"] = torch_support.version()
-        diagnosis.facts["torch built for CUDA"] = torch_cuda or "none (CPU build)"
-    if "driver_version" in from_nvml:
-        diagnosis.facts["NVIDIA driver"] = from_nvml["driver_version"]
-    if "driver_cuda" in from_nvml:
-        diagnosis.facts["driver supports CUDA"] = from_nvml["driver_cuda"]
-    driver_cuda = diagnosis.facts.get("driver supports CUDA")
-    if torch_cuda and driver_cuda and _version_tuple(driver_cuda) < _version_tuple(torch_cuda):
-        diagnosis.notes.append(
-            f"The driver supports CUDA {driver_cuda}, older than the CUDA {torch_cuda} this "
-            "torch was built for."
-        )
-    arch_list = torch_arch_list(torch) if torch is not None else None
-    if arch_list is not None:
-        diagnosis.facts["torch arch list"] = " ".join(arch_list) or "empty"
-    devices = from_nvml.get("devices") or []
-    if not devices and torch is not None and _context_usable():
-        try:
-            capability = tuple(torch.cuda.get_device_capability())
-            devices = [{"index": torch.cuda.current_device(), "capability": capability}]
-        except Exception:  # torch: a context the error may have broken
-            devices = []
-    for device in devices:
-        capability = device.get("capability")
-        if capability is None:
-            continue
-        label = f"GPU {device['index']}"
-        name = device.get("name")
-        verdict = arch_supports(arch_list or [], capability)
-        verdict_text = {
-            True: "torch has kernels for it",
-            False: "NO kernels in this torch",
-            None: "",
-        }[verdict]
-        text = f"sm_{capability[0]}{capability[1]}" + (f", {name}" if name else "")
-        diagnosis.facts[f"{label} capability"] = text + (
-            f" - {verdict_text}" if verdict_text else ""
-        )
-
-
-def _enrich_driver_versions(diagnosis: Diagnosis, namespace: Optional[dict]) -> None:
-    """Error 803: the versions of the driver's two halves as this machine has them."""
-    diagnosis.details.update(machine.driver_versions_details())
-    advice = setup_fixes.driver_versions(diagnosis.details)
-    diagnosis.summary, diagnosis.fixes = advice.summary, list(advice.fixes)
-    diagnosis.facts.update(advice.facts)
-
-
-def _version_tuple(text: str) -> tuple[int, ...]:
-    try:
-        return tuple(int(part) for part in str(text).split(".")[:2])
-    except ValueError:
-        return ()
-
-
 def _enrich_processes(diagnosis: Diagnosis, namespace: Optional[dict]) -> None:
     processes = gpu_processes()
     if processes is None:
@@ -334,95 +273,6 @@ def _enrich_driver_oom(diagnosis: Diagnosis, namespace: Optional[dict]) -> None:
     )
 
 
-def _enrich_devices(diagnosis: Diagnosis, namespace: Optional[dict]) -> None:
-    if diagnosis.details.get("problem") == "checkpoint":
-        return  # the message states torch's own device count: nothing to add
-    visible = os.environ.get("CUDA_VISIBLE_DEVICES")
-    diagnosis.facts["CUDA_VISIBLE_DEVICES"] = repr(visible) if visible is not None else "unset"
-    devices = driver_facts().get("devices")
-    diagnosis.facts["GPUs NVML sees"] = (
-        ", ".join(f"GPU {d['index']} {d.get('name') or ''}".rstrip() for d in devices) or "none"
-        if devices is not None
-        else "NVML not available"
-    )
-
-
-def _enrich_compute_mode(diagnosis: Diagnosis, namespace: Optional[dict]) -> None:
-    """The compute mode of each GPU (NVML) tells the causes of 'busy or unavailable' apart:
-    exclusive (one process at a time), prohibited (none), or default (neither: the GPU or
-    its driver is at fault)."""
-    modes = machine.compute_modes()
-    for index, mode in modes:
-        diagnosis.facts[f"GPU {index} compute mode"] = mode
-    advice = setup_fixes.device_busy(diagnosis.details, [mode for _, mode in modes])
-    diagnosis.summary, diagnosis.fixes = advice.summary, list(advice.fixes)
-
-
-def _enrich_capability(diagnosis: Diagnosis, namespace: Optional[dict]) -> None:
-    _gpu_capabilities(diagnosis)
-
-
-def _gpu_capabilities(diagnosis: Diagnosis) -> list[tuple[int, int]]:
-    """Each GPU's name and compute capability as facts (NVML's): the capabilities read."""
-    capabilities = []
-    for device in driver_facts().get("devices") or []:
-        capability = device.get("capability")
-        if capability is not None:
-            capabilities.append(capability)
-            if "this GPU" not in diagnosis.facts:  # the message named it already
-                name = device.get("name") or f"GPU {device['index']}"
-                diagnosis.facts[f"GPU {device['index']}"] = (
-                    f"{name}, compute capability {capability[0]}.{capability[1]}"
-                )
-    return capabilities
-
-
-def _enrich_engine(diagnosis: Diagnosis, namespace: Optional[dict]) -> None:
-    """cuDNN found no engine: this machine's GPUs tell whether bfloat16 is native here."""
-    if diagnosis.details.get("also") == "engine":
-        capabilities = _gpu_capabilities(diagnosis)
-        if capabilities:
-            diagnosis.details["capabilities"] = capabilities
-            advice = memory_fixes.memory_in_disguise(diagnosis.details)
-            diagnosis.summary, diagnosis.fixes = advice.summary, list(advice.fixes)
-
-
-def _enrich_no_gpu(diagnosis: Diagnosis, namespace: Optional[dict]) -> None:
-    visible = os.environ.get("CUDA_VISIBLE_DEVICES")
-    diagnosis.facts["CUDA_VISIBLE_DEVICES"] = repr(visible) if visible is not None else "unset"
-    torch = torch_support.loaded()
-    if torch is not None:
-        diagnosis.facts["torch built for CUDA"] = (
-            torch_support.cuda_version(torch) or "none (CPU build)"
-        )
-    presence = machine.gpu_presence()
-    if presence.no_driver:
-        diagnosis.facts["GPUs NVML sees"] = "none: no NVIDIA driver on this machine"
-    elif presence.gpus is None:
-        diagnosis.facts["GPUs NVML sees"] = f"unknown (NVML not available: {presence.why})"
-    else:
-        diagnosis.facts["GPUs NVML sees"] = str(presence.gpus)
-    if diagnosis.details.get("problem") == "checkpoint":
-        return  # a checkpoint's fix (map_location) stands
-    if presence.gpus is not None:
-        diagnosis.details.update(gpus_here=presence.gpus, no_driver=presence.no_driver)
-        advice = fixes.BUILDERS[NO_GPU](diagnosis.details)
-        diagnosis.summary, diagnosis.fixes = advice.summary, list(advice.fixes)
-    if diagnosis.details.get("framework") not in (None, "torch") or diagnosis.details.get(
-        "problem"
-    ) not in (None, "cpu build"):
-        return  # the cause below is torch's
-    cause = fixes.no_gpu_cause(
-        torch_support.version() if torch is not None else None,
-        torch is not None and torch_support.cpu_only_build(torch),
-        presence.gpus,
-        visible,
-        driver_facts().get("driver_cuda") if presence.gpus else None,
-    )
-    if cause is not None:
-        diagnosis.summary, diagnosis.fixes = cause[0], list(cause[1])
-
-
 def _enrich_traced(diagnosis: Diagnosis, namespace: Optional[dict]) -> None:
     """Where the failing cell was traced (`%%gpu_trace`, `%gpu_trace on`): the lines whose
     memory was alive when CUDA ran out, from the allocator's out-of-memory observer (kept
@@ -441,24 +291,31 @@ TRACED_TITLE = "memory alive at the failure, by line (traced)"
 
 _ENRICHERS: dict[str, tuple[Callable[[Diagnosis, Optional[dict]], None], ...]] = {
     OUT_OF_MEMORY: (_enrich_oom, _enrich_traced),
-    MEMORY_IN_DISGUISE: (_enrich_engine, _enrich_oom, _enrich_gpu_memory, _enrich_traced),
+    MEMORY_IN_DISGUISE: (
+        setup_facts.enrich_engine,
+        _enrich_oom,
+        _enrich_gpu_memory,
+        cuda_libraries.enrich_library,
+        _enrich_traced,
+    ),
     CUDA_DRIVER_OOM: (_enrich_driver_oom, _enrich_processes, _enrich_oom),
     STICKY_ERROR: (origin.enrich_sticky,),
     STICKY_ERROR_ELSEWHERE: (origin.enrich_elsewhere,),
-    LATE_KERNEL_ERROR: (_enrich_driver,),
-    INVALID_DEVICE: (_enrich_devices,),
-    DEVICE_BUSY: (_enrich_compute_mode, _enrich_processes),
+    LATE_KERNEL_ERROR: (setup_facts.enrich_driver,),
+    INVALID_DEVICE: (setup_facts.enrich_devices,),
+    DEVICE_BUSY: (setup_facts.enrich_compute_mode, _enrich_processes),
     FORKED_CUDA: (_enrich_forked,),
     CUBLAS_DETERMINISM: (_enrich_cublas,),
     NONDETERMINISTIC_OP: (_enrich_nondet,),
-    DRIVER_MISMATCH: (_enrich_driver,),
-    DRIVER_VERSIONS: (_enrich_driver_versions,),
-    GPU_TOO_OLD: (_enrich_capability,),
-    LAUNCH_RESOURCES: (_enrich_capability,),  # the GPU's name, for the report
-    NO_GPU: (_enrich_no_gpu,),
+    DRIVER_MISMATCH: (setup_facts.enrich_driver,),
+    DRIVER_VERSIONS: (setup_facts.enrich_driver_versions,),
+    GPU_TOO_OLD: (setup_facts.enrich_capability,),
+    LIBRARY_SETUP: (cuda_libraries.enrich_library,),
+    LAUNCH_RESOURCES: (setup_facts.enrich_capability,),  # the GPU's name, for the report
+    NO_GPU: (setup_facts.enrich_no_gpu,),
 }
 # A kind left out has nothing this process can add (device mismatch, a generator's device,
-# NCCL, stream capture and library setup are told by the message alone). Another room's
+# NCCL and stream capture are told by the message alone). Another room's
 # facts join a kind here, as the memory trace's lines alive at the failure do (a Section of
 # the answer).
 

@@ -178,6 +178,9 @@ _IN_DISGUISE: tuple[tuple[re.Pattern, str, Optional[str]], ...] = (
         "kernel",
     ),
 )
+# torch's cuBLAS call refused (its shapes were checked before): a cuBLAS other than the
+# one this torch was built with, as the threads found (huggingface/transformers#21663)
+_CUBLAS_INVALID = re.compile(r"CUBLAS_STATUS_INVALID_VALUE when calling `cublas")
 _LIBRARY_SETUP = re.compile(
     r"DNN library is not found|DNN library initialization failed|"
     r"Found cuDNN version \d+, but JAX was built against|Outdated cuDNN installation|"
@@ -408,6 +411,9 @@ def _kind(exc: BaseException, message: str, details: dict[str, Any]) -> Optional
     if found is not None:
         return found
     if _LIBRARY_SETUP.search(message):
+        return Recognised(LIBRARY_SETUP, details)
+    if _CUBLAS_INVALID.search(message):
+        details["library_error"] = "CUBLAS_STATUS_INVALID_VALUE"
         return Recognised(LIBRARY_SETUP, details)
     if device_messages.device_mismatch(message, details):
         return Recognised(DEVICE_MISMATCH, details)

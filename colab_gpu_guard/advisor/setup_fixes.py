@@ -277,6 +277,20 @@ _INSTALL = {
 
 def library_setup(details: dict[str, Any]) -> Advice:
     framework = details.get("framework")
+    if details.get("library_error") == "CUBLAS_STATUS_INVALID_VALUE":
+        summary = (
+            "cuBLAS refused the arguments of a matrix multiply (CUBLAS_STATUS_INVALID_VALUE). "
+            "torch checks the shapes before it calls cuBLAS, so the usual cause is a cuBLAS "
+            "other than the one this torch was built with; it has also been seen with the GPU "
+            "nearly full."
+        )
+        fixes = [
+            "Use torch with its own CUDA libraries: in a fresh environment `pip install "
+            "torch` alone (on Colab, the preinstalled torch; a `pip install` that upgraded an "
+            "`nvidia-cublas-cu*` package can cause it), then restart the runtime.",
+            "If it comes only with large batches: `%gpu_reset` and a smaller step.",
+        ]
+        return Advice(LIBRARY_SETUP, summary, {"error": "CUBLAS_STATUS_INVALID_VALUE"}, fixes)
     summary = (
         "The framework could not load a CUDA library it needs (usually cuDNN), or found one "
         "older than the version it was built for, so it cannot run on the GPU."

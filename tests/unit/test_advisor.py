@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from colab_gpu_guard import advisor, cuda_health, notebook_refs, nvml
-from colab_gpu_guard.advisor import advice, enrich, origin
+from colab_gpu_guard.advisor import advice, cuda_libraries, enrich, origin, setup_facts
 from colab_gpu_guard.advisor import fixes as fixes_module
 from tests import fake_pynvml
 from tests.advisor_corpus import FIRST as MESSAGES
@@ -1429,8 +1429,9 @@ def test_advise_survives_failing_fact_sources(monkeypatch):
     def explode(*args, **kwargs):
         raise RuntimeError("boom")
 
-    monkeypatch.setattr(enrich, "driver_facts", explode)
+    monkeypatch.setattr(setup_facts, "driver_facts", explode)
     monkeypatch.setattr(enrich, "gpu_processes", explode)
+    monkeypatch.setattr(cuda_libraries, "check", explode)
     monkeypatch.setattr(enrich, "_leftover_holders", explode)
     monkeypatch.setattr(notebook_refs, "finished_frames", explode)
     for entry in MESSAGES:

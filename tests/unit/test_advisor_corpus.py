@@ -227,7 +227,6 @@ def test_every_kind_has_an_enricher_or_says_why_not():
         advisor.GENERATOR_DEVICE,
         advisor.NCCL_ERROR,
         advisor.STREAM_CAPTURE,
-        advisor.LIBRARY_SETUP,
     }
     assert set(enrich._ENRICHERS) | told_by_the_message == set(advisor.KINDS)
 

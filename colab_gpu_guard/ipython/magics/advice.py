@@ -49,7 +49,9 @@ short diagnosis: the real cause and the fix, in the words of the framework that 
   deterministic implementation.
 - A driver too old for the CUDA build, a build with no code for this GPU ("device kernel
   image is invalid" included), a driver whose running version and loaded libraries differ
-  (error 803: the two versions and what to restart), a missing or old cuDNN, a CPU-only
+  (error 803: the two versions and what to restart), a missing or old cuDNN, a cuBLAS or
+  cuDNN other than torch's own (`CUBLAS_STATUS_INVALID_VALUE`, and the cuDNN failures above:
+  the copy this process loaded, and what pip installed against torch's versions), a CPU-only
   build, CUDA unable to start ("CUDA unknown error", as after the machine slept), no GPU at
   all (JAX's "No visible GPU devices" included).
 
