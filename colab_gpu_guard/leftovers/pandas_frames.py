@@ -1,6 +1,7 @@
 """pandas frames and series named as a user types them: a frame's columns (``df['a']``,
-or ``df[['a', 'd']]`` where pandas keeps columns of one dtype in one block), ``df.columns``
-and ``df.index``; a series' ``s.values`` and ``s.index`` - not ``df._mgr.blocks[0].values``.
+or ``df[['a', 'd']]`` where pandas keeps columns of one dtype in one block; ``df['b'].array``
+for an Arrow or nullable column), ``df.columns`` and ``df.index``; a series' ``s.values``
+(``s.array``) and ``s.index`` - not ``df._mgr.blocks[0].values``.
 Read through the interpreter's and pandas' own C-level getters; a frame whose column
 labels are not plain strings or numbers keeps the internal names."""
 
@@ -58,14 +59,18 @@ class PandasWalk:
         owner = Visit(path[0], at.depth - 1, at.holder, at.root)  # the frame or series
         if len(axes) == 1:  # a series: one block
             for block in blocks:
-                self.visit(_read(block, "values"), owner.child(ATTR, "values"))
+                values = _read(block, "values")
+                self.visit(values, owner.child(ATTR, "values" if _ndarray(values) else "array"))
             self.visit(axes[0], owner.child(ATTR, "index"))
             return
         labels = _labels(axes[0])
         for number, block in enumerate(blocks):
             node = _columns(labels, _read(_read(block, "_mgr_locs"), "indexer"))
+            values = _read(block, "values")
             column = owner.child(*node) if node else _block_visit(at, number)
-            self.visit(_read(block, "values"), column)
+            if node and not _ndarray(values):  # an extension array (Arrow, nullable ints)
+                column = column.child(ATTR, "array")  # `df['b']` is a Series: its array
+            self.visit(values, column)
         self.visit(axes[0], owner.child(ATTR, "columns"))
         self.visit(axes[1], owner.child(ATTR, "index"))
 
@@ -92,6 +97,13 @@ def _layout(kind: type) -> Layout:
 def _pandas(kind: type) -> bool:
     """A class of pandas' own (``pandas.Index`` says its module is ``pandas``)."""
     return type_module(kind).partition(".")[0] == "pandas"
+
+
+def _ndarray(values: Any) -> bool:
+    """A NumPy array (a block of one dtype), not one of pandas' extension arrays: named
+    `s.values`, where an extension array is `s.array` (`s.values` converts some)."""
+    kind = type(values)
+    return type_module(kind) == "numpy" and kind.__name__ == "ndarray"
 
 
 def _block_visit(at: Visit, number: int) -> Visit:

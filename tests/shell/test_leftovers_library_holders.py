@@ -411,6 +411,34 @@ def test_arrow_backed_columns_and_tables_are_counted_by_their_buffers(shell, run
     assert ns["refs"]["col"]() is None and done.released_bytes == column
 
 
+def test_extension_columns_are_named_by_what_a_user_types_and_it_is_that_memory(
+    shell, run_cell, pd
+):
+    """A frame's Arrow or nullable column is `frame['b'].array...` (`frame['b']` is a Series,
+    its array the block pandas keeps), a series' is `s.array...`: each name, evaluated in the
+    notebook, is the buffer or array of the bytes listed."""
+    pytest.importorskip("pyarrow")
+    run(
+        run_cell,
+        "import numpy as np, pandas as pd\n"
+        "mixed = pd.DataFrame({'a': np.arange(2000.0), "
+        "'b': pd.array([str(i) for i in range(2000)], dtype='string[pyarrow]'), "
+        "'c': pd.array(np.arange(2000), dtype='Int64')})\n"
+        "strings = pd.Series(['y'] * 500, dtype='string[pyarrow]')",
+    )
+    ns = shell.user_ns
+    found = [e for e in find_leftovers(shell=shell) if e.name.startswith(("mixed", "strings"))]
+    names = [entry.name for entry in found]
+    assert "mixed['c'].array._data" in names and "mixed['c'].array._mask" in names
+    assert "mixed['b'].array._pa_array.chunks[0].buffers()[1]" in names
+    assert "strings.array._pa_array.chunks[0].buffers()[1]" in names
+    assert not any("._mgr" in name or "'b']._pa_array" in name for name in names)
+    for entry in found:
+        value = eval(entry.name, dict(ns))  # the name a user types, in the notebook
+        size = value.size if type(value).__module__.startswith("pyarrow") else value.nbytes
+        assert size == entry.nbytes, entry.name
+
+
 def test_a_rerun_s_scan_of_a_deleted_alias_lists_no_dropped_name(shell, run_cell):
     run(run_cell, f"d = {{'a': torch.ones({N})}}; d2 = d")
     done = reset.gpu_reset("d2", shell=shell)
