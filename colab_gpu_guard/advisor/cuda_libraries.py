@@ -29,6 +29,27 @@ class Mismatch(NamedTuple):
     installed: str
     pinned: str
 
+    def breaks(self) -> bool:
+        """Whether the installed version can be the cause: older than torch was built with,
+        or of another major version. A newer one of the same major is what other packages
+        (JAX, TensorFlow) often bring, and these libraries run code built for an older one
+        of their major version; unreadable versions: False."""
+        installed, pinned = _numbers(self.installed), _numbers(self.pinned)
+        if not installed or not pinned:
+            return False
+        return installed[0] != pinned[0] or installed < pinned
+
+
+def _numbers(version: str) -> tuple[int, ...]:
+    """'12.4.5.8' -> (12, 4, 5, 8); () where it does not start with a number."""
+    parts = []
+    for part in version.split("."):
+        digits = re.match(r"\d+", part)
+        if digits is None:
+            break
+        parts.append(int(digits.group()))
+    return tuple(parts)
+
 
 class LibraryCheck(NamedTuple):
     """What this process shows of one library (`LIBRARIES`' key): the files it loaded,
@@ -126,16 +147,22 @@ def facts(found: LibraryCheck) -> dict[str, str]:
     shown: dict[str, str] = {}
     if found.loaded:
         shown[f"{found.library} loaded"] = ", ".join(found.loaded)
+    pinned = {mismatch.package: mismatch.pinned for mismatch in found.mismatched}
     if found.installed:
-        shown[f"{found.library} from pip"] = ", ".join(f"{n} {v}" for n, v in found.installed)
+        shown[f"{found.library} from pip"] = ", ".join(
+            f"{name} {version}"
+            + (f" (this torch was built with {pinned[name]})" if name in pinned else "")
+            for name, version in found.installed
+        )
     return shown
 
 
 def first_fix(found: LibraryCheck) -> Optional[str]:
     """Where the check shows a library other than torch's own: what it shows and how to
     put torch's own back; None where it shows none (or could not tell)."""
-    if found.mismatched:
-        first = found.mismatched[0]
+    breaking = [mismatch for mismatch in found.mismatched if mismatch.breaks()]
+    if breaking:
+        first = breaking[0]
         return (
             f"Here pip installed {first.package} {first.installed}, but this torch was built "
             f"with {first.pinned}: `pip install {first.package}=={first.pinned}` puts torch's "

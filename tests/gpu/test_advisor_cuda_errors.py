@@ -301,3 +301,28 @@ def test_real_driver_halves_read_as_nvml_and_cuda_see_them():
     if library is not None:  # a versioned file name (WSL's libcuda.so.1 carries none)
         assert library == module, result
     assert result["details"]["nvml_mismatch"] is False
+
+
+def test_real_cublas_and_cudnn_are_torchs_own_on_a_healthy_machine():
+    """After a real matrix multiply and convolution, the check reads the cuBLAS and cuDNN
+    this process mapped, and on a healthy torch it finds no copy other than torch's own:
+    no fix would be put first (no false alarm on every GPU machine)."""
+    result, _ = run_script(
+        """
+        import torch
+        a = torch.ones(64, 64, device="cuda")
+        (a @ a).sum().item()
+        torch.nn.functional.conv2d(torch.ones(1, 1, 8, 8, device="cuda"),
+                                   torch.ones(1, 1, 3, 3, device="cuda")).sum().item()
+        from colab_gpu_guard.advisor import cuda_libraries
+        checks = {name: cuda_libraries.check(name) for name in ("cuBLAS", "cuDNN")}
+        report(checks={name: [list(found.loaded), list(found.installed),
+                              [list(m) for m in found.mismatched], list(found.outside),
+                              cuda_libraries.first_fix(found)]
+                       for name, found in checks.items()},
+               cudnn=torch.backends.cudnn.version())
+        """
+    )
+    for name, (loaded, _installed, _mismatched, _outside, fix) in result["checks"].items():
+        assert loaded, (name, result)
+        assert fix is None, (name, result)

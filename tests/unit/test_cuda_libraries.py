@@ -38,20 +38,20 @@ def dist_info(site: Path, name: str, version: str, requires: tuple[str, ...] = (
 @pytest.fixture
 def pip_site(tmp_path, monkeypatch):
     """A site directory first on sys.path with a torch wheel that pins its cuBLAS and
-    cuDNN, and the nvidia packages installed beside it (cuBLAS of another version)."""
+    cuDNN, and the nvidia packages installed beside it (a cuBLAS older than torch's)."""
     site = tmp_path / "site-packages"
     dist_info(
         site,
         "torch",
         "2.4.0",
         (
-            'nvidia-cublas-cu12==12.1.3.1; platform_system == "Linux"',
+            'nvidia-cublas-cu12==12.4.5.8; platform_system == "Linux"',
             'nvidia-cudnn-cu12==9.1.0.70; platform_system == "Linux"',
             "filelock",
             'optree>=0.11.0; extra == "optree"',
         ),
     )
-    dist_info(site, "nvidia-cublas-cu12", "12.6.4.1")
+    dist_info(site, "nvidia-cublas-cu12", "12.1.3.1")
     dist_info(site, "nvidia-cudnn-cu12", "9.1.0.70")
     monkeypatch.syspath_prepend(str(site))
     return site
@@ -68,15 +68,15 @@ def maps_file(tmp_path: Path, *paths: str) -> str:
     return str(target)
 
 
-def test_a_pip_cublas_of_another_version_than_torch_pins_is_named(pip_site, tmp_path):
+def test_a_pip_cublas_older_than_torch_pins_is_named(pip_site, tmp_path):
     own = pip_site / "nvidia" / "cublas" / "lib" / "libcublas.so.12"
     found = cuda_libraries.check("cuBLAS", maps=maps_file(tmp_path, str(own)))
     assert found.mismatched == (
-        cuda_libraries.Mismatch("nvidia-cublas-cu12", "12.6.4.1", "12.1.3.1"),
+        cuda_libraries.Mismatch("nvidia-cublas-cu12", "12.1.3.1", "12.4.5.8"),
     )
     assert found.loaded == (str(own),) and found.outside == ()
     assert cuda_libraries.torch_pins() == {
-        "nvidia-cublas-cu12": "12.1.3.1",
+        "nvidia-cublas-cu12": "12.4.5.8",
         "nvidia-cudnn-cu12": "9.1.0.70",
     }
     cudnn = cuda_libraries.check("cuDNN", maps=maps_file(tmp_path))
@@ -112,10 +112,35 @@ def test_the_advice_puts_the_found_copy_first(pip_site, monkeypatch):
         diagnosis = advisor.advise(make(item))
     finally:
         nvml.set_pynvml(None)
-    assert diagnosis.facts["cuBLAS from pip"] == "nvidia-cublas-cu12 12.6.4.1"
+    assert diagnosis.facts["cuBLAS from pip"] == (
+        "nvidia-cublas-cu12 12.1.3.1 (this torch was built with 12.4.5.8)"
+    )
     assert diagnosis.fixes[0] == (
-        "Here pip installed nvidia-cublas-cu12 12.6.4.1, but this torch was built with "
-        "12.1.3.1: `pip install nvidia-cublas-cu12==12.1.3.1` puts torch's own back (then "
+        "Here pip installed nvidia-cublas-cu12 12.1.3.1, but this torch was built with "
+        "12.4.5.8: `pip install nvidia-cublas-cu12==12.4.5.8` puts torch's own back (then "
         "restart the runtime)."
     )
     assert len(diagnosis.fixes) == 3
+
+
+@pytest.mark.parametrize(
+    ("installed", "pinned", "breaks"),
+    [
+        ("12.1.3.1", "12.4.5.8", True),  # older than torch was built with
+        ("8.9.2.26", "9.1.0.70", True),  # another major version
+        ("13.0.0.19", "12.4.5.8", True),
+        ("12.6.4.1", "12.4.5.8", False),  # newer, same major: what JAX or TF bring
+        ("12.4.5.8.post1", "12.4.5.8", False),
+        ("dev", "12.4.5.8", False),  # unreadable: no verdict
+    ],
+)
+def test_only_an_older_or_other_major_version_is_called_the_cause(installed, pinned, breaks):
+    mismatch = cuda_libraries.Mismatch("nvidia-cublas-cu12", installed, pinned)
+    assert mismatch.breaks() is breaks
+    found = cuda_libraries.LibraryCheck(
+        "cuBLAS", (), (("nvidia-cublas-cu12", installed),), (mismatch,), ()
+    )
+    assert (cuda_libraries.first_fix(found) is not None) is breaks
+    assert cuda_libraries.facts(found)["cuBLAS from pip"] == (
+        f"nvidia-cublas-cu12 {installed} (this torch was built with {pinned})"
+    )
