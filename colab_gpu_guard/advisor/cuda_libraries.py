@@ -11,6 +11,8 @@ import re
 from importlib import metadata
 from typing import TYPE_CHECKING, NamedTuple, Optional
 
+from .kinds import LIBRARY_SETUP
+
 if TYPE_CHECKING:
     from .diagnosis import Diagnosis
 
@@ -179,14 +181,16 @@ def first_fix(found: LibraryCheck) -> Optional[str]:
 
 def enrich_library(diagnosis: Diagnosis, namespace: Optional[dict]) -> None:
     """A cuBLAS or cuDNN failure that a copy other than torch's own can cause: which copy
-    this process loaded and what pip installed, as facts; where that shows another copy,
-    the fix for it first."""
+    this process loaded and what pip installed, as facts, and where that shows another copy,
+    the fix for it first; for a memory error, only where it shows one."""
     error = str(diagnosis.details.get("library_error", "")).lower()
     library = "cuDNN" if "cudnn" in error else "cuBLAS" if "cublas" in error else None
     if library is None or diagnosis.details.get("framework") not in (None, "torch"):
         return
     found = check(library)
-    diagnosis.facts.update(facts(found))
     fix = first_fix(found)
+    if fix is None and diagnosis.kind != LIBRARY_SETUP:
+        return  # a memory error's answer stays short where the copy is torch's own
+    diagnosis.facts.update(facts(found))
     if fix is not None:
         diagnosis.fixes.insert(0, fix)

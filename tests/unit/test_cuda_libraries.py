@@ -144,3 +144,24 @@ def test_only_an_older_or_other_major_version_is_called_the_cause(installed, pin
     assert cuda_libraries.facts(found)["cuBLAS from pip"] == (
         f"nvidia-cublas-cu12 {installed} (this torch was built with {pinned})"
     )
+
+
+def test_a_cudnn_memory_error_says_the_copy_only_where_it_is_not_torchs(pip_site):
+    """`CUDNN_STATUS_NOT_INITIALIZED` is most often a full GPU: its answer stays short where
+    the cuDNN is torch's own, and leads with the copy where pip's is older than torch's."""
+    item = next(i for i in CORPUS if "CUDNN_STATUS_NOT_INITIALIZED" in i["message"])
+    nvml.set_pynvml(fake_pynvml.install(fake_pynvml.no_library()))
+    try:
+        own = advisor.advise(make(item))
+        dist_info(pip_site / "older", "nvidia-cudnn-cu12", "9.0.0.312")
+        with pytest.MonkeyPatch.context() as patch:
+            patch.syspath_prepend(str(pip_site / "older"))
+            older = advisor.advise(make(item))
+    finally:
+        nvml.set_pynvml(None)
+    assert "cuDNN from pip" not in own.facts and own.fixes[0].startswith("Run `%gpu_reset`")
+    assert older.facts["cuDNN from pip"] == (
+        "nvidia-cudnn-cu12 9.0.0.312 (this torch was built with 9.1.0.70)"
+    )
+    assert older.fixes[0].startswith("Here pip installed nvidia-cudnn-cu12 9.0.0.312, but")
+    assert len(older.fixes) <= 4
