@@ -178,13 +178,17 @@ class LeftoverGroup:
 
     def text_lines(self, entries: int = ENTRIES_SHOWN) -> list[str]:
         """The group as the text views list it: its line, then its biggest `entries`
-        (indented) and how many more; a group that is one array itself is one line."""
+        (indented) and how many more; a group that is one array itself is that array's
+        lines. What else names an array, its autograd graph, what it shares go on lines of
+        their own under its name (a line of a few hundred characters wraps unreadably)."""
         single = self.single
         if single is not None and entries:
-            shares = f"  {self.shares_text()}" if self.shares else ""
-            return [escape_text(f"{single}{shares}{self.mark}")]
+            head, more = single.text_parts()
+            more += [self.shares_text()] if self.shares else []
+            return _entry_lines(head, more, self.mark, "")
         lines = [str(self)]
-        lines += [f"    {entry}" for entry in self.entries[:entries]]
+        for entry in self.entries[:entries]:
+            lines += _entry_lines(*entry.text_parts(), "", "    ")
         more = self.count - min(len(self.entries), entries)
         if more > 0 and self.count > 1:
             lines.append(escape_text(f"    ... {more:,} more in {self.name}"))
@@ -199,6 +203,21 @@ class LeftoverGroup:
         from ..serialize import to_data
 
         return to_data(self)
+
+
+LINE_WIDTH = 100  # an entry's line, the group's indent included (the views add 2 to 4)
+
+
+def _entry_lines(head: str, more: list[str], mark: str, indent: str) -> list[str]:
+    """An entry as the text views list it: on one line where it fits `LINE_WIDTH`; else
+    what it is (and `mark`) on its line, and what else names it, its autograd graph, what
+    it shares each on a line of its own, under its name (a line of a few hundred characters
+    wraps unreadably). Escaped: the names are the notebook's."""
+    line = indent + "  ".join([head, *more]) + mark
+    if len(line) <= LINE_WIDTH:
+        return [escape_text(line)]
+    under = indent + " " * 14  # the bytes column (10) and its gap, then 2 in from the name
+    return [escape_text(indent + head + mark)] + [escape_text(under + item) for item in more]
 
 
 @dataclass(frozen=True)

@@ -55,18 +55,26 @@ class Leftover:
     shared_roots: tuple[RootRef, ...] = ()
 
     def __str__(self) -> str:
-        text = (
+        """The entry on one line: what it is, then what else names it, its autograd graph
+        and its view's note."""
+        head, more = self.text_parts()
+        return escape_text("  ".join([head, *more]))  # the notebook's names: escaped
+
+    def text_parts(self) -> tuple[str, list[str]]:
+        """What it is ("2 MiB  x  float32 [512x512] cpu  (user variable)"), and what the
+        views put under it, each on a line of its own: the other names that reach it
+        ("also: b, Out[3]"), its autograd graph, its view's note. Not escaped."""
+        head = (
             f"{format_bytes(self.nbytes):>10}  {self.name}  {self.dtype} "
             f"{shape_text(self.shape)} {self.device}  ({self.held_as})"
         )
-        if self.shared_with:
-            text += f"  also: {', '.join(self.shared_with)}"
+        more = [f"also: {', '.join(self.shared_with)}"] if self.shared_with else []
         if self.graph_tensors:
-            text += f"  {self.graph().text()}"
+            more.append(self.graph().text())
         view = self.view_text()
         if view:
-            text += f"  {view}"
-        return escape_text(text)  # the names are the notebook's: no raw control character
+            more.append(view)
+        return head, more
 
     @property
     def held_as(self) -> str:

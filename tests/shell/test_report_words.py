@@ -230,3 +230,24 @@ def test_a_failed_forward_lists_torchs_frames_together_and_each_call_apart(shell
     with capture_output():
         run_cell("%gpu_reset model_f batch_f")
     assert h() is None
+
+
+def test_a_long_row_puts_what_else_names_it_and_its_graph_under_its_name(shell, run_cell):
+    """A row that fits 100 characters stays one line; a longer one (a shown loss: output
+    history, three other names, its autograd graph) keeps what it is on its line and puts
+    each addition on a line of its own, under its name."""
+    with capture_output():
+        run_cell("w_r = torch.nn.Linear(256, 256); short_r = torch.ones(10); alias_r = short_r")
+        out = run_cell("w_r(torch.randn(64, 256)).pow(2).mean()").execution_count
+    lines = shown(shell, "%gpu_status").splitlines()
+    short = next(line for line in lines if "  short_r  " in line)
+    assert short.endswith("(user variable)  also: alias_r") and len(short) <= 100
+    row = next(i for i, line in enumerate(lines) if f"  Out[{out}]  float32 [scalar]" in line)
+    assert lines[row].endswith("(output history)  [%gpu_reset releases it]"), lines
+    column = lines[row].index(f"Out[{out}]") + 2  # under the name, 2 in
+    under = lines[row + 1 : row + 3]
+    assert under[0][column:].startswith(f"also: _, _{out}"), under
+    assert under[1][column:].startswith("autograd graph: 2 saved tensors"), under
+    assert all(line[:column].strip() == "" for line in under)
+    with capture_output():
+        run_cell("%gpu_reset w_r short_r alias_r")
