@@ -949,7 +949,8 @@ def test_a_host_keep_a_cell_in_between_may_have_freed_unseen_flags_only_if_found
 def test_the_resident_size_read_keeping_the_gil_is_the_kernels_figure():
     """The per-cell read goes through libc's pread with the GIL kept (os.pread gives it to
     IPython's history thread after every stored cell): the figure is still the kernel's,
-    as /proc/self/statm read by Python's own file object says, and it sees 64 MiB touched."""
+    as /proc/self/statm read by Python's own file object says, and where the kernel counts
+    64 MiB touched, so does the reader."""
     import mmap
     import os
 
@@ -974,12 +975,8 @@ def test_the_resident_size_read_keeping_the_gil_is_the_kernels_figure():
     assert bracketed(reader)
 
     def touched_block() -> list[tuple[int, int]]:
-        # what it sees of 64 MiB touched is what the kernel says, read in Python around it:
-        # under memory pressure (CI's container) the kernel may drop mapped file pages
-        # meanwhile, so the growth itself can fall short of 64 MiB; one clean try of five.
-        # The block is a fresh anonymous mapping with every page written: a bytearray of the
-        # same size may come from heap glibc kept resident after an earlier free (its mmap
-        # threshold rises to the largest chunk freed), and then nothing new is touched.
+        """(what the reader saw grow, what Python's own reads saw) around 64 MiB touched,
+        five tries. The block is a fresh anonymous mapping with every page written."""
         tries = []
         for _ in range(5):
             first, before = own(), reader.read()
@@ -988,10 +985,18 @@ def test_the_resident_size_read_keeping_the_gil_is_the_kernels_figure():
             after, last = reader.read(), own()
             block.close()
             tries.append((after - before, last - first))
-            if after - before >= 16 * MiB and abs((after - before) - (last - first)) <= 2 * MiB:
-                return []
-        return tries  # (what the reader saw grow, what Python's own reads saw) of each try
+        return tries
 
-    assert touched_block() == [] and bracketed(reader)
+    # The reader's figure is the kernel's: in one try at least the two agree. Where the
+    # kernel counts the touched pages (Python's own reads grow), the reader sees them too.
+    # How much a kernel counts is its own: CI's container once counted 4 MiB of the first
+    # 64 MiB and none of the next four, in both figures alike (memory pressure may also
+    # drop mapped file pages meanwhile).
+    tries = touched_block()
+    agree = [(read, kernel) for read, kernel in tries if abs(read - kernel) <= 2 * MiB]
+    assert agree, tries
+    if any(kernel >= 16 * MiB for _read, kernel in tries):
+        assert any(read >= 16 * MiB for read, _kernel in agree), tries
+    assert bracketed(reader)
     reader.close()
     assert reader.read() is None
