@@ -57,6 +57,19 @@ def through_key(path: Path) -> bool:
     return False
 
 
+def inside_private(path: Path) -> bool:
+    """Whether a path goes through an attribute whose name starts with ``_``, or through
+    what a held object or closure keeps (``df.columns._cache``, ``it.<list>``): the inside
+    of a library's object rather than what a user made."""
+    node: Optional[Path] = path
+    while node is not None:
+        kind, key = node[1], node[2]
+        if (kind == ATTR and str(key).startswith("_")) or kind in (HELD, CLOSURE):
+            return True
+        node = node[0]
+    return False
+
+
 def key_text(key: object) -> str:
     if type(key) in (str, int, float, bool, bytes, type(None)) or (
         type(key) is tuple and all(type(k) in (str, int, float, bool) for k in key)
