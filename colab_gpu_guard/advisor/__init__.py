@@ -7,7 +7,8 @@ message's figures; fixes.py, memory_fixes.py and setup_fixes.py write the prose)
 ``None`` for anything that is not a recognised GPU error (host and TPU memory included).
 tests/fixtures/cuda_error_corpus.json holds the real messages it is tested against.
 ``advise(exc)`` (enrich.py) adds what can be learned safely from this process (leftover
-tensors by name, NVML's list of GPU processes and memory, driver and build versions),
+tensors by name, NVML's list of GPU processes and memory; driver and build versions and
+each GPU's capability: setup_facts.py; the cuBLAS or cuDNN loaded: cuda_libraries.py),
 marks the CUDA context broken after a sticky error raised by this process's own CUDA call
 (not one carried from a child process: see origin.py), and can release the failed call's
 traceback frames after an out-of-memory error. Both work outside notebooks; the IPython

@@ -110,26 +110,6 @@ def _late_kernel(details: dict[str, Any]) -> Advice:
     return Advice(LATE_KERNEL_ERROR, summary, {"error": error}, fixes)
 
 
-def _launch_resources(details: dict[str, Any]) -> Advice:
-    """CUDA error 701: the launch was refused, at the launch itself (cudaLaunchKernel
-    returns it), so the traceback's last frames are the call that launched the kernel."""
-    summary = (
-        "A GPU kernel was launched asking for more than this GPU gives one launch: more "
-        "threads than its registers allow, or too many arguments (CUDA error 701). It is not "
-        "GPU memory running out. The launch is refused at once, so the traceback ends at "
-        "the call that launched it."
-    )
-    fixes = [
-        "If the kernel is your own (a CUDA extension, Numba's `@cuda.jit`, CuPy's "
-        "`RawKernel`): launch it with fewer threads at a time (say 256 instead of 1024), or "
-        "cap them where it is compiled (`__launch_bounds__` in CUDA C++).",
-        "If it is inside PyTorch or another library (the traceback's last frames say "
-        "which): that build does not fit this GPU. Update the library (`pip install -U`), "
-        "or run that step on another GPU type, and report it with the GPU's name.",
-    ]
-    return Advice(LAUNCH_RESOURCES, summary, {}, fixes)
-
-
 def _sticky_elsewhere(error: str, details: dict[str, Any]) -> Advice:
     """A sticky error that is not this kernel's: raised in a child process (origin
     'child'), or seen while this kernel's PyTorch never started CUDA ('not started here')."""
@@ -355,7 +335,7 @@ def _none_here(details: dict[str, Any]) -> str:
 
 
 def _no_gpu(details: dict[str, Any]) -> Advice:
-    """`gpus_here` (enrich, from NVML): how many NVIDIA GPUs this machine has, 0 where there
+    """`gpus_here` (setup_facts, from NVML): how many NVIDIA GPUs this machine has, 0 where there
     is no driver (`no_driver`); absent where NVML cannot tell. Where it has none, running on
     the CPU (or a GPU runtime) is the fix: a CUDA build or a CUDA setting cannot help."""
     problem = details.get("problem")
@@ -512,7 +492,7 @@ BUILDERS: dict[str, Callable[[dict[str, Any]], Advice]] = {
     STICKY_ERROR: _sticky,
     STICKY_ERROR_ELSEWHERE: _sticky,
     LATE_KERNEL_ERROR: _late_kernel,
-    LAUNCH_RESOURCES: _launch_resources,
+    LAUNCH_RESOURCES: setup_fixes.launch_resources,
     DEVICE_MISMATCH: setup_fixes.device_mismatch,
     GENERATOR_DEVICE: setup_fixes.generator_device,
     INVALID_DEVICE: setup_fixes.invalid_device,

@@ -266,7 +266,7 @@ def memory_in_disguise(details: dict[str, Any]) -> Advice:
         fixes.append(SHARE_FIXES[framework])
     other = details.get("also")
     capabilities = details.get("capabilities")
-    if other == "engine" and capabilities:  # this machine's GPUs, read by enrich
+    if other == "engine" and capabilities:  # this machine's GPUs, read by setup_facts
         oldest = min(capabilities)
         if oldest >= (8, 0):
             other = "install"  # bfloat16 is native on every GPU here

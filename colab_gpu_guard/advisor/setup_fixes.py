@@ -1,8 +1,9 @@
 """The prose of the errors of setup and hardware: tensors on two devices, a random generator
-on another device than its draws, a GPU number that does not exist, a busy GPU, NCCL,
-CUDA-graph capture, a GPU too old for a feature, a CUDA library missing or of the wrong
-version, and a driver whose two halves differ. Built from the details parsed out of the
-message (recognise.py) and, for the driver, read from this machine (enrich.py)."""
+on another device than its draws, a GPU number that does not exist, a busy GPU, NCCL, a
+kernel launch asking more than the GPU gives, CUDA-graph capture, a GPU too old for a
+feature, a CUDA library missing or of the wrong version, and a driver whose two halves
+differ. Built from the details parsed out of the message (recognise.py) and, for the
+driver, read from this machine (setup_facts.py)."""
 
 from __future__ import annotations
 
@@ -16,6 +17,7 @@ from .kinds import (
     GENERATOR_DEVICE,
     GPU_TOO_OLD,
     INVALID_DEVICE,
+    LAUNCH_RESOURCES,
     LIBRARY_SETUP,
     NCCL_ERROR,
     STREAM_CAPTURE,
@@ -156,7 +158,7 @@ def invalid_device(details: dict[str, Any]) -> Advice:
 
 
 def device_busy(details: dict[str, Any], modes: Sequence[str] = ()) -> Advice:
-    """`modes`: the GPUs' compute modes where NVML says them (enrich), which tell the causes
+    """`modes`: the GPUs' compute modes where NVML says them (setup_facts), which tell the causes
     apart; without them both causes stand."""
     stop_others = (
         "Stop the other process on the GPU (another notebook's kernel, a previous run; "
@@ -214,6 +216,26 @@ def nccl_error(details: dict[str, Any]) -> Advice:
         "`torchrun` / DDP."
     )
     return Advice(NCCL_ERROR, summary, facts, fixes)
+
+
+def launch_resources(details: dict[str, Any]) -> Advice:
+    """CUDA error 701: the launch was refused, at the launch itself (cudaLaunchKernel
+    returns it), so the traceback's last frames are the call that launched the kernel."""
+    summary = (
+        "A GPU kernel was launched asking for more than this GPU gives one launch: more "
+        "threads than its registers allow, or too many arguments (CUDA error 701). It is not "
+        "GPU memory running out. The launch is refused at once, so the traceback ends at "
+        "the call that launched it."
+    )
+    fixes = [
+        "If the kernel is your own (a CUDA extension, Numba's `@cuda.jit`, CuPy's "
+        "`RawKernel`): launch it with fewer threads at a time (say 256 instead of 1024), or "
+        "cap them where it is compiled (`__launch_bounds__` in CUDA C++).",
+        "If it is inside PyTorch or another library (the traceback's last frames say "
+        "which): that build does not fit this GPU. Update the library (`pip install -U`), "
+        "or run that step on another GPU type, and report it with the GPU's name.",
+    ]
+    return Advice(LAUNCH_RESOURCES, summary, {}, fixes)
 
 
 def stream_capture(details: dict[str, Any]) -> Advice:
