@@ -8,9 +8,7 @@ import pytest
 
 from colab_gpu_guard.advisor import TITLES
 from tests.advisor_corpus import CORPUS
-
-nbformat = pytest.importorskip("nbformat")
-nbclient = pytest.importorskip("nbclient")
+from tests.kernel.cells import run_cells
 
 # One real message per family (tests/fixtures/cuda_error_corpus.json), raised by its type.
 FAMILIES = [
@@ -47,18 +45,8 @@ def _raise_cell(item: dict) -> str:
 def test_each_family_is_advised_under_its_traceback_in_a_real_kernel(tmp_path):
     items = [_first(kind) for kind in FAMILIES]
     host = next(item for item in CORPUS if item["kind"] is None and "DefaultCPU" in item["message"])
-    cells = [nbformat.v4.new_code_cell("%load_ext colab_gpu_guard")]
-    cells += [nbformat.v4.new_code_cell(_raise_cell(item)) for item in items + [host]]
-    notebook = nbformat.v4.new_notebook(cells=cells)
-    client = nbclient.NotebookClient(
-        notebook,
-        timeout=120,
-        kernel_name="python3",
-        allow_errors=True,
-        resources={"metadata": {"path": str(tmp_path)}},
-    )
-    client.execute()
-    outputs = [cell.outputs for cell in notebook.cells[1:]]
+    cells = ["%load_ext colab_gpu_guard"] + [_raise_cell(item) for item in items + [host]]
+    outputs = run_cells(cells, tmp_path)[1:]
     for item, cell_outputs in zip(items, outputs):
         types = [output.output_type for output in cell_outputs]
         assert "error" in types, (item["kind"], types)

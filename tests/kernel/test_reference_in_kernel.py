@@ -5,28 +5,19 @@ from __future__ import annotations
 
 import pytest
 
+from tests.kernel.cells import run_cells
 from tools import magic_reference
-
-nbformat = pytest.importorskip("nbformat")
-nbclient = pytest.importorskip("nbclient")
 
 
 @pytest.mark.slow
 def test_the_reference_renders_as_markdown_in_a_kernel(tmp_path):
-    cells = [
-        "import colab_gpu_guard\ncolab_gpu_guard.reference('gpu_reset')",
-        "colab_gpu_guard.reference('nope')",
-    ]
-    notebook = nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell(c) for c in cells])
-    client = nbclient.NotebookClient(
-        notebook,
-        timeout=120,
-        kernel_name="python3",
-        allow_errors=True,
-        resources={"metadata": {"path": str(tmp_path)}},
+    shown, error = run_cells(
+        [
+            "import colab_gpu_guard\ncolab_gpu_guard.reference('gpu_reset')",
+            "colab_gpu_guard.reference('nope')",
+        ],
+        tmp_path,
     )
-    client.execute()
-    shown, error = (cell.outputs for cell in notebook.cells)
     [result] = [output for output in shown if output.output_type == "execute_result"]
     markdown = result.data["text/markdown"]
     assert markdown.startswith("## `%gpu_reset`\n\n```text\n%gpu_reset ")
