@@ -183,9 +183,8 @@ def enrich_library(diagnosis: Diagnosis, namespace: Optional[dict]) -> None:
     """A cuBLAS or cuDNN failure that a copy other than torch's own can cause: which copy
     this process loaded and what pip installed, as facts, and where that shows another copy,
     the fix for it first; for a memory error, only where it shows one."""
-    error = str(diagnosis.details.get("library_error", "")).lower()
-    library = "cuDNN" if "cudnn" in error else "cuBLAS" if "cublas" in error else None
-    if library is None or diagnosis.details.get("framework") not in (None, "torch"):
+    library = diagnosis.details.get("library")  # named where the message was recognised
+    if library not in LIBRARIES or diagnosis.details.get("framework") not in (None, "torch"):
         return
     found = check(library)
     fix = first_fix(found)

@@ -131,23 +131,27 @@ _LATE_KERNEL = re.compile(
 )
 # Errors that are usually the GPU being full, raised by a library instead of an allocator;
 # `also` names the other cause the message cannot rule out ("kernel": an earlier kernel
-# error; "install": a cuDNN install or version problem).
-_IN_DISGUISE: tuple[tuple[re.Pattern, str, Optional[str]], ...] = (
-    (re.compile(r"CUBLAS_STATUS_ALLOC_FAILED"), "CUBLAS_STATUS_ALLOC_FAILED", None),
+# error; "install": a cuDNN install or version problem); then the library whose copy
+# (torch's own or another) may be at fault, where one is (`cuda_libraries`).
+_IN_DISGUISE: tuple[tuple[re.Pattern, str, Optional[str], Optional[str]], ...] = (
+    (re.compile(r"CUBLAS_STATUS_ALLOC_FAILED"), "CUBLAS_STATUS_ALLOC_FAILED", None, "cuBLAS"),
     (
         re.compile(r"NVML_SUCCESS == .{0,80}INTERNAL ASSERT FAILED at \S*CUDACachingAllocator"),
         "an NVML assert in PyTorch's allocator",
+        None,
         None,
     ),
     (
         re.compile(r"CUBLAS_STATUS_NOT_INITIALIZED"),
         "CUBLAS_STATUS_NOT_INITIALIZED",
         "kernel",
+        "cuBLAS",
     ),
     (
         re.compile(r"CUDNN_STATUS_NOT_INITIALIZED"),
         "CUDNN_STATUS_NOT_INITIALIZED",
         "install",
+        "cuDNN",
     ),
     (
         re.compile(
@@ -156,13 +160,20 @@ _IN_DISGUISE: tuple[tuple[re.Pattern, str, Optional[str]], ...] = (
         ),
         "no valid cuDNN algorithm",
         "install",
+        "cuDNN",
     ),
     (
         re.compile(r"Failed to get convolution algorithm\. This is probably because cuDNN failed"),
         "cuDNN failed to initialize",
         "install",
+        "cuDNN",
     ),
-    (re.compile(r"CUDNN_STATUS_INTERNAL_ERROR"), "CUDNN_STATUS_INTERNAL_ERROR", "benchmark"),
+    (
+        re.compile(r"CUDNN_STATUS_INTERNAL_ERROR"),
+        "CUDNN_STATUS_INTERNAL_ERROR",
+        "benchmark",
+        "cuDNN",
+    ),
     # torch's cuDNN v8 convolutions (aten/src/ATen/native/cudnn/Conv_v8.cpp): "GET" (or
     # "FIND" under cudnn.benchmark) once every engine failed; an out-of-memory error while
     # trying one is caught and the next tried, so a full GPU ends here, and so does a
@@ -171,11 +182,13 @@ _IN_DISGUISE: tuple[tuple[re.Pattern, str, Optional[str]], ...] = (
         re.compile(r"unable to find an engine to execute this computation", re.IGNORECASE),
         "no cuDNN engine",
         "engine",
+        "cuDNN",
     ),
     (  # torch 1.x (THC) for CUBLAS_STATUS_ALLOC_FAILED
         re.compile(r"cublas runtime error : resource allocation failed"),
         "cuBLAS: resource allocation failed",
         "kernel",
+        "cuBLAS",
     ),
 )
 # torch's cuBLAS call refused (its shapes were checked before): a cuBLAS other than the
@@ -401,11 +414,13 @@ def _kind(exc: BaseException, message: str, details: dict[str, Any]) -> Optional
     if match:
         details["library_error"] = match.group(0)
         return Recognised(LATE_KERNEL_ERROR, details)
-    for pattern, name, also in _IN_DISGUISE:
+    for pattern, name, also, library in _IN_DISGUISE:
         if pattern.search(message):
             details["library_error"] = name
             if also is not None:
                 details["also"] = also
+            if library is not None:
+                details["library"] = library
             return Recognised(MEMORY_IN_DISGUISE, details)
     found = _driver_problem(message, details)
     if found is not None:
@@ -413,7 +428,7 @@ def _kind(exc: BaseException, message: str, details: dict[str, Any]) -> Optional
     if _LIBRARY_SETUP.search(message):
         return Recognised(LIBRARY_SETUP, details)
     if _CUBLAS_INVALID.search(message):
-        details["library_error"] = "CUBLAS_STATUS_INVALID_VALUE"
+        details.update(library_error="CUBLAS_STATUS_INVALID_VALUE", library="cuBLAS")
         return Recognised(LIBRARY_SETUP, details)
     if device_messages.device_mismatch(message, details):
         return Recognised(DEVICE_MISMATCH, details)

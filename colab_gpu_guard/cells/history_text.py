@@ -44,7 +44,6 @@ CYCLES = (
 # what to do with a container that grew on a rerun by plain items: it may be kept on purpose
 # (a list of checkpoints), so the fix is said for the other case
 START_AFRESH = "if each run should start afresh, empty it at the top of the cell"
-_AFRESH = f"; {START_AFRESH}"
 # the end of a LEAK line whose holders hold less than half of what it kept
 UNEXPLAINED = "; the rest by something else: find_leftovers() lists what is alive"
 
@@ -54,14 +53,13 @@ def holder_words(holder: Holder, share: str = "") -> str:
     saved; fix: ...)", "`Out[7]` (output history: %gpu_reset releases it)", "<traceback:
     f() local 'x'> (the last error's traceback: %gpu_reset releases it)"; `share` ("1 MiB
     of it") goes after what it is, before what to do."""
-    name, what, then = _holder_parts(holder)
-    if share and then == _AFRESH:
-        then = ""  # emptying a holder of a small share frees little of what was kept
+    name, what, then = _holder_parts(holder, small_share=bool(share))
     return f"{name} ({what}{f'; {share}' if share else ''}{then})"
 
 
-def _holder_parts(holder: Holder) -> tuple[str, str, str]:
-    """A holder's name, what it is, and what to do with its separator ("" for none)."""
+def _holder_parts(holder: Holder, small_share: bool = False) -> tuple[str, str, str]:
+    """A holder's name, what it is, and what to do with its separator ("" for none);
+    `small_share`: it holds less than half of what the rerun kept."""
     if holder.kind == OUTPUT:
         return f"`{holder.name}`", OUTPUT_HISTORY, ": %gpu_reset releases it"
     if holder.kind == TRACEBACK:
@@ -100,7 +98,12 @@ def _holder_parts(holder: Holder) -> tuple[str, str, str]:
         return name, f"grew by {counted(growth.count, 'exception')}{holds}", ""
     if growth.graphs:
         return name, f"grew by {counted(growth.count, 'item')}, {graph_text}", f"; {GRAPH_FIX}"
-    return name, f"grew by {counted(growth.count, 'item')}", _AFRESH
+    # emptying a holder of a small share frees little of what was kept: no fix said
+    return (
+        name,
+        f"grew by {counted(growth.count, 'item')}",
+        "" if small_share else f"; {START_AFRESH}",
+    )
 
 
 def _why_alive(holder: Holder) -> str:
