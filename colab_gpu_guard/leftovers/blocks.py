@@ -8,15 +8,28 @@ import itertools
 from collections.abc import Callable, Sequence
 from typing import Optional, Union
 
+from ..frameworks.base import ArrayInfo
 from ..units import HOLDERS
 from .found import Found, Ref
 from .graphs import SHARERS_SHOWN, Graph, named_few
 from .groups import Blocks as GroupColumns
-from .naming import ITEM, PathNames, rank, shared_names
+from .naming import (
+    COLUMN,
+    COLUMNS,
+    ITEM,
+    Path,
+    PathNames,
+    rank,
+    shared_names,
+    shown_shape,
+    through_private_attribute,
+)
 from .records import Leftover, leftover_of, with_graph
 from .root_refs import RootRef
 from .rows import ROW_HOLDER, ROW_PATH, Items
 from .tally import Groups, root_labels, root_of_path
+
+PANDAS_COLUMNS = (COLUMN, COLUMNS)
 
 
 def leftover_for(names: PathNames, refs: list[Ref], groups: Groups) -> Leftover:
@@ -26,17 +39,26 @@ def leftover_for(names: PathNames, refs: list[Ref], groups: Groups) -> Leftover:
     if len(refs) == 1:
         ref = refs[0]
         root = root_of_path(ref.path, ref.holder, groups)
-        return leftover_of(names.name_of(ref.path), ref.holder, ref.info, ref.framework, root=root)
+        info = as_named(ref.path, ref.info)
+        return leftover_of(names.name_of(ref.path), ref.holder, info, ref.framework, root=root)
     refs = sorted(refs, key=rank)
     primary = refs[0]
-    name, others = shared_names(names.name_of, refs)
+    roots = [root_of_path(ref.path, ref.holder, groups) for ref in refs]
+    # a library's own second reference inside the same variable (pandas 2.2's
+    # `df._item_cache['a'].values`, an index's `df.columns._cache['_engine']`) goes with
+    # it: not named beside it
+    named = [
+        ref
+        for ref, root in zip(refs, roots)
+        if ref is primary or root != roots[0] or not through_private_attribute(ref.path)
+    ]
+    name, others = shared_names(names.name_of, named)
     holders = tuple(h for h in HOLDERS if any(ref.holder == h for ref in refs))
     views = sum({ref.ident: ref.info.nbytes for ref in refs}.values())  # each array once
-    roots = [root_of_path(ref.path, ref.holder, groups) for ref in refs]
     return leftover_of(
         name,
         primary.holder,
-        primary.info,
+        as_named(primary.path, primary.info),
         primary.framework,
         others,
         holders,
@@ -44,6 +66,14 @@ def leftover_for(names: PathNames, refs: list[Ref], groups: Groups) -> Leftover:
         roots[0],
         tuple(dict.fromkeys(root for root in roots[1:] if root != roots[0])),
     )
+
+
+def as_named(path: Path, info: ArrayInfo) -> ArrayInfo:
+    """The array's facts, with the shape of what `path` names (`naming.shown_shape`: a
+    pandas block's columns are its rows)."""
+    if type(path) is tuple and path[1] in PANDAS_COLUMNS:
+        return info._replace(shape=shown_shape(path, info.shape))
+    return info
 
 
 class Blocks:
@@ -157,11 +187,11 @@ class Blocks:
         if item is not None:
             return item
         index = self.row_of[block]
-        _path, holder, _root, _depth, framework = self.rows[index]
+        path, holder, _root, _depth, framework = self.rows[index]
         return leftover_of(
             self._row_name(index),
             holder,
-            self.found.info(index),
+            as_named(path, self.found.info(index)),
             framework,
             root=self._row_root(index, holder),
         )

@@ -14,6 +14,9 @@ MAX_SHARED_NAMES = 16
 ROOT, ATTR, DOT, ITEM, KEY, KEY_TEXT, ARRAY_KEY, OBJECT_KEY, SET_ITEM = range(9)
 KEY_OF, CLOSURE, FRAME_LOCAL = range(9, 12)  # a dict's key; a closure cell; a generator's local
 HELD = 12  # what an iterator holds (`it.<list>`): keyed by the held object's type name
+# a pandas block's columns (`df['a']`, `df[['a', 'd']]`): named as KEY and KEY_TEXT are,
+# and shown in the frame's shape, where pandas keeps a block's columns as its rows
+COLUMN, COLUMNS = 13, 14
 
 Path = tuple  # (parent: Optional[Path], kind: int, key: object)
 
@@ -34,6 +37,8 @@ TEMPLATES: tuple[Optional[str], ...] = (
     "%s.<closure %r>",  # CLOSURE
     None,  # FRAME_LOCAL: what, the call (`f()`, `f() #2`) and name
     "%s.<%s>",  # HELD
+    None,  # COLUMN: key_text(key), as KEY
+    "%s[%s]",  # COLUMNS
 )
 
 RANK = {holder: rank for rank, holder in enumerate(HOLDERS)}
@@ -66,6 +71,31 @@ def inside_private(path: Path) -> bool:
         kind, key = node[1], node[2]
         if (kind == ATTR and str(key).startswith("_")) or kind in (HELD, CLOSURE):
             return True
+        node = node[0]
+    return False
+
+
+def shown_shape(path: Path, shape: tuple) -> tuple:
+    """The shape of what ``path`` names: pandas keeps a frame's columns of one dtype as the
+    rows of one 2-D block, so ``df['a']`` (a block of one column) is ``(rows,)`` and
+    ``df[['a', 'd']]`` is ``(rows, 2)``, as the user's frame has them."""
+    kind = path[1]
+    if kind == COLUMN and len(shape) == 2:
+        return tuple(shape[1:])
+    if kind == COLUMNS and len(shape) == 2:
+        return (shape[1], shape[0])
+    return tuple(shape)
+
+
+def through_private_attribute(path: Path) -> bool:
+    """Whether a path goes through an attribute a library keeps to itself (``_item_cache``,
+    ``_cache``: one ``_``, not a dunder such as a hook's ``__defaults__``)."""
+    node: Optional[Path] = path
+    while node is not None:
+        if node[1] == ATTR:
+            key = str(node[2])
+            if key.startswith("_") and not key.startswith("__"):
+                return True
         node = node[0]
     return False
 
@@ -127,7 +157,7 @@ class PathNames:
             template = TEMPLATES[kind]
             if template is not None:
                 text = template % (text, key)
-            elif kind == KEY:
+            elif kind in (KEY, COLUMN):
                 text = f"{text}[{key_text(key)}]"
             elif kind == ARRAY_KEY:
                 best = self.best_path(key)

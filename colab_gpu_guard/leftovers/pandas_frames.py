@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any, Optional
 
-from .naming import ATTR, ITEM, KEY, KEY_TEXT
+from .naming import ATTR, COLUMN, COLUMNS, ITEM
 from .readers import (
     Layout,
     instance_dict,
@@ -173,8 +173,8 @@ def _labels(columns: Any) -> Optional[list]:
 
 
 def _columns(labels: Optional[list], indexer: Any) -> Optional[tuple[int, Any]]:
-    """The path node naming a block's columns: ``(KEY, 'a')`` for ``df['a']``,
-    ``(KEY_TEXT, "['a', 'd']")`` for ``df[['a', 'd']]``; None where unknown."""
+    """The path node naming a block's columns: ``(COLUMN, 'a')`` for ``df['a']``,
+    ``(COLUMNS, "['a', 'd']")`` for ``df[['a', 'd']]``; None where unknown."""
     if labels is None:
         return None
     try:
@@ -188,7 +188,7 @@ def _columns(labels: Optional[list], indexer: Any) -> Optional[tuple[int, Any]]:
     if not names:
         return None
     if len(names) == 1:
-        return KEY, names[0]
+        return COLUMN, names[0]
     shown = ", ".join(map(repr, names[:COLUMNS_SHOWN]))
     more = f", +{len(names) - COLUMNS_SHOWN} more" if len(names) > COLUMNS_SHOWN else ""
-    return KEY_TEXT, f"[{shown}{more}]"
+    return COLUMNS, f"[{shown}{more}]"

@@ -26,8 +26,10 @@ class Leftover:
     ``views_nbytes`` what all the names listed use of the memory together (each distinct
     array's own bytes; None: not known), so that a slice keeping its whole base alive
     (``row = big[0]``, a loaded checkpoint's slice) says so (`view_text`).
+    ``shape`` is that of what ``name`` gives (a pandas column's, not its block's).
     ``shared_with`` lists the other names reaching the same memory (views, aliases, the
-    optimizer's reference to a parameter), at most 16 and then a '(+N more)' entry.
+    optimizer's reference to a parameter), at most 16 and then a '(+N more)' entry; not
+    a library's second reference inside the same variable (pandas' caches in ``df``).
     ``root`` is the group the entry is listed under (None in a document written before
     it was kept), ``shared_roots`` the groups of the other names (those of every name
     reaching the memory, not only the listed ones).

@@ -501,3 +501,33 @@ def test_all_deletes_a_future_holding_gpu_memory_and_its_dry_run_agrees(shell, r
     assert done.released_bytes == dry.estimated_bytes
     # the allocator rounds the scalar up to its smallest block (512 B)
     assert 0 <= before - torch.cuda.memory_allocated() - dry.estimated_bytes < 2**12
+
+
+def test_a_frames_columns_show_the_frames_shape_and_no_pandas_cache(shell, run_cell, pd):
+    """pandas keeps a frame's columns of one dtype as the rows of one block: `df['c']` is
+    listed with the column's shape and `df[['a', 'b']]` with the frame's (rows x 2), as each
+    name evaluates in the notebook. pandas' own second references inside the frame (2.2's
+    cache of a column read, `df._item_cache`; the labels' lookup engine) are not named
+    beside the column: they go with `df`."""
+    run(
+        run_cell,
+        "import numpy as np, pandas as pd\n"
+        "df = pd.DataFrame({'a': np.random.rand(50_000), 'b': np.random.rand(50_000),\n"
+        "                   'c': np.arange(50_000)},\n"
+        "                  columns=pd.Index(['a', 'b', 'c'], dtype=object))\n"
+        "col = df['a']\n"
+        "total = df['a'].sum() + df['c'].sum()",
+    )
+    ns = shell.user_ns
+    found = {
+        entry.name: entry for entry in find_leftovers(shell=shell) if entry.name.startswith("df")
+    }
+    assert found["df[['a', 'b']]"].shape == (50_000, 2)
+    assert found["df['c']"].shape == (50_000,)
+    for name in ("df[['a', 'b']]", "df['c']"):
+        value = eval(name, dict(ns))  # the name a user types, in the notebook
+        assert value.shape == found[name].shape and value.values.nbytes == found[name].nbytes
+    for entry in found.values():
+        assert not any(other.startswith("df.") and "._" in other for other in entry.shared_with), (
+            entry
+        )
