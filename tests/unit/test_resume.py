@@ -15,6 +15,7 @@ torch = pytest.importorskip("torch")
 from torch.utils.data import DataLoader, Dataset  # noqa: E402
 
 from colab_gpu_guard import ResumableEpoch, seed_all, seed_worker  # noqa: E402
+from tests.workers import worker_context  # noqa: E402
 
 
 class Augmented(Dataset):
@@ -38,9 +39,8 @@ def make_loader(workers: int, with_generator: bool):
         num_workers=workers,
         worker_init_fn=seed_worker if workers else None,
         generator=generator,
-        # forkserver: workers forked from a clean server process, not from this one, whose
-        # other threads (a panel ticker, NVML's sampler) may hold locks a fork would copy
-        multiprocessing_context="forkserver" if workers else None,
+        # forked from the tests' clean server process, never from this one (tests.workers)
+        multiprocessing_context=worker_context() if workers else None,
     )
     return loader, ({"loader": generator} if with_generator else None)
 
@@ -152,7 +152,7 @@ def test_persistent_workers_refuse_a_checkpoint_they_cannot_resume():
         num_workers=2,
         worker_init_fn=seed_worker,
         persistent_workers=True,
-        multiprocessing_context="forkserver",
+        multiprocessing_context=worker_context(),
     )
     first = ResumableEpoch(loader)
     batches = iter(first)

@@ -27,6 +27,7 @@ from colab_gpu_guard.seeding.rng_state import (  # noqa: E402
     restore_rng_state,
     rng_state,
 )
+from tests.workers import worker_context  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -44,15 +45,14 @@ class Augmented(Dataset):
 
 
 def make_loader(generator) -> DataLoader:
-    # workers forked from a clean server process: a fork of the test process (whose other
-    # threads may hold locks) hung in the full suite
+    # workers forked from the tests' clean server process, never from this one (tests.workers)
     return DataLoader(
         Augmented(),
         batch_size=2,
         shuffle=True,
         num_workers=2,
         generator=generator,
-        multiprocessing_context="forkserver",
+        multiprocessing_context=worker_context(),
     )
 
 

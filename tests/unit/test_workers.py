@@ -18,6 +18,7 @@ from colab_gpu_guard import (
     seed_all,
     seed_worker,
 )
+from tests.workers import worker_context
 
 
 class Augmented(Dataset):
@@ -32,18 +33,15 @@ class Augmented(Dataset):
         )
 
 
-# Workers are spawned, not forked: a fork of the test process, whose other threads may hold
-# locks, hung in the full suite; a spawned worker also reads RANK as it is set now.
-
-
-def spawned_loader(worker_init_fn=None) -> DataLoader:
-    """Two spawned workers over `Augmented` (never forked from the test process)."""
+def worker_loader(worker_init_fn=None, start: object = None) -> DataLoader:
+    """Two workers over `Augmented`, from the tests' fork server (`tests.workers`), or
+    started by ``start`` ("spawn")."""
     return DataLoader(
         Augmented(),
         batch_size=4,
         num_workers=2,
         worker_init_fn=worker_init_fn,
-        multiprocessing_context="spawn",
+        multiprocessing_context=start or worker_context(),
     )
 
 
@@ -56,7 +54,7 @@ def batches(rank: int, monkeypatch, seed: int = 7) -> list[list[float]]:
         num_workers=2,
         worker_init_fn=seed_worker,
         generator=dataloader_generator(seed),
-        multiprocessing_context="spawn",
+        multiprocessing_context=worker_context(),
     )
     return [batch.tolist() for batch in loader]
 
@@ -78,7 +76,7 @@ def draws_as_rank(rank: int, monkeypatch, worker_init_fn=None) -> list[tuple]:
     the same torch seed on every rank, no generator given."""
     monkeypatch.setenv("RANK", str(rank))
     torch.manual_seed(42)
-    loader = spawned_loader(worker_init_fn)
+    loader = worker_loader(worker_init_fn)
     return [(row[1], row[2]) for batch in loader for row in batch.tolist()]
 
 
@@ -149,7 +147,7 @@ def all_draws_as_rank(rank: int, monkeypatch, seed: int = 42) -> list[tuple]:
     default way: seed_all(seed) on every rank, worker_init_fn=seed_worker, no generator."""
     monkeypatch.setenv("RANK", str(rank))
     seed_all(seed)
-    loader = spawned_loader(seed_worker)
+    loader = worker_loader(seed_worker)
     return [(row[1], row[2], row[3]) for batch in loader for row in batch.tolist()]
 
 
@@ -168,14 +166,14 @@ def test_default_path_differs_per_rank_for_all_three_streams(monkeypatch):
 def draws_with_torch(monkeypatch, rank: int = 1) -> list[tuple]:
     monkeypatch.setenv("RANK", str(rank))
     seed_all(42)
-    loader = spawned_loader()
+    loader = worker_loader()
     return [(row[1], row[2], row[3]) for batch in loader for row in batch.tolist()]
 
 
 def test_workers_draw_anew_each_epoch(monkeypatch):
     monkeypatch.setenv("RANK", "0")
     seed_all(42)
-    loader = spawned_loader(seed_worker)
+    loader = worker_loader(seed_worker)
     first, second = ([row[3] for b in loader for row in b.tolist()] for _ in range(2))
     assert not set(first) & set(second)
 
@@ -226,14 +224,17 @@ def test_the_seed_is_carried_to_spawned_processes(monkeypatch):
     assert done.stdout.split(None, 1) == ["None", f"{expected}\n"]
 
 
-def test_spawned_workers_differ_per_rank_too(monkeypatch):
-    def spawned(rank: int) -> list:
+def test_workers_that_do_not_inherit_the_environment_differ_per_rank_too(monkeypatch):
+    """A worker from a fork server (as a spawned one) does not see RANK as it is set now:
+    the rank reaches it with seed_worker."""
+
+    def started_apart(rank: int) -> list:
         monkeypatch.setenv("RANK", str(rank))
         seed_all(42)
-        loader = spawned_loader(seed_worker)
+        loader = worker_loader(seed_worker)
         return [row[3] for batch in loader for row in batch.tolist()]
 
-    assert not set(spawned(0)) & set(spawned(1))
+    assert not set(started_apart(0)) & set(started_apart(1))
 
 
 def _gloo_rank(rank: int, port: int, folder: str) -> None:
@@ -250,7 +251,7 @@ def _gloo_rank(rank: int, port: int, folder: str) -> None:
     try:
         seed_all(7)
         main = [torch.rand(2).tolist(), random.random(), float(np.random.rand())]
-        loader = spawned_loader(seed_worker)
+        loader = worker_loader(seed_worker, start="spawn")
         rows = [row for batch in loader for row in batch.tolist()]
         with open(os.path.join(folder, f"rank{rank}.json"), "w") as handle:
             json.dump({"main": main, "rows": rows}, handle)
