@@ -55,14 +55,24 @@ wait $nb6_job || { echo "browser-nb6: install failed"; tail -n 40 "$CGG_BROWSER_
 grep -v "^WARNING: Location" "$CGG_BROWSER_OUTPUT/env-lab.log" "$CGG_BROWSER_OUTPUT/env-nb6.log" || true
 echo "environments ready after $((SECONDS - started)) s"
 
-echo "== JupyterLab 4 + ipywidgets 8"
+# The two front ends are tested at the same time (each its own server on a free port, its
+# own browser and kernel): most of their time is spent waiting on a page or a kernel.
+echo "== JupyterLab 4 + ipywidgets 8, and Notebook 6.5 + ipywidgets 7.7.1 (+ the panel's unit tests on IPython 7.34), side by side"
 CGG_BROWSER_FRONTEND=lab .venvs/browser-lab/bin/python -m pytest -q -p no:cacheprovider \
-  tests/browser
-
-echo "== Notebook 6.5 + ipywidgets 7.7.1 (+ the panel's unit tests on IPython 7.34)"
+  tests/browser >"$CGG_BROWSER_OUTPUT/tests-lab.log" 2>&1 &
+lab_tests=$!
 CGG_BROWSER_FRONTEND=notebook6 .venvs/browser-nb6/bin/python -m pytest -q -p no:cacheprovider \
   -W ignore::DeprecationWarning tests/browser tests/shell/panel/test_panel.py tests/shell/panel/test_panel_groups.py \
-  tests/shell/panel/test_panel_facts.py
+  tests/shell/panel/test_panel_facts.py >"$CGG_BROWSER_OUTPUT/tests-nb6.log" 2>&1 &
+nb6_tests=$!
+status=0
+wait $lab_tests || status=1
+echo "== JupyterLab 4 + ipywidgets 8"
+cat "$CGG_BROWSER_OUTPUT/tests-lab.log"
+wait $nb6_tests || status=1
+echo "== Notebook 6.5 + ipywidgets 7.7.1 (+ the panel's unit tests on IPython 7.34)"
+cat "$CGG_BROWSER_OUTPUT/tests-nb6.log"
 
 echo "screenshots: $(ls "$CGG_BROWSER_OUTPUT"/*.png 2>/dev/null | tr '\n' ' ')"
 echo "browser tests done in $((SECONDS - started)) s"
+exit $status
