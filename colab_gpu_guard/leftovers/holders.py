@@ -40,7 +40,7 @@ from .kinds import (
     UNSEEN,
     opaque_module,
 )
-from .naming import ATTR, CLOSURE, FRAME_LOCAL, HELD, ITEM, Path
+from .naming import ATTR, CLOSURE, FRAME_LOCAL, HELD, ITEM, Path, inside_private
 from .readers import (
     class_attributes,
     closure_values,
@@ -61,6 +61,9 @@ from .visit import Visit
 
 TENSOR_CHUNK = 2048  # tensors checked for attributes of their own in one C call
 MAX_OPAQUE = 64  # torch ScriptObjects (and objects not looked into) a scan keeps the paths of
+# A library's own small array of objects (a frame's few column labels, their lookup engine)
+# gets no note: what its objects take beside its pointers is too small to matter.
+OBJECT_ITEMS_NOTED = 10_000
 
 _METHOD_SELF = types.MethodType.__dict__["__self__"].__get__
 _METHOD_FUNC = types.MethodType.__dict__["__func__"].__get__
@@ -167,11 +170,13 @@ class HolderWalks:
         ``grid[1, 2]``); its path is kept for the note that such an array is counted by
         its pointers. Read through ndarray's own descriptors and methods on a plain
         ndarray view (a subclass's ``__getattribute__`` or ``__array_finalize__`` never
-        runs)."""
+        runs); a library's own small one (`OBJECT_ITEMS_NOTED`) is left out of the note."""
         items, shape = numpy_support.object_items(array)
         if items is None:
             return
-        if len(self.object_arrays) < MAX_OPAQUE:
+        if len(self.object_arrays) < MAX_OPAQUE and (
+            len(items) >= OBJECT_ITEMS_NOTED or not inside_private(at.path)
+        ):
             self.object_arrays.append((at.path, at.root))
         if len(shape) == 1:
             self.walk_sequence(items, at)

@@ -441,12 +441,14 @@ def test_extension_columns_are_named_by_what_a_user_types_and_it_is_that_memory(
 
 def test_the_object_arrays_note_names_the_users_columns_before_pandas_own(shell, run_cell, pd):
     """A column of Python objects is named in the note before pandas' own object arrays
-    (the column labels' engine cache, `df.columns._data`), whatever order the scan met
-    them in."""
+    (a big index of labels, `df.index._data`), whatever order the scan met them in; pandas'
+    small ones (a few column labels and their lookup engine) are not named at all."""
     run(
         run_cell,
         "import numpy as np, pandas as pd\n"
-        "early_f = pd.DataFrame({'x': np.ones(3)}); early_f['x'].sum()\n"  # met first
+        "early_f = pd.DataFrame({'x': np.ones(20_000)},\n"
+        "                       index=pd.Index([f'r{i}' for i in range(20_000)], dtype=object))\n"
+        "early_f['x'].sum()\n"  # met first
         "meta_f = pd.DataFrame({'a': np.arange(100.0), 'meta': [{'k': i} for i in range(100)]})\n"
         "meta_f['a'].sum()",  # pandas makes the labels' engine (an object array) on a lookup
     )
@@ -456,8 +458,9 @@ def test_the_object_arrays_note_names_the_users_columns_before_pandas_own(shell,
         if name.startswith(("meta_f", "early_f"))
     ]
     assert names[0] == "meta_f['meta']", names
-    assert any(name.startswith("early_f.columns.") for name in names), names
-    assert len(names) > 1 and all("._" in name for name in names[1:]), names
+    assert any(name.startswith("early_f.index.") for name in names), names  # 20,000 labels
+    assert not any(name.startswith(("early_f.columns", "meta_f.columns")) for name in names)
+    assert all("._" in name for name in names[1:]), names
 
 
 def test_a_rerun_s_scan_of_a_deleted_alias_lists_no_dropped_name(shell, run_cell):
