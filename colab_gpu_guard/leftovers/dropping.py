@@ -102,6 +102,20 @@ def nbytes(scan: Scan, keys: set, device: Optional[str] = None) -> int:
     return sum(sizes.values())
 
 
+def frameworks(scan: Scan, keys: set) -> set[str]:
+    """The frameworks of these blocks (storage keys): "torch", "numpy", ... (an autograd
+    graph's saved tensors are torch's)."""
+    if not keys:
+        return set()
+    found = scan.walker.found
+    kinds = set(
+        itertools.compress(found.row_values(ROW_FRAMEWORK), map(keys.__contains__, found.keys))
+    )
+    if any(key in keys for key in scan.walker.graphs.saved):
+        kinds.add("torch")
+    return kinds
+
+
 def storage_proofs(
     scan: Scan, keys: Optional[set] = None, limit: int = PROOF_LIMIT
 ) -> dict[Hashable, Optional[weakref.ref]]:

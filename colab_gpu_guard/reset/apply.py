@@ -99,6 +99,8 @@ def apply(plan: ResetPlan) -> ReleaseReport:
     del proofs
     gone = dropping.released(found, now) - staying
     report.released_bytes = dropping.nbytes(found, gone)
+    if gone:
+        report.freed_frameworks = sorted(dropping.frameworks(found, gone))
     _unseen_holder_note(report, dropping.nbytes(found, staying & plan.freed_keys))
     _host_beyond_note(report, found, gone)
     _figures_after(report, plan.before, plan.torch)

@@ -219,6 +219,7 @@ def _work_out(
     dropped = set(drop.roots)
     freed_keys = found.reach.only_through(dropped)
     report.estimated_bytes = dropping.nbytes(found, freed_keys)
+    report.freed_frameworks = sorted(dropping.frameworks(found, freed_keys))
     named = [notebook_refs.RootKey(notebook_refs.VARIABLE, name) for name in names]
     _held_elsewhere_notes(report, dropping.held_elsewhere(found, named, dropped, freed_keys))
     _registry_notes(report, found)

@@ -48,7 +48,7 @@ class Wording(NamedTuple):
 _WORDS = {
     "title": ("gpu_reset", "gpu_reset --dry-run (nothing changed)"),
     "dropped": ("dropped", "would drop"),
-    "amount_text": ("freed: {freed} of tensors", "would free about {expected} of tensors"),
+    "amount_text": ("freed: {freed} of {what}", "would free about {expected} of {what}"),
     "held": ("still", "would still be"),
     "none_held": (NONE_NAMED, NONE_WOULD_STAY),
     "stays": ("stays", "would stay"),
@@ -121,6 +121,8 @@ class ReleaseReport:
         before; blocks also held from elsewhere are not counted.
     released_bytes: memory of the blocks seen before that are gone now (proven by weakrefs;
         0 for a dry run).
+    freed_frameworks: the frameworks of those blocks ("torch", "numpy", ...: what the
+        amount is "of"), of the estimated ones where none was released.
     devices: torch CUDA allocator figures per device; nvml_used_*: NVML used per GPU (all
         processes), from the memory call nvml_used_call names: "v2" (driver-reserved
         memory left out) or "v1" (included).
@@ -138,6 +140,7 @@ class ReleaseReport:
     dropped_names: list[str] = field(default_factory=list)
     estimated_bytes: int = 0
     released_bytes: int = 0
+    freed_frameworks: list[str] = field(default_factory=list)
     devices: list[DeviceRelease] = field(default_factory=list)
     nvml_used_before: Optional[list[int]] = None
     nvml_used_after: Optional[list[int]] = None
@@ -333,7 +336,8 @@ class ReleaseReport:
         lines = []
         if not self.dry_run:
             lines.append(
-                f"expected to free: {format_bytes(self.estimated_bytes)} (the tensors only "
+                f"expected to free: {format_bytes(self.estimated_bytes)} (the "
+                f"{_what_freed(self.freed_frameworks)} only "
                 "the dropped references reached, found before the reset)"
             )
         others = len(self.dropped_names) - len(typed)
@@ -388,4 +392,13 @@ class ReleaseReport:
         return {
             "freed": shown(self.released_bytes),
             "expected": shown(self.estimated_bytes),
+            "what": _what_freed(self.freed_frameworks),
         }
+
+
+def _what_freed(frameworks: list[str]) -> str:
+    """What the amount freed is memory of: "tensors" (torch's, or none), "arrays" (NumPy's,
+    pandas', CuPy's, ...), or both."""
+    tensors = not frameworks or "torch" in frameworks
+    arrays = any(kind != "torch" for kind in frameworks)
+    return "tensors and arrays" if tensors and arrays else "tensors" if tensors else "arrays"

@@ -118,3 +118,25 @@ def test_a_flagged_reruns_gone_holder_is_said_once(shell, run_cell):
     for line in ("", "--dry-run", ""):
         later = printed(shell, line)
         assert "flagged for keeping memory again" not in later, later
+
+
+def test_what_is_freed_is_named_by_what_it_was(shell, run_cell):
+    """The amount freed is "of tensors" for torch's, "of arrays" for NumPy's and pandas'
+    (a DataFrame in the output history is no tensor), and both where both went; the figure
+    is what the weakrefs saw go."""
+    pytest.importorskip("numpy")
+    pd = pytest.importorskip("pandas")
+    run_cell("import numpy as np, pandas as pd")
+    run_cell("pd.DataFrame({'x': np.arange(100_000.0)})")  # in Out only
+    frame = shell.user_ns["Out"][max(shell.user_ns["Out"])]
+    nbytes = frame["x"].values.nbytes
+    assert isinstance(frame, pd.DataFrame) and nbytes == 800_000
+    del frame
+    text = printed(shell, "--dry-run")
+    assert re.search(r"would free about 781 KiB of arrays$", text, re.M), text
+    text = printed(shell, "")
+    assert re.search(r"^  freed: 781 KiB of arrays$", text, re.M), text
+    run_cell("(torch.ones(1000), np.ones(1000))")
+    assert "freed: 11.7 KiB of tensors and arrays" in printed(shell, "")
+    run_cell("torch.ones(1000)")
+    assert "freed: 3.91 KiB of tensors" in printed(shell, "")
