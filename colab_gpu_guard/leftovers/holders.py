@@ -40,7 +40,7 @@ from .kinds import (
     UNSEEN,
     opaque_module,
 )
-from .naming import ATTR, CLOSURE, FRAME_LOCAL, HELD, ITEM, Path, inside_private
+from .naming import ATTR, CLOSURE, FRAME_LOCAL, HELD, ITEM, Path, library_inside
 from .readers import (
     class_attributes,
     closure_values,
@@ -175,7 +175,7 @@ class HolderWalks:
         if items is None:
             return
         if len(self.object_arrays) < MAX_OPAQUE and (
-            len(items) >= OBJECT_ITEMS_NOTED or not inside_private(at.path)
+            len(items) >= OBJECT_ITEMS_NOTED or not library_inside(at.path)
         ):
             self.object_arrays.append((at.path, at.root))
         if len(shape) == 1:

@@ -100,6 +100,7 @@ EXCEPTION, TRACEBACK, LRU_CACHE, OPAQUE = range(14, 18)
 # the scan cannot read (`UNSEEN_PACKAGES`): its holder is named as not looked into
 REFERENTS, UNSEEN = range(18, 20)
 PANDAS_MANAGER = 20  # a pandas frame's or series' blocks: named by column (`pandas_frames`)
+PANDAS_INDEX = 21  # a pandas Index: its labels as `df.columns.values` (`pandas_frames`)
 _BUILT_IN_BASES = (list, tuple, collections.deque, dict, set, frozenset)
 
 
@@ -210,6 +211,8 @@ class Classifier:
             return Kind(UNSEEN)
         if package == "pandas" and pandas_frames.is_manager(bases):
             return Kind(PANDAS_MANAGER)
+        if package == "pandas" and pandas_frames.is_index(bases):
+            return Kind(PANDAS_INDEX)
         layout = layout_of(kind)
         if layout.dict_getter is not None or layout.slots:
             return Kind(OBJECT, layout=layout)

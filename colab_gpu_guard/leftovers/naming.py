@@ -17,6 +17,7 @@ HELD = 12  # what an iterator holds (`it.<list>`): keyed by the held object's ty
 # a pandas block's columns (`df['a']`, `df[['a', 'd']]`): named as KEY and KEY_TEXT are,
 # and shown in the frame's shape, where pandas keeps a block's columns as its rows
 COLUMN, COLUMNS = 13, 14
+LABELS = 15  # a pandas index's labels (`df.columns.values`, `df.index.array`): by the attribute
 
 Path = tuple  # (parent: Optional[Path], kind: int, key: object)
 
@@ -39,6 +40,7 @@ TEMPLATES: tuple[Optional[str], ...] = (
     "%s.<%s>",  # HELD
     None,  # COLUMN: key_text(key), as KEY
     "%s[%s]",  # COLUMNS
+    "%s.%s",  # LABELS
 )
 
 RANK = {holder: rank for rank, holder in enumerate(HOLDERS)}
@@ -98,6 +100,12 @@ def through_private_attribute(path: Path) -> bool:
                 return True
         node = node[0]
     return False
+
+
+def library_inside(path: Path) -> bool:
+    """Whether a path names the inside of a library's object (`inside_private`) or a
+    pandas index's labels: what a user made is named before it."""
+    return path[1] == LABELS or inside_private(path)
 
 
 def key_text(key: object) -> str:

@@ -1,7 +1,8 @@
 """pandas frames and series named as a user types them: a frame's columns (``df['a']``,
 or ``df[['a', 'd']]`` where pandas keeps columns of one dtype in one block; ``df['b'].array``
 for an Arrow or nullable column), ``df.columns`` and ``df.index``; a series' ``s.values``
-(``s.array``) and ``s.index`` - not ``df._mgr.blocks[0].values``.
+(``s.array``) and ``s.index``, an index's labels ``df.columns.values`` (``.array``) - not
+``df._mgr.blocks[0].values`` or ``df.columns._data``.
 Read through the interpreter's and pandas' own C-level getters; a frame whose column
 labels are not plain strings or numbers keeps the internal names."""
 
@@ -10,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any, Optional
 
-from .naming import ATTR, COLUMN, COLUMNS, ITEM
+from .naming import ATTR, COLUMN, COLUMNS, ITEM, LABELS
 from .readers import (
     Layout,
     instance_dict,
@@ -28,6 +29,8 @@ MANAGERS = frozenset(
         ("pandas.core.internals.managers", "SingleBlockManager"),
     }
 )
+# pandas' Index, of which every index type is a subclass (pandas 3 names its module "pandas")
+INDEXES = frozenset({("pandas.core.indexes.base", "Index"), ("pandas", "Index")})
 COLUMNS_SHOWN = 3  # labels named where one block holds more columns
 _LABEL_TYPES = (str, int)  # labels shown: their repr is the interpreter's own
 
@@ -37,6 +40,11 @@ Visitor = Callable[[Any, Visit], None]
 def is_manager(bases: tuple[type, ...]) -> bool:
     """Whether a type (its MRO: `bases`) is one of pandas' block managers."""
     return any((type_module(base), getattr(base, "__qualname__", "")) in MANAGERS for base in bases)
+
+
+def is_index(bases: tuple[type, ...]) -> bool:
+    """Whether a type (its MRO: `bases`) is a pandas Index."""
+    return any((type_module(base), getattr(base, "__qualname__", "")) in INDEXES for base in bases)
 
 
 class PandasWalk:
@@ -73,6 +81,22 @@ class PandasWalk:
             self.visit(values, column)
         self.visit(axes[0], owner.child(ATTR, "columns"))
         self.visit(axes[1], owner.child(ATTR, "index"))
+
+    def index(self, index: Any, at: Visit) -> None:
+        """An Index's attributes, its labels' array (``_data``) named as a user reads it:
+        ``df.columns.values`` (a NumPy array: the same memory, a read-only view on pandas
+        3), ``df.index.array`` (an extension array: dates, Arrow strings). An index
+        without one (a ``RangeIndex``, a ``MultiIndex``) keeps its own attribute names."""
+        attributes = instance_dict(_layout(type(index)).dict_getter, index)
+        if not attributes:
+            return
+        for name, value in list(dict.items(attributes)):
+            if type(name) is not str:
+                continue
+            if name == "_data" and value is not None:
+                self.visit(value, at.child(LABELS, "values" if _ndarray(value) else "array"))
+            else:
+                self.visit(value, at.child(ATTR, name))
 
     def _internal(self, blocks: tuple, axes: list, at: Visit) -> None:
         for number, block in enumerate(blocks):

@@ -23,7 +23,7 @@ from .deep import allocator_gaps, scan_unnamed
 from .found import Ref
 from .kinds import ATOMIC
 from .leftover_list import LeftoverList
-from .naming import PathNames, best_paths, inside_private
+from .naming import PathNames, best_paths, library_inside
 from .numpy_sharing import join_numpy_buffers
 from .reach import Reach, alias_rows
 from .records import DeviceGap, Unread, Unseen
@@ -346,11 +346,11 @@ def _scan(
         tuple(
             (root, Unseen(names.name_of(path), kind)) for path, kind, root in holder_walks.unseen
         ),
-        # the user's own (`df['name']`) named before a library's inside (`df.columns._data`)
+        # the user's own (`df['name']`) named before a library's (`df.index.values`)
         tuple(
             (root, names.name_of(path))
             for path, root in sorted(
-                holder_walks.object_arrays, key=lambda found: inside_private(found[0])
+                holder_walks.object_arrays, key=lambda found: library_inside(found[0])
             )
         ),
     )

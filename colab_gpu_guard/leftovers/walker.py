@@ -23,6 +23,7 @@ from .kinds import (
     NAMEDTUPLE,
     NN_MODULE,
     NOT_ATOMIC,
+    PANDAS_INDEX,
     PANDAS_MANAGER,
     ROWS_OF_PLAIN,
     SEQUENCE,
@@ -126,10 +127,12 @@ class Walker:
             self.graphs,
             self.limit,
         )
+        pandas_walk = PandasWalk(self.visit)
         self.walk_holder = {
             **self.holder_walks.by_tag(),
             **FrameWalks(self.visit).by_tag(),
-            PANDAS_MANAGER: PandasWalk(self.visit).manager,
+            PANDAS_MANAGER: pandas_walk.manager,
+            PANDAS_INDEX: pandas_walk.index,
         }
         tensor_kind = classifier.tensor_kind
         # the commonest array, recorded inline by `walk_sequence`: its type and framework
