@@ -48,7 +48,7 @@ def is_index(bases: tuple[type, ...]) -> bool:
 
 
 class PandasWalk:
-    """Walks a block manager reached as a frame's or series' ``_mgr``."""
+    """Walks a block manager reached as a frame's or series' ``_mgr``, and an Index."""
 
     def __init__(self, visit: Visitor) -> None:
         self.visit = visit
