@@ -24,6 +24,7 @@ from .diagnosis import Diagnosis, Section, classify
 from .enrich import advise
 from .fixes import DETERMINISTIC_ALTERNATIVES
 from .kinds import (
+    ATTENTION_KERNELS,
     CUBLAS_DETERMINISM,
     CUDA_DRIVER_OOM,
     DEVICE_BUSY,
@@ -54,6 +55,7 @@ from .oom_figures import parse_oom_message, parse_size
 from .recognise import STICKY_ERRORS, Recognised, recognise
 
 __all__ = [
+    "ATTENTION_KERNELS",
     "CUBLAS_DETERMINISM",
     "CUDA_DRIVER_OOM",
     "DEVICE_BUSY",

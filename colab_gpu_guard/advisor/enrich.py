@@ -34,6 +34,7 @@ from . import (
 from .advice import DEL_LEFTOVERS
 from .diagnosis import Diagnosis, Section, classify, rebuild
 from .kinds import (
+    ATTENTION_KERNELS,
     CUBLAS_DETERMINISM,
     CUDA_DRIVER_OOM,
     DEVICE_BUSY,
@@ -312,6 +313,7 @@ _ENRICHERS: dict[str, tuple[Callable[[Diagnosis, Optional[dict]], None], ...]] =
     GPU_TOO_OLD: (setup_facts.enrich_capability,),
     LIBRARY_SETUP: (cuda_libraries.enrich_library,),
     LAUNCH_RESOURCES: (setup_facts.enrich_capability,),  # the GPU's name, for the report
+    ATTENTION_KERNELS: (setup_facts.enrich_attention,),
     NO_GPU: (setup_facts.enrich_no_gpu,),
 }
 # A kind left out has nothing this process can add (device mismatch, a generator's device,

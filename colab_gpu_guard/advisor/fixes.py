@@ -11,6 +11,7 @@ from typing import Any, Callable, Optional
 from . import memory_fixes, setup_fixes
 from .advice import INDEX_CULPRITS, LAUNCH_BLOCKING_FIX, NEW_RUNTIME, RESTART_SESSION, Advice
 from .kinds import (
+    ATTENTION_KERNELS,
     CUBLAS_DETERMINISM,
     CUDA_DRIVER_OOM,
     DEVICE_BUSY,
@@ -493,6 +494,7 @@ BUILDERS: dict[str, Callable[[dict[str, Any]], Advice]] = {
     STICKY_ERROR_ELSEWHERE: _sticky,
     LATE_KERNEL_ERROR: _late_kernel,
     LAUNCH_RESOURCES: setup_fixes.launch_resources,
+    ATTENTION_KERNELS: setup_fixes.attention_kernels,
     DEVICE_MISMATCH: setup_fixes.device_mismatch,
     GENERATOR_DEVICE: setup_fixes.generator_device,
     INVALID_DEVICE: setup_fixes.invalid_device,

@@ -22,6 +22,7 @@ GPU_TOO_OLD = "gpu_too_old"
 NCCL_ERROR = "nccl_error"
 STREAM_CAPTURE = "stream_capture"
 LAUNCH_RESOURCES = "launch_out_of_resources"
+ATTENTION_KERNELS = "no_attention_kernel"
 NO_GPU = "no_gpu"
 
 KINDS = (
@@ -45,6 +46,7 @@ KINDS = (
     NCCL_ERROR,
     STREAM_CAPTURE,
     LAUNCH_RESOURCES,
+    ATTENTION_KERNELS,
     NO_GPU,
 )
 
@@ -73,5 +75,6 @@ TITLES = {
     NCCL_ERROR: "NCCL (communication between GPUs or processes) failed",
     STREAM_CAPTURE: "an operation that cannot be recorded in a CUDA graph",
     LAUNCH_RESOURCES: "a GPU kernel asked for more than this GPU gives one launch",
+    ATTENTION_KERNELS: "scaled_dot_product_attention had no kernel it may use",
     NO_GPU: "no usable GPU in this runtime",
 }

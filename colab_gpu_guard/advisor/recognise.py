@@ -11,6 +11,7 @@ from typing import Any, NamedTuple, Optional
 from ..units import cuda_version_text
 from . import device_messages
 from .kinds import (
+    ATTENTION_KERNELS,
     CUBLAS_DETERMINISM,
     CUDA_DRIVER_OOM,
     DEVICE_BUSY,
@@ -97,6 +98,13 @@ _LAUNCH_RESOURCES = re.compile(
     r"CUDA_ERROR_LAUNCH_OUT_OF_RESOURCES",
     re.IGNORECASE,
 )
+# scaled_dot_product_attention left without a kernel (torch's sdp_utils.cpp select_sdp_backend):
+# the math kernel switched off and each fused kernel refusing the inputs, after a warning
+# per kernel saying why; "No viable backend" where every kernel allowed is switched off or
+# has no kernel on this device (attention.cpp, _fused_sdp_choice_cpp: the CPU has no
+# memory-efficient or cuDNN kernel)
+_NO_ATTENTION_KERNEL = re.compile(r"No available kernel\.\s+Aborting execution")
+_NO_ATTENTION_BACKEND = re.compile(r"No viable backend for scaled_dot_product_attention")
 _DRIVER_OOM = re.compile(
     r"CUDA error: out of memory|cudaErrorMemoryAllocation|CUDA_ERROR_OUT_OF_MEMORY|"
     r"cuda runtime error \(2\) : out of memory",
@@ -453,6 +461,11 @@ def _kind(exc: BaseException, message: str, details: dict[str, Any]) -> Optional
         return Recognised(STREAM_CAPTURE, details)
     if _LAUNCH_RESOURCES.search(message):
         return Recognised(LAUNCH_RESOURCES, details)
+    if _NO_ATTENTION_KERNEL.search(message):
+        return Recognised(ATTENTION_KERNELS, details)
+    if _NO_ATTENTION_BACKEND.search(message):
+        details["problem"] = "none allowed here"
+        return Recognised(ATTENTION_KERNELS, details)
     for pattern, feature, needs in _TOO_OLD:
         match = pattern.search(message)
         if match:

@@ -141,6 +141,15 @@ def enrich_engine(diagnosis: Diagnosis, namespace: Optional[dict]) -> None:
             diagnosis.summary, diagnosis.fixes = advice.summary, list(advice.fixes)
 
 
+def enrich_attention(diagnosis: Diagnosis, namespace: Optional[dict]) -> None:
+    """Attention had no kernel: this machine's GPUs tell whether flash attention could run."""
+    capabilities = gpu_capabilities(diagnosis)
+    if capabilities:
+        diagnosis.details["capabilities"] = capabilities
+        advice = setup_fixes.attention_kernels(diagnosis.details)
+        diagnosis.summary, diagnosis.fixes = advice.summary, list(advice.fixes)
+
+
 def enrich_no_gpu(diagnosis: Diagnosis, namespace: Optional[dict]) -> None:
     visible = os.environ.get("CUDA_VISIBLE_DEVICES")
     diagnosis.facts["CUDA_VISIBLE_DEVICES"] = repr(visible) if visible is not None else "unset"

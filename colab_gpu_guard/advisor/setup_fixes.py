@@ -1,9 +1,9 @@
 """The prose of the errors of setup and hardware: tensors on two devices, a random generator
 on another device than its draws, a GPU number that does not exist, a busy GPU, NCCL, a
-kernel launch asking more than the GPU gives, CUDA-graph capture, a GPU too old for a
-feature, a CUDA library missing or of the wrong version, and a driver whose two halves
-differ. Built from the details parsed out of the message (recognise.py) and, for the
-driver, read from this machine (setup_facts.py)."""
+kernel launch asking more than the GPU gives, attention left without a kernel, CUDA-graph
+capture, a GPU too old for a feature, a CUDA library missing or of the wrong version, and a
+driver whose two halves differ. Built from the details parsed out of the message
+(recognise.py) and, for the driver and the GPU, read from this machine (setup_facts.py)."""
 
 from __future__ import annotations
 
@@ -11,6 +11,7 @@ from typing import Any, Sequence
 
 from .advice import NEW_RUNTIME, RESTART_SESSION, Advice
 from .kinds import (
+    ATTENTION_KERNELS,
     DEVICE_BUSY,
     DEVICE_MISMATCH,
     DRIVER_VERSIONS,
@@ -285,6 +286,51 @@ def gpu_too_old(details: dict[str, Any]) -> Advice:
         "Change runtime type, where your plan offers one.",
     ]
     return Advice(GPU_TOO_OLD, summary, facts, fixes)
+
+
+# torch's flash-attention kernel runs on compute capability 8.0 to 12.1 (sdp_utils.cpp,
+# check_flash_attention_hardware_support); the memory-efficient one from 5.0
+FLASH_CAPABILITY = (8, 0)
+
+
+def attention_kernels(details: dict[str, Any]) -> Advice:
+    """scaled_dot_product_attention found no kernel it may use: the plain (math) one switched
+    off, each fused one refusing the inputs (torch warns why, one warning per kernel, just
+    before it raises); or every kernel allowed is off or has none on this device."""
+    if details.get("problem") == "none allowed here":
+        summary = (
+            "`scaled_dot_product_attention` was allowed no kernel that runs here: the kernels "
+            "it may use are switched off, or exist only on a CUDA GPU (the memory-efficient "
+            "and cuDNN ones; on the CPU only the flash and the plain, math, kernels run)."
+        )
+    else:
+        summary = (
+            "`scaled_dot_product_attention` had no kernel it may use for these inputs: its "
+            "plain (math) kernel is switched off, and each fused kernel refused these inputs "
+            "or this GPU. The warnings printed just before the error say why each refused "
+            '("Flash attention kernel not used because: ...").'
+        )
+    fixes = [
+        "Let it fall back to the plain kernel: add `SDPBackend.MATH` to the list given to "
+        "`torch.nn.attention.sdpa_kernel(...)` (or remove that `with` statement), or "
+        "`torch.backends.cuda.enable_math_sdp(True)`. Where a library switched it off, turn "
+        "off that library's flash-attention option.",
+    ]
+    old = [cap for cap in details.get("capabilities") or () if tuple(cap) < FLASH_CAPABILITY]
+    if old:
+        major, minor = old[0]
+        fixes.append(
+            f"This GPU (compute capability {major}.{minor}) has no flash-attention kernel in "
+            "PyTorch: it needs 8.0 or newer. Allow the memory-efficient kernel too "
+            "(`SDPBackend.EFFICIENT_ATTENTION`), or the plain one."
+        )
+    elif details.get("problem") != "none allowed here":
+        fixes.append(
+            "To keep a fused kernel, give it what the warnings ask: flash attention needs a GPU "
+            "of compute capability 8.0 or newer (a T4 is 7.5), float16 or bfloat16 inputs, "
+            "and 4-D (batch, heads, sequence, head size) tensors."
+        )
+    return Advice(ATTENTION_KERNELS, summary, {}, fixes)
 
 
 _INSTALL = {

@@ -21,6 +21,7 @@ FAMILIES = [
     "nccl_error",
     "stream_capture",
     "launch_out_of_resources",
+    "no_attention_kernel",
     "gpu_too_old",
     "library_setup",
     "cuda_driver_oom",

@@ -613,3 +613,27 @@ def test_cuda_on_a_machine_without_an_nvidia_driver_says_run_on_the_cpu(ip, run)
         "model = torch.nn.Linear(3, 3).to(device)\nprint(next(model.parameters()).device)"
     )
     assert result.success and out.strip() == "cpu"
+
+
+def test_attention_left_without_a_kernel_is_answered_in_a_real_cell(ip, run, tidy):
+    """torch's own error, raised here for real: scaled_dot_product_attention allowed only the
+    memory-efficient kernel, which has no CPU implementation. The traceback stays; the
+    answer says why and how to let it fall back to the plain kernel."""
+    pytest.importorskip("torch")
+    result, out = run(
+        "import torch\n"
+        "from torch.nn.attention import SDPBackend, sdpa_kernel\n"
+        "q = torch.randn(1, 2, 4, 8)\n"
+        "with sdpa_kernel(SDPBackend.EFFICIENT_ATTENTION):\n"
+        "    torch.nn.functional.scaled_dot_product_attention(q, q, q)"
+    )
+    assert "No viable backend for scaled_dot_product_attention" in str(result.error_in_exec)
+    text = normalise(out)
+    assert text.index("RuntimeError: No viable backend") < text.index("CUDA advisor")
+    assert f"CUDA advisor: {advisor.TITLES[advisor.ATTENTION_KERNELS]}" in text
+    assert "only on a CUDA GPU" in text and "SDPBackend.MATH" in text
+    fixed, _ = run(  # the fix the answer names
+        "with sdpa_kernel([SDPBackend.EFFICIENT_ATTENTION, SDPBackend.MATH]):\n"
+        "    out = torch.nn.functional.scaled_dot_product_attention(q, q, q)"
+    )
+    assert fixed.error_in_exec is None and tuple(ip.user_ns["out"].shape) == (1, 2, 4, 8)

@@ -499,3 +499,21 @@ def test_cuda_unknown_at_start_says_the_driver_runs_where_nvml_sees_the_gpu():
         diagnosis.summary
     )
     assert not any(fix.startswith("Run on the CPU") for fix in diagnosis.fixes)
+
+
+def test_attention_without_a_kernel_says_whether_this_gpu_has_flash_attention():
+    """On a T4 (7.5) PyTorch has no flash-attention kernel (it needs 8.0): the answer says
+    so and names the memory-efficient kernel; on an A100 it names what flash attention
+    needs instead, the warnings being the user's to read."""
+    item = next(i for i in CORPUS if i["source"].endswith("pytorch/issues/117354"))
+    nvml.set_pynvml(fake_pynvml.install(fake_pynvml.one_gpu()))
+    t4 = advisor.advise(make(item))
+    assert t4.facts["GPU 0"] == "Tesla T4, compute capability 7.5"
+    assert "compute capability 7.5) has no flash-attention kernel" in t4.fixes[-1]
+    assert "SDPBackend.EFFICIENT_ATTENTION" in t4.fixes[-1]
+    world = fake_pynvml.one_gpu()
+    world.gpus[0].name, world.gpus[0].capability = "NVIDIA A100-SXM4-40GB", (8, 0)
+    nvml.set_pynvml(fake_pynvml.install(world))
+    a100 = advisor.advise(make(item))
+    assert "has no flash-attention kernel" not in str(a100)
+    assert "float16 or bfloat16" in a100.fixes[-1]

@@ -44,7 +44,8 @@ short diagnosis: the real cause and the fix, in the words of the framework that 
   its draws (a shuffling DataLoader after `torch.set_default_device('cuda')`), a GPU
   number the runtime does not have, a busy GPU, NCCL, CUDA-graph capture, a GPU too old
   for bfloat16, FlashAttention or Triton, a kernel launch refused for asking too much ("too
-  many resources requested for launch").
+  many resources requested for launch"), attention left without a kernel
+  (`scaled_dot_product_attention`'s "No available kernel" with its math kernel switched off).
 - CUDA used in forked DataLoader workers; cuBLAS determinism, and operations with no
   deterministic implementation.
 - A driver too old for the CUDA build, a build with no code for this GPU ("device kernel
