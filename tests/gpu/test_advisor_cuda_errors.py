@@ -326,3 +326,39 @@ def test_real_cublas_and_cudnn_are_torchs_own_on_a_healthy_machine():
     for name, (loaded, _installed, _mismatched, _outside, fix) in result["checks"].items():
         assert loaded, (name, result)
         assert fix is None, (name, result)
+
+
+def test_real_attention_with_only_flash_allowed_on_float32_says_why_and_how():
+    """Flash attention takes float16 and bfloat16 only: allowed alone, on float32 inputs,
+    torch warns why each kernel refused and raises "No available kernel". The answer follows
+    the traceback; on a GPU below compute capability 8.0 it says PyTorch has no flash kernel
+    there. CUDA stays usable."""
+    result, output = run_script(
+        """
+        ip.run_cell(
+            "import torch\\n"
+            "from torch.nn.attention import SDPBackend, sdpa_kernel\\n"
+            "q = torch.randn(1, 2, 16, 64, device='cuda')\\n"
+            "with sdpa_kernel(SDPBackend.FLASH_ATTENTION):\\n"
+            "    torch.nn.functional.scaled_dot_product_attention(q, q, q)\\n",
+            store_history=True,
+        )
+        import torch
+        from colab_gpu_guard import cuda_health
+        error = getattr(sys, "last_value", None)
+        report(
+            message=str(error),
+            capability=list(torch.cuda.get_device_capability()),
+            state=cuda_health.health(probe=True, timeout=5.0).state,
+        )
+        """
+    )
+    assert "No available kernel" in result["message"], result
+    assert "CUDA advisor: scaled_dot_product_attention had no kernel it may use" in output
+    assert output.index("Traceback") < output.index("CUDA advisor:")
+    assert "SDPBackend.MATH" in output
+    if tuple(result["capability"]) < (8, 0):
+        assert "has no flash-attention kernel in PyTorch" in output
+    else:
+        assert "float16 or bfloat16" in output
+    assert result["state"] == "ok"
