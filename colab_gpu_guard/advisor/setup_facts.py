@@ -7,11 +7,12 @@ first."""
 from __future__ import annotations
 
 import os
-from typing import Optional
+from typing import Callable, Optional
 
 from .. import cuda_health
 from ..frameworks import torch as torch_support
 from . import fixes, machine, memory_fixes, setup_fixes
+from .advice import Advice
 from .diagnosis import Diagnosis
 from .kinds import NO_GPU
 from .machine import arch_supports, driver_facts, torch_arch_list
@@ -134,19 +135,21 @@ def gpu_capabilities(diagnosis: Diagnosis) -> list[tuple[int, int]]:
 def enrich_engine(diagnosis: Diagnosis, namespace: Optional[dict]) -> None:
     """cuDNN found no engine: this machine's GPUs tell whether bfloat16 is native here."""
     if diagnosis.details.get("also") == "engine":
-        capabilities = gpu_capabilities(diagnosis)
-        if capabilities:
-            diagnosis.details["capabilities"] = capabilities
-            advice = memory_fixes.memory_in_disguise(diagnosis.details)
-            diagnosis.summary, diagnosis.fixes = advice.summary, list(advice.fixes)
+        _with_capabilities(diagnosis, memory_fixes.memory_in_disguise)
 
 
 def enrich_attention(diagnosis: Diagnosis, namespace: Optional[dict]) -> None:
     """Attention had no kernel: this machine's GPUs tell whether flash attention could run."""
+    _with_capabilities(diagnosis, setup_fixes.attention_kernels)
+
+
+def _with_capabilities(diagnosis: Diagnosis, build: Callable[[dict], Advice]) -> None:
+    """The answer made again by `build` with the GPUs' compute capabilities (NVML's) in its
+    details, where NVML gives any; the facts already found stay."""
     capabilities = gpu_capabilities(diagnosis)
     if capabilities:
         diagnosis.details["capabilities"] = capabilities
-        advice = setup_fixes.attention_kernels(diagnosis.details)
+        advice = build(diagnosis.details)
         diagnosis.summary, diagnosis.fixes = advice.summary, list(advice.fixes)
 
 
