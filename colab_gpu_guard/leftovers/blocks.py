@@ -24,9 +24,11 @@ from .naming import (
     shown_shape,
     through_private_attribute,
 )
+from .pandas_columns import COLUMN_PARTS, column_entry, extension_of
+from .pandas_frames import Extension
 from .records import Leftover, leftover_of, with_graph
 from .root_refs import RootRef
-from .rows import ROW_HOLDER, ROW_PATH, Items
+from .rows import ROW_FRAMEWORK, ROW_HOLDER, ROW_PATH, Items
 from .tally import Groups, root_labels, root_of_path
 
 PANDAS_COLUMNS = (COLUMN, COLUMNS)
@@ -101,11 +103,15 @@ class Blocks:
         # first (``b = {'x': a}``: `b` reaches what is listed under `a`)
         self.aliased: dict[str, list[int]] = {}
         self.row_of: Union[range, list[int]]
+        # a storage key -> the key of the block it is listed in (a pandas column's part)
+        self._listed_in: dict = {}
         if found.distinct_storages() or len(dict.fromkeys(keys)) == len(keys):
             self.row_of = range(len(rows))
             self.sizes: list[int] = list(found.storage_nbytes)
             self.holders: list[str] = found.row_values(ROW_HOLDER)
             self.devices: list[str] = found.devices
+            if found.extensions:
+                self._merge_columns(found.extensions, {})
             return
         counts = collections.Counter(keys)
         refs = found.refs
@@ -115,11 +121,13 @@ class Blocks:
                 by_key.setdefault(key, []).append(refs[index])
         self.row_of, self.sizes, self.holders, self.devices = [], [], [], []
         sizes, devices = found.storage_nbytes, found.devices
+        reached: dict[int, list[Ref]] = {}  # a shared block -> its references
         for index, key in enumerate(keys):
             if counts[key] > 1:
                 reaching = by_key.pop(key, None)
                 if reaching is None:
                     continue  # a later reference to a storage already listed
+                reached[len(self.row_of)] = reaching
                 item = self.shared[len(self.row_of)] = leftover_for(names, reaching, groups)
                 size, holder, device = item.nbytes, item.holder, item.device
             else:
@@ -128,6 +136,55 @@ class Blocks:
             self.sizes.append(size)
             self.holders.append(holder)
             self.devices.append(device)
+        if found.extensions:
+            self._merge_columns(found.extensions, reached)
+
+    def _merge_columns(self, extensions: dict[int, Extension], reached: dict) -> None:
+        """List the blocks of one pandas column as one entry, named as the column
+        (``df['b']``, ``s.array``) with its dtype and shape as pandas shows them: an Arrow
+        column's buffers, a nullable column's values and mask, a categorical's codes and
+        categories. Each block is still a storage counted once (a buffer another name
+        shares is listed with the column and names it), only listed together.
+        `reached`: the references of each block reached more than once."""
+        rows = self.rows
+        columns: dict[int, list[int]] = {}  # id(the column's node) -> its blocks
+        for block, index in enumerate(self.row_of):
+            refs = reached.get(block)
+            if refs is not None:
+                primary = min(refs, key=rank)
+                path, framework = primary.path, primary.framework
+            else:
+                path, framework = ROW_PATH(rows[index]), ROW_FRAMEWORK(rows[index])
+            if framework not in COLUMN_PARTS or type(path) is Items:
+                continue
+            column = extension_of(path, extensions)
+            if column is not None:
+                columns.setdefault(id(column.node), []).append(block)
+        if not columns:
+            return
+        listed_in: dict[int, int] = {}  # a block -> the block it is listed in
+        for ident, blocks in columns.items():
+            column = extensions[ident]
+            parts = [self._block_entry(block) for block in blocks]
+            refs = [ref for block in blocks for ref in reached.get(block, ())]
+            entry = column_entry(column, parts, refs, extensions, self.names, self.groups)
+            first = blocks[0]
+            self.shared[first] = entry
+            self.sizes[first] = entry.nbytes
+            for block in blocks[1:]:
+                listed_in[block] = first
+        keys, row_of = self.keys, self.row_of
+        for block, first in listed_in.items():
+            self._listed_in[keys[row_of[block]]] = keys[row_of[first]]
+        kept = [block not in listed_in for block in range(len(row_of))]
+        renumbered = dict(zip(itertools.compress(range(len(row_of)), kept), itertools.count()))
+        self.row_of = list(itertools.compress(row_of, kept))
+        self.sizes = list(itertools.compress(self.sizes, kept))
+        self.holders = list(itertools.compress(self.holders, kept))
+        self.devices = list(itertools.compress(self.devices, kept))
+        self.shared = {
+            renumbered[block]: item for block, item in self.shared.items() if block in renumbered
+        }
 
     def add_graphs(self, by_key: dict, sharing: Callable) -> None:
         """Each block's autograd graph (storage key -> `Graph`: `Graphs.count`), counted in
@@ -182,7 +239,9 @@ class Blocks:
 
     def entry(self, position: int) -> Leftover:
         """The entry at ``position`` of ``order`` (set by the caller: blocks, sorted)."""
-        block = self.order[position]
+        return self._block_entry(self.order[position])
+
+    def _block_entry(self, block: int) -> Leftover:
         item = self.shared.get(block)
         if item is not None:
             return item
@@ -255,11 +314,12 @@ class Blocks:
 
     def _aliased_positions(self, order: Sequence[int]) -> dict[str, list[int]]:
         """Each aliasing variable's blocks, as positions in ``order``."""
-        keys, row_of = self.keys, self.row_of
+        keys, row_of, listed_in = self.keys, self.row_of, self._listed_in
         position_of = {keys[row_of[block]]: position for position, block in enumerate(order)}
         found = {}
         for name, rows in self.aliased.items():
-            positions = {position_of.get(keys[row]) for row in rows} - {None}
+            row_keys = (listed_in.get(keys[row], keys[row]) for row in rows)
+            positions = set(map(position_of.get, row_keys)) - {None}
             if positions:
                 found[name] = sorted(positions)  # type: ignore[type-var]
         return found

@@ -228,6 +228,8 @@ class Found:
         self._idents: Optional[list[int]] = None if self.hold else []
         self.gone_idents: dict[int, int] = {}  # HOLD: row -> id() of an array let go of
         self.array_keys = False  # the walk met an array used as a dict's key (`ARRAY_KEY`)
+        # id(node) -> a pandas extension array found at that node (`pandas_frames.Extension`)
+        self.extensions: dict[int, Any] = {}
         self._distinct: Optional[bool] = None  # `distinct_storages`, once known
         self.weaks: list = []
         self.died: list[weakref.ref] = []  # weaks whose array is gone (their callback)
@@ -471,6 +473,7 @@ class Found:
         part.rows = list(itertools.compress(expanded(self.rows, self.runs), kept))
         part.columns = [list(itertools.compress(column, kept)) for column in self.columns]
         part.idents = list(itertools.compress(self.idents, kept))
+        part.extensions = self.extensions
         return part
 
     @property

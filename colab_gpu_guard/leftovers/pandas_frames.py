@@ -2,16 +2,19 @@
 or ``df[['a', 'd']]`` where pandas keeps columns of one dtype in one block; ``df['b'].array``
 for an Arrow or nullable column), ``df.columns`` and ``df.index``; a series' ``s.values``
 (``s.array``) and ``s.index``, an index's labels ``df.columns.values`` (``.array``) - not
-``df._mgr.blocks[0].values`` or ``df.columns._data``.
-Read through the interpreter's and pandas' own C-level getters; a frame whose column
-labels are not plain strings or numbers keeps the internal names."""
+``df._mgr.blocks[0].values`` or ``df.columns._data``. Read through the interpreter's and
+pandas' own C-level getters; a frame whose column labels are not plain strings or numbers
+keeps the internal names. An extension array of pandas' own class is recorded with its
+dtype and shape (`Extension`: the one place pandas' own Python properties are read), so
+that its parts (an Arrow column's buffers, a nullable column's values and mask) are
+listed as the one column they are."""
 
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any, Optional
+from typing import Any, NamedTuple, Optional
 
-from .naming import ATTR, COLUMN, COLUMNS, ITEM, LABELS
+from .naming import ATTR, COLUMN, COLUMNS, ITEM, LABELS, Path
 from .readers import (
     Layout,
     instance_dict,
@@ -35,6 +38,23 @@ COLUMNS_SHOWN = 3  # labels named where one block holds more columns
 _LABEL_TYPES = (str, int)  # labels shown: their repr is the interpreter's own
 
 Visitor = Callable[[Any, Visit], None]
+# the modules whose objects a pandas dtype may keep for its name to be pandas' own text
+# (a time zone's name is the time-zone library's): another's `str` could be a user's code
+_DTYPE_PARTS = frozenset(
+    {"builtins", "numpy", "pandas", "pyarrow", "datetime", "zoneinfo", "pytz", "dateutil"}
+)
+
+
+class Extension(NamedTuple):
+    """An extension array of pandas' own (Arrow, nullable, categorical, dates), found at
+    ``node`` (``df['b'].array``): what its column is named by (``owner``: ``df['b']``,
+    ``s.array``, ``df.index.array``), its dtype as ``df.dtypes`` shows it and its shape
+    (a frame's block's: one row per column)."""
+
+    node: Path
+    owner: Path
+    dtype: str
+    shape: tuple[int, ...]
 
 
 def is_manager(bases: tuple[type, ...]) -> bool:
@@ -50,8 +70,9 @@ def is_index(bases: tuple[type, ...]) -> bool:
 class PandasWalk:
     """Walks a block manager reached as a frame's or series' ``_mgr``, and an Index."""
 
-    def __init__(self, visit: Visitor) -> None:
+    def __init__(self, visit: Visitor, extensions: dict[int, Extension]) -> None:
         self.visit = visit
+        self.extensions = extensions  # id(node) -> the extension array found there
 
     def manager(self, manager: Any, at: Visit) -> None:
         fields = _fields(manager)
@@ -68,7 +89,10 @@ class PandasWalk:
         if len(axes) == 1:  # a series: one block
             for block in blocks:
                 values = _read(block, "values")
-                self.visit(values, owner.child(ATTR, "values" if _ndarray(values) else "array"))
+                at_values = owner.child(ATTR, "values" if _ndarray(values) else "array")
+                if not _ndarray(values):
+                    self._extension(values, at_values.path, at_values.path)
+                self.visit(values, at_values)
             self.visit(axes[0], owner.child(ATTR, "index"))
             return
         labels = _labels(axes[0])
@@ -77,7 +101,9 @@ class PandasWalk:
             values = _read(block, "values")
             column = owner.child(*node) if node else _block_visit(at, number)
             if node and not _ndarray(values):  # an extension array (Arrow, nullable ints)
+                named = column.path
                 column = column.child(ATTR, "array")  # `df['b']` is a Series: its array
+                self._extension(values, column.path, named)
             self.visit(values, column)
         self.visit(axes[0], owner.child(ATTR, "columns"))
         self.visit(axes[1], owner.child(ATTR, "index"))
@@ -94,9 +120,18 @@ class PandasWalk:
             if type(name) is not str:
                 continue
             if name == "_data" and value is not None:
-                self.visit(value, at.child(LABELS, "values" if _ndarray(value) else "array"))
+                labels = at.child(LABELS, "values" if _ndarray(value) else "array")
+                if not _ndarray(value):
+                    self._extension(value, labels.path, labels.path)
+                self.visit(value, labels)
             else:
                 self.visit(value, at.child(ATTR, name))
+
+    def _extension(self, values: Any, node: Path, owner: Path) -> None:
+        """Record the extension array `values` found at `node`, named by `owner`."""
+        facts = _extension_facts(values)
+        if facts is not None:
+            self.extensions[id(node)] = Extension(node, owner, *facts)
 
     def _internal(self, blocks: tuple, axes: list, at: Visit) -> None:
         for number, block in enumerate(blocks):
@@ -128,6 +163,33 @@ def _ndarray(values: Any) -> bool:
     `s.values`, where an extension array is `s.array` (`s.values` converts some)."""
     kind = type(values)
     return type_module(kind) == "numpy" and kind.__name__ == "ndarray"
+
+
+def _extension_facts(values: Any) -> Optional[tuple[str, tuple[int, ...]]]:
+    """The dtype ``df.dtypes`` shows for an extension array of pandas' own, and its shape,
+    read with pandas' own properties (``str`` of pandas' or NumPy's dtype: "str", "Int64",
+    "category", "datetime64[us, UTC]"); None for another library's extension type (its
+    code never runs), or where a dtype keeps an object of another's (a user's time zone)."""
+    kind = type(values)
+    if not _pandas(kind):
+        return None
+    try:
+        dtype = own_attribute(kind, "dtype").__get__(values, kind)
+        shape = tuple(map(int, own_attribute(kind, "shape").__get__(values, kind)))
+        dtype_kind = type(dtype)
+        if type_module(dtype_kind).partition(".")[0] == "numpy":
+            return str(dtype), shape
+        if not _pandas(dtype_kind):
+            return None
+        fields = instance_dict(_layout(dtype_kind).dict_getter, dtype) or {}
+        if any(
+            type_module(type(value)).partition(".")[0] not in _DTYPE_PARTS
+            for value in fields.values()
+        ):
+            return None
+        return str(dtype), shape
+    except Exception:  # a pandas this module does not know
+        return None
 
 
 def _block_visit(at: Visit, number: int) -> Visit:

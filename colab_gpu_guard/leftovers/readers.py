@@ -97,7 +97,7 @@ def written_in_the_notebook(kind: type) -> bool:
 C_FIELDS: dict[tuple[str, str], tuple[str, ...]] = {
     ("pandas._libs.internals", "BlockManager"): ("blocks", "axes"),
     ("pandas._libs.internals", "Block"): ("values",),
-    ("pandas._libs.arrays", "NDArrayBacked"): ("_ndarray",),
+    ("pandas._libs.arrays", "NDArrayBacked"): ("_ndarray", "_dtype"),  # a categorical's labels
     ("_asyncio", "Future"): ("_result", "_exception", "_callbacks"),
     ("_asyncio", "Task"): ("_result", "_exception", "_callbacks", "_coro"),
 }

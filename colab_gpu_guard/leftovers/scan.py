@@ -25,6 +25,7 @@ from .kinds import ATOMIC
 from .leftover_list import LeftoverList
 from .naming import PathNames, best_paths, library_inside
 from .numpy_sharing import join_numpy_buffers
+from .pandas_columns import column_path
 from .reach import Reach, alias_rows
 from .records import DeviceGap, Unread, Unseen
 from .registries import (
@@ -346,9 +347,10 @@ def _scan(
         tuple(
             (root, Unseen(names.name_of(path), kind)) for path, kind, root in holder_walks.unseen
         ),
-        # the user's own (`df['name']`) named before a library's (`df.index.values`)
+        # the user's own (`df['name']`) named before a library's (`df.index.values`); one
+        # inside a pandas column (a categorical's labels) by the column, as it is listed
         tuple(
-            (root, names.name_of(path))
+            (root, names.name_of(column_path(path, found.extensions)))
             for path, root in sorted(
                 holder_walks.object_arrays, key=lambda found: library_inside(found[0])
             )

@@ -413,32 +413,121 @@ def test_arrow_backed_columns_and_tables_are_counted_by_their_buffers(shell, run
     assert ns["refs"]["col"]() is None and done.released_bytes == column
 
 
-def test_extension_columns_are_named_by_what_a_user_types_and_it_is_that_memory(
-    shell, run_cell, pd
-):
-    """A frame's Arrow or nullable column is `frame['b'].array...` (`frame['b']` is a Series,
-    its array the block pandas keeps), a series' is `s.array...`: each name, evaluated in the
-    notebook, is the buffer or array of the bytes listed."""
+EXTENSION_FRAME = (
+    "import numpy as np, pandas as pd\n"
+    "n = 2000\n"
+    "mixed = pd.DataFrame({'a': np.arange(n, dtype=float),\n"
+    "    'b': pd.array([str(i) for i in range(n)], dtype='string[pyarrow]'),\n"
+    "    'c': pd.array(np.arange(n), dtype='Int64'),\n"
+    "    'd': pd.array([True, None] * (n // 2), dtype='boolean'),\n"
+    "    'e': pd.Categorical([f'label {i % 500}' for i in range(n)]),\n"
+    "    't': pd.date_range('2026-01-01', periods=n, freq='min', tz='UTC'),\n"
+    "    'u': pd.date_range('2026-01-01', periods=n, freq='min'),\n"
+    "    'v': pd.date_range('2026-02-01', periods=n, freq='min'),\n"
+    "    'p': pd.array(np.arange(n), dtype='int64[pyarrow]'),\n"
+    "    's': [f'item {i}' for i in range(n)]})\n"  # pandas 3: Arrow strings ('str')
+    "strings = pd.Series(['y'] * 500, dtype='string[pyarrow]')"
+)
+
+
+def column_bytes(column) -> int:
+    """pandas' own count of a column's arrays: a categorical's codes and labels (without
+    the labels' hash table, C memory no scan sees, which `memory_usage` adds)."""
+    if str(column.dtype) == "category":
+        return column.array.codes.nbytes + column.array.categories.nbytes
+    return column.nbytes
+
+
+def test_extension_columns_are_listed_once_as_the_column_pandas_shows(shell, run_cell, pd):
+    """A frame's Arrow, nullable, categorical or dated column is one entry named as the
+    user types it (`mixed['b']`, `mixed[['u', 'v']]` where pandas keeps two in one block;
+    `strings.array` for a series), with the dtype `df.dtypes` shows and the column's shape,
+    and its bytes are pandas' own count of that column (`.nbytes`): not an Arrow buffer or
+    a mask each (`mixed['b'].array._pa_array.chunks[0].buffers()[1]`)."""
     pytest.importorskip("pyarrow")
-    run(
-        run_cell,
-        "import numpy as np, pandas as pd\n"
-        "mixed = pd.DataFrame({'a': np.arange(2000.0), "
-        "'b': pd.array([str(i) for i in range(2000)], dtype='string[pyarrow]'), "
-        "'c': pd.array(np.arange(2000), dtype='Int64')})\n"
-        "strings = pd.Series(['y'] * 500, dtype='string[pyarrow]')",
-    )
+    run(run_cell, EXTENSION_FRAME)
     ns = shell.user_ns
     found = [e for e in find_leftovers(shell=shell) if e.name.startswith(("mixed", "strings"))]
     names = [entry.name for entry in found]
-    assert "mixed['c'].array._data" in names and "mixed['c'].array._mask" in names
-    assert "mixed['b'].array._pa_array.chunks[0].buffers()[1]" in names
-    assert "strings.array._pa_array.chunks[0].buffers()[1]" in names
-    assert not any("._mgr" in name or "'b']._pa_array" in name for name in names)
+    assert len(names) == len(set(names))  # each listed once
+    columns = {"mixed['b']", "mixed['c']", "mixed['d']", "mixed['e']", "mixed['t']"}
+    columns |= {"mixed['p']", "mixed['s']", "mixed[['u', 'v']]", "strings.array"}
+    assert columns <= set(names), names
+    assert not any(part in name for name in names for part in ("_pa_array", "_data", "_mask"))
     for entry in found:
+        if entry.name not in columns:
+            continue
         value = eval(entry.name, dict(ns))  # the name a user types, in the notebook
-        size = value.size if type(value).__module__.startswith("pyarrow") else value.nbytes
-        assert size == entry.nbytes, entry.name
+        dtypes = set(map(str, value.dtypes)) if hasattr(value, "columns") else {str(value.dtype)}
+        assert {entry.dtype} == dtypes, entry.name
+        assert entry.shape == value.shape, entry.name
+        if entry.dtype in ("str", "string", "int64[pyarrow]"):  # the Arrow buffers, whole
+            chunks = getattr(value, "array", value)._pa_array.chunks
+            held = sum(buffer.size for chunk in chunks for buffer in chunk.buffers() if buffer)
+            assert entry.nbytes == held >= value.nbytes, entry.name
+        elif entry.name == "mixed['e']":  # its codes and labels (and their lookup's array)
+            assert entry.nbytes >= column_bytes(value)
+        elif hasattr(value, "columns"):
+            assert entry.nbytes == value.memory_usage(index=False).sum(), entry.name
+        else:  # pandas' own count
+            assert entry.nbytes == value.nbytes, entry.name
+    shown = {entry.dtype for entry in found if entry.name in columns}
+    assert shown >= {"string", "Int64", "boolean", "category", "int64[pyarrow]"}
+    assert any(dtype.startswith("datetime64[") and dtype.endswith(", UTC]") for dtype in shown)
+
+
+def test_another_librarys_extension_array_runs_no_code_and_keeps_its_parts(shell, run_cell, pd):
+    """An extension array whose class is not pandas' own (a library's, a user's subclass)
+    has no dtype or shape read from it: its parts keep the names that reach them."""
+    run(
+        run_cell,
+        "import numpy as np, pandas as pd\n"
+        "calls = []\n"
+        "class Loud(pd.arrays.IntegerArray):\n"
+        "    @property\n"
+        "    def dtype(self):\n"
+        "        calls.append('dtype'); return super().dtype\n"
+        "    @property\n"
+        "    def shape(self):\n"
+        "        calls.append('shape'); return super().shape\n"
+        "loud = pd.Series(Loud(np.arange(1000), np.zeros(1000, dtype=bool)))\n"
+        "calls.clear()",
+    )
+    names = {entry.name: entry for entry in find_leftovers(shell=shell)}
+    assert shell.user_ns["calls"] == []
+    assert names["loud.array._data"].nbytes == 8000
+    assert names["loud.array._mask"].nbytes == 1000
+
+
+def test_a_column_listed_once_still_counts_each_buffer_once_and_names_who_shares_it(
+    shell, run_cell, pd
+):
+    """A slice of a frame and a series taken from it share its columns' buffers: the
+    column's entry names them, the frame's total counts each buffer once, and deleting all
+    three frees it (weakrefs), as the dry run said."""
+    pytest.importorskip("pyarrow")
+    run(
+        run_cell,
+        EXTENSION_FRAME + "\n"
+        "head = mixed[:100]\n"
+        "refs['b'] = weakref.ref(mixed['b'].array._pa_array.chunks[0])\n"
+        "refs['c'] = weakref.ref(mixed['c'].array._data)",
+    )
+    ns = shell.user_ns
+    found = find_leftovers(shell=shell)
+    by_name = {entry.name: entry for entry in found}
+    assert "head['b']" in by_name["mixed['b']"].shared_with
+    assert "head['c']" in by_name["mixed['c']"].shared_with
+    groups = {group.name: group for group in found.groups()}
+    own = sum(column_bytes(column) for _label, column in ns["mixed"].items())
+    extra = groups["mixed"].nbytes - own  # the column labels, the categories' lookup array
+    assert 0 <= extra < 200_000
+    assert groups["head"].shares_only
+    dry = reset.gpu_reset("mixed", "head", "strings", shell=shell, dry_run=True)
+    done = reset.gpu_reset("mixed", "head", "strings", shell=shell)
+    gc.collect()
+    assert ns["refs"]["c"]() is None
+    assert done.released_bytes == dry.estimated_bytes >= own
 
 
 def test_the_object_arrays_note_names_the_users_columns_before_pandas_own(shell, run_cell, pd):

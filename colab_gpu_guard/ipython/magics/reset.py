@@ -75,7 +75,8 @@ see, or counts only in part:
 - **Libraries whose arrays live in buffers no Python object shows**: cuDF, Polars,
   TensorFlow, and Arrow's tensors. Their holders are named, "not looked into: `gdf`
   (cudf.core.dataframe.DataFrame)", and not counted. (Arrow's arrays, chunked arrays,
-  tables and so Arrow-backed pandas columns are counted by their buffers.)
+  tables are counted by their buffers; a pandas column of Arrow strings, nullable
+  numbers, categories or dates is listed as its column, `df['name']  str [100000]`.)
 - **The Python objects inside NumPy object arrays** (a pandas object or string column):
   the array counts its pointers, 8 bytes an item; arrays among its items are listed on
   their own, strings and other objects are not counted.
