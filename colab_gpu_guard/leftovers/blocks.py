@@ -6,7 +6,7 @@ from __future__ import annotations
 import collections
 import itertools
 from collections.abc import Callable, Sequence
-from typing import Optional, Union
+from typing import Any, Optional, Union
 
 from ..frameworks.base import ArrayInfo
 from ..units import HOLDERS
@@ -24,7 +24,7 @@ from .naming import (
     shown_shape,
     through_private_attribute,
 )
-from .pandas_columns import COLUMN_PARTS, column_entry, extension_of
+from .pandas_columns import COLUMN_PARTS, Part, column_entry, extension_of
 from .pandas_frames import Extension
 from .records import Leftover, leftover_of, with_graph
 from .root_refs import RootRef
@@ -32,6 +32,7 @@ from .rows import ROW_FRAMEWORK, ROW_HOLDER, ROW_PATH, Items
 from .tally import Groups, root_labels, root_of_path
 
 PANDAS_COLUMNS = (COLUMN, COLUMNS)
+_UNKNOWN: Any = object()
 
 
 def leftover_for(names: PathNames, refs: list[Ref], groups: Groups) -> Leftover:
@@ -148,6 +149,9 @@ class Blocks:
         `reached`: the references of each block reached more than once."""
         rows = self.rows
         columns: dict[int, list[int]] = {}  # id(the column's node) -> its blocks
+        # id(a path's parent) -> the column it is in: a column's parts share their parents
+        # (`.chunks[0]` for an Arrow chunk's buffers), an array row is no column's node
+        in_column: dict[int, Optional[Extension]] = {}
         for block, index in enumerate(self.row_of):
             refs = reached.get(block)
             if refs is not None:
@@ -157,7 +161,10 @@ class Blocks:
                 path, framework = ROW_PATH(rows[index]), ROW_FRAMEWORK(rows[index])
             if framework not in COLUMN_PARTS or type(path) is Items:
                 continue
-            column = extension_of(path, extensions)
+            parent = id(path[0])
+            column = in_column.get(parent, _UNKNOWN)
+            if column is _UNKNOWN:
+                column = in_column[parent] = extension_of(path, extensions)
             if column is not None:
                 columns.setdefault(id(column.node), []).append(block)
         if not columns:
@@ -165,7 +172,7 @@ class Blocks:
         listed_in: dict[int, int] = {}  # a block -> the block it is listed in
         for ident, blocks in columns.items():
             column = extensions[ident]
-            parts = [self._block_entry(block) for block in blocks]
+            parts = [self._part(block) for block in blocks]
             refs = [ref for block in blocks for ref in reached.get(block, ())]
             entry = column_entry(column, parts, refs, extensions, self.names, self.groups)
             first = blocks[0]
@@ -185,6 +192,35 @@ class Blocks:
         self.shared = {
             renumbered[block]: item for block, item in self.shared.items() if block in renumbered
         }
+
+    def _part(self, block: int) -> Part:
+        """Block `block` as a part of a pandas column (`pandas_columns.column_entry`)."""
+        item = self.shared.get(block)
+        if item is not None:
+            return Part(
+                item.holder,
+                item.holders,
+                item.device,
+                item.storage_id,
+                item.framework,
+                item.nbytes,
+                item.array_nbytes,
+                item.array_nbytes if item.views_nbytes is None else item.views_nbytes,
+            )
+        index = self.row_of[block]
+        row = self.rows[index]
+        info = self.found.info(index)
+        holder = ROW_HOLDER(row)
+        return Part(
+            holder,
+            (holder,),
+            info.device,
+            info.storage_id,
+            ROW_FRAMEWORK(row),
+            self.sizes[block],
+            info.nbytes,
+            info.nbytes,
+        )
 
     def add_graphs(self, by_key: dict, sharing: Callable) -> None:
         """Each block's autograd graph (storage key -> `Graph`: `Graphs.count`), counted in

@@ -6,7 +6,7 @@ codes and categories), named as the column and shown with its dtype and shape as
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any, Optional
+from typing import Any, NamedTuple, Optional
 
 from ..frameworks.base import ArrayInfo
 from ..units import HOLDERS
@@ -18,6 +18,20 @@ from .tally import Groups, root_of_path
 
 # the frameworks of an extension array's parts: NumPy arrays, Arrow buffers
 COLUMN_PARTS = frozenset({"numpy", "arrow"})
+
+
+class Part(NamedTuple):
+    """One block of a column, as `Leftover` has it (read off the block's row, or its entry
+    where several names reach it): who holds it, where it is and its bytes."""
+
+    holder: str
+    holders: tuple[str, ...]
+    device: str
+    storage_id: int
+    framework: str
+    nbytes: int
+    array_nbytes: int
+    views_nbytes: int
 
 
 def extension_of(path: Path, extensions: dict[int, Extension]) -> Optional[Extension]:
@@ -42,14 +56,14 @@ def column_path(path: Path, extensions: dict[int, Extension]) -> Path:
 
 def column_entry(
     column: Extension,
-    parts: Sequence[Leftover],
+    parts: Sequence[Part],
     refs: Sequence[Any],
     extensions: dict[int, Extension],
     names: PathNames,
     groups: Groups,
 ) -> Leftover:
-    """The entry listing `parts` (the entries of the column's blocks, each a storage
-    counted once) as the column: their bytes together, the other names reaching them
+    """The entry listing `parts` (the column's blocks, each a storage counted once) as
+    the column: their bytes together, the other names reaching them
     (`refs`: the references of the parts reached more than once; a name inside another
     pandas column is that column's) and the groups those start at."""
     first = parts[0]
@@ -57,7 +71,9 @@ def column_entry(
     root = root_of_path(column.owner, first.holder, groups)
     others: list[str] = []
     roots = []
-    holders = set().union(*(part.holders for part in parts))
+    holders = set(first.holders)
+    for part in parts:
+        holders.update(part.holders)
     for ref in sorted(refs, key=rank):
         holders.add(ref.holder)
         inside = extension_of(ref.path, extensions)
@@ -89,8 +105,8 @@ def column_entry(
         info,
         first.framework,
         tuple(others),
-        tuple(holder for holder in HOLDERS if holder in holders),
-        sum(part.views_nbytes or part.array_nbytes for part in parts),
+        first.holders if len(holders) == 1 else tuple(h for h in HOLDERS if h in holders),
+        sum(part.views_nbytes for part in parts),
         root,
         tuple(dict.fromkeys(ref for ref in roots if ref != root)),
     )

@@ -169,27 +169,34 @@ def _extension_facts(values: Any) -> Optional[tuple[str, tuple[int, ...]]]:
     """The dtype ``df.dtypes`` shows for an extension array of pandas' own, and its shape,
     read with pandas' own properties (``str`` of pandas' or NumPy's dtype: "str", "Int64",
     "category", "datetime64[us, UTC]"); None for another library's extension type (its
-    code never runs), or where a dtype keeps an object of another's (a user's time zone)."""
+    code never runs), or where a dtype keeps an object of another's (a user's time zone).
+    Nothing read is kept: a categorical's dtype keeps its categories alive."""
     kind = type(values)
     if not _pandas(kind):
         return None
     try:
         dtype = own_attribute(kind, "dtype").__get__(values, kind)
         shape = tuple(map(int, own_attribute(kind, "shape").__get__(values, kind)))
-        dtype_kind = type(dtype)
-        if type_module(dtype_kind).partition(".")[0] == "numpy":
-            return str(dtype), shape
-        if not _pandas(dtype_kind):
-            return None
-        fields = instance_dict(_layout(dtype_kind).dict_getter, dtype) or {}
-        if any(
-            type_module(type(value)).partition(".")[0] not in _DTYPE_PARTS
-            for value in fields.values()
-        ):
-            return None
-        return str(dtype), shape
+        text = _dtype_text(dtype)
     except Exception:  # a pandas this module does not know
         return None
+    return None if text is None else (text, shape)
+
+
+def _dtype_text(dtype: Any) -> Optional[str]:
+    """``str`` of NumPy's or pandas' own dtype, None for another's or one keeping another
+    library's object."""
+    dtype_kind = type(dtype)
+    if type_module(dtype_kind).partition(".")[0] == "numpy":
+        return str(dtype)
+    if not _pandas(dtype_kind):
+        return None
+    fields = instance_dict(_layout(dtype_kind).dict_getter, dtype) or {}
+    if any(
+        type_module(type(value)).partition(".")[0] not in _DTYPE_PARTS for value in fields.values()
+    ):
+        return None
+    return str(dtype)
 
 
 def _block_visit(at: Visit, number: int) -> Visit:
