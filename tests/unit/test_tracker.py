@@ -671,7 +671,9 @@ def test_an_output_kept_each_run_is_named_as_the_holder(ip, run_cell):
         record = records[current]
         assert record.rerun_leak, format_history(memory_history())
         assert record.held_by == f"`Out[{previous}]` (output history: %gpu_reset releases it)"
-        assert record.leak_bytes >= 6_000_000 * 4  # the tensor Out[previous] holds
+        # the tensor Out[previous] holds, less what the cell's own garbage collection gave
+        # back of earlier tests' garbage (seen: 23.8 MB of 24 MB in one order of the files)
+        assert record.leak_bytes >= 0.95 * 6_000_000 * 4
     from colab_gpu_guard.reset.apply import gpu_reset
 
     note = f"[{runs[-1]}] `Out[{runs[-2]}]` (output history: %gpu_reset releases it)"
