@@ -1,5 +1,5 @@
 """This checkout against another commit, measured in the same run: `%load_ext`, the per-cell
-hooks, find_leftovers and gpu_status.
+hooks, find_leftovers (of tensors, and of pandas frames) and gpu_status.
 
 Run: python bench/bench_versions.py --against REV [--quick] [--smoke] [--json PATH]
 
@@ -80,6 +80,26 @@ SCRIPTS = {
         list(colab_gpu_guard.find_leftovers(namespace=namespace))
         print((time.perf_counter() - start) * 1e3)
     """,
+    # pandas 3's columns: Arrow strings, nullable integers, categoricals, floats
+    "find_leftovers(), {frames} pandas frames of 20 columns (ms)": """
+        import gc, time
+        import numpy as np, pandas as pd
+        import colab_gpu_guard
+        n = 1000
+        def frame():
+            return pd.DataFrame({{
+                **{{f"s{{i}}": [f"x{{j}}" for j in range(n)] for i in range(5)}},
+                **{{f"i{{i}}": pd.array(np.arange(n), dtype="Int64") for i in range(5)}},
+                **{{f"c{{i}}": pd.Categorical(["a", "b"] * (n // 2)) for i in range(5)}},
+                **{{f"f{{i}}": np.ones(n) for i in range(5)}},
+            }})
+        namespace = {{f"df{{k}}": frame() for k in range({frames})}}
+        list(colab_gpu_guard.find_leftovers(namespace=namespace))
+        gc.collect()
+        start = time.perf_counter()
+        list(colab_gpu_guard.find_leftovers(namespace=namespace))
+        print((time.perf_counter() - start) * 1e3)
+    """,
     "gpu_status() as text, no GPU (ms)": """
         import time
         import colab_gpu_guard
@@ -109,7 +129,11 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     # --smoke (the test suite): one sample each, no warm-up - the machinery, not a figure
     runs = 1 if args.smoke else 7 if args.quick else 21
-    sizes = {"cells": 200 if args.smoke else 2000, "tensors": 1000 if args.smoke else 20000}
+    sizes = {
+        "cells": 200 if args.smoke else 2000,
+        "tensors": 1000 if args.smoke else 20000,
+        "frames": 2 if args.smoke else 50,
+    }
     with tempfile.TemporaryDirectory() as scratch:
         other = Path(scratch) / "against"
         subprocess.run(
