@@ -1,13 +1,13 @@
 """pandas frames and series named as a user types them: a frame's columns (``df['a']``,
-or ``df[['a', 'd']]`` where pandas keeps columns of one dtype in one block; ``df['b'].array``
-for an Arrow or nullable column), ``df.columns`` and ``df.index``; a series' ``s.values``
-(``s.array``) and ``s.index``, an index's labels ``df.columns.values`` (``.array``) - not
-``df._mgr.blocks[0].values`` or ``df.columns._data``. Read through the interpreter's and
-pandas' own C-level getters; a frame whose column labels are not plain strings or numbers
-keeps the internal names. An extension array of pandas' own class is recorded with its
-dtype and shape (`Extension`: the one place pandas' own Python properties are read), so
-that its parts (an Arrow column's buffers, a nullable column's values and mask) are
-listed as the one column they are."""
+or ``df[['a', 'd']]`` where pandas keeps columns of one dtype in one block; the parts of an
+Arrow or nullable column under ``df['b'].array``), ``df.columns`` and ``df.index``; a
+series' ``s.values`` (``s.array``) and ``s.index``, an index's labels ``df.columns.values``
+(``.array``) - not ``df._mgr.blocks[0].values`` or ``df.columns._data``. Read through the
+interpreter's and pandas' own C-level getters; a frame whose column labels are not plain
+strings or numbers keeps the internal names. An extension array of pandas' own class is
+recorded with its dtype and shape (`Extension`: the one place pandas' own Python
+properties are read), so that its parts (an Arrow column's buffers, a nullable column's
+values and mask) are listed as the one column they are (`pandas_columns`)."""
 
 from __future__ import annotations
 
