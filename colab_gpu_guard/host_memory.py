@@ -1,11 +1,14 @@
 """This process's and the host's memory, read cheaply: one reader for each figure
-(`RssReader`, `MallocInUse`, `host_ram`).
+(`RssReader`, `MallocInUse`, `host_ram`), and which of its addresses are files on disk
+mapped into memory (`file_mappings`).
 """
 
 from __future__ import annotations
 
+import bisect
 import contextlib
 import os
+import re
 import sys
 import threading
 import weakref
@@ -243,3 +246,136 @@ def host_ram() -> HostRam:
     memory = psutil.virtual_memory()
     rss = psutil.Process().memory_info().rss
     return HostRam(total=int(memory.total), available=int(memory.available), process_rss=rss)
+
+
+# Where the kernel says what this process maps and where each file system is mounted.
+MAPS = "/proc/self/maps"
+SMAPS = "/proc/self/smaps"
+_SMAPS_HEADER = re.compile(r"([0-9a-f]+)-[0-9a-f]+ ")  # a mapping's line; its fields follow
+MOUNTS = "/proc/self/mountinfo"
+# file systems whose files are kept in memory: a mapping of one of their files is RAM
+_MEMORY_FILESYSTEMS = frozenset({"tmpfs", "ramfs", "hugetlbfs", "devtmpfs"})
+# names in the maps that are no file on disk: devices (the GPU driver's, /dev/shm's shared
+# memory), memfd's and System V's shared memory
+_NOT_FILES = ("/dev/", "/memfd:", "/SYSV", "/proc/", "/sys/")
+_DELETED = " (deleted)"
+
+
+class FileMappings:
+    """This process's mappings of data files on disk, by address: a NumPy memmap, an
+    Arrow memory map (a Hugging Face dataset), a ``torch.load(..., mmap=True)``. The system
+    reads such a file into RAM as it is used and can drop those pages again, so an array
+    there holds no memory of the process's own. Code (a file mapped executable anywhere: a
+    library) and files of a file system kept in memory (tmpfs: /dev/shm, often /tmp) are
+    left out: those are RAM."""
+
+    def __init__(self, spans: list[tuple[int, int, str]]) -> None:
+        self._spans = sorted(spans)
+        self._starts = [start for start, _end, _path in self._spans]
+
+    def file_at(self, address: int) -> Optional[str]:
+        """The file mapped at `address`, or None."""
+        at = bisect.bisect_right(self._starts, address) - 1
+        if at < 0:
+            return None
+        _start, end, path = self._spans[at]
+        return path if address < end else None
+
+
+def file_mappings() -> Optional[FileMappings]:
+    """The data files on disk this process maps (`FileMappings`), read from /proc (Linux);
+    None where it cannot be read."""
+    try:
+        with open(MAPS, encoding="utf-8", errors="replace") as maps:
+            lines = maps.read().splitlines()
+    except OSError:
+        return None
+    spans = []
+    code = set()
+    copied = set()  # the starts of private writable mappings (`_written`)
+    for line in lines:
+        fields = line.split(None, 5)
+        if len(fields) < 6 or not fields[5].startswith("/"):
+            continue  # anonymous memory, the heap, the stack
+        path = fields[5]
+        if path.endswith(_DELETED):  # still on its file system until unmapped
+            path = path[: -len(_DELETED)]
+        perms = fields[1]
+        if "x" in perms:
+            code.add(path)
+        if path.startswith(_NOT_FILES):
+            continue
+        start, _, end = fields[0].partition("-")
+        try:
+            spans.append((int(start, 16), int(end, 16), path))
+        except ValueError:
+            continue
+        if perms[1:2] == "w" and perms[3:4] == "p":
+            copied.add(spans[-1][0])
+    spans = [span for span in spans if span[2] not in code]
+    if spans:
+        mounts = _mounts()
+        spans = [span for span in spans if _filesystem(span[2], mounts) not in _MEMORY_FILESYSTEMS]
+    copied.intersection_update(span[0] for span in spans)
+    if copied:
+        written = _written(copied)
+        spans = [span for span in spans if span[0] not in written]
+    return FileMappings(spans)
+
+
+def _written(starts: set[int]) -> set[int]:
+    """Of the private writable mappings starting at `starts` (``torch.load(mmap=True)``'s),
+    those with pages written since: a copy of such a page is the process's own RAM
+    ("Anonymous" in /proc/self/smaps), so the mapping is not left out. All of them where
+    smaps cannot be read."""
+    try:
+        with open(SMAPS, encoding="utf-8", errors="replace") as smaps:
+            lines = smaps.read().splitlines()
+    except OSError:
+        return set(starts)
+    written = set()
+    current: Optional[int] = None
+    for line in lines:
+        mapping = _SMAPS_HEADER.match(line)
+        if mapping is not None:
+            current = int(mapping.group(1), 16)
+            continue
+        if current in starts and line.startswith("Anonymous:"):
+            fields = line.split()
+            if len(fields) < 2 or fields[1] != "0":
+                written.add(current)
+    return written
+
+
+def _mounts() -> list[tuple[str, str]]:
+    """(mount point, file system type) of each mount, longest mount point first."""
+    try:
+        with open(MOUNTS, encoding="utf-8", errors="replace") as mounts:
+            lines = mounts.read().splitlines()
+    except OSError:
+        return []
+    found = []
+    for line in lines:
+        mount, _, after = line.partition(" - ")
+        fields = mount.split()
+        if len(fields) < 5 or not after:
+            continue
+        point = _unescape(fields[4])
+        found.append((point, after.split()[0]))
+    found.sort(key=lambda mount: -len(mount[0]))
+    return found
+
+
+def _unescape(text: str) -> str:
+    """A mount point as the kernel writes it (``\\040`` for a space), as a path."""
+    if "\\" not in text:
+        return text
+    return re.sub(r"\\([0-7]{3})", lambda code: chr(int(code.group(1), 8)), text)
+
+
+def _filesystem(path: str, mounts: list[tuple[str, str]]) -> Optional[str]:
+    """The type of the file system `path` is on: its longest mount point's."""
+    for point, kind in mounts:
+        if path == point or path.startswith(point.rstrip("/") + "/"):
+            return kind
+    return None

@@ -16,6 +16,7 @@ from typing import Any, NamedTuple, Optional, Union
 from ..frameworks import torch as torch_support
 from ..frameworks.base import ArrayInfo
 from . import arrow
+from .mapped_files import MappedFiles
 from .naming import DOT
 from .rows import (
     ROW_DEPTH,
@@ -230,6 +231,7 @@ class Found:
         self.array_keys = False  # the walk met an array used as a dict's key (`ARRAY_KEY`)
         # id(node) -> a pandas extension array found at that node (`pandas_frames.Extension`)
         self.extensions: dict[int, Any] = {}
+        self.files = MappedFiles()  # the arrays left out as files mapped from disk
         self._distinct: Optional[bool] = None  # `distinct_storages`, once known
         self.weaks: list = []
         self.died: list[weakref.ref] = []  # weaks whose array is gone (their callback)
@@ -352,6 +354,11 @@ class Found:
             if parts is not None:  # sparse tensors: their components take their place
                 arrays, rows, owners = parts
                 columns, kept, _ = _bulk_columns(arrays, rows, self.readers)
+            on_disk = self.files.on_disk(columns, rows, kept, arrow.FRAMEWORK in frameworks)
+            if on_disk:  # files mapped from disk: left out of the arrays, and noted
+                if runs:
+                    rows, runs = expanded(rows, runs), []
+                columns, kept = self.files.leave_out(on_disk, columns, rows, kept)
             # a component's liveness and identity are its sparse tensor's (a new object
             # each time it is read, it dies at once)
             self._distinct = None

@@ -23,6 +23,7 @@ from .deep import allocator_gaps, scan_unnamed
 from .found import Ref
 from .kinds import ATOMIC
 from .leftover_list import LeftoverList
+from .mapped_files import held_files, mapped_note
 from .naming import PathNames, best_paths, library_inside
 from .numpy_sharing import join_numpy_buffers
 from .pandas_columns import column_path
@@ -342,6 +343,8 @@ def _scan(
     notes += graphs.notes()
     if walker.opaque:
         notes.append(modules.opaque_note(list(map(names.name_of, walker.opaque))))
+    if found.files.left_out:
+        notes.append(mapped_note(held_files(found.files.left_out, walker.groups)))
     holder_walks = walker.holder_walks
     unread = Unread(
         tuple(

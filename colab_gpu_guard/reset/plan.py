@@ -9,6 +9,7 @@ import itertools
 import re
 import weakref
 from collections import Counter
+from collections.abc import Hashable
 from dataclasses import dataclass
 from functools import partial
 from types import BuiltinFunctionType, FunctionType, MethodType, ModuleType
@@ -23,7 +24,8 @@ from ..leftovers import Scan, dropping
 from ..leftovers.found import HOLD
 from ..leftovers.registries import FINALIZER, LOGGER, MODULE_GLOBAL, THREAD
 from ..leftovers.root_refs import COMPILED_GRAPH
-from ..units import counted, format_bytes
+from ..leftovers.rows import ROW_ROOT
+from ..units import counted, escape_text, format_bytes
 from .report import DeviceRelease, ReleaseReport
 
 SYNC_TIMEOUT_S = 5.0
@@ -213,7 +215,7 @@ def _work_out(
     if all_vars and not drop.variables:
         report.notes.append(report.wording.all_none)
     if found.complete:
-        _no_array_note(report, namespace, names, found.reach.holding())
+        _no_array_note(report, namespace, names, found.reach.holding(), _mapped_files(found))
     report.dropped = drop.counts()
     report.dropped_names = drop.names()
     dropped = set(drop.roots)
@@ -294,21 +296,59 @@ def _what_it_is(value: object) -> str:
     return ""
 
 
-def _no_array_note(report: ReleaseReport, namespace: dict, names: tuple, holding) -> None:
+def _mapped_files(found: Scan) -> dict[Hashable, dict[str, dict[Hashable, int]]]:
+    """The roots (their keys) reaching arrays the scan left out as files mapped from disk:
+    file -> storage key -> bytes."""
+    reach = found.reach
+    by_root: dict[Hashable, dict[str, dict[Hashable, int]]] = {}
+    for row, key, size, path in found.walker.found.files.left_out:
+        root = reach.root_keys.get(ROW_ROOT(row), ROW_ROOT(row))
+        by_root.setdefault(root, {}).setdefault(path, {})[key] = size
+    return by_root
+
+
+def _no_array_note(
+    report: ReleaseReport, namespace: dict, names: tuple, holding, mapped: dict
+) -> None:
     """The named variables that reach no tensor or array: deleted as asked, freeing
-    nothing; the report says so rather than a bare "freed: 0 B"."""
+    nothing; the report says so rather than a bare "freed: 0 B". Those reaching only
+    files mapped from disk (`mapped`: `_mapped_files`) are said to, with the files."""
     empty = [
         name for name in names if notebook_refs.RootKey(notebook_refs.VARIABLE, name) not in holding
     ]
     if not empty:
         return
-    shown = ", ".join(f"`{name}`{_what_it_is(namespace.get(name))}" for name in empty)
-    one = len(empty) == 1
-    report.notes.append(
-        report.wording.no_array.format(
-            names=shown, holds="holds" if one else "hold", them="it" if one else "them"
+    files = {
+        name: mapped.get(notebook_refs.RootKey(notebook_refs.VARIABLE, name)) for name in empty
+    }
+    for template, chosen in (
+        (report.wording.no_array, [name for name in empty if not files[name]]),
+        (report.wording.only_mapped, [name for name in empty if files[name]]),
+    ):
+        if not chosen:
+            continue
+        shown = ", ".join(
+            f"`{name}`{_what_it_is(namespace.get(name))}{_files_text(files[name])}"
+            for name in chosen
         )
+        one = len(chosen) == 1
+        report.notes.append(
+            template.format(
+                names=shown, holds="holds" if one else "hold", them="it" if one else "them"
+            )
+        )
+
+
+def _files_text(files: Optional[dict[str, dict[Hashable, int]]]) -> str:
+    """' (38.1 MiB of /data/train.arrow)': the files a variable maps, their bytes, a few."""
+    if not files:
+        return ""
+    sizes = sorted(((sum(keys.values()), path) for path, keys in files.items()), reverse=True)
+    shown = ", ".join(
+        f"{format_bytes(nbytes)} of {escape_text(path)}" for nbytes, path in sizes[:3]
     )
+    more = f", +{len(sizes) - 3} more" if len(sizes) > 3 else ""
+    return f" ({shown}{more})"
 
 
 def _held_elsewhere_notes(report: ReleaseReport, stays: list[tuple]) -> None:

@@ -42,6 +42,7 @@ class Wording(NamedTuple):
     free_it: str  # "to free {amount}it: %gpu_reset x" (amount: "", "3 MiB of ")
     all_none: str  # --all on a runtime where no variable holds GPU memory
     no_array: str  # a template over names, holds, them: named variables holding no array
+    only_mapped: str  # a template over names, holds, them: ... holding only mapped files
 
 
 # each field of the wording: (a reset done, a plan)
@@ -61,6 +62,12 @@ _WORDS = {
     "no_array": (
         "{names} held no tensor or array: deleted as asked, which freed no memory",
         "{names} {holds} no tensor or array: deleting {them} would free no memory",
+    ),
+    "only_mapped": (
+        "{names} held only files on disk mapped into memory: deleted as asked, which freed "
+        "no memory the system does not free on its own",
+        "{names} {holds} only files on disk mapped into memory: deleting {them} would free "
+        "no memory the system does not free on its own",
     ),
 }
 DONE = Wording(**{name: words[0] for name, words in _WORDS.items()})

@@ -76,7 +76,8 @@ def test_bench_versions_compares_this_checkout_with_a_commit(tmp_path):
         "%load_ext colab_gpu_guard",
         "per cell added by the hooks",
         "the tracker's pre_run_cell + post_run_cell alone",
-        "find_leftovers()",
+        "find_leftovers()",  # of tensors
+        "find_leftovers()",  # of pandas frames
         "gpu_status() as text",
     ]
     for row in rows:

@@ -77,6 +77,12 @@ see, or counts only in part:
   (cudf.core.dataframe.DataFrame)", and not counted. (Arrow's arrays, chunked arrays,
   tables are counted by their buffers; a pandas column of Arrow strings, nullable
   numbers, categories or dates is listed as its column, `df['name']  str [100000]`.)
+- **Files on disk mapped into memory** (a NumPy memmap, an Arrow memory map such as a
+  Hugging Face dataset's, `torch.load(..., mmap=True)`; Linux): not counted, as the system
+  reads such a file into RAM as it is used and can drop those pages again; a note names
+  the variable, the file and its size. (Counted: a file in memory, on a tmpfs such as
+  /dev/shm, and a private mapping once written to, as `torch.load(mmap=True)`'s is when a
+  tensor changes in place: its pages are copies in the kernel's own RAM then.)
 - **The Python objects inside NumPy object arrays** (a pandas object or string column):
   the array counts its pointers, 8 bytes an item; arrays among its items are listed on
   their own, strings and other objects are not counted.
