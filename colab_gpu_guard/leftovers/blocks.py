@@ -29,7 +29,7 @@ from .pandas_frames import Extension
 from .records import Leftover, leftover_of, with_graph
 from .root_refs import RootRef
 from .rows import ROW_FRAMEWORK, ROW_HOLDER, ROW_PATH, Items
-from .tally import Groups, root_labels, root_of_path
+from .tally import Groups, root_labels, root_of_path, root_of_row
 
 PANDAS_COLUMNS = (COLUMN, COLUMNS)
 _UNKNOWN: Any = object()
@@ -288,7 +288,7 @@ class Blocks:
             holder,
             as_named(path, self.found.info(index)),
             framework,
-            root=self._row_root(index, holder),
+            root=self._row_root(index),
         )
 
     def _row_name(self, index: int) -> str:
@@ -306,12 +306,9 @@ class Blocks:
             name = self.names.name_of(parent) if parent is not None else None
         return f"{name}[{item}]" if name is not None else self.names.name_of(path)
 
-    def _row_root(self, index: int, holder: str) -> RootRef:
+    def _row_root(self, index: int) -> RootRef:
         """The group of the root row `index`'s path starts at."""
-        path = ROW_PATH(self.rows[index])
-        if type(path) is Items:  # its items' paths start where its container's does
-            path = path.parent
-        return root_of_path(path, holder, self.groups)
+        return root_of_row(self.rows[index], self.groups)
 
     def group_columns(self) -> GroupColumns:
         """The columns `groups.group_leftovers` needs, in ``order``: a block reached by

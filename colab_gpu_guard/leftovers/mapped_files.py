@@ -6,15 +6,15 @@ the process's own (`host_memory.FileMappings`)."""
 
 from __future__ import annotations
 
-from collections.abc import Hashable
+from collections.abc import Callable, Hashable
 from itertools import compress
 from typing import Optional
 
 from .. import host_memory
 from ..frameworks.base import ArrayInfo
 from ..units import escape_text, format_bytes
-from .rows import ROW_FRAMEWORK, ROW_HOLDER, ROW_PATH, Items
-from .tally import Groups, root_of_path
+from .root_refs import RootRef
+from .rows import ROW_FRAMEWORK
 
 # host memory looked up among the mapped files: Arrow buffers (a dataset's, of any size),
 # and any other array at least this big (a mapped file's array spans its pages; the many
@@ -90,22 +90,19 @@ class MappedFiles:
 
 
 def held_files(
-    left_out: list[tuple[tuple, Hashable, int, str]], groups: Groups
+    left_out: list[tuple[tuple, Hashable, int, str]], root_of: Callable[[tuple], RootRef]
 ) -> list[tuple[str, str, int]]:
     """(holder, file, bytes) of the arrays left out, biggest first: the holder is the group
-    (a variable, `Out[N]`) the array's path starts at; memory several reach is counted
-    under the first, in the order found (named before unnamed)."""
+    (a variable, `Out[N]`) the array's row starts at (`root_of`: `tally.root_of_row`);
+    memory several reach is counted under the first, in the order found (named before
+    unnamed)."""
     sizes: dict[tuple[str, str], dict[Hashable, int]] = {}
     seen: set = set()
     for row, key, size, path in left_out:
         if key in seen:
             continue
         seen.add(key)
-        at = ROW_PATH(row)
-        if type(at) is Items:
-            at = at.parent
-        holder = root_of_path(at, ROW_HOLDER(row), groups).name
-        sizes.setdefault((holder, path), {})[key] = size
+        sizes.setdefault((root_of(row).name, path), {})[key] = size
     held = [(holder, path, sum(keys.values())) for (holder, path), keys in sizes.items()]
     held.sort(key=lambda item: -item[2])
     return held

@@ -40,6 +40,7 @@ from .registries import (
     threads,
 )
 from .root_refs import COMPILED_GRAPH, root_ref
+from .tally import root_of_row
 from .walker import DEFAULT_MAX_DEPTH, OutOfTime, Walker
 
 # the root kinds of what process-wide registries keep (`registries`)
@@ -344,14 +345,14 @@ def _scan(
     if walker.opaque:
         notes.append(modules.opaque_note(list(map(names.name_of, walker.opaque))))
     if found.files.left_out:
-        notes.append(mapped_note(held_files(found.files.left_out, walker.groups)))
+        root_of = functools.partial(root_of_row, groups=walker.groups)
+        notes.append(mapped_note(held_files(found.files.left_out, root_of)))
     holder_walks = walker.holder_walks
     unread = Unread(
         tuple(
             (root, Unseen(names.name_of(path), kind)) for path, kind, root in holder_walks.unseen
         ),
-        # the user's own (`df['name']`) named before a library's (`df.index.values`); one
-        # inside a pandas column (a categorical's labels) by the column, as it is listed
+        # the user's own before a library's (`df.index.values`); a column's part by its column
         tuple(
             (root, names.name_of(column_path(path, found.extensions)))
             for path, root in sorted(

@@ -12,6 +12,7 @@ from operator import is_not, itemgetter, ne
 from typing import TYPE_CHECKING, Callable, Optional
 
 from .root_refs import RootRef
+from .rows import ROW_HOLDER, ROW_PATH, Items
 
 if TYPE_CHECKING:
     from .groups import Blocks
@@ -75,6 +76,14 @@ def root_of_path(path: tuple, holder: str, groups: Groups) -> RootRef:
     while node[0] is not None:
         node = node[0]
     return groups[(node[2], holder)]
+
+
+def root_of_row(row: tuple, groups: Groups) -> RootRef:
+    """The group of the root a found row's path starts at (`root_of_path`)."""
+    path = ROW_PATH(row)
+    if type(path) is Items:  # its items' paths start where its container's does
+        path = path.parent
+    return root_of_path(path, ROW_HOLDER(row), groups)
 
 
 def root_labels(paths: Iterable[tuple], holders: Sequence[str], groups: Groups) -> list[str]:
