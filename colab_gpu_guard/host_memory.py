@@ -9,6 +9,7 @@ import bisect
 import contextlib
 import os
 import re
+import stat
 import sys
 import threading
 import weakref
@@ -256,7 +257,9 @@ MOUNTS = "/proc/self/mountinfo"
 # file systems whose files are kept in memory: a mapping of one of their files is RAM
 _MEMORY_FILESYSTEMS = frozenset({"tmpfs", "ramfs", "hugetlbfs", "devtmpfs"})
 # names in the maps that are no file on disk: devices (the GPU driver's, /dev/shm's shared
-# memory), memfd's and System V's shared memory
+# memory), memfd's and System V's shared memory; any other name must be a regular file that
+# is still there (`_on_disk`: "/anon_hugepage (deleted)" is anonymous huge pages, a file
+# deleted while mapped is counted as RAM: where it was cannot be read any more)
 _NOT_FILES = ("/dev/", "/memfd:", "/SYSV", "/proc/", "/sys/")
 _DELETED = " (deleted)"
 
@@ -298,12 +301,10 @@ def file_mappings() -> Optional[FileMappings]:
         if len(fields) < 6 or not fields[5].startswith("/"):
             continue  # anonymous memory, the heap, the stack
         path = fields[5]
-        if path.endswith(_DELETED):  # still on its file system until unmapped
-            path = path[: -len(_DELETED)]
         perms = fields[1]
         if "x" in perms:
             code.add(path)
-        if path.startswith(_NOT_FILES):
+        if path.startswith(_NOT_FILES) or path.endswith(_DELETED):
             continue
         start, _, end = fields[0].partition("-")
         try:
@@ -315,7 +316,9 @@ def file_mappings() -> Optional[FileMappings]:
     spans = [span for span in spans if span[2] not in code]
     if spans:
         mounts = _mounts()
-        spans = [span for span in spans if _filesystem(span[2], mounts) not in _MEMORY_FILESYSTEMS]
+        paths = {path for _start, _end, path in spans}
+        disk = {path for path in paths if _on_disk(path, mounts)}
+        spans = [span for span in spans if span[2] in disk]
     copied.intersection_update(span[0] for span in spans)
     if copied:
         written = _written(copied)
@@ -371,6 +374,15 @@ def _unescape(text: str) -> str:
     if "\\" not in text:
         return text
     return re.sub(r"\\([0-7]{3})", lambda code: chr(int(code.group(1), 8)), text)
+
+
+def _on_disk(path: str, mounts: list[tuple[str, str]]) -> bool:
+    """Whether `path` is a regular file on a file system not kept in memory."""
+    try:
+        regular = stat.S_ISREG(os.stat(path).st_mode)
+    except (OSError, ValueError):
+        return False
+    return regular and _filesystem(path, mounts) not in _MEMORY_FILESYSTEMS
 
 
 def _filesystem(path: str, mounts: list[tuple[str, str]]) -> Optional[str]:

@@ -139,6 +139,17 @@ def test_memory_mapped_from_ram_is_counted(shell, run_cell):
         path.unlink()
 
 
+def test_a_file_deleted_while_mapped_is_counted(shell, run_cell, disk):
+    """Where a mapped file was deleted, the scan cannot tell where it was: counted."""
+    path = disk / "gone.bin"
+    np.zeros(MB4 // 8).tofile(path)
+    run(run_cell, f"import numpy as np\nkept = np.memmap({str(path)!r}, dtype='float64', mode='r')")
+    path.unlink()
+    names, found = listed(shell)
+    assert names["kept"].nbytes == MB4
+    assert not any("mapped into memory" in note for note in found.notes)
+
+
 def test_without_the_process_maps_every_array_is_counted(shell, run_cell, disk, monkeypatch):
     """Where /proc/self/maps cannot be read (not Linux), arrays are counted as before."""
     path = disk / "weights.bin"
