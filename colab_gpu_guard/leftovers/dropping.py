@@ -17,7 +17,8 @@ from .naming import PathNames, best_paths
 from .reach import alias_rows
 from .registries import MODULE_GLOBAL
 from .rows import ROW_FRAMEWORK
-from .scan import Scan, listed, root_entries, root_ids
+from .scan import Scan, listed
+from .scan_roots import root_entries, root_ids
 
 _IS_NONE = type(None).__instancecheck__  # x is None, as a C-level callable
 PROOF_LIMIT = 20_000  # blocks whose storage a reset proves gone by a weakref to it

@@ -15,13 +15,11 @@ from typing import Any, NamedTuple, Optional
 
 from .. import notebook_refs
 from ..frameworks import torch as torch_support
-from ..frameworks import torch_compile
-from ..units import OTHER, USER_VARIABLE, counted
+from ..units import USER_VARIABLE, counted
 from . import modules
 from .blocks import Blocks
 from .deep import allocator_gaps, scan_unnamed
 from .found import Ref
-from .kinds import ATOMIC
 from .leftover_list import LeftoverList
 from .mapped_files import held_files, mapped_note
 from .naming import PathNames, best_paths, library_inside
@@ -29,22 +27,11 @@ from .numpy_sharing import join_numpy_buffers
 from .pandas_columns import column_path
 from .reach import Reach, alias_rows
 from .records import DeviceGap, Unread, Unseen
-from .registries import (
-    FINALIZER,
-    LOGGER,
-    MODULE_GLOBAL,
-    THREAD,
-    finalizers,
-    logging_registry,
-    module_globals,
-    threads,
-)
-from .root_refs import COMPILED_GRAPH, root_ref
+from .root_refs import root_ref
+from .scan_roots import REGISTRY_KINDS, root_entries, root_ids
 from .tally import root_of_row
 from .walker import DEFAULT_MAX_DEPTH, OutOfTime, Walker
 
-# the root kinds of what process-wide registries keep (`registries`)
-REGISTRY_KINDS = frozenset({COMPILED_GRAPH, LOGGER, FINALIZER, THREAD, MODULE_GLOBAL})
 DEFAULT_BUDGET_S = 5.0  # find_leftovers(); %gpu_status and the panel take 2 s
 _UNFINISHED_SHOWN = 3
 
@@ -177,51 +164,6 @@ def _device_matches(device: str, wanted) -> bool:
     if ":" in wanted:
         return device == wanted or wanted in device.split("+")
     return any(part.split(":")[0] == wanted for part in device.split("+"))
-
-
-def _is_variable(root: notebook_refs.Root) -> bool:
-    return root.key.kind == notebook_refs.VARIABLE
-
-
-def root_entries(
-    shell, namespace: Optional[dict], variables_only: bool = False
-) -> list[notebook_refs.Root]:
-    """Every root a scan starts from, in order: the notebook's (`notebook_refs.roots`),
-    then the graphs torch.compile's caches hold (never a user variable; freed by dynamo's
-    reset), then what process-wide registries keep (`registries`: loggers with handlers,
-    ``weakref.finalize``'s finalizers, running threads, the globals of the user's own
-    modules); `variables_only`: the namespace's variables alone (they come first)."""
-    found = notebook_refs.roots(shell, namespace if namespace is not None else {})
-    if variables_only:
-        return list(itertools.takewhile(_is_variable, found))
-    entries = list(found)
-    for graph in torch_compile.compiled_graphs(namespace):
-        key = notebook_refs.RootKey(COMPILED_GRAPH, graph.label)
-        entries.append(notebook_refs.Root(key, graph.label, OTHER, graph.value))
-    for name, logger in logging_registry():
-        label = f"<logging.getLogger({name!r})>" if name else "<logging.getLogger()>"
-        entries.append(_registry_root(LOGGER, name, label, logger))
-    for label, record in finalizers():
-        entries.append(_registry_root(FINALIZER, label, label, record))
-    for label, thread in threads():
-        entries.append(_registry_root(THREAD, label, label, thread))
-    for label, value in module_globals(namespace):
-        entries.append(_registry_root(MODULE_GLOBAL, label, label, value))
-    return entries
-
-
-def _registry_root(kind: str, key: str, label: str, value: Any) -> notebook_refs.Root:
-    return notebook_refs.Root(notebook_refs.RootKey(kind, key), label, OTHER, value)
-
-
-def root_ids(entries: list[notebook_refs.Root]) -> list[tuple]:
-    """(key, label, id(value)) of each root that can hold an array (a plain value as a
-    root, such as a blanked ``_``, reaches nothing)."""
-    return [
-        (entry.key, entry.label, id(entry.value))
-        for entry in entries
-        if type(entry.value) not in ATOMIC
-    ]
 
 
 def _scan_roots(walker: Walker, entries: list[notebook_refs.Root]) -> tuple[dict[str, str], int]:

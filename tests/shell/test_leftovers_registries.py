@@ -171,7 +171,7 @@ def test_a_finalizers_arguments_are_listed_and_the_reset_leaves_it(shell, run_ce
 
 
 def _root_entries(shell) -> list:
-    from colab_gpu_guard.leftovers.scan import root_entries
+    from colab_gpu_guard.leftovers.scan_roots import root_entries
 
     return root_entries(shell, shell.user_ns)
 
