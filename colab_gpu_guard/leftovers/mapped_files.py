@@ -13,7 +13,6 @@ from typing import Optional
 from .. import host_memory
 from ..frameworks.base import ArrayInfo
 from ..units import escape_text, format_bytes
-from .root_refs import RootRef
 from .rows import ROW_FRAMEWORK
 
 # host memory looked up among the mapped files: Arrow buffers (a dataset's, of any size),
@@ -89,31 +88,42 @@ class MappedFiles:
         return [list(compress(column, stays)) for column in columns], rows_kept
 
 
-def held_files(
-    left_out: list[tuple[tuple, Hashable, int, str]], root_of: Callable[[tuple], RootRef]
-) -> list[tuple[str, str, int]]:
-    """(holder, file, bytes) of the arrays left out, biggest first: the holder is the group
-    (a variable, `Out[N]`) the array's row starts at (`root_of`: `tally.root_of_row`);
-    memory several reach is counted under the first, in the order found (named before
+def files_by(
+    left_out: list[tuple[tuple, Hashable, int, str]],
+    holder_of: Callable[[tuple], Hashable],
+    once: bool = False,
+) -> dict[Hashable, dict[str, int]]:
+    """Holder -> file -> bytes of the arrays left out (`holder_of`: a row's holder), each
+    memory once per holder; `once`: once in all, under the first holder found (named before
     unnamed)."""
-    sizes: dict[tuple[str, str], dict[Hashable, int]] = {}
+    keys_of: dict[Hashable, dict[str, dict[Hashable, int]]] = {}
     seen: set = set()
     for row, key, size, path in left_out:
-        if key in seen:
-            continue
-        seen.add(key)
-        sizes.setdefault((root_of(row).name, path), {})[key] = size
-    held = [(holder, path, sum(keys.values())) for (holder, path), keys in sizes.items()]
-    held.sort(key=lambda item: -item[2])
-    return held
+        if once:
+            if key in seen:
+                continue
+            seen.add(key)
+        keys_of.setdefault(holder_of(row), {}).setdefault(path, {})[key] = size
+    return {
+        holder: {path: sum(keys.values()) for path, keys in files.items()}
+        for holder, files in keys_of.items()
+    }
 
 
-def mapped_note(held: list[tuple[str, str, int]]) -> str:
-    """The scan's note on the arrays left out as files mapped from disk (`held_files`)."""
+def files_text(files: dict[str, int]) -> str:
+    """'38.1 MiB of /data/train.arrow, 2 MiB of /data/test.arrow': the biggest three."""
+    sizes = sorted(((nbytes, path) for path, nbytes in files.items()), reverse=True)
     shown = ", ".join(
-        f"`{holder}` ({format_bytes(nbytes)} of {escape_text(path)})"
-        for holder, path, nbytes in held[:3]
+        f"{format_bytes(nbytes)} of {escape_text(path)}" for nbytes, path in sizes[:3]
     )
+    return shown + (f", +{len(sizes) - 3} more" if len(sizes) > 3 else "")
+
+
+def mapped_note(by_holder: dict[Hashable, dict[str, int]]) -> str:
+    """The scan's note on the arrays left out as files mapped from disk (`files_by`, by
+    the name of the group reaching them), the biggest three holders."""
+    held = sorted(by_holder.items(), key=lambda item: -sum(item[1].values()))
+    shown = ", ".join(f"`{holder}` ({files_text(files)})" for holder, files in held[:3])
     more = f" (+{len(held) - 3} more)" if len(held) > 3 else ""
     return (
         f"not counted: files on disk mapped into memory, {shown}{more}: the system reads a "

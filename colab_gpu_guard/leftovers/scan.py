@@ -21,7 +21,7 @@ from .blocks import Blocks
 from .deep import allocator_gaps, scan_unnamed
 from .found import Ref
 from .leftover_list import LeftoverList
-from .mapped_files import held_files, mapped_note
+from .mapped_files import files_by, mapped_note
 from .naming import PathNames, best_paths, library_inside
 from .numpy_sharing import join_numpy_buffers
 from .pandas_columns import column_path
@@ -287,8 +287,9 @@ def _scan(
     if walker.opaque:
         notes.append(modules.opaque_note(list(map(names.name_of, walker.opaque))))
     if found.files.left_out:
-        root_of = functools.partial(root_of_row, groups=walker.groups)
-        notes.append(mapped_note(held_files(found.files.left_out, root_of)))
+        groups = walker.groups
+        by_holder = files_by(found.files.left_out, lambda row: root_of_row(row, groups).name, True)
+        notes.append(mapped_note(by_holder))
     holder_walks = walker.holder_walks
     unread = Unread(
         tuple(

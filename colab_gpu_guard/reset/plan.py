@@ -22,10 +22,11 @@ from ..frameworks import torch as torch_support
 from ..frameworks import torch_compile
 from ..leftovers import Scan, dropping
 from ..leftovers.found import HOLD
+from ..leftovers.mapped_files import files_by, files_text
 from ..leftovers.registries import FINALIZER, LOGGER, MODULE_GLOBAL, THREAD
 from ..leftovers.root_refs import COMPILED_GRAPH
 from ..leftovers.rows import ROW_ROOT
-from ..units import counted, escape_text, format_bytes
+from ..units import counted, format_bytes
 from .report import DeviceRelease, ReleaseReport
 
 SYNC_TIMEOUT_S = 5.0
@@ -296,15 +297,13 @@ def _what_it_is(value: object) -> str:
     return ""
 
 
-def _mapped_files(found: Scan) -> dict[Hashable, dict[str, dict[Hashable, int]]]:
+def _mapped_files(found: Scan) -> dict[Hashable, dict[str, int]]:
     """The roots (their keys) reaching arrays the scan left out as files mapped from disk:
-    file -> storage key -> bytes."""
-    reach = found.reach
-    by_root: dict[Hashable, dict[str, dict[Hashable, int]]] = {}
-    for row, key, size, path in found.walker.found.files.left_out:
-        root = reach.root_keys.get(ROW_ROOT(row), ROW_ROOT(row))
-        by_root.setdefault(root, {}).setdefault(path, {})[key] = size
-    return by_root
+    file -> bytes."""
+    keys = found.reach.root_keys
+    return files_by(
+        found.walker.found.files.left_out, lambda row: keys.get(ROW_ROOT(row), ROW_ROOT(row))
+    )
 
 
 def _no_array_note(
@@ -339,16 +338,9 @@ def _no_array_note(
         )
 
 
-def _files_text(files: Optional[dict[str, dict[Hashable, int]]]) -> str:
-    """' (38.1 MiB of /data/train.arrow)': the files a variable maps, their bytes, a few."""
-    if not files:
-        return ""
-    sizes = sorted(((sum(keys.values()), path) for path, keys in files.items()), reverse=True)
-    shown = ", ".join(
-        f"{format_bytes(nbytes)} of {escape_text(path)}" for nbytes, path in sizes[:3]
-    )
-    more = f", +{len(sizes) - 3} more" if len(sizes) > 3 else ""
-    return f" ({shown}{more})"
+def _files_text(files: Optional[dict[str, int]]) -> str:
+    """' (38.1 MiB of /data/train.arrow)': the files a variable maps, their bytes."""
+    return f" ({files_text(files)})" if files else ""
 
 
 def _held_elsewhere_notes(report: ReleaseReport, stays: list[tuple]) -> None:
