@@ -110,7 +110,7 @@ def test_reading_a_running_frames_variables_leaves_no_snapshot_holding_them():
 def test_only_loggers_whose_handlers_may_keep_records_are_roots():
     import logging.handlers
 
-    from colab_gpu_guard.leftovers.scan import logging_registry
+    from colab_gpu_guard.leftovers.registries import logging_registry
 
     quiet = logging.getLogger("cgg-34-quiet")
     quiet.addHandler(logging.NullHandler())
