@@ -134,20 +134,22 @@ _SPARSE_PARTS = {
 
 # the calls that give them, as a leftovers name ends (``sp._indices()``)
 SPARSE_CALLS = frozenset(f"{name}()" for parts in _SPARSE_PARTS.values() for name in parts)
+SPARSE_LAYOUTS = frozenset(_SPARSE_PARTS)  # as a sparse tensor's dtype text ends
 
 
-def sparse_parts(tensor) -> Optional[list[tuple[str, Any]]]:
-    """A sparse tensor's component tensors, each with the call that gives it
-    (``"_indices()"``, ``"_values()"``; a CSR tensor's ``"crow_indices()"``...), read
-    with subclass dispatch off; None for any other tensor. Their storages are what the
-    sparse tensor holds, and may be tensors a name holds too (``sparse_coo_tensor(i, v)``
-    keeps ``i`` and ``v`` themselves)."""
+def sparse_parts(tensor) -> Optional[tuple[str, list[tuple[str, Any]]]]:
+    """A sparse tensor's layout as torch names it (``"sparse_csr"``) and its component
+    tensors, each with the call that gives it (``"_indices()"``, ``"_values()"``; a CSR
+    tensor's ``"crow_indices()"``...), read with subclass dispatch off; None for any other
+    tensor. Their storages are what the sparse tensor holds, and may be tensors a name
+    holds too (``sparse_coo_tensor(i, v)`` keeps ``i`` and ``v`` themselves)."""
     with no_subclass_dispatch():
         try:
-            parts = _SPARSE_PARTS.get(str(tensor.layout).rpartition(".")[2])
+            layout = str(tensor.layout).rpartition(".")[2]
+            parts = _SPARSE_PARTS.get(layout)
             if parts is None:
                 return None
-            return [(f"{name}()", getattr(tensor, name)()) for name in parts]
+            return layout, [(f"{name}()", getattr(tensor, name)()) for name in parts]
         except Exception:  # torch: a user's sparse tensor
             return None
 

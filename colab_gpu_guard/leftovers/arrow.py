@@ -13,6 +13,7 @@ from typing import Any, Optional
 from ..frameworks.base import ArrayInfo, storage_key
 from .naming import ATTR, DOT, ITEM, Path
 from .readers import mro, type_module
+from .rows import ROW_FRAMEWORK
 
 FRAMEWORK = "arrow"
 _MODULE = "pyarrow.lib"
@@ -95,3 +96,31 @@ def buffer_info(buffer: Any) -> ArrayInfo:
 
 def loaded() -> bool:
     return sys.modules.get("pyarrow") is not None
+
+
+def buffers_in_place(
+    arrays: list, rows: list[tuple], frameworks: set
+) -> Optional[tuple[list, list, list]]:
+    """Where Arrow data is among `arrays` (framework "arrow"), the arrays and rows again
+    with its buffers in its place (each a block: `buffer_parts`), and the owner of
+    each (the Arrow object for a buffer: a new object each time it is read, a buffer
+    lives as long as its owner keeps it); None where there is none."""
+    if FRAMEWORK not in frameworks:
+        return None
+    new_arrays, new_rows, owners = [], [], []
+    for array, row in zip(arrays, rows):
+        if ROW_FRAMEWORK(row) != FRAMEWORK:
+            new_arrays.append(array)
+            new_rows.append(row)
+            owners.append(array)
+            continue
+        path, holder, root, depth, framework = row
+        try:
+            parts = buffer_parts(array, path)
+        except Exception:  # pyarrow's readers on a user's Arrow object
+            parts = []
+        for part_path, part in parts:
+            new_arrays.append(part)
+            new_rows.append((part_path, holder, root, depth, framework))
+            owners.append(array)
+    return new_arrays, new_rows, owners

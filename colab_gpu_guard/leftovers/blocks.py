@@ -6,10 +6,11 @@ from __future__ import annotations
 import collections
 import itertools
 from collections.abc import Callable, Sequence
-from typing import Any, Optional, Union
+from typing import Any, NamedTuple, Optional, Union
 
 from ..frameworks.base import ArrayInfo
 from ..units import HOLDERS
+from .composites import PART_FRAMEWORKS, Composite, composite_of
 from .found import Found, Ref
 from .graphs import SHARERS_SHOWN, Graph, named_few
 from .groups import Blocks as GroupColumns
@@ -17,6 +18,7 @@ from .naming import (
     COLUMN,
     COLUMNS,
     ITEM,
+    MAX_SHARED_NAMES,
     Path,
     PathNames,
     rank,
@@ -24,8 +26,6 @@ from .naming import (
     shown_shape,
     through_private_attribute,
 )
-from .pandas_columns import COLUMN_PARTS, Part, column_entry, extension_of
-from .pandas_frames import Extension
 from .records import Leftover, leftover_of, with_graph
 from .root_refs import RootRef
 from .rows import ROW_FRAMEWORK, ROW_HOLDER, ROW_PATH, Items
@@ -33,6 +33,20 @@ from .tally import Groups, root_labels, root_of_path, root_of_row
 
 PANDAS_COLUMNS = (COLUMN, COLUMNS)
 _UNKNOWN: Any = object()
+
+
+class Part(NamedTuple):
+    """One block of a composite, as `Leftover` has it (read off the block's row, or its entry
+    where several names reach it): who holds it, where it is and its bytes."""
+
+    holder: str
+    holders: tuple[str, ...]
+    device: str
+    storage_id: int
+    framework: str
+    nbytes: int
+    array_nbytes: int
+    views_nbytes: int
 
 
 def leftover_for(names: PathNames, refs: list[Ref], groups: Groups) -> Leftover:
@@ -104,15 +118,15 @@ class Blocks:
         # first (``b = {'x': a}``: `b` reaches what is listed under `a`)
         self.aliased: dict[str, list[int]] = {}
         self.row_of: Union[range, list[int]]
-        # a storage key -> the key of the block it is listed in (a pandas column's part)
+        # a storage key -> the key of the block it is listed in (a composite's part)
         self._listed_in: dict = {}
         if found.distinct_storages() or len(dict.fromkeys(keys)) == len(keys):
             self.row_of = range(len(rows))
             self.sizes: list[int] = list(found.storage_nbytes)
             self.holders: list[str] = found.row_values(ROW_HOLDER)
             self.devices: list[str] = found.devices
-            if found.extensions:
-                self._merge_columns(found.extensions, {})
+            if found.composites:
+                self._merge_composites(found.composites, {})
             return
         counts = collections.Counter(keys)
         refs = found.refs
@@ -137,21 +151,23 @@ class Blocks:
             self.sizes.append(size)
             self.holders.append(holder)
             self.devices.append(device)
-        if found.extensions:
-            self._merge_columns(found.extensions, reached)
+        if found.composites:
+            self._merge_composites(found.composites, reached)
 
-    def _merge_columns(self, extensions: dict[int, Extension], reached: dict) -> None:
-        """List the blocks of one pandas column as one entry, named as the column
-        (``df['b']``, ``s.array``) with its dtype and shape as pandas shows them: an Arrow
-        column's buffers, a nullable column's values and mask, a categorical's codes and
-        categories. Each block is still a storage counted once (a buffer another name
-        shares is listed with the column and names it), only listed together.
+    def _merge_composites(self, composites: dict[int, Composite], reached: dict) -> None:
+        """List the blocks of one pandas column or sparse tensor as one entry, named as the
+        column (``df['b']``, ``s.array``) or the tensor, with its dtype and shape as pandas
+        or torch show them: an Arrow column's buffers, a nullable column's values and mask,
+        a categorical's codes and categories, a sparse tensor's indices and values. Each
+        block is still a storage counted once (a block another name shares is listed with
+        the composite and names it), only listed together.
         `reached`: the references of each block reached more than once."""
         rows = self.rows
-        columns: dict[int, list[int]] = {}  # id(the column's node) -> its blocks
-        # id(a path's parent) -> the column it is in: a column's parts share their parents
-        # (`.chunks[0]` for an Arrow chunk's buffers), an array row is no column's node
-        in_column: dict[int, Optional[Extension]] = {}
+        merged: dict[int, list[int]] = {}  # id(the composite's node) -> its blocks
+        # id(a path's parent) -> the composite it is in: a composite's parts share their
+        # parents (`.chunks[0]` for an Arrow chunk's buffers), an array row is no
+        # composite's node
+        in_composite: dict[int, Optional[Composite]] = {}
         for block, index in enumerate(self.row_of):
             refs = reached.get(block)
             if refs is not None:
@@ -159,22 +175,23 @@ class Blocks:
                 path, framework = primary.path, primary.framework
             else:
                 path, framework = ROW_PATH(rows[index]), ROW_FRAMEWORK(rows[index])
-            if framework not in COLUMN_PARTS or type(path) is Items:
+            if framework not in PART_FRAMEWORKS or type(path) is Items:
                 continue
             parent = id(path[0])
-            column = in_column.get(parent, _UNKNOWN)
-            if column is _UNKNOWN:
-                column = in_column[parent] = extension_of(path, extensions)
-            if column is not None:
-                columns.setdefault(id(column.node), []).append(block)
-        if not columns:
+            composite = in_composite.get(parent, _UNKNOWN)
+            if composite is _UNKNOWN:
+                composite = in_composite[parent] = composite_of(path, composites)
+            if composite is not None:
+                merged.setdefault(id(composite.node), []).append(block)
+        if not merged:
             return
         listed_in: dict[int, int] = {}  # a block -> the block it is listed in
-        for ident, blocks in columns.items():
-            column = extensions[ident]
+        for ident, blocks in merged.items():
             parts = [self._part(block) for block in blocks]
             refs = [ref for block in blocks for ref in reached.get(block, ())]
-            entry = column_entry(column, parts, refs, extensions, self.names, self.groups)
+            entry = composite_entry(
+                composites[ident], parts, refs, composites, self.names, self.groups
+            )
             first = blocks[0]
             self.shared[first] = entry
             self.sizes[first] = entry.nbytes
@@ -194,7 +211,7 @@ class Blocks:
         }
 
     def _part(self, block: int) -> Part:
-        """Block `block` as a part of a pandas column (`pandas_columns.column_entry`)."""
+        """Block `block` as a part of a composite (`composite_entry`)."""
         item = self.shared.get(block)
         if item is not None:
             return Part(
@@ -363,3 +380,61 @@ def _in_order(column: list, order: Sequence[int]) -> list:
     if order == range(len(column)):
         return column[:]
     return list(map(column.__getitem__, order))
+
+
+def composite_entry(
+    composite: Composite,
+    parts: Sequence[Part],
+    refs: Sequence[Any],
+    composites: dict[int, Composite],
+    names: PathNames,
+    groups: Groups,
+) -> Leftover:
+    """The entry listing `parts` (the composite's blocks, each a storage counted once) as
+    the one array they are: their bytes together, the other names reaching them (`refs`:
+    the references of the parts reached more than once; a name inside another composite
+    is that composite's) and the groups those start at."""
+    first = parts[0]
+    name = names.name_of(composite.owner)
+    root = root_of_path(composite.owner, first.holder, groups)
+    others: list[str] = []
+    roots = []
+    holders = set(first.holders)
+    for part in parts:
+        holders.update(part.holders)
+    for ref in sorted(refs, key=rank):
+        holders.add(ref.holder)
+        inside = composite_of(ref.path, composites)
+        if inside is composite:
+            continue  # a part of this composite
+        ref_root = root_of_path(ref.path, ref.holder, groups)
+        if ref_root != root:
+            roots.append(ref_root)
+        elif through_private_attribute(ref.path):
+            continue  # a library's own second reference inside the same variable
+        other = names.name_of(inside.owner if inside is not None else ref.path)
+        if other != name:
+            others.append(other)
+    others = list(dict.fromkeys(others))
+    if len(others) > MAX_SHARED_NAMES:
+        others[MAX_SHARED_NAMES:] = [f"(+{len(others) - MAX_SHARED_NAMES} more)"]
+    info = ArrayInfo(
+        shown_shape(composite.owner, composite.shape),
+        composite.dtype,
+        first.device,
+        sum(part.array_nbytes for part in parts),
+        None,
+        sum(part.nbytes for part in parts),
+        first.storage_id,
+    )
+    return leftover_of(
+        name,
+        first.holder,
+        info,
+        first.framework,
+        tuple(others),
+        first.holders if len(holders) == 1 else tuple(h for h in HOLDERS if h in holders),
+        sum(part.views_nbytes for part in parts),
+        root,
+        tuple(dict.fromkeys(ref for ref in roots if ref != root)),
+    )

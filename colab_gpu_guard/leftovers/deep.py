@@ -57,6 +57,7 @@ def _ours(referrer) -> bool:
 def scan_unnamed(walker: Walker, notes: list[str]) -> None:
     """Arrays alive that no name reached: recorded with holder 'other'."""
     named = set(walker.found.keys)
+    named.update(walker.found.whole_keys)  # sparse tensors: their components are rows
     named.update(walker.graphs.saved)  # attributed to the graph that saved them
     # files mapped from disk a name reaches: left out of the arrays, and named in a note
     named.update(key for _row, key, _size, _file in walker.found.files.left_out)

@@ -16,6 +16,7 @@ from typing import Any, NamedTuple, Optional, Union
 from ..frameworks import torch as torch_support
 from ..frameworks.base import ArrayInfo
 from . import arrow
+from .composites import Composite
 from .mapped_files import MappedFiles
 from .naming import DOT
 from .rows import (
@@ -115,55 +116,35 @@ def _bulk_columns(
     return columns, kept, True
 
 
-def _arrow_parts(
-    arrays: list, rows: list[tuple], frameworks: set
-) -> Optional[tuple[list, list, list]]:
-    """Where Arrow data is among `arrays` (framework "arrow"), the arrays and rows again
-    with its buffers in its place (each a block: `arrow.buffer_parts`), and the owner of
-    each (the Arrow object for a buffer: a new object each time it is read, a buffer
-    lives as long as its owner keeps it); None where there is none."""
-    if arrow.FRAMEWORK not in frameworks:
-        return None
-    new_arrays, new_rows, owners = [], [], []
-    for array, row in zip(arrays, rows):
-        if ROW_FRAMEWORK(row) != arrow.FRAMEWORK:
-            new_arrays.append(array)
-            new_rows.append(row)
-            owners.append(array)
-            continue
-        path, holder, root, depth, framework = row
-        try:
-            parts = arrow.buffer_parts(array, path)
-        except Exception:  # pyarrow's readers on a user's Arrow object
-            parts = []
-        for part_path, part in parts:
-            new_arrays.append(part)
-            new_rows.append((part_path, holder, root, depth, framework))
-            owners.append(array)
-    return new_arrays, new_rows, owners
-
-
 def _sparse_parts(
     arrays: list,
     rows: list[tuple],
-    keys: list,
+    columns: list[list],
     kept: Optional[list[bool]],
+    composites: dict[int, Composite],
+    whole_keys: set,
     owned_by: Optional[list] = None,
 ) -> Optional[tuple[list, list, list]]:
     """Where sparse tensors are among `arrays` (their keys are their own: ``("tensor",
     id)``), the arrays and rows again with each one's component tensors in its place
     (``sp._indices()``, ``sp._values()``: a name may hold them too, and their memory is
     counted once then), and the owner of each array (the sparse tensor for a component;
-    ``owned_by[i]`` for array i where given); None where there is none."""
+    ``owned_by[i]`` for array i where given); None where there is none. Each sparse
+    tensor goes in `composites`, to be listed as the one tensor it is, and its own storage
+    key in `whole_keys` (no row has it: for the deep scan, a name reaches it)."""
+    keys = columns[_KEY]
     if not any(type(key) is tuple and key[0] == "tensor" for key in keys):
         return None
     indices = range(len(arrays)) if kept is None else itertools.compress(range(len(arrays)), kept)
     sparse = {}
-    for index, key in zip(indices, keys):
+    for index, key, dtype, shape in zip(indices, keys, columns[_DTYPE], columns[_SHAPE]):
         if type(key) is tuple and key[0] == "tensor" and ROW_FRAMEWORK(rows[index]) == "torch":
-            parts = torch_support.sparse_parts(arrays[index])
-            if parts:
-                sparse[index] = parts
+            found = torch_support.sparse_parts(arrays[index])
+            if found:
+                layout, sparse[index] = found
+                path = ROW_PATH(rows[index])
+                composites[id(path)] = Composite(path, path, f"{dtype} {layout}", shape)
+                whole_keys.add(key)
     if not sparse:
         return None
     new_arrays, new_rows, owners = [], [], []
@@ -188,8 +169,9 @@ def _sparse_parts(
 # to go over, where a reset frees few of them)
 HOLD = "hold"
 _FIELDS = ArrayInfo._fields
-_KEY, _SIZE, _DEVICE, _ID = (
-    _FIELDS.index(name) for name in ("storage_key", "storage_nbytes", "device", "storage_id")
+_KEY, _SIZE, _DEVICE, _ID, _DTYPE, _SHAPE = (
+    _FIELDS.index(name)
+    for name in ("storage_key", "storage_nbytes", "device", "storage_id", "dtype", "shape")
 )
 _NEW_INFO = functools.partial(tuple.__new__, ArrayInfo)
 _NO_IDENTS = itertools.repeat(None)  # Refs of a scan whose lists need no ids (`Found.let_go`)
@@ -229,8 +211,10 @@ class Found:
         self._idents: Optional[list[int]] = None if self.hold else []
         self.gone_idents: dict[int, int] = {}  # HOLD: row -> id() of an array let go of
         self.array_keys = False  # the walk met an array used as a dict's key (`ARRAY_KEY`)
-        # id(node) -> a pandas extension array found at that node (`pandas_frames.Extension`)
-        self.extensions: dict[int, Any] = {}
+        # id(node) -> an array of several blocks found at that node: a pandas extension
+        # array, a sparse tensor (`composites.Composite`)
+        self.composites: dict[int, Composite] = {}
+        self.whole_keys: set = set()  # the keys of sparse tensors: their components are rows
         self.files = MappedFiles()  # the arrays left out as files mapped from disk
         self._distinct: Optional[bool] = None  # `distinct_storages`, once known
         self.weaks: list = []
@@ -340,7 +324,7 @@ class Found:
             frameworks = frameworks_of(rows, runs)  # of each row, arrow's included
             if runs and arrow.FRAMEWORK in frameworks:
                 rows, runs = expanded(rows, runs), []
-            buffers = _arrow_parts(arrays, rows, frameworks)
+            buffers = arrow.buffers_in_place(arrays, rows, frameworks)
             if buffers is not None:  # Arrow data: its buffers take its place
                 arrays, rows, owners = buffers
             if buffers is not None:
@@ -350,7 +334,9 @@ class Found:
                 rows, runs = expanded(rows, runs), []
             parts = None
             if one_by_one:
-                parts = _sparse_parts(arrays, rows, columns[_KEY], kept, owners)
+                parts = _sparse_parts(
+                    arrays, rows, columns, kept, self.composites, self.whole_keys, owners
+                )
             if parts is not None:  # sparse tensors: their components take their place
                 arrays, rows, owners = parts
                 columns, kept, _ = _bulk_columns(arrays, rows, self.readers)
@@ -480,7 +466,7 @@ class Found:
         part.rows = list(itertools.compress(expanded(self.rows, self.runs), kept))
         part.columns = [list(itertools.compress(column, kept)) for column in self.columns]
         part.idents = list(itertools.compress(self.idents, kept))
-        part.extensions = self.extensions
+        part.composites = self.composites
         return part
 
     @property

@@ -5,15 +5,16 @@ series' ``s.values`` (``s.array``) and ``s.index``, an index's labels ``df.colum
 (``.array``) - not ``df._mgr.blocks[0].values`` or ``df.columns._data``. Read through the
 interpreter's and pandas' own C-level getters; a frame whose column labels are not plain
 strings or numbers keeps the internal names. An extension array of pandas' own class is
-recorded with its dtype and shape (`Extension`: the one place pandas' own Python
-properties are read), so that its parts (an Arrow column's buffers, a nullable column's
-values and mask) are listed as the one column they are (`pandas_columns`)."""
+recorded with its dtype and shape (a `composites.Composite`: the one place pandas' own
+Python properties are read), so that its parts (an Arrow column's buffers, a nullable
+column's values and mask) are listed as the one column they are."""
 
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any, NamedTuple, Optional
+from typing import Any, Optional
 
+from .composites import Composite
 from .naming import ATTR, COLUMN, COLUMNS, ITEM, LABELS, Path
 from .readers import (
     Layout,
@@ -45,18 +46,6 @@ _DTYPE_PARTS = frozenset(
 )
 
 
-class Extension(NamedTuple):
-    """An extension array of pandas' own (Arrow, nullable, categorical, dates), found at
-    ``node`` (``df['b'].array``): what its column is named by (``owner``: ``df['b']``,
-    ``s.array``, ``df.index.array``), its dtype as ``df.dtypes`` shows it and its shape
-    (a frame's block's: one row per column)."""
-
-    node: Path
-    owner: Path
-    dtype: str
-    shape: tuple[int, ...]
-
-
 def is_manager(bases: tuple[type, ...]) -> bool:
     """Whether a type (its MRO: `bases`) is one of pandas' block managers."""
     return any((type_module(base), getattr(base, "__qualname__", "")) in MANAGERS for base in bases)
@@ -70,9 +59,9 @@ def is_index(bases: tuple[type, ...]) -> bool:
 class PandasWalk:
     """Walks a block manager reached as a frame's or series' ``_mgr``, and an Index."""
 
-    def __init__(self, visit: Visitor, extensions: dict[int, Extension]) -> None:
+    def __init__(self, visit: Visitor, composites: dict[int, Composite]) -> None:
         self.visit = visit
-        self.extensions = extensions  # id(node) -> the extension array found there
+        self.composites = composites  # id(node) -> the extension array found there
 
     def manager(self, manager: Any, at: Visit) -> None:
         fields = _fields(manager)
@@ -131,7 +120,7 @@ class PandasWalk:
         """Record the extension array `values` found at `node`, named by `owner`."""
         facts = _extension_facts(values)
         if facts is not None:
-            self.extensions[id(node)] = Extension(node, owner, *facts)
+            self.composites[id(node)] = Composite(node, owner, *facts)
 
     def _internal(self, blocks: tuple, axes: list, at: Visit) -> None:
         for number, block in enumerate(blocks):

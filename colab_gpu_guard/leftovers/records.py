@@ -8,7 +8,7 @@ from dataclasses import dataclass, fields
 from typing import Any, NamedTuple, Optional
 
 from ..frameworks.base import ArrayInfo
-from ..frameworks.torch_arrays import SPARSE_CALLS
+from ..frameworks.torch_arrays import SPARSE_CALLS, SPARSE_LAYOUTS
 from ..units import HOLDERS, OTHER, escape_text, format_bytes, shape_text
 from .graphs import Graph
 from .root_refs import RootRef
@@ -112,8 +112,11 @@ class Leftover:
         used = format_bytes(self.views_nbytes or 0)
         storage = format_bytes(self.nbytes - self.graph_nbytes)
         copy = _COPY_METHODS.get(self.framework, "copy")
+        # a sparse tensor, or one of its components (`sp._values()`): copy the tensor
         sparse, dot, call = self.name.rpartition(".")
-        if dot and call in SPARSE_CALLS:  # a sparse tensor's component: copy the tensor
+        if not (dot and call in SPARSE_CALLS):
+            sparse = self.name if self.dtype.rpartition(" ")[2] in SPARSE_LAYOUTS else ""
+        if sparse:
             return (
                 f"view: uses {used} of the {storage} it keeps alive (keep {sparse}.{copy}(): "
                 f"it copies only what {sparse} uses)"

@@ -18,13 +18,13 @@ from ..frameworks import torch as torch_support
 from ..units import USER_VARIABLE, counted
 from . import modules
 from .blocks import Blocks
+from .composites import listed_path
 from .deep import allocator_gaps, scan_unnamed
 from .found import Ref
 from .leftover_list import LeftoverList
 from .mapped_files import files_by, mapped_note
 from .naming import PathNames, best_paths, library_inside
 from .numpy_sharing import join_numpy_buffers
-from .pandas_columns import column_path
 from .reach import Reach, alias_rows
 from .records import DeviceGap, Unread, Unseen
 from .root_refs import root_ref
@@ -297,7 +297,7 @@ def _scan(
         ),
         # the user's own before a library's (`df.index.values`); a column's part by its column
         tuple(
-            (root, names.name_of(column_path(path, found.extensions)))
+            (root, names.name_of(listed_path(path, found.composites)))
             for path, root in sorted(
                 holder_walks.object_arrays, key=lambda found: library_inside(found[0])
             )

@@ -127,7 +127,7 @@ class Walker:
             self.graphs,
             self.limit,
         )
-        pandas_walk = PandasWalk(self.visit, self.found.extensions)
+        pandas_walk = PandasWalk(self.visit, self.found.composites)
         self.walk_holder = {
             **self.holder_walks.by_tag(),
             **FrameWalks(self.visit).by_tag(),

@@ -178,11 +178,12 @@ def test_a_sparse_tensor_counts_every_component_it_keeps(layout):
 
 @pytest.mark.filterwarnings("ignore:Sparse invariant checks")
 def test_a_sparse_tensor_and_its_named_indices_and_values_count_once():
-    """``sparse_coo_tensor(i, v)`` keeps ``i`` and ``v`` themselves: the scan lists the
+    """``sparse_coo_tensor(i, v)`` keeps ``i`` and ``v`` themselves: the scan counts the
     sparse tensor by its components (``sp._indices()``, ``sp._values()``), one block each
     with ``i`` and ``v`` (it was a block of its own besides them: 19 MiB for 9.5). Deleting
     ``sp`` frees nothing while ``i`` and ``v`` live, and the reset says who holds it;
-    alone, the reset frees exactly its components, proven by their storages' weakrefs."""
+    alone, it is listed once as the tensor it is, and the reset frees exactly its
+    components, proven by their storages' weakrefs."""
     import gc
     import weakref
 
@@ -204,8 +205,9 @@ def test_a_sparse_tensor_and_its_named_indices_and_values_count_once():
     assert "still held by `i`, `v`" in "\n".join(report.notes), str(report)
 
     alone = {"sp": sp}
-    listed = {item.name: item.nbytes for item in find_leftovers(namespace=alone)}
-    assert listed == {"sp._indices()": i.nbytes, "sp._values()": v.nbytes}
+    (entry,) = find_leftovers(namespace=alone)
+    assert (entry.name, entry.nbytes, entry.array_nbytes) == ("sp", total, total)
+    assert (entry.dtype, entry.shape, entry.device) == ("float32 sparse_coo", (1000, 1000), "cpu")
     watch = [weakref.ref(i.untyped_storage()), weakref.ref(v.untyped_storage())]
     del sp, i, v
     gc.collect()
@@ -215,20 +217,21 @@ def test_a_sparse_tensor_and_its_named_indices_and_values_count_once():
     assert report.estimated_bytes == report.released_bytes == total, str(report)
 
 
-@pytest.mark.filterwarnings("ignore:Sparse CSR tensor support is in beta")
-def test_a_sparse_component_over_more_memory_than_it_uses_advises_copying_the_tensor():
-    """A CSR tensor made from a coalesced COO one keeps the COO indices' whole storage for
-    its column indices: the note says so, and the fix is the tensor's own clone (which
-    keeps only what it uses), not a clone of the component."""
+def test_a_sparse_tensor_over_more_memory_than_it_uses_advises_copying_the_tensor():
+    """A sparse tensor made on a slice of a bigger tensor keeps that tensor's whole storage
+    once the bigger one is gone: the note says so, and the fix is the tensor's own clone
+    (which keeps only what it uses), not a clone of a component."""
     from colab_gpu_guard import find_leftovers
 
-    i = torch.randint(0, 1000, (2, 500_000))
-    c = torch.sparse_coo_tensor(i, torch.randn(500_000), (1000, 1000)).coalesce()
-    c = c.to_sparse_csr()
-    columns = c.col_indices()
-    assert columns.untyped_storage().nbytes() > 2 * columns.nbytes  # the premise
-    (entry,) = [item for item in find_leftovers(namespace={"c": c}) if "col_" in item.name]
-    assert entry.name == "c.col_indices()"
-    assert entry.view_text().endswith("(keep c.clone(): it copies only what c uses)")
-    copied = c.clone().col_indices()
+    big = torch.randn(1_000_000)
+    sv = torch.sparse_coo_tensor(torch.zeros(1, 10, dtype=torch.long), big[:10], (10,))
+    del big
+    assert sv._values().untyped_storage().nbytes() == 4_000_000  # the premise
+    (entry,) = find_leftovers(namespace={"sv": sv})
+    assert (entry.name, entry.nbytes) == ("sv", 4_000_000 + 80)
+    assert entry.view_text() == (
+        "view: uses 120 B of the 3.81 MiB it keeps alive (keep sv.clone(): it copies only "
+        "what sv uses)"
+    )
+    copied = sv.clone()._values()
     assert copied.untyped_storage().nbytes() == copied.nbytes  # the fix does keep less

@@ -1,0 +1,48 @@
+"""An array listed once though its memory is several blocks: a pandas column (the blocks
+an extension array of pandas' own keeps: an Arrow column's buffers, a nullable column's
+values and mask, a categorical's codes and categories) or a sparse tensor (its indices and
+values), named as the column or the tensor and shown with its dtype and shape as pandas or
+torch give them (`Composite`, recorded where the scan meets it; `blocks` makes its entry)."""
+
+from __future__ import annotations
+
+from typing import NamedTuple, Optional
+
+from .naming import Path
+
+# the frameworks of a composite's parts: NumPy arrays and Arrow buffers (pandas), tensors
+PART_FRAMEWORKS = frozenset({"numpy", "arrow", "torch"})
+
+
+class Composite(NamedTuple):
+    """An array whose memory is several blocks, found at ``node``: an extension array of
+    pandas' own (Arrow, nullable, categorical, dates) at ``df['b'].array``, or a sparse
+    tensor. ``owner`` is what it is listed as (``df['b']``, ``s.array``,
+    ``df.index.array``; the sparse tensor itself), ``dtype`` and ``shape`` what pandas
+    shows (``df.dtypes``; a frame's block's shape: one row per column) or torch's dtype
+    and layout (``float32 sparse_csr``) and the tensor's shape."""
+
+    node: Path
+    owner: Path
+    dtype: str
+    shape: tuple[int, ...]
+
+
+def composite_of(path: Path, composites: dict[int, Composite]) -> Optional[Composite]:
+    """The outermost composite `path` reaches its array through (a categorical's, for the
+    Arrow labels of its categories), or None."""
+    outermost = None
+    node: Optional[Path] = path
+    while node is not None:
+        found = composites.get(id(node))
+        if found is not None and found.node is node:
+            outermost = found
+        node = node[0]
+    return outermost
+
+
+def listed_path(path: Path, composites: dict[int, Composite]) -> Path:
+    """What names `path`'s array where it is listed: the pandas column or sparse tensor it
+    is a part of (`composite_of`), or itself."""
+    composite = composite_of(path, composites) if composites else None
+    return composite.owner if composite is not None else path

@@ -1,0 +1,130 @@
+"""Sparse tensors in a real shell: each is listed once, as the tensor a user made (its
+name, dtype, layout and shape, its bytes those of the indices and values it keeps), by
+`%gpu_status` and `%gpu_reset`; a deep scan does not find it again as memory no name
+reaches; `%gpu_reset NAME` frees exactly what it keeps (weakrefs prove it)."""
+
+from __future__ import annotations
+
+import pytest
+from IPython.utils.capture import capture_output
+
+torch = pytest.importorskip("torch")
+
+from colab_gpu_guard.leftovers import find_leftovers  # noqa: E402
+
+pytestmark = [
+    pytest.mark.filterwarnings("ignore:Sparse CSR tensor support is in beta"),
+    pytest.mark.filterwarnings("ignore:Sparse invariant checks"),
+]
+
+PARTS = {
+    "sparse_coo": ("_indices", "_values"),
+    "sparse_csr": ("crow_indices", "col_indices", "values"),
+    "sparse_csc": ("ccol_indices", "row_indices", "values"),
+    "sparse_bsr": ("crow_indices", "col_indices", "values"),
+}
+
+
+def run(run_cell, source: str):
+    result = run_cell(source)
+    assert result.error_in_exec is None, result.error_in_exec
+    return result
+
+
+def magic(ip, name: str, line: str = "") -> str:
+    """What `%name line` shows as text: printed, or its report displayed (a magic
+    displays its report as text and HTML, for the front end to choose)."""
+    with capture_output() as captured:
+        result = ip.run_cell(f"%{name} {line}", store_history=False)
+    assert result.error_in_exec is None, result.error_in_exec
+    shown = [output.data["text/plain"] for output in captured.outputs]
+    return captured.stdout + "".join(shown)
+
+
+def kept_bytes(tensor) -> int:
+    """What a sparse tensor keeps alive: its components' storages, each once (read here
+    through torch, not through the package)."""
+    layout = str(tensor.layout).rpartition(".")[2]
+    storages = [getattr(tensor, part)().untyped_storage() for part in PARTS[layout]]
+    return sum({storage.data_ptr(): storage.nbytes() for storage in storages}.values())
+
+
+def test_each_sparse_layout_is_listed_once_as_the_tensor_the_user_made(shell, run_cell):
+    run(
+        run_cell,
+        "dense = torch.randn(256, 256); dense[dense.abs() < 1.0] = 0\n"
+        "coo = dense.to_sparse(); csr = dense.to_sparse_csr()\n"
+        "csc = dense.to_sparse_csc(); bsr = dense.to_sparse_bsr((4, 4))\n"
+        "del dense",
+    )
+    ns = shell.user_ns
+    found = {item.name: item for item in find_leftovers(shell=shell)}
+    assert sorted(found) == ["bsr", "coo", "csc", "csr"], sorted(found)
+    for name in found:
+        layout = str(ns[name].layout).rpartition(".")[2]
+        assert found[name].dtype == f"float32 {layout}"
+        assert found[name].shape == (256, 256)
+        assert found[name].nbytes == kept_bytes(ns[name]), name
+    status = magic(shell, "gpu_status")
+    for name in found:
+        layout = str(ns[name].layout).rpartition(".")[2]
+        assert f"  {name}  float32 {layout} [256x256] cpu  (user variable)" in status, status
+    assert "_indices()" not in status and "values()" not in status, status
+    assert "Tensor: " not in status, status  # no group of a tensor's own parts
+    total = sum(kept_bytes(ns[name]) for name in found)
+    assert find_leftovers(shell=shell).groups().total_bytes == total
+
+
+def test_a_deep_scan_does_not_find_named_sparse_tensors_again(shell, run_cell):
+    """The deep scan looks for tensors alive that no name reaches: a sparse tensor a name
+    reaches is not one of them (each named sparse tensor, and a sparse gradient, was
+    listed again as `<unnamed #N: referenced by a dict of N entries>` with "no array of
+    its own")."""
+    run(
+        run_cell,
+        "sp = torch.randn(100, 100).to_sparse(); csr = torch.randn(50, 50).to_sparse_csr()\n"
+        "emb = torch.nn.Embedding(1000, 16, sparse=True)\n"
+        "emb(torch.arange(10)).sum().backward()",
+    )
+    assert shell.user_ns["emb"].weight.grad.layout == torch.sparse_coo  # the premise
+    deep = find_leftovers(shell=shell, deep=True)
+    names = [item.name for item in deep]
+    assert not [name for name in names if "unnamed" in name or "no name" in name], str(deep)
+    assert {"sp", "csr", "emb.weight.grad"} <= set(names), names
+    assert not any("reached by no name" in note for note in deep.notes), deep.notes
+
+
+def test_a_sparse_tensor_sharing_named_tensors_is_named_beside_them(shell, run_cell):
+    """``sparse_coo_tensor(i, v)`` keeps ``i`` and ``v`` themselves: each is listed once
+    with the sparse tensor's component beside it, and deleting the sparse tensor frees
+    nothing while they live."""
+    run(
+        run_cell,
+        "i = torch.randint(0, 1000, (2, 50_000)); v = torch.randn(50_000)\n"
+        "sp = torch.sparse_coo_tensor(i, v, (1000, 1000))",
+    )
+    status = magic(shell, "gpu_status")
+    assert "  i  int64 [2x50000] cpu  (user variable)  also: sp._indices()" in status, status
+    assert "  v  float32 [50000] cpu  (user variable)  also: sp._values()" in status, status
+    dry = magic(shell, "gpu_reset", "sp --dry-run")
+    assert "still held by `i`, `v`" in dry, dry
+
+
+def test_gpu_reset_of_a_sparse_tensor_frees_what_it_keeps(shell, run_cell):
+    run(
+        run_cell,
+        "csr = torch.randn(500, 500).to_sparse_csr()\n"
+        "refs['parts'] = [weakref.ref(part.untyped_storage()) for part in "
+        "(csr.crow_indices(), csr.col_indices(), csr.values())]\n"
+        "kept = " + "sum({s.data_ptr(): s.nbytes() for s in (csr.crow_indices().untyped_storage(), "
+        "csr.col_indices().untyped_storage(), csr.values().untyped_storage())}.values())",
+    )
+    kept = shell.user_ns["kept"]
+    (entry,) = [item for item in find_leftovers(shell=shell) if item.name == "csr"]
+    assert entry.nbytes == kept
+    text = magic(shell, "gpu_reset", "csr")
+    assert all(ref() is None for ref in shell.user_ns["refs"]["parts"]), text
+    from colab_gpu_guard.units import format_bytes
+
+    assert f"freed: {format_bytes(kept)} of tensors" in text, text
+    assert "csr" not in shell.user_ns
