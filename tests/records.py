@@ -2,6 +2,10 @@
 
 from __future__ import annotations
 
+import gc
+from collections.abc import Iterator
+from contextlib import contextmanager
+
 from colab_gpu_guard.cells.rerun_holders import GRAPHS, ITEMS, VARIABLE, Growth, Holder
 from colab_gpu_guard.cells.tracker import CellMemory
 from colab_gpu_guard.leftovers import Leftover
@@ -58,3 +62,21 @@ def reruns(run_cell, cell: str, times: int = 3) -> tuple[list[CellMemory], str]:
         runs = [run_cell(cell).execution_count for _ in range(times)]
     by_cell = {record.cell: record for record in memory_history()}
     return [by_cell[run] for run in runs[1:]], format_history(memory_history())
+
+
+@contextmanager
+def collector_off() -> Iterator[None]:
+    """No garbage collection while it is on: whether the cyclic collector happens to run
+    during a cell depends on what else allocated; the test says when it runs. Off by its
+    threshold as well as by `gc.disable()`, which any ``gc.enable()`` meanwhile undoes: in
+    a full suite run a collection once freed a previous run's model in the middle of a
+    test that keeps it in a reference cycle, with the collector disabled."""
+    thresholds = gc.get_threshold()
+    gc.collect()
+    gc.disable()
+    gc.set_threshold(0)
+    try:
+        yield
+    finally:
+        gc.set_threshold(*thresholds)
+        gc.enable()

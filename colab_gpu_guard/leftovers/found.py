@@ -467,6 +467,7 @@ class Found:
         part.columns = [list(itertools.compress(column, kept)) for column in self.columns]
         part.idents = list(itertools.compress(self.idents, kept))
         part.composites = self.composites
+        part.whole_keys = self.whole_keys
         return part
 
     @property

@@ -12,7 +12,7 @@ import pytest
 
 from colab_gpu_guard.cells.history_text import CYCLES
 from colab_gpu_guard.cells.rerun_holders import CYCLE
-from tests.records import reruns
+from tests.records import collector_off, reruns
 
 torch = pytest.importorskip("torch")
 
@@ -32,10 +32,8 @@ NET = (
 
 @pytest.fixture
 def no_collection():
-    gc.collect()
-    gc.disable()
-    yield
-    gc.enable()
+    with collector_off():
+        yield
     gc.collect()
 
 

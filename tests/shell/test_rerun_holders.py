@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import gc
 import weakref
-from contextlib import contextmanager
 
 import pytest
 from IPython.utils.capture import capture_output
@@ -18,25 +17,13 @@ from colab_gpu_guard.cells.history_text import START_AFRESH
 from colab_gpu_guard.cells.tracker import format_history, memory_history
 from colab_gpu_guard.leftovers.graphs import FIX as GRAPH_FIX
 from colab_gpu_guard.units import format_bytes
-from tests.records import reruns
+from tests.records import collector_off, reruns
 
 torch = pytest.importorskip("torch")
 
 MiB = 2**20
 X_BYTES = 5_000_000 * 4  # torch.ones(5_000_000)
 SLACK = 64 * 1024  # malloc's figure is net: a cell may free a few bytes of IPython's own
-
-
-@contextmanager
-def collector_off():
-    """No garbage collection between the runs: whether the cyclic collector happens to run
-    during a cell depends on what else allocated; here the test says when it runs."""
-    gc.collect()
-    gc.disable()
-    try:
-        yield
-    finally:
-        gc.enable()
 
 
 def records(*cells: int) -> list:
