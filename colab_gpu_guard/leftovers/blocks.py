@@ -10,7 +10,7 @@ from typing import Any, NamedTuple, Optional, Union
 
 from ..frameworks.base import ArrayInfo
 from ..units import HOLDERS
-from .composites import PART_FRAMEWORKS, Composite, composite_of
+from .composites import PANDAS_PARTS, PART_FRAMEWORKS, Composite, composite_of
 from .found import Found, Ref
 from .graphs import SHARERS_SHOWN, Graph, named_few
 from .groups import Blocks as GroupColumns
@@ -168,6 +168,8 @@ class Blocks:
         # parents (`.chunks[0]` for an Arrow chunk's buffers), an array row is no
         # composite's node
         in_composite: dict[int, Optional[Composite]] = {}
+        # a tensor is a part only where the scan met a sparse tensor
+        frameworks = PART_FRAMEWORKS if self.found.whole_keys else PANDAS_PARTS
         for block, index in enumerate(self.row_of):
             refs = reached.get(block)
             if refs is not None:
@@ -175,12 +177,17 @@ class Blocks:
                 path, framework = primary.path, primary.framework
             else:
                 path, framework = ROW_PATH(rows[index]), ROW_FRAMEWORK(rows[index])
-            if framework not in PART_FRAMEWORKS or type(path) is Items:
+            if framework not in frameworks or type(path) is Items:
                 continue
             parent = id(path[0])
-            composite = in_composite.get(parent, _UNKNOWN)
-            if composite is _UNKNOWN:
-                composite = in_composite[parent] = composite_of(path, composites)
+            if framework == "torch":  # a sparse tensor's component: a child of its node
+                composite = composites.get(parent)
+                if composite is not None and composite.node is not path[0]:
+                    composite = None
+            else:
+                composite = in_composite.get(parent, _UNKNOWN)
+                if composite is _UNKNOWN:
+                    composite = in_composite[parent] = composite_of(path, composites)
             if composite is not None:
                 merged.setdefault(id(composite.node), []).append(block)
         if not merged:

@@ -10,8 +10,10 @@ from typing import NamedTuple, Optional
 
 from .naming import Path
 
-# the frameworks of a composite's parts: NumPy arrays and Arrow buffers (pandas), tensors
-PART_FRAMEWORKS = frozenset({"numpy", "arrow", "torch"})
+# the frameworks of a composite's parts: NumPy arrays and Arrow buffers (a pandas column's),
+# tensors (a sparse tensor's)
+PANDAS_PARTS = frozenset({"numpy", "arrow"})
+PART_FRAMEWORKS = PANDAS_PARTS | {"torch"}
 
 
 class Composite(NamedTuple):
