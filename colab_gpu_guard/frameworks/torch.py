@@ -22,6 +22,7 @@ from .torch_arrays import array_infos as array_infos
 from .torch_arrays import no_subclass_dispatch as no_subclass_dispatch
 from .torch_arrays import sparse_parts as sparse_parts
 from .torch_arrays import storage_weakrefs as storage_weakrefs
+from .torch_arrays import wrapper_kind as wrapper_kind
 
 NAME = "PyTorch"
 MODULE = "torch"

@@ -7,6 +7,7 @@ Framework protocol's names); never imports torch.
 
 from __future__ import annotations
 
+import contextlib
 import itertools
 import operator
 import sys
@@ -95,6 +96,24 @@ def _python_wrapper(tensor) -> bool:
         return sys.modules["torch"]._C._dispatch_keys(tensor).has(python)
     except Exception:  # torch: this build's dispatch internals
         return False
+
+
+_TYPE_NAME = type.__dict__["__name__"].__get__
+
+
+def wrapper_kind(tensor) -> Optional[str]:
+    """What a wrapper subclass is, as its line says beside its dtype: its layout where
+    torch names one other than strided (a nested tensor's ``"jagged"``), else its class's
+    name (``"DTensor"``, a quantized weight's); None for any other tensor. Read through
+    torch's C descriptor of the layout and the type's own name: no subclass code runs."""
+    if not _python_wrapper(tensor):
+        return None
+    layout = "strided"
+    getter = vars(_tensor_base() or object).get("layout")
+    if getter is not None:
+        with contextlib.suppress(Exception):  # torch: a user's wrapper subclass
+            layout = str(getter.__get__(tensor)).rpartition(".")[2]
+    return layout if layout != "strided" else _TYPE_NAME(type(tensor))
 
 
 def _array_info(tensor) -> ArrayInfo:

@@ -155,12 +155,13 @@ class Blocks:
             self._merge_composites(found.composites, reached)
 
     def _merge_composites(self, composites: dict[int, Composite], reached: dict) -> None:
-        """List the blocks of one pandas column or sparse tensor as one entry, named as the
-        column (``df['b']``, ``s.array``) or the tensor, with its dtype and shape as pandas
-        or torch show them: an Arrow column's buffers, a nullable column's values and mask,
-        a categorical's codes and categories, a sparse tensor's indices and values. Each
-        block is still a storage counted once (a block another name shares is listed with
-        the composite and names it), only listed together.
+        """List the blocks of one pandas column or tensor of tensors as one entry, named as
+        the column (``df['b']``, ``s.array``) or the tensor, with its dtype and shape as
+        pandas or torch show them: an Arrow column's buffers, a nullable column's values
+        and mask, a categorical's codes and categories, a sparse tensor's indices and
+        values, a wrapper subclass's inner tensors (and its own 0-byte block). Each block
+        is still a storage counted once (a block another name shares is listed with the
+        composite and names it), only listed together.
         `reached`: the references of each block reached more than once."""
         rows = self.rows
         merged: dict[int, list[int]] = {}  # id(the composite's node) -> its blocks
@@ -168,7 +169,7 @@ class Blocks:
         # parents (`.chunks[0]` for an Arrow chunk's buffers), an array row is no
         # composite's node
         in_composite: dict[int, Optional[Composite]] = {}
-        # a tensor is a part only where the scan met a sparse tensor
+        # a tensor is a part only where the scan met a sparse tensor or a wrapper subclass
         frameworks = PART_FRAMEWORKS if self.found.whole_keys else PANDAS_PARTS
         for block, index in enumerate(self.row_of):
             refs = reached.get(block)
@@ -180,14 +181,12 @@ class Blocks:
             if framework not in frameworks or type(path) is Items:
                 continue
             parent = id(path[0])
-            if framework == "torch":  # a sparse tensor's component: a child of its node
-                composite = composites.get(parent)
-                if composite is not None and composite.node is not path[0]:
-                    composite = None
-            else:
-                composite = in_composite.get(parent, _UNKNOWN)
-                if composite is _UNKNOWN:
-                    composite = in_composite[parent] = composite_of(path, composites)
+            composite = in_composite.get(parent, _UNKNOWN)
+            if composite is _UNKNOWN:
+                composite = in_composite[parent] = composite_of(path[0], composites)
+            if composite is None:  # the row may be a composite's own: a wrapper subclass
+                own = composites.get(id(path))
+                composite = own if own is not None and own.node is path else None
             if composite is not None:
                 merged.setdefault(id(composite.node), []).append(block)
         if not merged:

@@ -1,8 +1,10 @@
 """An array listed once though its memory is several blocks: a pandas column (the blocks
 an extension array of pandas' own keeps: an Arrow column's buffers, a nullable column's
-values and mask, a categorical's codes and categories) or a sparse tensor (its indices and
-values), named as the column or the tensor and shown with its dtype and shape as pandas or
-torch give them (`Composite`, recorded where the scan meets it; `blocks` makes its entry)."""
+values and mask, a categorical's codes and categories), a sparse tensor (its indices and
+values) or a wrapper subclass (a jagged nested tensor, DTensor, a quantized weight: its
+inner tensors), named as the column or the tensor and shown with its dtype and shape as
+pandas or torch give them (`Composite`, recorded where the scan meets it; `blocks` makes
+its entry)."""
 
 from __future__ import annotations
 
@@ -11,18 +13,19 @@ from typing import NamedTuple, Optional
 from .naming import Path
 
 # the frameworks of a composite's parts: NumPy arrays and Arrow buffers (a pandas column's),
-# tensors (a sparse tensor's)
+# tensors (a sparse tensor's, a wrapper subclass's)
 PANDAS_PARTS = frozenset({"numpy", "arrow"})
 PART_FRAMEWORKS = PANDAS_PARTS | {"torch"}
 
 
 class Composite(NamedTuple):
     """An array whose memory is several blocks, found at ``node``: an extension array of
-    pandas' own (Arrow, nullable, categorical, dates) at ``df['b'].array``, or a sparse
-    tensor. ``owner`` is what it is listed as (``df['b']``, ``s.array``,
-    ``df.index.array``; the sparse tensor itself), ``dtype`` and ``shape`` what pandas
-    shows (``df.dtypes``; a frame's block's shape: one row per column) or torch's dtype
-    and layout (``float32 sparse_csr``) and the tensor's shape."""
+    pandas' own (Arrow, nullable, categorical, dates) at ``df['b'].array``, a sparse
+    tensor or a wrapper subclass. ``owner`` is what it is listed as (``df['b']``,
+    ``s.array``, ``df.index.array``; the tensor itself), ``dtype`` and ``shape`` what
+    pandas shows (``df.dtypes``; a frame's block's shape: one row per column) or torch's
+    dtype and layout (``float32 sparse_csr``, ``float32 jagged``) or the wrapper's class
+    (``float32 DTensor``), and the tensor's shape."""
 
     node: Path
     owner: Path

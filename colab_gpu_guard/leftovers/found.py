@@ -116,7 +116,7 @@ def _bulk_columns(
     return columns, kept, True
 
 
-def _sparse_parts(
+def _composite_tensors(
     arrays: list,
     rows: list[tuple],
     columns: list[list],
@@ -129,9 +129,11 @@ def _sparse_parts(
     id)``), the arrays and rows again with each one's component tensors in its place
     (``sp._indices()``, ``sp._values()``: a name may hold them too, and their memory is
     counted once then), and the owner of each array (the sparse tensor for a component;
-    ``owned_by[i]`` for array i where given); None where there is none. Each sparse
-    tensor goes in `composites`, to be listed as the one tensor it is, and its own storage
-    key in `whole_keys` (no row has it: for the deep scan, a name reaches it)."""
+    ``owned_by[i]`` for array i where given); None where there is none. Each sparse tensor
+    and each wrapper subclass (a jagged nested tensor, DTensor, a quantized weight: its
+    inner tensors, which the walk reaches as its attributes, hold its memory) goes in
+    `composites`, to be listed as the one tensor it is, and its key in `whole_keys` (a
+    sparse tensor's is no row's: for the deep scan, a name reaches it)."""
     keys = columns[_KEY]
     if not any(type(key) is tuple and key[0] == "tensor" for key in keys):
         return None
@@ -141,9 +143,12 @@ def _sparse_parts(
         if type(key) is tuple and key[0] == "tensor" and ROW_FRAMEWORK(rows[index]) == "torch":
             found = torch_support.sparse_parts(arrays[index])
             if found:
-                layout, sparse[index] = found
+                kind, sparse[index] = found
+            else:
+                kind = torch_support.wrapper_kind(arrays[index])
+            if kind is not None:
                 path = ROW_PATH(rows[index])
-                composites[id(path)] = Composite(path, path, f"{dtype} {layout}", shape)
+                composites[id(path)] = Composite(path, path, f"{dtype} {kind}", shape)
                 whole_keys.add(key)
     if not sparse:
         return None
@@ -214,7 +219,8 @@ class Found:
         # id(node) -> an array of several blocks found at that node: a pandas extension
         # array, a sparse tensor (`composites.Composite`)
         self.composites: dict[int, Composite] = {}
-        self.whole_keys: set = set()  # the keys of sparse tensors: their components are rows
+        # the keys of the sparse tensors (their components are rows) and wrapper subclasses
+        self.whole_keys: set = set()
         self.files = MappedFiles()  # the arrays left out as files mapped from disk
         self._distinct: Optional[bool] = None  # `distinct_storages`, once known
         self.weaks: list = []
@@ -334,7 +340,7 @@ class Found:
                 rows, runs = expanded(rows, runs), []
             parts = None
             if one_by_one:
-                parts = _sparse_parts(
+                parts = _composite_tensors(
                     arrays, rows, columns, kept, self.composites, self.whole_keys, owners
                 )
             if parts is not None:  # sparse tensors: their components take their place

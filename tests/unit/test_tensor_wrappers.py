@@ -1,8 +1,9 @@
 """Tensors whose memory is other tensors': wrapper subclasses (a quantized weight, a
 nested tensor with the jagged layout, DTensor) hold none of their own, their inner tensors
 (attributes or slots) hold it; a nested tensor with torch's older layout has a storage but
-no shape. Each is counted once, at the bytes that die with it (weakrefs), and read without
-running the subclass's code."""
+no shape. Each is counted once, at the bytes that die with it (weakrefs), listed once as
+the tensor it is (its dtype, and its layout or class), and read without running the
+subclass's code."""
 
 from __future__ import annotations
 
@@ -57,12 +58,15 @@ def by_name(items) -> dict[str, int]:
 
 def test_a_wrapper_subclass_counts_its_inner_tensors_once():
     """A 1024x1024 weight as int8 + scale: 1 MiB + 4 KiB, not 4 MiB for the float32 it
-    shows (and 5 MiB with its inner tensors); the reset frees exactly those bytes."""
+    shows (and 5 MiB with its inner tensors), listed once as ``w`` (not as its inner
+    tensors and a 0-byte ``w``); the reset frees exactly those bytes."""
     data, scale = torch.zeros(1024, 1024, dtype=torch.int8), torch.ones(1024)
     w = Int8Weight(data, scale)
     Int8Weight.calls.clear()
     found = find_leftovers(namespace={"w": w})
-    assert by_name(found) == {"w.data_int8": 1024 * 1024, "w.scale": 4096, "w": 0}, str(found)
+    assert by_name(found) == {"w": 1024 * 1024 + 4096}, str(found)
+    (entry,) = found
+    assert (entry.dtype, entry.shape) == ("float32 Int8Weight", (1024, 1024))
     assert found.groups().total_bytes == 1024 * 1024 + 4096
     watch = storages(data, scale)
     namespace = {"w": w}
@@ -84,7 +88,9 @@ def test_a_jagged_nested_tensor_counts_its_values_and_offsets_once():
     expected = values.untyped_storage().nbytes() + offsets.untyped_storage().nbytes()
     found = find_leftovers(namespace={"nt": nt})
     assert found.groups().total_bytes == expected == 1500 * 8 * 4 + 3 * 8, str(found)
-    assert by_name(found)["nt"] == 0
+    (entry,) = found
+    assert (entry.name, entry.nbytes, entry.dtype) == ("nt", expected, "float32 jagged")
+    assert "nt  float32 jagged [2xj1x8] cpu" in str(found)
 
 
 def test_a_nested_tensor_of_the_older_layout_is_counted_with_its_ragged_sizes():
@@ -116,9 +122,11 @@ def test_dtensor_counts_its_local_shard_held_in_a_slot():
     try:
         mesh = init_device_mesh("cpu", (1,))
         dt = distribute_tensor(torch.ones(512, 512), mesh, [Shard(0)])
-        found = by_name(find_leftovers(namespace={"dt": dt}))
-        assert found["dt._local_tensor"] == 512 * 512 * 4
-        assert found["dt"] == 0
+        found = find_leftovers(namespace={"dt": dt})
+        # with its device mesh's ranks (`mesh.mesh`, kept by `dt._spec.mesh`): 4 bytes here
+        rank_map = mesh.mesh.untyped_storage().nbytes()
+        assert by_name(found) == {"dt": 512 * 512 * 4 + rank_map}, str(found)
+        assert [item.dtype for item in found] == ["float32 DTensor"]
     finally:
         dist.destroy_process_group()
 

@@ -1,6 +1,8 @@
-"""Sparse tensors in a real shell: each is listed once, as the tensor a user made (its
-name, dtype, layout and shape, its bytes those of the indices and values it keeps), by
-`%gpu_status` and `%gpu_reset`; a deep scan does not find it again as memory no name
+"""Tensors whose memory is other tensors', in a real shell: sparse tensors (their indices
+and values), a nested tensor with the jagged layout (its values and offsets), a wrapper
+subclass (a quantized weight's int8 data and scale). Each is listed once, as the tensor a
+user made (its name, dtype, layout or class and shape, its bytes those of what it keeps),
+by `%gpu_status` and `%gpu_reset`; a deep scan does not find it again as memory no name
 reaches; `%gpu_reset NAME` frees exactly what it keeps (weakrefs prove it)."""
 
 from __future__ import annotations
@@ -128,3 +130,38 @@ def test_gpu_reset_of_a_sparse_tensor_frees_what_it_keeps(shell, run_cell):
 
     assert f"freed: {format_bytes(kept)} of tensors" in text, text
     assert "csr" not in shell.user_ns
+
+
+def test_a_jagged_nested_tensor_and_a_wrapper_subclass_are_listed_once(shell, run_cell):
+    """Each was a group of its inner tensors with a 0-byte line of its own
+    (``jag._values``, ``jag._offsets``, ``jag  0 B``); now one line, its bytes those of
+    its inner tensors, read without running the subclass's code."""
+    from tests.unit.test_tensor_wrappers import Int8Weight
+
+    shell.user_ns["Int8Weight"] = Int8Weight
+    run(
+        run_cell,
+        "import warnings\n"
+        "with warnings.catch_warnings():\n"
+        "    warnings.simplefilter('ignore')\n"
+        "    jag = torch.nested.nested_tensor(\n"
+        "        [torch.ones(1000, 8), torch.ones(500, 8)], layout=torch.jagged)\n"
+        "w = Int8Weight(torch.zeros(1024, 1024, dtype=torch.int8), torch.ones(1024))\n"
+        "refs['w'] = [weakref.ref(w.data_int8.untyped_storage()), "
+        "weakref.ref(w.scale.untyped_storage())]",
+    )
+    ns = shell.user_ns
+    jag_bytes = sum(
+        part.untyped_storage().nbytes() for part in (ns["jag"].values(), ns["jag"].offsets())
+    )
+    Int8Weight.calls.clear()
+    status = magic(shell, "gpu_status")
+    assert "  jag  float32 jagged [2xj1x8] cpu  (user variable)" in status, status
+    assert "  w  float32 Int8Weight [1024x1024] cpu  (user variable)" in status, status
+    assert "jag._values" not in status and "w.data_int8" not in status, status
+    found = {item.name: item.nbytes for item in find_leftovers(shell=shell)}
+    assert found["jag"] == jag_bytes and found["w"] == 1024 * 1024 + 4096, found
+    text = magic(shell, "gpu_reset", "w")
+    assert all(ref() is None for ref in ns["refs"]["w"]), text
+    assert "freed: 1 MiB of tensors" in text, text
+    assert Int8Weight.calls == []  # neither its dispatch nor its flatten ran
