@@ -76,10 +76,13 @@ def scan_unnamed(walker: Walker, notes: list[str]) -> None:
                 if what.tag != ARRAY or what.framework in ("numpy", "arrow"):
                     continue
                 try:
-                    key = what.info_of(obj).storage_key  # type: ignore[misc]
+                    info = what.info_of(obj)  # type: ignore[misc]
                 except Exception:  # a framework's reader on an array gc found (any state)
                     continue
-                if key not in named:
+                key = info.storage_key
+                # a tensor on the meta device holds no memory: torch keeps some of its own
+                # (making a jagged nested tensor leaves three in torch's caches)
+                if key not in named and info.device != "meta":
                     found.setdefault(key, (what, []))[1].append(obj)
         finally:
             del objects
