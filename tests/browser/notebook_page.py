@@ -101,6 +101,26 @@ def panel_text(page, part: str, *needles: str) -> str:
     return page.locator(f".cgg-panel .cgg-{part}").first.inner_text()
 
 
+def leftovers_after_cell(page, panel, *needles: str) -> str:
+    """The leftovers section's text once it lists every needle after a cell. After a cell
+    the panel reuses a slow, recent scan (refresh.py: a loaded machine makes any scan slow)
+    and says so with "Refresh finds them now": then this clicks Refresh, as a person would,
+    and the needles must come."""
+    stale = "Refresh finds them now"
+    page.wait_for_function(
+        "([needles, stale]) => { const e = document.querySelector('.cgg-panel .cgg-leftovers');"
+        " return !!e && (needles.every(n => e.innerText.includes(n))"
+        " || e.innerText.includes(stale)); }",
+        arg=[list(needles), stale],
+    )
+    text = panel.locator(".cgg-leftovers").first.inner_text()
+    if not all(needle in text for needle in needles):
+        assert stale in panel.locator(".cgg-leftovers .cgg-stale").first.inner_text(), text
+        print(f"leftovers kept from a slow scan after the cell; clicking Refresh for {needles}")
+        panel.locator("button", has_text="Refresh").first.click()
+    return panel_text(page, "leftovers", *needles)
+
+
 def group_toggle(panel, name: str):
     """The toggle of the leftovers group `name` (its label is the triangle and the name)."""
     return panel.locator(".cgg-leftovers .cgg-group-toggle", has_text=name).first

@@ -24,6 +24,7 @@ from tests.browser.notebook_page import (
     TIMEOUT_MS,
     group_body,
     group_toggle,
+    leftovers_after_cell,
     open_leftover_groups,
     output_dir,
     panel_text,
@@ -85,7 +86,7 @@ def test_panel_renders_and_its_buttons_work(frontend, tmp_path):
             frontend,
             "browser_weights = torch.ones(128, 1024)\nbrowser_bigger = torch.ones(1024, 1024)",
         )
-        panel_text(page, "leftovers", "browser_bigger")
+        leftovers_after_cell(page, panel, "browser_bigger")
         assert "[128x1024]" in wait_open(page, panel, "browser_weights", "[128x1024]")
         names = panel.locator(".cgg-leftovers .cgg-group-toggle").all_inner_texts()
         assert [name.split(" ", 1)[1] for name in names[1:3]] == [
@@ -131,7 +132,7 @@ def test_panel_renders_and_its_buttons_work(frontend, tmp_path):
 
         # a later cell refreshes the panel (post_run_cell), without any click
         run_cell_code(page, frontend, "late_tensor_for_panel = torch.zeros(128, 128)")
-        panel_text(page, "leftovers", "late_tensor_for_panel")
+        leftovers_after_cell(page, panel, "late_tensor_for_panel")
         body = page.locator("body").inner_text()
         for bad in ("Error displaying widget", "Failed to load model class", "Traceback"):
             assert bad not in body, f"{bad!r} on the page"

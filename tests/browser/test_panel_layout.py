@@ -20,9 +20,9 @@ from tests.browser.notebook_page import (
     TIMEOUT_MS,
     group_body,
     group_toggle,
+    leftovers_after_cell,
     open_leftover_groups,
     output_dir,
-    panel_text,
     require,
     run_all_cells,
     run_cell_code,
@@ -185,7 +185,7 @@ def test_panel_is_compact_readable_and_steady(frontend, scenario, tmp_path):
         settle(page)
         for part in ("leftovers", "processes", "history", "details"):
             assert panel.locator(f".cgg-{part}").first.is_visible(), part
-        panel_text(page, "leftovers", "after_open")
+        leftovers_after_cell(page, panel, "after_open")
         assert "[5000000]" in wait_open(page, panel, LONG_NAME[:20], "[5000000]")
         assert not group_body(panel, "after_open").is_visible()
         assert not group_body(panel, "kept_batches").is_visible()
