@@ -150,10 +150,7 @@ _SPARSE_PARTS = {
     "sparse_bsc": ("ccol_indices", "row_indices", "values"),
 }
 
-
-# the calls that give them, as a leftovers name ends (``sp._indices()``)
-SPARSE_CALLS = frozenset(f"{name}()" for parts in _SPARSE_PARTS.values() for name in parts)
-SPARSE_LAYOUTS = frozenset(_SPARSE_PARTS)  # as a sparse tensor's dtype text ends
+SPARSE_LAYOUTS = frozenset(_SPARSE_PARTS)  # as torch names them (`sparse_parts`)
 
 
 def sparse_parts(tensor) -> Optional[tuple[str, list[tuple[str, Any]]]]:

@@ -443,4 +443,5 @@ def composite_entry(
         sum(part.views_nbytes for part in parts),
         root,
         tuple(dict.fromkeys(ref for ref in roots if ref != root)),
+        composite.kind,
     )

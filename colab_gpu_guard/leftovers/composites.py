@@ -23,14 +23,15 @@ class Composite(NamedTuple):
     pandas' own (Arrow, nullable, categorical, dates) at ``df['b'].array``, a sparse
     tensor or a wrapper subclass. ``owner`` is what it is listed as (``df['b']``,
     ``s.array``, ``df.index.array``; the tensor itself), ``dtype`` and ``shape`` what
-    pandas shows (``df.dtypes``; a frame's block's shape: one row per column) or torch's
-    dtype and layout (``float32 sparse_csr``, ``float32 jagged``) or the wrapper's class
-    (``float32 DTensor``), and the tensor's shape."""
+    pandas shows (``df.dtypes``; a frame's block's shape: one row per column) or the
+    tensor's, and ``kind`` a tensor's layout (``sparse_csr``, ``jagged``) or wrapper
+    class (``DTensor``): the entry's (`records.Leftover`)."""
 
     node: Path
     owner: Path
     dtype: str
     shape: tuple[int, ...]
+    kind: str = ""
 
 
 def composite_of(path: Path, composites: dict[int, Composite]) -> Optional[Composite]:

@@ -16,7 +16,7 @@ from ..frameworks.base import ArrayInfo
 from ..units import OTHER, counted
 from .kinds import ARRAY, ATOMIC, opaque_module
 from .naming import ROOT
-from .readers import instance_dict, layout_of, mro, type_module
+from .readers import instance_dict, layout_of, mro, short_type_name, type_module
 from .records import DeviceGap
 from .root_refs import UNNAMED_REF, UNNAMED_ROOT
 from .visit import Visit
@@ -27,7 +27,6 @@ _NO_INFO = ArrayInfo((), "", "", 0, None, 0, 0)
 
 
 _SIZED = (dict, list, tuple, set, frozenset)
-_TYPE_NAME = type.__dict__["__name__"].__get__
 
 
 def _describe_referrer(referrer) -> str:
@@ -37,7 +36,7 @@ def _describe_referrer(referrer) -> str:
     if kind is types.FrameType:
         return f"frame of {notebook_refs.frame_function(referrer)}()"
     base = next((item for item in mro(kind) if item in _SIZED), None)
-    name = _TYPE_NAME(kind)
+    name = short_type_name(kind)
     if base is dict:
         count = dict.__len__(referrer)
         return f"a {name} of {counted(count, 'entry', 'entries')}"

@@ -148,7 +148,7 @@ def _composite_tensors(
                 kind = torch_support.wrapper_kind(arrays[index])
             if kind is not None:
                 path = ROW_PATH(rows[index])
-                composites[id(path)] = Composite(path, path, f"{dtype} {kind}", shape)
+                composites[id(path)] = Composite(path, path, dtype, shape, kind)
                 whole_keys.add(key)
     if not sparse:
         return None

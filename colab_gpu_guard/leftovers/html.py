@@ -37,7 +37,7 @@ def leftovers_table(entries: Sequence[Any]) -> str:
             f"<tr{title}><td {_CELL}><code>{_e(entry.name)}</code></td>"
             f"<td {_CELL}>{_e(entry.held_as or '')}</td>"
             f"<td {_CELL}>{_e(shape_text(entry.shape))}</td>"
-            f"<td {_CELL}>{_e(entry.dtype or '')}</td>"
+            f"<td {_CELL}>{_e(entry.type_text or '')}</td>"
             f"<td {_CELL}>{_e(entry.device or '')}</td>"
             f"<td {_SIZE_CELL}>{_e(format_bytes(entry.nbytes))}</td>"
             + (f"<td {_CELL}>{_e(also)}</td>" if shared else "")
@@ -119,7 +119,7 @@ def group_html(group: Any, open_: bool = False) -> str:
 def _entry_words(entry: Any) -> str:
     """'float32 (2000, 1000) on cpu, user variable; also reached as Out[8], _' and its
     autograd graph and view notes: one array as its group's single line says it."""
-    text = " ".join(part for part in (entry.dtype, shape_text(entry.shape)) if part)
+    text = " ".join(part for part in (entry.type_text, shape_text(entry.shape)) if part)
     if entry.device:
         text += f" on {entry.device}"
     if entry.holder:

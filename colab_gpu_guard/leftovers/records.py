@@ -8,7 +8,7 @@ from dataclasses import dataclass, fields
 from typing import Any, NamedTuple, Optional
 
 from ..frameworks.base import ArrayInfo
-from ..frameworks.torch_arrays import SPARSE_CALLS, SPARSE_LAYOUTS
+from ..frameworks.torch_arrays import SPARSE_LAYOUTS
 from ..units import HOLDERS, OTHER, escape_text, format_bytes, shape_text
 from .graphs import Graph
 from .root_refs import RootRef
@@ -32,7 +32,10 @@ class Leftover:
     a library's second reference inside the same variable (pandas' caches in ``df``).
     ``root`` is the group the entry is listed under (None in a document written before
     it was kept), ``shared_roots`` the groups of the other names (those of every name
-    reaching the memory, not only the listed ones).
+    reaching the memory, not only the listed ones). ``kind`` says what tensor it is where
+    ``dtype`` alone does not: torch's name of its layout (``sparse_coo``, ``sparse_csr``,
+    ``sparse_csc``, ``sparse_bsr``, ``sparse_bsc``, a nested tensor's ``jagged``) or a
+    tensor subclass's class name (``DTensor``, a quantized weight's); '' for any other.
     """
 
     name: str
@@ -55,6 +58,7 @@ class Leftover:
     graph_leaves: int = 0
     root: Optional[RootRef] = None
     shared_roots: tuple[RootRef, ...] = ()
+    kind: str = ""
 
     def __str__(self) -> str:
         """The entry on one line: what it is, then what else names it, its autograd graph
@@ -67,7 +71,7 @@ class Leftover:
         views put under it, each on a line of its own: the other names that reach it
         ("also: b, Out[3]"), its autograd graph, its view's note. Not escaped."""
         head = (
-            f"{format_bytes(self.nbytes):>10}  {self.name}  {self.dtype} "
+            f"{format_bytes(self.nbytes):>10}  {self.name}  {self.type_text} "
             f"{shape_text(self.shape)} {self.device}  ({self.held_as})"
         )
         more = [f"also: {', '.join(self.shared_with)}"] if self.shared_with else []
@@ -77,6 +81,11 @@ class Leftover:
         if view:
             more.append(view)
         return head, more
+
+    @property
+    def type_text(self) -> str:
+        """Its dtype and, where it has one, its kind: ``float32``, ``float32 sparse_csr``."""
+        return f"{self.dtype} {self.kind}" if self.kind else self.dtype
 
     @property
     def held_as(self) -> str:
@@ -112,14 +121,10 @@ class Leftover:
         used = format_bytes(self.views_nbytes or 0)
         storage = format_bytes(self.nbytes - self.graph_nbytes)
         copy = _COPY_METHODS.get(self.framework, "copy")
-        # a sparse tensor, or one of its components (`sp._values()`): copy the tensor
-        sparse, dot, call = self.name.rpartition(".")
-        if not (dot and call in SPARSE_CALLS):
-            sparse = self.name if self.dtype.rpartition(" ")[2] in SPARSE_LAYOUTS else ""
-        if sparse:
+        if self.kind in SPARSE_LAYOUTS:  # its clone keeps only what its components use
             return (
-                f"view: uses {used} of the {storage} it keeps alive (keep {sparse}.{copy}(): "
-                f"it copies only what {sparse} uses)"
+                f"view: uses {used} of the {storage} it keeps alive (keep {self.name}.{copy}(): "
+                f"it copies only what {self.name} uses)"
             )
         if self.shared_with:
             return (
@@ -162,6 +167,7 @@ def leftover_of(
     views_nbytes: Optional[int] = None,
     root: Optional[RootRef] = None,
     shared_roots: tuple[RootRef, ...] = (),
+    kind: str = "",
 ) -> Leftover:
     """The entry for an array's storage, named ``name`` and held by ``holder``: how a scan
     makes every `Leftover` (``views_nbytes``: the array's own bytes unless given). It
@@ -185,6 +191,7 @@ def leftover_of(
             "views_nbytes": nbytes if views_nbytes is None else views_nbytes,
             "root": root,
             "shared_roots": shared_roots,
+            "kind": kind,
         }
     )
     return item

@@ -21,6 +21,7 @@ from .readers import (
     instance_dict,
     layout_of,
     own_attribute,
+    short_type_name,
     type_module,
 )
 
@@ -32,7 +33,6 @@ MAX_MODULE_GLOBALS = 10_000  # the user's modules' globals taken as roots, at mo
 
 _MODULE_DICT = types.ModuleType.__dict__["__dict__"].__get__
 _METHOD_FUNC = types.MethodType.__dict__["__func__"].__get__
-_TYPE_NAME = type.__dict__["__name__"].__get__
 _FUNCTION_GLOBALS = types.FunctionType.__dict__["__globals__"].__get__
 _PARTIAL_FUNC = functools.partial.__dict__["func"].__get__
 _installed: list[tuple[str, ...]] = []
@@ -157,7 +157,7 @@ def _callable_name(function: Any) -> str:
         return function_name(function)
     if issubclass(kind, types.BuiltinFunctionType):
         return "builtin function"
-    return _TYPE_NAME(kind)
+    return short_type_name(kind)
 
 
 def _installed_package(function: Any) -> bool:

@@ -142,7 +142,7 @@ def entries_table(entries: Sequence[Leftover]) -> str:
         facts = [
             f"held by {entry.held_as}" if entry.holder else "",
             shape_text(entry.shape),
-            entry.dtype or "",
+            entry.type_text or "",
             entry.device or "",
         ]
         shown = " · ".join(

@@ -400,8 +400,8 @@ def _leftover_line(entry: Leftover) -> str:
     parts = [entry.name, format_bytes(entry.nbytes)]
     if entry.device:
         parts.append(entry.device)
-    if entry.dtype:
-        parts.append(entry.dtype)
+    if entry.type_text:
+        parts.append(entry.type_text)
     if entry.shape is not None:
         parts.append(str(tuple(entry.shape)))
     if entry.holder:

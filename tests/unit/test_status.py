@@ -1126,10 +1126,12 @@ def test_a_snapshot_written_before_the_house_move_still_reads():
     views = {"views_nbytes"}  # what the names use of the memory (None: not known)
     sharing = {"graph_shared_with", "graph_counted_under"}  # which graphs share, named
     groups = {"root", "shared_roots"}  # the group an entry is listed under (issue 29)
+    kind = {"kind"}  # a sparse tensor's layout, a wrapper subclass's class ('' for others)
     assert (
         set(again["leftovers"][0]) - set(old["leftovers"][0])
-        == {"array_nbytes", "holders"} | graph | views | sharing | groups
+        == {"array_nbytes", "holders"} | graph | views | sharing | groups | kind
     )
+    assert again["leftovers"][0]["kind"] == ""
     assert again["leftovers"][0]["root"] is None  # not kept then: not made up now
     assert {key: again["leftovers"][0][key] for key in graph} == dict.fromkeys(graph, 0)
     assert {key: again["leftovers"][0][key] for key in sharing} == {key: [] for key in sharing}

@@ -67,7 +67,7 @@ def test_a_wrapper_subclass_counts_its_inner_tensors_once():
     found = find_leftovers(namespace={"w": w})
     assert by_name(found) == {"w": 1024 * 1024 + 4096}, str(found)
     (entry,) = found
-    assert (entry.dtype, entry.shape) == ("float32 Int8Weight", (1024, 1024))
+    assert (entry.dtype, entry.kind, entry.shape) == ("float32", "Int8Weight", (1024, 1024))
     assert found.groups().total_bytes == 1024 * 1024 + 4096
     watch = storages(data, scale)
     namespace = {"w": w}
@@ -90,7 +90,8 @@ def test_a_jagged_nested_tensor_counts_its_values_and_offsets_once():
     found = find_leftovers(namespace={"nt": nt})
     assert found.groups().total_bytes == expected == 1500 * 8 * 4 + 3 * 8, str(found)
     (entry,) = found
-    assert (entry.name, entry.nbytes, entry.dtype) == ("nt", expected, "float32 jagged")
+    assert (entry.name, entry.nbytes, entry.type_text) == ("nt", expected, "float32 jagged")
+    assert (entry.dtype, entry.kind) == ("float32", "jagged")
     # the ragged dimension's symbol (j1, j2, ...) counts the process's nested tensors
     assert re.search(r"nt  float32 jagged \[2xj\d+x8\] cpu", str(found)), str(found)
 
@@ -143,7 +144,7 @@ def test_dtensor_counts_its_local_shard_held_in_a_slot():
         # with its device mesh's ranks (`mesh.mesh`, kept by `dt._spec.mesh`): 4 bytes here
         rank_map = mesh.mesh.untyped_storage().nbytes()
         assert by_name(found) == {"dt": 512 * 512 * 4 + rank_map}, str(found)
-        assert [item.dtype for item in found] == ["float32 DTensor"]
+        assert [(item.dtype, item.kind) for item in found] == [("float32", "DTensor")]
     finally:
         dist.destroy_process_group()
 
