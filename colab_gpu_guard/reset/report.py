@@ -284,7 +284,8 @@ class ReleaseReport:
             shown = typed[:NAMES_SHOWN]
             more = len(typed) - len(shown)
             lines.append(f"  names: {', '.join(shown)}" + (f" (+{more} more)" if more > 0 else ""))
-        lines.append(f"  {self._amount_text(format_bytes)}")
+        if self._has_amount(counts):
+            lines.append(f"  {self._amount_text(format_bytes)}")
         lines += [f"  {line}" for line in self._figure_lines()]
         if verbose:
             lines += [f"  {line}" for line in self._verbose_lines(typed)]
@@ -361,6 +362,12 @@ class ReleaseReport:
             )
         return lines
 
+    def _has_amount(self, counts: list[str]) -> bool:
+        """Whether the amount line says anything: 'dropped: nothing' and 'freed: 0 B' say
+        the same, so the second goes where nothing was dropped, freed or expected (the
+        garbage collector may free a cycle with nothing dropped: then it stays)."""
+        return bool(counts or self.released_bytes or self.estimated_bytes)
+
     def _amount_text(self, shown: Callable[[int], str]) -> str:
         """'freed: 4 MiB of tensors' (', of 8 MiB expected' where less went than the scan
         expected), or the dry run's 'would free about 4 MiB of tensors'."""
@@ -381,7 +388,9 @@ class ReleaseReport:
         if typed:
             names = ", ".join(f"<code>{esc(name)}</code>" for name in typed[:50])
             items.append(f"<li>names: {names}</li>")
-        items.append(f"<li>{self._amount_text(lambda amount: esc(format_bytes(amount)))}</li>")
+        if self._has_amount(counts):
+            amount = self._amount_text(lambda amount: esc(format_bytes(amount)))
+            items.append(f"<li>{amount}</li>")
         items += [f"<li>{esc(line)}</li>" for line in self._figure_lines()]
         items += [f"<li>done: {esc(step)}</li>" for step in self.steps]
         items += [f"<li><b>warning</b>: {esc(text)}</li>" for text in self.warnings]

@@ -177,3 +177,18 @@ def test_a_tensor_only_a_reference_cycle_held_shows_as_host_memory_freed(ip, run
     fell = report.host_in_use_before - report.host_in_use_after
     assert fell >= 5_000_000 * 4 - 2**20, (report.host_in_use_before, report.host_in_use_after)
     assert f"host memory allocated: {format_bytes(report.host_in_use_before)} -> " in str(report)
+
+
+def test_a_reset_that_drops_nothing_does_not_also_say_it_freed_nothing():
+    """'dropped: nothing' says it: no 'freed: 0 B of tensors' line under it (text and
+    HTML); a reset that dropped a name and freed nothing still says how much it freed."""
+    namespace, _storage = notebook()
+    nothing = reset.gpu_reset(namespace=namespace)
+    assert nothing.dropped_counts() == [] and nothing.released_bytes == 0
+    assert "dropped: nothing" in str(nothing)
+    assert "freed" not in str(nothing) and "freed" not in nothing._repr_html_()
+    dry = reset.gpu_reset(namespace=namespace, dry_run=True)
+    assert "would drop: nothing" in str(dry) and "would free" not in str(dry)
+    named = reset.gpu_reset("big", namespace=namespace)  # `view` and `keep` still hold it
+    assert "freed: 0 B of tensors" in str(named)
+    assert "freed: 0 B of tensors" in named._repr_html_()
