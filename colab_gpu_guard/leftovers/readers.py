@@ -101,6 +101,9 @@ C_FIELDS: dict[tuple[str, str], tuple[str, ...]] = {
     ("pandas._libs.internals", "BlockManager"): ("blocks", "axes"),
     ("pandas._libs.internals", "Block"): ("values",),
     ("pandas._libs.arrays", "NDArrayBacked"): ("_ndarray", "_dtype"),  # a categorical's labels
+    # an index's lookup engine: its values (the index's own array, or in pandas 3 an object
+    # array made from a string index's) and mask, named, not found through gc as <ndarray>
+    ("pandas._libs.index", "IndexEngine"): ("values", "mask"),
     ("_asyncio", "Future"): ("_result", "_exception", "_callbacks"),
     ("_asyncio", "Task"): ("_result", "_exception", "_callbacks", "_coro"),
 }

@@ -52,6 +52,22 @@ def test_pandas_internals_are_read_through_their_cython_fields():
     assert dict(layout_of(type(block)).slots)["values"].__get__(block, None) is block.values
 
 
+def test_an_index_lookup_engine_is_named_by_its_field():
+    """A looked-up index keeps an engine whose values are its labels; pandas 3 makes them
+    an object array of its own for a string index (real memory, 8 B a label): listed by
+    the engine's field, a name a user can type, not as an unnamed array found through gc."""
+    pd = pytest.importorskip("pandas")
+    np = pytest.importorskip("numpy")
+    frame = pd.DataFrame({"x": np.arange(1000.0)}, index=[f"r{i}" for i in range(1000)])
+    frame.loc["r5"]  # the lookup makes the engine
+    engine = frame.index._cache["_engine"]
+    assert dict(layout_of(type(engine)).slots)["values"].__get__(engine, None) is engine.values
+    names = [item.name for item in find_leftovers(namespace={"frame": frame})]
+    assert not [name for name in names if "<" in name], names
+    if engine.values is not frame.index._values:  # pandas 3's own array: listed
+        assert "frame.index._cache['_engine'].values" in names, names
+
+
 def test_a_library_object_no_attribute_of_which_is_read_is_named():
     unseen = type("DataFrame", (), {"__module__": "polars.dataframe.frame"})()
     found = find_leftovers(namespace={"lazy": unseen, "rows": [unseen]})
