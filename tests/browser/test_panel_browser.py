@@ -7,7 +7,8 @@
 A notebook loads the extension, creates tensors (one only in the output history) and shows
 ``%gpu_panel``; the test checks that every section renders, clicks "Free memory" and sees the
 report (the output-history tensor is freed), sets a seed and clicks "Seed", checks that the
-panel refreshes after another cell, and saves screenshots under the output directory
+panel refreshes after another cell (and, where its scan is slow, says how old its leftovers
+are until Refresh is clicked), and saves screenshots under the output directory
 (``$CGG_BROWSER_OUTPUT``, default ``test-output/browser``).
 
 Each front end needs its own environment (see ``.ci/browser.sh``); a test whose front end,
@@ -133,6 +134,23 @@ def test_panel_renders_and_its_buttons_work(frontend, tmp_path):
         # a later cell refreshes the panel (post_run_cell), without any click
         run_cell_code(page, frontend, "late_tensor_for_panel = torch.zeros(128, 128)")
         leftovers_after_cell(page, panel, "late_tensor_for_panel")
+
+        # a slow scan is not repeated after every cell: the leftovers say how old they are,
+        # and Refresh finds what a later cell made (any scan made slow here, in the kernel)
+        run_cell_code(
+            page,
+            frontend,
+            "from colab_gpu_guard.ipython.panel import refresh as panel_refresh\n"
+            "panel_refresh.ALWAYS_SCAN_S, panel_refresh.SCAN_SHARE = 0.0, 1e-9",
+        )
+        run_cell_code(page, frontend, "later_still_for_panel = torch.zeros(64, 64)")
+        stale = panel.locator(".cgg-leftovers .cgg-stale", has_text="Refresh finds them now")
+        stale.wait_for()
+        assert "as of " in stale.inner_text()
+        assert "later_still_for_panel" not in panel_text(page, "leftovers")
+        panel.locator("button", has_text="Refresh").first.click()
+        panel_text(page, "leftovers", "later_still_for_panel")
+        assert panel.locator(".cgg-leftovers .cgg-stale").count() == 0
         body = page.locator("body").inner_text()
         for bad in ("Error displaying widget", "Failed to load model class", "Traceback"):
             assert bad not in body, f"{bad!r} on the page"
