@@ -8,6 +8,10 @@ from collections.abc import Hashable
 from types import ModuleType
 from typing import Callable, NamedTuple, Optional, Protocol
 
+# a type's own short name (``"Foo"``), read through ``type``'s descriptor: a metaclass's
+# ``__name__`` never runs (the scan's readers and the tensor readers use it)
+short_type_name = type.__dict__["__name__"].__get__
+
 
 class ArrayInfo(NamedTuple):
     """One array's metadata, as every framework reads it.

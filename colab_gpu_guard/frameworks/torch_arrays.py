@@ -17,7 +17,7 @@ from functools import partial
 from operator import attrgetter, methodcaller
 from typing import Any, Optional
 
-from .base import ArrayInfo, storage_key
+from .base import ArrayInfo, short_type_name, storage_key
 
 
 def _dense_nbytes(tensor) -> int:
@@ -98,9 +98,6 @@ def _python_wrapper(tensor) -> bool:
         return False
 
 
-_TYPE_NAME = type.__dict__["__name__"].__get__
-
-
 def wrapper_kind(tensor) -> Optional[str]:
     """What a wrapper subclass is, as its line says beside its dtype: its layout where
     torch names one other than strided (a nested tensor's ``"jagged"``), else its class's
@@ -113,7 +110,7 @@ def wrapper_kind(tensor) -> Optional[str]:
     if getter is not None:
         with contextlib.suppress(Exception):  # torch: a user's wrapper subclass
             layout = str(getter.__get__(tensor)).rpartition(".")[2]
-    return layout if layout != "strided" else _TYPE_NAME(type(tensor))
+    return layout if layout != "strided" else short_type_name(type(tensor))
 
 
 def _array_info(tensor) -> ArrayInfo:

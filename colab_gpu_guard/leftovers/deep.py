@@ -12,11 +12,11 @@ from .. import notebook_refs
 from ..frameworks import cupy as cupy_support
 from ..frameworks import jax as jax_support
 from ..frameworks import torch as torch_support
-from ..frameworks.base import ArrayInfo
+from ..frameworks.base import ArrayInfo, short_type_name
 from ..units import OTHER, counted
 from .kinds import ARRAY, ATOMIC, opaque_module
 from .naming import ROOT
-from .readers import instance_dict, layout_of, mro, short_type_name, type_module
+from .readers import instance_dict, layout_of, mro, type_module
 from .records import DeviceGap
 from .root_refs import UNNAMED_REF, UNNAMED_ROOT
 from .visit import Visit

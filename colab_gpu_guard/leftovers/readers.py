@@ -18,9 +18,6 @@ _TYPE_DICT = type.__dict__["__dict__"].__get__  # a type's own mappingproxy, in 
 _TYPE_MODULE = type.__dict__["__module__"].__get__
 _TYPE_FLAGS = type.__dict__["__flags__"].__get__
 _TYPE_QUALNAME = type.__dict__["__qualname__"].__get__
-# a type's own short name (``"Foo"``), read through ``type``'s descriptor: a metaclass's
-# ``__name__`` never runs
-short_type_name = type.__dict__["__name__"].__get__
 _HEAPTYPE = 1 << 9  # Py_TPFLAGS_HEAPTYPE: a class written in Python
 _GETSET = types.GetSetDescriptorType
 _MEMBER = types.MemberDescriptorType

@@ -14,6 +14,7 @@ import sysconfig
 import types
 from typing import Any, NamedTuple, Optional
 
+from ..frameworks.base import short_type_name
 from .kinds import ATOMIC, opaque_module
 from .readers import (
     function_module,
@@ -21,7 +22,6 @@ from .readers import (
     instance_dict,
     layout_of,
     own_attribute,
-    short_type_name,
     type_module,
 )
 
