@@ -1,5 +1,6 @@
 """This checkout against another commit, measured in the same run: `%load_ext`, the per-cell
-hooks, find_leftovers (of tensors, and of pandas frames) and gpu_status.
+hooks, find_leftovers (of tensors, of one tensor's rows, and of pandas frames) and
+gpu_status.
 
 Run: python bench/bench_versions.py --against REV [--quick] [--smoke] [--json PATH]
 
@@ -80,6 +81,17 @@ SCRIPTS = {
         list(colab_gpu_guard.find_leftovers(namespace=namespace))
         print((time.perf_counter() - start) * 1e3)
     """,
+    # a dataset kept as its rows (`list(tensor)`): views of one storage, measured together
+    "find_leftovers(), {views} row views of one CPU tensor (ms)": """
+        import gc, time, torch
+        import colab_gpu_guard
+        namespace = {{"rows": list(torch.zeros({views}, 8))}}
+        list(colab_gpu_guard.find_leftovers(namespace=namespace))
+        gc.collect()
+        start = time.perf_counter()
+        list(colab_gpu_guard.find_leftovers(namespace=namespace))
+        print((time.perf_counter() - start) * 1e3)
+    """,
     # pandas 3's columns: Arrow strings, nullable integers, categoricals, floats
     "find_leftovers(), {frames} pandas frames of 20 columns (ms)": """
         import gc, time
@@ -132,6 +144,7 @@ def main(argv: list[str] | None = None) -> int:
     sizes = {
         "cells": 200 if args.smoke else 2000,
         "tensors": 1000 if args.smoke else 20000,
+        "views": 1000 if args.smoke else 20000,
         "frames": 2 if args.smoke else 50,
     }
     with tempfile.TemporaryDirectory() as scratch:

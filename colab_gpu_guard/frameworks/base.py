@@ -30,6 +30,49 @@ class ArrayInfo(NamedTuple):
     storage_id: int
 
 
+class Extent(NamedTuple):
+    """Where an array's elements lie in its memory: from address ``low`` to ``high`` (past
+    its last byte), taking ``nbytes`` (each element once: a broadcast dimension adds none;
+    at most the span where elements overlap otherwise). A dense array (a slice of rows, a
+    transpose) fills ``low`` to ``high`` whole; any other has ``steps``: each moving
+    dimension's (size, byte stride), sorted, so that two arrays over the same elements (a
+    column slice and its transpose) have equal ``low`` and ``steps``, and its ``itemsize``.
+    """
+
+    low: int
+    high: int
+    nbytes: int
+    steps: tuple[tuple[int, int], ...] = ()
+    itemsize: int = 0
+
+
+def extent(address: int, shape: tuple, strides: tuple, itemsize: int) -> Extent:
+    """The `Extent` of the array whose first element is at ``address`` (strides in bytes,
+    negative ones as NumPy has them)."""
+    low = high = address
+    moving = []
+    for size, stride in zip(shape, strides):
+        if size == 0:
+            return Extent(address, address, 0)
+        if size > 1 and stride:
+            moving.append((size, abs(stride)))
+            if stride < 0:
+                low += (size - 1) * stride
+            else:
+                high += (size - 1) * stride
+    moving.sort(key=lambda step: step[1])
+    dense, expected, count = True, itemsize, 1
+    for size, stride in moving:
+        dense = dense and stride == expected
+        expected *= size
+        count *= size
+    high += itemsize
+    nbytes = min(count * itemsize, high - low)  # elements that overlap: their span at most
+    return (
+        Extent(low, high, nbytes) if dense else Extent(low, high, nbytes, tuple(moving), itemsize)
+    )
+
+
 def storage_key(device: str, address: int) -> Hashable:
     """The storage key of the memory at `address` on `device`: host memory ("cpu") by its
     address alone, one key for a tensor's, an ndarray's and an Arrow buffer's (an int:

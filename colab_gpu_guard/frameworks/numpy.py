@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Any, Callable, NamedTuple, Optional
 
 from . import torch as torch_support
-from .base import ArrayInfo, presence, storage_key
+from .base import ArrayInfo, Extent, extent, presence, storage_key
 
 NAME = "NumPy"
 MODULE = "numpy"
@@ -36,6 +36,7 @@ class _Readers(NamedTuple):
     nbytes: Callable[[Any], Any]
     interface: Callable[[Any], Any]
     hasobject: Callable[[Any], Any]
+    itemsize: Callable[[Any], Any]
 
 
 _READERS: dict[int, _Readers] = {}
@@ -54,6 +55,7 @@ def _readers(numpy: Any) -> _Readers:
             own["nbytes"].__get__,
             own["__array_interface__"].__get__,
             vars(numpy.dtype)["hasobject"].__get__,
+            vars(numpy.dtype)["itemsize"].__get__,
         )
     return made
 
@@ -88,6 +90,32 @@ def array_info(array) -> ArrayInfo:
     if not address:  # an empty array: a key of its own
         return ArrayInfo(shape, dtype, "cpu", nbytes, ("numpy", id(root)), size, id(root))
     return ArrayInfo(shape, dtype, "cpu", nbytes, storage_key("cpu", address), size, address)
+
+
+def array_extent(array) -> Optional[Extent]:
+    """Where an ndarray's elements lie (`base.Extent`), read through ndarray's own getters;
+    None without NumPy, or for an empty one."""
+    numpy = loaded()
+    if numpy is None:
+        return None
+    read = _readers(numpy)
+    interface = read.interface(array, read.ndarray)
+    address = interface["data"][0]
+    if not address:
+        return None
+    shape = tuple(interface["shape"])
+    itemsize = int(read.itemsize(read.dtype(array)))
+    strides = interface.get("strides") or _c_strides(shape, itemsize)
+    return extent(address, shape, tuple(strides), itemsize)
+
+
+def _c_strides(shape: tuple, itemsize: int) -> tuple[int, ...]:
+    """A C-contiguous array's strides (``__array_interface__`` gives None for them)."""
+    strides, step = [], itemsize
+    for size in reversed(shape):
+        strides.append(step)
+        step *= size
+    return tuple(reversed(strides))
 
 
 def object_items(array) -> tuple[Optional[list], tuple]:

@@ -19,6 +19,7 @@ from .base import presence
 from .torch_arrays import array_columns as array_columns
 from .torch_arrays import array_info as array_info
 from .torch_arrays import array_infos as array_infos
+from .torch_arrays import array_spans as array_spans
 from .torch_arrays import no_subclass_dispatch as no_subclass_dispatch
 from .torch_arrays import sparse_parts as sparse_parts
 from .torch_arrays import storage_weakrefs as storage_weakrefs

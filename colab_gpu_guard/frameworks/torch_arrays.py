@@ -17,7 +17,7 @@ from functools import partial
 from operator import attrgetter, methodcaller
 from typing import Any, Optional
 
-from .base import ArrayInfo, short_type_name, storage_key
+from .base import ArrayInfo, Extent, extent, short_type_name, storage_key
 
 
 def _dense_nbytes(tensor) -> int:
@@ -320,6 +320,41 @@ def _array_columns(tensors: list) -> tuple[list, ...]:
 def array_infos(tensors: list) -> list[ArrayInfo]:
     """``array_info`` of many tensors (`array_columns`, one record per tensor)."""
     return list(map(_NEW_INFO, zip(*array_columns(tensors))))
+
+
+def array_spans(
+    tensors: list, nbytes: list[int]
+) -> tuple[list[bool], list[int], list[int], list[Optional[Extent]]]:
+    """Where tensors' elements lie (`nbytes`: their `ArrayInfo`'s), through torch's own C
+    methods, no subclass's code running: which are contiguous (a slice of rows, the common
+    view), their start and end addresses (10^5 of them in C), and the `base.Extent` of
+    each other one, from its sizes and strides (None where a tensor has none)."""
+    tensor_base = _tensor_base()
+    if tensor_base is None:
+        return [False] * len(tensors), [], [], [None] * len(tensors)
+    with no_subclass_dispatch():
+        try:
+            pointers = list(map(tensor_base.data_ptr, tensors))
+            contiguous = list(map(tensor_base.is_contiguous, tensors))
+        except Exception:  # torch: an unusual tensor among them, so one by one
+            others = [_extent(tensor_base, tensor) for tensor in tensors]
+            return [False] * len(tensors), [], [], others
+        if False not in contiguous:
+            return contiguous, pointers, list(map(operator.add, pointers, nbytes)), []
+        starts = list(itertools.compress(pointers, contiguous))
+        ends = list(map(operator.add, starts, itertools.compress(nbytes, contiguous)))
+        others = itertools.compress(tensors, map(operator.not_, contiguous))
+        return contiguous, starts, ends, [_extent(tensor_base, tensor) for tensor in others]
+
+
+def _extent(tensor_base, tensor) -> Optional[Extent]:
+    try:
+        size = tensor_base.element_size(tensor)
+        strides = tuple(stride * size for stride in tensor_base.stride(tensor))
+        shape = tuple(tensor_base.size(tensor))
+        return extent(tensor_base.data_ptr(tensor), shape, strides, size)
+    except Exception:  # torch: a tensor without strides (sparse, nested)
+        return None
 
 
 def _storage_weakref(untyped_storage, tensor) -> Optional[weakref.ref]:

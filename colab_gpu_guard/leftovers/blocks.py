@@ -5,12 +5,13 @@ from __future__ import annotations
 
 import collections
 import itertools
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Hashable, Mapping, Sequence
 from typing import Any, NamedTuple, Optional, Union
 
 from ..frameworks.base import ArrayInfo
 from ..units import HOLDERS
 from .composites import PANDAS_PARTS, PART_FRAMEWORKS, Composite, composite_of
+from .extents import Layout
 from .found import Found, Ref
 from .graphs import SHARERS_SHOWN, Graph, named_few
 from .groups import Blocks as GroupColumns
@@ -46,13 +47,16 @@ class Part(NamedTuple):
     framework: str
     nbytes: int
     array_nbytes: int
-    views_nbytes: int
+    views_nbytes: Optional[int]  # None: not known (`views_nbytes`)
 
 
-def leftover_for(names: PathNames, refs: list[Ref], groups: Groups) -> Leftover:
+def leftover_for(
+    names: PathNames, refs: list[Ref], groups: Groups, layouts: Mapping[Hashable, Layout]
+) -> Leftover:
     """The entry of a block reached by ``refs``: named by the first by `rank`, the other
     names in ``shared_with``, every holder in ``holders``, the group of each root reaching
-    it (`groups`) in ``root`` and ``shared_roots``."""
+    it (`groups`) in ``root`` and ``shared_roots``, what they use of it together in
+    ``views_nbytes`` (`layouts`: where they lie, `Found.read_extents`)."""
     if len(refs) == 1:
         ref = refs[0]
         root = root_of_path(ref.path, ref.holder, groups)
@@ -71,7 +75,12 @@ def leftover_for(names: PathNames, refs: list[Ref], groups: Groups) -> Leftover:
     ]
     name, others = shared_names(names.name_of, named)
     holders = tuple(h for h in HOLDERS if any(ref.holder == h for ref in refs))
-    views = sum({ref.ident: ref.info.nbytes for ref in refs}.values())  # each array once
+    layout = layouts.get(primary.info.storage_key)
+    if layout is not None:  # what they use together, each byte once
+        views = layout.used()
+        views = None if views is None else min(views, primary.info.storage_nbytes)
+    else:  # each array once
+        views = sum({ref.ident: ref.info.nbytes for ref in refs}.values())
     return leftover_of(
         name,
         primary.holder,
@@ -143,7 +152,9 @@ class Blocks:
                 if reaching is None:
                     continue  # a later reference to a storage already listed
                 reached[len(self.row_of)] = reaching
-                item = self.shared[len(self.row_of)] = leftover_for(names, reaching, groups)
+                item = self.shared[len(self.row_of)] = leftover_for(
+                    names, reaching, groups, found.layouts
+                )
                 size, holder, device = item.nbytes, item.holder, item.device
             else:
                 size, holder, device = sizes[index], ROW_HOLDER(rows[index]), devices[index]
@@ -228,7 +239,7 @@ class Blocks:
                 item.framework,
                 item.nbytes,
                 item.array_nbytes,
-                item.array_nbytes if item.views_nbytes is None else item.views_nbytes,
+                item.views_nbytes,
             )
         index = self.row_of[block]
         row = self.rows[index]
@@ -401,6 +412,7 @@ def composite_entry(
     the references of the parts reached more than once; a name inside another composite
     is that composite's) and the groups those start at."""
     first = parts[0]
+    views = [part.views_nbytes for part in parts]
     name = names.name_of(composite.owner)
     root = root_of_path(composite.owner, first.holder, groups)
     others: list[str] = []
@@ -440,7 +452,7 @@ def composite_entry(
         first.framework,
         tuple(others),
         first.holders if len(holders) == 1 else tuple(h for h in HOLDERS if h in holders),
-        sum(part.views_nbytes for part in parts),
+        None if None in views else sum(views),
         root,
         tuple(dict.fromkeys(ref for ref in roots if ref != root)),
         composite.kind,

@@ -8,9 +8,15 @@ its entry)."""
 
 from __future__ import annotations
 
+import itertools
 from typing import NamedTuple, Optional
 
-from .naming import Path
+from ..frameworks import torch as torch_support
+from ..frameworks.base import ArrayInfo
+from .naming import DOT, Path
+from .rows import ROW_FRAMEWORK, ROW_PATH
+
+_KEY, _DTYPE, _SHAPE = map(ArrayInfo._fields.index, ("storage_key", "dtype", "shape"))
 
 # the frameworks of a composite's parts: NumPy arrays and Arrow buffers (a pandas column's),
 # tensors (a sparse tensor's, a wrapper subclass's)
@@ -52,3 +58,56 @@ def listed_path(path: Path, composites: dict[int, Composite]) -> Path:
     is a part of (`composite_of`), or itself."""
     composite = composite_of(path, composites) if composites else None
     return composite.owner if composite is not None else path
+
+
+def composite_tensors(
+    arrays: list,
+    rows: list[tuple],
+    columns: list[list],
+    kept: Optional[list[bool]],
+    composites: dict[int, Composite],
+    whole_keys: set,
+    owned_by: Optional[list] = None,
+) -> Optional[tuple[list, list, list]]:
+    """Where sparse tensors are among `arrays` (their keys are their own: ``("tensor",
+    id)``), the arrays and rows again with each one's component tensors in its place
+    (``sp._indices()``, ``sp._values()``: a name may hold them too, and their memory is
+    counted once then), and the owner of each array (the sparse tensor for a component;
+    ``owned_by[i]`` for array i where given); None where there is none. Each sparse tensor
+    and each wrapper subclass (a jagged nested tensor, DTensor, a quantized weight: its
+    inner tensors, which the walk reaches as its attributes, hold its memory) goes in
+    `composites`, to be listed as the one tensor it is, and its key in `whole_keys` (a
+    sparse tensor's is no row's: for the deep scan, a name reaches it)."""
+    keys = columns[_KEY]
+    if not any(type(key) is tuple and key[0] == "tensor" for key in keys):
+        return None
+    indices = range(len(arrays)) if kept is None else itertools.compress(range(len(arrays)), kept)
+    sparse = {}
+    for index, key, dtype, shape in zip(indices, keys, columns[_DTYPE], columns[_SHAPE]):
+        if type(key) is tuple and key[0] == "tensor" and ROW_FRAMEWORK(rows[index]) == "torch":
+            found = torch_support.sparse_parts(arrays[index])
+            if found:
+                kind, sparse[index] = found
+            else:
+                kind = torch_support.wrapper_kind(arrays[index])
+            if kind is not None:
+                path = ROW_PATH(rows[index])
+                composites[id(path)] = Composite(path, path, dtype, shape, kind)
+                whole_keys.add(key)
+    if not sparse:
+        return None
+    new_arrays, new_rows, owners = [], [], []
+    for index, (array, row) in enumerate(zip(arrays, rows)):
+        owner = array if owned_by is None else owned_by[index]
+        parts = sparse.get(index)
+        if parts is None:
+            new_arrays.append(array)
+            new_rows.append(row)
+            owners.append(owner)
+            continue
+        path, holder, root, depth, framework = row
+        for call, part in parts:
+            new_arrays.append(part)
+            new_rows.append(((path, DOT, call), holder, root, depth + 1, framework))
+            owners.append(owner)
+    return new_arrays, new_rows, owners

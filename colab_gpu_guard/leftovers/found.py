@@ -16,9 +16,9 @@ from typing import Any, NamedTuple, Optional, Union
 from ..frameworks import torch as torch_support
 from ..frameworks.base import ArrayInfo
 from . import arrow
-from .composites import Composite
+from .composites import Composite, composite_tensors
+from .extents import UNREAD, Layout, shared_views
 from .mapped_files import MappedFiles
-from .naming import DOT
 from .rows import (
     ROW_DEPTH,
     ROW_FRAMEWORK,
@@ -116,67 +116,13 @@ def _bulk_columns(
     return columns, kept, True
 
 
-def _composite_tensors(
-    arrays: list,
-    rows: list[tuple],
-    columns: list[list],
-    kept: Optional[list[bool]],
-    composites: dict[int, Composite],
-    whole_keys: set,
-    owned_by: Optional[list] = None,
-) -> Optional[tuple[list, list, list]]:
-    """Where sparse tensors are among `arrays` (their keys are their own: ``("tensor",
-    id)``), the arrays and rows again with each one's component tensors in its place
-    (``sp._indices()``, ``sp._values()``: a name may hold them too, and their memory is
-    counted once then), and the owner of each array (the sparse tensor for a component;
-    ``owned_by[i]`` for array i where given); None where there is none. Each sparse tensor
-    and each wrapper subclass (a jagged nested tensor, DTensor, a quantized weight: its
-    inner tensors, which the walk reaches as its attributes, hold its memory) goes in
-    `composites`, to be listed as the one tensor it is, and its key in `whole_keys` (a
-    sparse tensor's is no row's: for the deep scan, a name reaches it)."""
-    keys = columns[_KEY]
-    if not any(type(key) is tuple and key[0] == "tensor" for key in keys):
-        return None
-    indices = range(len(arrays)) if kept is None else itertools.compress(range(len(arrays)), kept)
-    sparse = {}
-    for index, key, dtype, shape in zip(indices, keys, columns[_DTYPE], columns[_SHAPE]):
-        if type(key) is tuple and key[0] == "tensor" and ROW_FRAMEWORK(rows[index]) == "torch":
-            found = torch_support.sparse_parts(arrays[index])
-            if found:
-                kind, sparse[index] = found
-            else:
-                kind = torch_support.wrapper_kind(arrays[index])
-            if kind is not None:
-                path = ROW_PATH(rows[index])
-                composites[id(path)] = Composite(path, path, dtype, shape, kind)
-                whole_keys.add(key)
-    if not sparse:
-        return None
-    new_arrays, new_rows, owners = [], [], []
-    for index, (array, row) in enumerate(zip(arrays, rows)):
-        owner = array if owned_by is None else owned_by[index]
-        parts = sparse.get(index)
-        if parts is None:
-            new_arrays.append(array)
-            new_rows.append(row)
-            owners.append(owner)
-            continue
-        path, holder, root, depth, framework = row
-        for call, part in parts:
-            new_arrays.append(part)
-            new_rows.append(((path, DOT, call), holder, root, depth + 1, framework))
-            owners.append(owner)
-    return new_arrays, new_rows, owners
-
-
 # keep_refs: the arrays themselves, held until `Found.weaken` says which the drop may free
 # (gpu_reset's scan: a weakref per array is 10^6 objects to make, and for its gc.collect()
 # to go over, where a reset frees few of them)
 HOLD = "hold"
 _FIELDS = ArrayInfo._fields
-_KEY, _SIZE, _DEVICE, _ID, _DTYPE, _SHAPE = (
-    _FIELDS.index(name)
-    for name in ("storage_key", "storage_nbytes", "device", "storage_id", "dtype", "shape")
+_KEY, _SIZE, _DEVICE, _ID, _NBYTES = map(
+    _FIELDS.index, ("storage_key", "storage_nbytes", "device", "storage_id", "nbytes")
 )
 _NEW_INFO = functools.partial(tuple.__new__, ArrayInfo)
 _NO_IDENTS = itertools.repeat(None)  # Refs of a scan whose lists need no ids (`Found.let_go`)
@@ -222,6 +168,9 @@ class Found:
         # the keys of the sparse tensors (their components are rows) and wrapper subclasses
         self.whole_keys: set = set()
         self.files = MappedFiles()  # the arrays left out as files mapped from disk
+        # storage key -> where the arrays reaching it lie (`read_extents`)
+        self.layouts: dict[Hashable, Layout] = {}
+        self.unread: Optional[tuple] = None  # what `finish` read last (`read_extents`)
         self._distinct: Optional[bool] = None  # `distinct_storages`, once known
         self.weaks: list = []
         self.died: list[weakref.ref] = []  # weaks whose array is gone (their callback)
@@ -340,7 +289,7 @@ class Found:
                 rows, runs = expanded(rows, runs), []
             parts = None
             if one_by_one:
-                parts = _composite_tensors(
+                parts = composite_tensors(
                     arrays, rows, columns, kept, self.composites, self.whole_keys, owners
                 )
             if parts is not None:  # sparse tensors: their components take their place
@@ -372,6 +321,13 @@ class Found:
                     weaks = list(itertools.compress(weaks, kept))
             else:
                 rows = list(rows)  # pending_rows is emptied below
+            if {"torch", "numpy"} <= frameworks or any(
+                map(operator.lt, columns[_NBYTES], columns[_SIZE])
+            ):
+                # views (a tensor over an ndarray's memory becomes one when joined): where
+                # they lie is read once storage keys are final (`read_extents`)
+                viewed = list(arrays if kept is None else itertools.compress(arrays, kept))
+                self.unread = (viewed, frameworks, len(self.rows))
             for run in runs:  # their rows go after those found before
                 run.start += len(self.rows)
             self.runs += runs
@@ -394,6 +350,27 @@ class Found:
             del self.pending[:]
             del self.pending_rows[:]
             del self.pending_runs[:]
+
+    def read_extents(self) -> None:
+        """Where the arrays `finish` read last lie, for each storage two or more of them
+        reach and one spans only in part (`extents.shared_views`, into ``layouts``), read
+        once storage keys are final (a tensor over an ndarray's memory takes the array's:
+        `numpy_sharing`); then those arrays go. A storage that arrays read before reach
+        too (the deep scan's, after the walk's) is known only where those were read."""
+        unread, self.unread = self.unread, None
+        if unread is None:
+            return
+        arrays, frameworks, start = unread
+        columns = [column[start:] for column in self.columns] if start else self.columns
+        layouts = shared_views(arrays, self.rows[start:], frameworks, columns, start)
+        if start:  # a storage both reach: known where both were read
+            earlier, now = set(self.keys[:start]), set(columns[_KEY])
+            for key in [key for key in layouts if key in earlier]:
+                before = self.layouts.get(key)
+                layouts[key] = UNREAD if before is None else before + layouts[key]
+            for key in [key for key in self.layouts if key in now and key not in layouts]:
+                layouts[key] = UNREAD
+        self.layouts.update(layouts)
 
     def array(self, index: int) -> Any:
         """Row `index`'s array, held or reached by its weakref; None where it is gone or
@@ -474,6 +451,11 @@ class Found:
         part.idents = list(itertools.compress(self.idents, kept))
         part.composites = self.composites
         part.whole_keys = self.whole_keys
+        if self.layouts:  # each storage's, for its rows kept
+            renumbered = [count - 1 for count in itertools.accumulate(kept)]
+            part.layouts = {
+                key: layout.subset(kept, renumbered) for key, layout in self.layouts.items()
+            }
         return part
 
     @property

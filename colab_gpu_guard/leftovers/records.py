@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import operator
 from dataclasses import dataclass, fields
-from typing import Any, NamedTuple, Optional
+from typing import Any, NamedTuple, Optional, Union
 
 from ..frameworks.base import ArrayInfo
 from ..frameworks.torch_arrays import SPARSE_LAYOUTS
@@ -23,8 +23,8 @@ class Leftover:
     its autograd graph saved (a tensor with a ``grad_fn``: ``graph_tensors`` storages no
     name reaches, each counted once; ``graph_shared_nbytes`` of them are also held by other
     entries' graphs). ``array_nbytes`` is what the named array itself spans;
-    ``views_nbytes`` what all the names listed use of the memory together (each distinct
-    array's own bytes; None: not known), so that a slice keeping its whole base alive
+    ``views_nbytes`` what all the names listed use of the memory together (each byte once:
+    `extents`; None: not known), so that a slice keeping its whole base alive
     (``row = big[0]``, a loaded checkpoint's slice) says so (`view_text`).
     ``shape`` is that of what ``name`` gives (a pandas column's, not its block's).
     ``shared_with`` lists the other names reaching the same memory (views, aliases, the
@@ -155,6 +155,7 @@ _HOLDER_TUPLES = {holder: (holder,) for holder in HOLDERS}
 _GRAPH_FIELDS = tuple(f"graph_{name}" for name in Graph._fields)
 _GRAPH_VALUES = operator.attrgetter(*_GRAPH_FIELDS)
 _NEW = object.__new__
+OWN_BYTES: Any = object()  # `leftover_of`'s views_nbytes: the array's own bytes
 
 
 def leftover_of(
@@ -164,13 +165,14 @@ def leftover_of(
     framework: str,
     shared_with: tuple[str, ...] = (),
     holders: tuple[str, ...] = (),
-    views_nbytes: Optional[int] = None,
+    views_nbytes: Union[int, None, object] = OWN_BYTES,
     root: Optional[RootRef] = None,
     shared_roots: tuple[RootRef, ...] = (),
     kind: str = "",
 ) -> Leftover:
     """The entry for an array's storage, named ``name`` and held by ``holder``: how a scan
-    makes every `Leftover` (``views_nbytes``: the array's own bytes unless given). It
+    makes every `Leftover` (``views_nbytes``: the array's own bytes unless given; None:
+    not known). It
     skips the frozen dataclass's per-field ``object.__setattr__`` (a scan makes one per
     storage: 10^5 of them must stay cheap)."""
     shape, dtype, device, nbytes, _storage_key, storage_nbytes, storage_id = info
@@ -188,7 +190,7 @@ def leftover_of(
             "framework": framework,
             "array_nbytes": nbytes,
             "holders": holders or _HOLDER_TUPLES.get(holder) or (holder,),
-            "views_nbytes": nbytes if views_nbytes is None else views_nbytes,
+            "views_nbytes": nbytes if views_nbytes is OWN_BYTES else views_nbytes,
             "root": root,
             "shared_roots": shared_roots,
             "kind": kind,

@@ -274,6 +274,7 @@ def _scan(
             notes.append(too_deep)
         found.finish()
         buffers = join_numpy_buffers(found, graphs) if walker.classifier.saw_numpy() else None
+        found.read_extents()
         if graphs.owners:
             graphs.resolve(set(found.keys))
         if deep:
@@ -281,8 +282,10 @@ def _scan(
             found.finish()
             if buffers is not None:
                 buffers.join(found)
+            found.read_extents()
     finally:
         del graphs.owners[:]  # tensors the deep scan met: their graphs are not measured
+        found.unread = None  # the arrays read last: never kept past the scan
     notes += graphs.notes()
     if walker.opaque:
         notes.append(modules.opaque_note(list(map(names.name_of, walker.opaque))))

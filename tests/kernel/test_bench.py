@@ -77,6 +77,7 @@ def test_bench_versions_compares_this_checkout_with_a_commit(tmp_path):
         "per cell added by the hooks",
         "the tracker's pre_run_cell + post_run_cell alone",
         "find_leftovers()",  # of tensors
+        "find_leftovers()",  # of one tensor's rows
         "find_leftovers()",  # of pandas frames
         "gpu_status() as text",
     ]

@@ -100,6 +100,27 @@ def test_a_view_named_in_the_magic(ip, run_cell):
     ip.user_ns.pop("row", None)
 
 
+def test_views_over_the_same_bytes_are_said_to_use_them_once(ip, run_cell):
+    """`%gpu_status` in a real shell: three views of a deleted tensor, two over the same
+    rows and one half over them, use 150,000 of its 1,000,000 floats (586 KiB), not the
+    1.14 MiB their sizes add up to; a column slice and its transpose 100,000 (391 KiB)."""
+    run_cell(
+        "import torch\nbase = torch.zeros(1_000_000)\na = base[:100_000]\n"
+        "b = base[:100_000].view(1000, 100)\nc = base[50_000:150_000]\ndel base\n"
+        "cols = torch.zeros(1000, 1000)[:, :100]\ncols_t = cols.T"
+    )
+    with capture_output() as captured:
+        ip.run_cell("%gpu_status", store_history=False)
+    text = "".join(output.data["text/plain"] for output in captured.outputs)
+    html = "".join(output.data["text/html"] for output in captured.outputs)
+    assert "view: these names use 586 KiB of the 3.81 MiB they keep alive" in text, text
+    assert "view: these names use 391 KiB of the 3.81 MiB they keep alive" in text, text
+    assert "these names use 586 KiB of the 3.81 MiB" in html
+    assert "these names use 391 KiB of the 3.81 MiB" in html
+    for name in ("a", "b", "c", "cols", "cols_t"):
+        ip.user_ns.pop(name, None)
+
+
 def test_traceback_frames_counted_are_function_frames(ip, run_cell):
     """A cell's own module-level frame keeps the notebook's namespace: clearing it frees
     nothing, so it is not counted as a traceback frame dropped."""

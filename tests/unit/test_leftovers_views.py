@@ -105,3 +105,85 @@ def test_a_numpy_view_names_numpy_s_copy():
     row = row.copy()  # the fix the note names
     gc.collect()
     assert base_ref() is None
+
+
+def used_by(base, views) -> int:
+    """What `views` use of `base`'s memory, measured apart from the scan: each view filled
+    with ones, then the base's nonzero elements counted."""
+    base[...] = 0
+    for view in views.values():
+        view[...] = 1
+    return int((base != 0).sum()) * (
+        base.nbytes // base.numel() if torch.is_tensor(base) else base.itemsize
+    )
+
+
+def test_views_over_the_same_bytes_count_those_bytes_once():
+    base = torch.zeros(N)
+    views = {
+        "a": base[: N // 8],
+        "b": base[: N // 8].view(-1, 5),  # the same bytes, another object
+        "c": base[N // 16 : 3 * N // 16],  # half of it over a's
+    }
+    entry = only(views)
+    assert entry.views_nbytes == used_by(base, views) == 4 * (3 * N // 16)
+    assert f"these names use {format_bytes(4 * (3 * N // 16))} of the 3.81 MiB" in str(entry)
+
+
+def test_a_column_slice_and_its_transpose_count_once_and_inside_rows_count_nothing():
+    grid = torch.zeros(1000, 1000)
+    column = grid[:, :100]
+    views = {"t": column, "tt": column.T}
+    entry = only(views)
+    assert entry.views_nbytes == used_by(grid.view(-1), views) == 4 * 100_000
+    assert "these names use 391 KiB of the 3.81 MiB they keep alive" in str(entry)
+    rows = {"top": grid[:200], "corner": grid[:100, :10], "odd": grid[:200:2, 5]}
+    assert only(rows).views_nbytes == used_by(grid.view(-1), rows) == 4 * 200_000
+    apart = {"left": grid[:, :1], "right": grid[:, 999:]}  # two strided views, no byte shared
+    assert only(apart).views_nbytes == used_by(grid.view(-1), apart) == 8000
+
+
+def test_numpy_views_and_a_tensor_over_one_count_each_byte_once():
+    np = pytest.importorskip("numpy")
+    base = np.zeros(N)
+    views = {
+        "head": base[: N // 8],
+        "head_t": torch.from_numpy(base[: N // 16]),  # a tensor over the same bytes
+        "mid_t": torch.from_numpy(base[N // 32 : N // 16]),  # over them, from inside
+        "back": base[N // 8 : 0 : -1][: N // 16],  # reversed, inside head
+        "cols": base.reshape(1000, 1000)[:, :10],
+    }
+    entry = only(views)
+    used = used_by(base, views)
+    assert entry.views_nbytes == used == 8 * (N // 8 + 10 * 875)
+
+
+@pytest.mark.parametrize("seed", range(8))
+def test_random_row_and_rectangle_views_are_measured_as_filling_them_measures(seed):
+    generator = torch.Generator().manual_seed(seed)
+
+    def pick(limit: int) -> tuple[int, int]:
+        start, stop = sorted(torch.randint(0, limit + 1, (2,), generator=generator).tolist())
+        return start, max(stop, start + 1)
+
+    grid = torch.zeros(500, 500)
+    views = {}
+    for index in range(int(torch.randint(2, 7, (1,), generator=generator))):
+        (top, bottom), (left, right) = pick(250), pick(500)
+        if index % 2:  # rows: a dense block
+            views[f"v{index}"] = grid[top:bottom]
+        else:  # a rectangle: strided unless it spans whole rows
+            views[f"v{index}"] = grid[top:bottom, left:right].T
+    assert only(views).views_nbytes == used_by(grid.view(-1), views)
+
+
+def test_views_too_many_runs_to_measure_say_no_figure(monkeypatch):
+    from colab_gpu_guard.leftovers import extents
+
+    grid = torch.zeros(1000, 1000)
+    views = {"left": grid[:, :2], "right": grid[:, 1:3]}  # 1000 runs each, overlapping
+    assert only(views).views_nbytes == used_by(grid.view(-1), views) == 12_000
+    monkeypatch.setattr(extents, "MAX_RUNS", 1500)
+    entry = only(views)
+    assert entry.views_nbytes is None and entry.view_text() == ""
+    assert "view" not in str(entry)
