@@ -3,6 +3,9 @@ markers."""
 
 from __future__ import annotations
 
+import contextlib
+import gc
+import importlib
 import importlib.util
 import os
 import re
@@ -15,6 +18,43 @@ from tests.shared_shell import flush_output_history, global_shell
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 if ROOT not in sys.path:
     sys.path.insert(0, ROOT)
+
+
+def _freeze_the_libraries() -> None:
+    """The libraries the tests use, imported, and what importing them made moved out of the
+    collector's way for the rest of the run (`gc.freeze`): torch alone makes 170,000 objects
+    that every full collection would go over again - `gpu_reset`'s, and each test's
+    `gc.collect()` before a weakref proves a release - and those collections were most of
+    the suite's time (a reset test: 3 s, 2 of them collecting). What tests make (the shell,
+    its namespace, every tensor, cycle and frame) is made after and collected as in a
+    notebook. Frozen objects are also left out of `gc.get_objects()` and
+    `gc.get_referrers()`: only libraries' import-time state is, which no test's object
+    is; `tests/unit/test_frozen_libraries.py` checks the shell and what it holds stay
+    visible."""
+    for name in LIBRARIES:
+        # one not in this environment (the minimal one has no torch) is left out
+        with contextlib.suppress(Exception):
+            importlib.import_module(name)
+    gc.collect()
+    gc.freeze()
+
+
+# what the tests import in this process, imported before the freeze: torch's inductor
+# config is what `torch.use_deterministic_algorithms` imports (dynamo, sympy: 800 modules
+# and 150,000 objects), at the suite's first deterministic seed otherwise
+LIBRARIES = (
+    "torch",
+    "torch._inductor.config",
+    "numpy",
+    "pandas",
+    "pyarrow",
+    "IPython",
+    "IPython.testing.globalipapp",
+    "ipywidgets",
+)
+
+
+_freeze_the_libraries()
 
 
 def _cuda_available() -> bool:
