@@ -270,7 +270,8 @@ class Found:
         return made
 
     def finish(self) -> None:
-        """Read the metadata of the arrays recorded since the last call; drop the arrays."""
+        """Read the metadata of the arrays recorded since the last call; drop the arrays
+        (those that may be views, once `read_extents` has read where they lie)."""
         arrays, rows, runs = self.pending, self.pending_rows, self.pending_runs
         if not arrays:
             return
