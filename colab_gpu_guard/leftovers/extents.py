@@ -116,31 +116,57 @@ def bytes_used(starts: list[int], ends: list[int], extents: list[Extent]) -> Opt
     a strided one's (a column slice; it and its transpose count once) as the contiguous
     runs it is made of where it meets another's span. None where that would take more
     than `MAX_RUNS` runs (10^6 one-element rows of a column slice)."""
-    dense = [made for made in extents if not made.steps]
-    if dense:
-        starts = starts + [made.low for made in dense]
-        ends = ends + [made.high for made in dense]
-    strided = {(made.low, made.steps): made for made in extents if made.steps}
-    alone = 0
+    starts, ends = list(starts), list(ends)  # the caller's are left as they are
+    starts += [made.low for made in extents if not made.steps]
+    ends += [made.high for made in extents if not made.steps]
+    strided = list({(made.low, made.steps): made for made in extents if made.steps}.values())
+    # one whose elements may overlap each other (made by as_strided) is measured by its runs
+    met = list(map(operator.or_, _meeting(starts, ends, strided), map(_may_overlap, strided)))
+    alone = sum(made.nbytes for made, meets in zip(strided, met) if not meets)
     runs = 0
-    for made in strided.values():
-        others = [other for other in strided.values() if other is not made]
-        if not _meets(made, starts, ends, others):
-            alone += made.nbytes
-            continue
+    for made in itertools.compress(strided, met):
         runs += made.nbytes // _run_length(made)[0]
         if runs > MAX_RUNS:
             return None
         made_starts, made_ends = _runs(made)
-        starts, ends = starts + made_starts, ends + made_ends
+        starts += made_starts
+        ends += made_ends
     return alone + _union(starts, ends)
 
 
-def _meets(made: Extent, starts: list[int], ends: list[int], others: list[Extent]) -> bool:
-    """Whether `made`'s span meets a contiguous one's or another strided array's."""
-    return any(low < made.high and made.low < high for low, high in zip(starts, ends)) or any(
-        other.low < made.high and made.low < other.high for other in others
+def _meeting(starts: list[int], ends: list[int], strided: list[Extent]) -> list[bool]:
+    """Whether each strided array's span meets another array's (a contiguous one's, from
+    `starts` to `ends`, or another strided one's): in order of their starts, a span meets
+    another where one before reaches past its start or the next starts before its end
+    (sorted once: 10^4 blocks of a matrix are not compared pair by pair)."""
+    if not strided:
+        return []
+    spans = sorted(
+        itertools.chain(
+            zip(starts, ends, itertools.repeat(-1)),
+            ((made.low, made.high, index) for index, made in enumerate(strided)),
+        )
     )
+    met = [False] * len(strided)
+    furthest = None  # the furthest end of the spans before
+    for at, (low, high, index) in enumerate(spans):
+        if index >= 0:
+            after = at + 1 < len(spans) and spans[at + 1][0] < high
+            met[index] = after or (furthest is not None and furthest > low)
+        furthest = high if furthest is None else max(furthest, high)
+    return met
+
+
+def _may_overlap(made: Extent) -> bool:
+    """Whether a strided array's elements may overlap each other: some dimension's stride,
+    in order, does not step past all the elements the smaller ones span (never so for what
+    slicing, transposing or broadcasting make)."""
+    spanned = made.itemsize
+    for size, stride in made.steps:
+        if stride < spanned:
+            return True
+        spanned = stride * (size - 1) + spanned
+    return False
 
 
 def _run_length(made: Extent) -> tuple[int, tuple[tuple[int, int], ...]]:

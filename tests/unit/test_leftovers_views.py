@@ -187,3 +187,33 @@ def test_views_too_many_runs_to_measure_say_no_figure(monkeypatch):
     entry = only(views)
     assert entry.views_nbytes is None and entry.view_text() == ""
     assert "view" not in str(entry)
+
+
+def test_the_union_of_strided_and_dense_arrays_is_the_bytes_their_elements_take():
+    """`bytes_used` against the byte addresses of every element, enumerated: random
+    arrays over a 4 KiB buffer, some contiguous, some strided, some overlapping."""
+    import itertools
+    import random
+
+    from colab_gpu_guard.frameworks.base import extent
+    from colab_gpu_guard.leftovers.extents import bytes_used
+
+    chance = random.Random(7)
+    for _ in range(300):
+        made, truth = [], set()
+        for _ in range(chance.randint(1, 6)):
+            item = chance.choice((1, 4, 8))
+            shape = tuple(chance.randint(1, 6) for _ in range(chance.randint(1, 3)))
+            strides = tuple(item * chance.randint(1, 12) for _ in shape)
+            start = chance.randrange(0, 1024, item)
+            made.append(extent(start, shape, strides, item))
+            for index in itertools.product(*map(range, shape)):
+                at = start + sum(i * stride for i, stride in zip(index, strides))
+                truth.update(range(at, at + item))
+        assert bytes_used([], [], made) == len(truth), made
+
+
+def test_many_strided_blocks_apart_are_measured_without_comparing_each_pair():
+    grid = torch.zeros(40_000, 10)
+    blocks = {f"b{i}": grid[10 * i : 10 * i + 10, :5] for i in range(4000)}
+    assert only(blocks).views_nbytes == 4000 * 50 * 4 == used_by(grid.view(-1), blocks)
