@@ -36,6 +36,17 @@ HISTORY_CELLS = 30  # the cells the history chart shows
 PANEL_BORDER = "1px solid var(--jp-border-color2,rgba(128,128,128,.45))"
 
 
+def close_widget(widget: widgets.Widget) -> None:
+    """Close `widget` and the Layout and Style models it was made with: ipywidgets'
+    ``close()`` leaves those open, alive in the kernel's registry of widgets and in the
+    front end's, 50 of them for every panel closed."""
+    widget.close()
+    for name in ("layout", "style"):
+        model = getattr(widget, name, None)
+        if isinstance(model, widgets.Widget):
+            model.close()
+
+
 def _full_width(hidden: bool = False) -> widgets.Layout:
     # no margin: a widget's default 2 px margins beside width 100% overflow the panel
     return widgets.Layout(width="100%", margin="0", display="none" if hidden else None)
@@ -84,20 +95,27 @@ class PanelParts:
         self.header = _html_part("header")
         self.devices = widgets.VBox([], layout=_full_width())
         self.devices.add_class("cgg-devices")
+        # each widget is given its Layout when made: one assigned after would leave the
+        # default Layout it was made with open
         self.refresh_button = widgets.Button(
-            description="Refresh", icon="refresh", tooltip="take a new snapshot now"
+            description="Refresh",
+            icon="refresh",
+            tooltip="take a new snapshot now",
+            layout=_button_layout(),
         )
         self.free_button = widgets.Button(
             description="Free memory",
             icon="trash",
             tooltip="gpu_reset(): release output history, tracebacks and cached blocks "
             "(never your variables)",
+            layout=_button_layout(),
         )
         self.seed_button = widgets.Button(
-            description="Seed", icon="random", tooltip="seed_all(seed, deterministic=...)"
+            description="Seed",
+            icon="random",
+            tooltip="seed_all(seed, deterministic=...)",
+            layout=_button_layout(),
         )
-        for button in self.buttons:
-            button.layout = _button_layout()
         self.seed_value = widgets.IntText(
             value=DEFAULT_SEED, description="seed", layout=widgets.Layout(width="150px")
         )
@@ -251,7 +269,7 @@ class PanelView:
                 line.add_class("cgg-device-part")
                 lines.append(line)
             for extra in self._device_lines[len(pages) :]:
-                extra.close()
+                close_widget(extra)
             self._device_lines = lines
             self.parts.devices.children = tuple(lines)
             self.updates += 1
@@ -342,4 +360,4 @@ class PanelView:
     def close(self) -> None:
         """Close every widget of the view."""
         for part in [*self._device_lines, *self.parts.all()]:
-            part.close()
+            close_widget(part)

@@ -226,6 +226,7 @@ class GpuPanel(widgets.VBox):
         _forget(self)
         self.view.close()
         super().close()
+        self.layout.close()  # ipywidgets' close() leaves a widget's Layout open
 
 
 def _widget_view(panel: GpuPanel, **kwargs: Any) -> dict[str, Any]:

@@ -33,7 +33,14 @@ from colab_gpu_guard.status import (  # noqa: E402
 )
 from tests import fake_pynvml  # noqa: E402
 from tests.fake_pynvml import GiB, MiB  # noqa: E402
-from tests.panel_widgets import HOSTILE, all_widgets, assert_escaped, html_of, open_sections  # noqa: E402
+from tests.panel_widgets import (  # noqa: E402
+    HOSTILE,
+    all_widgets,
+    assert_escaped,
+    html_of,
+    open_models,
+    open_sections,
+)
 from tests.records import cell_memory, leftover  # noqa: E402
 
 CORE_MODULES = ("@jupyter-widgets/controls", "@jupyter-widgets/base")
@@ -455,6 +462,29 @@ def test_close_stops_refreshes(ip, run_cell, show):
     assert all(w.comm is None for w in all_widgets(instance))
     assert panel_module.current_panel(ip) is None
     assert show() is not instance  # a fresh one after closing
+
+
+def test_close_leaves_no_widget_model_open(ip, run_cell, show, world):
+    """Every model the panel made is closed with it, its Layouts and Styles too (ipywidgets'
+    own close leaves those open, in the kernel and in the front end): a panel reopened all
+    day leaves nothing behind, and a GPU line dropped when GPUs go away is closed too."""
+    world(fake_pynvml.two_gpus())
+    before = open_models()
+    instance = show()
+    made = {key: model for key, model in open_models().items() if key not in before}
+    assert len(made) > 50 and any(isinstance(m, ipywidgets.Layout) for m in made.values())
+    lines = list(instance.devices.children)
+    assert len(lines) == 2
+    dropped = lines[1].layout.model_id
+    world(fake_pynvml.one_gpu())
+    instance.refresh()
+    assert lines[1].comm is None and lines[1].layout.comm is None
+    assert dropped not in open_models()
+    instance.close()
+    assert [type(m).__name__ for k, m in open_models().items() if k in made] == []
+    show()  # a new panel after it makes its own models
+    ip.run_cell("%gpu_panel --close", store_history=True)
+    assert set(open_models()) <= set(before)
 
 
 def test_close_all_stops_refreshes(ip, run_cell, show):
