@@ -3,6 +3,9 @@ PYTHON ?= python3
 VENV ?= .venv
 TORCH ?= torch==2.13.0
 PY := $(VENV)/bin/python
+# bytecode cached once: with PYTHONDONTWRITEBYTECODE set, each kernel and child process the
+# tests start compiles all it imports again
+unexport PYTHONDONTWRITEBYTECODE
 
 .PHONY: demo test lint wheel bench bench-quick browser
 

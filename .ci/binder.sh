@@ -4,6 +4,7 @@
 # Offline here, PyTorch's CPU index cannot be reached, so its --extra-index-url line is
 # dropped and torch==2.13.0 resolves to the CPU wheel available locally.
 set -euo pipefail
+unset PYTHONDONTWRITEBYTECODE  # bytecode cached once, not compiled in every process (.ci/run)
 cd "$(dirname "$0")/.."
 venv=.venvs/binder
 rm -rf "$venv"

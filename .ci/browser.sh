@@ -9,6 +9,7 @@
 # non-zero on any failure. Screenshots: $CGG_BROWSER_OUTPUT (default test-output/browser).
 # An environment whose pins did not change since the last run is reused.
 set -euo pipefail
+unset PYTHONDONTWRITEBYTECODE  # bytecode cached once, not compiled in every process (.ci/run)
 cd "$(dirname "$0")/.."
 export PIP_DISABLE_PIP_VERSION_CHECK=1 PYTHONUNBUFFERED=1 DEBIAN_FRONTEND=noninteractive
 started=$SECONDS

@@ -5,6 +5,7 @@
 #   minimal  no torch and no NumPy: the non-torch parts must work and say what is missing
 # The "latest" environment is the main .venv that `make test` builds.
 set -euo pipefail
+unset PYTHONDONTWRITEBYTECODE  # bytecode cached once, not compiled in every process (.ci/run)
 cd "$(dirname "$0")/.."
 env_name=${1:?usage: .ci/compat.sh colab|minimal}
 venv=.venvs/$env_name

@@ -13,7 +13,7 @@ import sys
 
 import pytest
 
-from tests.shared_shell import flush_output_history, global_shell
+from tests.shared_shell import flush_output_history, global_shell, open_models
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 if ROOT not in sys.path:
@@ -51,6 +51,8 @@ LIBRARIES = (
     "IPython",
     "IPython.testing.globalipapp",
     "ipywidgets",
+    "hypothesis",  # the property tests'
+    "networkx",  # what torch.compile's tests import
 )
 
 
@@ -95,6 +97,18 @@ def _shell_running():
     """Tests run as in a notebook: an IPython shell runs in this process (several test
     modules start it at import; this makes a single file run the same way)."""
     global_shell()
+
+
+@pytest.fixture(autouse=True)
+def _close_the_widgets_it_opened():
+    """Every widget model a test opened is closed after it: a panel `%unload_ext` stopped
+    (the `ip` fixture's teardown) stays open as in a notebook, 1,000 objects that every
+    later full collection of the heap would go over again."""
+    before = set(open_models())
+    yield
+    for key, model in open_models().items():
+        if key not in before:
+            model.close()
 
 
 @pytest.fixture

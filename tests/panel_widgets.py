@@ -18,16 +18,6 @@ def all_widgets(root):
     return found
 
 
-def open_models() -> dict:
-    """The kernel's registry of open widget models, by model id (ipywidgets 8 keeps it in
-    its widget module, 7 on the class): a model left open stays there and in the front
-    end."""
-    from ipywidgets.widgets import widget
-
-    registry = getattr(widget, "_instances", None)
-    return dict(ipywidgets.Widget.widgets if registry is None else registry)
-
-
 def html_of(instance) -> str:
     return "\n".join(w.value for w in all_widgets(instance) if isinstance(w, ipywidgets.HTML))
 

@@ -1,9 +1,10 @@
-"""The one IPython shell the tests share (IPython's global test shell), and forgetting
-its output history."""
+"""The one IPython shell the tests share (IPython's global test shell), forgetting its
+output history, and the widget models open in it."""
 
 from __future__ import annotations
 
 import re
+import sys
 
 _OUTPUT_NAME = re.compile(r"_\d+")
 
@@ -35,3 +36,16 @@ def flush_output_history(shell) -> None:
         shell.user_ns[name] = value
         if name in shell.user_ns_hidden:
             shell.user_ns_hidden[name] = value
+
+
+def open_models() -> dict:
+    """The kernel's registry of open widget models, by model id (ipywidgets 8 keeps it in
+    its widget module, 7 on the class; empty while ipywidgets is not imported): a model
+    left open stays there and in the front end."""
+    if "ipywidgets" not in sys.modules:
+        return {}
+    import ipywidgets
+    from ipywidgets.widgets import widget
+
+    registry = getattr(widget, "_instances", None)
+    return dict(ipywidgets.Widget.widgets if registry is None else registry)

@@ -38,10 +38,10 @@ from tests.panel_widgets import (  # noqa: E402
     all_widgets,
     assert_escaped,
     html_of,
-    open_models,
     open_sections,
 )
 from tests.records import cell_memory, leftover  # noqa: E402
+from tests.shared_shell import open_models  # noqa: E402
 
 CORE_MODULES = ("@jupyter-widgets/controls", "@jupyter-widgets/base")
 
