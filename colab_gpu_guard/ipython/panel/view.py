@@ -37,10 +37,15 @@ PANEL_BORDER = "1px solid var(--jp-border-color2,rgba(128,128,128,.45))"
 
 
 def close_widget(widget: widgets.Widget) -> None:
-    """Close `widget` and the Layout and Style models it was made with: ipywidgets'
-    ``close()`` leaves those open, alive in the kernel's registry of widgets and in the
-    front end's (50 of them for each panel closed on a machine without a GPU)."""
+    """Close `widget` and the Layout and Style models it was made with."""
     widget.close()
+    close_its_models(widget)
+
+
+def close_its_models(widget: widgets.Widget) -> None:
+    """Close the Layout and Style models `widget` was made with: ipywidgets' ``close()``
+    leaves those open, alive in the kernel's registry of widgets and in the front end's
+    (50 of them for each panel closed on a machine without a GPU)."""
     for name in ("layout", "style"):
         model = getattr(widget, name, None)
         if isinstance(model, widgets.Widget):

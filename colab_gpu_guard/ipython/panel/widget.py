@@ -16,7 +16,7 @@ from .actions import PanelActions
 from .hooks import CellHooks
 from .live import LiveLines
 from .refresh import Refresher, running_cell, starting_cell
-from .view import PanelView, panel_layout
+from .view import PanelView, close_its_models, panel_layout
 
 if TYPE_CHECKING:
     from IPython.core.interactiveshell import InteractiveShell
@@ -226,7 +226,7 @@ class GpuPanel(widgets.VBox):
         _forget(self)
         self.view.close()
         super().close()
-        self.layout.close()  # ipywidgets' close() leaves a widget's Layout open
+        close_its_models(self)
 
 
 def _widget_view(panel: GpuPanel, **kwargs: Any) -> dict[str, Any]:
