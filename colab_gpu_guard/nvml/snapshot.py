@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import os
 from types import ModuleType
-from typing import Any, Optional
+from typing import Any, NamedTuple, Optional
 
 from ..units import cuda_version_text, unavailable
 from . import lib, memory
@@ -74,14 +74,11 @@ def _device(
     module: ModuleType, index: int, pid: int, processes: bool, names: _ProcessNames
 ) -> NvmlDevice:
     query = Query(module)
-    handle = query.call("handle", "nvmlDeviceGetHandleByIndex", index)
-    if handle is None:
+    identity = _identity(query, index)
+    if identity is None:
         return NvmlDevice(index=index, lost=query.lost, unavailable=query.unavailable())
-    fields: dict[str, Any] = {}
-    fields["name"] = text(query.call("name", "nvmlDeviceGetName", handle))
-    fields["uuid"] = text(query.call("uuid", "nvmlDeviceGetUUID", handle))
-    pci = query.call("pci_bus_id", "nvmlDeviceGetPciInfo", handle)
-    fields["pci_bus_id"] = text(getattr(pci, "busId", None)) if pci is not None else None
+    handle = identity.handle
+    fields: dict[str, Any] = dict(identity.fields)
     fields.update(_memory(query, handle, with_reserved=True))
     utilization = query.call("utilization", "nvmlDeviceGetUtilizationRates", handle)
     if utilization is not None:
@@ -94,9 +91,6 @@ def _device(
     )
     mode = query.call("compute_mode", "nvmlDeviceGetComputeMode", handle)
     fields["compute_mode"] = None if mode is None else COMPUTE_MODES.get(mode, f"mode {mode}")
-    capability = query.call("compute_capability", "nvmlDeviceGetCudaComputeCapability", handle)
-    if capability is not None:
-        fields["compute_capability"] = f"{capability[0]}.{capability[1]}"
     mig_handles: list[Any] = []
     mig = query.call("mig_mode", "nvmlDeviceGetMigMode", handle)
     if mig is not None:
@@ -121,6 +115,46 @@ def _device(
             listed = _mig_processes(query, mig_handles, pid, names)
         fields["processes"] = listed
     return NvmlDevice(index=index, lost=query.lost, unavailable=query.unavailable(), **fields)
+
+
+class _Identity(NamedTuple):
+    """What a GPU is, read once per NVML initialisation: its handle (valid until
+    nvmlShutdown), name, UUID, PCI bus id and compute capability, fixed for as long as the
+    handle is (a new GPU or driver means a new initialisation, `lib.token`)."""
+
+    token: object
+    handle: Any
+    fields: dict[str, Any]
+
+
+# By GPU index. Kept only when every call answered: a failure is asked again next time.
+_identities: dict[int, _Identity] = {}
+
+
+def _identity(query: Query, index: int) -> Optional[_Identity]:
+    """GPU `index`'s identity: the one read since NVML was last initialised, else read now
+    (None where even its handle could not be had; what failed is in `query`)."""
+    token = lib.token()
+    known = _identities.get(index)
+    if known is not None and known.token is token:
+        return known
+    handle = query.call("handle", "nvmlDeviceGetHandleByIndex", index)
+    if handle is None:
+        return None
+    before = len(query.reasons)
+    fields: dict[str, Any] = {
+        "name": text(query.call("name", "nvmlDeviceGetName", handle)),
+        "uuid": text(query.call("uuid", "nvmlDeviceGetUUID", handle)),
+    }
+    pci = query.call("pci_bus_id", "nvmlDeviceGetPciInfo", handle)
+    fields["pci_bus_id"] = text(getattr(pci, "busId", None)) if pci is not None else None
+    capability = query.call("compute_capability", "nvmlDeviceGetCudaComputeCapability", handle)
+    if capability is not None:
+        fields["compute_capability"] = f"{capability[0]}.{capability[1]}"
+    identity = _Identity(token, handle, fields)
+    if len(query.reasons) == before and not query.lost:
+        _identities[index] = identity
+    return identity
 
 
 def _memory(query: Query, handle: Any, with_reserved: bool) -> dict[str, Any]:

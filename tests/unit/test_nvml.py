@@ -302,6 +302,67 @@ def test_a_gpu_lost_mid_query_stops_querying_it(fake):
     assert fine.memory_total == 80 * GiB
 
 
+IDENTITY_CALLS = (
+    "nvmlDeviceGetHandleByIndex",
+    "nvmlDeviceGetName",
+    "nvmlDeviceGetUUID",
+    "nvmlDeviceGetPciInfo",
+    "nvmlDeviceGetCudaComputeCapability",
+)
+
+
+def identity_calls(calls: list[str]) -> dict[str, int]:
+    return {name: calls.count(name) for name in IDENTITY_CALLS}
+
+
+def test_a_gpus_identity_is_read_once_per_initialisation(fake):
+    """Handle, name, UUID, PCI bus id and compute capability are fixed while NVML stays
+    initialised: the panel's snapshot after each cell does not ask again. (MIG instances
+    are read each time: they can be made and destroyed while NVML runs.)"""
+    world = fake(fake_pynvml.two_gpus())
+    first = nvml.snapshot()
+    read = dict.fromkeys(IDENTITY_CALLS, 2)  # two GPUs
+    read["nvmlDeviceGetName"] = read["nvmlDeviceGetUUID"] = 4  # and two MIG instances
+    assert identity_calls(world.calls) == read
+    calls = len(world.calls)
+    second = nvml.snapshot()
+    again = dict.fromkeys(IDENTITY_CALLS, 0)
+    again["nvmlDeviceGetName"] = again["nvmlDeviceGetUUID"] = 2  # the MIG instances
+    assert identity_calls(world.calls[calls:]) == again
+    assert "nvmlDeviceGetMemoryInfo_v2" in world.calls[calls:]  # the rest is read again
+    for before, after in zip(first.devices, second.devices):
+        assert (before.name, before.uuid, before.pci_bus_id, before.compute_capability) == (
+            after.name,
+            after.uuid,
+            after.pci_bus_id,
+            after.compute_capability,
+        )
+    assert second.devices[1].compute_capability == "9.0"
+    nvml.reset()  # shut down: the handles are no longer valid
+    calls = len(world.calls)
+    assert nvml.snapshot().devices == second.devices
+    assert identity_calls(world.calls[calls:]) == read
+
+
+def test_an_identity_call_that_failed_is_asked_again(fake):
+    world = fake(fake_pynvml.one_gpu())
+    world.gpus[0].fail = {"nvmlDeviceGetPciInfo": fake_pynvml.NVML_ERROR_UNKNOWN}
+    assert nvml.snapshot().devices[0].pci_bus_id is None
+    world.gpus[0].fail = {}
+    gpu = nvml.snapshot().devices[0]
+    assert gpu.pci_bus_id == world.gpus[0].bus_id and gpu.reason("pci_bus_id") is None
+
+
+def test_a_gpu_lost_after_its_identity_was_read_still_reads_as_lost(fake):
+    world = fake(fake_pynvml.two_gpus())
+    nvml.snapshot()
+    world.gpus[0].lost = "calls"
+    lost, fine = nvml.snapshot().devices
+    assert lost.lost and lost.memory_total is None and lost.name == "NVIDIA A100-SXM4-40GB"
+    assert lost.reason("memory") == "GPU is lost"
+    assert not fine.lost and fine.memory_total == 80 * GiB
+
+
 def test_bytes_from_an_old_binding_are_decoded(fake):
     world = fake(fake_pynvml.one_gpu())
     world.gpus[0].name = b"Tesla T4"
