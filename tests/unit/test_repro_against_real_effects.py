@@ -18,6 +18,7 @@ torch = pytest.importorskip("torch")
 
 from colab_gpu_guard import repro_diff, repro_record  # noqa: E402
 from colab_gpu_guard.seeding.repro_parts import REPRO_ENV, Gpu  # noqa: E402
+from tests.child import fork_python  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[2]
 A100 = Gpu(0, "NVIDIA A100-SXM4-40GB", "8.0", 40 * 2**30)
@@ -44,6 +45,13 @@ def cli(*args: str) -> subprocess.CompletedProcess:
     )
 
 
+def cli_forked(*args: str) -> subprocess.CompletedProcess:
+    """`cli(*args)` in a fresh torch forked, not started (tests.child.fork_python): for
+    what the CLI says of a file; what it says of its own process is asked of `cli`."""
+    code = "import sys\nfrom colab_gpu_guard.__main__ import main\nsys.exit(main(sys.argv[1:]))"
+    return fork_python(code, args=args)
+
+
 def saved_record(tmp_path: Path, **changes) -> Path:
     record = dataclasses.replace(repro_record(), **changes)
     path = tmp_path / "run.json"
@@ -56,8 +64,8 @@ def saved_record(tmp_path: Path, **changes) -> Path:
 
 def test_medium_precision_is_reported_as_the_cpu_bf16_change_it_is():
     torch.set_float32_matmul_precision("highest")
+    torch.manual_seed(0)  # before the first record: this test alone in a process passes too
     before = repro_record()
-    torch.manual_seed(0)
     a, b = torch.randn(256, 256), torch.randn(256, 256)
     full = a @ b
     torch.set_float32_matmul_precision("medium")
@@ -162,7 +170,7 @@ def test_cli_names_what_is_wrong_with_the_file(tmp_path, edit, message):
     data = json.loads(path.read_text())
     edit(data)
     path.write_text(json.dumps(data))
-    done = cli("repro", "--diff", str(path))
+    done = cli_forked("repro", "--diff", str(path))
     assert done.returncode == 2, done.stderr
     assert "Traceback" not in done.stderr
     assert done.stderr.startswith(f"python -m colab_gpu_guard repro: error: {str(path)!r}")
@@ -173,7 +181,7 @@ def test_cli_names_what_is_wrong_with_the_file(tmp_path, edit, message):
 def test_cli_not_json_says_what_a_record_is(tmp_path):
     path = tmp_path / "run.json"
     path.write_text("not json")
-    done = cli("repro", "--diff", str(path))
+    done = cli_forked("repro", "--diff", str(path))
     assert done.returncode == 2
     assert "is not JSON: Expecting value at line 1 (a record is the JSON that" in done.stderr
 

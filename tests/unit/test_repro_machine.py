@@ -28,7 +28,7 @@ from colab_gpu_guard.seeding.repro_parts import (  # noqa: E402
     Gpu,
 )
 from tests import fake_pynvml  # noqa: E402
-from tests.child import run_python
+from tests.child import run_forked
 
 ROOT = Path(__file__).resolve().parents[2]
 A100 = Gpu(0, "NVIDIA A100-SXM4-40GB", "8.0", 40 * 2**30)
@@ -297,10 +297,9 @@ def test_default_dtype_and_the_attention_fast_path_are_recorded():
         "with torch.inference_mode():\n"
         "    fast = layer(x)\n"
         "    torch.backends.mha.set_fastpath_enabled(False)\n"
-        "    print(torch.equal(fast, layer(x)))\n"
+        "    print(int(torch.equal(fast, layer(x))))\n"
     )
-    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
-    assert done.stdout.split() == ["False"], done.stderr  # the fast path moves the result
+    assert run_forked(code) == 0  # the fast path moves the result
     found = whats(repro_diff(before, after))
     dtype = found["torch.get_default_dtype()"]
     fastpath = found["torch.backends.mha.get_fastpath_enabled()"]
@@ -382,7 +381,7 @@ def test_attention_switches_are_judged_by_what_they_do_on_the_cpu(switch, change
         "print(json.dumps({'before': before, 'after': after,"
         " 'changed': not torch.equal(first, second)}))\n"
     )
-    data = run_python(code, args=(switch,))
+    data = run_forked(code, args=(switch,))
     if not CPU_BUILD:
         pytest.skip("the CPU-only judgement needs a torch without CUDA")
     assert data["changed"] is changes  # measured on this CPU
@@ -510,7 +509,7 @@ print(json.dumps({"before": before, "after": repro_record().to_dict(),
 
 def fresh_torch_then(setting: str) -> tuple[ReproRecord, ReproRecord, bool]:
     """Records before and after `setting` in a new torch process (no GPU listed)."""
-    data = run_python(SETTING_CHILD, args=(setting,))
+    data = run_forked(SETTING_CHILD, args=(setting,))
     before, after = (
         dataclasses.replace(ReproRecord.from_dict(data[key]), gpus=())
         for key in ("before", "after")
