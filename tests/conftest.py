@@ -13,7 +13,12 @@ import sys
 
 import pytest
 
-from tests.shared_shell import flush_output_history, global_shell, open_models
+from tests.shared_shell import (
+    flush_output_history,
+    forget_the_traceback_sources,
+    global_shell,
+    open_models,
+)
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 if ROOT not in sys.path:
@@ -109,6 +114,14 @@ def _close_the_widgets_it_opened():
     for key, model in open_models().items():
         if key not in before:
             model.close()
+
+
+@pytest.fixture(autouse=True)
+def _forget_the_traceback_sources():
+    """The cells' sources and syntax trees a test's tracebacks left cached, let go after it
+    (`forget_the_traceback_sources`)."""
+    yield
+    forget_the_traceback_sources()
 
 
 @pytest.fixture

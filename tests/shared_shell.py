@@ -1,5 +1,5 @@
 """The one IPython shell the tests share (IPython's global test shell), forgetting its
-output history, and the widget models open in it."""
+output history and what its tracebacks left cached, and the widget models open in it."""
 
 from __future__ import annotations
 
@@ -36,6 +36,30 @@ def flush_output_history(shell) -> None:
         shell.user_ns[name] = value
         if name in shell.user_ns_hidden:
             shell.user_ns_hidden[name] = value
+
+
+def forget_the_traceback_sources() -> None:
+    """What IPython 8+'s tracebacks left in `executing` (through stack_data): it keeps the
+    source and syntax tree of every cell a traceback went through, with a node map, for the
+    rest of the process. A notebook's few tracebacks cost little; a thousand tests' made a
+    third of the objects every later full collection went over. Private caches: where a
+    version of `executing` has none of these names, nothing is cleared."""
+    module = sys.modules.get("executing.executing")
+    if module is None:
+        return
+    base = module.Source
+    for klass in (base, *base.__subclasses__()):  # each keeps its own (stack_data's Source)
+        for name in ("__source_cache_with_lines", "__executing_cache", "__source_cache"):
+            cache = vars(klass).get(name)
+            if isinstance(cache, dict):
+                cache.clear()
+    for cached in (
+        base.__dict__.get("statements_at_line"),
+        module.__dict__.get("statement_containing_node"),
+    ):
+        clear = getattr(cached, "cache_clear", None)
+        if clear is not None:
+            clear()
 
 
 def open_models() -> dict:
