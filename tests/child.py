@@ -28,16 +28,27 @@ def run_python(
     """The JSON on the last line of stdout starting with `marker`. Without a marker, the
     last line, and the script must exit cleanly. `env` replaces os.environ (PYTHONPATH
     keeps its entries after this checkout's root); `args` are the script's sys.argv[1:]."""
-    environment = dict(os.environ if env is None else env)
-    environment["PYTHONPATH"] = path_first(str(ROOT), environment)
     done = subprocess.run(
         [sys.executable, "-c", textwrap.dedent(code), *args],
         capture_output=True,
         text=True,
-        env=environment,
+        env=_environment(env),
         timeout=timeout,
         cwd=ROOT,
     )
+    return _result(done, marker)
+
+
+def _environment(env: Optional[dict]) -> dict:
+    """`env` (default: os.environ) with this checkout first on PYTHONPATH."""
+    environment = dict(os.environ if env is None else env)
+    environment["PYTHONPATH"] = path_first(str(ROOT), environment)
+    return environment
+
+
+def _result(done: subprocess.CompletedProcess, marker: str = "") -> dict:
+    """The JSON on the last line of `done`'s stdout starting with `marker`; without a
+    marker, the last line, and the script must have exited cleanly."""
     output = f"(exit {done.returncode})\n{done.stdout[-2000:]}{done.stderr[-4000:]}"
     if marker:
         lines = [line for line in done.stdout.splitlines() if line.startswith(marker)]
@@ -128,8 +139,7 @@ def fork_python(
     """`code` run as ``python -c code *args`` would run it (`env` replaces os.environ), in a
     child forked from an interpreter that imported torch and ran nothing (one per `env`,
     kept until exit): its exit status and output."""
-    environment = dict(os.environ if env is None else env)
-    environment["PYTHONPATH"] = path_first(str(ROOT), environment)
+    environment = _environment(env)
     environment.pop("PYTEST_CURRENT_TEST", None)  # pytest's, new in every test
     key = tuple(sorted(environment.items()))
     zygote = _zygotes.get(key)
@@ -156,12 +166,7 @@ def fork_python(
 def run_forked(code: str, env: Optional[dict] = None, args: tuple[str, ...] = ()) -> dict:
     """`run_python(code, env, args=args)` in a forked child (`fork_python`): the JSON on
     the last line of stdout; the script must exit cleanly."""
-    done = fork_python(code, env, args)
-    output = f"(exit {done.returncode})\n{done.stdout[-2000:]}{done.stderr[-4000:]}"
-    assert done.returncode == 0, output
-    lines = done.stdout.strip().splitlines()[-1:]
-    assert lines, f"no result {output}"
-    return json.loads(lines[-1])
+    return _result(fork_python(code, env, args))
 
 
 @atexit.register
