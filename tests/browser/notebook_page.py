@@ -107,15 +107,16 @@ def leftovers_after_cell(page, panel, *needles: str) -> str:
     and says so with "Refresh finds them now": then this clicks Refresh, as a person would,
     and the needles must come."""
     stale = "Refresh finds them now"
-    page.wait_for_function(
+    # one read of the page returns what was seen: a full scan arriving a moment later
+    # replaces the stale line, and widget updates arrive one message at a time
+    seen = page.wait_for_function(
         "([needles, stale]) => { const e = document.querySelector('.cgg-panel .cgg-leftovers');"
-        " return !!e && (needles.every(n => e.innerText.includes(n))"
-        " || e.innerText.includes(stale)); }",
+        " if (!e) return false; if (needles.every(n => e.innerText.includes(n))) return 'fresh';"
+        " const s = e.querySelector('.cgg-stale');"
+        " return !!s && s.innerText.includes(stale) && 'stale'; }",
         arg=[list(needles), stale],
-    )
-    text = panel.locator(".cgg-leftovers").first.inner_text()
-    if not all(needle in text for needle in needles):
-        assert stale in panel.locator(".cgg-leftovers .cgg-stale").first.inner_text(), text
+    ).json_value()
+    if seen == "stale":
         print(f"leftovers kept from a slow scan after the cell; clicking Refresh for {needles}")
         panel.locator("button", has_text="Refresh").first.click()
     return panel_text(page, "leftovers", *needles)
