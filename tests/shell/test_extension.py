@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+import gc
 import subprocess
 import sys
 import textwrap
+import weakref
 
 from colab_gpu_guard.ipython import magics
+from colab_gpu_guard.ipython.registration import registration_for
 
 EVENTS = ("pre_execute", "pre_run_cell", "post_execute", "post_run_cell", "shell_initialized")
 
@@ -41,6 +44,25 @@ def test_unload_removes_everything_load_added(bare_shell):
     assert custom_exc(bare_shell) == exc_before
     ours = {cls.__name__ for cls in magics.MAGIC_CLASSES}
     assert not ours & set(bare_shell.magics_manager.registry)
+    assert not [c for c in bare_shell.configurables if isinstance(c, magics.GuardMagics)]
+
+
+def test_unload_lets_the_magics_and_what_they_hold_go(bare_shell):
+    """IPython lists every Magics instance in shell.configurables and never takes it out:
+    an unload that left them there kept the old magics, their registration and what they
+    hold (the tracker, the panel) alive for the rest of the session."""
+    bare_shell.run_line_magic("load_ext", "colab_gpu_guard")
+    bare_shell.run_cell("pass", store_history=True)
+    bare_shell.run_line_magic("seed_all", "1 --every-cell")
+    registration = registration_for(bare_shell)
+    refs = [weakref.ref(instance) for instance in registration.magics]
+    refs.append(weakref.ref(registration))
+    del registration
+    configurables = len(bare_shell.configurables)
+    bare_shell.run_line_magic("unload_ext", "colab_gpu_guard")
+    assert len(bare_shell.configurables) == configurables - len(magics.MAGIC_CLASSES)
+    gc.collect()
+    assert [ref() for ref in refs] == [None] * len(refs)
 
 
 def test_reload_ten_times_leaves_one_of_each(bare_shell):
@@ -59,6 +81,9 @@ def test_reload_ten_times_leaves_one_of_each(bare_shell):
     bare_shell.run_line_magic("seed_all", "1 --every-cell")
     again = {e: len(c) for e, c in callbacks(bare_shell).items()}
     assert again == once_events
+    assert len([c for c in bare_shell.configurables if isinstance(c, magics.GuardMagics)]) == len(
+        magics.MAGIC_CLASSES
+    )
     bare_shell.run_line_magic("unload_ext", "colab_gpu_guard")
 
 
