@@ -4,7 +4,7 @@
 #   browser-lab  JupyterLab 4 + ipywidgets 8
 #   browser-nb6  classic Notebook 6.5 + ipywidgets 7.7.1 + widgetsnbextension 3.6 and
 #                IPython 7.34 (closest to Colab's front end); the panel's unit tests run
-#                here too, on that compatibility floor
+#                on that floor in the Colab suite (.ci/compat.sh colab)
 # Installs what it needs itself (chromium from Debian; never `playwright install`), exits
 # non-zero on any failure. Screenshots: $CGG_BROWSER_OUTPUT (default test-output/browser).
 # An environment whose pins did not change since the last run is reused.
@@ -58,20 +58,19 @@ echo "environments ready after $((SECONDS - started)) s"
 
 # The two front ends are tested at the same time (each its own server on a free port, its
 # own browser and kernel): most of their time is spent waiting on a page or a kernel.
-echo "== JupyterLab 4 + ipywidgets 8, and Notebook 6.5 + ipywidgets 7.7.1 (+ the panel's unit tests on IPython 7.34), side by side"
+echo "== JupyterLab 4 + ipywidgets 8, and Notebook 6.5 + ipywidgets 7.7.1, side by side"
 CGG_BROWSER_FRONTEND=lab .venvs/browser-lab/bin/python -m pytest -q -p no:cacheprovider \
   tests/browser >"$CGG_BROWSER_OUTPUT/tests-lab.log" 2>&1 &
 lab_tests=$!
 CGG_BROWSER_FRONTEND=notebook6 .venvs/browser-nb6/bin/python -m pytest -q -p no:cacheprovider \
-  -W ignore::DeprecationWarning tests/browser tests/shell/panel/test_panel.py tests/shell/panel/test_panel_groups.py \
-  tests/shell/panel/test_panel_facts.py >"$CGG_BROWSER_OUTPUT/tests-nb6.log" 2>&1 &
+  -W ignore::DeprecationWarning tests/browser >"$CGG_BROWSER_OUTPUT/tests-nb6.log" 2>&1 &
 nb6_tests=$!
 status=0
 wait $lab_tests || status=1
 echo "== JupyterLab 4 + ipywidgets 8"
 cat "$CGG_BROWSER_OUTPUT/tests-lab.log"
 wait $nb6_tests || status=1
-echo "== Notebook 6.5 + ipywidgets 7.7.1 (+ the panel's unit tests on IPython 7.34)"
+echo "== Notebook 6.5 + ipywidgets 7.7.1"
 cat "$CGG_BROWSER_OUTPUT/tests-nb6.log"
 
 echo "screenshots: $(ls "$CGG_BROWSER_OUTPUT"/*.png 2>/dev/null | tr '\n' ' ')"
