@@ -53,7 +53,8 @@ class Registration:
             manager.registry.pop(type(instance).__name__, None)
         # IPython's Magics.__init__ appends each instance to shell.configurables and nothing
         # takes it out: left there, every unload or reload kept the old magics alive, and
-        # through them this registration, the tracker and the panel they hold
+        # through them this registration, the memory tracker with its cells' records and
+        # the error advisor
         configurables = getattr(self.shell, "configurables", None)
         if isinstance(configurables, list):
             configurables[:] = [c for c in configurables if all(c is not m for m in self.magics)]

@@ -50,7 +50,8 @@ def test_unload_removes_everything_load_added(bare_shell):
 def test_unload_lets_the_magics_and_what_they_hold_go(bare_shell):
     """IPython lists every Magics instance in shell.configurables and never takes it out:
     an unload that left them there kept the old magics, their registration and what they
-    hold (the tracker, the panel) alive for the rest of the session."""
+    hold (the memory tracker with its cells' records, the error advisor) alive for the rest
+    of the session."""
     bare_shell.run_line_magic("load_ext", "colab_gpu_guard")
     bare_shell.run_cell("pass", store_history=True)
     bare_shell.run_line_magic("seed_all", "1 --every-cell")
