@@ -7,7 +7,8 @@
 #                on that floor in the Colab suite (.ci/compat.sh colab)
 # Installs what it needs itself (chromium from Debian; never `playwright install`), exits
 # non-zero on any failure. Screenshots: $CGG_BROWSER_OUTPUT (default test-output/browser).
-# An environment whose pins did not change since the last run is reused.
+# An environment whose pins did not change since the last run is reused; `--setup` only
+# installs Chromium and makes the environments.
 set -euo pipefail
 unset PYTHONDONTWRITEBYTECODE  # bytecode cached once, not compiled in every process (.ci/run)
 cd "$(dirname "$0")/.."
@@ -25,8 +26,10 @@ NB6_PINS=("notebook==6.5.7" "ipywidgets==7.7.1" "widgetsnbextension==3.6.10"
           "pyzmq==27.3.0" "tornado==6.6.1")
 
 echo "== chromium (Debian's package)"
-apt-get update -qq
-apt-get install -y -qq chromium >/dev/null
+if [ ! -x /usr/bin/chromium ]; then
+  apt-get update -qq
+  apt-get install -y -qq chromium >/dev/null
+fi
 /usr/bin/chromium --version
 
 make_env() {  # make_env NAME PIN...: a virtualenv with torch, this package and the pins
@@ -55,6 +58,9 @@ wait $nb6_job || { echo "browser-nb6: install failed"; tail -n 40 "$CGG_BROWSER_
 [ $status -eq 0 ] || exit 1
 grep -v "^WARNING: Location" "$CGG_BROWSER_OUTPUT/env-lab.log" "$CGG_BROWSER_OUTPUT/env-nb6.log" || true
 echo "environments ready after $((SECONDS - started)) s"
+if [ "${1:-}" = "--setup" ]; then  # only Chromium and the environments (.ci/run)
+  exit 0
+fi
 
 # The two front ends are tested at the same time (each its own server on a free port, its
 # own browser and kernel): most of their time is spent waiting on a page or a kernel.
