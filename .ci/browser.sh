@@ -7,9 +7,17 @@
 #                on that floor in the Colab suite (.ci/compat.sh colab)
 # Installs what it needs itself (chromium from Debian; never `playwright install`), exits
 # non-zero on any failure. Screenshots: $CGG_BROWSER_OUTPUT (default test-output/browser).
-# An environment whose pins did not change since the last run is reused; `--setup` only
-# installs Chromium and makes the environments.
+# An environment whose pins did not change since the last run is reused.
+#
+# Usage: .ci/browser.sh [setup|tests]: Chromium and the environments only, or the tests
+# only (the environments made before); both when not told (.ci/run makes them once the
+# README's suite ends, beside the Colab suite, and runs the tests after).
 set -euo pipefail
+mode=${1:-all}
+case "$mode" in
+  all|setup|tests) ;;
+  *) echo "usage: .ci/browser.sh [setup|tests]" >&2; exit 2 ;;
+esac
 unset PYTHONDONTWRITEBYTECODE  # bytecode cached once, not compiled in every process (.ci/run)
 cd "$(dirname "$0")/.."
 export PIP_DISABLE_PIP_VERSION_CHECK=1 PYTHONUNBUFFERED=1 DEBIAN_FRONTEND=noninteractive
@@ -24,13 +32,6 @@ LAB_PINS=("jupyterlab==4.4.10" "ipywidgets==8.1.7" "jupyterlab_widgets==3.0.17")
 NB6_PINS=("notebook==6.5.7" "ipywidgets==7.7.1" "widgetsnbextension==3.6.10"
           "ipython==7.34.0" "ipykernel==6.29.5" "jupyter_client==7.4.9" "traitlets==5.16.1"
           "pyzmq==27.3.0" "tornado==6.6.1")
-
-echo "== chromium (Debian's package)"
-if [ ! -x /usr/bin/chromium ]; then
-  apt-get update -qq
-  apt-get install -y -qq chromium >/dev/null
-fi
-/usr/bin/chromium --version
 
 make_env() {  # make_env NAME PIN...: a virtualenv with torch, this package and the pins
   local name=$1 venv=.venvs/$1
@@ -47,20 +48,25 @@ make_env() {  # make_env NAME PIN...: a virtualenv with torch, this package and 
   echo "$want" >"$venv/.cgg-pins"
 }
 
-echo "== front-end environments (in parallel)"
-make_env browser-lab "${COMMON[@]}" "${LAB_PINS[@]}" >"$CGG_BROWSER_OUTPUT/env-lab.log" 2>&1 &
-lab_job=$!
-make_env browser-nb6 "${COMMON[@]}" "${NB6_PINS[@]}" >"$CGG_BROWSER_OUTPUT/env-nb6.log" 2>&1 &
-nb6_job=$!
-status=0
-wait $lab_job || { echo "browser-lab: install failed"; tail -n 40 "$CGG_BROWSER_OUTPUT/env-lab.log"; status=1; }
-wait $nb6_job || { echo "browser-nb6: install failed"; tail -n 40 "$CGG_BROWSER_OUTPUT/env-nb6.log"; status=1; }
-[ $status -eq 0 ] || exit 1
-grep -v "^WARNING: Location" "$CGG_BROWSER_OUTPUT/env-lab.log" "$CGG_BROWSER_OUTPUT/env-nb6.log" || true
-echo "environments ready after $((SECONDS - started)) s"
-if [ "${1:-}" = "--setup" ]; then  # only Chromium and the environments (.ci/run)
-  exit 0
-fi
+setup() {  # Chromium, and both environments side by side
+  echo "== chromium (Debian's package)"
+  apt-get update -qq
+  apt-get install -y -qq chromium >/dev/null
+  /usr/bin/chromium --version
+  echo "== front-end environments (in parallel)"
+  make_env browser-lab "${COMMON[@]}" "${LAB_PINS[@]}" >"$CGG_BROWSER_OUTPUT/env-lab.log" 2>&1 &
+  local lab_job=$! nb6_job status=0
+  make_env browser-nb6 "${COMMON[@]}" "${NB6_PINS[@]}" >"$CGG_BROWSER_OUTPUT/env-nb6.log" 2>&1 &
+  nb6_job=$!
+  wait $lab_job || { echo "browser-lab: install failed"; tail -n 40 "$CGG_BROWSER_OUTPUT/env-lab.log"; status=1; }
+  wait $nb6_job || { echo "browser-nb6: install failed"; tail -n 40 "$CGG_BROWSER_OUTPUT/env-nb6.log"; status=1; }
+  [ $status -eq 0 ] || exit 1
+  grep -v "^WARNING: Location" "$CGG_BROWSER_OUTPUT/env-lab.log" "$CGG_BROWSER_OUTPUT/env-nb6.log" || true
+  echo "environments ready after $((SECONDS - started)) s"
+}
+
+[ "$mode" = tests ] || setup
+[ "$mode" != setup ] || exit 0
 
 # The two front ends are tested at the same time (each its own server on a free port, its
 # own browser and kernel): most of their time is spent waiting on a page or a kernel.
