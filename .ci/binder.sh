@@ -4,16 +4,18 @@
 # Offline here, PyTorch's CPU index cannot be reached, so its --extra-index-url line is
 # dropped and torch==2.13.0 resolves to the CPU wheel available locally.
 set -euo pipefail
-unset PYTHONDONTWRITEBYTECODE  # bytecode cached once, not compiled in every process (.ci/run)
+# bytecode cached once, not compiled in every process (.ci/run); written at first import, not
+# for every installed file (--no-compile, as the Makefile)
+unset PYTHONDONTWRITEBYTECODE
 cd "$(dirname "$0")/.."
 venv=.venvs/binder
 rm -rf "$venv"
 python3 -m venv "$venv"
 "$venv/bin/python" -m pip install -q --upgrade pip
 grep -v -- '--extra-index-url' binder/requirements.txt > "$venv/requirements.offline.txt"
-"$venv/bin/python" -m pip install -q -r "$venv/requirements.offline.txt"
+"$venv/bin/python" -m pip install -q --no-compile -r "$venv/requirements.offline.txt"
 # Binder's base image brings the Jupyter server and kernel; bring the pieces the demo needs.
-"$venv/bin/python" -m pip install -q ipykernel nbclient nbformat
+"$venv/bin/python" -m pip install -q --no-compile ipykernel nbclient nbformat
 "$venv/bin/python" - <<'PY'
 import torch, colab_gpu_guard
 assert torch.version.cuda is None, f"Binder must get the CPU build, got CUDA {torch.version.cuda}"

@@ -5,7 +5,9 @@
 #   minimal  no torch and no NumPy: the non-torch parts must work and say what is missing
 # The "latest" environment is the main .venv that `make test` builds.
 set -euo pipefail
-unset PYTHONDONTWRITEBYTECODE  # bytecode cached once, not compiled in every process (.ci/run)
+# bytecode cached once, not compiled in every process (.ci/run); written at first import, not
+# for every installed file (--no-compile, as the Makefile)
+unset PYTHONDONTWRITEBYTECODE
 cd "$(dirname "$0")/.."
 env_name=${1:?usage: .ci/compat.sh colab|minimal}
 venv=.venvs/$env_name
@@ -26,10 +28,10 @@ if [ ! -x "$py" ]; then
 fi
 "$py" -m pip install -q --upgrade pip
 if [ ${#pins[@]} -gt 0 ]; then
-  "$py" -m pip install -q "${pins[@]}"
+  "$py" -m pip install -q --no-compile "${pins[@]}"
 fi
 # the pins stay: only what the pins leave open is resolved here
-"$py" -m pip install -q -e ".[dev]" "${pins[@]}"
+"$py" -m pip install -q --no-compile -e ".[dev]" "${pins[@]}"
 if [ "$env_name" = minimal ]; then
   "$py" -m pip uninstall -q -y torch numpy pandas pyarrow 2>/dev/null || true
   "$py" - <<'PY'

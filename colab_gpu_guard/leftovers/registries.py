@@ -17,6 +17,8 @@ from typing import Any, NamedTuple, Optional
 from ..frameworks.base import short_type_name
 from .kinds import ATOMIC, opaque_module
 from .readers import (
+    closure_values,
+    function_defaults,
     function_module,
     function_name,
     instance_dict,
@@ -100,10 +102,19 @@ def _defined_elsewhere(value: Any, module: str) -> bool:
     return False
 
 
+def _keeps_nothing(function: types.FunctionType) -> bool:
+    """A function of the module that keeps no value a scan walks (no defaults, no closure
+    cell holding more than an int or a str): what a module's ``def``s mostly are."""
+    if any(default for default in function_defaults(function)):
+        return False
+    return all(type(value) in ATOMIC for _name, value in closure_values(function))
+
+
 def module_globals(namespace: Optional[dict]) -> list[Global]:
     """The globals of the user's own modules (`users_module`) that may hold an array, in
     the order Python imported the modules: not modules, plain values, C functions, functions
-    and classes imported from elsewhere, ``__dunder__`` names; not ``__main__`` (the
+    and classes imported from elsewhere, the module's own functions that keep nothing
+    (`_keeps_nothing`), ``__dunder__`` names; not ``__main__`` (the
     notebook's namespace, or a script's: not an imported module) nor the shell's or this
     package's modules. Read through the modules' dicts."""
     aliases: dict[int, str] = {}  # a module the notebook imported under a name of its own
@@ -129,6 +140,11 @@ def module_globals(namespace: Optional[dict]) -> list[Global]:
             if kind in ATOMIC or issubclass(kind, _NOT_DATA):
                 continue
             if _defined_elsewhere(value, name):
+                continue
+            # a root the walk would go no further from (`Holders.function` walks a
+            # function's defaults and closure cells only): in a package beside the notebook
+            # hundreds of functions per scan
+            if kind is types.FunctionType and _keeps_nothing(value):
                 continue
             found.append(Global(f"{shown}.{key}", value))
             if len(found) >= MAX_MODULE_GLOBALS:
@@ -259,10 +275,14 @@ def logging_registry() -> list[tuple[str, Any]]:
         getattr(logging, name, None) for name in ("NullHandler", "StreamHandler", "FileHandler")
     }
     found = []
+    getters: dict[type, Any] = {}  # a logger type's dict reader: torch alone makes 200 loggers
     for name, logger in pairs:
-        if type(name) is not str or not issubclass(type(logger), logging.Logger):
+        kind = type(logger)
+        if type(name) is not str or not issubclass(kind, logging.Logger):
             continue
-        attributes = instance_dict(layout_of(type(logger)).dict_getter, logger) or {}
+        if kind not in getters:
+            getters[kind] = layout_of(kind).dict_getter
+        attributes = instance_dict(getters[kind], logger) or {}
         handlers = dict.get(attributes, "handlers")
         if type(handlers) is list and any(
             kind not in keep_nothing and not opaque_module(type_module(kind))

@@ -33,7 +33,8 @@ MODULE = "cgg_test_nbutils"
 @pytest.fixture
 def user_module(tmp_path):
     """A module of the user's own beside the notebook: a cache its function fills, a class
-    attribute, an imported class and function (not its data)."""
+    attribute, functions with a default and a closure cell that keep lists, an imported class
+    and function (not its data)."""
     (tmp_path / f"{MODULE}.py").write_text(
         textwrap.dedent(
             """
@@ -46,6 +47,17 @@ def user_module(tmp_path):
             def remember(x):
                 _cache.append(x)
                 return x
+
+            def remember_once(x, seen=[]):
+                seen.append(x)
+
+            def _counter():
+                calls = []
+                def count(x):
+                    calls.append(x)
+                return count
+
+            count = _counter()
 
             class Keeper:
                 store = {}
@@ -83,6 +95,19 @@ def quiet(ip, line: str) -> str:
     return out.stdout
 
 
+def test_a_modules_functions_are_walked_into_through_defaults_and_closure_cells(
+    shell, run_cell, user_module
+):
+    run(
+        run_cell,
+        f"import {MODULE} as nb\nnb.remember_once(torch.ones({N})); nb.count(torch.ones({2 * N}))",
+    )
+    found = entries(shell)
+    assert found["nb.remember_once.__defaults__[0][0]"].nbytes == 4 * N
+    assert found["nb.count.<closure 'calls'>[0]"].nbytes == 8 * N
+    assert found["nb.count.<closure 'calls'>[0]"].held_as == "module global"
+
+
 def test_a_user_modules_globals_are_listed_and_never_deleted(shell, run_cell, user_module):
     run(
         run_cell,
@@ -97,7 +122,11 @@ def test_a_user_modules_globals_are_listed_and_never_deleted(shell, run_cell, us
     assert found["nb.Keeper.store['w']"].nbytes == 8 * N
     assert str(found["nb._cache[0]"]).endswith("cpu  (module global)")  # not "(other)"
     labels = [item.label for item in module_globals(shell.user_ns)]
-    assert "nb._cache" in labels and "nb.Keeper" in labels and "nb.remember" in labels
+    assert "nb._cache" in labels and "nb.Keeper" in labels
+    # a function is walked into through its defaults and closure cells: one with neither
+    # keeps nothing and is no root
+    assert "nb.remember_once" in labels and "nb.count" in labels
+    assert "nb.remember" not in labels and "nb._counter" not in labels
     # imported names and plain values are not this module's data
     assert not {"nb.Linear", "nb.zeros", "nb.torch", "nb.LIMIT"} & set(labels)
     assert not any(label.startswith(("json.", "torch.", "IPython.")) for label in labels)

@@ -7,6 +7,8 @@ ModuleNotFoundError)."""
 
 from __future__ import annotations
 
+import functools
+
 import pytest
 
 from tests.child import run_python
@@ -61,6 +63,7 @@ print({mark!r} + json.dumps(results))
 """
 
 
+@functools.cache  # one fresh shell per missing part (8 s each), read by every test of it
 def run_without(*parts: str) -> dict:
     code = SCRIPT.format(
         parts=list(parts), magics=["%load_ext colab_gpu_guard", *MAGICS], mark=MARK
