@@ -68,22 +68,33 @@ setup() {  # Chromium, and both environments side by side
 [ "$mode" = tests ] || setup
 [ "$mode" != setup ] || exit 0
 
-# The two front ends are tested at the same time (each its own server on a free port, its
-# own browser and kernel): most of their time is spent waiting on a page or a kernel.
-echo "== JupyterLab 4 + ipywidgets 8, and Notebook 6.5 + ipywidgets 7.7.1, side by side"
-CGG_BROWSER_FRONTEND=lab .venvs/browser-lab/bin/python -m pytest -q -p no:cacheprovider \
-  tests/browser >"$CGG_BROWSER_OUTPUT/tests-lab.log" 2>&1 &
-lab_tests=$!
-CGG_BROWSER_FRONTEND=notebook6 .venvs/browser-nb6/bin/python -m pytest -q -p no:cacheprovider \
-  -W ignore::DeprecationWarning tests/browser >"$CGG_BROWSER_OUTPUT/tests-nb6.log" 2>&1 &
-nb6_tests=$!
+# The two front ends are tested at the same time, each in two halves (the layout tests
+# alone took as long as the rest), each half its own server on a free port, its own
+# browser and kernel: most of their time is spent waiting on a page or a kernel.
+LAYOUT=tests/browser/test_panel_layout.py
+echo "== JupyterLab 4 + ipywidgets 8 and Notebook 6.5 + ipywidgets 7.7.1, side by side"
+declare -A names=([lab]="JupyterLab 4 + ipywidgets 8" [nb6]="Notebook 6.5 + ipywidgets 7.7.1")
+declare -A frontend=([lab]=lab [nb6]=notebook6)
+declare -A quiet=([lab]="" [nb6]="-W ignore::DeprecationWarning")  # Notebook 6.5's own
+declare -A jobs_of=()
+for env in lab nb6; do
+  for half in layout other; do
+    if [ $half = layout ]; then chosen=("$LAYOUT"); else chosen=(tests/browser --ignore="$LAYOUT"); fi
+    # shellcheck disable=SC2086  # quiet: no option, or one option and its value
+    CGG_BROWSER_FRONTEND=${frontend[$env]} ".venvs/browser-$env/bin/python" -m pytest -q \
+      -p no:cacheprovider ${quiet[$env]} "${chosen[@]}" \
+      >"$CGG_BROWSER_OUTPUT/tests-$env-$half.log" 2>&1 &
+    jobs_of[$env-$half]=$!
+  done
+done
 status=0
-wait $lab_tests || status=1
-echo "== JupyterLab 4 + ipywidgets 8"
-cat "$CGG_BROWSER_OUTPUT/tests-lab.log"
-wait $nb6_tests || status=1
-echo "== Notebook 6.5 + ipywidgets 7.7.1"
-cat "$CGG_BROWSER_OUTPUT/tests-nb6.log"
+for env in lab nb6; do
+  for half in layout other; do
+    wait "${jobs_of[$env-$half]}" || status=1
+    echo "== ${names[$env]}: the $half tests"
+    cat "$CGG_BROWSER_OUTPUT/tests-$env-$half.log"
+  done
+done
 
 echo "screenshots: $(ls "$CGG_BROWSER_OUTPUT"/*.png 2>/dev/null | tr '\n' ' ')"
 echo "browser tests done in $((SECONDS - started)) s"

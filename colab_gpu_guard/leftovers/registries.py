@@ -104,7 +104,8 @@ def _defined_elsewhere(value: Any, module: str) -> bool:
 
 def _keeps_nothing(function: types.FunctionType) -> bool:
     """A function of the module that keeps no value a scan walks (no defaults, no closure
-    cell holding more than an int or a str): what a module's ``def``s mostly are."""
+    cell holding more than a plain value: a number, a string, None): what most of a
+    module's ``def``s are."""
     if any(default for default in function_defaults(function)):
         return False
     return all(type(value) in ATOMIC for _name, value in closure_values(function))
@@ -277,12 +278,12 @@ def logging_registry() -> list[tuple[str, Any]]:
     found = []
     getters: dict[type, Any] = {}  # a logger type's dict reader: torch alone makes 200 loggers
     for name, logger in pairs:
-        kind = type(logger)
-        if type(name) is not str or not issubclass(kind, logging.Logger):
+        logger_type = type(logger)
+        if type(name) is not str or not issubclass(logger_type, logging.Logger):
             continue
-        if kind not in getters:
-            getters[kind] = layout_of(kind).dict_getter
-        attributes = instance_dict(getters[kind], logger) or {}
+        if logger_type not in getters:
+            getters[logger_type] = layout_of(logger_type).dict_getter
+        attributes = instance_dict(getters[logger_type], logger) or {}
         handlers = dict.get(attributes, "handlers")
         if type(handlers) is list and any(
             kind not in keep_nothing and not opaque_module(type_module(kind))

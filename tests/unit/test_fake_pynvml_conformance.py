@@ -11,6 +11,7 @@
 from __future__ import annotations
 
 import ast
+import functools
 import inspect
 import re
 from pathlib import Path
@@ -37,9 +38,11 @@ def fake_module():
     return fake_pynvml.install(fake_pynvml.one_gpu())
 
 
-def nvml_names_used(source: str) -> set[str]:
+@functools.cache  # the package's source is read whole by several tests
+def nvml_names_used(source: str) -> frozenset[str]:
     """NVML names a source uses: attributes of a name `pynvml`/`module` (the module object
-    in nvml.py) and string constants that look like NVML names (calls made by name)."""
+    in nvml.py) and string constants that look like NVML names (calls made by name); each
+    node is judged alone, so a source's names are its parts' names together."""
     names: set[str] = set()
     for node in ast.walk(ast.parse(source)):
         if (
@@ -61,7 +64,7 @@ def nvml_names_used(source: str) -> set[str]:
             and NVML_NAME.match(node.value)
         ):
             names.add(node.value)
-    return {name for name in names if NVML_NAME.match(name)}
+    return frozenset(name for name in names if NVML_NAME.match(name))
 
 
 # ---------------------------------------------------------------- fake -> real
@@ -190,7 +193,9 @@ def test_the_scan_catches_a_new_unfaked_call():
         '\n\ndef _extra(query, handle):\n    return query.call("fan", "nvmlDeviceGetFanSpeed")\n',
         "\n\ndef _extra(query):\n    return query.module.NVML_FAN_NORMAL\n",
     ):
-        used = nvml_names_used(source + addition)
+        # as the package with the addition appended would be scanned, without parsing the
+        # whole package again for each
+        used = nvml_names_used(source) | nvml_names_used(addition)
         module = fake_module()
         assert any(not hasattr(module, name) for name in used), addition
 

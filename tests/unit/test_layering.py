@@ -15,6 +15,7 @@
 from __future__ import annotations
 
 import ast
+import functools
 from pathlib import Path
 
 import pytest
@@ -102,9 +103,14 @@ def resolve(module: str, node: ast.ImportFrom) -> list[str]:
     return targets
 
 
+@functools.cache  # 300 tests read the same hundred modules
+def syntax_tree(module: str) -> ast.Module:
+    return ast.parse(MODULES[module].read_text(), str(MODULES[module]))
+
+
 def imports(module: str, top_level_only: bool) -> list[tuple[str, int]]:
     """(imported module, line) for each import; top_level_only skips function bodies."""
-    tree = ast.parse(MODULES[module].read_text(), str(MODULES[module]))
+    tree = syntax_tree(module)
     found: list[tuple[str, int]] = []
 
     def visit(node: ast.AST) -> None:
@@ -191,9 +197,9 @@ def test_a_room_imports_only_rooms_above_it(module):
 def test_import_module_only_in_the_lazy_exports():
     users = sorted(
         f"{module} line {node.lineno}"
-        for module, path in MODULES.items()
+        for module in MODULES
         if module != NAME
-        for node in ast.walk(ast.parse(path.read_text()))
+        for node in ast.walk(syntax_tree(module))
         if (isinstance(node, ast.Attribute) and node.attr == "import_module")
         or (isinstance(node, ast.ImportFrom) and any(a.name == "import_module" for a in node.names))
     )
@@ -235,7 +241,7 @@ def test_no_import_circles():
 
 @pytest.mark.parametrize("module", [m for m in core_modules() if room(m) != "notebook_refs"])
 def test_only_notebook_refs_knows_the_shell(module):
-    tree = ast.parse(MODULES[module].read_text())
+    tree = syntax_tree(module)
     bad = sorted(
         f"line {node.lineno}: .{node.attr}"
         for node in ast.walk(tree)
