@@ -103,14 +103,13 @@ def resolve(module: str, node: ast.ImportFrom) -> list[str]:
     return targets
 
 
-@functools.cache  # 300 tests read the same hundred modules
-def syntax_tree(module: str) -> ast.Module:
-    return ast.parse(MODULES[module].read_text(), str(MODULES[module]))
-
-
-def imports(module: str, top_level_only: bool) -> list[tuple[str, int]]:
+# 300 tests ask for the same hundred modules' imports: each parsed once, and only what was
+# found kept (the syntax trees kept would be 200,000 objects more for every later full
+# collection in the suite's process to go over)
+@functools.cache
+def imports(module: str, top_level_only: bool) -> tuple[tuple[str, int], ...]:
     """(imported module, line) for each import; top_level_only skips function bodies."""
-    tree = syntax_tree(module)
+    tree = ast.parse(MODULES[module].read_text(), str(MODULES[module]))
     found: list[tuple[str, int]] = []
 
     def visit(node: ast.AST) -> None:
@@ -126,7 +125,7 @@ def imports(module: str, top_level_only: bool) -> list[tuple[str, int]]:
             visit(child)
 
     visit(tree)
-    return found
+    return tuple(found)
 
 
 def _is_type_checking(test: ast.expr) -> bool:
@@ -197,9 +196,9 @@ def test_a_room_imports_only_rooms_above_it(module):
 def test_import_module_only_in_the_lazy_exports():
     users = sorted(
         f"{module} line {node.lineno}"
-        for module in MODULES
+        for module, path in MODULES.items()
         if module != NAME
-        for node in ast.walk(syntax_tree(module))
+        for node in ast.walk(ast.parse(path.read_text()))
         if (isinstance(node, ast.Attribute) and node.attr == "import_module")
         or (isinstance(node, ast.ImportFrom) and any(a.name == "import_module" for a in node.names))
     )
@@ -241,7 +240,7 @@ def test_no_import_circles():
 
 @pytest.mark.parametrize("module", [m for m in core_modules() if room(m) != "notebook_refs"])
 def test_only_notebook_refs_knows_the_shell(module):
-    tree = syntax_tree(module)
+    tree = ast.parse(MODULES[module].read_text())
     bad = sorted(
         f"line {node.lineno}: .{node.attr}"
         for node in ast.walk(tree)
