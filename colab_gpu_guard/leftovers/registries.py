@@ -8,6 +8,7 @@ A reset names them and never changes them. See docs/leftovers.md."""
 from __future__ import annotations
 
 import functools
+import operator
 import os
 import sys
 import sysconfig
@@ -39,6 +40,7 @@ _FUNCTION_GLOBALS = types.FunctionType.__dict__["__globals__"].__get__
 _PARTIAL_FUNC = functools.partial.__dict__["func"].__get__
 _installed: list[tuple[str, ...]] = []
 _MAIN_NAMES = frozenset({"__main__", "__mp_main__"})
+_IS = operator.is_
 # a module's globals that hold no data of its own: modules, C functions (``from torch
 # import zeros``)
 _NOT_DATA = (types.ModuleType, types.BuiltinFunctionType)
@@ -91,24 +93,53 @@ def _users(name: str, scope: dict) -> bool:
     return mine
 
 
-def _defined_elsewhere(value: Any, module: str) -> bool:
-    """A function or class another module defined (``from torch import nn``'s kind):
-    not this module's data."""
-    kind = type(value)
-    if kind is types.FunctionType:
-        return function_module(value) != module
-    if issubclass(kind, type):
-        return type_module(value) != module
-    return False
-
-
 def _keeps_nothing(function: types.FunctionType) -> bool:
     """A function of the module that keeps no value a scan walks (no defaults, no closure
     cell holding more than a plain value: a number, a string, None): what most of a
-    module's ``def``s are."""
-    if any(default for default in function_defaults(function)):
+    module's ``def``s are. Lengths read through the C types (a tuple subclass's own
+    ``__len__`` is user code)."""
+    defaults, kwdefaults = function_defaults(function)
+    if defaults is not None and tuple.__len__(defaults):
+        return False
+    if kwdefaults is not None and dict.__len__(kwdefaults):
         return False
     return all(type(value) in ATOMIC for _name, value in closure_values(function))
+
+
+# sys.modules as the last scan read it (its names and entries) and the user's modules in
+# it: judged again only after an import or a replaced entry (judging each of torch's 3,500
+# modules took most of a scan's time where the user has a package beside the notebook).
+# The entries are held until the next scan's read: a module deleted from sys.modules
+# outlives it by that long.
+_SEEN: list[Any] = [[], [], ()]
+
+
+def _user_modules() -> tuple[tuple[str, types.ModuleType, dict], ...]:
+    """(name, module, its globals) of the user's own modules (`_users`), in the order
+    Python imported them; not ``__main__`` (the notebook's namespace, or a script's: not an
+    imported module, also as multiprocessing's ``__mp_main__``)."""
+    now = dict(sys.modules)  # one copy: its names and entries agree
+    names, entries, users = _SEEN
+    # the same names bound to the same objects, in the same order; compared by identity
+    # (what sits in sys.modules may define its own ==)
+    if (
+        len(now) == len(names)
+        and all(map(_IS, now, names))
+        and all(map(_IS, now.values(), entries))
+    ):
+        return users
+    main = now.get("__main__")
+    found = []
+    for name, module in now.items():
+        if type(name) is not str or not issubclass(type(module), types.ModuleType):
+            continue
+        if module is main or name in _MAIN_NAMES:
+            continue
+        scope = _MODULE_DICT(module)
+        if type(scope) is dict and _users(name, scope):
+            found.append((name, module, scope))
+    _SEEN[:] = [list(now), list(now.values()), tuple(found)]
+    return _SEEN[2]
 
 
 def module_globals(namespace: Optional[dict]) -> list[Global]:
@@ -123,30 +154,25 @@ def module_globals(namespace: Optional[dict]) -> list[Global]:
         if type(name) is str and issubclass(type(value), types.ModuleType):
             aliases.setdefault(id(value), name)
     found: list[Global] = []
-    main = sys.modules.get("__main__")
-    for name, module in list(dict.items(sys.modules)):
-        if type(name) is not str or not issubclass(type(module), types.ModuleType):
-            continue
-        # the notebook (or script) itself, also as multiprocessing's `__mp_main__`
-        if module is main or name in _MAIN_NAMES:
-            continue
-        scope = _MODULE_DICT(module)
-        if type(scope) is not dict or scope is namespace or not _users(name, scope):
+    for name, module, scope in _user_modules():
+        if scope is namespace:
             continue
         shown = aliases.get(id(module), name)
         for key, value in list(dict.items(scope)):
             if type(key) is not str or (key.startswith("__") and key.endswith("__")):
                 continue
             kind = type(value)
-            if kind in ATOMIC or issubclass(kind, _NOT_DATA):
+            if kind is types.FunctionType:
+                # one another module defined (``from torch import nn``'s kind), or a root
+                # the walk would go no further from (`Holders.function` walks a function's
+                # defaults and closure cells only): in a package beside the notebook
+                # hundreds of functions per scan
+                if function_module(value) != name or _keeps_nothing(value):
+                    continue
+            elif kind in ATOMIC or issubclass(kind, _NOT_DATA):
                 continue
-            if _defined_elsewhere(value, name):
-                continue
-            # a root the walk would go no further from (`Holders.function` walks a
-            # function's defaults and closure cells only): in a package beside the notebook
-            # hundreds of functions per scan
-            if kind is types.FunctionType and _keeps_nothing(value):
-                continue
+            elif issubclass(kind, type) and type_module(value) != name:
+                continue  # a class another module defined
             found.append(Global(f"{shown}.{key}", value))
             if len(found) >= MAX_MODULE_GLOBALS:
                 return found

@@ -212,6 +212,28 @@ def test_module_globals_are_roots_of_their_own_kind(shell, run_cell, user_module
     run(run_cell, f"{MODULE}._cache.clear()")
 
 
+def test_each_scan_sees_the_modules_imported_replaced_or_removed_since_the_last(
+    shell, run_cell, user_module
+):
+    """The user's modules are judged again only when sys.modules changed: a module imported
+    after a scan, an entry replaced in place (the same names, as many), one removed."""
+    label = f"{MODULE}._cache[0]"
+    assert not any(name.startswith(MODULE) for name in entries(shell))  # not imported yet
+    run(run_cell, f"import {MODULE}\n{MODULE}.remember(torch.ones({N}));")  # no Out[N]
+    assert entries(shell)[label].nbytes == 4 * N
+    module = sys.modules[MODULE]
+    sys.modules[MODULE] = type(sys)(MODULE)  # not a file of the user's: no root
+    try:
+        assert label not in entries(shell)
+    finally:
+        sys.modules[MODULE] = module
+    assert entries(shell)[label].nbytes == 4 * N
+    del sys.modules[MODULE]
+    assert label not in entries(shell)
+    sys.modules[MODULE] = module
+    run(run_cell, f"{MODULE}._cache.clear()")
+
+
 def test_a_running_threads_arguments_are_listed_and_freed_when_it_returns(shell, run_cell):
     run(
         run_cell,
