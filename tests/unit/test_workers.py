@@ -33,13 +33,13 @@ class Augmented(Dataset):
         )
 
 
-def worker_loader(worker_init_fn=None, start: object = None) -> DataLoader:
+def worker_loader(worker_init_fn=None, start: object = None, workers: int = 2) -> DataLoader:
     """Two workers over `Augmented`, from the tests' fork server (`tests.workers`), or
     started by ``start`` ("spawn")."""
     return DataLoader(
         Augmented(),
         batch_size=4,
-        num_workers=2,
+        num_workers=workers,
         worker_init_fn=worker_init_fn,
         multiprocessing_context=start or worker_context(),
     )
@@ -251,7 +251,9 @@ def _gloo_rank(rank: int, port: int, folder: str) -> None:
     try:
         seed_all(7)
         main = [torch.rand(2).tolist(), random.random(), float(np.random.rand())]
-        loader = worker_loader(seed_worker, start="spawn")
+        # one worker a rank (a spawned interpreter imports torch: 3 s): rank 1's repeating
+        # rank 0's draws is worker 0's on each
+        loader = worker_loader(seed_worker, start="spawn", workers=1)
         rows = [row for batch in loader for row in batch.tolist()]
         with open(os.path.join(folder, f"rank{rank}.json"), "w") as handle:
             json.dump({"main": main, "rows": rows}, handle)
