@@ -135,11 +135,21 @@ def _forget_the_traceback_sources():
 
 @pytest.fixture
 def ip():
-    """The real global IPython test shell with colab_gpu_guard loaded; unloaded after."""
+    """The real global IPython test shell with colab_gpu_guard loaded; unloaded after, and
+    what the test left taken out (the names its cells made, its outputs, the last result
+    and error, the configurables it added: a `Magics` made by hand joins them): the next
+    test starts from the same shell, whatever the order the tests run in."""
     shell = global_shell()
+    names = set(shell.user_ns)
+    configurables = list(shell.configurables)
     shell.run_line_magic("load_ext", "colab_gpu_guard")
     yield shell
     shell.run_line_magic("unload_ext", "colab_gpu_guard")
+    for name in [name for name in shell.user_ns if name not in names]:
+        if not _ipython_name(name):
+            del shell.user_ns[name]
+    shell.configurables[:] = configurables
+    forget_the_cells(shell)
     from colab_gpu_guard import seeding
 
     seeding.seed_all(0, deterministic=False)  # leave deterministic mode off for the next test

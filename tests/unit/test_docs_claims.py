@@ -33,14 +33,11 @@ def test_committed_notebook_is_what_the_generator_writes(name):
         assert cell.get("metadata", {}).get("tags", []) == ours.metadata.get("tags", [])
 
 
-def test_quickstart_runs_every_magic():
+def test_quickstart_runs_every_magic(bare_shell):
     """tools/demo.py: the quickstart runs every magic."""
-    from IPython.core.interactiveshell import InteractiveShell
-
-    shell = InteractiveShell.instance()
-    before = set(shell.magics_manager.lsmagic()["line"])
-    shell.run_line_magic("load_ext", "colab_gpu_guard")
-    ours = set(shell.magics_manager.lsmagic()["line"]) - before
+    before = set(bare_shell.magics_manager.lsmagic()["line"])
+    bare_shell.run_line_magic("load_ext", "colab_gpu_guard")
+    ours = set(bare_shell.magics_manager.lsmagic()["line"]) - before
     assert ours, "the extension registered no line magic"
     code = "\n".join(c.source for c in make_notebooks.QUICKSTART if c.cell_type == "code")
     used = set(re.findall(r"^%(\w+)", code, flags=re.MULTILINE))

@@ -32,7 +32,9 @@ def cell():
         store_history=True,
     )
     assert result.error_in_exec is None
-    return result.execution_count, ip.user_ns["cell_file"]
+    yield result.execution_count, ip.user_ns["cell_file"]
+    for name in ("step", "cell_file"):
+        ip.user_ns.pop(name, None)
 
 
 @pytest.fixture
