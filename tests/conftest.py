@@ -168,20 +168,15 @@ def run_cell(ip):
 @pytest.fixture
 def shell(ip, run_cell):
     """The shell for tests that prove what is freed: the notebook's hidden holders (output
-    history, the last result and error) emptied before and after (`forget_the_cells`); torch,
-    weakref, sys and gc imported and an empty `refs` dict for the test's weakrefs; the
-    variables the test made removed after. A test module that needs more overrides this
-    fixture and asks for it by name (`def shell(shell): ...`)."""
+    history, the last result and error) emptied before (`forget_the_cells`; `ip` empties
+    them after, and removes the variables the test made); torch, weakref, sys and gc
+    imported and an empty `refs` dict for the test's weakrefs. A test module that needs
+    more overrides this fixture and asks for it by name (`def shell(shell): ...`)."""
     pytest.importorskip("torch")
     forget_the_cells(ip)
-    before = set(ip.user_ns)
     result = run_cell("import torch, weakref, sys, gc\nrefs = {}")
     assert result.error_in_exec is None, result.error_in_exec
-    yield ip
-    made = [name for name in ip.user_ns if name not in before and not _ipython_name(name)]
-    for name in made:
-        ip.user_ns.pop(name, None)
-    forget_the_cells(ip)
+    return ip
 
 
 def forget_the_cells(ip) -> None:

@@ -34,8 +34,8 @@ class Augmented(Dataset):
 
 
 def worker_loader(worker_init_fn=None, start: object = None, workers: int = 2) -> DataLoader:
-    """Two workers over `Augmented`, from the tests' fork server (`tests.workers`), or
-    started by ``start`` ("spawn")."""
+    """`workers` workers over `Augmented`, from the tests' fork server (`tests.workers`),
+    or started by ``start`` ("spawn")."""
     return DataLoader(
         Augmented(),
         batch_size=4,
